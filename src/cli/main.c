@@ -1,0 +1,39 @@
+/* main.c - `hotmoe SUBCOMMAND ...`: finds the subcommand in the table and runs it. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+
+#define HOTMOE_VERSION "0.1.0"
+
+static const cli_command k_commands[] = {
+    {"forge", "write a GGUF model (and its HuggingFace copy) of a real MoE architecture", cmd_forge},
+    {"inspect", "describe any GGUF file: metadata, tensors, sizes per category and tier", cmd_inspect},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "hotmoe %s - Mixture-of-Experts inference for GGUF models\n\n"
+               "usage: hotmoe COMMAND [options]   (hotmoe COMMAND --help for its options)\n\n"
+               "commands:\n", HOTMOE_VERSION);
+    for (size_t i = 0; i < sizeof(k_commands) / sizeof(k_commands[0]); i++)
+        fprintf(f, "  %-10s %s\n", k_commands[i].name, k_commands[i].summary);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("hotmoe %s\n", HOTMOE_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof(k_commands) / sizeof(k_commands[0]); i++)
+        if (!strcmp(argv[1], k_commands[i].name)) return k_commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "hotmoe: unknown command '%s' (try 'hotmoe --help')\n", argv[1]);
+    return 2;
+}
