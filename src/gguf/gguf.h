@@ -139,6 +139,12 @@ hm_status gguf_writer_set_arr(gguf_writer *w, const char *key, gguf_vtype elem_t
                               const void *data, uint64_t n);
 hm_status gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const *strs,
                                   uint64_t n);
+/* Arrays of arrays: begin_arr_arr(w, key) opens one under key; each element is then added with
+ * gguf_writer_set_arr, gguf_writer_set_arr_str or gguf_writer_begin_arr_arr called with key
+ * NULL (inner arrays may differ in element type); end_arr_arr closes the innermost one. Nothing
+ * else may be set while one is open. */
+hm_status gguf_writer_begin_arr_arr(gguf_writer *w, const char *key);
+hm_status gguf_writer_end_arr_arr(gguf_writer *w);
 
 /* Declares a tensor; its data follows later, in declaration order. */
 hm_status gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type,
