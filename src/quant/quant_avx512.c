@@ -1,5 +1,10 @@
-/* quant_avx512.c - placeholder: replaced by the SIMD kernels (another helper writes this file).
- * Returns NULL, meaning "this build has no avx512 table", so dispatch falls back to the reference. */
+/* quant_avx512.c - the AVX-512 (F/BW/VL/VNNI) kernel table: the code of quant_simd_*.h compiled
+ * with VNNI, whose vpdpbusd/vpdpwssd replace the pmaddubsw+pmaddwd pairs of the AVX2 build. The
+ * kernels keep 256-bit vectors (the lanes layout of quant_simd_common.h; no frequency penalty on
+ * older Xeons); results are bit-identical to quant_dot_ref like every table. */
 #include "quant/quant_isa.h"
+#include "quant/quant_simd_float.h"
 
-const quant_kernels *quant_kernels_avx512(void) { return NULL; }
+SIMD_KERNEL_TABLE(k_avx512, QUANT_ISA_AVX512, "avx512")
+
+const quant_kernels *quant_kernels_avx512(void) { return &k_avx512; }

@@ -1,0 +1,172 @@
+/* threadpool.c - spin-then-sleep worker pool and spin barrier (see threadpool.h).
+ *
+ * DESIGN: one job slot (fn, ctx) published by an atomic generation counter `gen`. A worker that
+ * has run generation g waits for gen != g: first by spinning (pause), then by yielding, then by
+ * futex-sleeping on gen after announcing itself in `sleepers`. The caller bumps gen (seq_cst) and
+ * wakes the futex only when someone sleeps; sleepers++ and gen++ are both seq_cst so either the
+ * caller sees the sleeper or the sleeper's FUTEX_WAIT sees the new gen (no lost wake-up). Each
+ * worker counts itself into `done` when fn returns; the caller, after its own share, waits for
+ * done == nth - 1. The barrier is sense-reversing: a phase counter read before arriving, the last
+ * arriver resets the count and advances the phase.
+ */
+#include "base/threadpool.h"
+
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdbool.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define TP_RELAX() _mm_pause()
+#else
+#define TP_RELAX() ((void)0)
+#endif
+
+enum { TP_SPIN_PAUSE = 4000, TP_SPIN_YIELD = 200 };
+
+typedef struct {
+    tp_pool *pool;
+    int ith;
+    pthread_t thread;
+} tp_worker;
+
+struct tp_pool {
+    int n;
+    tp_fn fn;
+    void *ctx;
+    _Alignas(64) atomic_uint gen;
+    _Alignas(64) atomic_int sleepers;
+    atomic_bool stop;
+    _Alignas(64) atomic_int done;
+    _Alignas(64) atomic_int bar_count;
+    _Alignas(64) atomic_uint bar_phase;
+    tp_worker *workers; /* [n - 1], worker i has ith = i + 1 */
+    int n_started;
+};
+
+static void tp_futex_wait(atomic_uint *addr, unsigned expected) {
+    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+}
+
+static void tp_futex_wake_all(atomic_uint *addr) {
+    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+static void *tp_worker_main(void *arg) {
+    tp_worker *wk = arg;
+    tp_pool *p = wk->pool;
+    unsigned seen = 0;
+    for (;;) {
+        unsigned g;
+        int spins = 0;
+        while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen) {
+            spins++;
+            if (spins < TP_SPIN_PAUSE) {
+                TP_RELAX();
+            } else if (spins < TP_SPIN_PAUSE + TP_SPIN_YIELD) {
+                sched_yield();
+            } else {
+                atomic_fetch_add(&p->sleepers, 1);
+                tp_futex_wait(&p->gen, seen);
+                atomic_fetch_sub(&p->sleepers, 1);
+                spins = 0;
+            }
+        }
+        seen = g;
+        if (atomic_load_explicit(&p->stop, memory_order_acquire)) break;
+        p->fn(p->ctx, wk->ith, p->n);
+        atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+    }
+    return NULL;
+}
+
+static void tp_publish(tp_pool *p) {
+    atomic_fetch_add(&p->gen, 1); /* seq_cst: pairs with sleepers++ in the worker */
+    if (atomic_load(&p->sleepers) > 0) tp_futex_wake_all(&p->gen);
+}
+
+hm_status tp_init(int n, tp_pool **pool, hm_error *err) {
+    *pool = NULL;
+    if (n < 1 || n > 1024) return hm_error_set(err, HM_ERR_ARG, "thread count %d outside 1..1024", n);
+    tp_pool *p = aligned_alloc(64, (sizeof(tp_pool) + 63) / 64 * 64);
+    if (!p) return hm_error_set(err, HM_ERR_NOMEM, "thread pool: out of memory");
+    memset(p, 0, sizeof(*p));
+    p->n = n;
+    atomic_init(&p->gen, 0);
+    atomic_init(&p->sleepers, 0);
+    atomic_init(&p->stop, false);
+    atomic_init(&p->done, 0);
+    atomic_init(&p->bar_count, 0);
+    atomic_init(&p->bar_phase, 0);
+    if (n > 1) {
+        p->workers = calloc((size_t)(n - 1), sizeof(tp_worker));
+        if (!p->workers) {
+            free(p);
+            return hm_error_set(err, HM_ERR_NOMEM, "thread pool: out of memory");
+        }
+    }
+    for (int i = 0; i < n - 1; i++) {
+        p->workers[i].pool = p;
+        p->workers[i].ith = i + 1;
+        int rc = pthread_create(&p->workers[i].thread, NULL, tp_worker_main, &p->workers[i]);
+        if (rc != 0) {
+            tp_free(p);
+            return hm_error_set(err, HM_ERR_STATE, "thread pool: cannot start thread %d of %d: %s",
+                                i + 1, n, strerror(rc));
+        }
+        p->n_started++;
+    }
+    *pool = p;
+    return HM_OK;
+}
+
+void tp_free(tp_pool *p) {
+    if (!p) return;
+    atomic_store(&p->stop, true);
+    tp_publish(p);
+    for (int i = 0; i < p->n_started; i++) pthread_join(p->workers[i].thread, NULL);
+    free(p->workers);
+    free(p);
+}
+
+int tp_size(const tp_pool *p) { return p ? p->n : 1; }
+
+void tp_run(tp_pool *p, tp_fn fn, void *ctx) {
+    if (!p || p->n == 1) {
+        fn(ctx, 0, 1);
+        return;
+    }
+    p->fn = fn;
+    p->ctx = ctx;
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    tp_publish(p);
+    fn(ctx, 0, p->n);
+    int spins = 0;
+    while (atomic_load_explicit(&p->done, memory_order_acquire) < p->n - 1) {
+        if (++spins < TP_SPIN_PAUSE) TP_RELAX();
+        else sched_yield();
+    }
+}
+
+void tp_barrier(tp_pool *p) {
+    if (!p || p->n == 1) return;
+    unsigned phase = atomic_load_explicit(&p->bar_phase, memory_order_acquire);
+    if (atomic_fetch_add_explicit(&p->bar_count, 1, memory_order_acq_rel) == p->n - 1) {
+        atomic_store_explicit(&p->bar_count, 0, memory_order_relaxed);
+        atomic_fetch_add_explicit(&p->bar_phase, 1, memory_order_release);
+        return;
+    }
+    int spins = 0;
+    while (atomic_load_explicit(&p->bar_phase, memory_order_acquire) == phase) {
+        if (++spins < TP_SPIN_PAUSE) TP_RELAX();
+        else sched_yield();
+    }
+}

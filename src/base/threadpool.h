@@ -1,0 +1,32 @@
+/* threadpool.h - a fixed pool of threads that run one job at a time on all of them.
+ *
+ * DESIGN: tp_run(pool, fn, ctx) calls fn(ctx, ith, nth) on every thread of the pool — the caller
+ * is thread 0, the pool's own workers are 1..nth-1 — and returns when all calls have returned.
+ * Workers wait for the next job by spinning on an atomic generation counter for a short while
+ * (jobs in a decode step follow each other within microseconds), then sleep on a futex so that an
+ * idle pool costs no CPU. Inside a job, tp_barrier() is a spin barrier across all nth threads
+ * (falls back to yielding when threads outnumber cores). The pool holds no global state; several
+ * pools may coexist. tp_run must not be called concurrently on one pool, nor from inside a job.
+ */
+#ifndef HM_BASE_THREADPOOL_H
+#define HM_BASE_THREADPOOL_H
+
+#include "base/status.h"
+
+typedef struct tp_pool tp_pool;
+
+/* fn runs once on each thread; ith in [0, nth). */
+typedef void (*tp_fn)(void *ctx, int ith, int nth);
+
+/* Creates a pool of n threads in all (n - 1 workers plus the caller); 1 <= n <= 1024. */
+hm_status tp_init(int n, tp_pool **pool, hm_error *err);
+/* Stops and joins the workers; NULL is allowed. */
+void tp_free(tp_pool *pool);
+/* Number of threads (nth of every job). */
+int tp_size(const tp_pool *pool);
+/* Runs fn on all threads of the pool and waits for them. A NULL pool runs fn(ctx, 0, 1). */
+void tp_run(tp_pool *pool, tp_fn fn, void *ctx);
+/* Inside a job: returns once all nth threads have called it (same number of times each). */
+void tp_barrier(tp_pool *pool);
+
+#endif

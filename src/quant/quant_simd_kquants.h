@@ -1,0 +1,159 @@
+/* quant_simd_kquants.h - internal: block kernels of the 256-element types (q4_K q5_K q6_K
+ * iq4_xs) against q8_K activations, for the lane driver of quant_simd_lanes.h.
+ *
+ * DESIGN: sub-block products are formed in int16 with pmaddubsw (unsigned weight byte x signed
+ * activation byte; the largest pair sum, 2*127*127 for iq4_xs via the sign trick, fits int16) and
+ * scaled into int32 partials with pmaddwd by the sub-block scale (vpdpwssd with VNNI). Minimum and
+ * offset terms use the activation's bsums: q4_K/q5_K t = sum mn[j]*(bsums[2j]+bsums[2j+1]); q6_K's
+ * "-32" is folded in as s = sum sc[j]*(sum q*a) - 32*sum sc[j]*bsums[j] (both exact integers).
+ */
+#ifndef HM_QUANT_SIMD_KQUANTS_H
+#define HM_QUANT_SIMD_KQUANTS_H
+
+#include "quant/quant_simd_lanes.h"
+
+/* acc + pmaddwd(p16, s16) */
+SIMD_INLINE __m256i simd_madd_acc(__m256i acc, __m256i p16, __m256i s16) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpwssd_epi32(acc, p16, s16);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p16, s16));
+#endif
+}
+
+/* ggml's get_scale_min_k4 for all 8 sub-blocks. */
+SIMD_INLINE void simd_k4_scales(const uint8_t *s, int16_t sc[8], int16_t mn[8]) {
+    for (int j = 0; j < 4; j++) {
+        sc[j] = s[j] & 63;
+        mn[j] = s[j + 4] & 63;
+        sc[j + 4] = (int16_t)((s[j + 8] & 0x0f) | ((s[j] >> 6) << 4));
+        mn[j + 4] = (int16_t)((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
+    }
+}
+
+/* t partials: mn[j] * (bsums[2j] + bsums[2j+1]) */
+SIMD_INLINE __m256i simd_k4_min_term(const int16_t mn[8], const int16_t *bsums) {
+    __m128i m = _mm_loadu_si128((const __m128i *)mn);
+    __m256i m2 = _mm256_set_m128i(_mm_unpackhi_epi16(m, m), _mm_unpacklo_epi16(m, m));
+    return _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)bsums), m2);
+}
+
+/* q4_K (hb == 0) and q5_K: 4 chunks of 64 elements; chunk j's 32 bytes hold sub-block 2j in
+ * the low nibbles and 2j+1 in the high ones; q5_K's bit 4 of element l of sub-block k is bit k
+ * of qh[l]. */
+SIMD_INLINE __m256i simd_k45_sums(const uint8_t *qs, const uint8_t *qh, const int8_t *aq,
+                                  const int16_t sc[8]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256i acc = _mm256_setzero_si256();
+    __m256i hv = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+    for (int j = 0; j < 4; j++) {
+        __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+        __m256i lo = _mm256_and_si256(q, m4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if (qh) {
+            const __m256i b0 = _mm256_set1_epi8((char)(1 << (2 * j)));
+            const __m256i b1 = _mm256_set1_epi8((char)(1 << (2 * j + 1)));
+            const __m256i h16 = _mm256_set1_epi8(0x10);
+            lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hv, b0), b0), h16));
+            hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hv, b1), b1), h16));
+        }
+        __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(aq + 64 * j)));
+        __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(aq + 64 * j + 32)));
+        acc = simd_madd_acc(acc, p0, _mm256_set1_epi16(sc[2 * j]));
+        acc = simd_madd_acc(acc, p1, _mm256_set1_epi16(sc[2 * j + 1]));
+    }
+    return acc;
+}
+
+SIMD_INLINE void simd_blk_q4_K(const uint8_t *wp, const uint8_t *ap, __m256i *ps, __m256i *pt,
+                               float *d1, float *d2) {
+    const block_q4_K *x = (const block_q4_K *)(const void *)wp;
+    const block_q8_K *y = (const block_q8_K *)(const void *)ap;
+    int16_t sc[8], mn[8];
+    simd_k4_scales(x->scales, sc, mn);
+    *ps = simd_k45_sums(x->qs, NULL, y->qs, sc);
+    *pt = simd_k4_min_term(mn, y->bsums);
+    float da = simd_f32(&y->d);
+    *d1 = simd_fp16(&x->d) * da;
+    *d2 = -(simd_fp16(&x->dmin) * da);
+}
+
+SIMD_INLINE void simd_blk_q5_K(const uint8_t *wp, const uint8_t *ap, __m256i *ps, __m256i *pt,
+                               float *d1, float *d2) {
+    const block_q5_K *x = (const block_q5_K *)(const void *)wp;
+    const block_q8_K *y = (const block_q8_K *)(const void *)ap;
+    int16_t sc[8], mn[8];
+    simd_k4_scales(x->scales, sc, mn);
+    *ps = simd_k45_sums(x->qs, x->qh, y->qs, sc);
+    *pt = simd_k4_min_term(mn, y->bsums);
+    float da = simd_f32(&y->d);
+    *d1 = simd_fp16(&x->d) * da;
+    *d2 = -(simd_fp16(&x->dmin) * da);
+}
+
+/* q6_K: two halves of 128; in half n, ql = ql + 64n, qh = qh + 32n, scales + 8n:
+ * elements l, 32+l, 64+l, 96+l (l < 32) take ql[l] low, ql[l+32] low, ql[l] high, ql[l+32] high
+ * and bits 0-1, 2-3, 4-5, 6-7 of qh[l]; sub-blocks of 16. */
+SIMD_INLINE void simd_blk_q6_K(const uint8_t *wp, const uint8_t *ap, __m256i *ps, __m256i *pt,
+                               float *d1, float *d2) {
+    const block_q6_K *x = (const block_q6_K *)(const void *)wp;
+    const block_q8_K *y = (const block_q8_K *)(const void *)ap;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256i acc = _mm256_setzero_si256();
+    for (int n = 0; n < 2; n++) {
+        const uint8_t *ql = x->ql + 64 * n;
+        const int8_t *sc = x->scales + 8 * n;
+        const int8_t *aq = y->qs + 128 * n;
+        __m256i la = _mm256_loadu_si256((const __m256i *)ql);
+        __m256i lb = _mm256_loadu_si256((const __m256i *)(ql + 32));
+        __m256i hv = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * n));
+        __m256i q[4];
+        q[0] = _mm256_or_si256(_mm256_and_si256(la, m4),
+                               _mm256_slli_epi16(_mm256_and_si256(hv, _mm256_set1_epi8(0x03)), 4));
+        q[1] = _mm256_or_si256(_mm256_and_si256(lb, m4),
+                               _mm256_slli_epi16(_mm256_and_si256(hv, _mm256_set1_epi8(0x0c)), 2));
+        q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(la, 4), m4),
+                               _mm256_and_si256(hv, _mm256_set1_epi8(0x30)));
+        q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lb, 4), m4),
+                               _mm256_srli_epi16(_mm256_and_si256(hv, _mm256_set1_epi8((char)0xc0)), 2));
+        for (int k = 0; k < 4; k++) {
+            __m256i p = _mm256_maddubs_epi16(q[k], _mm256_loadu_si256((const __m256i *)(aq + 32 * k)));
+            __m256i s = _mm256_set_m128i(_mm_set1_epi16(sc[2 * k + 1]), _mm_set1_epi16(sc[2 * k]));
+            acc = simd_madd_acc(acc, p, s);
+        }
+    }
+    __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
+    __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), sc16);
+    *ps = _mm256_sub_epi32(acc, _mm256_slli_epi32(off, 5));
+    *d1 = simd_fp16(&x->d) * simd_f32(&y->d);
+    (void)pt; (void)d2;
+}
+
+/* iq4_xs: 8 sub-blocks of 32 in q4_0 nibble order, 16 bytes each; scale ls - 32 with ls from
+ * 4 bits of scales_l and 2 of scales_h. */
+SIMD_INLINE void simd_blk_iq4_xs(const uint8_t *wp, const uint8_t *ap, __m256i *ps, __m256i *pt,
+                                 float *d1, float *d2) {
+    const block_iq4_xs *x = (const block_iq4_xs *)(const void *)wp;
+    const block_q8_K *y = (const block_q8_K *)(const void *)ap;
+    uint16_t sh;
+    memcpy(&sh, &x->scales_h, 2);
+    __m256i acc = _mm256_setzero_si256();
+    for (int ib = 0; ib < 8; ib++) {
+        int ls = ((x->scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f) | (((sh >> (2 * ib)) & 3) << 4);
+        __m256i w = simd_lut16(simd_nibbles32(x->qs + 16 * ib), hm_kvalues_iq4nl);
+        __m256i a = _mm256_loadu_si256((const __m256i *)(y->qs + 32 * ib));
+        __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
+        acc = simd_madd_acc(acc, p, _mm256_set1_epi16((int16_t)(ls - 32)));
+    }
+    *ps = acc;
+    *d1 = simd_fp16(&x->d) * simd_f32(&y->d);
+    (void)pt; (void)d2;
+}
+
+#define SIMD_QKA sizeof(block_q8_K)
+SIMD_LANE_TILE(simd_dot_q4_K, simd_blk_q4_K, 1, sizeof(block_q4_K), SIMD_QKA, 256)
+SIMD_LANE_TILE(simd_dot_q5_K, simd_blk_q5_K, 1, sizeof(block_q5_K), SIMD_QKA, 256)
+SIMD_LANE_TILE(simd_dot_q6_K, simd_blk_q6_K, 0, sizeof(block_q6_K), SIMD_QKA, 256)
+SIMD_LANE_TILE(simd_dot_iq4_xs, simd_blk_iq4_xs, 0, sizeof(block_iq4_xs), SIMD_QKA, 256)
+
+#endif
