@@ -311,9 +311,9 @@ static hm_status parse_tensor_info(parser *p, int64_t i, size_t *name_off, uint6
     if (t->ne[0] % ti->block_size)
         return fail(p, HM_ERR_FORMAT, "ne[0] = %" PRId64 " is not a multiple of the block size %d "
                     "of type %s (type at byte %" PRIu64 ")", t->ne[0], ti->block_size, ti->name, at);
-    uint64_t bytes = (uint64_t)(t->ne[0] / ti->block_size) * (uint64_t)ti->type_size;
-    for (int d = 1; d < GGUF_MAX_DIMS; d++)
-        if (__builtin_mul_overflow(bytes, (uint64_t)t->ne[d], &bytes))
+    uint64_t bytes = (uint64_t)(t->ne[0] / ti->block_size);
+    for (int d = 0; d < GGUF_MAX_DIMS; d++)
+        if (__builtin_mul_overflow(bytes, d ? (uint64_t)t->ne[d] : (uint64_t)ti->type_size, &bytes))
             return fail(p, HM_ERR_FORMAT, "size in bytes overflows 64 bits (type at byte %" PRIu64
                         ")", at);
     t->size = bytes;

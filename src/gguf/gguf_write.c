@@ -256,8 +256,10 @@ hm_status gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type
     if (t.ne[0] % ti->block_size)
         return wfail(w, HM_ERR_ARG, "tensor '%s': ne[0] = %" PRId64 " is not a multiple of %d (%s)",
                      name, t.ne[0], ti->block_size, ti->name);
-    uint64_t bytes = (uint64_t)(t.ne[0] / ti->block_size) * (uint64_t)ti->type_size;
+    uint64_t bytes = (uint64_t)(t.ne[0] / ti->block_size);
     int64_t elems = t.ne[0];
+    if (__builtin_mul_overflow(bytes, (uint64_t)ti->type_size, &bytes))
+        return wfail(w, HM_ERR_ARG, "tensor '%s': size overflows", name);
     for (int d = 1; d < GGUF_MAX_DIMS; d++)
         if (__builtin_mul_overflow(bytes, (uint64_t)t.ne[d], &bytes) ||
             __builtin_mul_overflow(elems, t.ne[d], &elems))
