@@ -1,0 +1,272 @@
+/* matmul.c - cpu_matmul and cpu_moe_matmul (see matmul.h).
+ *
+ * DESIGN: one job on the pool per call, in two phases separated by tp_barrier: (1) each thread
+ * quantises every nth activation row into scratch; (2) threads take work items from an atomic
+ * counter. A work item is a chunk of MM_ROW_ALIGN-aligned weight rows (of one expert for MoE);
+ * inside it, tokens go in tiles of MM_TOK_TILE and rows in groups of MM_NR, each one call of
+ * the kernel table's tile function: the MM_NR weight rows stay in L1 while the tile's tokens
+ * pass, the token tile's activations stay in L2 while the chunk's rows pass. Chunks are sized so
+ * that there are several per thread (load balance) but never below MM_NR rows. For MoE the
+ * caller thread first groups (token, slot) pairs by expert (counting sort), phase 1 quantises
+ * each pair's input into its grouped position, and phase 2's items are (expert, row chunk) over
+ * all selected experts; results go through a small per-item buffer to y[t][s][.].
+ */
+#include "cpu/matmul.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { MM_NR = 4, MM_TOK_TILE = 16, MM_ROW_ALIGN = 4, MM_MAX_CHUNK = 256 };
+
+typedef struct {
+    quant_dot_tile_fn dot;
+    quant_act_fn act;
+    int64_t k;
+    size_t wrow, arow; /* bytes of one weight row, one quantised activation row */
+} mm_kern;
+
+static hm_status mm_kern_init(const quant_kernels *kern, uint32_t wtype, int64_t k, mm_kern *mk,
+                              hm_error *err) {
+    const hm_type_info *ti = hm_type_get(wtype);
+    quant_act act = quant_act_for(wtype);
+    if (!ti || act == QUANT_ACT_COUNT || !kern->dot[wtype] || !kern->act[act])
+        return hm_error_set(err, HM_ERR_UNSUPPORTED, "matmul: unsupported weight type %s",
+                            hm_type_name(wtype));
+    mk->dot = kern->dot[wtype];
+    mk->act = kern->act[act];
+    mk->k = k;
+    mk->wrow = hm_row_size(wtype, k);
+    mk->arow = quant_act_row_size(act, k);
+    if (k <= 0 || mk->wrow == 0 || mk->arow == 0)
+        return hm_error_set(err, HM_ERR_ARG, "matmul: row length %lld is not a multiple of %s's block",
+                            (long long)k, hm_type_name(wtype));
+    return HM_OK;
+}
+
+/* Rows [r0, r1) of w against nc activation rows: out[c * ostride + (r - r0)]. */
+static void mm_rows(const mm_kern *mk, const uint8_t *w, int64_t r0, int64_t r1,
+                    const uint8_t *act, int64_t nc, float *out, size_t ostride) {
+    for (int64_t c0 = 0; c0 < nc; c0 += MM_TOK_TILE) {
+        int tc = (int)(nc - c0 < MM_TOK_TILE ? nc - c0 : MM_TOK_TILE);
+        for (int64_t r = r0; r < r1; r += MM_NR) {
+            int nr = (int)(r1 - r < MM_NR ? r1 - r : MM_NR);
+            mk->dot(mk->k, w + (size_t)r * mk->wrow, mk->wrow, nr, act + (size_t)c0 * mk->arow,
+                    mk->arow, tc, out + (size_t)c0 * ostride + (size_t)(r - r0), ostride);
+        }
+    }
+}
+
+static int64_t mm_chunk_rows(int64_t total_rows, int nth) {
+    int64_t c = total_rows / ((int64_t)nth * 8);
+    if (c > MM_MAX_CHUNK) c = MM_MAX_CHUNK;
+    c = c / MM_ROW_ALIGN * MM_ROW_ALIGN;
+    return c < MM_ROW_ALIGN ? MM_ROW_ALIGN : c;
+}
+
+static const quant_kernels *mm_default_kern(const quant_kernels *kern) {
+    return kern ? kern : quant_kernels_best();
+}
+
+/* ---- dense ---- */
+
+size_t cpu_matmul_scratch_size(uint32_t wtype, int64_t k, int64_t n_tok) {
+    quant_act act = quant_act_for(wtype);
+    size_t arow = act == QUANT_ACT_COUNT ? 0 : quant_act_row_size(act, k);
+    if (arow == 0 || n_tok <= 0) return 0;
+    return arow * (size_t)n_tok;
+}
+
+typedef struct {
+    mm_kern mk;
+    const uint8_t *w;
+    int64_t n_rows, n_tok, chunk;
+    const float *x;
+    float *y;
+    uint8_t *act; /* [n_tok] quantised rows of mk.arow bytes */
+    tp_pool *pool;
+    _Alignas(64) atomic_llong next;
+} mm_job;
+
+static void mm_job_fn(void *ctx, int ith, int nth) {
+    mm_job *j = ctx;
+    for (int64_t t = ith; t < j->n_tok; t += nth)
+        j->mk.act(j->x + (size_t)t * (size_t)j->mk.k, j->act + (size_t)t * j->mk.arow, j->mk.k);
+    tp_barrier(j->pool);
+    int64_t n_items = (j->n_rows + j->chunk - 1) / j->chunk;
+    for (;;) {
+        int64_t it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (it >= n_items) break;
+        int64_t r0 = it * j->chunk, r1 = r0 + j->chunk < j->n_rows ? r0 + j->chunk : j->n_rows;
+        mm_rows(&j->mk, j->w, r0, r1, j->act, j->n_tok, j->y + r0, (size_t)j->n_rows);
+    }
+}
+
+hm_status cpu_matmul(tp_pool *pool, const quant_kernels *kern, uint32_t wtype, const void *w,
+                     int64_t n_rows, int64_t k, const float *x, int64_t n_tok, float *y,
+                     void *scratch, size_t scratch_size, hm_error *err) {
+    mm_job j;
+    memset(&j, 0, sizeof(j));
+    kern = mm_default_kern(kern);
+    hm_status st = mm_kern_init(kern, wtype, k, &j.mk, err);
+    if (st != HM_OK) return st;
+    if (n_rows <= 0 || n_tok <= 0)
+        return hm_error_set(err, HM_ERR_ARG, "matmul: empty product (%lld rows, %lld tokens)",
+                            (long long)n_rows, (long long)n_tok);
+    size_t need = cpu_matmul_scratch_size(wtype, k, n_tok);
+    void *own = NULL;
+    if (!scratch) {
+        scratch = own = malloc(need);
+        if (!own) return hm_error_set(err, HM_ERR_NOMEM, "matmul: out of memory (%zu bytes)", need);
+    } else if (scratch_size < need) {
+        return hm_error_set(err, HM_ERR_ARG, "matmul: scratch of %zu bytes, %zu needed", scratch_size, need);
+    }
+    j.w = w;
+    j.n_rows = n_rows;
+    j.n_tok = n_tok;
+    j.x = x;
+    j.y = y;
+    j.act = scratch;
+    j.pool = pool;
+    j.chunk = mm_chunk_rows(n_rows, tp_size(pool));
+    atomic_init(&j.next, 0);
+    tp_run(pool, mm_job_fn, &j);
+    free(own);
+    return HM_OK;
+}
+
+/* ---- grouped MoE ---- */
+
+typedef struct {
+    size_t act, pairs, counts, items; /* byte offsets into scratch */
+    size_t total;
+} moe_layout;
+
+static size_t mm_align(size_t v) { return (v + 63) / 64 * 64; }
+
+static int moe_layout_get(const cpu_moe_args *a, moe_layout *l) {
+    quant_act act = quant_act_for(a->wtype);
+    size_t arow = act == QUANT_ACT_COUNT ? 0 : quant_act_row_size(act, a->k);
+    if (arow == 0 || a->n_tok <= 0 || a->n_used <= 0 || a->n_expert <= 0) return 0;
+    size_t np = (size_t)a->n_tok * (size_t)a->n_used;
+    l->act = 0;
+    l->pairs = mm_align(l->act + arow * np);                                 /* int32 [np] */
+    l->counts = mm_align(l->pairs + np * sizeof(int32_t));                   /* int64 [n_expert + 1] */
+    l->items = mm_align(l->counts + ((size_t)a->n_expert + 1) * sizeof(int64_t)); /* int64 [n_expert + 1] */
+    l->total = mm_align(l->items + ((size_t)a->n_expert + 1) * sizeof(int64_t));
+    return 1;
+}
+
+size_t cpu_moe_scratch_size(const cpu_moe_args *a) {
+    moe_layout l;
+    return moe_layout_get(a, &l) ? l.total : 0;
+}
+
+typedef struct {
+    mm_kern mk;
+    const cpu_moe_args *a;
+    size_t wexp;      /* bytes of one expert */
+    uint8_t *act;     /* [n_pairs] quantised rows, grouped by expert */
+    int32_t *pairs;   /* [n_pairs] t * n_used + s, grouped by expert */
+    int64_t *off;     /* [n_expert + 1] first grouped pair of each expert */
+    int64_t *item0;   /* [n_expert + 1] first work item of each expert */
+    int64_t n_pairs, chunk;
+    tp_pool *pool;
+    _Alignas(64) atomic_llong next;
+} moe_job;
+
+static void moe_job_fn(void *ctx, int ith, int nth) {
+    moe_job *j = ctx;
+    const cpu_moe_args *a = j->a;
+    const size_t k = (size_t)a->k;
+    for (int64_t g = ith; g < j->n_pairs; g += nth) {
+        int64_t p = j->pairs[g];
+        const float *xr = a->x_per_slot ? a->x + (size_t)p * k : a->x + (size_t)(p / a->n_used) * k;
+        j->mk.act(xr, j->act + (size_t)g * j->mk.arow, a->k);
+    }
+    tp_barrier(j->pool);
+    const int64_t n_items = j->item0[a->n_expert];
+    float tmp[MM_TOK_TILE * MM_MAX_CHUNK]; /* [tok][row] of one item's token tile */
+    for (;;) {
+        int64_t it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (it >= n_items) break;
+        int64_t lo = 0, hi = a->n_expert; /* expert e with item0[e] <= it < item0[e + 1] */
+        while (hi - lo > 1) {
+            int64_t mid = (lo + hi) / 2;
+            if (j->item0[mid] <= it) lo = mid;
+            else hi = mid;
+        }
+        const int64_t e = lo;
+        const int64_t r0 = (it - j->item0[e]) * j->chunk;
+        const int64_t r1 = r0 + j->chunk < a->n_rows ? r0 + j->chunk : a->n_rows;
+        const uint8_t *we = (const uint8_t *)a->w + (size_t)e * j->wexp;
+        for (int64_t g0 = j->off[e]; g0 < j->off[e + 1]; g0 += MM_TOK_TILE) {
+            int64_t nc = j->off[e + 1] - g0 < MM_TOK_TILE ? j->off[e + 1] - g0 : MM_TOK_TILE;
+            mm_rows(&j->mk, we, r0, r1, j->act + (size_t)g0 * j->mk.arow, nc, tmp, (size_t)(r1 - r0));
+            for (int64_t c = 0; c < nc; c++)
+                memcpy(a->y + (size_t)j->pairs[g0 + c] * (size_t)a->n_rows + (size_t)r0,
+                       tmp + (size_t)c * (size_t)(r1 - r0), (size_t)(r1 - r0) * sizeof(float));
+        }
+    }
+}
+
+hm_status cpu_moe_matmul(tp_pool *pool, const quant_kernels *kern, const cpu_moe_args *a,
+                         void *scratch, size_t scratch_size, hm_error *err) {
+    moe_job j;
+    memset(&j, 0, sizeof(j));
+    kern = mm_default_kern(kern);
+    hm_status st = mm_kern_init(kern, a->wtype, a->k, &j.mk, err);
+    if (st != HM_OK) return st;
+    moe_layout l;
+    if (a->n_rows <= 0 || !moe_layout_get(a, &l))
+        return hm_error_set(err, HM_ERR_ARG, "moe matmul: empty product (%lld experts, %lld rows, %lld tokens, %d used)",
+                            (long long)a->n_expert, (long long)a->n_rows, (long long)a->n_tok, a->n_used);
+    const int64_t np = a->n_tok * a->n_used;
+    for (int64_t p = 0; p < np; p++)
+        if (a->ids[p] >= a->n_expert)
+            return hm_error_set(err, HM_ERR_RANGE, "moe matmul: token %lld slot %lld selects expert %d of %lld",
+                                (long long)(p / a->n_used), (long long)(p % a->n_used), a->ids[p],
+                                (long long)a->n_expert);
+    void *own = NULL;
+    if (!scratch) {
+        scratch = own = malloc(l.total);
+        if (!own) return hm_error_set(err, HM_ERR_NOMEM, "moe matmul: out of memory (%zu bytes)", l.total);
+    } else if (scratch_size < l.total) {
+        return hm_error_set(err, HM_ERR_ARG, "moe matmul: scratch of %zu bytes, %zu needed", scratch_size, l.total);
+    }
+    uint8_t *s = scratch;
+    j.a = a;
+    j.act = s + l.act;
+    j.pairs = (int32_t *)(void *)(s + l.pairs);
+    j.off = (int64_t *)(void *)(s + l.counts);
+    j.item0 = (int64_t *)(void *)(s + l.items);
+    j.wexp = j.mk.wrow * (size_t)a->n_rows;
+    j.pool = pool;
+    /* counting sort of (token, slot) pairs by expert; skipped slots (id < 0) drop out */
+    memset(j.off, 0, ((size_t)a->n_expert + 1) * sizeof(int64_t));
+    for (int64_t p = 0; p < np; p++)
+        if (a->ids[p] >= 0) j.off[a->ids[p] + 1]++;
+    int64_t active_rows = 0;
+    for (int64_t e = 0; e < a->n_expert; e++) {
+        if (j.off[e + 1]) active_rows += a->n_rows;
+        j.off[e + 1] += j.off[e];
+    }
+    j.n_pairs = j.off[a->n_expert];
+    if (j.n_pairs == 0) {
+        free(own);
+        return HM_OK;
+    }
+    int64_t *fill = j.item0; /* reused as insertion cursors, then overwritten */
+    memcpy(fill, j.off, ((size_t)a->n_expert + 1) * sizeof(int64_t));
+    for (int64_t p = 0; p < np; p++)
+        if (a->ids[p] >= 0) j.pairs[fill[a->ids[p]]++] = (int32_t)p;
+    j.chunk = mm_chunk_rows(active_rows, tp_size(pool));
+    const int64_t per_expert = (a->n_rows + j.chunk - 1) / j.chunk;
+    j.item0[0] = 0;
+    for (int64_t e = 0; e < a->n_expert; e++)
+        j.item0[e + 1] = j.item0[e] + (j.off[e + 1] > j.off[e] ? per_expert : 0);
+    atomic_init(&j.next, 0);
+    tp_run(pool, moe_job_fn, &j);
+    free(own);
+    return HM_OK;
+}

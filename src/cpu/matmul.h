@@ -1,0 +1,59 @@
+/* matmul.h - CPU matrix-vector and small-batch matrix products of quantised weights with f32
+ * activations, and the grouped Mixture-of-Experts variant.
+ *
+ * DESIGN: every output element is one call of the kernel table's dot tile on one (weight row,
+ * activation row) pair, so results are bit-identical to quant_dot_ref whatever the thread count,
+ * batch size or tiling (docs/ARITHMETIC.md). Activations are quantised once, in parallel, to the
+ * weight type's activation format; then weight rows are split into chunks handed out through an
+ * atomic counter, so a matvec (one token) streams the weights once at memory bandwidth, and a
+ * batch is tiled over tokens so that a chunk of weight rows stays in cache across a tile of
+ * tokens. The MoE product groups (token, slot) pairs by expert and schedules the (expert, row
+ * chunk) items of all selected experts on the pool together.
+ *
+ * Scratch: callers that run every step pass a buffer of cpu_*_scratch_size bytes (no
+ * allocation on the hot path); scratch == NULL makes the call allocate and free its own.
+ */
+#ifndef HM_CPU_MATMUL_H
+#define HM_CPU_MATMUL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "base/threadpool.h"
+#include "quant/quant.h"
+
+/* Bytes of scratch cpu_matmul needs for n_tok activation rows of k elements (0 if k does not
+ * fit the type's blocks). */
+size_t cpu_matmul_scratch_size(uint32_t wtype, int64_t k, int64_t n_tok);
+
+/* y[t][r] = dot(row r of w, x[t]) for r < n_rows, t < n_tok.
+ *   w: [n_rows] rows of k elements of wtype (row size hm_row_size(wtype, k)), contiguous;
+ *   x: [n_tok][k] f32; y: [n_tok][n_rows] f32.
+ * pool may be NULL (single thread); kern NULL means quant_kernels_best(). */
+hm_status cpu_matmul(tp_pool *pool, const quant_kernels *kern, uint32_t wtype, const void *w,
+                     int64_t n_rows, int64_t k, const float *x, int64_t n_tok, float *y,
+                     void *scratch, size_t scratch_size, hm_error *err);
+
+/* Grouped expert product. The expert tensor is ggml's 3-D [n_expert][n_rows][k] (GGUF ne =
+ * {k, n_rows, n_expert}, e.g. blk.N.ffn_up_exps.weight). */
+typedef struct {
+    uint32_t wtype;
+    const void *w;          /* [n_expert][n_rows] rows of k elements, contiguous */
+    int64_t n_expert, n_rows, k;
+    const float *x;         /* x_per_slot ? [n_tok][n_used][k] : [n_tok][k] */
+    int x_per_slot;         /* 0: all slots of a token share x[t] (gate/up); 1: own input (down) */
+    const int32_t *ids;     /* [n_tok][n_used] selected experts; an id < 0 skips that slot */
+    int64_t n_tok;
+    int n_used;
+    float *y;               /* [n_tok][n_used][n_rows]; rows of skipped slots are not written */
+} cpu_moe_args;
+
+size_t cpu_moe_scratch_size(const cpu_moe_args *a);
+
+/* y[t][s][r] = dot(row r of expert ids[t][s], x of (t, s)). Fails with HM_ERR_RANGE, before
+ * computing anything, if an id is >= n_expert. */
+hm_status cpu_moe_matmul(tp_pool *pool, const quant_kernels *kern, const cpu_moe_args *a,
+                         void *scratch, size_t scratch_size, hm_error *err);
+
+#endif

@@ -1,0 +1,89 @@
+/* test_threadpool.c - the pool runs every job on all threads exactly once, returns only when
+ * all are done, survives idle periods (workers asleep on the futex), and tp_barrier separates
+ * phases: after a barrier every thread sees every other thread's writes of the previous phase. */
+#include <stdatomic.h>
+#include <stdint.h>
+#include <unistd.h>
+
+#include "base/threadpool.h"
+#include "harness.h"
+
+typedef struct {
+    int nth_seen[64];
+    long runs[64];
+    atomic_int calls;
+} count_ctx;
+
+static void count_fn(void *ctx, int ith, int nth) {
+    count_ctx *c = ctx;
+    c->nth_seen[ith] = nth;
+    c->runs[ith]++;
+    atomic_fetch_add(&c->calls, 1);
+}
+
+static void test_many_jobs(void) {
+    for (int n = 1; n <= 4; n++) {
+        tp_pool *p = NULL;
+        hm_error err;
+        HM_REQUIRE(tp_init(n, &p, &err) == HM_OK);
+        HM_CHECK(tp_size(p) == n);
+        count_ctx c = {0};
+        atomic_init(&c.calls, 0);
+        const int jobs = 3000;
+        for (int i = 0; i < jobs; i++) {
+            tp_run(p, count_fn, &c);
+            /* tp_run returned: every thread's call of this job has finished */
+            HM_REQUIRE(atomic_load(&c.calls) == (i + 1) * n);
+            if (i % 1000 == 999) usleep(20000); /* let the workers fall asleep */
+        }
+        for (int t = 0; t < n; t++) {
+            HM_CHECK(c.runs[t] == jobs);
+            HM_CHECK(c.nth_seen[t] == n);
+        }
+        tp_free(p);
+    }
+}
+
+enum { BAR_ROUNDS = 500, BAR_MAX = 8 };
+typedef struct {
+    tp_pool *pool;
+    int val[BAR_MAX];
+    atomic_int errors;
+} bar_ctx;
+
+static void bar_fn(void *ctx, int ith, int nth) {
+    bar_ctx *b = ctx;
+    for (int r = 1; r <= BAR_ROUNDS; r++) {
+        b->val[ith] = r; /* plain writes: the barrier must order them */
+        tp_barrier(b->pool);
+        for (int t = 0; t < nth; t++)
+            if (b->val[t] != r) atomic_fetch_add(&b->errors, 1);
+        tp_barrier(b->pool);
+    }
+}
+
+static void test_barrier(void) {
+    for (int n = 1; n <= 3; n++) {
+        tp_pool *p = NULL;
+        HM_REQUIRE(tp_init(n, &p, NULL) == HM_OK);
+        bar_ctx b = {.pool = p};
+        atomic_init(&b.errors, 0);
+        for (int rep = 0; rep < 4; rep++) tp_run(p, bar_fn, &b);
+        HM_CHECK_MSG(atomic_load(&b.errors) == 0, "n=%d: %d stale reads", n, atomic_load(&b.errors));
+        tp_free(p);
+    }
+}
+
+static void test_bad_args(void) {
+    tp_pool *p = (tp_pool *)1;
+    hm_error err;
+    HM_CHECK(tp_init(0, &p, &err) == HM_ERR_ARG);
+    HM_CHECK(p == NULL);
+    HM_CHECK(strstr(err.msg, "thread count") != NULL);
+    tp_free(NULL);
+    count_ctx c = {0};
+    tp_run(NULL, count_fn, &c); /* no pool: runs on the caller */
+    HM_CHECK(c.runs[0] == 1 && c.nth_seen[0] == 1);
+}
+
+HM_TEST_MAIN(test_many_jobs, test_barrier, test_bad_args)

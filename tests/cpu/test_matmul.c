@@ -1,0 +1,175 @@
+/* test_matmul.c - cpu_matmul and cpu_moe_matmul equal, bit for bit, quant_dot_ref of every
+ * (row, token) pair, with 1, 2 and 3 threads, batches 1..70, the best kernel table and the
+ * reference table; skipped MoE slots are left untouched; bad ids and types are refused. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/threadpool.h"
+#include "cpu/matmul.h"
+#include "harness.h"
+
+static uint64_t g_rng = 0x243f6a8885a308d3ull;
+static uint32_t rnd(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (uint32_t)(g_rng >> 16);
+}
+static float rndf(float lo, float hi) { return lo + (hi - lo) * (float)(rnd() & 0xffffff) / 16777216.0f; }
+
+/* n_rows rows of k elements of type t: quantised from random floats (valid blocks). */
+static uint8_t *make_weights(uint32_t t, int64_t rows, int64_t k) {
+    size_t rs = hm_row_size(t, k);
+    uint8_t *w = malloc(rs * (size_t)rows);
+    float *f = malloc((size_t)k * sizeof(float));
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t i = 0; i < k; i++) f[i] = rndf(-1, 1);
+        if (quant_quantize_row(t, f, w + (size_t)r * rs, k) != HM_OK) {
+            free(w);
+            w = NULL;
+            break;
+        }
+    }
+    free(f);
+    return w;
+}
+
+static float *make_x(int64_t n) {
+    float *x = malloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) x[i] = rndf(-3, 3);
+    return x;
+}
+
+/* quant_dot_ref of weight row r with x (quantised by the reference). */
+static float ref_dot(uint32_t t, const uint8_t *w, int64_t r, int64_t k, const float *x) {
+    quant_act act = quant_act_for(t);
+    uint8_t *a = malloc(quant_act_row_size(act, k));
+    quant_act_quantize_ref(act, x, a, k);
+    float v = quant_dot_ref(t, k, w + (size_t)r * hm_row_size(t, k), a);
+    free(a);
+    return v;
+}
+
+static const uint32_t k_types[] = {HM_TYPE_Q8_0, HM_TYPE_Q4_K, HM_TYPE_MXFP4, HM_TYPE_Q6_K,
+                                   HM_TYPE_Q5_K, HM_TYPE_IQ4_XS, HM_TYPE_Q4_0, HM_TYPE_Q4_1,
+                                   HM_TYPE_Q5_0, HM_TYPE_Q5_1, HM_TYPE_IQ4_NL, HM_TYPE_F32,
+                                   HM_TYPE_F16, HM_TYPE_BF16};
+
+static void test_matmul_all(void) {
+    static const int64_t batches[] = {1, 2, 3, 5, 16, 17, 70};
+    const int64_t n_rows = 37;
+    tp_pool *pools[3];
+    for (int i = 0; i < 3; i++) HM_REQUIRE(tp_init(i + 1, &pools[i], NULL) == HM_OK);
+    const quant_kernels *tabs[2] = {quant_kernels_best(), quant_kernels_get(QUANT_ISA_REF)};
+    for (size_t ti = 0; ti < sizeof(k_types) / sizeof(k_types[0]); ti++) {
+        uint32_t t = k_types[ti];
+        int bs = hm_type_get(t)->block_size;
+        int64_t k = bs == 256 ? 512 : 32 * 9; /* 9 blocks: a partial lane group */
+        uint8_t *w = make_weights(t, n_rows, k);
+        HM_REQUIRE(w != NULL);
+        float *x = make_x(70 * k);
+        float *ref = malloc(sizeof(float) * 70 * (size_t)n_rows);
+        for (int64_t tok = 0; tok < 70; tok++)
+            for (int64_t r = 0; r < n_rows; r++) ref[tok * n_rows + r] = ref_dot(t, w, r, k, x + tok * k);
+        float *y = malloc(sizeof(float) * 70 * (size_t)n_rows);
+        int heavy = t == HM_TYPE_Q8_0 || t == HM_TYPE_Q4_K || t == HM_TYPE_MXFP4;
+        for (int tab = 0; tab < 2; tab++)
+            for (int th = 0; th < 3; th++)
+                for (size_t bi = 0; bi < sizeof(batches) / sizeof(batches[0]); bi++) {
+                    int64_t nt = batches[bi];
+                    if (!heavy && nt != 1 && nt != 17) continue;
+                    if (tab == 1 && nt > 17) continue; /* reference table: slow */
+                    memset(y, 0xff, sizeof(float) * 70 * (size_t)n_rows);
+                    hm_error err;
+                    hm_status st = cpu_matmul(pools[th], tabs[tab], t, w, n_rows, k, x, nt, y, NULL, 0, &err);
+                    HM_CHECK_MSG(st == HM_OK, "%s", err.msg);
+                    HM_CHECK_MSG(memcmp(y, ref, sizeof(float) * (size_t)(nt * n_rows)) == 0,
+                                 "%s %s threads %d batch %lld", tabs[tab]->name, hm_type_name(t),
+                                 th + 1, (long long)nt);
+                }
+        /* batch 1..70 for q4_K with 2 threads and caller scratch */
+        if (t == HM_TYPE_Q4_K) {
+            size_t ss = cpu_matmul_scratch_size(t, k, 70);
+            void *scratch = malloc(ss);
+            for (int64_t nt = 1; nt <= 70; nt++) {
+                HM_CHECK(cpu_matmul(pools[1], NULL, t, w, n_rows, k, x, nt, y, scratch, ss, NULL) == HM_OK);
+                HM_CHECK_MSG(memcmp(y, ref, sizeof(float) * (size_t)(nt * n_rows)) == 0, "batch %lld", (long long)nt);
+            }
+            free(scratch);
+        }
+        free(w);
+        free(x);
+        free(ref);
+        free(y);
+    }
+    for (int i = 0; i < 3; i++) tp_free(pools[i]);
+}
+
+static void test_matmul_errors(void) {
+    float x[64] = {0}, y[4];
+    uint8_t w[4 * 34] = {0};
+    hm_error err;
+    HM_CHECK(cpu_matmul(NULL, NULL, HM_TYPE_Q2_K, w, 1, 256, x, 1, y, NULL, 0, &err) == HM_ERR_UNSUPPORTED);
+    HM_CHECK(strstr(err.msg, "q2_K") != NULL);
+    HM_CHECK(cpu_matmul(NULL, NULL, HM_TYPE_Q8_0, w, 1, 48, x, 1, y, NULL, 0, &err) == HM_ERR_ARG);
+    char small[8];
+    HM_CHECK(cpu_matmul(NULL, NULL, HM_TYPE_Q8_0, w, 4, 32, x, 1, y, small, sizeof(small), &err) == HM_ERR_ARG);
+}
+
+static void run_moe_case(tp_pool *pool, uint32_t t, int64_t n_tok, int per_slot) {
+    const int64_t n_expert = 6, n_rows = 21;
+    const int n_used = 3;
+    int64_t k = hm_type_get(t)->block_size == 256 ? 256 : 96;
+    uint8_t *w = make_weights(t, n_expert * n_rows, k);
+    HM_REQUIRE(w != NULL);
+    int64_t nx = per_slot ? n_tok * n_used : n_tok;
+    float *x = make_x(nx * k);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n_tok * n_used));
+    for (int64_t p = 0; p < n_tok * n_used; p++) ids[p] = (rnd() % 9 == 0) ? -1 : (int32_t)(rnd() % n_expert);
+    size_t ny = (size_t)(n_tok * n_used * n_rows);
+    float *y = malloc(sizeof(float) * ny);
+    for (size_t i = 0; i < ny; i++) y[i] = -777.0f;
+    cpu_moe_args a = {.wtype = t, .w = w, .n_expert = n_expert, .n_rows = n_rows, .k = k, .x = x,
+                      .x_per_slot = per_slot, .ids = ids, .n_tok = n_tok, .n_used = n_used, .y = y};
+    hm_error err;
+    HM_CHECK_MSG(cpu_moe_matmul(pool, NULL, &a, NULL, 0, &err) == HM_OK, "%s", err.msg);
+    int bad = 0;
+    for (int64_t tok = 0; tok < n_tok; tok++)
+        for (int s = 0; s < n_used; s++) {
+            int64_t p = tok * n_used + s;
+            const float *xr = x + (per_slot ? p : tok) * k;
+            for (int64_t r = 0; r < n_rows; r++) {
+                float got = y[p * n_rows + r];
+                float want = ids[p] < 0 ? -777.0f : ref_dot(t, w, ids[p] * n_rows + r, k, xr);
+                if (memcmp(&got, &want, 4) != 0) bad++;
+            }
+        }
+    HM_CHECK_MSG(bad == 0, "%s tokens %lld per_slot %d threads %d: %d wrong", hm_type_name(t),
+                 (long long)n_tok, per_slot, tp_size(pool), bad);
+    /* an id out of range is refused before anything is written */
+    ids[0] = (int32_t)n_expert;
+    for (size_t i = 0; i < ny; i++) y[i] = -777.0f;
+    HM_CHECK(cpu_moe_matmul(pool, NULL, &a, NULL, 0, &err) == HM_ERR_RANGE);
+    HM_CHECK(y[0] == -777.0f && y[ny - 1] == -777.0f);
+    free(w);
+    free(x);
+    free(ids);
+    free(y);
+}
+
+static void test_moe(void) {
+    static const int64_t toks[] = {1, 2, 7, 40};
+    static const uint32_t types[] = {HM_TYPE_Q8_0, HM_TYPE_Q4_K, HM_TYPE_MXFP4, HM_TYPE_F16};
+    for (int th = 1; th <= 3; th++) {
+        tp_pool *p = NULL;
+        HM_REQUIRE(tp_init(th, &p, NULL) == HM_OK);
+        for (int ti = 0; ti < 4; ti++)
+            for (int i = 0; i < 4; i++)
+                for (int ps = 0; ps < 2; ps++) run_moe_case(p, types[ti], toks[i], ps);
+        tp_free(p);
+    }
+}
+
+HM_TEST_MAIN(test_matmul_all, test_matmul_errors, test_moe)
