@@ -30,7 +30,7 @@
 #define TP_RELAX() ((void)0)
 #endif
 
-enum { TP_SPIN_PAUSE = 4000, TP_SPIN_YIELD = 200 };
+enum { TP_SPIN_PAUSE = 4000, TP_SPIN_YIELD = 200, TP_WAIT_PAUSE = 256 };
 
 typedef struct {
     tp_pool *pool;
@@ -151,7 +151,7 @@ void tp_run(tp_pool *p, tp_fn fn, void *ctx) {
     fn(ctx, 0, p->n);
     int spins = 0;
     while (atomic_load_explicit(&p->done, memory_order_acquire) < p->n - 1) {
-        if (++spins < TP_SPIN_PAUSE) TP_RELAX();
+        if (++spins < TP_WAIT_PAUSE) TP_RELAX();
         else sched_yield();
     }
 }
@@ -166,7 +166,7 @@ void tp_barrier(tp_pool *p) {
     }
     int spins = 0;
     while (atomic_load_explicit(&p->bar_phase, memory_order_acquire) == phase) {
-        if (++spins < TP_SPIN_PAUSE) TP_RELAX();
+        if (++spins < TP_WAIT_PAUSE) TP_RELAX();
         else sched_yield();
     }
 }

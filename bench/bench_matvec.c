@@ -1,0 +1,216 @@
+/* bench_matvec.c - how close the CPU matvec comes to the host's memory read bandwidth.
+ *
+ *   bench_matvec [-t|--threads N] [--mib M] [--reps R] [--batch B] [--types q4_K,q8_0,...] [--json]
+ *
+ * 1. Read bandwidth: all N threads sum disjoint slices of an M MiB buffer (16-byte loads, four
+ *    independent accumulators), best of R runs: the STREAM-like ceiling a matvec can reach.
+ * 2. For each weight type: a weight matrix of about M MiB (rows of k = 2880, or 2048 for the
+ *    256-element types; far larger than the caches) multiplied by one token with cpu_matmul on the
+ *    same pool, best of R: GB/s of weights streamed and the ratio to (1). With --batch B, also
+ *    batches 2..B (GB/s of weights, i.e. each weight byte counted once per call).
+ * Prints a markdown table (or JSON with --json) and the kernel table used (HOTMOE_ISA caps it).
+ * Weights are valid blocks (quantised random rows, repeated): values do not change the speed.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/threadpool.h"
+#include "cpu/matmul.h"
+#include "quant/quant.h"
+
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct {
+    const uint8_t *buf;
+    size_t size;
+    uint64_t sums[256];
+} read_job;
+
+static void read_fn(void *ctx, int ith, int nth) {
+    read_job *j = ctx;
+    size_t per = j->size / (size_t)nth / 64 * 64;
+    const uint8_t *p = j->buf + per * (size_t)ith;
+    size_t n = ith == nth - 1 ? j->size - per * (size_t)ith : per;
+    uint64_t s = 0;
+#if defined(__x86_64__)
+    __m128i a0 = _mm_setzero_si128(), a1 = a0, a2 = a0, a3 = a0;
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        a0 = _mm_add_epi64(a0, _mm_load_si128((const __m128i *)(const void *)(p + i)));
+        a1 = _mm_add_epi64(a1, _mm_load_si128((const __m128i *)(const void *)(p + i + 16)));
+        a2 = _mm_add_epi64(a2, _mm_load_si128((const __m128i *)(const void *)(p + i + 32)));
+        a3 = _mm_add_epi64(a3, _mm_load_si128((const __m128i *)(const void *)(p + i + 48)));
+    }
+    __m128i a = _mm_add_epi64(_mm_add_epi64(a0, a1), _mm_add_epi64(a2, a3));
+    uint64_t t[2];
+    _mm_storeu_si128((__m128i *)(void *)t, a);
+    s = t[0] + t[1];
+    for (; i < n; i++) s += p[i];
+#else
+    for (size_t i = 0; i < n; i++) s += p[i];
+#endif
+    j->sums[ith & 255] = s;
+}
+
+typedef struct {
+    uint8_t *buf;
+    size_t size;
+    const uint8_t *pattern;
+    size_t pattern_size;
+} fill_job;
+
+/* first touch by the threads that will read it (NUMA placement), then a repeated pattern */
+static void fill_fn(void *ctx, int ith, int nth) {
+    fill_job *j = ctx;
+    size_t per = j->size / (size_t)nth / 4096 * 4096;
+    size_t b = per * (size_t)ith, e = ith == nth - 1 ? j->size : b + per;
+    for (size_t o = b; o < e;) {
+        size_t ofs = o % j->pattern_size, n = j->pattern_size - ofs;
+        if (n > e - o) n = e - o;
+        memcpy(j->buf + o, j->pattern + ofs, n);
+        o += n;
+    }
+}
+
+static uint32_t g_rng = 12345;
+static float rndf(void) {
+    g_rng = g_rng * 1664525u + 1013904223u;
+    return (float)(g_rng >> 8) / 8388608.0f - 1.0f;
+}
+
+int main(int argc, char **argv) {
+    int threads = 1, reps = 5, max_batch = 1, json = 0;
+    size_t mib = 1024;
+    const char *types = "q4_K,q8_0,mxfp4,q6_K,q5_K,iq4_xs,q4_0,q4_1,q5_0,q5_1,iq4_nl,f16,bf16,f32";
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && v) threads = atoi(argv[++i]);
+        else if (!strcmp(a, "--mib") && v) mib = (size_t)atol(argv[++i]);
+        else if (!strcmp(a, "--reps") && v) reps = atoi(argv[++i]);
+        else if (!strcmp(a, "--batch") && v) max_batch = atoi(argv[++i]);
+        else if (!strcmp(a, "--types") && v) types = argv[++i];
+        else if (!strcmp(a, "--json")) json = 1;
+        else {
+            fprintf(stderr, "usage: %s [-t N] [--mib M] [--reps R] [--batch B] [--types a,b] [--json]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (threads < 1 || reps < 1 || mib < 16 || max_batch < 1 || max_batch > 64) {
+        fprintf(stderr, "bench_matvec: bad argument (threads >= 1, reps >= 1, mib >= 16, 1 <= batch <= 64)\n");
+        return 2;
+    }
+    tp_pool *pool = NULL;
+    hm_error err;
+    if (tp_init(threads, &pool, &err) != HM_OK) {
+        fprintf(stderr, "bench_matvec: %s\n", err.msg);
+        return 1;
+    }
+    const quant_kernels *kern = quant_kernels_best();
+    size_t size = mib << 20;
+    uint8_t *buf = aligned_alloc(4096, size);
+    if (!buf) {
+        fprintf(stderr, "bench_matvec: cannot allocate %zu MiB\n", mib);
+        return 1;
+    }
+
+    /* 1. read bandwidth */
+    static const uint8_t zero_pattern[4096];
+    fill_job fj = {buf, size, zero_pattern, sizeof(zero_pattern)};
+    tp_run(pool, fill_fn, &fj);
+    read_job rj = {.buf = buf, .size = size};
+    double best_read = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t0 = now_s();
+        tp_run(pool, read_fn, &rj);
+        double dt = now_s() - t0;
+        if (dt < best_read) best_read = dt;
+    }
+    const double read_gbs = (double)size / best_read / 1e9;
+
+    if (json) printf("{\"isa\": \"%s\", \"threads\": %d, \"mib\": %zu, \"read_gbs\": %.2f, \"types\": [",
+                     kern->name, threads, mib, read_gbs);
+    else {
+        printf("kernel table: %s, threads: %d, buffer: %zu MiB, best of %d\n", kern->name, threads, mib, reps);
+        printf("host read bandwidth: %.2f GB/s\n\n", read_gbs);
+        printf("| type | k | rows | GB/s (batch 1) | ratio to read |");
+        for (int b = 2; b <= max_batch; b++) printf(" b=%d GB/s |", b);
+        printf("\n| --- | --- | --- | --- | --- |");
+        for (int b = 2; b <= max_batch; b++) printf(" --- |");
+        printf("\n");
+    }
+
+    char list[512];
+    snprintf(list, sizeof(list), "%s", types);
+    int first = 1;
+    for (char *save = NULL, *name = strtok_r(list, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
+        int t = hm_type_from_name(name);
+        if (t < 0 || quant_act_for((uint32_t)t) == QUANT_ACT_COUNT || !kern->dot[t]) {
+            fprintf(stderr, "bench_matvec: skipping unsupported type '%s'\n", name);
+            continue;
+        }
+        const int64_t k = hm_type_get((uint32_t)t)->block_size == 256 ? 2048 : 2880;
+        const size_t rs = hm_row_size((uint32_t)t, k);
+        const int64_t rows = (int64_t)(size / rs);
+        /* pattern: 64 quantised random rows */
+        const int prow = 64;
+        uint8_t *pat = malloc(rs * prow);
+        float *f = malloc(sizeof(float) * (size_t)k * (size_t)max_batch);
+        for (int r = 0; r < prow; r++) {
+            for (int64_t i = 0; i < k; i++) f[i] = rndf();
+            if (quant_quantize_row((uint32_t)t, f, pat + (size_t)r * rs, k) != HM_OK) memset(pat + (size_t)r * rs, 0, rs);
+        }
+        fill_job fw = {buf, (size_t)rows * rs, pat, rs * prow};
+        tp_run(pool, fill_fn, &fw);
+        for (int64_t i = 0; i < k * max_batch; i++) f[i] = rndf();
+        float *y = malloc(sizeof(float) * (size_t)rows * (size_t)max_batch);
+        size_t ss = cpu_matmul_scratch_size((uint32_t)t, k, max_batch);
+        void *scratch = malloc(ss);
+        double gbs[65];
+        for (int b = 1; b <= max_batch; b++) {
+            double best = 1e30;
+            for (int r = 0; r < reps; r++) {
+                double t0 = now_s();
+                if (cpu_matmul(pool, kern, (uint32_t)t, buf, rows, k, f, b, y, scratch, ss, &err) != HM_OK) {
+                    fprintf(stderr, "bench_matvec: %s\n", err.msg);
+                    return 1;
+                }
+                double dt = now_s() - t0;
+                if (dt < best) best = dt;
+            }
+            gbs[b] = (double)rows * (double)rs / best / 1e9;
+        }
+        if (json) {
+            printf("%s{\"type\": \"%s\", \"k\": %lld, \"rows\": %lld, \"gbs\": %.2f, \"ratio\": %.3f, \"batch_gbs\": [",
+                   first ? "" : ", ", name, (long long)k, (long long)rows, gbs[1], gbs[1] / read_gbs);
+            for (int b = 1; b <= max_batch; b++) printf("%s%.2f", b > 1 ? ", " : "", gbs[b]);
+            printf("]}");
+        } else {
+            printf("| %s | %lld | %lld | %.2f | %.2f |", hm_type_name((uint32_t)t), (long long)k,
+                   (long long)rows, gbs[1], gbs[1] / read_gbs);
+            for (int b = 2; b <= max_batch; b++) printf(" %.2f |", gbs[b]);
+            printf("\n");
+        }
+        fflush(stdout);
+        first = 0;
+        free(pat);
+        free(f);
+        free(y);
+        free(scratch);
+    }
+    if (json) printf("]}\n");
+    free(buf);
+    tp_free(pool);
+    return 0;
+}
