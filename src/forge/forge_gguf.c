@@ -1,0 +1,200 @@
+/* forge_gguf.c - writes a forged model as GGUF: metadata keys llama.cpp reads for the arch,
+ * the tokenizer, then every tensor streamed in chunks of rows.
+ *
+ * DESIGN: keys follow convert_hf_to_gguf (general.*, {arch}.*, tokenizer.*), with the types
+ * it uses (u32 counts, f32 epsilons and frequencies). Tensor data is produced chunk by chunk:
+ * each chunk's rows are split across the thread pool (every row is a pure function of the
+ * seed, so the split does not matter), then appended with gguf_writer_write. Memory is one
+ * chunk buffer (<= 32 MiB) plus one row of floats per thread, whatever the model size.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/threadpool.h"
+#include "forge/forge.h"
+#include "gguf/gguf.h"
+#include "quant/qtypes.h"
+
+#define CHUNK_BYTES ((size_t)32 << 20)
+
+static hm_status set_arch_keys(gguf_writer *w, const forge_preset *p) {
+    const char *a = forge_arch_name(p->arch);
+    char k[128];
+    hm_status st = HM_OK;
+#define U32(suffix, v) do { snprintf(k, sizeof(k), "%s.%s", a, suffix); if (st == HM_OK) st = gguf_writer_set_u32(w, k, (uint32_t)(v)); } while (0)
+#define F32(suffix, v) do { snprintf(k, sizeof(k), "%s.%s", a, suffix); if (st == HM_OK) st = gguf_writer_set_f32(w, k, (float)(v)); } while (0)
+#define STR(suffix, v) do { snprintf(k, sizeof(k), "%s.%s", a, suffix); if (st == HM_OK) st = gguf_writer_set_str(w, k, v); } while (0)
+    U32("vocab_size", p->n_vocab);
+    U32("context_length", p->n_ctx);
+    U32("embedding_length", p->n_embd);
+    U32("block_count", p->n_layer);
+    U32("feed_forward_length", p->n_ff);
+    U32("attention.head_count", p->n_head);
+    U32("attention.head_count_kv", p->n_head_kv);
+    U32("attention.key_length", p->head_dim);
+    U32("attention.value_length", p->head_dim);
+    F32("rope.freq_base", p->rope_base);
+    U32("rope.dimension_count", p->head_dim);
+    F32("attention.layer_norm_rms_epsilon", p->rms_eps);
+    U32("expert_count", p->n_expert);
+    U32("expert_used_count", p->n_expert_used);
+    if (p->arch == FORGE_ARCH_QWEN3MOE || p->arch == FORGE_ARCH_QWEN2MOE || p->arch == FORGE_ARCH_GPTOSS)
+        U32("expert_feed_forward_length", p->n_ff_exp);
+    if (p->arch == FORGE_ARCH_QWEN2MOE) U32("expert_shared_feed_forward_length", p->n_ff_shexp);
+    if (p->arch == FORGE_ARCH_GPTOSS) {
+        U32("attention.sliding_window", p->sliding_window);
+        STR("rope.scaling.type", "yarn");
+        F32("rope.scaling.factor", p->yarn_factor);
+        U32("rope.scaling.original_context_length", p->yarn_orig_ctx);
+    }
+#undef U32
+#undef F32
+#undef STR
+    return st;
+}
+
+static hm_status set_tokenizer_keys(gguf_writer *w, const forge_vocab *v) {
+    hm_status st = gguf_writer_set_str(w, "tokenizer.ggml.model", v->spm ? "llama" : "gpt2");
+    if (st == HM_OK) st = gguf_writer_set_str(w, "tokenizer.ggml.pre", v->pre);
+    if (st == HM_OK) st = gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v->tokens, (uint64_t)v->n);
+    if (st == HM_OK && v->spm) st = gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_VT_FLOAT32, v->scores, (uint64_t)v->n);
+    if (st == HM_OK) st = gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_VT_INT32, v->types, (uint64_t)v->n);
+    if (st == HM_OK && !v->spm)
+        st = gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v->merges, (uint64_t)v->n_merges);
+    if (st == HM_OK && v->bos >= 0) st = gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)v->bos);
+    if (st == HM_OK && v->eos >= 0) st = gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)v->eos);
+    if (st == HM_OK && v->unk >= 0) st = gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", (uint32_t)v->unk);
+    if (st == HM_OK && v->pad >= 0) st = gguf_writer_set_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)v->pad);
+    if (st == HM_OK) st = gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", v->add_bos);
+    if (st == HM_OK && v->spm) st = gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", false);
+    if (st == HM_OK) st = gguf_writer_set_str(w, "tokenizer.chat_template", v->chat_template);
+    return st;
+}
+
+typedef struct {
+    const forge_gen *g;
+    const forge_preset *p;
+    const forge_tensor *t;
+    int64_t r0, nr;
+    size_t row_size;
+    uint8_t *dst;
+    float *scratch; /* [nth][max_ne0] */
+    int64_t max_ne0;
+    hm_status st[64];
+} chunk_job;
+
+static void chunk_worker(void *ctx, int ith, int nth) {
+    chunk_job *j = ctx;
+    int64_t a = j->nr * ith / nth, b = j->nr * (ith + 1) / nth;
+    j->st[ith] = HM_OK;
+    if (b > a)
+        j->st[ith] = forge_gen_rows(j->g, j->p, j->t, j->r0 + a, b - a, j->dst + (size_t)a * j->row_size,
+                                    j->scratch + (size_t)ith * (size_t)j->max_ne0);
+}
+
+static hm_status write_metadata(gguf_writer *w, const forge_job *job, const forge_vocab *v,
+                                const forge_tensor_list *l) {
+    const forge_preset *p = job->preset;
+    hm_status st = gguf_writer_set_str(w, "general.architecture", forge_arch_name(p->arch));
+    if (st == HM_OK) st = gguf_writer_set_str(w, "general.type", "model");
+    if (st == HM_OK) st = gguf_writer_set_str(w, "general.name", p->model_name);
+    if (st == HM_OK) st = gguf_writer_set_u32(w, "general.file_type", forge_mix_file_type(job->mix));
+    if (st == HM_OK) st = gguf_writer_set_u32(w, "general.quantization_version", 2);
+    if (st == HM_OK) st = gguf_writer_set_str(w, "general.source.forge",
+                                              "hotmoe forge: synthetic weights, not a trained model");
+    if (st == HM_OK) st = set_arch_keys(w, p);
+    if (st == HM_OK) st = set_tokenizer_keys(w, v);
+    for (int i = 0; st == HM_OK && i < l->n; i++)
+        st = gguf_writer_add_tensor(w, l->t[i].name, l->t[i].type, l->t[i].n_dims, l->t[i].ne);
+    return st;
+}
+
+hm_status forge_write_gguf(const forge_job *job, forge_result *res, hm_error *err) {
+    const forge_preset *p = job->preset;
+    forge_tensor_list l = {0};
+    forge_vocab v = {0};
+    gguf_writer *w = NULL;
+    tp_pool *pool = NULL;
+    uint8_t *buf = NULL;
+    float *scratch = NULL;
+    double t0 = forge_now();
+    bool opened = false;
+    memset(res, 0, sizeof(*res));
+
+    hm_status st = forge_tensors_build(p, job->mix, &l, err);
+    if (st != HM_OK) return st;
+    st = forge_vocab_build(p, &v, err);
+    if (st != HM_OK) { forge_tensors_free(&l); return st; }
+
+    int nth = job->n_threads < 1 ? 1 : job->n_threads > 64 ? 64 : job->n_threads;
+    int64_t max_ne0 = 0;
+    uint64_t total = 0;
+    for (int i = 0; i < l.n; i++) {
+        if (l.t[i].ne[0] > max_ne0) max_ne0 = l.t[i].ne[0];
+        total += forge_tensor_bytes(&l.t[i]);
+    }
+    buf = malloc(CHUNK_BYTES);
+    scratch = malloc((size_t)nth * (size_t)max_ne0 * sizeof(float));
+    if (!buf || !scratch) { st = hm_error_set(err, HM_ERR_NOMEM, "out of memory for the write buffers"); goto done; }
+    if (nth > 1 && (st = tp_init(nth, &pool, err)) != HM_OK) goto done;
+
+    if ((st = gguf_writer_open(job->out_path, &w, err)) != HM_OK) goto done;
+    opened = true;
+    st = write_metadata(w, job, &v, &l);
+    if (st == HM_OK) st = gguf_writer_begin_data(w);
+    if (st != HM_OK) {
+        hm_error_set(err, st, "%s: %s", job->out_path, gguf_writer_errmsg(w));
+        goto done;
+    }
+    forge_progress pr;
+    forge_progress_begin(&pr, "forge", total, job->progress);
+    for (int i = 0; i < l.n && st == HM_OK; i++) {
+        const forge_tensor *t = &l.t[i];
+        const size_t rs = hm_row_size(t->type, t->ne[0]);
+        const int64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
+        int64_t per = (int64_t)(CHUNK_BYTES / rs);
+        if (per < 1) per = 1;
+        for (int64_t r0 = 0; r0 < rows && st == HM_OK; r0 += per) {
+            chunk_job cj = {.g = &job->gen, .p = p, .t = t, .r0 = r0, .nr = rows - r0 < per ? rows - r0 : per,
+                            .row_size = rs, .dst = buf, .scratch = scratch, .max_ne0 = max_ne0};
+            tp_run(pool, chunk_worker, &cj);
+            int used = pool ? nth : 1;
+            for (int k = 0; k < used && st == HM_OK; k++)
+                if (cj.st[k] != HM_OK) st = hm_error_set(err, cj.st[k], "cannot generate tensor %s as %s", t->name, hm_type_name(t->type));
+            if (st != HM_OK) break;
+            st = gguf_writer_write(w, buf, (size_t)cj.nr * rs);
+            if (st != HM_OK) hm_error_set(err, st, "%s: %s", job->out_path, gguf_writer_errmsg(w));
+            forge_progress_add(&pr, (uint64_t)cj.nr * rs);
+        }
+    }
+    forge_progress_end(&pr);
+    if (st == HM_OK) {
+        st = gguf_writer_close(w, err);
+        w = NULL;
+    }
+done:
+    if (w) {
+        hm_error ignored;
+        gguf_writer_close(w, &ignored);
+    }
+    if (st != HM_OK && opened) unlink(job->out_path);
+    if (st == HM_OK) {
+        forge_tensors_totals(&l, &res->n_params, NULL);
+        res->n_tensors = l.n;
+        FILE *f = fopen(job->out_path, "rb");
+        if (f) {
+            fseeko(f, 0, SEEK_END);
+            res->bytes = (uint64_t)ftello(f);
+            fclose(f);
+        }
+    }
+    res->seconds = forge_now() - t0;
+    tp_free(pool);
+    free(buf);
+    free(scratch);
+    forge_vocab_free(&v);
+    forge_tensors_free(&l);
+    return st;
+}

@@ -1,0 +1,320 @@
+/* forge_hf.c - the HuggingFace copy of a forged model: model.safetensors (f32), config.json,
+ * generation_config.json; the tokenizer files are written by forge_hf_tok.c.
+ *
+ * DESIGN: the HF copy is made from the GGUF just written: it is re-opened with gguf_open and
+ * every tensor is dequantised with quant_dequantize_row, then rearranged into transformers'
+ * names and layouts (forge_hf_map.c). So the HF weights are exactly the values llama.cpp (and
+ * hotmoe) compute with, and a reference run in transformers computes the same function.
+ * safetensors: 8-byte little-endian header length, a JSON header (dtype, shape, data_offsets,
+ * padded with spaces to a multiple of 8), then the raw little-endian data in header order.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "forge/forge.h"
+#include "forge/forge_hf_internal.h"
+#include "forge/forge_json.h"
+#include "gguf/gguf.h"
+#include "quant/quant.h"
+
+static hm_status deq_rows(const gguf_tensor *gt, int64_t row0, int64_t nrows, float *dst) {
+    const size_t rs = hm_row_size(gt->type, gt->ne[0]);
+    const uint8_t *src = (const uint8_t *)gt->data + (size_t)row0 * rs;
+    for (int64_t r = 0; r < nrows; r++) {
+        hm_status st = quant_dequantize_row(gt->type, src + (size_t)r * rs, dst + r * gt->ne[0], gt->ne[0]);
+        if (st != HM_OK) return st;
+    }
+    return HM_OK;
+}
+
+static int64_t rows_of(const gguf_tensor *gt) { return gt->ne[1] * gt->ne[2] * gt->ne[3]; }
+
+/* Evaluates one HF tensor into dst (forge_hf_nelem(h) floats). */
+static hm_status hf_fill(const forge_hf_tensor *h, const gguf_tensor *const *src, float *dst, hm_error *err) {
+    const gguf_tensor *a = src[h->src], *b = h->op == FH_GATE_UP || h->op == FH_GATE_UP_B ? src[h->src2] : NULL;
+    hm_status st = HM_OK;
+    float *tmp = NULL, *tmp2 = NULL;
+    switch (h->op) {
+    case FH_COPY: st = deq_rows(a, 0, rows_of(a), dst); break;
+    case FH_SLICE: st = deq_rows(a, h->expert * a->ne[1], a->ne[1], dst); break;
+    case FH_UNPERMUTE: {
+        const int64_t n = a->ne[0], R = a->ne[1], D = R / h->n_heads;
+        tmp = malloc((size_t)(n * R) * sizeof(float));
+        if (!tmp) break;
+        st = deq_rows(a, 0, R, tmp);
+        for (int64_t hh = 0; hh < h->n_heads; hh++)
+            for (int64_t i = 0; i < D / 2; i++)
+                for (int64_t j = 0; j < 2; j++)
+                    memcpy(dst + (hh * D + j * (D / 2) + i) * n, tmp + (hh * D + 2 * i + j) * n, (size_t)n * sizeof(float));
+        break;
+    }
+    case FH_GATE_UP: {
+        const int64_t E = a->ne[0], F = a->ne[1], X = a->ne[2];
+        tmp = malloc((size_t)(E * F) * sizeof(float));
+        tmp2 = malloc((size_t)(E * F) * sizeof(float));
+        if (!tmp || !tmp2) break;
+        for (int64_t e = 0; e < X && st == HM_OK; e++) {
+            st = deq_rows(a, e * F, F, tmp);
+            if (st == HM_OK) st = deq_rows(b, e * F, F, tmp2);
+            float *o = dst + e * E * 2 * F;
+            for (int64_t f = 0; f < F; f++)
+                for (int64_t c = 0; c < E; c++) {
+                    o[c * 2 * F + 2 * f] = tmp[f * E + c];
+                    o[c * 2 * F + 2 * f + 1] = tmp2[f * E + c];
+                }
+        }
+        break;
+    }
+    case FH_GATE_UP_B: {
+        const int64_t F = a->ne[0], X = a->ne[1];
+        tmp = malloc((size_t)(F * X) * sizeof(float));
+        tmp2 = malloc((size_t)(F * X) * sizeof(float));
+        if (!tmp || !tmp2) break;
+        st = deq_rows(a, 0, X, tmp);
+        if (st == HM_OK) st = deq_rows(b, 0, X, tmp2);
+        for (int64_t e = 0; e < X; e++)
+            for (int64_t f = 0; f < F; f++) {
+                dst[e * 2 * F + 2 * f] = tmp[e * F + f];
+                dst[e * 2 * F + 2 * f + 1] = tmp2[e * F + f];
+            }
+        break;
+    }
+    case FH_DOWN_T: {
+        const int64_t F = a->ne[0], E = a->ne[1], X = a->ne[2];
+        tmp = malloc((size_t)(F * E) * sizeof(float));
+        if (!tmp) break;
+        for (int64_t e = 0; e < X && st == HM_OK; e++) {
+            st = deq_rows(a, e * E, E, tmp);
+            float *o = dst + e * F * E;
+            for (int64_t c = 0; c < E; c++)
+                for (int64_t f = 0; f < F; f++) o[f * E + c] = tmp[c * F + f];
+        }
+        break;
+    }
+    }
+    bool oom = h->op != FH_COPY && h->op != FH_SLICE && (!tmp || ((h->op == FH_GATE_UP || h->op == FH_GATE_UP_B) && !tmp2));
+    free(tmp);
+    free(tmp2);
+    if (oom) return hm_error_set(err, HM_ERR_NOMEM, "out of memory converting %s", h->name);
+    if (st != HM_OK) return hm_error_set(err, st, "cannot dequantise the source of %s", h->name);
+    return HM_OK;
+}
+
+static hm_status write_safetensors(const char *path, const forge_hf_tensor *hs, int n,
+                                   const gguf_tensor *const *src, hm_error *err) {
+    fj j;
+    fj_init(&j, false);
+    fj_obj_begin(&j);
+    fj_key(&j, "__metadata__");
+    fj_obj_begin(&j);
+    fj_kstr(&j, "format", "pt");
+    fj_obj_end(&j);
+    uint64_t off = 0;
+    int64_t max_n = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t ne = forge_hf_nelem(&hs[i]);
+        if (ne > max_n) max_n = ne;
+        fj_key(&j, hs[i].name);
+        fj_obj_begin(&j);
+        fj_kstr(&j, "dtype", "F32");
+        fj_key(&j, "shape");
+        fj_arr_begin(&j);
+        for (int d = 0; d < hs[i].n_dims; d++) fj_int(&j, hs[i].shape[d]);
+        fj_arr_end(&j);
+        fj_key(&j, "data_offsets");
+        fj_arr_begin(&j);
+        fj_int(&j, (long long)off);
+        off += (uint64_t)ne * 4;
+        fj_int(&j, (long long)off);
+        fj_arr_end(&j);
+        fj_obj_end(&j);
+    }
+    fj_obj_end(&j);
+    while (j.len % 8) fj_raw(&j, " ", 1);
+    if (j.oom) { fj_free(&j); return hm_error_set(err, HM_ERR_NOMEM, "out of memory for the safetensors header"); }
+    float *buf = malloc((size_t)max_n * sizeof(float));
+    FILE *f = fopen(path, "wb");
+    hm_status st = HM_OK;
+    if (!buf) st = hm_error_set(err, HM_ERR_NOMEM, "out of memory for a %lld-element tensor", (long long)max_n);
+    else if (!f) st = hm_error_set(err, HM_ERR_IO, "cannot create %s: %s", path, strerror(errno));
+    if (st == HM_OK) {
+        uint8_t len[8];
+        for (int k = 0; k < 8; k++) len[k] = (uint8_t)((uint64_t)j.len >> (8 * k));
+        if (fwrite(len, 1, 8, f) != 8 || fwrite(j.buf, 1, j.len, f) != j.len)
+            st = hm_error_set(err, HM_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    }
+    for (int i = 0; i < n && st == HM_OK; i++) {
+        int64_t ne = forge_hf_nelem(&hs[i]);
+        st = hf_fill(&hs[i], src, buf, err);
+        if (st == HM_OK && fwrite(buf, sizeof(float), (size_t)ne, f) != (size_t)ne)
+            st = hm_error_set(err, HM_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    }
+    if (f && fclose(f) != 0 && st == HM_OK) st = hm_error_set(err, HM_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    if (st != HM_OK && f) remove(path);
+    free(buf);
+    fj_free(&j);
+    return st;
+}
+
+/* ---- config.json ---- */
+
+static void config_common(fj *j, const forge_preset *p, const forge_vocab *v) {
+    fj_kint(j, "vocab_size", p->n_vocab);
+    fj_kint(j, "hidden_size", p->n_embd);
+    fj_kint(j, "num_hidden_layers", p->n_layer);
+    fj_kint(j, "num_attention_heads", p->n_head);
+    fj_kint(j, "num_key_value_heads", p->n_head_kv);
+    fj_kint(j, "head_dim", p->head_dim);
+    fj_kint(j, "max_position_embeddings", p->n_ctx);
+    fj_knum(j, "rms_norm_eps", p->rms_eps);
+    fj_knum(j, "rope_theta", p->rope_base);
+    fj_kstr(j, "hidden_act", "silu");
+    fj_knum(j, "initializer_range", 0.02);
+    fj_kbool(j, "tie_word_embeddings", false);
+    fj_kbool(j, "use_cache", true);
+    fj_knum(j, "attention_dropout", 0.0);
+    fj_kbool(j, "output_router_logits", false);
+    if (v->bos >= 0) fj_kint(j, "bos_token_id", v->bos); else fj_knull(j, "bos_token_id");
+    fj_kint(j, "eos_token_id", v->eos);
+    if (v->pad >= 0) fj_kint(j, "pad_token_id", v->pad);
+    fj_kstr(j, "torch_dtype", "float32");
+}
+
+static void config_json(fj *j, const forge_preset *p, const forge_vocab *v) {
+    static const char *const cls[FORGE_ARCH_COUNT] = {"Qwen3MoeForCausalLM", "MixtralForCausalLM",
+                                                      "OlmoeForCausalLM", "GptOssForCausalLM",
+                                                      "Qwen2MoeForCausalLM"};
+    static const char *const type[FORGE_ARCH_COUNT] = {"qwen3_moe", "mixtral", "olmoe", "gpt_oss", "qwen2_moe"};
+    fj_obj_begin(j);
+    fj_key(j, "architectures");
+    fj_arr_begin(j);
+    fj_str(j, cls[p->arch]);
+    fj_arr_end(j);
+    fj_kstr(j, "model_type", type[p->arch]);
+    config_common(j, p, v);
+    switch (p->arch) {
+    case FORGE_ARCH_QWEN3MOE:
+    case FORGE_ARCH_QWEN2MOE:
+        fj_kint(j, "intermediate_size", p->n_ff);
+        fj_kint(j, "moe_intermediate_size", p->n_ff_exp);
+        if (p->arch == FORGE_ARCH_QWEN2MOE) fj_kint(j, "shared_expert_intermediate_size", p->n_ff_shexp);
+        fj_kint(j, "num_experts", p->n_expert);
+        fj_kint(j, "num_experts_per_tok", p->n_expert_used);
+        fj_kbool(j, "norm_topk_prob", p->arch == FORGE_ARCH_QWEN3MOE);
+        fj_kint(j, "decoder_sparse_step", 1);
+        fj_key(j, "mlp_only_layers");
+        fj_arr_begin(j);
+        fj_arr_end(j);
+        fj_kbool(j, "use_sliding_window", false);
+        fj_knull(j, "sliding_window");
+        fj_kint(j, "max_window_layers", p->n_layer);
+        if (p->arch == FORGE_ARCH_QWEN3MOE) fj_kbool(j, "attention_bias", false);
+        else fj_kbool(j, "qkv_bias", true); /* Qwen2Moe: q/k/v biases, none on o_proj */
+        fj_knull(j, "rope_scaling");
+        fj_knum(j, "router_aux_loss_coef", 0.001);
+        break;
+    case FORGE_ARCH_LLAMA:
+        fj_kint(j, "intermediate_size", p->n_ff);
+        fj_kint(j, "num_local_experts", p->n_expert);
+        fj_kint(j, "num_experts_per_tok", p->n_expert_used);
+        fj_knull(j, "sliding_window");
+        fj_knum(j, "router_aux_loss_coef", 0.02);
+        fj_knum(j, "router_jitter_noise", 0.0);
+        break;
+    case FORGE_ARCH_OLMOE:
+        fj_kint(j, "intermediate_size", p->n_ff);
+        fj_kint(j, "num_experts", p->n_expert);
+        fj_kint(j, "num_experts_per_tok", p->n_expert_used);
+        fj_kbool(j, "norm_topk_prob", false);
+        fj_knull(j, "clip_qkv");
+        fj_kbool(j, "attention_bias", false);
+        fj_knull(j, "rope_scaling");
+        fj_knum(j, "router_aux_loss_coef", 0.01);
+        break;
+    case FORGE_ARCH_GPTOSS:
+        fj_kint(j, "intermediate_size", p->n_ff_exp);
+        fj_kint(j, "num_local_experts", p->n_expert);
+        fj_kint(j, "num_experts_per_tok", p->n_expert_used);
+        fj_kint(j, "experts_per_token", p->n_expert_used);
+        fj_kint(j, "sliding_window", p->sliding_window);
+        fj_key(j, "layer_types");
+        fj_arr_begin(j);
+        for (int64_t l = 0; l < p->n_layer; l++) fj_str(j, l % 2 == 0 ? "sliding_attention" : "full_attention");
+        fj_arr_end(j);
+        fj_key(j, "rope_scaling");
+        fj_obj_begin(j);
+        fj_kstr(j, "rope_type", "yarn");
+        fj_knum(j, "factor", p->yarn_factor);
+        fj_knum(j, "beta_fast", 32.0);
+        fj_knum(j, "beta_slow", 1.0);
+        fj_kbool(j, "truncate", false);
+        fj_kint(j, "original_max_position_embeddings", p->yarn_orig_ctx);
+        fj_obj_end(j);
+        fj_kbool(j, "attention_bias", true);
+        fj_knum(j, "swiglu_limit", 7.0);
+        fj_knum(j, "router_aux_loss_coef", 0.9);
+        break;
+    default: break;
+    }
+    fj_obj_end(j);
+}
+
+static hm_status write_json(const char *dir, const char *name, fj *j, hm_error *err) {
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    hm_status st = fj_write_file(j, path, err);
+    fj_free(j);
+    return st;
+}
+
+hm_status forge_write_hf(const forge_job *job, hm_error *err) {
+    const forge_preset *p = job->preset;
+    if (mkdir(job->hf_dir, 0777) != 0 && errno != EEXIST)
+        return hm_error_set(err, HM_ERR_IO, "cannot create directory %s: %s", job->hf_dir, strerror(errno));
+    forge_tensor_list l = {0};
+    forge_vocab v = {0};
+    forge_hf_tensor *hs = NULL;
+    const gguf_tensor **src = NULL;
+    gguf_ctx *g = NULL;
+    int nh = 0;
+    hm_status st = forge_tensors_build(p, job->mix, &l, err);
+    if (st == HM_OK) st = forge_vocab_build(p, &v, err);
+    if (st == HM_OK) st = forge_hf_plan(p, &l, &hs, &nh, err);
+    if (st == HM_OK) st = gguf_open(job->out_path, &g, err);
+    if (st == HM_OK && !(src = calloc((size_t)l.n, sizeof(*src))))
+        st = hm_error_set(err, HM_ERR_NOMEM, "out of memory");
+    for (int i = 0; st == HM_OK && i < l.n; i++) {
+        src[i] = gguf_find_tensor(g, l.t[i].name);
+        if (!src[i] || src[i]->type != l.t[i].type || src[i]->ne[0] != l.t[i].ne[0] ||
+            src[i]->ne[1] != l.t[i].ne[1] || src[i]->ne[2] != l.t[i].ne[2])
+            st = hm_error_set(err, HM_ERR_FORMAT, "%s: tensor %s is missing or differs from the forged layout",
+                              job->out_path, l.t[i].name);
+    }
+    char path[4096];
+    if (st == HM_OK) {
+        snprintf(path, sizeof(path), "%s/model.safetensors", job->hf_dir);
+        st = write_safetensors(path, hs, nh, src, err);
+    }
+    fj j;
+    if (st == HM_OK) { fj_init(&j, true); config_json(&j, p, &v); st = write_json(job->hf_dir, "config.json", &j, err); }
+    if (st == HM_OK) {
+        fj_init(&j, true);
+        fj_obj_begin(&j);
+        if (v.bos >= 0) fj_kint(&j, "bos_token_id", v.bos);
+        fj_kint(&j, "eos_token_id", v.eos);
+        if (v.pad >= 0) fj_kint(&j, "pad_token_id", v.pad);
+        fj_kbool(&j, "do_sample", false);
+        fj_obj_end(&j);
+        st = write_json(job->hf_dir, "generation_config.json", &j, err);
+    }
+    if (st == HM_OK) st = forge_hf_write_tokenizer(job->hf_dir, p, &v, err);
+    gguf_close(g);
+    free(src);
+    free(hs);
+    forge_vocab_free(&v);
+    forge_tensors_free(&l);
+    return st;
+}

@@ -1,0 +1,185 @@
+/* forge_hf_map.c - which transformers tensor each GGUF tensor becomes: names of the modeling
+ * classes (Qwen3Moe, Mixtral, Olmoe, GptOss, Qwen2Moe) and the layout changes that
+ * convert_hf_to_gguf applies, inverted (see forge_hf_op in forge.h).
+ *
+ * DESIGN: a list of HF tensors, each naming its GGUF source(s) and operation; the HF writer
+ * evaluates it. Per-expert checkpoints (model.layers.L.mlp.experts.E.gate_proj.weight, Mixtral's
+ * block_sparse_moe.experts.E.w1/w2/w3) are the form these models are published in; gpt-oss
+ * uses its fused gate_up_proj with interleaved gate/up columns (transformers' GptOssExperts).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "forge/forge.h"
+
+typedef struct {
+    forge_hf_tensor *h;
+    int n, cap;
+    bool oom;
+} plan;
+
+static forge_hf_tensor *push(plan *pl) {
+    if (pl->oom) return NULL;
+    if (pl->n == pl->cap) {
+        int nc = pl->cap ? pl->cap * 2 : 256;
+        forge_hf_tensor *nh = realloc(pl->h, (size_t)nc * sizeof(*nh));
+        if (!nh) { pl->oom = true; return NULL; }
+        pl->h = nh;
+        pl->cap = nc;
+    }
+    forge_hf_tensor *h = &pl->h[pl->n++];
+    memset(h, 0, sizeof(*h));
+    return h;
+}
+
+static void copy_shape(forge_hf_tensor *h, const forge_tensor *t) {
+    h->n_dims = (int)t->n_dims;
+    for (int d = 0; d < h->n_dims; d++) h->shape[d] = t->ne[h->n_dims - 1 - d];
+}
+
+static int find(const forge_tensor_list *l, int layer, const char *suffix) {
+    char name[FORGE_NAME_MAX];
+    if (layer >= 0) snprintf(name, sizeof(name), "blk.%d.%s", layer, suffix);
+    else snprintf(name, sizeof(name), "%s", suffix);
+    for (int i = 0; i < l->n; i++)
+        if (!strcmp(l->t[i].name, name)) return i;
+    return -1;
+}
+
+/* suffix of a GGUF name after "blk.N." */
+static const char *suffix_of(const forge_tensor *t) {
+    const char *s = t->name;
+    if (t->layer < 0) return s;
+    s = strchr(s, '.');
+    s = s ? strchr(s + 1, '.') : NULL;
+    return s ? s + 1 : t->name;
+}
+
+typedef struct {
+    const char *gguf, *hf;
+} name_map;
+
+static const name_map k_attn_names[] = {
+    {"attn_norm.weight", "input_layernorm.weight"},
+    {"ffn_norm.weight", "post_attention_layernorm.weight"},
+    {"post_attention_norm.weight", "post_attention_layernorm.weight"},
+    {"attn_q.weight", "self_attn.q_proj.weight"}, {"attn_q.bias", "self_attn.q_proj.bias"},
+    {"attn_k.weight", "self_attn.k_proj.weight"}, {"attn_k.bias", "self_attn.k_proj.bias"},
+    {"attn_v.weight", "self_attn.v_proj.weight"}, {"attn_v.bias", "self_attn.v_proj.bias"},
+    {"attn_output.weight", "self_attn.o_proj.weight"}, {"attn_output.bias", "self_attn.o_proj.bias"},
+    {"attn_q_norm.weight", "self_attn.q_norm.weight"}, {"attn_k_norm.weight", "self_attn.k_norm.weight"},
+    {"attn_sinks.weight", "self_attn.sinks"},
+    {"ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight"},
+    {"ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight"},
+    {"ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight"},
+    {"ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight"},
+};
+
+static void layer_tensor(plan *pl, const forge_preset *p, const forge_tensor_list *l, int i) {
+    const forge_tensor *t = &l->t[i];
+    const char *suf = suffix_of(t);
+    const int L = t->layer;
+    const bool mixtral = p->arch == FORGE_ARCH_LLAMA, oss = p->arch == FORGE_ARCH_GPTOSS;
+    forge_hf_tensor *h;
+    for (size_t k = 0; k < sizeof(k_attn_names) / sizeof(k_attn_names[0]); k++) {
+        if (strcmp(suf, k_attn_names[k].gguf)) continue;
+        if (!(h = push(pl))) return;
+        snprintf(h->name, sizeof(h->name), "model.layers.%d.%s", L, k_attn_names[k].hf);
+        h->op = FH_COPY;
+        h->src = i;
+        copy_shape(h, t);
+        if (t->role == FR_SH_GATE_INP) { h->n_dims = 2; h->shape[0] = 1; h->shape[1] = t->ne[0]; }
+        if (mixtral && (t->role == FR_ATTN_Q || t->role == FR_ATTN_K)) {
+            h->op = FH_UNPERMUTE;
+            h->n_heads = t->role == FR_ATTN_Q ? p->n_head : p->n_head_kv;
+        }
+        return;
+    }
+    if (!strcmp(suf, "ffn_gate_inp.weight") || !strcmp(suf, "ffn_gate_inp.bias")) {
+        if (!(h = push(pl))) return;
+        const bool bias = t->role == FR_ROUTER_BIAS;
+        snprintf(h->name, sizeof(h->name), "model.layers.%d.%s.%s", L,
+                 oss ? "mlp.router" : mixtral ? "block_sparse_moe.gate" : "mlp.gate", bias ? "bias" : "weight");
+        h->op = FH_COPY;
+        h->src = i;
+        copy_shape(h, t);
+        return;
+    }
+    if (oss) {
+        const int64_t X = p->n_expert, F = p->n_ff_exp, E = p->n_embd;
+        if (t->role == FR_EXP_GATE || (t->role == FR_EXP_BIAS && !strcmp(suf, "ffn_gate_exps.bias"))) {
+            const bool bias = t->role == FR_EXP_BIAS;
+            if (!(h = push(pl))) return;
+            snprintf(h->name, sizeof(h->name), "model.layers.%d.mlp.experts.gate_up_proj%s", L, bias ? "_bias" : "");
+            h->op = bias ? FH_GATE_UP_B : FH_GATE_UP;
+            h->src = i;
+            h->src2 = find(l, L, bias ? "ffn_up_exps.bias" : "ffn_up_exps.weight");
+            h->n_dims = bias ? 2 : 3;
+            if (bias) { h->shape[0] = X; h->shape[1] = 2 * F; }
+            else { h->shape[0] = X; h->shape[1] = E; h->shape[2] = 2 * F; }
+        } else if (t->role == FR_EXP_DOWN) {
+            if (!(h = push(pl))) return;
+            snprintf(h->name, sizeof(h->name), "model.layers.%d.mlp.experts.down_proj", L);
+            h->op = FH_DOWN_T;
+            h->src = i;
+            h->n_dims = 3; h->shape[0] = X; h->shape[1] = F; h->shape[2] = E;
+        } else if (t->role == FR_EXP_BIAS && !strcmp(suf, "ffn_down_exps.bias")) {
+            if (!(h = push(pl))) return;
+            snprintf(h->name, sizeof(h->name), "model.layers.%d.mlp.experts.down_proj_bias", L);
+            h->op = FH_COPY;
+            h->src = i;
+            copy_shape(h, t);
+        }
+        return; /* up tensors are folded into gate_up_proj */
+    }
+    if (t->role == FR_EXP_GATE || t->role == FR_EXP_UP || t->role == FR_EXP_DOWN) {
+        static const char *const qn[3] = {"gate_proj", "up_proj", "down_proj"};
+        static const char *const mn[3] = {"w1", "w3", "w2"};
+        int k = t->role == FR_EXP_GATE ? 0 : t->role == FR_EXP_UP ? 1 : 2;
+        for (int64_t e = 0; e < t->ne[2]; e++) {
+            if (!(h = push(pl))) return;
+            if (mixtral)
+                snprintf(h->name, sizeof(h->name), "model.layers.%d.block_sparse_moe.experts.%lld.%s.weight", L, (long long)e, mn[k]);
+            else
+                snprintf(h->name, sizeof(h->name), "model.layers.%d.mlp.experts.%lld.%s.weight", L, (long long)e, qn[k]);
+            h->op = FH_SLICE;
+            h->src = i;
+            h->expert = e;
+            h->n_dims = 2;
+            h->shape[0] = t->ne[1];
+            h->shape[1] = t->ne[0];
+        }
+    }
+}
+
+hm_status forge_hf_plan(const forge_preset *p, const forge_tensor_list *l, forge_hf_tensor **out,
+                        int *n_out, hm_error *err) {
+    plan pl = {0};
+    for (int i = 0; i < l->n; i++) {
+        const forge_tensor *t = &l->t[i];
+        if (t->layer >= 0) { layer_tensor(&pl, p, l, i); continue; }
+        forge_hf_tensor *h = push(&pl);
+        if (!h) break;
+        const char *hn = !strcmp(t->name, "token_embd.weight") ? "model.embed_tokens.weight"
+                         : !strcmp(t->name, "output_norm.weight") ? "model.norm.weight"
+                                                                  : "lm_head.weight";
+        snprintf(h->name, sizeof(h->name), "%s", hn);
+        h->op = FH_COPY;
+        h->src = i;
+        copy_shape(h, t);
+    }
+    if (pl.oom) {
+        free(pl.h);
+        return hm_error_set(err, HM_ERR_NOMEM, "out of memory planning the HF tensors");
+    }
+    *out = pl.h;
+    *n_out = pl.n;
+    return HM_OK;
+}
+
+int64_t forge_hf_nelem(const forge_hf_tensor *h) {
+    int64_t n = 1;
+    for (int d = 0; d < h->n_dims; d++) n *= h->shape[d];
+    return n;
+}

@@ -1,0 +1,151 @@
+/* forge_presets.c - the models forge can write: real shapes of released MoE models and tiny
+ * test models that keep every feature of their architecture.
+ *
+ * DESIGN: a constant table; the CLI copies an entry and may override a few fields
+ * (--n-layer, --n-expert, ...), after which forge_preset_check validates the combination.
+ * Real shapes are taken from the models' config.json files (hidden_size, moe_intermediate_size,
+ * num_experts, vocab_size, rope_theta, ...). Tiny presets keep head_dim 64 where the arch
+ * demands it (gpt-oss) and use 256-wide rows where K-quants should be exercised without
+ * llama.cpp's fallback types.
+ */
+#include <string.h>
+#include <strings.h>
+
+#include "forge/forge.h"
+
+/* clang-format off */
+static const forge_preset k_presets[] = {
+    /* Qwen/Qwen3-30B-A3B */
+    {.name = "qwen3-30b-a3b", .model_name = "Qwen3-30B-A3B", .arch = FORGE_ARCH_QWEN3MOE,
+     .n_vocab = 151936, .n_embd = 2048, .n_layer = 48, .n_head = 32, .n_head_kv = 4, .head_dim = 128,
+     .n_ff = 6144, .n_ff_exp = 768, .n_expert = 128, .n_expert_used = 8, .n_ctx = 40960,
+     .rms_eps = 1e-6, .rope_base = 1000000.0, .special_base = 151643, .n_merges_max = 6000},
+    /* mistralai/Mixtral-8x7B-Instruct-v0.1 */
+    {.name = "mixtral-8x7b", .model_name = "Mixtral-8x7B-Instruct-v0.1", .arch = FORGE_ARCH_LLAMA,
+     .n_vocab = 32000, .n_embd = 4096, .n_layer = 32, .n_head = 32, .n_head_kv = 8, .head_dim = 128,
+     .n_ff = 14336, .n_expert = 8, .n_expert_used = 2, .n_ctx = 32768,
+     .rms_eps = 1e-5, .rope_base = 1000000.0, .special_base = 0, .n_merges_max = 6000},
+    /* allenai/OLMoE-1B-7B-0924 */
+    {.name = "olmoe-1b-7b", .model_name = "OLMoE-1B-7B-0924", .arch = FORGE_ARCH_OLMOE,
+     .n_vocab = 50304, .n_embd = 2048, .n_layer = 16, .n_head = 16, .n_head_kv = 16, .head_dim = 128,
+     .n_ff = 1024, .n_expert = 64, .n_expert_used = 8, .n_ctx = 4096,
+     .rms_eps = 1e-5, .rope_base = 10000.0, .special_base = 50279, .n_merges_max = 6000},
+    /* openai/gpt-oss-20b */
+    {.name = "gpt-oss-20b", .model_name = "gpt-oss-20b", .arch = FORGE_ARCH_GPTOSS,
+     .n_vocab = 201088, .n_embd = 2880, .n_layer = 24, .n_head = 64, .n_head_kv = 8, .head_dim = 64,
+     .n_ff = 2880, .n_ff_exp = 2880, .n_expert = 32, .n_expert_used = 4, .n_ctx = 131072,
+     .rms_eps = 1e-5, .rope_base = 150000.0, .sliding_window = 128, .yarn_factor = 32.0,
+     .yarn_orig_ctx = 4096, .special_base = 199998, .n_merges_max = 6000},
+    /* openai/gpt-oss-120b */
+    {.name = "gpt-oss-120b", .model_name = "gpt-oss-120b", .arch = FORGE_ARCH_GPTOSS,
+     .n_vocab = 201088, .n_embd = 2880, .n_layer = 36, .n_head = 64, .n_head_kv = 8, .head_dim = 64,
+     .n_ff = 2880, .n_ff_exp = 2880, .n_expert = 128, .n_expert_used = 4, .n_ctx = 131072,
+     .rms_eps = 1e-5, .rope_base = 150000.0, .sliding_window = 128, .yarn_factor = 32.0,
+     .yarn_orig_ctx = 4096, .special_base = 199998, .n_merges_max = 6000},
+    /* Qwen/Qwen1.5-MoE-A2.7B-Chat */
+    {.name = "qwen1.5-moe-a2.7b", .model_name = "Qwen1.5-MoE-A2.7B-Chat", .arch = FORGE_ARCH_QWEN2MOE,
+     .n_vocab = 151936, .n_embd = 2048, .n_layer = 24, .n_head = 16, .n_head_kv = 16, .head_dim = 128,
+     .n_ff = 5632, .n_ff_exp = 1408, .n_ff_shexp = 5632, .n_expert = 60, .n_expert_used = 4,
+     .n_ctx = 8192, .rms_eps = 1e-6, .rope_base = 1000000.0, .special_base = 151643, .n_merges_max = 6000},
+
+    /* tiny test models: every feature of the arch, small dims */
+    {.name = "tiny-qwen3moe", .model_name = "tiny-qwen3moe", .arch = FORGE_ARCH_QWEN3MOE, .tiny = true,
+     .n_vocab = 1024, .n_embd = 256, .n_layer = 4, .n_head = 4, .n_head_kv = 2, .head_dim = 64,
+     .n_ff = 512, .n_ff_exp = 256, .n_expert = 16, .n_expert_used = 4, .n_ctx = 4096,
+     .rms_eps = 1e-6, .rope_base = 1000000.0, .special_base = 1024 - 32, .n_merges_max = 700},
+    {.name = "tiny-mixtral", .model_name = "tiny-mixtral", .arch = FORGE_ARCH_LLAMA, .tiny = true,
+     .n_vocab = 1024, .n_embd = 256, .n_layer = 2, .n_head = 4, .n_head_kv = 2, .head_dim = 64,
+     .n_ff = 256, .n_expert = 8, .n_expert_used = 2, .n_ctx = 4096,
+     .rms_eps = 1e-5, .rope_base = 1000000.0, .special_base = 0, .n_merges_max = 700},
+    {.name = "tiny-olmoe", .model_name = "tiny-olmoe", .arch = FORGE_ARCH_OLMOE, .tiny = true,
+     .n_vocab = 1024, .n_embd = 128, .n_layer = 2, .n_head = 4, .n_head_kv = 4, .head_dim = 32,
+     .n_ff = 128, .n_expert = 8, .n_expert_used = 2, .n_ctx = 4096,
+     .rms_eps = 1e-5, .rope_base = 10000.0, .special_base = 1024 - 24, .n_merges_max = 700},
+    {.name = "tiny-gpt-oss", .model_name = "tiny-gpt-oss", .arch = FORGE_ARCH_GPTOSS, .tiny = true,
+     .n_vocab = 1024, .n_embd = 128, .n_layer = 4, .n_head = 4, .n_head_kv = 2, .head_dim = 64,
+     .n_ff = 128, .n_ff_exp = 128, .n_expert = 8, .n_expert_used = 4, .n_ctx = 4096,
+     .rms_eps = 1e-5, .rope_base = 150000.0, .sliding_window = 8, .yarn_factor = 32.0,
+     .yarn_orig_ctx = 128, .special_base = 1024 - 40, .n_merges_max = 700},
+    {.name = "tiny-qwen2moe", .model_name = "tiny-qwen2moe", .arch = FORGE_ARCH_QWEN2MOE, .tiny = true,
+     .n_vocab = 1024, .n_embd = 128, .n_layer = 2, .n_head = 4, .n_head_kv = 4, .head_dim = 32,
+     .n_ff = 256, .n_ff_exp = 64, .n_ff_shexp = 256, .n_expert = 8, .n_expert_used = 4, .n_ctx = 4096,
+     .rms_eps = 1e-6, .rope_base = 1000000.0, .special_base = 1024 - 8, .n_merges_max = 700},
+};
+/* clang-format on */
+
+#define N_PRESETS ((int)(sizeof(k_presets) / sizeof(k_presets[0])))
+
+int forge_preset_count(void) { return N_PRESETS; }
+
+const forge_preset *forge_preset_at(int i) {
+    return i >= 0 && i < N_PRESETS ? &k_presets[i] : NULL;
+}
+
+const forge_preset *forge_preset_find(const char *name) {
+    for (int i = 0; i < N_PRESETS; i++)
+        if (!strcasecmp(k_presets[i].name, name)) return &k_presets[i];
+    return NULL;
+}
+
+static const char *const k_arch_names[FORGE_ARCH_COUNT] = {
+    [FORGE_ARCH_QWEN3MOE] = "qwen3moe", [FORGE_ARCH_LLAMA] = "llama",
+    [FORGE_ARCH_OLMOE] = "olmoe",       [FORGE_ARCH_GPTOSS] = "gpt-oss",
+    [FORGE_ARCH_QWEN2MOE] = "qwen2moe",
+};
+
+const char *forge_arch_name(forge_arch a) {
+    return (unsigned)a < FORGE_ARCH_COUNT ? k_arch_names[a] : "?";
+}
+
+static const char *const k_mix_names[FORGE_MIX_COUNT] = {"f32", "f16", "q8_0", "q4_k_m", "mxfp4"};
+/* llama_ftype values: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q8_0 7, MOSTLY_Q4_K_M 15, MOSTLY_MXFP4_MOE 38 */
+static const uint32_t k_mix_ftype[FORGE_MIX_COUNT] = {0, 1, 7, 15, 38};
+
+const char *forge_mix_name(forge_mix m) {
+    return (unsigned)m < FORGE_MIX_COUNT ? k_mix_names[m] : "?";
+}
+
+int forge_mix_from_name(const char *name) {
+    for (int i = 0; i < FORGE_MIX_COUNT; i++)
+        if (!strcasecmp(k_mix_names[i], name)) return i;
+    return -1;
+}
+
+uint32_t forge_mix_file_type(forge_mix m) {
+    return (unsigned)m < FORGE_MIX_COUNT ? k_mix_ftype[m] : 0;
+}
+
+int64_t forge_preset_ff_exp(const forge_preset *p) {
+    /* llama (mixtral) and olmoe size their experts with feed_forward_length */
+    if (p->arch == FORGE_ARCH_LLAMA || p->arch == FORGE_ARCH_OLMOE) return p->n_ff;
+    return p->n_ff_exp;
+}
+
+hm_status forge_preset_check(const forge_preset *p, hm_error *err) {
+#define NEED(cond, ...) \
+    do { if (!(cond)) return hm_error_set(err, HM_ERR_ARG, __VA_ARGS__); } while (0)
+    NEED(p->n_layer >= 1 && p->n_layer <= 1024, "n_layer %lld out of range 1..1024", (long long)p->n_layer);
+    NEED(p->n_expert >= 2 && p->n_expert <= 1024, "n_expert %lld out of range 2..1024", (long long)p->n_expert);
+    NEED(p->n_expert_used >= 1 && p->n_expert_used <= p->n_expert,
+         "n_expert_used %lld must be in 1..n_expert (%lld)", (long long)p->n_expert_used,
+         (long long)p->n_expert);
+    NEED(p->n_embd >= 32 && p->n_embd % 32 == 0, "n_embd %lld must be a positive multiple of 32",
+         (long long)p->n_embd);
+    NEED(p->n_head >= 1 && p->n_head_kv >= 1 && p->n_head % p->n_head_kv == 0,
+         "n_head %lld must be a multiple of n_head_kv %lld", (long long)p->n_head, (long long)p->n_head_kv);
+    NEED(p->head_dim >= 2 && p->head_dim % 2 == 0, "head_dim %lld must be even", (long long)p->head_dim);
+    NEED(p->n_head * p->head_dim % 32 == 0, "n_head * head_dim must be a multiple of 32");
+    if (p->arch == FORGE_ARCH_QWEN2MOE || p->arch == FORGE_ARCH_OLMOE)
+        NEED(p->n_head * p->head_dim == p->n_embd, "%s needs n_head * head_dim == n_embd",
+             forge_arch_name(p->arch));
+    if (p->arch == FORGE_ARCH_GPTOSS) NEED(p->head_dim == 64, "gpt-oss needs head_dim 64");
+    int64_t ff = forge_preset_ff_exp(p);
+    NEED(ff >= 32 && ff % 32 == 0, "expert width %lld must be a positive multiple of 32", (long long)ff);
+    if (p->arch == FORGE_ARCH_QWEN2MOE)
+        NEED(p->n_ff_shexp >= 32 && p->n_ff_shexp % 32 == 0, "shared expert width must be a multiple of 32");
+    NEED(p->n_vocab >= 600 && p->n_vocab <= 1000000, "n_vocab %lld out of range 600..1000000",
+         (long long)p->n_vocab);
+    NEED(p->special_base >= 0 && p->special_base < p->n_vocab, "special tokens do not fit the vocabulary");
+    return HM_OK;
+#undef NEED
+}

@@ -1,0 +1,226 @@
+/* forge_tensors.c - the tensor list of each architecture as llama.cpp's loader requires it
+ * (src/models/<arch>.cpp load_arch_tensors: names, ggml shapes) and the ggml type of each
+ * tensor under a type mix.
+ *
+ * DESIGN: one builder appends tensors in the converter's order (token_embd, blk.0 ... blk.N-1,
+ * output_norm, output). Types follow llama.cpp: convert_hf_to_gguf keeps 1-D tensors and the
+ * router (ffn_gate_inp) in f32; llama-quant.cpp's llama_tensor_get_type picks the Q4_K_M types
+ * (Q6_K output; Q6_K attn_v / ffn_down on use_more_bits layers; Q8_0 attn_v/attn_k and Q5_K
+ * attn_output when n_expert == 8) and falls back (q4_K->q5_0, q5_K->q5_1, q6_K->q8_0) when a
+ * row is not a multiple of 256. MXFP4_MOE puts 3-D expert tensors in mxfp4, the rest in q8_0.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "forge/forge.h"
+#include "quant/qtypes.h"
+
+typedef struct {
+    forge_tensor_list *l;
+    int cap;
+    bool oom;
+} builder;
+
+static forge_tensor *add(builder *b, forge_role role, int layer, const char *fmt_suffix,
+                         uint32_t n_dims, int64_t ne0, int64_t ne1, int64_t ne2) {
+    if (b->oom) return NULL;
+    if (b->l->n == b->cap) {
+        int nc = b->cap ? b->cap * 2 : 64;
+        forge_tensor *nt = realloc(b->l->t, (size_t)nc * sizeof(*nt));
+        if (!nt) { b->oom = true; return NULL; }
+        b->l->t = nt;
+        b->cap = nc;
+    }
+    forge_tensor *t = &b->l->t[b->l->n++];
+    memset(t, 0, sizeof(*t));
+    if (layer >= 0) snprintf(t->name, sizeof(t->name), "blk.%d.%s", layer, fmt_suffix);
+    else snprintf(t->name, sizeof(t->name), "%s", fmt_suffix);
+    t->role = role;
+    t->layer = layer;
+    t->n_dims = n_dims;
+    t->ne[0] = ne0;
+    t->ne[1] = n_dims > 1 ? ne1 : 1;
+    t->ne[2] = n_dims > 2 ? ne2 : 1;
+    t->ne[3] = 1;
+    return t;
+}
+
+#define T1(role, suf, a) add(b, role, il, suf, 1, a, 1, 1)
+#define T2(role, suf, a, c) add(b, role, il, suf, 2, a, c, 1)
+#define T3(role, suf, a, c, d) add(b, role, il, suf, 3, a, c, d)
+
+static void build_layer(builder *b, const forge_preset *p, int il) {
+    const int64_t E = p->n_embd, nq = p->n_head * p->head_dim, nkv = p->n_head_kv * p->head_dim;
+    const int64_t X = p->n_expert, F = forge_preset_ff_exp(p);
+    const forge_arch a = p->arch;
+    const bool qkv_bias = a == FORGE_ARCH_GPTOSS || a == FORGE_ARCH_QWEN2MOE;
+
+    T1(FR_NORM, "attn_norm.weight", E);
+    T2(FR_ATTN_Q, "attn_q.weight", E, nq);
+    if (qkv_bias) T1(FR_BIAS, "attn_q.bias", nq);
+    T2(FR_ATTN_K, "attn_k.weight", E, nkv);
+    if (qkv_bias) T1(FR_BIAS, "attn_k.bias", nkv);
+    T2(FR_ATTN_V, "attn_v.weight", E, nkv);
+    if (qkv_bias) T1(FR_BIAS, "attn_v.bias", nkv);
+    T2(FR_ATTN_O, "attn_output.weight", nq, E);
+    if (a == FORGE_ARCH_GPTOSS) {
+        T1(FR_BIAS, "attn_output.bias", E);
+        T1(FR_SINKS, "attn_sinks.weight", p->n_head);
+    }
+    if (a == FORGE_ARCH_QWEN3MOE) { /* per-head RMS norms */
+        T1(FR_QK_NORM, "attn_q_norm.weight", p->head_dim);
+        T1(FR_QK_NORM, "attn_k_norm.weight", p->head_dim);
+    } else if (a == FORGE_ARCH_OLMOE) { /* over the full projection width */
+        T1(FR_QK_NORM, "attn_q_norm.weight", nq);
+        T1(FR_QK_NORM, "attn_k_norm.weight", nkv);
+    }
+    T1(FR_NORM, a == FORGE_ARCH_GPTOSS ? "post_attention_norm.weight" : "ffn_norm.weight", E);
+    T2(FR_ROUTER, "ffn_gate_inp.weight", E, X);
+    if (a == FORGE_ARCH_GPTOSS) T1(FR_ROUTER_BIAS, "ffn_gate_inp.bias", X);
+    T3(FR_EXP_GATE, "ffn_gate_exps.weight", E, F, X);
+    if (a == FORGE_ARCH_GPTOSS) T2(FR_EXP_BIAS, "ffn_gate_exps.bias", F, X);
+    T3(FR_EXP_UP, "ffn_up_exps.weight", E, F, X);
+    if (a == FORGE_ARCH_GPTOSS) T2(FR_EXP_BIAS, "ffn_up_exps.bias", F, X);
+    T3(FR_EXP_DOWN, "ffn_down_exps.weight", F, E, X);
+    if (a == FORGE_ARCH_GPTOSS) T2(FR_EXP_BIAS, "ffn_down_exps.bias", E, X);
+    if (a == FORGE_ARCH_QWEN2MOE) {
+        const int64_t S = p->n_ff_shexp;
+        T1(FR_SH_GATE_INP, "ffn_gate_inp_shexp.weight", E);
+        T2(FR_SH_GATE, "ffn_gate_shexp.weight", E, S);
+        T2(FR_SH_UP, "ffn_up_shexp.weight", E, S);
+        T2(FR_SH_DOWN, "ffn_down_shexp.weight", S, E);
+    }
+}
+
+/* ---- types ---- */
+
+static bool use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
+static uint32_t fallback(const forge_tensor *t, uint32_t type) {
+    const hm_type_info *ti = hm_type_get(type);
+    if (t->ne[0] % ti->block_size == 0) return type;
+    uint32_t r = type;
+    switch (type) {
+    case HM_TYPE_Q4_K: r = HM_TYPE_Q5_0; break;
+    case HM_TYPE_Q5_K: r = HM_TYPE_Q5_1; break;
+    case HM_TYPE_Q6_K: r = HM_TYPE_Q8_0; break;
+    case HM_TYPE_IQ4_XS: r = HM_TYPE_IQ4_NL; break;
+    default: r = HM_TYPE_F16; break;
+    }
+    if (t->ne[0] % hm_type_get(r)->block_size != 0) r = HM_TYPE_F16;
+    return r;
+}
+
+static bool ends_with(const char *s, const char *suf) {
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
+/* Mirrors llama_tensor_get_type_impl for LLAMA_FTYPE_MOSTLY_Q4_K_M (has_tied_embeddings is
+ * false: every preset has output.weight; i_attention_wv equals the layer index because
+ * llama.cpp visits tensors sorted by layer). */
+static uint32_t q4_k_m_type(const forge_preset *p, const forge_tensor *t) {
+    const char *n = t->name;
+    const int nl = (int)p->n_layer;
+    uint32_t ty = HM_TYPE_Q4_K;
+    if (!strcmp(n, "output.weight")) {
+        ty = t->ne[0] % HM_QK_K != 0 ? HM_TYPE_Q8_0 : HM_TYPE_Q6_K;
+    } else if (!strcmp(n, "token_embd.weight")) {
+        /* default type */
+    } else if (strstr(n, "attn_v.weight")) {
+        if (use_more_bits(t->layer, nl)) ty = HM_TYPE_Q6_K;
+        if (p->n_expert == 8) ty = HM_TYPE_Q8_0;
+    } else if (strstr(n, "attn_k.weight")) {
+        if (p->n_expert == 8) ty = HM_TYPE_Q8_0;
+    } else if (strstr(n, "attn_q.weight")) {
+        /* unchanged for Q4_K_M */
+    } else if (strstr(n, "ffn_down")) {
+        if (use_more_bits(t->layer, nl)) ty = HM_TYPE_Q6_K;
+    } else if (strstr(n, "attn_output.weight")) {
+        if (p->n_expert == 8) ty = HM_TYPE_Q5_K;
+    }
+    return fallback(t, ty);
+}
+
+static uint32_t tensor_type(const forge_preset *p, forge_mix mix, const forge_tensor *t) {
+    /* tensors llama.cpp never quantises: 1-D, biases, norms, routers */
+    if (t->n_dims < 2 || !ends_with(t->name, "weight") || strstr(t->name, "_norm.weight") ||
+        strstr(t->name, "ffn_gate_inp.weight"))
+        return HM_TYPE_F32;
+    switch (mix) {
+    case FORGE_MIX_F32: return HM_TYPE_F32;
+    case FORGE_MIX_F16: return HM_TYPE_F16;
+    case FORGE_MIX_Q8_0: return fallback(t, HM_TYPE_Q8_0);
+    case FORGE_MIX_MXFP4:
+        if (!strcmp(t->name, "output.weight")) return fallback(t, HM_TYPE_Q8_0);
+        return fallback(t, t->ne[2] > 1 ? HM_TYPE_MXFP4 : HM_TYPE_Q8_0);
+    case FORGE_MIX_Q4_K_M: return q4_k_m_type(p, t);
+    default: return HM_TYPE_F32;
+    }
+}
+
+static void set_distribution(const forge_preset *p, forge_tensor *t) {
+    t->mean = 0.0f;
+    switch (t->role) {
+    case FR_EMBD: t->std = 1.0f; break;
+    case FR_NORM:
+    case FR_QK_NORM: t->mean = 1.0f; t->std = 0.1f; break;
+    case FR_BIAS:
+    case FR_EXP_BIAS: t->std = 0.02f; break;
+    case FR_SINKS: t->std = 0.5f; break;
+    case FR_ROUTER_BIAS: t->std = 0.1f; break;
+    case FR_SH_GATE_INP:
+    case FR_ROUTER: t->std = (float)(1.0 / sqrt((double)p->n_embd)); break;
+    default: t->std = (float)(1.0 / sqrt((double)t->ne[0])); break; /* linear: 1/sqrt(fan_in) */
+    }
+}
+
+hm_status forge_tensors_build(const forge_preset *p, forge_mix mix, forge_tensor_list *out,
+                              hm_error *err) {
+    hm_status st = forge_preset_check(p, err);
+    if (st != HM_OK) return st;
+    if ((unsigned)mix >= FORGE_MIX_COUNT) return hm_error_set(err, HM_ERR_ARG, "unknown type mix");
+    memset(out, 0, sizeof(*out));
+    builder bb = {.l = out}, *b = &bb;
+    int il = -1;
+    T2(FR_EMBD, "token_embd.weight", p->n_embd, p->n_vocab);
+    for (il = 0; il < (int)p->n_layer; il++) build_layer(b, p, il);
+    il = -1;
+    T1(FR_NORM, "output_norm.weight", p->n_embd);
+    T2(FR_OUTPUT, "output.weight", p->n_embd, p->n_vocab);
+    if (bb.oom) {
+        forge_tensors_free(out);
+        return hm_error_set(err, HM_ERR_NOMEM, "out of memory building the tensor list");
+    }
+    for (int i = 0; i < out->n; i++) {
+        out->t[i].type = tensor_type(p, mix, &out->t[i]);
+        set_distribution(p, &out->t[i]);
+    }
+    return HM_OK;
+}
+
+void forge_tensors_free(forge_tensor_list *l) {
+    if (!l) return;
+    free(l->t);
+    l->t = NULL;
+    l->n = 0;
+}
+
+int64_t forge_tensor_nelem(const forge_tensor *t) { return t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]; }
+
+uint64_t forge_tensor_bytes(const forge_tensor *t) {
+    return (uint64_t)hm_row_size(t->type, t->ne[0]) * (uint64_t)(t->ne[1] * t->ne[2] * t->ne[3]);
+}
+
+void forge_tensors_totals(const forge_tensor_list *l, int64_t *n_params, uint64_t *n_bytes) {
+    int64_t np = 0;
+    uint64_t nb = 0;
+    for (int i = 0; i < l->n; i++) {
+        np += forge_tensor_nelem(&l->t[i]);
+        nb += (forge_tensor_bytes(&l->t[i]) + 31) / 32 * 32;
+    }
+    if (n_params) *n_params = np;
+    if (n_bytes) *n_bytes = nb;
+}
