@@ -269,6 +269,17 @@ static void test_tensor_info(void) {
     one_tensor(&g, 3, big, HM_TYPE_F32, 0, 1024);
     EXPECT_FAIL(&g, "overflows int64", "ne[2]", "byte 76");
     gi_free(&g);
+    /* ne = 0 is accepted, as llama.cpp does: an empty tensor */
+    int64_t zero[2] = {32, 0};
+    one_tensor(&g, 2, zero, HM_TYPE_Q8_0, 0, 0);
+    gguf_ctx *c;
+    hm_error err;
+    HM_CHECK_MSG(gguf_open_mem(g.b, g.n, &c, &err) == HM_OK, "%s", err.msg);
+    if (c) {
+        HM_CHECK(gguf_tensor_at(c, 0)->size == 0 && gguf_tensor_at(c, 0)->ne[1] == 0);
+        gguf_close(c);
+    }
+    gi_free(&g);
     int64_t bytes_ovf[2] = {1ll << 62, 1}; /* elements fit, f32 bytes do not */
     one_tensor(&g, 2, bytes_ovf, HM_TYPE_F32, 0, 1024);
     EXPECT_FAIL(&g, "size in bytes overflows");
