@@ -142,7 +142,8 @@ hm_status gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *c
 /* Arrays of arrays: begin_arr_arr(w, key) opens one under key; each element is then added with
  * gguf_writer_set_arr, gguf_writer_set_arr_str or gguf_writer_begin_arr_arr called with key
  * NULL (inner arrays may differ in element type); end_arr_arr closes the innermost one. Nothing
- * else may be set while one is open. */
+ * else may be set while one is open. Note: llama.cpp's C reader refuses arrays of arrays (gguf-py
+ * and hotmoe read them), so model files meant for llama.cpp must not contain any. */
 hm_status gguf_writer_begin_arr_arr(gguf_writer *w, const char *key);
 hm_status gguf_writer_end_arr_arr(gguf_writer *w);
 
