@@ -1,0 +1,115 @@
+/* forge_test_util.h - helpers shared by the forge tests: scratch paths, forging a preset,
+ * reading a safetensors file, dequantising GGUF rows. */
+#ifndef HM_TESTS_FORGE_UTIL_H
+#define HM_TESTS_FORGE_UTIL_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "forge/forge.h"
+#include "gguf/gguf.h"
+#include "quant/quant.h"
+
+static inline void ft_path(char *buf, size_t cap, const char *name) {
+    const char *d = getenv("HOTMOE_TMP");
+    snprintf(buf, cap, "%s/%s", d && *d ? d : "/tmp", name);
+}
+
+/* forges preset+mix to HOTMOE_TMP/<tag>.gguf (and <tag>-hf when hf); returns HM_OK */
+static inline hm_status ft_forge(const forge_preset *p, forge_mix mix, uint64_t seed, const char *tag,
+                                 bool hf, int threads, char *gguf_path, size_t cap, char *hf_dir, size_t hcap) {
+    char name[256];
+    snprintf(name, sizeof(name), "%s.gguf", tag);
+    ft_path(gguf_path, cap, name);
+    if (hf) {
+        snprintf(name, sizeof(name), "%s-hf", tag);
+        ft_path(hf_dir, hcap, name);
+    }
+    forge_job job = {.preset = p, .mix = mix, .out_path = gguf_path, .hf_dir = hf ? hf_dir : NULL,
+                     .n_threads = threads};
+    job.gen.seed = seed;
+    forge_result res;
+    hm_error err;
+    hm_status st = forge_write_gguf(&job, &res, &err);
+    if (st == HM_OK && hf) st = forge_write_hf(&job, &err);
+    if (st != HM_OK) fprintf(stderr, "forge %s: %s\n", tag, err.msg);
+    return st;
+}
+
+static inline uint8_t *ft_read_file(const char *path, size_t *n) {
+    *n = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = malloc((size_t)sz + 1);
+    if (b && fread(b, 1, (size_t)sz, f) != (size_t)sz) { free(b); b = NULL; }
+    if (b) b[sz] = 0;
+    fclose(f);
+    *n = (size_t)sz;
+    return b;
+}
+
+/* dequantised rows [r0, r0+nr) of a GGUF tensor into dst */
+static inline int ft_deq(const gguf_tensor *t, int64_t r0, int64_t nr, float *dst) {
+    size_t rs = hm_row_size(t->type, t->ne[0]);
+    for (int64_t r = 0; r < nr; r++)
+        if (quant_dequantize_row(t->type, (const uint8_t *)t->data + (size_t)(r0 + r) * rs, dst + r * t->ne[0], t->ne[0]) != HM_OK)
+            return -1;
+    return 0;
+}
+
+typedef struct {
+    uint8_t *file;
+    size_t size;
+    const char *header; /* NUL-terminated copy */
+    char *hdr_copy;
+    uint64_t data_start;
+} ft_st;
+
+static inline bool ft_st_open(ft_st *s, const char *path) {
+    memset(s, 0, sizeof(*s));
+    s->file = ft_read_file(path, &s->size);
+    if (!s->file || s->size < 8) return false;
+    uint64_t hl = 0;
+    for (int k = 0; k < 8; k++) hl |= (uint64_t)s->file[k] << (8 * k);
+    if (hl + 8 > s->size) return false;
+    s->hdr_copy = malloc(hl + 1);
+    memcpy(s->hdr_copy, s->file + 8, hl);
+    s->hdr_copy[hl] = 0;
+    s->header = s->hdr_copy;
+    s->data_start = 8 + hl;
+    return true;
+}
+
+static inline void ft_st_close(ft_st *s) { free(s->file); free(s->hdr_copy); }
+
+/* finds tensor name: shape (n_dims) and a pointer to its f32 data; NULL if absent/bad */
+static inline const float *ft_st_get(const ft_st *s, const char *name, int *n_dims, int64_t shape[4], int64_t *n) {
+    char key[256];
+    snprintf(key, sizeof(key), "\"%s\":{", name);
+    const char *e = strstr(s->header, key);
+    if (!e) return NULL;
+    const char *sh = strstr(e, "\"shape\":[");
+    const char *of = strstr(e, "\"data_offsets\":[");
+    if (!sh || !of || !strstr(e, "\"dtype\":\"F32\"")) return NULL;
+    sh += 9;
+    *n_dims = 0;
+    *n = 1;
+    while (*sh != ']' && *n_dims < 4) {
+        char *end;
+        shape[*n_dims] = strtoll(sh, &end, 10);
+        *n *= shape[(*n_dims)++];
+        sh = end;
+        if (*sh == ',') sh++;
+    }
+    char *end;
+    uint64_t a = strtoull(of + 16, &end, 10), b = strtoull(end + 1, NULL, 10);
+    if (b - a != (uint64_t)*n * 4 || s->data_start + b > s->size) return NULL;
+    return (const float *)(s->file + s->data_start + a);
+}
+
+#endif
