@@ -17,7 +17,8 @@ static inline uint32_t hm_f32_to_bits(float f) { uint32_t u; memcpy(&u, &f, 4); 
 static inline float hm_fp16_to_f32(hm_fp16 h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16;
     uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-    if (exp == 0x1f) return hm_bits_to_f32(sign | 0x7f800000u | (man << 13)); /* inf/nan */
+    /* inf, or NaN made quiet with its payload kept (as F16C's vcvtph2ps and ggml do) */
+    if (exp == 0x1f) return hm_bits_to_f32(sign | 0x7f800000u | (man << 13) | (man ? 0x00400000u : 0));
     if (exp == 0) {
         if (man == 0) return hm_bits_to_f32(sign);
         /* subnormal half: man * 2^-24, exact in float */
