@@ -5,10 +5,11 @@
  * arithmetic: any encoder whose blocks decode close to the input is valid, so these aim for
  * low error at high speed (forge quantises billions of weights):
  *  - q8_0 q4_0 q4_1 q5_0 q5_1: ggml's reference quantisers (scale from the block max / range).
- *  - q4_K q5_K: per 32-element sub-block a least-squares (scale, min) fit searched over a few
- *    candidate inverse scales around nmax/(max-min) (ggml's make_qkx2 idea, unit weights); the
- *    sub-block scales/mins are then quantised to 6 bits against the super-block d/dmin (fp16)
- *    and the elements re-quantised with the scales actually stored.
+ *  - q4_K q5_K: per 32-element sub-block a (scale, min) fit: min/max start, then up to three
+ *    rounds of "assign quants, least-squares (scale, min) for them" (unit weights; about 3%
+ *    lower error than min/max alone, ~3% above ggml's 20-candidate search at several times its
+ *    speed); the sub-block scales/mins are then quantised to 6 bits against the super-block
+ *    d/dmin (fp16) and the elements re-quantised with the scales actually stored.
  *  - q6_K: per 16-element sub-block a least-squares symmetric scale over a few candidates,
  *    8-bit sub-block scales against the super-block d, then re-quantisation.
  *  - iq4_nl iq4_xs: the best least-squares scale among candidates that map the block's extreme

@@ -2,8 +2,8 @@
  * DESIGN paragraph of quant_ref_quantize.c for the methods; this file only holds the K-quants).
  *
  * Sub-block fits use unit weights (they minimise the plain squared error) and compute each
- * candidate's error in closed form from the sums of the least-squares fit, so a candidate costs
- * one pass over the sub-block.
+ * round's error in closed form from the sums of the least-squares fit, so a round costs one
+ * pass over the sub-block.
  */
 #include <math.h>
 #include <string.h>
