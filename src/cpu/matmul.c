@@ -4,8 +4,8 @@
  * quantises every nth activation row into scratch; (2) threads take work items from an atomic
  * counter. A work item is a chunk of MM_ROW_ALIGN-aligned weight rows (of one expert for MoE);
  * inside it, tokens go in tiles of MM_TOK_TILE and rows in groups of MM_NR, each one call of
- * the kernel table's tile function: the MM_NR weight rows stay in L1 while the tile's tokens
- * pass, the token tile's activations stay in L2 while the chunk's rows pass. Chunks are sized so
+ * the kernel table's tile function: the MM_NR weight rows stay in L1/L2 while the tile's
+ * tokens pass, the token tile's activations stay in L2 while the chunk's rows pass. Chunks are sized so
  * that there are several per thread (load balance) but never below MM_NR rows. For MoE the
  * caller thread first groups (token, slot) pairs by expert (counting sort), phase 1 quantises
  * each pair's input into its grouped position, and phase 2's items are (expert, row chunk) over
@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MM_NR = 4, MM_TOK_TILE = 16, MM_ROW_ALIGN = 4, MM_MAX_CHUNK = 256 };
+enum { MM_NR = 16, MM_TOK_TILE = 16, MM_ROW_ALIGN = 4, MM_MAX_CHUNK = 256 };
 
 typedef struct {
     quant_dot_tile_fn dot;

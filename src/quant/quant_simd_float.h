@@ -10,6 +10,7 @@
 #define HM_QUANT_SIMD_FLOAT_H
 
 #include "quant/quant_simd_kquants.h"
+#include "quant/quant_simd_q32.h"
 
 SIMD_INLINE __m256 simd_load8_f32(const uint8_t *p) { return _mm256_loadu_ps((const float *)(const void *)p); }
 SIMD_INLINE __m256 simd_load8_f16(const uint8_t *p) {

@@ -21,14 +21,22 @@ SIMD_INLINE __m256i simd_madd_acc(__m256i acc, __m256i p16, __m256i s16) {
 #endif
 }
 
-/* ggml's get_scale_min_k4 for all 8 sub-blocks. */
-SIMD_INLINE void simd_k4_scales(const uint8_t *s, int16_t sc[8], int16_t mn[8]) {
-    for (int j = 0; j < 4; j++) {
-        sc[j] = s[j] & 63;
-        mn[j] = s[j + 4] & 63;
-        sc[j + 4] = (int16_t)((s[j + 8] & 0x0f) | ((s[j] >> 6) << 4));
-        mn[j + 4] = (int16_t)((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
-    }
+/* ggml's get_scale_min_k4 for all 8 sub-blocks at once (ggml's utmp trick): sc2[j] holds sc[j]
+ * in both int16 halves (a pmaddwd operand by one broadcast load), mn[j] as int16. */
+SIMD_INLINE void simd_k4_scales(const uint8_t *s, int32_t sc2[8], int16_t mn[8]) {
+    const uint32_t km1 = 0x3f3f3f3fu, km2 = 0x0f0f0f0fu, km3 = 0x03030303u;
+    uint32_t u[4];
+    memcpy(u, s, 12);
+    u[3] = ((u[2] >> 4) & km2) | (((u[1] >> 6) & km3) << 4);
+    const uint32_t aux = u[1] & km1;
+    u[1] = (u[2] & km2) | (((u[0] >> 6) & km3) << 4);
+    u[2] = aux;
+    u[0] &= km1;
+    __m128i v = _mm_loadu_si128((const __m128i *)u);      /* bytes: sc[0..8), mn[0..8) */
+    __m128i sc16 = _mm_cvtepu8_epi16(v);
+    _mm_storeu_si128((__m128i *)sc2, _mm_unpacklo_epi16(sc16, sc16));
+    _mm_storeu_si128((__m128i *)(sc2 + 4), _mm_unpackhi_epi16(sc16, sc16));
+    _mm_storeu_si128((__m128i *)mn, _mm_cvtepu8_epi16(_mm_srli_si128(v, 8)));
 }
 
 /* t partials: mn[j] * (bsums[2j] + bsums[2j+1]) */
@@ -38,14 +46,15 @@ SIMD_INLINE __m256i simd_k4_min_term(const int16_t mn[8], const int16_t *bsums) 
     return _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)bsums), m2);
 }
 
-/* q4_K (hb == 0) and q5_K: 4 chunks of 64 elements; chunk j's 32 bytes hold sub-block 2j in
+/* q4_K (qh == NULL) and q5_K: 4 chunks of 64 elements; chunk j's 32 bytes hold sub-block 2j in
  * the low nibbles and 2j+1 in the high ones; q5_K's bit 4 of element l of sub-block k is bit k
  * of qh[l]. */
 SIMD_INLINE __m256i simd_k45_sums(const uint8_t *qs, const uint8_t *qh, const int8_t *aq,
-                                  const int16_t sc[8]) {
+                                  const int32_t sc2[8]) {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
-    __m256i acc = _mm256_setzero_si256();
+    __m256i acc0 = _mm256_setzero_si256(), acc1 = _mm256_setzero_si256();
     __m256i hv = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+    _Pragma("GCC unroll 4")
     for (int j = 0; j < 4; j++) {
         __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
         __m256i lo = _mm256_and_si256(q, m4);
@@ -59,19 +68,20 @@ SIMD_INLINE __m256i simd_k45_sums(const uint8_t *qs, const uint8_t *qh, const in
         }
         __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(aq + 64 * j)));
         __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(aq + 64 * j + 32)));
-        acc = simd_madd_acc(acc, p0, _mm256_set1_epi16(sc[2 * j]));
-        acc = simd_madd_acc(acc, p1, _mm256_set1_epi16(sc[2 * j + 1]));
+        acc0 = simd_madd_acc(acc0, p0, _mm256_set1_epi32(sc2[2 * j]));
+        acc1 = simd_madd_acc(acc1, p1, _mm256_set1_epi32(sc2[2 * j + 1]));
     }
-    return acc;
+    return _mm256_add_epi32(acc0, acc1);
 }
 
 SIMD_INLINE void simd_blk_q4_K(const uint8_t *wp, const uint8_t *ap, __m256i *ps, __m256i *pt,
                                float *d1, float *d2) {
     const block_q4_K *x = (const block_q4_K *)(const void *)wp;
     const block_q8_K *y = (const block_q8_K *)(const void *)ap;
-    int16_t sc[8], mn[8];
-    simd_k4_scales(x->scales, sc, mn);
-    *ps = simd_k45_sums(x->qs, NULL, y->qs, sc);
+    int32_t sc2[8];
+    int16_t mn[8];
+    simd_k4_scales(x->scales, sc2, mn);
+    *ps = simd_k45_sums(x->qs, NULL, y->qs, sc2);
     *pt = simd_k4_min_term(mn, y->bsums);
     float da = simd_f32(&y->d);
     *d1 = simd_fp16(&x->d) * da;
@@ -82,9 +92,10 @@ SIMD_INLINE void simd_blk_q5_K(const uint8_t *wp, const uint8_t *ap, __m256i *ps
                                float *d1, float *d2) {
     const block_q5_K *x = (const block_q5_K *)(const void *)wp;
     const block_q8_K *y = (const block_q8_K *)(const void *)ap;
-    int16_t sc[8], mn[8];
-    simd_k4_scales(x->scales, sc, mn);
-    *ps = simd_k45_sums(x->qs, x->qh, y->qs, sc);
+    int32_t sc2[8];
+    int16_t mn[8];
+    simd_k4_scales(x->scales, sc2, mn);
+    *ps = simd_k45_sums(x->qs, x->qh, y->qs, sc2);
     *pt = simd_k4_min_term(mn, y->bsums);
     float da = simd_f32(&y->d);
     *d1 = simd_fp16(&x->d) * da;
