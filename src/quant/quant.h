@@ -40,7 +40,8 @@ size_t quant_act_row_size(quant_act act, int64_t n);
 /* dst[0..n) = values of the n elements in src. n must be a multiple of the block size. */
 hm_status quant_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
 /* Quantises n floats into type (for forge and tests). Returns HM_ERR_UNSUPPORTED for types
- * without a quantiser, HM_ERR_ARG for a bad n. */
+ * without a quantiser, HM_ERR_ARG for a bad n, HM_ERR_RANGE when a block type is given a NaN
+ * or infinity (f32/f16/bf16 keep them). */
 hm_status quant_quantize_row(uint32_t type, const float *src, void *dst, int64_t n);
 /* Activation quantisation as defined in ARITHMETIC.md (QUANT_ACT_F32 copies). */
 void quant_act_quantize_ref(quant_act act, const float *x, void *dst, int64_t n);

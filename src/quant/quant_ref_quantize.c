@@ -274,6 +274,9 @@ hm_status quant_quantize_row(uint32_t type, const float *src, void *dst, int64_t
     if (n < 0 || n % ti->block_size) return HM_ERR_ARG;
     if (n == 0) return HM_OK;
     if (!src || !dst) return HM_ERR_ARG;
+    if (ti->block_size > 1) /* a NaN or inf would poison a whole block's scale */
+        for (int64_t i = 0; i < n; i++)
+            if (!isfinite(src[i])) return HM_ERR_RANGE;
     k_qz[type](src, dst, n / ti->block_size);
     return HM_OK;
 }

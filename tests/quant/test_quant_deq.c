@@ -299,6 +299,15 @@ static void test_unsupported_and_bad_n(void) {
     HM_CHECK(quant_dequantize_row(HM_TYPE_Q8_0, buf, y, 0) == HM_OK);
     HM_CHECK(quant_quantize_row(HM_TYPE_IQ4_XS, x, buf, 255) == HM_ERR_ARG);
     HM_CHECK(quant_quantize_row(HM_TYPE_F16, x, buf, 7) == HM_OK);
+    /* non-finite input: refused by block types, kept by the float types */
+    x[100] = NAN;
+    HM_CHECK(quant_quantize_row(HM_TYPE_Q4_K, x, buf, 256) == HM_ERR_RANGE);
+    HM_CHECK(quant_quantize_row(HM_TYPE_Q8_0, x, buf, 128) == HM_ERR_RANGE);
+    HM_CHECK(quant_quantize_row(HM_TYPE_Q8_0, x, buf, 96) == HM_OK);
+    x[100] = -INFINITY;
+    HM_CHECK(quant_quantize_row(HM_TYPE_MXFP4, x, buf, 128) == HM_ERR_RANGE);
+    HM_CHECK(quant_quantize_row(HM_TYPE_BF16, x, buf, 128) == HM_OK);
+    HM_CHECK(((const hm_bf16 *)buf)[100] == 0xFF80);
 }
 
 HM_TEST_MAIN(test_q4_0, test_q4_1, test_q5_0_q5_1, test_q8_0, test_mxfp4, test_iq4_nl, test_q4_K,
