@@ -22,17 +22,19 @@ static double cpu_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static const uint32_t k_types[] = {HM_TYPE_F16,  HM_TYPE_BF16,  HM_TYPE_Q8_0,   HM_TYPE_Q4_0,
-                                   HM_TYPE_Q4_1, HM_TYPE_Q5_0,  HM_TYPE_Q5_1,   HM_TYPE_Q4_K,
-                                   HM_TYPE_Q5_K, HM_TYPE_Q6_K,  HM_TYPE_IQ4_NL, HM_TYPE_IQ4_XS,
+static const uint32_t k_types[] = {HM_TYPE_F16,   HM_TYPE_BF16, HM_TYPE_Q8_0,   HM_TYPE_Q4_0,
+                                   HM_TYPE_Q4_1,  HM_TYPE_Q5_0, HM_TYPE_Q5_1,   HM_TYPE_Q4_K,
+                                   HM_TYPE_Q5_K,  HM_TYPE_Q6_K, HM_TYPE_IQ4_NL, HM_TYPE_IQ4_XS,
                                    HM_TYPE_MXFP4, HM_TYPE_Q8_K};
 
 int main(int argc, char **argv) {
     double mel = 4.0;
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--mel") && i + 1 < argc) mel = atof(argv[++i]);
-        else if (!strcmp(argv[i], "--types") && i + 1 < argc) only = argv[++i];
+        if (!strcmp(argv[i], "--mel") && i + 1 < argc)
+            mel = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--types") && i + 1 < argc)
+            only = argv[++i];
         else {
             fprintf(stderr, "usage: bench_quantize [--mel M] [--types q4_K,q8_0,...]\n");
             return 2;
@@ -53,7 +55,8 @@ int main(int argc, char **argv) {
         const double u2 = ((double)(s >> 32) + 0.5) / 4294967296.0;
         x[i] = (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
     }
-    printf("| type | quantise Mel/s | dequantise Mel/s | rel. RMS error |\n| --- | --- | --- | --- |\n");
+    printf("| type | quantise Mel/s | dequantise Mel/s | rel. RMS error |\n| --- | --- | --- | --- "
+           "|\n");
     for (size_t k = 0; k < sizeof(k_types) / sizeof(k_types[0]); k++) {
         const uint32_t t = k_types[k];
         if (only && !strstr(only, hm_type_name(t))) continue;

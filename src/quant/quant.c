@@ -64,11 +64,10 @@ static void ref_tile(uint32_t wtype, int64_t n, const void *w, size_t w_stride, 
                               (const char *)act + (size_t)c * act_stride);
 }
 
-#define REF_TILE(T)                                                                            \
-    static void ref_tile_##T(int64_t n, const void *w, size_t w_stride, int nr,                \
-                             const void *act, size_t act_stride, int nc, float *out,           \
-                             size_t out_stride) {                                              \
-        ref_tile(HM_TYPE_##T, n, w, w_stride, nr, act, act_stride, nc, out, out_stride);       \
+#define REF_TILE(T)                                                                                \
+    static void ref_tile_##T(int64_t n, const void *w, size_t w_stride, int nr, const void *act,   \
+                             size_t act_stride, int nc, float *out, size_t out_stride) {           \
+        ref_tile(HM_TYPE_##T, n, w, w_stride, nr, act, act_stride, nc, out, out_stride);           \
     }
 REF_TILE(F32)
 REF_TILE(F16)
@@ -86,9 +85,9 @@ REF_TILE(Q6_K)
 REF_TILE(IQ4_XS)
 #undef REF_TILE
 
-#define REF_ACT(A)                                                                             \
-    static void ref_act_##A(const float *x, void *dst, int64_t n) {                            \
-        quant_act_quantize_ref(QUANT_ACT_##A, x, dst, n);                                      \
+#define REF_ACT(A)                                                                                 \
+    static void ref_act_##A(const float *x, void *dst, int64_t n) {                                \
+        quant_act_quantize_ref(QUANT_ACT_##A, x, dst, n);                                          \
     }
 REF_ACT(F32)
 REF_ACT(Q8_32)
@@ -100,13 +99,20 @@ static const quant_kernels k_ref = {
     .name = "ref",
     .dot =
         {
-            [HM_TYPE_F32] = ref_tile_F32,       [HM_TYPE_F16] = ref_tile_F16,
-            [HM_TYPE_BF16] = ref_tile_BF16,     [HM_TYPE_Q4_0] = ref_tile_Q4_0,
-            [HM_TYPE_Q4_1] = ref_tile_Q4_1,     [HM_TYPE_Q5_0] = ref_tile_Q5_0,
-            [HM_TYPE_Q5_1] = ref_tile_Q5_1,     [HM_TYPE_Q8_0] = ref_tile_Q8_0,
-            [HM_TYPE_IQ4_NL] = ref_tile_IQ4_NL, [HM_TYPE_MXFP4] = ref_tile_MXFP4,
-            [HM_TYPE_Q4_K] = ref_tile_Q4_K,     [HM_TYPE_Q5_K] = ref_tile_Q5_K,
-            [HM_TYPE_Q6_K] = ref_tile_Q6_K,     [HM_TYPE_IQ4_XS] = ref_tile_IQ4_XS,
+            [HM_TYPE_F32] = ref_tile_F32,
+            [HM_TYPE_F16] = ref_tile_F16,
+            [HM_TYPE_BF16] = ref_tile_BF16,
+            [HM_TYPE_Q4_0] = ref_tile_Q4_0,
+            [HM_TYPE_Q4_1] = ref_tile_Q4_1,
+            [HM_TYPE_Q5_0] = ref_tile_Q5_0,
+            [HM_TYPE_Q5_1] = ref_tile_Q5_1,
+            [HM_TYPE_Q8_0] = ref_tile_Q8_0,
+            [HM_TYPE_IQ4_NL] = ref_tile_IQ4_NL,
+            [HM_TYPE_MXFP4] = ref_tile_MXFP4,
+            [HM_TYPE_Q4_K] = ref_tile_Q4_K,
+            [HM_TYPE_Q5_K] = ref_tile_Q5_K,
+            [HM_TYPE_Q6_K] = ref_tile_Q6_K,
+            [HM_TYPE_IQ4_XS] = ref_tile_IQ4_XS,
         },
     .act = {[QUANT_ACT_F32] = ref_act_F32,
             [QUANT_ACT_Q8_32] = ref_act_Q8_32,
@@ -150,10 +156,14 @@ const quant_kernels *quant_kernels_best(void) {
     quant_isa cap = QUANT_ISA_COUNT - 1;
     const char *env = getenv("HOTMOE_ISA");
     if (env && *env) {
-        if (!strcmp(env, "ref")) cap = QUANT_ISA_REF;
-        else if (!strcmp(env, "avx2")) cap = QUANT_ISA_AVX2;
-        else if (!strcmp(env, "avx512")) cap = QUANT_ISA_AVX512;
-        else HM_LOGW("HOTMOE_ISA=%s is not one of ref, avx2, avx512; ignored", env);
+        if (!strcmp(env, "ref"))
+            cap = QUANT_ISA_REF;
+        else if (!strcmp(env, "avx2"))
+            cap = QUANT_ISA_AVX2;
+        else if (!strcmp(env, "avx512"))
+            cap = QUANT_ISA_AVX512;
+        else
+            HM_LOGW("HOTMOE_ISA=%s is not one of ref, avx2, avx512; ignored", env);
     }
     for (int isa = (int)cap; isa > QUANT_ISA_REF; isa--) {
         const quant_kernels *k = quant_kernels_get((quant_isa)isa);

@@ -226,11 +226,11 @@ static void deq_iq4_xs(const void *vx, float *y, int64_t nb) {
 }
 
 static const deq_fn k_deq[HM_TYPE_COUNT] = {
-    [HM_TYPE_F32] = deq_f32,       [HM_TYPE_F16] = deq_f16,       [HM_TYPE_BF16] = deq_bf16,
-    [HM_TYPE_Q4_0] = deq_q4_0,     [HM_TYPE_Q4_1] = deq_q4_1,     [HM_TYPE_Q5_0] = deq_q5_0,
-    [HM_TYPE_Q5_1] = deq_q5_1,     [HM_TYPE_Q8_0] = deq_q8_0,     [HM_TYPE_MXFP4] = deq_mxfp4,
-    [HM_TYPE_IQ4_NL] = deq_iq4_nl, [HM_TYPE_Q4_K] = deq_q4_K,     [HM_TYPE_Q5_K] = deq_q5_K,
-    [HM_TYPE_Q6_K] = deq_q6_K,     [HM_TYPE_Q8_K] = deq_q8_K,     [HM_TYPE_IQ4_XS] = deq_iq4_xs,
+    [HM_TYPE_F32] = deq_f32,       [HM_TYPE_F16] = deq_f16,   [HM_TYPE_BF16] = deq_bf16,
+    [HM_TYPE_Q4_0] = deq_q4_0,     [HM_TYPE_Q4_1] = deq_q4_1, [HM_TYPE_Q5_0] = deq_q5_0,
+    [HM_TYPE_Q5_1] = deq_q5_1,     [HM_TYPE_Q8_0] = deq_q8_0, [HM_TYPE_MXFP4] = deq_mxfp4,
+    [HM_TYPE_IQ4_NL] = deq_iq4_nl, [HM_TYPE_Q4_K] = deq_q4_K, [HM_TYPE_Q5_K] = deq_q5_K,
+    [HM_TYPE_Q6_K] = deq_q6_K,     [HM_TYPE_Q8_K] = deq_q8_K, [HM_TYPE_IQ4_XS] = deq_iq4_xs,
 };
 
 hm_status quant_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n) {

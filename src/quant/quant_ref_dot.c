@@ -30,10 +30,14 @@ static float act_block_quantize(const float *x, int B, int8_t *q) {
     for (int i = 0; i < B; i++) {
         const float v = rintf(x[i] * id);
         int qi;
-        if (v != v) qi = 0;
-        else if (v > 127.0f) qi = 127;
-        else if (v < -127.0f) qi = -127;
-        else qi = (int)v;
+        if (v != v)
+            qi = 0;
+        else if (v > 127.0f)
+            qi = 127;
+        else if (v < -127.0f)
+            qi = -127;
+        else
+            qi = (int)v;
         q[i] = (int8_t)qi;
     }
     return d;
@@ -168,13 +172,9 @@ static void dot_k4(const block_q4_K *w4, const block_q5_K *w5, const block_q8_K 
     *acc = fmaf(-(hm_fp16_to_f32(dmin) * a->d), (float)t, *acc);
 }
 
-static void dot_q4_K(const void *vw, const void *va, float *acc) {
-    dot_k4(vw, NULL, va, acc);
-}
+static void dot_q4_K(const void *vw, const void *va, float *acc) { dot_k4(vw, NULL, va, acc); }
 
-static void dot_q5_K(const void *vw, const void *va, float *acc) {
-    dot_k4(NULL, vw, va, acc);
-}
+static void dot_q5_K(const void *vw, const void *va, float *acc) { dot_k4(NULL, vw, va, acc); }
 
 /* q6_K: 6-bit value of element e (0..255); layout as in quant_ref_deq.c */
 static inline int q6_value(const block_q6_K *w, int e) {
@@ -211,9 +211,9 @@ static void dot_iq4_xs(const void *vw, const void *va, float *acc) {
 }
 
 static const dot_block_fn k_dot_block[HM_TYPE_COUNT] = {
-    [HM_TYPE_Q4_0] = dot_q4_0,     [HM_TYPE_Q4_1] = dot_q4_1,   [HM_TYPE_Q5_0] = dot_q5_0,
-    [HM_TYPE_Q5_1] = dot_q5_1,     [HM_TYPE_Q8_0] = dot_q8_0,   [HM_TYPE_MXFP4] = dot_mxfp4,
-    [HM_TYPE_IQ4_NL] = dot_iq4_nl, [HM_TYPE_Q4_K] = dot_q4_K,   [HM_TYPE_Q5_K] = dot_q5_K,
+    [HM_TYPE_Q4_0] = dot_q4_0,     [HM_TYPE_Q4_1] = dot_q4_1,     [HM_TYPE_Q5_0] = dot_q5_0,
+    [HM_TYPE_Q5_1] = dot_q5_1,     [HM_TYPE_Q8_0] = dot_q8_0,     [HM_TYPE_MXFP4] = dot_mxfp4,
+    [HM_TYPE_IQ4_NL] = dot_iq4_nl, [HM_TYPE_Q4_K] = dot_q4_K,     [HM_TYPE_Q5_K] = dot_q5_K,
     [HM_TYPE_Q6_K] = dot_q6_K,     [HM_TYPE_IQ4_XS] = dot_iq4_xs,
 };
 
@@ -239,7 +239,8 @@ float quant_dot_ref(uint32_t wtype, int64_t n, const void *w, const void *act) {
     for (int l = 0; l < 32; l++) acc[l] = 0.0f;
     if (at == QUANT_ACT_F32) {
         const float *x = act;
-        for (int64_t i = 0; i < n; i++) acc[i % 32] = fmaf(float_weight(wtype, w, i), x[i], acc[i % 32]);
+        for (int64_t i = 0; i < n; i++)
+            acc[i % 32] = fmaf(float_weight(wtype, w, i), x[i], acc[i % 32]);
         return lanes_combine(acc);
     }
     const hm_type_info *ti = hm_type_get(wtype);

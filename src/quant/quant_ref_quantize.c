@@ -42,7 +42,8 @@ static void qz_q8_0(const float *x, void *vy, int64_t nb) {
         const float amax = block_absmax(x, 32, &mx);
         const float d = amax / 127.0f, id = quant_safe_inv(d);
         y[i].d = hm_f32_to_fp16(d);
-        for (int j = 0; j < 32; j++) y[i].qs[j] = (int8_t)quant_clampi(quant_nearest_int(x[j] * id), -127, 127);
+        for (int j = 0; j < 32; j++)
+            y[i].qs[j] = (int8_t)quant_clampi(quant_nearest_int(x[j] * id), -127, 127);
     }
 }
 
@@ -241,7 +242,9 @@ static void qz_mxfp4(const float *x, void *vy, int64_t nb) {
 
 /* ---- float types ---- */
 
-static void qz_f32(const float *x, void *vy, int64_t n) { memcpy(vy, x, (size_t)n * sizeof(float)); }
+static void qz_f32(const float *x, void *vy, int64_t n) {
+    memcpy(vy, x, (size_t)n * sizeof(float));
+}
 
 static void qz_f16(const float *x, void *vy, int64_t n) {
     hm_fp16 *y = vy;
@@ -261,11 +264,21 @@ static void qz_q8_K(const float *x, void *vy, int64_t nb) {
 typedef void (*qz_fn)(const float *x, void *y, int64_t nb);
 
 static const qz_fn k_qz[HM_TYPE_COUNT] = {
-    [HM_TYPE_F32] = qz_f32,       [HM_TYPE_F16] = qz_f16,       [HM_TYPE_BF16] = qz_bf16,
-    [HM_TYPE_Q4_0] = qz_q4_0,     [HM_TYPE_Q4_1] = qz_q4_1,     [HM_TYPE_Q5_0] = qz_q5_0,
-    [HM_TYPE_Q5_1] = qz_q5_1,     [HM_TYPE_Q8_0] = qz_q8_0,     [HM_TYPE_MXFP4] = qz_mxfp4,
-    [HM_TYPE_IQ4_NL] = qz_iq4_nl, [HM_TYPE_Q4_K] = quant_ref_qz_q4_K,     [HM_TYPE_Q5_K] = quant_ref_qz_q5_K,
-    [HM_TYPE_Q6_K] = quant_ref_qz_q6_K,     [HM_TYPE_Q8_K] = qz_q8_K,     [HM_TYPE_IQ4_XS] = qz_iq4_xs,
+    [HM_TYPE_F32] = qz_f32,
+    [HM_TYPE_F16] = qz_f16,
+    [HM_TYPE_BF16] = qz_bf16,
+    [HM_TYPE_Q4_0] = qz_q4_0,
+    [HM_TYPE_Q4_1] = qz_q4_1,
+    [HM_TYPE_Q5_0] = qz_q5_0,
+    [HM_TYPE_Q5_1] = qz_q5_1,
+    [HM_TYPE_Q8_0] = qz_q8_0,
+    [HM_TYPE_MXFP4] = qz_mxfp4,
+    [HM_TYPE_IQ4_NL] = qz_iq4_nl,
+    [HM_TYPE_Q4_K] = quant_ref_qz_q4_K,
+    [HM_TYPE_Q5_K] = quant_ref_qz_q5_K,
+    [HM_TYPE_Q6_K] = quant_ref_qz_q6_K,
+    [HM_TYPE_Q8_K] = qz_q8_K,
+    [HM_TYPE_IQ4_XS] = qz_iq4_xs,
 };
 
 hm_status quant_quantize_row(uint32_t type, const float *src, void *dst, int64_t n) {

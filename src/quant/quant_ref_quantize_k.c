@@ -21,7 +21,8 @@
  * then alternates: assign L for the current (scale, offset), least-squares (scale, offset) for
  * that L; keeps the fit of lowest error. Returns scale (>= 0), sets *moff. */
 static float fit_scale_min(const float *x, int n, int nmax, float *moff) {
-    float mn = x[0], mx = x[0], psx[4] = {0.0f, 0.0f, 0.0f, 0.0f}, psx2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float mn = x[0], mx = x[0], psx[4] = {0.0f, 0.0f, 0.0f, 0.0f},
+          psx2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int j = 0; j < n; j += 4)
         for (int k = 0; k < 4; k++) {
             const float v = x[j + k];
@@ -60,8 +61,8 @@ static float fit_scale_min(const float *x, int n, int nmax, float *moff) {
             s = sxl / sl2;
         }
         if (!(s > 0.0f)) break;
-        const float err = sx2 + s * s * sl2 + fn * m * m - 2.0f * s * sxl - 2.0f * m * sx +
-                          2.0f * s * m * sl;
+        const float err =
+            sx2 + s * s * sl2 + fn * m * m - 2.0f * s * sxl - 2.0f * m * sx + 2.0f * s * m * sl;
         if (err < best_err) {
             best_err = err;
             best_scale = s;
@@ -78,8 +79,8 @@ static float fit_scale_min(const float *x, int n, int nmax, float *moff) {
 
 /* Shared by q4_K and q5_K: fits the 8 sub-blocks, stores d, dmin and the packed 6-bit scales,
  * and writes the element values L[0..256) (0..nmax) quantised with the stored scales. */
-static void k4_super_block(const float *x, int nmax, hm_fp16 *d, hm_fp16 *dmin,
-                           uint8_t scales[12], uint8_t L[HM_QK_K]) {
+static void k4_super_block(const float *x, int nmax, hm_fp16 *d, hm_fp16 *dmin, uint8_t scales[12],
+                           uint8_t L[HM_QK_K]) {
     float sc[8], mn[8], max_sc = 0.0f, max_mn = 0.0f;
     for (int j = 0; j < 8; j++) {
         sc[j] = fit_scale_min(x + 32 * j, 32, nmax, &mn[j]);
@@ -111,7 +112,8 @@ static void k4_super_block(const float *x, int nmax, hm_fp16 *d, hm_fp16 *dmin,
         const float dq = df * (float)ls[j], dm = dminf * (float)lm[j];
         const float idq = quant_safe_inv(dq);
         for (int l = 0; l < 32; l++)
-            L[32 * j + l] = (uint8_t)quant_clampi(quant_nearest_int((x[32 * j + l] + dm) * idq), 0, nmax);
+            L[32 * j + l] =
+                (uint8_t)quant_clampi(quant_nearest_int((x[32 * j + l] + dm) * idq), 0, nmax);
     }
 }
 
@@ -193,9 +195,11 @@ void quant_ref_qz_q6_K(const float *x, void *vy, int64_t nb) {
             const uint8_t *Lh = L + 128 * h;
             for (int l = 0; l < 32; l++) {
                 y[i].ql[64 * h + l] = (uint8_t)((Lh[l] & 0xF) | ((Lh[l + 64] & 0xF) << 4));
-                y[i].ql[64 * h + 32 + l] = (uint8_t)((Lh[l + 32] & 0xF) | ((Lh[l + 96] & 0xF) << 4));
-                y[i].qh[32 * h + l] = (uint8_t)((Lh[l] >> 4) | ((Lh[l + 32] >> 4) << 2) |
-                                                ((Lh[l + 64] >> 4) << 4) | ((Lh[l + 96] >> 4) << 6));
+                y[i].ql[64 * h + 32 + l] =
+                    (uint8_t)((Lh[l + 32] & 0xF) | ((Lh[l + 96] & 0xF) << 4));
+                y[i].qh[32 * h + l] =
+                    (uint8_t)((Lh[l] >> 4) | ((Lh[l + 32] >> 4) << 2) | ((Lh[l + 64] >> 4) << 4) |
+                              ((Lh[l + 96] >> 4) << 6));
             }
         }
     }

@@ -53,10 +53,10 @@ static void test_q4_0(void) {
     b[1].d = H_M2;
     memset(b[1].qs, 0x5A, 16);
     for (int j = 0; j < 16; j++) {
-        want[j] = (float)(j - 8) * 0.5f;        /* low nibble: element j */
-        want[j + 16] = (float)(7 - j) * 0.5f;   /* high nibble: element j + 16: (15-j) - 8 */
-        want[32 + j] = (10 - 8) * -2.0f;        /* 0xA */
-        want[48 + j] = (5 - 8) * -2.0f;         /* 0x5 */
+        want[j] = (float)(j - 8) * 0.5f;      /* low nibble: element j */
+        want[j + 16] = (float)(7 - j) * 0.5f; /* high nibble: element j + 16: (15-j) - 8 */
+        want[32 + j] = (10 - 8) * -2.0f;      /* 0xA */
+        want[48 + j] = (5 - 8) * -2.0f;       /* 0x5 */
     }
     if (!deq(HM_TYPE_Q4_0, b, y, 64)) return;
     HM_CHECK(count_bad(y, want, 64, "q4_0") == 0);
@@ -99,7 +99,8 @@ static void test_q5_0_q5_1(void) {
         HM_CHECK(count_bad(y, want, 32, "q5_0") == 0);
         /* e=0: 0|16 - 16; e=4: 4 - 16 (bit 4 of 0x0F clear); e=16: 15|16 - 16 (bit 0 of 0x55);
          * e=17: 14 - 16 (bit 1 of 0x55 clear); e=31: 0|16 - 16 (bit 7 of 0xAA) */
-        HM_CHECK(y[0] == 0.0f && y[4] == -12.0f && y[16] == 15.0f && y[17] == -2.0f && y[31] == 0.0f);
+        HM_CHECK(y[0] == 0.0f && y[4] == -12.0f && y[16] == 15.0f && y[17] == -2.0f &&
+                 y[31] == 0.0f);
     }
     for (int e = 0; e < 32; e++) want[e] = (want[e] + 16.0f) * 0.5f + 0.25f;
     if (deq(HM_TYPE_Q5_1, &b1, y, 32)) {
@@ -170,16 +171,18 @@ static void test_q4_K(void) {
      * sub-block 2g + 1 */
     for (int g = 0; g < 4; g++)
         for (int l = 0; l < 32; l++) {
-            want[64 * g + l] = 0.5f * (float)(k_sc[2 * g] * ((l + g) & 15)) - 0.25f * (float)k_mn[2 * g];
-            want[64 * g + 32 + l] =
-                0.5f * (float)(k_sc[2 * g + 1] * ((3 * l + g) & 15)) - 0.25f * (float)k_mn[2 * g + 1];
+            want[64 * g + l] =
+                0.5f * (float)(k_sc[2 * g] * ((l + g) & 15)) - 0.25f * (float)k_mn[2 * g];
+            want[64 * g + 32 + l] = 0.5f * (float)(k_sc[2 * g + 1] * ((3 * l + g) & 15)) -
+                                    0.25f * (float)k_mn[2 * g + 1];
         }
     if (!deq(HM_TYPE_Q4_K, &b, y, 256)) return;
     HM_CHECK(count_bad(y, want, 256, "q4_K") == 0);
     /* by hand: e=32: q=0, mn[1]=4: -1; e=69 (g1 l5, sub 2): q=6: 0.5*3*6 - 0.25*62 = -6.5;
      * e=168 (g2 high l8, sub 5): q=(24+2)&15=10: 0.5*27*10 - 0.25*37 = 125.75;
      * e=255 (sub 7, sc 0): -0.25*63 */
-    HM_CHECK(y[0] == 0.0f && y[32] == -1.0f && y[69] == -6.5f && y[168] == 125.75f && y[255] == -15.75f);
+    HM_CHECK(y[0] == 0.0f && y[32] == -1.0f && y[69] == -6.5f && y[168] == 125.75f &&
+             y[255] == -15.75f);
 }
 
 static void test_q5_K(void) {
@@ -274,17 +277,25 @@ static void test_float_types(void) {
     float y[5];
     if (deq(HM_TYPE_F16, h, y, 4))
         HM_CHECK(y[0] == 1.0f && y[1] == -2.0f && y[2] == 65504.0f && y[3] == 0x1p-24f);
-    if (deq(HM_TYPE_BF16, bf, y, 3))
-        HM_CHECK(y[0] == 1.0f && y[1] == -3.0f && y[2] == 0x1p-133f);
+    if (deq(HM_TYPE_BF16, bf, y, 3)) HM_CHECK(y[0] == 1.0f && y[1] == -3.0f && y[2] == 0x1p-133f);
     if (deq(HM_TYPE_F32, f, y, 3)) HM_CHECK(!memcmp(y, f, sizeof(f)));
 }
 
 static void test_unsupported_and_bad_n(void) {
-    static const uint32_t unsupported[] = {HM_TYPE_Q8_1,   HM_TYPE_Q2_K,  HM_TYPE_Q3_K,
-                                           HM_TYPE_IQ2_XXS, HM_TYPE_IQ3_S, HM_TYPE_IQ1_M,
-                                           HM_TYPE_I8,     HM_TYPE_I32,   HM_TYPE_F64,
-                                           HM_TYPE_TQ2_0,  4,             HM_TYPE_COUNT,
-                                           1000,           0xFFFFFFFFu};
+    static const uint32_t unsupported[] = {HM_TYPE_Q8_1,
+                                           HM_TYPE_Q2_K,
+                                           HM_TYPE_Q3_K,
+                                           HM_TYPE_IQ2_XXS,
+                                           HM_TYPE_IQ3_S,
+                                           HM_TYPE_IQ1_M,
+                                           HM_TYPE_I8,
+                                           HM_TYPE_I32,
+                                           HM_TYPE_F64,
+                                           HM_TYPE_TQ2_0,
+                                           4,
+                                           HM_TYPE_COUNT,
+                                           1000,
+                                           0xFFFFFFFFu};
     uint8_t buf[512] = {0};
     float y[256], x[256] = {0};
     for (size_t i = 0; i < sizeof(unsupported) / sizeof(unsupported[0]); i++) {

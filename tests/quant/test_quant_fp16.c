@@ -43,9 +43,11 @@ static void test_half_to_float_exhaustive(void) {
         const float f = hm_fp16_to_f32((hm_fp16)h);
         const int e = (h >> 10) & 31, m = h & 1023;
         if (e == 31) {
-            if (m == 0) bad += !(isinf(f) && (signbit(f) != 0) == ((h >> 15) != 0));
+            if (m == 0)
+                bad += !(isinf(f) && (signbit(f) != 0) == ((h >> 15) != 0));
             else /* quiet NaN, payload kept: what F16C's vcvtph2ps gives */
-                bad += hm_f32_to_bits(f) != (((h & 0x8000u) << 16) | 0x7fc00000u | ((uint32_t)m << 13));
+                bad += hm_f32_to_bits(f) !=
+                       (((h & 0x8000u) << 16) | 0x7fc00000u | ((uint32_t)m << 13));
             continue;
         }
         bad += (double)f != half_value((uint16_t)h) || (signbit(f) != 0) != ((h >> 15) != 0);
@@ -66,9 +68,10 @@ static void test_half_roundtrip_and_midpoints(void) {
         /* midpoint to the next half of larger magnitude (exact in float: 12 significant bits) */
         if ((h & 0x7fff) >= 0x7c00) continue;
         const uint16_t next = (uint16_t)(h + 1);
-        const double mid = (half_value((uint16_t)h) + ((next & 0x7fff) == 0x7c00
-                                                          ? (h & 0x8000 ? -65536.0 : 65536.0)
-                                                          : half_value(next))) / 2;
+        const double mid =
+            (half_value((uint16_t)h) +
+             ((next & 0x7fff) == 0x7c00 ? (h & 0x8000 ? -65536.0 : 65536.0) : half_value(next))) /
+            2;
         const float fm = (float)mid;
         HM_REQUIRE((double)fm == mid);
         const uint16_t even = (h & 1) ? next : (uint16_t)h;
@@ -82,8 +85,8 @@ static void test_half_roundtrip_and_midpoints(void) {
     HM_CHECK(hm_f32_to_fp16(65519.99f) == 0x7bff);
     HM_CHECK(hm_f32_to_fp16(65520.0f) == 0x7c00);
     HM_CHECK(hm_f32_to_fp16(-1e10f) == 0xfc00);
-    HM_CHECK(hm_f32_to_fp16(0x1p-25f) == 0x0000);            /* tie between 0 and 2^-24: even */
-    HM_CHECK(hm_f32_to_fp16(0x1.8p-24f) == 0x0002);          /* tie between 1 and 2 ulps: 2 */
+    HM_CHECK(hm_f32_to_fp16(0x1p-25f) == 0x0000);   /* tie between 0 and 2^-24: even */
+    HM_CHECK(hm_f32_to_fp16(0x1.8p-24f) == 0x0002); /* tie between 1 and 2 ulps: 2 */
     HM_CHECK(hm_f32_to_fp16(-0.0f) == 0x8000);
 }
 
@@ -125,7 +128,7 @@ static void test_bf16_exhaustive(void) {
         bad += hm_f32_to_bf16(hm_bits_to_f32((h << 16) | 0x8001)) != (uint16_t)(h + 1);
     }
     HM_CHECK_MSG(bad == 0, "%d bfloat16 conversions wrong", bad);
-    HM_CHECK(hm_f32_to_bf16(3.0e38f) == 0x7f62);     /* 3.0e38 = 0x7f61b1e6 rounds up */
+    HM_CHECK(hm_f32_to_bf16(3.0e38f) == 0x7f62); /* 3.0e38 = 0x7f61b1e6 rounds up */
     HM_CHECK(hm_f32_to_bf16(hm_bits_to_f32(0x7f7fffffu)) == 0x7f80); /* FLT_MAX rounds to inf */
 }
 

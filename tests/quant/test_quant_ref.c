@@ -26,9 +26,9 @@ static void fill_gauss(float *x, int64_t n, float scale) {
 }
 
 /* every weight type with a quantiser and a dot product */
-static const uint32_t k_wtypes[] = {HM_TYPE_F32,  HM_TYPE_F16,  HM_TYPE_BF16,   HM_TYPE_Q4_0,
-                                    HM_TYPE_Q4_1, HM_TYPE_Q5_0, HM_TYPE_Q5_1,   HM_TYPE_Q8_0,
-                                    HM_TYPE_Q4_K, HM_TYPE_Q5_K, HM_TYPE_Q6_K,   HM_TYPE_IQ4_NL,
+static const uint32_t k_wtypes[] = {HM_TYPE_F32,    HM_TYPE_F16,  HM_TYPE_BF16, HM_TYPE_Q4_0,
+                                    HM_TYPE_Q4_1,   HM_TYPE_Q5_0, HM_TYPE_Q5_1, HM_TYPE_Q8_0,
+                                    HM_TYPE_Q4_K,   HM_TYPE_Q5_K, HM_TYPE_Q6_K, HM_TYPE_IQ4_NL,
                                     HM_TYPE_IQ4_XS, HM_TYPE_MXFP4};
 #define N_WTYPES (int)(sizeof(k_wtypes) / sizeof(k_wtypes[0]))
 
@@ -39,22 +39,38 @@ static const uint32_t k_wtypes[] = {HM_TYPE_F32,  HM_TYPE_F16,  HM_TYPE_BF16,   
  * iq4_nl .074 iq4_xs .075 mxfp4 .112 f16 .0002 bf16 .0017 q8_K .0070; bounds leave ~15%. */
 static double error_bound(uint32_t t) {
     switch (t) {
-    case HM_TYPE_F32: return 0.0;
-    case HM_TYPE_F16: return 3e-4;
-    case HM_TYPE_BF16: return 2.5e-3;
-    case HM_TYPE_Q8_0: return 0.007;
-    case HM_TYPE_Q8_K: return 0.008;
-    case HM_TYPE_Q4_0: return 0.10;
-    case HM_TYPE_Q4_1: return 0.09;
-    case HM_TYPE_Q5_0: return 0.05;
-    case HM_TYPE_Q5_1: return 0.045;
-    case HM_TYPE_Q4_K: return 0.085;
-    case HM_TYPE_Q5_K: return 0.043;
-    case HM_TYPE_Q6_K: return 0.02;
-    case HM_TYPE_IQ4_NL: return 0.085;
-    case HM_TYPE_IQ4_XS: return 0.086;
-    case HM_TYPE_MXFP4: return 0.13;
-    default: return 0.0;
+    case HM_TYPE_F32:
+        return 0.0;
+    case HM_TYPE_F16:
+        return 3e-4;
+    case HM_TYPE_BF16:
+        return 2.5e-3;
+    case HM_TYPE_Q8_0:
+        return 0.007;
+    case HM_TYPE_Q8_K:
+        return 0.008;
+    case HM_TYPE_Q4_0:
+        return 0.10;
+    case HM_TYPE_Q4_1:
+        return 0.09;
+    case HM_TYPE_Q5_0:
+        return 0.05;
+    case HM_TYPE_Q5_1:
+        return 0.045;
+    case HM_TYPE_Q4_K:
+        return 0.085;
+    case HM_TYPE_Q5_K:
+        return 0.043;
+    case HM_TYPE_Q6_K:
+        return 0.02;
+    case HM_TYPE_IQ4_NL:
+        return 0.085;
+    case HM_TYPE_IQ4_XS:
+        return 0.086;
+    case HM_TYPE_MXFP4:
+        return 0.13;
+    default:
+        return 0.0;
     }
 }
 
@@ -97,8 +113,8 @@ static void test_quantize_error(void) {
                 e = sqrt(ee / s2);
                 bound = t == HM_TYPE_F32 ? 0.0 : 4.0 * bound + 0.01;
             }
-            HM_CHECK_MSG(e <= bound, "%s scale %g: relative rms error %.5f > %.5f",
-                         hm_type_name(t), (double)scales[si], e, bound);
+            HM_CHECK_MSG(e <= bound, "%s scale %g: relative rms error %.5f > %.5f", hm_type_name(t),
+                         (double)scales[si], e, bound);
         }
     }
     /* all-zero data gives exact zeros; data with a huge outlier per block stays finite */

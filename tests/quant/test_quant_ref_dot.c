@@ -26,9 +26,9 @@ static float rng_gauss(void) {
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
-static const uint32_t k_wtypes[] = {HM_TYPE_F32,  HM_TYPE_F16,  HM_TYPE_BF16,   HM_TYPE_Q4_0,
-                                    HM_TYPE_Q4_1, HM_TYPE_Q5_0, HM_TYPE_Q5_1,   HM_TYPE_Q8_0,
-                                    HM_TYPE_Q4_K, HM_TYPE_Q5_K, HM_TYPE_Q6_K,   HM_TYPE_IQ4_NL,
+static const uint32_t k_wtypes[] = {HM_TYPE_F32,    HM_TYPE_F16,  HM_TYPE_BF16, HM_TYPE_Q4_0,
+                                    HM_TYPE_Q4_1,   HM_TYPE_Q5_0, HM_TYPE_Q5_1, HM_TYPE_Q8_0,
+                                    HM_TYPE_Q4_K,   HM_TYPE_Q5_K, HM_TYPE_Q6_K, HM_TYPE_IQ4_NL,
                                     HM_TYPE_IQ4_XS, HM_TYPE_MXFP4};
 #define N_WTYPES (int)(sizeof(k_wtypes) / sizeof(k_wtypes[0]))
 
@@ -39,8 +39,16 @@ static const int kv_iq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
 static const int kv_mx[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 static float rd_f16(const uint8_t *p) { return hm_fp16_to_f32((uint16_t)(p[0] | (p[1] << 8))); }
-static float rd_f32(const uint8_t *p) { float f; memcpy(&f, p, 4); return f; }
-static int32_t rd_i32(const uint8_t *p) { int32_t v; memcpy(&v, p, 4); return v; }
+static float rd_f32(const uint8_t *p) {
+    float f;
+    memcpy(&f, p, 4);
+    return f;
+}
+static int32_t rd_i32(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
 /* element e (0..31) of 16 bytes in q4_0 order: low nibbles are 0..15, high nibbles 16..31 */
 static int nib(const uint8_t *qs, int e) { return e < 16 ? qs[e] & 15 : qs[e - 16] >> 4; }
 
@@ -66,11 +74,13 @@ static void decode(uint32_t t, const uint8_t *b, dec_block *o) {
         break;
     case HM_TYPE_Q5_0: /* d @0, qh @2 (bit e = bit 4 of element e), qs @6 */
         o->d = rd_f16(b);
-        for (int e = 0; e < 32; e++) o->w[e] = (nib(b + 6, e) | (((b[2 + e / 8] >> (e % 8)) & 1) << 4)) - 16;
+        for (int e = 0; e < 32; e++)
+            o->w[e] = (nib(b + 6, e) | (((b[2 + e / 8] >> (e % 8)) & 1) << 4)) - 16;
         break;
     case HM_TYPE_Q5_1: /* d @0, m @2, qh @4, qs @8 */
         o->d = rd_f16(b), o->m = rd_f16(b + 2);
-        for (int e = 0; e < 32; e++) o->w[e] = nib(b + 8, e) | (((b[4 + e / 8] >> (e % 8)) & 1) << 4);
+        for (int e = 0; e < 32; e++)
+            o->w[e] = nib(b + 8, e) | (((b[4 + e / 8] >> (e % 8)) & 1) << 4);
         break;
     case HM_TYPE_Q8_0: /* d @0, qs @2 (int8) */
         o->d = rd_f16(b);
@@ -132,15 +142,19 @@ static float indep_dot(uint32_t t, int64_t n, const uint8_t *w, const uint8_t *a
     if (t == HM_TYPE_F32 || t == HM_TYPE_F16 || t == HM_TYPE_BF16) {
         for (int64_t i = 0; i < n; i++) {
             float wi;
-            if (t == HM_TYPE_F32) wi = rd_f32(w + 4 * i);
-            else if (t == HM_TYPE_F16) wi = rd_f16(w + 2 * i);
-            else wi = hm_bf16_to_f32((uint16_t)(w[2 * i] | (w[2 * i + 1] << 8)));
+            if (t == HM_TYPE_F32)
+                wi = rd_f32(w + 4 * i);
+            else if (t == HM_TYPE_F16)
+                wi = rd_f16(w + 2 * i);
+            else
+                wi = hm_bf16_to_f32((uint16_t)(w[2 * i] | (w[2 * i + 1] << 8)));
             acc[i % 32] = fmaf(wi, rd_f32(act + 4 * i), acc[i % 32]);
         }
     } else {
         const hm_type_info *ti = hm_type_get(t);
         const int B = ti->block_size;
-        const size_t abytes = B == 32 ? 40 : 292; /* q8_32: d, sum, qs[32]; q8_K: d, qs[256], bsums */
+        const size_t abytes =
+            B == 32 ? 40 : 292; /* q8_32: d, sum, qs[32]; q8_K: d, qs[256], bsums */
         dec_block db;
         for (int64_t b = 0; b < n / B; b++) {
             const uint8_t *wb = w + b * ti->type_size, *ab = act + b * abytes;
@@ -150,7 +164,8 @@ static float indep_dot(uint32_t t, int64_t n, const uint8_t *w, const uint8_t *a
             int32_t s = 0, t_min = 0, sum_a = 0;
             for (int j = 0; j < B / db.sub; j++) {
                 int32_t sj = 0, aj = 0;
-                for (int i = j * db.sub; i < (j + 1) * db.sub; i++) sj += db.w[i] * a[i], aj += a[i];
+                for (int i = j * db.sub; i < (j + 1) * db.sub; i++)
+                    sj += db.w[i] * a[i], aj += a[i];
                 s += db.sc[j] * sj;
                 t_min += db.mn[j] * aj;
                 sum_a += aj;
@@ -184,14 +199,20 @@ static void random_blocks(uint32_t t, uint8_t *w, int64_t n) {
     for (int64_t b = 0; b < n / ti->block_size; b++) {
         uint8_t *p = w + b * ti->type_size;
         int off[2] = {-1, -1};
-        if (t == HM_TYPE_F16 || t == HM_TYPE_BF16) off[0] = 0;
-        else if (t == HM_TYPE_Q6_K) off[0] = 208;
-        else if (t == HM_TYPE_MXFP4) p[0] = (uint8_t)(118 + rng_u32() % 21);
-        else if (t != HM_TYPE_F32) off[0] = 0;
-        if (t == HM_TYPE_Q4_1 || t == HM_TYPE_Q5_1 || t == HM_TYPE_Q4_K || t == HM_TYPE_Q5_K) off[1] = 2;
+        if (t == HM_TYPE_F16 || t == HM_TYPE_BF16)
+            off[0] = 0;
+        else if (t == HM_TYPE_Q6_K)
+            off[0] = 208;
+        else if (t == HM_TYPE_MXFP4)
+            p[0] = (uint8_t)(118 + rng_u32() % 21);
+        else if (t != HM_TYPE_F32)
+            off[0] = 0;
+        if (t == HM_TYPE_Q4_1 || t == HM_TYPE_Q5_1 || t == HM_TYPE_Q4_K || t == HM_TYPE_Q5_K)
+            off[1] = 2;
         for (int k = 0; k < 2; k++) {
             if (off[k] < 0) continue;
-            const float v = ldexpf((float)(rng_u32() % 1024) / 1024.0f + 1.0f, (int)(rng_u32() % 12) - 10);
+            const float v =
+                ldexpf((float)(rng_u32() % 1024) / 1024.0f + 1.0f, (int)(rng_u32() % 12) - 10);
             const uint16_t h = t == HM_TYPE_BF16 ? hm_f32_to_bf16(rng_u32() & 1 ? -v : v)
                                                  : hm_f32_to_fp16(rng_u32() & 1 ? -v : v);
             p[off[k]] = (uint8_t)h, p[off[k] + 1] = (uint8_t)(h >> 8);
@@ -219,8 +240,10 @@ static void check_type(uint32_t t, int64_t n, int random_bytes) {
     quant_act_quantize_ref(at, x, a, n);
     HM_CHECK(quant_dequantize_row(t, w, wd, n) == HM_OK);
     /* dequantised activations */
-    if (at == QUANT_ACT_F32) memcpy(ad, x, (size_t)n * sizeof(float));
-    else if (at == QUANT_ACT_Q8_K) HM_CHECK(quant_dequantize_row(HM_TYPE_Q8_K, a, ad, n) == HM_OK);
+    if (at == QUANT_ACT_F32)
+        memcpy(ad, x, (size_t)n * sizeof(float));
+    else if (at == QUANT_ACT_Q8_K)
+        HM_CHECK(quant_dequantize_row(HM_TYPE_Q8_K, a, ad, n) == HM_OK);
     else
         for (int64_t i = 0; i < n; i++) {
             const block_q8_32 *blk = (const block_q8_32 *)a + i / 32;
@@ -237,9 +260,9 @@ static void check_type(uint32_t t, int64_t n, int random_bytes) {
     HM_CHECK_MSG(fabs(got - exact) <= 1e-5 * mag + 1e-30, "%s n=%lld %s: dot %.9g, float64 %.9g",
                  hm_type_name(t), (long long)n, random_bytes ? "random bytes" : "quantised",
                  (double)got, exact);
-    HM_CHECK_MSG(!memcmp(&got, &indep, 4), "%s n=%lld %s: dot %a, independent %a",
-                 hm_type_name(t), (long long)n, random_bytes ? "random bytes" : "quantised",
-                 (double)got, (double)indep);
+    HM_CHECK_MSG(!memcmp(&got, &indep, 4), "%s n=%lld %s: dot %a, independent %a", hm_type_name(t),
+                 (long long)n, random_bytes ? "random bytes" : "quantised", (double)got,
+                 (double)indep);
     free(x), free(wd), free(ad), free(w), free(a);
 }
 
@@ -266,7 +289,7 @@ static void test_dot_lane_order(void) {
     enum { N = 64 };
     float w[N], x[N];
     for (int i = 0; i < N; i++) w[i] = 1.0f, x[i] = 0.0f;
-    x[0] = 1.0f;  /* lane 0 */
+    x[0] = 1.0f;      /* lane 0 */
     x[16] = 0x1p-24f; /* lane 16: added to lane 0 first: 1 + 2^-24 rounds to 1 (even) */
     x[48] = 0x1p-24f; /* lane 16 again: lane 16 = 2^-23 then 1 + 2^-23 is exact */
     const float got = quant_dot_ref(HM_TYPE_F32, N, w, x);
@@ -317,7 +340,8 @@ static void test_ref_kernel_table(void) {
         for (int c = 0; c < 2; c++)
             for (int r = 0; r < 3; r++) {
                 const float want = quant_dot_ref(t, n, w + r * ws, a + c * as);
-                HM_CHECK_MSG(!memcmp(&out[c * 5 + r], &want, 4), "%s tile r%d c%d", hm_type_name(t), r, c);
+                HM_CHECK_MSG(!memcmp(&out[c * 5 + r], &want, 4), "%s tile r%d c%d", hm_type_name(t),
+                             r, c);
             }
         HM_CHECK(out[3] == -1.0f && out[9] == -1.0f);
         free(w), free(a);
@@ -328,7 +352,8 @@ static void test_ref_kernel_table(void) {
     HM_CHECK(quant_kernels_best() == k);
     setenv("HOTMOE_ISA", "avx2", 1);
     HM_CHECK(quant_kernels_best()->isa <= QUANT_ISA_AVX2);
-    HM_CHECK(quant_kernels_best() == (quant_kernels_get(QUANT_ISA_AVX2) ? quant_kernels_get(QUANT_ISA_AVX2) : k));
+    HM_CHECK(quant_kernels_best() ==
+             (quant_kernels_get(QUANT_ISA_AVX2) ? quant_kernels_get(QUANT_ISA_AVX2) : k));
     unsetenv("HOTMOE_ISA");
     const quant_kernels *best = quant_kernels_best();
     HM_REQUIRE(best != NULL);
