@@ -361,4 +361,47 @@ static void test_ref_kernel_table(void) {
         HM_CHECK(quant_kernels_get((quant_isa)isa) == NULL); /* nothing better was available */
 }
 
-HM_TEST_MAIN(test_dot_all_types, test_dot_lane_order, test_ref_kernel_table)
+/* Every SIMD table this CPU runs must give the reference's bits on the corner cases of
+ * ARITHMETIC.md §1 (ties, the tiny-amax corner, zero blocks) and on random-byte weights (every
+ * scale/quant bit pattern). test_quant_simd.c covers them on ordinary data. */
+static void test_simd_tables_on_corners(void) {
+    float z[256] = {1e-38f, -1e-38f, 0.0f, 5e-39f, 1e-45f};
+    float t[256] = {127.0f, 2.5f, 3.5f, -2.5f, -0.5f, 0.5f, 1.5f, -127.0f, 126.5f};
+    float zero[256] = {0.0f};
+    const float *cases[3] = {z, t, zero};
+    static uint8_t r[1024], s[1024];
+    for (int isa = QUANT_ISA_AVX2; isa < QUANT_ISA_COUNT; isa++) {
+        const quant_kernels *k = quant_kernels_get((quant_isa)isa);
+        if (!k) continue;
+        for (int a = QUANT_ACT_Q8_32; a <= QUANT_ACT_Q8_K; a++)
+            for (int c = 0; c < 3; c++) {
+                const int n = a == QUANT_ACT_Q8_32 ? 32 : 256;
+                memset(r, 0, sizeof(r)), memset(s, 0xAA, sizeof(s));
+                quant_act_quantize_ref((quant_act)a, cases[c], r, n);
+                k->act[a](cases[c], s, n);
+                HM_CHECK_MSG(!memcmp(r, s, quant_act_row_size((quant_act)a, n)),
+                             "%s act %d corner case %d differs from the reference", k->name, a, c);
+            }
+        for (int ti = 0; ti < N_WTYPES; ti++) {
+            const uint32_t wt = k_wtypes[ti];
+            const int64_t n =
+                hm_type_get(wt)->block_size == 1 ? 1000 : 70 * hm_type_get(wt)->block_size;
+            const quant_act at = quant_act_for(wt);
+            uint8_t *w = malloc(hm_row_size(wt, n)), *act = malloc(quant_act_row_size(at, n));
+            float *x = malloc((size_t)n * sizeof(float));
+            HM_REQUIRE(w && act && x);
+            random_blocks(wt, w, n);
+            for (int64_t i = 0; i < n; i++) x[i] = rng_gauss();
+            quant_act_quantize_ref(at, x, act, n);
+            const float want = quant_dot_ref(wt, n, w, act);
+            float got = -1.0f;
+            k->dot[wt](n, w, 0, 1, act, 0, 1, &got, 1);
+            HM_CHECK_MSG(!memcmp(&got, &want, 4), "%s %s random bytes: %a, reference %a", k->name,
+                         hm_type_name(wt), (double)got, (double)want);
+            free(w), free(act), free(x);
+        }
+    }
+}
+
+HM_TEST_MAIN(test_dot_all_types, test_dot_lane_order, test_ref_kernel_table,
+             test_simd_tables_on_corners)
