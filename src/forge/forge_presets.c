@@ -51,7 +51,7 @@ static const forge_preset k_presets[] = {
     /* tiny test models: every feature of the arch, small dims */
     {.name = "tiny-qwen3moe", .model_name = "tiny-qwen3moe", .arch = FORGE_ARCH_QWEN3MOE, .tiny = true,
      .n_vocab = 1024, .n_embd = 256, .n_layer = 4, .n_head = 4, .n_head_kv = 2, .head_dim = 64,
-     .n_ff = 512, .n_ff_exp = 256, .n_expert = 16, .n_expert_used = 4, .n_ctx = 4096,
+     .n_ff = 512, .n_ff_exp = 128, .n_expert = 16, .n_expert_used = 4, .n_ctx = 4096,
      .rms_eps = 1e-6, .rope_base = 1000000.0, .special_base = 1024 - 32, .n_merges_max = 700},
     {.name = "tiny-mixtral", .model_name = "tiny-mixtral", .arch = FORGE_ARCH_LLAMA, .tiny = true,
      .n_vocab = 1024, .n_embd = 256, .n_layer = 2, .n_head = 4, .n_head_kv = 2, .head_dim = 64,

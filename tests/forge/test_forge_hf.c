@@ -103,7 +103,7 @@ static void test_qwen3moe(void) {
     snprintf(f, sizeof(f), "%s/config.json", c.dir);
     size_t n;
     char *cfg = (char *)ft_read_file(f, &n);
-    HM_CHECK(cfg && strstr(cfg, "\"Qwen3MoeForCausalLM\"") && strstr(cfg, "\"moe_intermediate_size\": 256") &&
+    HM_CHECK(cfg && strstr(cfg, "\"Qwen3MoeForCausalLM\"") && strstr(cfg, "\"moe_intermediate_size\": 128") &&
              strstr(cfg, "\"num_experts\": 16") && strstr(cfg, "\"norm_topk_prob\": true"));
     free(cfg);
     snprintf(f, sizeof(f), "%s/tokenizer.json", c.dir);
