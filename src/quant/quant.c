@@ -12,6 +12,10 @@
 #include <string.h>
 
 #include "base/log.h"
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include "quant/quant.h"
 #include "quant/quant_isa.h"
 
@@ -121,17 +125,21 @@ static const quant_kernels k_ref = {
 
 /* ---- dispatch ---- */
 
+/* F16C is CPUID.1:ECX bit 29; clang's __builtin_cpu_supports does not know the name. */
+static int cpu_has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+}
+
 static int cpu_has(quant_isa isa) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
-    if (isa == QUANT_ISA_AVX2)
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-               __builtin_cpu_supports("f16c");
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
+    if (isa == QUANT_ISA_AVX2) return avx2;
     if (isa == QUANT_ISA_AVX512)
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-               __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx512f") &&
-               __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
+        return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+               __builtin_cpu_supports("avx512vnni");
     return 0;
 #else
     (void)isa;
