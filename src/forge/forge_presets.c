@@ -139,6 +139,8 @@ hm_status forge_preset_check(const forge_preset *p, hm_error *err) {
         NEED(p->n_head * p->head_dim == p->n_embd, "%s needs n_head * head_dim == n_embd",
              forge_arch_name(p->arch));
     if (p->arch == FORGE_ARCH_GPTOSS) NEED(p->head_dim == 64, "gpt-oss needs head_dim 64");
+    /* llama.cpp sizes olmoe's attn_k_norm {n_embd}: only consistent without GQA */
+    if (p->arch == FORGE_ARCH_OLMOE) NEED(p->n_head_kv == p->n_head, "olmoe needs n_head_kv == n_head");
     int64_t ff = forge_preset_ff_exp(p);
     NEED(ff >= 32 && ff % 32 == 0, "expert width %lld must be a positive multiple of 32", (long long)ff);
     if (p->arch == FORGE_ARCH_QWEN2MOE)
