@@ -4,9 +4,11 @@
  *
  * 1. Read bandwidth: all N threads sum disjoint slices of an M MiB buffer (16-byte loads, four
  *    independent accumulators), best of R runs: the STREAM-like ceiling a matvec can reach.
+ *    Measured again at the end (a shared host's bandwidth drifts; compare the two).
  * 2. For each weight type: a weight matrix of about M MiB (rows of k = 2880, or 2048 for the
  *    256-element types; far larger than the caches) multiplied by one token with cpu_matmul on the
- *    same pool, best of R: GB/s of weights streamed and the ratio to (1). With --batch B, also
+ *    same pool, best of R: GB/s of weights streamed and the ratio to the read bandwidth measured
+ *    alternately with it (read, matvec, read, matvec, ...: a shared host's bandwidth drifts). With --batch B, also
  *    batches 2..B (GB/s of weights, i.e. each weight byte counted once per call).
  * Prints a markdown table (or JSON with --json) and the kernel table used (HOTMOE_ISA caps it).
  * Weights are valid blocks (quantised random rows, repeated): values do not change the speed.
@@ -83,6 +85,18 @@ static void fill_fn(void *ctx, int ith, int nth) {
     }
 }
 
+/* best-of-reps seconds of one all-thread read of the buffer */
+static double read_best(tp_pool *pool, read_job *rj, int reps) {
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t0 = now_s();
+        tp_run(pool, read_fn, rj);
+        double dt = now_s() - t0;
+        if (dt < best) best = dt;
+    }
+    return best;
+}
+
 static uint32_t g_rng = 12345;
 static float rndf(void) {
     g_rng = g_rng * 1664525u + 1013904223u;
@@ -130,23 +144,17 @@ int main(int argc, char **argv) {
     fill_job fj = {buf, size, zero_pattern, sizeof(zero_pattern)};
     tp_run(pool, fill_fn, &fj);
     read_job rj = {.buf = buf, .size = size};
-    double best_read = 1e30;
-    for (int r = 0; r < reps; r++) {
-        double t0 = now_s();
-        tp_run(pool, read_fn, &rj);
-        double dt = now_s() - t0;
-        if (dt < best_read) best_read = dt;
-    }
-    const double read_gbs = (double)size / best_read / 1e9;
+    const double read_gbs = (double)size / read_best(pool, &rj, reps) / 1e9;
 
     if (json) printf("{\"isa\": \"%s\", \"threads\": %d, \"mib\": %zu, \"read_gbs\": %.2f, \"types\": [",
                      kern->name, threads, mib, read_gbs);
     else {
         printf("kernel table: %s, threads: %d, buffer: %zu MiB, best of %d\n", kern->name, threads, mib, reps);
-        printf("host read bandwidth: %.2f GB/s\n\n", read_gbs);
-        printf("| type | k | rows | GB/s (batch 1) | ratio to read |");
+        printf("host read bandwidth at the start: %.2f GB/s\n", read_gbs);
+        printf("ratio = batch-1 matvec GB/s / read GB/s, each the best of %d runs taken alternately\n\n", reps);
+        printf("| type | k | rows | GB/s (batch 1) | read GB/s | ratio |");
         for (int b = 2; b <= max_batch; b++) printf(" b=%d GB/s |", b);
-        printf("\n| --- | --- | --- | --- | --- |");
+        printf("\n| --- | --- | --- | --- | --- | --- |");
         for (int b = 2; b <= max_batch; b++) printf(" --- |");
         printf("\n");
     }
@@ -177,10 +185,15 @@ int main(int argc, char **argv) {
         float *y = malloc(sizeof(float) * (size_t)rows * (size_t)max_batch);
         size_t ss = cpu_matmul_scratch_size((uint32_t)t, k, max_batch);
         void *scratch = malloc(ss);
-        double gbs[65];
+        double gbs[65], read_t = 1e30;
         for (int b = 1; b <= max_batch; b++) {
             double best = 1e30;
             for (int r = 0; r < reps; r++) {
+                /* batch 1 alternates with the read test: both see the same host conditions */
+                if (b == 1) {
+                    double rt = read_best(pool, &rj, 1);
+                    if (rt < read_t) read_t = rt;
+                }
                 double t0 = now_s();
                 if (cpu_matmul(pool, kern, (uint32_t)t, buf, rows, k, f, b, y, scratch, ss, &err) != HM_OK) {
                     fprintf(stderr, "bench_matvec: %s\n", err.msg);
@@ -191,14 +204,15 @@ int main(int argc, char **argv) {
             }
             gbs[b] = (double)rows * (double)rs / best / 1e9;
         }
+        const double read_here = (double)size / read_t / 1e9;
         if (json) {
-            printf("%s{\"type\": \"%s\", \"k\": %lld, \"rows\": %lld, \"gbs\": %.2f, \"ratio\": %.3f, \"batch_gbs\": [",
-                   first ? "" : ", ", name, (long long)k, (long long)rows, gbs[1], gbs[1] / read_gbs);
+            printf("%s{\"type\": \"%s\", \"k\": %lld, \"rows\": %lld, \"gbs\": %.2f, \"read_gbs\": %.2f, \"ratio\": %.3f, \"batch_gbs\": [",
+                   first ? "" : ", ", name, (long long)k, (long long)rows, gbs[1], read_here, gbs[1] / read_here);
             for (int b = 1; b <= max_batch; b++) printf("%s%.2f", b > 1 ? ", " : "", gbs[b]);
             printf("]}");
         } else {
-            printf("| %s | %lld | %lld | %.2f | %.2f |", hm_type_name((uint32_t)t), (long long)k,
-                   (long long)rows, gbs[1], gbs[1] / read_gbs);
+            printf("| %s | %lld | %lld | %.2f | %.2f | %.2f |", hm_type_name((uint32_t)t), (long long)k,
+                   (long long)rows, gbs[1], read_here, gbs[1] / read_here);
             for (int b = 2; b <= max_batch; b++) printf(" %.2f |", gbs[b]);
             printf("\n");
         }
@@ -209,7 +223,10 @@ int main(int argc, char **argv) {
         free(y);
         free(scratch);
     }
-    if (json) printf("]}\n");
+    /* the read bandwidth again, after the types: a shared host's bandwidth drifts */
+    const double read_after = (double)size / read_best(pool, &rj, reps) / 1e9;
+    if (json) printf("], \"read_gbs_after\": %.2f}\n", read_after);
+    else printf("\nhost read bandwidth at the end: %.2f GB/s\n", read_after);
     free(buf);
     tp_free(pool);
     return 0;

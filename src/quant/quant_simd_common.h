@@ -25,6 +25,18 @@
 
 #define SIMD_INLINE static inline __attribute__((always_inline))
 
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define SIMD_VNNI 1
+#else
+#define SIMD_VNNI 0
+#endif
+/* quant_vbmi_avx512.c enables VBMI (vpermb) for the 4-bit table lookups */
+#if SIMD_VNNI && defined(__AVX512VBMI__)
+#define SIMD_VBMI 1
+#else
+#define SIMD_VBMI 0
+#endif
+
 /* The 32 accumulator lanes: a[j] holds lanes 8j..8j+7. */
 typedef struct { __m256 a[4]; } simd_acc;
 
@@ -86,11 +98,16 @@ SIMD_INLINE __m256i simd_dot_s8(__m256i w, __m256i a) {
     return simd_dot_u8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
 }
 
-/* 16 packed nibbles (q4_0 order: byte j = element j low, element j+16 high) -> 32 bytes 0..15. */
+/* 16 packed nibbles (q4_0 order: byte j = element j low, element j+16 high), unmasked: the
+ * low half holds the bytes, the high half the bytes shifted right by 4 (per 64-bit lane). */
+SIMD_INLINE __m256i simd_nibbles32_raw(const uint8_t *qs) {
+    __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs));
+    return _mm256_srlv_epi64(b, _mm256_setr_epi64x(0, 0, 4, 4));
+}
+
+/* ... -> 32 bytes 0..15 in element order. */
 SIMD_INLINE __m256i simd_nibbles32(const uint8_t *qs) {
-    __m128i t = _mm_loadu_si128((const __m128i *)qs);
-    __m256i b = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
-    return _mm256_and_si256(b, _mm256_set1_epi8(0x0f));
+    return _mm256_and_si256(simd_nibbles32_raw(qs), _mm256_set1_epi8(0x0f));
 }
 
 /* 32 bits (little-endian) -> 32 bytes, 0xff where the bit is set. */
@@ -103,6 +120,17 @@ SIMD_INLINE __m256i simd_bits32(const uint8_t *p) {
     v = _mm256_shuffle_epi8(v, shuf);
     v = _mm256_or_si256(v, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfeLL));
     return _mm256_cmpeq_epi8(v, _mm256_set1_epi8(-1));
+}
+
+/* 32 nibbles of a block looked up in a 16-entry table (vpermb ignores the unmasked high bits). */
+SIMD_INLINE __m256i simd_lut_nibbles32(const uint8_t *qs, const int8_t table[16]) {
+#if SIMD_VBMI
+    __m256i t = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)table));
+    return _mm256_permutexvar_epi8(simd_nibbles32_raw(qs), t);
+#else
+    __m256i t = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)table));
+    return _mm256_shuffle_epi8(t, simd_nibbles32(qs));
+#endif
 }
 
 /* Table lookup of 32 indices 0..15 in a 16-entry int8 table. */

@@ -151,7 +151,7 @@ SIMD_INLINE void simd_blk_iq4_xs(const uint8_t *wp, const uint8_t *ap, __m256i *
     __m256i acc = _mm256_setzero_si256();
     for (int ib = 0; ib < 8; ib++) {
         int ls = ((x->scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f) | (((sh >> (2 * ib)) & 3) << 4);
-        __m256i w = simd_lut16(simd_nibbles32(x->qs + 16 * ib), hm_kvalues_iq4nl);
+        __m256i w = simd_lut_nibbles32(x->qs + 16 * ib, hm_kvalues_iq4nl);
         __m256i a = _mm256_loadu_si256((const __m256i *)(y->qs + 32 * ib));
         __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
         acc = simd_madd_acc(acc, p, _mm256_set1_epi16((int16_t)(ls - 32)));

@@ -21,11 +21,6 @@
 
 #include "quant/quant_simd_common.h"
 
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-#define SIMD_VNNI 1
-#else
-#define SIMD_VNNI 0
-#endif
 
 enum { SIMD_Q32_SEG = 512, SIMD_Q32_RB = 8 };
 
@@ -45,6 +40,22 @@ SIMD_INLINE void simd_pair_nibbles(const uint8_t *q0, const uint8_t *q1, __m256i
     __m256i w = _mm256_loadu2_m128i((const __m128i *)q1, (const __m128i *)q0);
     *lo = _mm256_and_si256(w, m4);
     *hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);
+}
+
+/* Pair nibbles looked up in a 16-entry byte table: with AVX-512 VBMI one vpermb per half (it
+ * ignores the index bits above 4, so no masking), else mask + pshufb. */
+SIMD_INLINE void simd_pair_lut(const uint8_t *q0, const uint8_t *q1, const void *table, __m256i *lo,
+                               __m256i *hi) {
+#if SIMD_VBMI
+    const __m256i t = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)table));
+    __m256i w = _mm256_loadu2_m128i((const __m128i *)q1, (const __m128i *)q0);
+    *lo = _mm256_permutexvar_epi8(w, t);
+    *hi = _mm256_permutexvar_epi8(_mm256_srli_epi16(w, 4), t);
+#else
+    simd_pair_nibbles(q0, q1, lo, hi);
+    *lo = simd_lut16(*lo, (const int8_t *)table);
+    *hi = simd_lut16(*hi, (const int8_t *)table);
+#endif
 }
 
 /* q5 high bits of a pair: lo gets bits 0..15 of h0 then of h1, hi bits 16..31 of each */
@@ -92,23 +103,21 @@ SIMD_PAIR_FN(simd_pair_q5_1, block_q5_1, {
 })
 static const int8_t simd_kv_mxfp4_u[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
 SIMD_PAIR_FN(simd_pair_mxfp4, block_mxfp4, {
-    simd_pair_nibbles(x0->qs, x1->qs, &ulo, &uhi);
-    return simd_dot2_u8(simd_lut16(ulo, simd_kv_mxfp4_u), alo, simd_lut16(uhi, simd_kv_mxfp4_u), ahi);
+    simd_pair_lut(x0->qs, x1->qs, simd_kv_mxfp4_u, &ulo, &uhi);
+    return simd_dot2_u8(ulo, alo, uhi, ahi);
 })
 #if SIMD_VNNI
 /* kvalues_iq4nl + 127 as unsigned bytes */
 static const uint8_t simd_kv_iq4nl_u[16] = {0, 23, 44, 62, 78, 92, 105, 117, 128, 140, 152, 165, 180, 196, 216, 240};
 SIMD_PAIR_FN(simd_pair_iq4_nl, block_iq4_nl, {
-    simd_pair_nibbles(x0->qs, x1->qs, &ulo, &uhi);
-    return simd_dot2_u8(simd_lut16(ulo, (const int8_t *)simd_kv_iq4nl_u), alo,
-                        simd_lut16(uhi, (const int8_t *)simd_kv_iq4nl_u), ahi);
+    simd_pair_lut(x0->qs, x1->qs, simd_kv_iq4nl_u, &ulo, &uhi);
+    return simd_dot2_u8(ulo, alo, uhi, ahi);
 })
 #define SIMD_OFF_IQ4NL 127
 #else
 SIMD_PAIR_FN(simd_pair_iq4_nl, block_iq4_nl, {
-    simd_pair_nibbles(x0->qs, x1->qs, &ulo, &uhi);
-    return _mm256_add_epi32(simd_dot_s8(simd_lut16(ulo, hm_kvalues_iq4nl), alo),
-                            simd_dot_s8(simd_lut16(uhi, hm_kvalues_iq4nl), ahi));
+    simd_pair_lut(x0->qs, x1->qs, hm_kvalues_iq4nl, &ulo, &uhi);
+    return _mm256_add_epi32(simd_dot_s8(ulo, alo), simd_dot_s8(uhi, ahi));
 })
 #define SIMD_OFF_IQ4NL 0
 #endif

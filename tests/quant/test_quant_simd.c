@@ -9,6 +9,7 @@
 
 #include "harness.h"
 #include "quant/quant.h"
+#include "quant/quant_simd_tables.h"
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
 static uint32_t rnd(void) {
@@ -18,6 +19,19 @@ static uint32_t rnd(void) {
     return (uint32_t)(g_rng >> 16);
 }
 static float rndf(float lo, float hi) { return lo + (hi - lo) * (float)(rnd() & 0xffffff) / 16777216.0f; }
+
+/* Tables to test: every ISA this CPU runs, plus the plain AVX-512 table when dispatch picked
+ * the VBMI variant (both must match the reference). */
+static int tables(const quant_kernels *out[QUANT_ISA_COUNT + 1]) {
+    int n = 0;
+    for (int isa = 0; isa < QUANT_ISA_COUNT; isa++) {
+        const quant_kernels *k = quant_kernels_get((quant_isa)isa);
+        if (k) out[n++] = k;
+        if (k && isa == QUANT_ISA_AVX512 && quant_kernels_avx512_plain() != k)
+            out[n++] = quant_kernels_avx512_plain();
+    }
+    return n;
+}
 
 static const uint32_t k_types[] = {HM_TYPE_Q8_0, HM_TYPE_Q4_K, HM_TYPE_MXFP4, HM_TYPE_Q6_K,
                                    HM_TYPE_Q5_K, HM_TYPE_IQ4_XS, HM_TYPE_Q4_0, HM_TYPE_Q4_1,
@@ -74,9 +88,10 @@ static void fill_act(float *x, int64_t n) {
 static void test_act_quantize(void) {
     const int64_t n = 256 * 9;
     float *x = malloc((size_t)n * sizeof(float));
-    for (int isa = 0; isa < QUANT_ISA_COUNT; isa++) {
-        const quant_kernels *k = quant_kernels_get((quant_isa)isa);
-        if (!k) continue;
+    const quant_kernels *tabs[QUANT_ISA_COUNT + 1];
+    int ntab = tables(tabs);
+    for (int ti_ = 0; ti_ < ntab; ti_++) {
+        const quant_kernels *k = tabs[ti_];
         for (int a = 0; a < QUANT_ACT_COUNT; a++) {
             size_t sz = quant_act_row_size((quant_act)a, n);
             uint8_t *r = malloc(sz), *s = malloc(sz);
@@ -134,9 +149,10 @@ static int check_tile(const quant_kernels *k, uint32_t t, int64_t n, int nr, int
 static void test_dot_lengths(void) {
     /* blocks per row: 1 block up to many, with non-multiples of 8 and 32 */
     static const int64_t nbs[] = {1, 2, 3, 7, 8, 9, 16, 31, 32, 33, 37, 64, 90, 549};
-    for (int isa = 0; isa < QUANT_ISA_COUNT; isa++) {
-        const quant_kernels *k = quant_kernels_get((quant_isa)isa);
-        if (!k) continue;
+    const quant_kernels *tabs[QUANT_ISA_COUNT + 1];
+    int ntab = tables(tabs);
+    for (int ti_ = 0; ti_ < ntab; ti_++) {
+        const quant_kernels *k = tabs[ti_];
         for (int ti = 0; ti < N_TYPES; ti++) {
             uint32_t t = k_types[ti];
             HM_REQUIRE(k->dot[t] != NULL);
@@ -161,9 +177,10 @@ static void test_dot_lengths(void) {
 
 static void test_dot_tiles(void) {
     static const int dims[] = {1, 2, 3, 4, 7, 8};
-    for (int isa = 0; isa < QUANT_ISA_COUNT; isa++) {
-        const quant_kernels *k = quant_kernels_get((quant_isa)isa);
-        if (!k) continue;
+    const quant_kernels *tabs[QUANT_ISA_COUNT + 1];
+    int ntab = tables(tabs);
+    for (int ti_ = 0; ti_ < ntab; ti_++) {
+        const quant_kernels *k = tabs[ti_];
         for (int ti = 0; ti < N_TYPES; ti++) {
             uint32_t t = k_types[ti];
             int bs = hm_type_get(t)->block_size;
@@ -180,6 +197,11 @@ static void test_tables_present(void) {
     const quant_kernels *best = quant_kernels_best();
     HM_REQUIRE(best != NULL);
     printf("best kernel table on this CPU: %s\n", best->name);
+    const quant_kernels *tabs[QUANT_ISA_COUNT + 1];
+    int ntab = tables(tabs);
+    printf("tables under test:");
+    for (int i = 0; i < ntab; i++) printf(" %s%s", tabs[i]->name, tabs[i] == quant_kernels_avx512_plain() ? "(plain)" : "");
+    printf("\n");
     HM_CHECK(quant_kernels_get(QUANT_ISA_REF) != NULL);
 #if defined(__x86_64__)
     __builtin_cpu_init();
