@@ -164,11 +164,17 @@ static bool direct_row(uint32_t type, float std, uint64_t key, int64_t row, int6
         return true;
     }
     case HM_TYPE_MXFP4: {
+        /* power-of-two scales: blocks use 2^lo or 2^(lo+1), mixed so the variance is std^2 */
         block_mxfp4 *b = dst;
-        int e = 128 + (int)lrint(log2(std / 5.85));
+        double lo = floor(log2(std / 5.85)), vlo = pow(2.0, 2 * lo) * 5.85 * 5.85;
+        double p_hi = ((double)std * std - vlo) / (3.0 * vlo);
+        int e = 128 + (int)lo;
         if (e < 1) e = 1;
-        if (e > 254) e = 254;
-        for (int64_t i = 0; i < nb32; i++) { b[i].e = (uint8_t)e; fill_bytes(&s, b[i].qs, 16); }
+        if (e > 253) e = 253;
+        for (int64_t i = 0; i < nb32; i++) {
+            b[i].e = (uint8_t)(e + ((double)next_byte(&s) + 0.5 < p_hi * 256.0));
+            fill_bytes(&s, b[i].qs, 16);
+        }
         return true;
     }
     case HM_TYPE_Q4_K:

@@ -297,4 +297,39 @@ static void test_bad_presets(void) {
     HM_CHECK(forge_write_gguf(&job, &res, &err) == HM_ERR_IO);
 }
 
-HM_TEST_MAIN(test_tiny_presets_every_mix, test_deterministic, test_q4_k_m_rules, test_bad_presets)
+/* direct mode (random blocks): every quantised tensor dequantises to mean ~0 and the tensor's
+ * std (1/sqrt(fan_in) for matrices), for each block type the mixes use */
+static void test_direct_blocks(void) {
+    static const forge_mix mixes[3] = {FORGE_MIX_Q4_K_M, FORGE_MIX_MXFP4, FORGE_MIX_Q8_0};
+    const forge_preset *p = forge_preset_find("tiny-qwen3moe");
+    for (int m = 0; m < 3; m++) {
+        char path[512];
+        ft_path(path, sizeof(path), "direct.gguf");
+        forge_job job = {.preset = p, .mix = mixes[m], .out_path = path, .n_threads = 2};
+        job.gen.seed = 1;
+        job.gen.direct = true;
+        forge_result res;
+        hm_error err;
+        HM_REQUIRE(forge_write_gguf(&job, &res, &err) == HM_OK);
+        gguf_ctx *g;
+        HM_REQUIRE(gguf_open(path, &g, &err) == HM_OK);
+        for (int64_t k = 0; k < gguf_tensor_count(g); k++) {
+            const gguf_tensor *t = gguf_tensor_at(g, k);
+            if (t->type == HM_TYPE_F32 || t->type == HM_TYPE_F16 || t->n_dims < 2 || !strcmp(t->name, "token_embd.weight")) continue;
+            int64_t rows = t->ne[1] * t->ne[2], n = rows * t->ne[0];
+            float *d = malloc((size_t)n * sizeof(float));
+            HM_REQUIRE(d && ft_deq(t, 0, rows, d) == 0);
+            double s = 0, ss = 0;
+            for (int64_t i = 0; i < n; i++) { s += d[i]; ss += (double)d[i] * d[i]; }
+            double mean = s / (double)n, sd = sqrt(ss / (double)n - mean * mean), want_sd = 1.0 / sqrt((double)t->ne[0]);
+            HM_CHECK_MSG(fabs(sd / want_sd - 1) < 0.2 && fabs(mean) < 0.1 * want_sd, "%s %s: mean %g std %g want %g",
+                         t->name, hm_type_name(t->type), mean, sd, want_sd);
+            free(d);
+        }
+        gguf_close(g);
+        remove(path);
+    }
+}
+
+HM_TEST_MAIN(test_tiny_presets_every_mix, test_deterministic, test_q4_k_m_rules, test_bad_presets,
+             test_direct_blocks)
