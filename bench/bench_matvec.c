@@ -3,7 +3,9 @@
  *   bench_matvec [-t|--threads N] [--mib M] [--reps R] [--batch B] [--types q4_K,q8_0,...] [--json]
  *
  * 1. Read bandwidth: all N threads sum disjoint slices of an M MiB buffer (16-byte loads, four
- *    independent accumulators), best of R runs: the STREAM-like ceiling a matvec can reach.
+ *    independent accumulators, software prefetch 4 KiB ahead like the kernels: without it a core
+ *    cannot keep enough misses in flight and the "ceiling" is below what the matvec reaches),
+ *    best of R runs: the STREAM-like ceiling a matvec can reach.
  *    Measured again at the end (a shared host's bandwidth drifts; compare the two).
  * 2. For each weight type: a weight matrix of about M MiB (rows of k = 2880, or 2048 for the
  *    256-element types; far larger than the caches) multiplied by one token with cpu_matmul on the
@@ -25,6 +27,7 @@
 
 #if defined(__x86_64__)
 #include <emmintrin.h>
+#include <xmmintrin.h>
 #endif
 
 static double now_s(void) {
@@ -49,6 +52,7 @@ static void read_fn(void *ctx, int ith, int nth) {
     __m128i a0 = _mm_setzero_si128(), a1 = a0, a2 = a0, a3 = a0;
     size_t i = 0;
     for (; i + 64 <= n; i += 64) {
+        _mm_prefetch((const char *)(p + i + 4096), _MM_HINT_T0); /* as the kernels do */
         a0 = _mm_add_epi64(a0, _mm_load_si128((const __m128i *)(const void *)(p + i)));
         a1 = _mm_add_epi64(a1, _mm_load_si128((const __m128i *)(const void *)(p + i + 16)));
         a2 = _mm_add_epi64(a2, _mm_load_si128((const __m128i *)(const void *)(p + i + 32)));

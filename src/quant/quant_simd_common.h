@@ -37,6 +37,15 @@
 #define SIMD_VBMI 0
 #endif
 
+/* Software prefetch of the weight stream, SIMD_PF_DIST bytes ahead of the bytes [p, p + len)
+ * about to be read (one prefetch per cache line; past the end of the data it is harmless). */
+#ifndef SIMD_PF_DIST
+#define SIMD_PF_DIST 4096
+#endif
+SIMD_INLINE void simd_prefetch_w(const uint8_t *p, size_t len) {
+    for (size_t o = 0; o < len; o += 64) _mm_prefetch((const char *)(p + SIMD_PF_DIST + o), _MM_HINT_T0);
+}
+
 /* The 32 accumulator lanes: a[j] holds lanes 8j..8j+7. */
 typedef struct { __m256 a[4]; } simd_acc;
 

@@ -45,7 +45,10 @@
         simd_acc acc;                                                                          \
         simd_acc_zero(&acc);                                                                   \
         int64_t b = 0;                                                                         \
-        for (; b + 8 <= nb; b += 8) SIMD_LANE_GROUP(BLK, HAS_T, WSZ, ASZ, w, a, b, 8, 1, acc); \
+        for (; b + 8 <= nb; b += 8) {                                                          \
+            simd_prefetch_w(w + b * (WSZ), 8 * (WSZ));                                         \
+            SIMD_LANE_GROUP(BLK, HAS_T, WSZ, ASZ, w, a, b, 8, 1, acc);                         \
+        }                                                                                      \
         if (b < nb) SIMD_LANE_GROUP(BLK, HAS_T, WSZ, ASZ, w, a, b, (int)(nb - b), 0, acc);     \
         return simd_tree(&acc);                                                                \
     }                                                                                          \

@@ -249,6 +249,7 @@ static void simd_q32_pre(const uint8_t *a, int64_t n, int32_t mult, float *pd, i
     do {                                                                                       \
         int64_t b = 0;                                                                         \
         for (; b + 8 <= (sn); b += 8) {                                                        \
+            simd_prefetch_w((ws) + (size_t)b * (WSZ), 8 * (WSZ));                              \
             __m256 *ap = &(acc).a[(b >> 3) & 3];                                               \
             *ap = GROUP((ws) + (size_t)b * (WSZ), (as) + (size_t)b * sizeof(block_q8_32),      \
                         (apair) + 32 * b, (pd) + b, (ps) + b, *ap);                            \
