@@ -10,11 +10,14 @@
  *   Without VNNI, q8_0 and iq4_nl use the sign trick instead (|w| * sign(a, w)).
  * - Nibble types load two blocks per register: [block i half | block i+4 half], so a register
  *   of partials carries 4 for each of two blocks and three phaddd give the 8 sums in order.
- * - Per activation row, the blocks' d and sum are copied once into contiguous arrays (pre_d,
- *   pre_s: one vector load per group instead of 8 scalar ones), shared by the tile's weight rows.
- * - A partial last group runs on zero-padded copies of its blocks; its lanes are blended in.
- * The tile prepares each activation row once and runs all its weight rows over it (the caller
- * keeps the tile's weight rows small enough to stay in cache across its activation rows).
+ * - Per activation row, the blocks' d and OFF*sum are copied once into contiguous arrays and
+ *   the quants into the register layout (pairs or plain 32 bytes): one vector load per group,
+ *   shared by all the tile's weight rows.
+ * - Weights of a group are unpacked once (8 registers U) and dotted with up to SIMD_Q32_TC
+ *   activation rows: batches reuse the unpacking, the matvec (nc = 1) is the same code.
+ * - A partial last group runs on zero-padded copies of its weight blocks (the prepared
+ *   activations are zero-padded); its lanes are blended in.
+ * Rows of more than SIMD_Q32_SEG blocks go in segments, one activation row at a time.
  */
 #ifndef HM_QUANT_SIMD_Q32_H
 #define HM_QUANT_SIMD_Q32_H
@@ -22,7 +25,7 @@
 #include "quant/quant_simd_common.h"
 
 
-enum { SIMD_Q32_SEG = 512, SIMD_Q32_RB = 8 };
+enum { SIMD_Q32_SEG = 256, SIMD_Q32_RB = 8, SIMD_Q32_TC = 4 };
 
 /* sum u*a over both halves; u <= 31 (or <= 24 for pmaddubsw pairs), so no int16 saturation */
 SIMD_INLINE __m256i simd_dot2_u8(__m256i ulo, __m256i alo, __m256i uhi, __m256i ahi) {
@@ -71,68 +74,53 @@ SIMD_INLINE void simd_pair_qh(const uint8_t *h0p, const uint8_t *h1p, __m256i *l
 
 #define SIMD_Y(p) ((const block_q8_32 *)(const void *)(p))
 
-/* ---- per-type integer kernels: pair (blocks x0, x1 with activations y0, y1) or single ---- */
+/* ---- per-type unpacking of a group of 8 weight blocks into U[8] ----
+ * paired types: U[2p], U[2p+1] = lo and hi halves of blocks (p, p+4); single (q8_0): U[i] = block i */
 
-/* ap: the pair's activations as prepared by simd_q32_pre: [lo16 | lo16], [hi16 | hi16] */
-#define SIMD_PAIR_FN(NAME, TYPE, BODY)                                                         \
-    SIMD_INLINE __m256i NAME(const uint8_t *w0, const uint8_t *w1, const uint8_t *ap) {        \
-        const TYPE *x0 = (const TYPE *)(const void *)w0, *x1 = (const TYPE *)(const void *)w1; \
-        __m256i alo = _mm256_loadu_si256((const __m256i *)ap);                                 \
-        __m256i ahi = _mm256_loadu_si256((const __m256i *)(ap + 32));                          \
-        __m256i ulo, uhi;                                                                      \
-        BODY                                                                                   \
+#define SIMD_UNPACK_PAIRS(NAME, TYPE, PAIR_BODY)                                               \
+    SIMD_INLINE void NAME(const uint8_t *w, __m256i U[8]) {                                    \
+        _Pragma("GCC unroll 4") for (int p = 0; p < 4; p++) {                                  \
+            const TYPE *x0 = (const TYPE *)(const void *)(w + p * sizeof(TYPE));               \
+            const TYPE *x1 = (const TYPE *)(const void *)(w + (p + 4) * sizeof(TYPE));         \
+            __m256i lo, hi;                                                                    \
+            PAIR_BODY;                                                                         \
+            U[2 * p] = lo;                                                                     \
+            U[2 * p + 1] = hi;                                                                 \
+        }                                                                                      \
     }
 
-SIMD_PAIR_FN(simd_pair_q4_0, block_q4_0, {
-    simd_pair_nibbles(x0->qs, x1->qs, &ulo, &uhi);
-    return simd_dot2_u8(ulo, alo, uhi, ahi);
-})
-SIMD_PAIR_FN(simd_pair_q4_1, block_q4_1, {
-    simd_pair_nibbles(x0->qs, x1->qs, &ulo, &uhi);
-    return simd_dot2_u8(ulo, alo, uhi, ahi);
-})
-SIMD_PAIR_FN(simd_pair_q5_0, block_q5_0, {
-    simd_pair_nibbles(x0->qs, x1->qs, &ulo, &uhi);
-    simd_pair_qh(x0->qh, x1->qh, &ulo, &uhi);
-    return simd_dot2_u8(ulo, alo, uhi, ahi);
-})
-SIMD_PAIR_FN(simd_pair_q5_1, block_q5_1, {
-    simd_pair_nibbles(x0->qs, x1->qs, &ulo, &uhi);
-    simd_pair_qh(x0->qh, x1->qh, &ulo, &uhi);
-    return simd_dot2_u8(ulo, alo, uhi, ahi);
-})
+SIMD_UNPACK_PAIRS(simd_unpack_q4_0, block_q4_0, simd_pair_nibbles(x0->qs, x1->qs, &lo, &hi))
+SIMD_UNPACK_PAIRS(simd_unpack_q4_1, block_q4_1, simd_pair_nibbles(x0->qs, x1->qs, &lo, &hi))
+SIMD_UNPACK_PAIRS(simd_unpack_q5_0, block_q5_0,
+                  simd_pair_nibbles(x0->qs, x1->qs, &lo, &hi);
+                  simd_pair_qh(x0->qh, x1->qh, &lo, &hi))
+SIMD_UNPACK_PAIRS(simd_unpack_q5_1, block_q5_1,
+                  simd_pair_nibbles(x0->qs, x1->qs, &lo, &hi);
+                  simd_pair_qh(x0->qh, x1->qh, &lo, &hi))
 static const int8_t simd_kv_mxfp4_u[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
-SIMD_PAIR_FN(simd_pair_mxfp4, block_mxfp4, {
-    simd_pair_lut(x0->qs, x1->qs, simd_kv_mxfp4_u, &ulo, &uhi);
-    return simd_dot2_u8(ulo, alo, uhi, ahi);
-})
+SIMD_UNPACK_PAIRS(simd_unpack_mxfp4, block_mxfp4, simd_pair_lut(x0->qs, x1->qs, simd_kv_mxfp4_u, &lo, &hi))
 #if SIMD_VNNI
 /* kvalues_iq4nl + 127 as unsigned bytes */
 static const uint8_t simd_kv_iq4nl_u[16] = {0, 23, 44, 62, 78, 92, 105, 117, 128, 140, 152, 165, 180, 196, 216, 240};
-SIMD_PAIR_FN(simd_pair_iq4_nl, block_iq4_nl, {
-    simd_pair_lut(x0->qs, x1->qs, simd_kv_iq4nl_u, &ulo, &uhi);
-    return simd_dot2_u8(ulo, alo, uhi, ahi);
-})
+SIMD_UNPACK_PAIRS(simd_unpack_iq4_nl, block_iq4_nl, simd_pair_lut(x0->qs, x1->qs, simd_kv_iq4nl_u, &lo, &hi))
 #define SIMD_OFF_IQ4NL 127
+#define SIMD_SGN_IQ4NL 0
 #else
-SIMD_PAIR_FN(simd_pair_iq4_nl, block_iq4_nl, {
-    simd_pair_lut(x0->qs, x1->qs, hm_kvalues_iq4nl, &ulo, &uhi);
-    return _mm256_add_epi32(simd_dot_s8(ulo, alo), simd_dot_s8(uhi, ahi));
-})
+SIMD_UNPACK_PAIRS(simd_unpack_iq4_nl, block_iq4_nl, simd_pair_lut(x0->qs, x1->qs, hm_kvalues_iq4nl, &lo, &hi))
 #define SIMD_OFF_IQ4NL 0
+#define SIMD_SGN_IQ4NL 1
 #endif
 
-/* q8_0: one block per register */
-SIMD_INLINE __m256i simd_single_q8_0(const uint8_t *w, const uint8_t *a) {
-    __m256i wv = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)(const void *)w)->qs);
-    __m256i av = _mm256_loadu_si256((const __m256i *)SIMD_Y(a)->qs);
+SIMD_INLINE void simd_unpack_q8_0(const uint8_t *w, __m256i U[8]) {
+    _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
+        U[i] = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)(const void *)(w + i * sizeof(block_q8_0)))->qs);
 #if SIMD_VNNI
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_xor_si256(wv, _mm256_set1_epi8((char)0x80)), av);
-#else
-    return simd_dot_s8(wv, av);
+        U[i] = _mm256_xor_si256(U[i], _mm256_set1_epi8((char)0x80));
 #endif
+    }
 }
 #define SIMD_OFF_Q8_0 (SIMD_VNNI ? 128 : 0)
+#define SIMD_SGN_Q8_0 (!SIMD_VNNI)
 
 /* ---- weight scales of 8 consecutive blocks ---- */
 
@@ -159,153 +147,142 @@ SIMD_INLINE __m256 simd_scales_e8m0(const uint8_t *w, size_t wsz, size_t off) {
     return _mm256_castsi256_ps(_mm256_blendv_epi8(small, big, ge2));
 }
 
-/* ---- group of 8 blocks -> new accumulator register ---- */
+/* ---- one group against one prepared activation row ---- */
 
-/* PAIRED: INT(w0, w1, ap) on blocks (i, i+4) with the prepared activation pairs at apg; else
- * INT(w, a) per block. OFF: weight offset (ps then holds OFF * sum_a); with HAS_M, the min at
- * byte MOFF of each block multiplies ps (= sum_a). SCALE(w, wsz, DOFF): the 8 block scales. */
-#define SIMD_Q32_GROUP(NAME, WSZ, PAIRED, INT, OFF, SCALE, DOFF, HAS_M, MOFF)                 \
-    SIMD_INLINE __m256 NAME(const uint8_t *w, const uint8_t *a, const uint8_t *apg,            \
-                            const float *pd, const int32_t *ps, __m256 acc) {                  \
-        const size_t asz = sizeof(block_q8_32);                                                \
-        __m256i s;                                                                             \
-        if (PAIRED) {                                                                          \
-            __m256i v[4];                                                                      \
-            _Pragma("GCC unroll 4") for (int p = 0; p < 4; p++) v[p] =                         \
-                SIMD_PAIR_CALL(INT, w + p * (WSZ), w + (p + 4) * (WSZ), apg + 64 * p);         \
-            s = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3])); \
-        } else {                                                                               \
-            __m256i v[8];                                                                      \
-            _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) v[i] =                         \
-                SIMD_SINGLE_CALL(INT, w + i * (WSZ), a + i * asz);                             \
-            s = simd_hsum8x8(v);                                                               \
-        }                                                                                      \
-        (void)a; (void)apg;                                                                    \
-        __m256i sa = _mm256_loadu_si256((const __m256i *)ps);                                  \
-        if (OFF) s = _mm256_sub_epi32(s, sa);                                                  \
-        __m256 da = _mm256_loadu_ps(pd);                                                       \
-        acc = _mm256_fmadd_ps(_mm256_mul_ps(SCALE(w, (WSZ), (DOFF)), da), _mm256_cvtepi32_ps(s), acc); \
-        if (HAS_M)                                                                             \
-            acc = _mm256_fmadd_ps(_mm256_mul_ps(simd_scales_fp16(w, (WSZ), (MOFF)), da),       \
-                                  _mm256_cvtepi32_ps(sa), acc);                                \
-        return acc;                                                                            \
+/* the 8 block sums of sum(U * a) (before the offset); ap: the group's prepared activations */
+SIMD_INLINE __m256i simd_q32_isum(const __m256i U[8], const uint8_t *ap, int paired, int sgn) {
+    if (paired) {
+        __m256i v[4];
+        _Pragma("GCC unroll 4") for (int p = 0; p < 4; p++) {
+            __m256i alo = _mm256_loadu_si256((const __m256i *)(ap + 64 * p));
+            __m256i ahi = _mm256_loadu_si256((const __m256i *)(ap + 64 * p + 32));
+            v[p] = sgn ? _mm256_add_epi32(simd_dot_s8(U[2 * p], alo), simd_dot_s8(U[2 * p + 1], ahi))
+                       : simd_dot2_u8(U[2 * p], alo, U[2 * p + 1], ahi);
+        }
+        return _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
     }
-/* the unused branch of SIMD_Q32_GROUP must still compile: route calls by arity */
-#define SIMD_PAIR_CALL(INT, w0, w1, ap) INT##_pair(w0, w1, ap)
-#define SIMD_SINGLE_CALL(INT, w, a) INT##_single(w, a)
+    __m256i v[8];
+    _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
+        __m256i a = _mm256_loadu_si256((const __m256i *)(ap + 32 * i));
+        v[i] = sgn ? simd_dot_s8(U[i], a) : simd_dot_u8(U[i], a);
+    }
+    return simd_hsum8x8(v);
+}
 
-/* Arity adapters: every INT has both forms; the unused one is never called. */
-#define SIMD_PAIR_ONLY(INT)                                                                    \
-    SIMD_INLINE __m256i INT##_pair(const uint8_t *w0, const uint8_t *w1, const uint8_t *ap) {  \
-        return INT(w0, w1, ap);                                                                \
-    }                                                                                          \
-    SIMD_INLINE __m256i INT##_single(const uint8_t *w, const uint8_t *a) {                     \
-        (void)w; (void)a; return _mm256_setzero_si256();                                       \
-    }
-#define SIMD_SINGLE_ONLY(INT)                                                                  \
-    SIMD_INLINE __m256i INT##_pair(const uint8_t *w0, const uint8_t *w1, const uint8_t *ap) {  \
-        (void)w0; (void)w1; (void)ap; return _mm256_setzero_si256();                           \
-    }                                                                                          \
-    SIMD_INLINE __m256i INT##_single(const uint8_t *w, const uint8_t *a) { return INT(w, a); }
+/* the float step: acc = fma(dw * da, (float)(s - OFF*sum_a), acc) [; fma(m * da, (float)sum_a)] */
+SIMD_INLINE __m256 simd_q32_finish(__m256i s, const float *pd, const int32_t *ps, __m256 dw,
+                                   __m256 dm, int off, int has_m, __m256 acc) {
+    __m256i sa = _mm256_loadu_si256((const __m256i *)ps);
+    if (off) s = _mm256_sub_epi32(s, sa);
+    __m256 da = _mm256_loadu_ps(pd);
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(s), acc);
+    if (has_m) acc = _mm256_fmadd_ps(_mm256_mul_ps(dm, da), _mm256_cvtepi32_ps(sa), acc);
+    return acc;
+}
 
-/* ---- tile ---- */
+/* ---- activation preparation ---- */
 
-/* For n activation blocks: pd = d, ps = mult * sum (zero-padded to a multiple of 8); with
- * apair, the pair layout of each group of 8: for p < 4, 64 bytes [lo16 of block p | lo16 of
- * block p+4] [hi16 of p | hi16 of p+4] (blocks past n are zero). */
-static void simd_q32_pre(const uint8_t *a, int64_t n, int32_t mult, float *pd, int32_t *ps,
-                         uint8_t *apair) {
-    int64_t j = 0;
-    for (; j < n; j++) {
-        const block_q8_32 *y = SIMD_Y(a + (size_t)j * sizeof(block_q8_32));
-        memcpy(&pd[j], &y->d, 4);
-        int32_t sum;
-        memcpy(&sum, &y->sum, 4);
-        ps[j] = sum * mult;
-    }
-    for (; j & 7; j++) {
-        pd[j] = 0.0f;
-        ps[j] = 0;
-    }
-    if (!apair) return;
-    for (int64_t g = 0; g < n; g += 8) {
-        uint8_t *dst = apair + (size_t)g * 32;
-        for (int p = 0; p < 8; p++) {
-            uint8_t *d = dst + 64 * (p & 3) + 16 * (p >> 2);
-            if (g + p < n) {
-                const int8_t *q = SIMD_Y(a + (size_t)(g + p) * sizeof(block_q8_32))->qs;
-                memcpy(d, q, 16);
-                memcpy(d + 32, q + 16, 16);
-            } else {
-                memset(d, 0, 16);
-                memset(d + 32, 0, 16);
-            }
+/* For n activation blocks at a: pd = d, ps = mult * sum, ap = the quants in register layout:
+ * paired: per group of 8, for p < 4, 64 bytes [lo16 of block p | lo16 of block p+4]
+ * [hi16 of p | hi16 of p+4]; single: the 32 quants of each block. Zero-padded to a multiple
+ * of 8 blocks. */
+static void simd_q32_pre(const uint8_t *a, int64_t n, int32_t mult, int paired, float *pd,
+                         int32_t *ps, uint8_t *ap) {
+    const int64_t n8 = (n + 7) & ~(int64_t)7;
+    for (int64_t j = 0; j < n8; j++) {
+        const block_q8_32 *y = (const block_q8_32 *)(const void *)(a + (size_t)j * sizeof(block_q8_32));
+        uint8_t *d = paired ? ap + (size_t)(j & ~(int64_t)7) * 32 + 64 * (j & 3) + 16 * ((j >> 2) & 1)
+                            : ap + (size_t)j * 32;
+        const size_t hi = paired ? 32 : 16;
+        if (j < n) {
+            memcpy(&pd[j], &y->d, 4);
+            int32_t sum;
+            memcpy(&sum, &y->sum, 4);
+            ps[j] = sum * mult;
+            memcpy(d, y->qs, 16);
+            memcpy(d + hi, y->qs + 16, 16);
+        } else {
+            pd[j] = 0.0f;
+            ps[j] = 0;
+            memset(d, 0, 16);
+            memset(d + hi, 0, 16);
         }
     }
 }
 
-/* Row segment: sn blocks of weights ws against activations as (prepared pd/ps/apair) into acc. */
-#define SIMD_Q32_ROWSEG(GROUP, WSZ, ws, as, sn, pd, ps, apair, acc)                            \
+/* ---- tile ---- */
+
+/* One weight row segment ws of sn blocks against tcn prepared activation rows (pd[t], ps[t],
+ * ap[t]) into acc[t]; lanes of a block start at a multiple of 32 blocks. */
+#define SIMD_Q32_ROWSEG(WSZ, UNPACK, PAIRED, SGN, OFF, SCALE, HAS_M, ws, sn, tcn, pd, ps, ap, acc) \
     do {                                                                                       \
         int64_t b = 0;                                                                         \
-        for (; b + 8 <= (sn); b += 8) {                                                        \
-            simd_prefetch_w((ws) + (size_t)b * (WSZ), 8 * (WSZ));                              \
-            __m256 *ap = &(acc).a[(b >> 3) & 3];                                               \
-            *ap = GROUP((ws) + (size_t)b * (WSZ), (as) + (size_t)b * sizeof(block_q8_32),      \
-                        (apair) + 32 * b, (pd) + b, (ps) + b, *ap);                            \
-        }                                                                                      \
-        if (b < (sn)) {                                                                        \
-            const int cnt = (int)((sn) - b);                                                   \
-            uint8_t wb[8 * (WSZ)], ab[8 * sizeof(block_q8_32)];                                \
-            memset(wb, 0, sizeof(wb));                                                         \
-            memset(ab, 0, sizeof(ab));                                                         \
-            memcpy(wb, (ws) + (size_t)b * (WSZ), (size_t)cnt * (WSZ));                         \
-            memcpy(ab, (as) + (size_t)b * sizeof(block_q8_32), (size_t)cnt * sizeof(block_q8_32)); \
-            __m256 *ap = &(acc).a[(b >> 3) & 3];                                               \
-            __m256 rv = GROUP(wb, ab, (apair) + 32 * b, (pd) + b, (ps) + b, *ap);              \
-            *ap = _mm256_blendv_ps(*ap, rv, simd_lane_mask(cnt));                              \
+        for (; b < (sn); b += 8) {                                                             \
+            const int cnt = (sn) - b < 8 ? (int)((sn) - b) : 8;                                \
+            const uint8_t *wg = (ws) + (size_t)b * (WSZ);                                      \
+            uint8_t wb[8 * (WSZ)];                                                             \
+            if (cnt < 8) { /* partial group: zero-padded copy */                               \
+                memset(wb, 0, sizeof(wb));                                                     \
+                memcpy(wb, wg, (size_t)cnt * (WSZ));                                           \
+                wg = wb;                                                                       \
+            } else {                                                                           \
+                simd_prefetch_w(wg, 8 * (WSZ));                                                \
+            }                                                                                  \
+            __m256i U[8];                                                                      \
+            UNPACK(wg, U);                                                                     \
+            const __m256 dw = SCALE(wg, (WSZ), 0);                                             \
+            const __m256 dm = (HAS_M) ? simd_scales_fp16(wg, (WSZ), 2) : _mm256_setzero_ps();   \
+            const int l = (int)((b >> 3) & 3);                                                 \
+            for (int t = 0; t < (tcn); t++) {                                                  \
+                __m256i s = simd_q32_isum(U, (ap)[t] + 32 * b, (PAIRED), (SGN));               \
+                __m256 rv_ = simd_q32_finish(s, (pd)[t] + b, (ps)[t] + b, dw, dm, (OFF), (HAS_M), \
+                                           (acc)[t].a[l]);                                     \
+                (acc)[t].a[l] = cnt == 8 ? rv_ : _mm256_blendv_ps((acc)[t].a[l], rv_, simd_lane_mask(cnt)); \
+            }                                                                                  \
         }                                                                                      \
     } while (0)
 
-/* Rows of up to SIMD_Q32_SEG blocks (k <= 16384): activation c is prepared once and all nr
- * weight rows pass over it. Longer rows go in segments, SIMD_Q32_RB rows at a time. */
-#define SIMD_Q32_TILE(NAME, GROUP, WSZ, PAIRED, MULT)                                          \
+#define SIMD_Q32_TILE(NAME, WSZ, UNPACK, PAIRED, SGN, OFF, SCALE, HAS_M)                       \
     static void NAME##_tile(int64_t n, const void *w, size_t w_stride, int nr, const void *act, \
                             size_t act_stride, int nc, float *out, size_t out_stride) {        \
+        enum { TC = SIMD_Q32_TC, SEG = SIMD_Q32_SEG };                                         \
         const int64_t nb = n / 32;                                                             \
-        float pd[SIMD_Q32_SEG];                                                                \
-        int32_t ps[SIMD_Q32_SEG];                                                              \
-        _Alignas(32) uint8_t apair[(PAIRED) ? SIMD_Q32_SEG * 32 : 32];                         \
-        uint8_t *apx = (PAIRED) ? apair : NULL;                                                \
-        if (nb <= SIMD_Q32_SEG) {                                                              \
-            for (int c = 0; c < nc; c++) {                                                     \
-                const uint8_t *ac = (const uint8_t *)act + (size_t)c * act_stride;             \
-                simd_q32_pre(ac, nb, (MULT), pd, ps, apx);                                     \
+        const int32_t mult = (OFF) ? (OFF) : 1;                                                \
+        float pd[TC][SEG];                                                                     \
+        int32_t ps[TC][SEG];                                                                   \
+        _Alignas(32) uint8_t ap[TC][SEG * 32];                                                 \
+        const uint8_t *wp = (const uint8_t *)w, *xp = (const uint8_t *)act;                    \
+        if (nb <= SEG) { /* tokens in groups of TC; all rows over each group */                \
+            for (int c0 = 0; c0 < nc; c0 += TC) {                                              \
+                const int tcn = nc - c0 < TC ? nc - c0 : TC;                                   \
+                for (int t = 0; t < tcn; t++)                                                  \
+                    simd_q32_pre(xp + (size_t)(c0 + t) * act_stride, nb, mult, (PAIRED), pd[t], \
+                                 ps[t], ap[t]);                                                \
                 for (int r = 0; r < nr; r++) {                                                 \
-                    simd_acc acc;                                                              \
-                    simd_acc_zero(&acc);                                                       \
-                    SIMD_Q32_ROWSEG(GROUP, WSZ, (const uint8_t *)w + (size_t)r * w_stride, ac, \
-                                    nb, pd, ps, apair, acc);                                   \
-                    out[(size_t)c * out_stride + (size_t)r] = simd_tree(&acc);                 \
+                    simd_acc acc[TC];                                                          \
+                    for (int t = 0; t < tcn; t++) simd_acc_zero(&acc[t]);                      \
+                    SIMD_Q32_ROWSEG(WSZ, UNPACK, PAIRED, SGN, OFF, SCALE, HAS_M,               \
+                                    wp + (size_t)r * w_stride, nb, tcn, pd, ps, ap, acc);      \
+                    for (int t = 0; t < tcn; t++)                                              \
+                        out[(size_t)(c0 + t) * out_stride + (size_t)r] = simd_tree(&acc[t]);   \
                 }                                                                              \
             }                                                                                  \
             return;                                                                            \
         }                                                                                      \
+        /* long rows: segments of SEG blocks, one token and SIMD_Q32_RB rows at a time */      \
         for (int r0 = 0; r0 < nr; r0 += SIMD_Q32_RB) {                                         \
             const int nrr = nr - r0 < SIMD_Q32_RB ? nr - r0 : SIMD_Q32_RB;                     \
             for (int c = 0; c < nc; c++) {                                                     \
-                const uint8_t *ac = (const uint8_t *)act + (size_t)c * act_stride;             \
                 simd_acc acc[SIMD_Q32_RB];                                                     \
-                for (int rr = 0; rr < nrr; rr++) simd_acc_zero(&acc[rr]);                     \
-                for (int64_t s0 = 0; s0 < nb; s0 += SIMD_Q32_SEG) {                            \
-                    const int64_t sn = nb - s0 < SIMD_Q32_SEG ? nb - s0 : SIMD_Q32_SEG;        \
-                    const uint8_t *as = ac + (size_t)s0 * sizeof(block_q8_32);                 \
-                    simd_q32_pre(as, sn, (MULT), pd, ps, apx);                                 \
+                for (int rr = 0; rr < nrr; rr++) simd_acc_zero(&acc[rr]);                      \
+                for (int64_t s0 = 0; s0 < nb; s0 += SEG) {                                     \
+                    const int64_t sn = nb - s0 < SEG ? nb - s0 : SEG;                          \
+                    simd_q32_pre(xp + (size_t)c * act_stride + (size_t)s0 * sizeof(block_q8_32), \
+                                 sn, mult, (PAIRED), pd[0], ps[0], ap[0]);                     \
                     for (int rr = 0; rr < nrr; rr++)                                           \
-                        SIMD_Q32_ROWSEG(GROUP, WSZ,                                            \
-                                        (const uint8_t *)w + (size_t)(r0 + rr) * w_stride +    \
-                                            (size_t)s0 * (WSZ),                                \
-                                        as, sn, pd, ps, apair, acc[rr]);                       \
+                        SIMD_Q32_ROWSEG(WSZ, UNPACK, PAIRED, SGN, OFF, SCALE, HAS_M,           \
+                                        wp + (size_t)(r0 + rr) * w_stride + (size_t)s0 * (WSZ), \
+                                        sn, 1, pd, ps, ap, (&acc[rr]));                        \
                 }                                                                              \
                 for (int rr = 0; rr < nrr; rr++)                                               \
                     out[(size_t)c * out_stride + (size_t)(r0 + rr)] = simd_tree(&acc[rr]);     \
@@ -313,24 +290,15 @@ static void simd_q32_pre(const uint8_t *a, int64_t n, int32_t mult, float *pd, i
         }                                                                                      \
     }
 
-#define SIMD_Q32_TYPE(T, TYPE, INT, PAIRED, OFF, SCALE, HAS_M)                                 \
-    SIMD_Q32_GROUP(simd_group_##T, sizeof(TYPE), PAIRED, INT, OFF, SCALE, 0, HAS_M, 2)         \
-    SIMD_Q32_TILE(simd_dot_##T, simd_group_##T, sizeof(TYPE), PAIRED, (OFF) ? (OFF) : 1)
+#define SIMD_Q32_TYPE(T, TYPE, PAIRED, SGN, OFF, SCALE, HAS_M)                                 \
+    SIMD_Q32_TILE(simd_dot_##T, sizeof(TYPE), simd_unpack_##T, PAIRED, SGN, OFF, SCALE, HAS_M)
 
-SIMD_PAIR_ONLY(simd_pair_q4_0)
-SIMD_PAIR_ONLY(simd_pair_q4_1)
-SIMD_PAIR_ONLY(simd_pair_q5_0)
-SIMD_PAIR_ONLY(simd_pair_q5_1)
-SIMD_PAIR_ONLY(simd_pair_mxfp4)
-SIMD_PAIR_ONLY(simd_pair_iq4_nl)
-SIMD_SINGLE_ONLY(simd_single_q8_0)
-
-SIMD_Q32_TYPE(q8_0, block_q8_0, simd_single_q8_0, 0, SIMD_OFF_Q8_0, simd_scales_fp16, 0)
-SIMD_Q32_TYPE(q4_0, block_q4_0, simd_pair_q4_0, 1, 8, simd_scales_fp16, 0)
-SIMD_Q32_TYPE(q5_0, block_q5_0, simd_pair_q5_0, 1, 16, simd_scales_fp16, 0)
-SIMD_Q32_TYPE(q4_1, block_q4_1, simd_pair_q4_1, 1, 0, simd_scales_fp16, 1)
-SIMD_Q32_TYPE(q5_1, block_q5_1, simd_pair_q5_1, 1, 0, simd_scales_fp16, 1)
-SIMD_Q32_TYPE(mxfp4, block_mxfp4, simd_pair_mxfp4, 1, 12, simd_scales_e8m0, 0)
-SIMD_Q32_TYPE(iq4_nl, block_iq4_nl, simd_pair_iq4_nl, 1, SIMD_OFF_IQ4NL, simd_scales_fp16, 0)
+SIMD_Q32_TYPE(q8_0, block_q8_0, 0, SIMD_SGN_Q8_0, SIMD_OFF_Q8_0, simd_scales_fp16, 0)
+SIMD_Q32_TYPE(q4_0, block_q4_0, 1, 0, 8, simd_scales_fp16, 0)
+SIMD_Q32_TYPE(q5_0, block_q5_0, 1, 0, 16, simd_scales_fp16, 0)
+SIMD_Q32_TYPE(q4_1, block_q4_1, 1, 0, 0, simd_scales_fp16, 1)
+SIMD_Q32_TYPE(q5_1, block_q5_1, 1, 0, 0, simd_scales_fp16, 1)
+SIMD_Q32_TYPE(mxfp4, block_mxfp4, 1, 0, 12, simd_scales_e8m0, 0)
+SIMD_Q32_TYPE(iq4_nl, block_iq4_nl, 1, SIMD_SGN_IQ4NL, SIMD_OFF_IQ4NL, simd_scales_fp16, 0)
 
 #endif
