@@ -14,6 +14,7 @@
 #include "cpu/matmul.h"
 
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -222,6 +223,8 @@ hm_status cpu_moe_matmul(tp_pool *pool, const quant_kernels *kern, const cpu_moe
         return hm_error_set(err, HM_ERR_ARG, "moe matmul: empty product (%lld experts, %lld rows, %lld tokens, %d used)",
                             (long long)a->n_expert, (long long)a->n_rows, (long long)a->n_tok, a->n_used);
     const int64_t np = a->n_tok * a->n_used;
+    if (np > INT32_MAX)
+        return hm_error_set(err, HM_ERR_RANGE, "moe matmul: %lld (token, slot) pairs exceed 2^31", (long long)np);
     for (int64_t p = 0; p < np; p++)
         if (a->ids[p] >= a->n_expert)
             return hm_error_set(err, HM_ERR_RANGE, "moe matmul: token %lld slot %lld selects expert %d of %lld",

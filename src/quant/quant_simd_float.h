@@ -26,10 +26,12 @@ SIMD_INLINE __m256 simd_load8_bf16(const uint8_t *p) {
         simd_acc acc;                                                                          \
         simd_acc_zero(&acc);                                                                   \
         int64_t i = 0;                                                                         \
-        for (; i + 32 <= n; i += 32)                                                           \
+        for (; i + 32 <= n; i += 32) {                                                         \
+            simd_prefetch_w(w + i * (ESZ), 32 * (ESZ));                                        \
             for (int j = 0; j < 4; j++)                                                        \
                 acc.a[j] = _mm256_fmadd_ps(LOAD8(w + (i + 8 * j) * (ESZ)),                     \
                                            _mm256_loadu_ps(x + i + 8 * j), acc.a[j]);          \
+        }                                                                                      \
         for (int j = 0; i + 8 * j < n; j++) {                                                  \
             int64_t e0 = i + 8 * j;                                                            \
             int cnt = n - e0 >= 8 ? 8 : (int)(n - e0);                                         \

@@ -59,7 +59,7 @@ static const uint32_t k_types[] = {HM_TYPE_Q8_0, HM_TYPE_Q4_K, HM_TYPE_MXFP4, HM
 
 static void test_matmul_all(void) {
     static const int64_t batches[] = {1, 2, 3, 5, 16, 17, 70};
-    const int64_t n_rows = 37;
+    const int64_t n_rows = 133; /* 1 thread: chunks of 16 rows (full tiles), 3 threads: 4 */
     tp_pool *pools[3];
     for (int i = 0; i < 3; i++) HM_REQUIRE(tp_init(i + 1, &pools[i], NULL) == HM_OK);
     const quant_kernels *tabs[2] = {quant_kernels_best(), quant_kernels_get(QUANT_ISA_REF)};
