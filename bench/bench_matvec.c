@@ -2,10 +2,11 @@
  *
  *   bench_matvec [-t|--threads N] [--mib M] [--reps R] [--batch B] [--types q4_K,q8_0,...] [--json]
  *
- * 1. Read bandwidth: all N threads sum disjoint slices of an M MiB buffer (16-byte loads, four
- *    independent accumulators, software prefetch 4 KiB ahead like the kernels: without it a core
- *    cannot keep enough misses in flight and the "ceiling" is below what the matvec reaches),
- *    best of R runs: the STREAM-like ceiling a matvec can reach.
+ * 1. Read bandwidth: all N threads sum an M MiB buffer (16-byte loads, four independent
+ *    accumulators, software prefetch 4 KiB ahead like the kernels: without it a core cannot keep
+ *    enough misses in flight and the "ceiling" is below what the matvec reaches), as contiguous
+ *    per-thread slices and as dynamically taken 256 KiB chunks (cpu_matmul's pattern); the best
+ *    of both and of R runs: the STREAM-like ceiling a matvec can reach.
  *    Measured again at the end (a shared host's bandwidth drifts; compare the two).
  * 2. For each weight type: a weight matrix of about M MiB (rows of k = 2880, or 2048 for the
  *    256-element types; far larger than the caches) multiplied by one token with cpu_matmul on the
@@ -15,6 +16,7 @@
  * Prints a markdown table (or JSON with --json) and the kernel table used (HOTMOE_ISA caps it).
  * Weights are valid blocks (quantised random rows, repeated): values do not change the speed.
  */
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,17 +38,17 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+enum { READ_CHUNK = 256 << 10 };
+
 typedef struct {
     const uint8_t *buf;
     size_t size;
+    int chunked; /* 0: thread i reads slice i; 1: 256 KiB chunks from an atomic counter */
+    atomic_size_t next;
     uint64_t sums[256];
 } read_job;
 
-static void read_fn(void *ctx, int ith, int nth) {
-    read_job *j = ctx;
-    size_t per = j->size / (size_t)nth / 64 * 64;
-    const uint8_t *p = j->buf + per * (size_t)ith;
-    size_t n = ith == nth - 1 ? j->size - per * (size_t)ith : per;
+static uint64_t read_range(const uint8_t *p, size_t n) {
     uint64_t s = 0;
 #if defined(__x86_64__)
     __m128i a0 = _mm_setzero_si128(), a1 = a0, a2 = a0, a3 = a0;
@@ -66,6 +68,23 @@ static void read_fn(void *ctx, int ith, int nth) {
 #else
     for (size_t i = 0; i < n; i++) s += p[i];
 #endif
+    return s;
+}
+
+static void read_fn(void *ctx, int ith, int nth) {
+    read_job *j = ctx;
+    uint64_t s = 0;
+    if (j->chunked) {
+        for (;;) {
+            size_t o = atomic_fetch_add(&j->next, (size_t)READ_CHUNK);
+            if (o >= j->size) break;
+            s += read_range(j->buf + o, j->size - o < READ_CHUNK ? j->size - o : READ_CHUNK);
+        }
+    } else {
+        size_t per = j->size / (size_t)nth / 64 * 64;
+        size_t n = ith == nth - 1 ? j->size - per * (size_t)ith : per;
+        s = read_range(j->buf + per * (size_t)ith, n);
+    }
     j->sums[ith & 255] = s;
 }
 
@@ -89,14 +108,19 @@ static void fill_fn(void *ctx, int ith, int nth) {
     }
 }
 
-/* best-of-reps seconds of one all-thread read of the buffer */
+/* best-of-reps seconds of one all-thread read of the buffer, each rep trying both schedules
+ * (contiguous slices per thread, and dynamic 256 KiB chunks like cpu_matmul's row chunks) */
 static double read_best(tp_pool *pool, read_job *rj, int reps) {
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
-        double t0 = now_s();
-        tp_run(pool, read_fn, rj);
-        double dt = now_s() - t0;
-        if (dt < best) best = dt;
+        for (int mode = 0; mode < 2; mode++) {
+            rj->chunked = mode;
+            atomic_store(&rj->next, 0);
+            double t0 = now_s();
+            tp_run(pool, read_fn, rj);
+            double dt = now_s() - t0;
+            if (dt < best) best = dt;
+        }
     }
     return best;
 }
@@ -148,6 +172,7 @@ int main(int argc, char **argv) {
     fill_job fj = {buf, size, zero_pattern, sizeof(zero_pattern)};
     tp_run(pool, fill_fn, &fj);
     read_job rj = {.buf = buf, .size = size};
+    atomic_init(&rj.next, 0);
     const double read_gbs = (double)size / read_best(pool, &rj, reps) / 1e9;
 
     if (json) printf("{\"isa\": \"%s\", \"threads\": %d, \"mib\": %zu, \"read_gbs\": %.2f, \"types\": [",
