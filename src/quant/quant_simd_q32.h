@@ -138,7 +138,17 @@ SIMD_INLINE __m256 simd_scales_fp16(const uint8_t *w, size_t wsz, size_t off) {
     return _mm256_cvtph_ps(_mm256_castsi256_si128(v));
 }
 
-/* E8M0 halved: 2^(e-128), i.e. bits (e-1) << 23 for e >= 2, 0x00200000 << e below */
+/* E8M0 halved: 2^(e-128), i.e. bits (e-1) << 23 for e >= 2, 0x00200000 << e below. With
+ * AVX-512 the exponent e-128 itself is returned (SIMD_E8M0_POW2) and simd_q32_finish forms
+ * d*da as vscalefps(da, e-128): da * 2^(e-128) rounded once, the same bits as the product. */
+#if SIMD_VNNI
+#define SIMD_E8M0_POW2 1
+SIMD_INLINE __m256 simd_scales_e8m0(const uint8_t *w, size_t wsz, size_t off) {
+    __m256i ev = _mm256_and_si256(simd_gather8(w, wsz, off), _mm256_set1_epi32(0xff));
+    return _mm256_cvtepi32_ps(_mm256_sub_epi32(ev, _mm256_set1_epi32(128)));
+}
+#else
+#define SIMD_E8M0_POW2 0
 SIMD_INLINE __m256 simd_scales_e8m0(const uint8_t *w, size_t wsz, size_t off) {
     __m256i ev = _mm256_and_si256(simd_gather8(w, wsz, off), _mm256_set1_epi32(0xff));
     __m256i big = _mm256_slli_epi32(_mm256_sub_epi32(ev, _mm256_set1_epi32(1)), 23);
@@ -146,6 +156,7 @@ SIMD_INLINE __m256 simd_scales_e8m0(const uint8_t *w, size_t wsz, size_t off) {
     __m256i ge2 = _mm256_cmpgt_epi32(ev, _mm256_set1_epi32(1));
     return _mm256_castsi256_ps(_mm256_blendv_epi8(small, big, ge2));
 }
+#endif
 
 /* ---- one group against one prepared activation row ---- */
 
@@ -169,13 +180,20 @@ SIMD_INLINE __m256i simd_q32_isum(const __m256i U[8], const uint8_t *ap, int pai
     return simd_hsum8x8(v);
 }
 
-/* the float step: acc = fma(dw * da, (float)(s - OFF*sum_a), acc) [; fma(m * da, (float)sum_a)] */
+/* the float step: acc = fma(dw * da, (float)(s - OFF*sum_a), acc) [; fma(m * da, (float)sum_a)];
+ * pow2: dw holds log2 of the scale (see simd_scales_e8m0) */
 SIMD_INLINE __m256 simd_q32_finish(__m256i s, const float *pd, const int32_t *ps, __m256 dw,
-                                   __m256 dm, int off, int has_m, __m256 acc) {
+                                   __m256 dm, int off, int has_m, int pow2, __m256 acc) {
     __m256i sa = _mm256_loadu_si256((const __m256i *)ps);
     if (off) s = _mm256_sub_epi32(s, sa);
     __m256 da = _mm256_loadu_ps(pd);
-    acc = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(s), acc);
+#if SIMD_VNNI
+    __m256 dd = pow2 ? _mm256_scalef_ps(da, dw) : _mm256_mul_ps(dw, da);
+#else
+    (void)pow2;
+    __m256 dd = _mm256_mul_ps(dw, da);
+#endif
+    acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(s), acc);
     if (has_m) acc = _mm256_fmadd_ps(_mm256_mul_ps(dm, da), _mm256_cvtepi32_ps(sa), acc);
     return acc;
 }
@@ -214,7 +232,7 @@ static void simd_q32_pre(const uint8_t *a, int64_t n, int32_t mult, int paired, 
 
 /* One weight row segment ws of sn blocks against tcn prepared activation rows (pd[t], ps[t],
  * ap[t]) into acc[t]; lanes of a block start at a multiple of 32 blocks. */
-#define SIMD_Q32_ROWSEG(WSZ, UNPACK, PAIRED, SGN, OFF, SCALE, HAS_M, ws, sn, tcn, pd, ps, ap, acc) \
+#define SIMD_Q32_ROWSEG(WSZ, UNPACK, PAIRED, SGN, OFF, SCALE, HAS_M, POW2, ws, sn, tcn, pd, ps, ap, acc) \
     do {                                                                                       \
         int64_t b = 0;                                                                         \
         for (; b < (sn); b += 8) {                                                             \
@@ -235,14 +253,14 @@ static void simd_q32_pre(const uint8_t *a, int64_t n, int32_t mult, int paired, 
             const int l = (int)((b >> 3) & 3);                                                 \
             for (int t = 0; t < (tcn); t++) {                                                  \
                 __m256i s = simd_q32_isum(U, (ap)[t] + 32 * b, (PAIRED), (SGN));               \
-                __m256 rv_ = simd_q32_finish(s, (pd)[t] + b, (ps)[t] + b, dw, dm, (OFF), (HAS_M), \
+                __m256 rv_ = simd_q32_finish(s, (pd)[t] + b, (ps)[t] + b, dw, dm, (OFF), (HAS_M), (POW2), \
                                            (acc)[t].a[l]);                                     \
                 (acc)[t].a[l] = cnt == 8 ? rv_ : _mm256_blendv_ps((acc)[t].a[l], rv_, simd_lane_mask(cnt)); \
             }                                                                                  \
         }                                                                                      \
     } while (0)
 
-#define SIMD_Q32_TILE(NAME, WSZ, UNPACK, PAIRED, SGN, OFF, SCALE, HAS_M)                       \
+#define SIMD_Q32_TILE(NAME, WSZ, UNPACK, PAIRED, SGN, OFF, SCALE, HAS_M, POW2)                       \
     static void NAME##_tile(int64_t n, const void *w, size_t w_stride, int nr, const void *act, \
                             size_t act_stride, int nc, float *out, size_t out_stride) {        \
         enum { TC = SIMD_Q32_TC, SEG = SIMD_Q32_SEG };                                         \
@@ -261,7 +279,7 @@ static void simd_q32_pre(const uint8_t *a, int64_t n, int32_t mult, int paired, 
                 for (int r = 0; r < nr; r++) {                                                 \
                     simd_acc acc[TC];                                                          \
                     for (int t = 0; t < tcn; t++) simd_acc_zero(&acc[t]);                      \
-                    SIMD_Q32_ROWSEG(WSZ, UNPACK, PAIRED, SGN, OFF, SCALE, HAS_M,               \
+                    SIMD_Q32_ROWSEG(WSZ, UNPACK, PAIRED, SGN, OFF, SCALE, HAS_M, POW2,               \
                                     wp + (size_t)r * w_stride, nb, tcn, pd, ps, ap, acc);      \
                     for (int t = 0; t < tcn; t++)                                              \
                         out[(size_t)(c0 + t) * out_stride + (size_t)r] = simd_tree(&acc[t]);   \
@@ -280,7 +298,7 @@ static void simd_q32_pre(const uint8_t *a, int64_t n, int32_t mult, int paired, 
                     simd_q32_pre(xp + (size_t)c * act_stride + (size_t)s0 * sizeof(block_q8_32), \
                                  sn, mult, (PAIRED), pd[0], ps[0], ap[0]);                     \
                     for (int rr = 0; rr < nrr; rr++)                                           \
-                        SIMD_Q32_ROWSEG(WSZ, UNPACK, PAIRED, SGN, OFF, SCALE, HAS_M,           \
+                        SIMD_Q32_ROWSEG(WSZ, UNPACK, PAIRED, SGN, OFF, SCALE, HAS_M, POW2,           \
                                         wp + (size_t)(r0 + rr) * w_stride + (size_t)s0 * (WSZ), \
                                         sn, 1, pd, ps, ap, (&acc[rr]));                        \
                 }                                                                              \
@@ -290,15 +308,15 @@ static void simd_q32_pre(const uint8_t *a, int64_t n, int32_t mult, int paired, 
         }                                                                                      \
     }
 
-#define SIMD_Q32_TYPE(T, TYPE, PAIRED, SGN, OFF, SCALE, HAS_M)                                 \
-    SIMD_Q32_TILE(simd_dot_##T, sizeof(TYPE), simd_unpack_##T, PAIRED, SGN, OFF, SCALE, HAS_M)
+#define SIMD_Q32_TYPE(T, TYPE, PAIRED, SGN, OFF, SCALE, HAS_M, POW2)                           \
+    SIMD_Q32_TILE(simd_dot_##T, sizeof(TYPE), simd_unpack_##T, PAIRED, SGN, OFF, SCALE, HAS_M, POW2)
 
-SIMD_Q32_TYPE(q8_0, block_q8_0, 0, SIMD_SGN_Q8_0, SIMD_OFF_Q8_0, simd_scales_fp16, 0)
-SIMD_Q32_TYPE(q4_0, block_q4_0, 1, 0, 8, simd_scales_fp16, 0)
-SIMD_Q32_TYPE(q5_0, block_q5_0, 1, 0, 16, simd_scales_fp16, 0)
-SIMD_Q32_TYPE(q4_1, block_q4_1, 1, 0, 0, simd_scales_fp16, 1)
-SIMD_Q32_TYPE(q5_1, block_q5_1, 1, 0, 0, simd_scales_fp16, 1)
-SIMD_Q32_TYPE(mxfp4, block_mxfp4, 1, 0, 12, simd_scales_e8m0, 0)
-SIMD_Q32_TYPE(iq4_nl, block_iq4_nl, 1, SIMD_SGN_IQ4NL, SIMD_OFF_IQ4NL, simd_scales_fp16, 0)
+SIMD_Q32_TYPE(q8_0, block_q8_0, 0, SIMD_SGN_Q8_0, SIMD_OFF_Q8_0, simd_scales_fp16, 0, 0)
+SIMD_Q32_TYPE(q4_0, block_q4_0, 1, 0, 8, simd_scales_fp16, 0, 0)
+SIMD_Q32_TYPE(q5_0, block_q5_0, 1, 0, 16, simd_scales_fp16, 0, 0)
+SIMD_Q32_TYPE(q4_1, block_q4_1, 1, 0, 0, simd_scales_fp16, 1, 0)
+SIMD_Q32_TYPE(q5_1, block_q5_1, 1, 0, 0, simd_scales_fp16, 1, 0)
+SIMD_Q32_TYPE(mxfp4, block_mxfp4, 1, 0, 12, simd_scales_e8m0, 0, SIMD_E8M0_POW2)
+SIMD_Q32_TYPE(iq4_nl, block_iq4_nl, 1, SIMD_SGN_IQ4NL, SIMD_OFF_IQ4NL, simd_scales_fp16, 0, 0)
 
 #endif

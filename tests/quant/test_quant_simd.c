@@ -50,6 +50,7 @@ static void fill_row(uint32_t t, uint8_t *w, int64_t n) {
     int64_t nb = n / ti->block_size;
     size_t bs = (size_t)ti->type_size;
     for (size_t i = 0; i < (size_t)nb * bs; i++) w[i] = (uint8_t)rnd();
+    const int tiny_row = rnd() % 4 == 0;
     for (int64_t b = 0; b < nb; b++) {
         uint8_t *p = w + (size_t)b * bs;
         float sgn = (rnd() & 1) ? -1.0f : 1.0f;
@@ -59,7 +60,9 @@ static void fill_row(uint32_t t, uint8_t *w, int64_t n) {
             break;
         case HM_TYPE_F16: put_fp16(p, rndf(-1, 1)); break;
         case HM_TYPE_BF16: { hm_bf16 h = hm_f32_to_bf16(rndf(-1, 1)); memcpy(p, &h, 2); } break;
-        case HM_TYPE_MXFP4: p[0] = (uint8_t)(110 + rnd() % 30); break;
+        case HM_TYPE_MXFP4: /* normal scales; in a quarter of the rows 2^-128..2^-124 (d*da subnormal) */
+            p[0] = (uint8_t)(tiny_row ? rnd() % 5 : 110 + rnd() % 30);
+            break;
         case HM_TYPE_Q6_K: put_fp16(p + 208, sgn * rndf(1e-4f, 0.1f)); break;
         case HM_TYPE_Q4_1: case HM_TYPE_Q5_1: case HM_TYPE_Q4_K: case HM_TYPE_Q5_K:
             put_fp16(p, sgn * rndf(1e-4f, 0.1f));
