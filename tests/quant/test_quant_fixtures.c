@@ -5,6 +5,8 @@
  * llama.cpp commit with -ffp-contract=off; see fixtures/README.md) produced from them. The
  * fixtures are an independent oracle: hotmoe must give the same bits for every element
  * (NaN included: the payload must match too), both for the whole row and block by block.
+ * fixtures/convert.{f32,f16,bf16} check the other direction for the float formats: float inputs
+ * at every kind of rounding boundary and ggml's f16 and bf16 encodings of them.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -12,6 +14,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "quant/fp16.h"
 #include "quant/qtypes.h"
 #include "quant/quant.h"
 
@@ -138,6 +141,49 @@ static void test_fixtures_nonlinear(void) {
     for (int i = 11; i < N_FIXTURE_TYPES; i++) check_fixture(fixture_types[i]);
 }
 
+/* float -> f16 / bf16 (quant_quantize_row and the fp16.h helpers) against ggml's encodings. */
+static void check_convert(uint32_t type, const char *ext) {
+    char path[256];
+    size_t nx = 0, ny = 0;
+    float *x = read_all(FIXTURE_DIR "/convert.f32", &nx);
+    snprintf(path, sizeof(path), FIXTURE_DIR "/convert.%s", ext);
+    uint16_t *want = read_all(path, &ny);
+    HM_CHECK_MSG(x != NULL && want != NULL, "cannot read the convert fixtures (%s)", ext);
+    if (!x || !want || nx / 4 != ny / 2 || nx % 4) {
+        HM_CHECK_MSG(0, "convert fixture sizes %zu / %zu", nx, ny);
+        free(x);
+        free(want);
+        return;
+    }
+    int64_t n = (int64_t)(nx / 4);
+    uint16_t *got = malloc((size_t)n * 2);
+    HM_REQUIRE(got != NULL);
+    hm_status st = quant_quantize_row(type, x, got, n);
+    HM_CHECK_MSG(st == HM_OK, "quant_quantize_row(%s) returned %d", ext, (int)st);
+    int64_t bad = 0, bad_helper = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h = type == HM_TYPE_F16 ? hm_f32_to_fp16(x[i]) : hm_f32_to_bf16(x[i]);
+        uint32_t xb;
+        memcpy(&xb, &x[i], 4);
+        if (h != want[i] && bad_helper++ == 0)
+            fprintf(stderr, "%s helper: first mismatch at input %lld (0x%08x): ggml 0x%04x, hotmoe 0x%04x\n",
+                    ext, (long long)i, xb, want[i], h);
+        if (st == HM_OK && got[i] != want[i] && bad++ == 0)
+            fprintf(stderr, "%s row: first mismatch at input %lld (0x%08x): ggml 0x%04x, hotmoe 0x%04x\n",
+                    ext, (long long)i, xb, want[i], got[i]);
+    }
+    HM_CHECK_MSG(bad == 0 && bad_helper == 0, "%s: %lld row / %lld helper mismatches of %lld", ext,
+                 (long long)bad, (long long)bad_helper, (long long)n);
+    free(got);
+    free(x);
+    free(want);
+}
+
+static void test_convert_to_f16_bf16(void) {
+    check_convert(HM_TYPE_F16, "f16");
+    check_convert(HM_TYPE_BF16, "bf16");
+}
+
 /* The fixtures cover what they claim: F16/BF16 every bit pattern in order, MXFP4 every finite
  * E8M0 scale (0..254), and the other types at least one zero and one negative fp16 scale. */
 static void test_fixture_coverage(void) {
@@ -174,4 +220,4 @@ static void test_fixture_coverage(void) {
 }
 
 HM_TEST_MAIN(test_fixtures_f16_bf16, test_fixtures_legacy_32, test_fixtures_k_quants,
-             test_fixtures_nonlinear, test_fixture_coverage)
+             test_fixtures_nonlinear, test_convert_to_f16_bf16, test_fixture_coverage)
