@@ -23,21 +23,23 @@ SIMD_INLINE __m256i simd_madd_acc(__m256i acc, __m256i p16, __m256i s16) {
 }
 
 /* ggml's get_scale_min_k4 for all 8 sub-blocks at once (ggml's utmp trick): sc2[j] holds sc[j]
- * in both int16 halves (a pmaddwd operand by one broadcast load), mn[j] as int16. */
-SIMD_INLINE void simd_k4_scales(const uint8_t *s, int32_t sc2[8], int16_t mn[8]) {
+ * in both int16 halves (a pmaddwd operand by one broadcast load); returns mn[j] in both int16
+ * of 32-bit lane j. The words are assembled in registers (no store-to-load forwarding stall). */
+SIMD_INLINE __m256i simd_k4_scales(const uint8_t *s, int32_t sc2[8]) {
     const uint32_t km1 = 0x3f3f3f3fu, km2 = 0x0f0f0f0fu, km3 = 0x03030303u;
-    uint32_t u[4];
-    memcpy(u, s, 12);
-    u[3] = ((u[2] >> 4) & km2) | (((u[1] >> 6) & km3) << 4);
-    const uint32_t aux = u[1] & km1;
-    u[1] = (u[2] & km2) | (((u[0] >> 6) & km3) << 4);
-    u[2] = aux;
-    u[0] &= km1;
-    __m128i v = _mm_loadu_si128((const __m128i *)u);      /* bytes: sc[0..8), mn[0..8) */
+    uint32_t u0, u1, u2;
+    memcpy(&u0, s, 4);
+    memcpy(&u1, s + 4, 4);
+    memcpy(&u2, s + 8, 4);
+    const uint32_t m47 = ((u2 >> 4) & km2) | (((u1 >> 6) & km3) << 4);
+    const uint32_t sc47 = (u2 & km2) | (((u0 >> 6) & km3) << 4);
+    __m128i v = _mm_setr_epi32((int)(u0 & km1), (int)sc47, (int)(u1 & km1), (int)m47);
+    /* bytes: sc[0..8), mn[0..8) */
     __m128i sc16 = _mm_cvtepu8_epi16(v);
     _mm_storeu_si128((__m128i *)sc2, _mm_unpacklo_epi16(sc16, sc16));
     _mm_storeu_si128((__m128i *)(sc2 + 4), _mm_unpackhi_epi16(sc16, sc16));
-    _mm_storeu_si128((__m128i *)mn, _mm_cvtepu8_epi16(_mm_srli_si128(v, 8)));
+    __m128i mn16 = _mm_cvtepu8_epi16(_mm_srli_si128(v, 8));
+    return _mm256_set_m128i(_mm_unpackhi_epi16(mn16, mn16), _mm_unpacklo_epi16(mn16, mn16));
 }
 
 /* ---- q4_K / q5_K: 4 chunks of 64 elements; chunk j's 32 bytes hold sub-block 2j in the low
@@ -51,10 +53,7 @@ typedef struct {
 
 SIMD_INLINE void simd_unpack_k45(const uint8_t *scales, const uint8_t *qs, const uint8_t *qh,
                                  simd_st_k45 *st) {
-    int16_t mn[8];
-    simd_k4_scales(scales, st->sc2, mn);
-    __m128i m = _mm_loadu_si128((const __m128i *)mn);
-    st->m2 = _mm256_set_m128i(_mm_unpackhi_epi16(m, m), _mm_unpacklo_epi16(m, m));
+    st->m2 = simd_k4_scales(scales, st->sc2);
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     __m256i hv = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
     _Pragma("GCC unroll 4")
@@ -92,15 +91,15 @@ SIMD_INLINE void simd_unpack_q5_K(const uint8_t *wp, simd_st_k45 *st) {
 SIMD_INLINE void simd_dot_k45(const simd_st_k45 *st, const uint8_t *ap, __m256i *ps, __m256i *pt,
                               float *d1, float *d2) {
     const block_q8_K *y = (const block_q8_K *)(const void *)ap;
-    __m256i acc0 = _mm256_setzero_si256(), acc1 = _mm256_setzero_si256();
+    __m256i acc[4]; /* four short chains instead of one long one */
     _Pragma("GCC unroll 4")
     for (int j = 0; j < 4; j++) {
         __m256i p0 = _mm256_maddubs_epi16(st->u[2 * j], _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j)));
         __m256i p1 = _mm256_maddubs_epi16(st->u[2 * j + 1], _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j + 32)));
-        acc0 = simd_madd_acc(acc0, p0, _mm256_set1_epi32(st->sc2[2 * j]));
-        acc1 = simd_madd_acc(acc1, p1, _mm256_set1_epi32(st->sc2[2 * j + 1]));
+        acc[j] = _mm256_madd_epi16(p0, _mm256_set1_epi32(st->sc2[2 * j]));
+        acc[j] = simd_madd_acc(acc[j], p1, _mm256_set1_epi32(st->sc2[2 * j + 1]));
     }
-    *ps = _mm256_add_epi32(acc0, acc1);
+    *ps = _mm256_add_epi32(_mm256_add_epi32(acc[0], acc[1]), _mm256_add_epi32(acc[2], acc[3]));
     *pt = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), st->m2);
     const float da = simd_f32(&y->d);
     *d1 = st->d * da;

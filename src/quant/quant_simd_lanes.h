@@ -9,7 +9,8 @@
  * unpacked once and dotted with up to SIMD_LANE_TC activation rows (batch reuse); then per
  * activation row simd_hsum8x8 of the partials and acc = fma(d1, (float)s, acc)
  * [; fma(d2, (float)t, acc)] on the accumulator register that holds lanes b%32. Lanes of a
- * partial last group are blended in.
+ * partial last group are blended in. A single activation row (the matvec) takes a fully
+ * unrolled path with the partials in registers.
  */
 #ifndef HM_QUANT_SIMD_LANES_H
 #define HM_QUANT_SIMD_LANES_H
@@ -18,12 +19,50 @@
 
 enum { SIMD_LANE_TC = 4 };
 
+/* One group of CNT (1..8) blocks at b for one activation row a, fully unrolled (FULL: CNT == 8)
+ * so that the 8 blocks' independent work interleaves; the matvec path. */
+#define SIMD_LANE_GROUP1(ST, UNPACK, DOT, HAS_T, WSZ, ASZ, wr, a, b, CNT, FULL, acc)            \
+    do {                                                                                       \
+        __m256i ps_[8], pt_[8];                                                                \
+        float d1_[8], d2_[8];                                                                  \
+        _Pragma("GCC unroll 8") for (int i_ = 0; i_ < 8; i_++) {                               \
+            if ((FULL) || i_ < (CNT)) {                                                        \
+                ST st_;                                                                        \
+                UNPACK((wr) + (size_t)((b) + i_) * (WSZ), &st_);                               \
+                DOT(&st_, (a) + (size_t)((b) + i_) * (ASZ), &ps_[i_], &pt_[i_], &d1_[i_], &d2_[i_]); \
+            } else {                                                                           \
+                ps_[i_] = pt_[i_] = _mm256_setzero_si256();                                    \
+                d1_[i_] = d2_[i_] = 0.0f;                                                      \
+            }                                                                                  \
+        }                                                                                      \
+        __m256 *ac_ = &(acc).a[((b) >> 3) & 3];                                                \
+        __m256 r_ = _mm256_fmadd_ps(_mm256_loadu_ps(d1_), _mm256_cvtepi32_ps(simd_hsum8x8(ps_)), *ac_); \
+        if (HAS_T)                                                                             \
+            r_ = _mm256_fmadd_ps(_mm256_loadu_ps(d2_), _mm256_cvtepi32_ps(simd_hsum8x8(pt_)), r_); \
+        *ac_ = (FULL) ? r_ : _mm256_blendv_ps(*ac_, r_, simd_lane_mask(CNT));                  \
+    } while (0)
+
 #define SIMD_LANE_TILE(NAME, ST, UNPACK, DOT, HAS_T, WSZ, ASZ, BS)                             \
+    static float NAME##_row1(int64_t nb, const uint8_t *wr, const uint8_t *a) {                \
+        simd_acc acc;                                                                          \
+        simd_acc_zero(&acc);                                                                   \
+        int64_t b = 0;                                                                         \
+        for (; b + 8 <= nb; b += 8) {                                                          \
+            simd_prefetch_w(wr + (size_t)b * (WSZ), 8 * (WSZ));                                \
+            SIMD_LANE_GROUP1(ST, UNPACK, DOT, HAS_T, WSZ, ASZ, wr, a, b, 8, 1, acc);           \
+        }                                                                                      \
+        if (b < nb) SIMD_LANE_GROUP1(ST, UNPACK, DOT, HAS_T, WSZ, ASZ, wr, a, b, (int)(nb - b), 0, acc); \
+        return simd_tree(&acc);                                                                \
+    }                                                                                          \
     static void NAME##_tile(int64_t n, const void *w, size_t w_stride, int nr, const void *act, \
                             size_t act_stride, int nc, float *out, size_t out_stride) {        \
         enum { TC = SIMD_LANE_TC };                                                            \
         const int64_t nb = n / (BS);                                                           \
         const uint8_t *wp = (const uint8_t *)w, *xp = (const uint8_t *)act;                    \
+        if (nc == 1) {                                                                         \
+            for (int r = 0; r < nr; r++) out[r] = NAME##_row1(nb, wp + (size_t)r * w_stride, xp); \
+            return;                                                                            \
+        }                                                                                      \
         for (int c0 = 0; c0 < nc; c0 += TC) {                                                  \
             const int tcn = nc - c0 < TC ? nc - c0 : TC;                                       \
             for (int r = 0; r < nr; r++) {                                                     \
