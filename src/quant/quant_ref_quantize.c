@@ -43,7 +43,7 @@ static void qz_q8_0(const float *x, void *vy, int64_t nb) {
         const float d = amax / 127.0f, id = quant_safe_inv(d);
         y[i].d = hm_f32_to_fp16(d);
         for (int j = 0; j < 32; j++)
-            y[i].qs[j] = (int8_t)quant_clampi(quant_nearest_int(x[j] * id), -127, 127);
+            y[i].qs[j] = (int8_t)quant_clampi((int)roundf(x[j] * id), -127, 127); /* ggml: ties away */
     }
 }
 
