@@ -1,0 +1,69 @@
+/* ops_math.h - the one definition of exp, SiLU, sigmoid and the f32 dot product used by the
+ * CPU operators (cpu/ops.h), the samplers and — written the same way — the CUDA kernels.
+ *
+ * DESIGN: hm_expf uses only IEEE single multiplies and adds rounded to nearest-even (no FMA, no
+ * libm), so a CUDA port with __fmul_rn/__fadd_rn gives the same bits, and the compiler may
+ * vectorise it. Recipe (Cephes expf polynomial):
+ *   NaN -> NaN; x > 88.72283935546875 -> +inf; x < -103.972084045410156 -> +0;
+ *   n  = (x * 1.44269502f + 12582912.0f) - 12582912.0f      (round to nearest integer)
+ *   r  = (x - n * 0.693359375f) - n * -2.12194440e-4f        (n * 0.693359375f is exact)
+ *   z  = r * r
+ *   p  = 1.9875691500e-4f; p = p*r + 1.3981999507e-3f; p = p*r + 8.3334519073e-3f;
+ *        p = p*r + 4.1665795894e-2f; p = p*r + 1.6666665459e-1f; p = p*r + 5.0000001201e-1f;
+ *   y  = (p * z + r) + 1.0f                                  (left to right)
+ *   result = (y * 2^n1) * 2^(n - n1), n1 = n / 2 (C division, toward zero), powers of two built
+ *   from exponent bits; the first product is exact, so subnormal results round once.
+ * Each line is evaluated exactly as written, one rounding per operation. Accuracy: within
+ * 2 ulp of exp over the normal range (tests/cpu/test_ops_math.c sweeps it).
+ *
+ * cpu_dot_f32: 16 lanes; acc[l] = +0, then for i ascending acc[i % 16] = acc[i % 16] +
+ * a[i] * b[i] (product rounded, then sum rounded), then acc[j] = acc[j] + acc[j + s] for
+ * s = 8, 4, 2, 1; result acc[0].
+ */
+#ifndef HM_CPU_OPS_MATH_H
+#define HM_CPU_OPS_MATH_H
+
+#include <stdint.h>
+#include <string.h>
+
+static inline float hm_math_pow2i(int e) { /* 2^e for -126 <= e <= 127 */
+    uint32_t u = (uint32_t)(e + 127) << 23;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline float hm_expf(float x) {
+    if (x != x) return x;
+    if (x > 88.72283935546875f) return __builtin_inff();
+    if (x < -103.972084045410156f) return 0.0f;
+    float n = (x * 1.44269502f + 12582912.0f) - 12582912.0f;
+    float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+    float z = r * r;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    float y = (p * z + r) + 1.0f;
+    int ni = (int)n;
+    int n1 = ni / 2;
+    return (y * hm_math_pow2i(n1)) * hm_math_pow2i(ni - n1);
+}
+
+static inline float hm_sigmoidf(float x) { return 1.0f / (1.0f + hm_expf(-x)); }
+static inline float hm_siluf(float x) { return x / (1.0f + hm_expf(-x)); }
+
+static inline float cpu_dot_f32(const float *a, const float *b, int64_t n) {
+    float acc[16] = {0};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int l = 0; l < 16; l++) acc[l] = acc[l] + a[i + l] * b[i + l];
+    for (int l = 0; i < n; i++, l++) acc[l] = acc[l] + a[i] * b[i];
+    for (int s = 8; s >= 1; s /= 2)
+        for (int l = 0; l < s; l++) acc[l] = acc[l] + acc[l + s];
+    return acc[0];
+}
+
+#endif
