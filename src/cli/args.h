@@ -1,0 +1,107 @@
+/* args.h - the command-line flags shared by the inference commands (run, chat, bench, perplexity,
+ * logits, learn, ...), with llama.cpp's names, meanings and defaults.
+ *
+ * DESIGN: one parser for every command. A command says which groups of common flags it accepts
+ * (CLI_ARGS_* mask) and may pass a table of its own extra flags (cli_arg_spec), which take
+ * precedence over a common flag of the same name (bench's -p is a token count, not a prompt).
+ * Each flag may be given as `-x VALUE` or `--long=VALUE`. Values are checked strictly (an int
+ * flag given "12abc" is an error) and ranges are checked after parsing. An unknown flag, a
+ * missing value or a bad value is one line on stderr "hotmoe CMD: ..." and status 2.
+ *
+ *   static const cli_args_def def = {"chat", "-m MODEL [options]", NULL,
+ *                                    CLI_ARGS_MODEL | CLI_ARGS_SAMPLING, extra, n_extra};
+ *   cli_common_args a;
+ *   int rc = cli_args_parse(&def, argc, argv, &a);
+ *   if (rc != CLI_ARGS_CONTINUE) return rc;   (0 after --help, 2 after a usage error)
+ */
+#ifndef HM_CLI_ARGS_H
+#define HM_CLI_ARGS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Groups of common flags a command accepts. */
+enum {
+    CLI_ARGS_MODEL = 1u << 0,    /* -m/--model */
+    CLI_ARGS_PROMPT = 1u << 1,   /* -p/--prompt, -f/--file, -n/--n-predict */
+    CLI_ARGS_CONTEXT = 1u << 2,  /* -c/--ctx-size, -b/--batch-size, -ub/--ubatch-size,
+                                    -ctk/--cache-type-k, -ctv/--cache-type-v */
+    CLI_ARGS_THREADS = 1u << 3,  /* -t/--threads */
+    CLI_ARGS_SAMPLING = 1u << 4, /* --temp --top-k --top-p --min-p --repeat-penalty
+                                    --repeat-last-n --presence-penalty --frequency-penalty
+                                    -s/--seed */
+    CLI_ARGS_ALL = 0x1f,
+};
+
+/* Values of the common flags; cli_args_parse starts from cli_args_defaults(). */
+typedef struct {
+    const char *model;        /* -m (NULL: not given) */
+    const char *prompt;       /* -p (NULL: not given) */
+    const char *file;         /* -f (NULL: not given) */
+    int n_predict;            /* -n: tokens to generate, -1 = until end of generation (-1) */
+    int n_ctx;                /* -c: 0 = from the model (0) */
+    int n_batch;              /* -b (2048) */
+    int n_ubatch;             /* -ub (512) */
+    int n_threads;            /* -t: 0 = number of online CPUs (0) */
+    const char *cache_type_k; /* -ctk: "f16" or "q8_0" ("f16") */
+    const char *cache_type_v; /* -ctv ("f16") */
+    float temp;               /* --temp (0.8); 0 = greedy */
+    int top_k;                /* --top-k (40); 0 = off */
+    float top_p;              /* --top-p (0.95); 1 = off */
+    float min_p;              /* --min-p (0.05); 0 = off */
+    float repeat_penalty;     /* --repeat-penalty (1.0 = off) */
+    int repeat_last_n;        /* --repeat-last-n (64); 0 = off, -1 = context size */
+    float presence_penalty;   /* --presence-penalty (0) */
+    float frequency_penalty;  /* --frequency-penalty (0) */
+    uint64_t seed;            /* -s/--seed; llama.cpp's default 0xFFFFFFFF means "random" */
+    bool seed_given;
+    bool given_n_predict;     /* -n was on the command line */
+} cli_common_args;
+
+#define CLI_SEED_RANDOM 0xFFFFFFFFull
+
+void cli_args_defaults(cli_common_args *a);
+
+/* A command's own flag. dest points to a variable of the kind's type:
+ * STR const char *, INT int, FLOAT float, U64 uint64_t, BOOL bool (no value; sets true). */
+typedef enum { CLI_ARG_STR, CLI_ARG_INT, CLI_ARG_FLOAT, CLI_ARG_U64, CLI_ARG_BOOL } cli_arg_kind;
+
+typedef struct {
+    const char *name;  /* "-r" or "--reps" */
+    const char *alt;   /* second spelling or NULL */
+    cli_arg_kind kind;
+    void *dest;
+    const char *meta;  /* value placeholder in help ("N"), NULL for BOOL */
+    const char *help;
+} cli_arg_spec;
+
+/* What a command accepts and how its help reads. */
+typedef struct {
+    const char *cmd;            /* "chat" */
+    const char *synopsis;       /* "-m MODEL [-sys TEXT] [options]" */
+    const char *description;    /* printed under the usage line (may be NULL) */
+    unsigned groups;            /* CLI_ARGS_* */
+    const cli_arg_spec *extra;  /* the command's own flags (may be NULL) */
+    size_t n_extra;
+} cli_args_def;
+
+enum { CLI_ARGS_CONTINUE = -1, CLI_ARGS_HELP = 0, CLI_ARGS_USAGE = 2 };
+
+/* Parses argv[1..argc) (argv[0] is the command name); positional arguments are refused.
+ * Returns CLI_ARGS_CONTINUE when the command should run, CLI_ARGS_HELP after printing help on
+ * stdout (-h/--help), CLI_ARGS_USAGE after printing one error line on stderr. */
+int cli_args_parse(const cli_args_def *def, int argc, char **argv, cli_common_args *out);
+
+/* Prints "usage: hotmoe CMD SYNOPSIS", the description and every accepted flag with its
+ * default. */
+void cli_args_usage(FILE *f, const cli_args_def *def);
+
+/* Threads to use for n_threads == 0: the number of online CPUs (at least 1). */
+int cli_args_default_threads(void);
+
+/* "f16"/"q8_0" -> ggml type id; -1 for anything else. */
+int cli_args_cache_type(const char *name);
+
+#endif
