@@ -10,9 +10,10 @@
  * contraction (-ffp-contract=off), so a GPU version can reproduce the elementwise ops bit for bit
  * using __fmul_rn/__fadd_rn/__fdiv_rn and the exp of ops_math.h. Reductions:
  *   - sums of squares (rmsnorm) accumulate (double)x*x sequentially in double (as ggml);
- *   - dot products q.k and the softmax-weighted sum of V run in position order; the q.k dot is
- *     cpu_dot_f32 (16 lanes, lane l takes elements i = l mod 16, mul then add, then a halving
- *     tree 8,4,2,1 — ops_math.h);
+ *   - attention scores q.k are the canonical dot product of docs/ARITHMETIC.md with the cached
+ *     K row as the "weight" row (f32/f16 cache: q stays f32; q8_0 cache: q is quantised to
+ *     q8_32 per head, as llama.cpp converts q to K's vec_dot type); the softmax-weighted sum of
+ *     V runs in position order;
  *   - softmax subtracts the maximum, exponentiates with hm_expf (ops_math.h) and sums in index
  *     (router) or position (attention) order, sink last.
  * In-place use (y == x) is allowed for every elementwise op, norm and rope.
@@ -25,6 +26,7 @@
 
 #include "base/status.h"
 #include "base/threadpool.h"
+#include "quant/quant.h"
 
 /* ------------------------------------------------------------------ norms and elementwise */
 
@@ -171,13 +173,15 @@ typedef struct {
     const float *k_new;    /* [n_tok][n_head_kv][head_dim] f32 (roped) or NULL if already stored */
     const float *v_new;    /* [n_tok][n_head_kv][head_dim] f32 or NULL (with k_new) */
     float *out;            /* [n_tok][n_head][head_dim] f32 */
+    const quant_kernels *kern; /* dot kernels; NULL = quant_kernels_best() */
 } cpu_attn_args;
 
 /* Bytes of scratch cpu_attention needs with nth threads. */
 size_t cpu_attention_scratch_size(const cpu_kv_layer *kv, const cpu_attn_args *a, int nth);
 
 /* Stores k_new/v_new (if given) at pos0.., then for every (token t, head h), p = pos0 + t:
- *   s_q = dot(q[t][h], dequant K[q][kvh]) * scale for visible q (ascending position order),
+ *   s_q = dot(K[q][kvh], q[t][h]) * scale for visible q (ascending position order; dot as
+ *         described at the top of this file),
  *   m = max(s_q..., sink_h), e_q = hm_expf(s_q - m), den = (sum_q e_q) + hm_expf(sink_h - m),
  *   out[t][h] = (sum_q e_q * dequant V[q][kvh]) / den   (sums in position order; the V sum is
  *   elementwise acc = acc + e_q * v, then each element divided by den).

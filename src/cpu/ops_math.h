@@ -1,4 +1,4 @@
-/* ops_math.h - the one definition of exp, SiLU, sigmoid and the f32 dot product used by the
+/* ops_math.h - the one definition of exp, SiLU and sigmoid used by the
  * CPU operators (cpu/ops.h), the samplers and — written the same way — the CUDA kernels.
  *
  * DESIGN: hm_expf uses only IEEE single multiplies and adds rounded to nearest-even (no FMA, no
@@ -15,10 +15,6 @@
  *   from exponent bits; the first product is exact, so subnormal results round once.
  * Each line is evaluated exactly as written, one rounding per operation. Accuracy: within
  * 2 ulp of exp over the normal range (tests/cpu/test_ops_math.c sweeps it).
- *
- * cpu_dot_f32: 16 lanes; acc[l] = +0, then for i ascending acc[i % 16] = acc[i % 16] +
- * a[i] * b[i] (product rounded, then sum rounded), then acc[j] = acc[j] + acc[j + s] for
- * s = 8, 4, 2, 1; result acc[0].
  */
 #ifndef HM_CPU_OPS_MATH_H
 #define HM_CPU_OPS_MATH_H
@@ -54,16 +50,5 @@ static inline float hm_expf(float x) {
 
 static inline float hm_sigmoidf(float x) { return 1.0f / (1.0f + hm_expf(-x)); }
 static inline float hm_siluf(float x) { return x / (1.0f + hm_expf(-x)); }
-
-static inline float cpu_dot_f32(const float *a, const float *b, int64_t n) {
-    float acc[16] = {0};
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        for (int l = 0; l < 16; l++) acc[l] = acc[l] + a[i + l] * b[i + l];
-    for (int l = 0; i < n; i++, l++) acc[l] = acc[l] + a[i] * b[i];
-    for (int s = 8; s >= 1; s /= 2)
-        for (int l = 0; l < s; l++) acc[l] = acc[l] + acc[l + s];
-    return acc[0];
-}
 
 #endif

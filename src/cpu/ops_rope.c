@@ -1,0 +1,120 @@
+/* ops_rope.c - rotary position embedding: llama.cpp's "norm" and "neox" orderings, linear
+ * scaling and YaRN.
+ *
+ * DESIGN: for each token the cos/sin of its n_dims/2 angles are computed once (in double, see
+ * ops.h for the formulas; rounded to float at the end) into a small stack table and applied to
+ * every head of the token. Tokens are split across the pool; a token's rows depend only on its
+ * position, so any split gives the same bits. YaRN follows llama.cpp's rope_yarn (ramp on the
+ * pair index between the correction dims, mix of interpolated and extrapolated angles, mscale
+ * 1 + 0.1 ln(factor)) which equals transformers' _compute_yarn_parameters when the correction
+ * dims are floored/ceiled (rope_scaling.truncate, default true); gpt-oss sets truncate = false
+ * and transformers then uses the unrounded dims: yarn_truncate selects that.
+ */
+#include "cpu/ops.h"
+
+#include <math.h>
+
+#include "cpu/ops_internal.h"
+
+#define ROPE_MAX_PAIRS 512
+
+cpu_rope_params cpu_rope_default(cpu_rope_mode mode, int n_dims, float freq_base) {
+    cpu_rope_params p = {0};
+    p.mode = mode;
+    p.n_dims = n_dims;
+    p.freq_base = freq_base;
+    p.freq_scale = 1.0f;
+    p.ext_factor = 0.0f;
+    p.attn_factor = 1.0f;
+    p.n_ctx_orig = 0;
+    p.beta_fast = 32.0f;
+    p.beta_slow = 1.0f;
+    p.yarn_truncate = 1;
+    return p;
+}
+
+static double yarn_corr_dim(int n_dims, int n_ctx_orig, double beta, double base) {
+    return n_dims * log((double)n_ctx_orig / (beta * 2.0 * M_PI)) / (2.0 * log(base));
+}
+
+typedef struct {
+    float *x;
+    int64_t n_tok;
+    int n_head, head_dim;
+    const int32_t *pos;
+    cpu_rope_params p;
+    double lo, hi;       /* YaRN correction dims */
+    double mscale;
+} rope_job;
+
+static void rope_angles(const rope_job *j, int32_t pos, float *cs /* [n_pairs][2] */) {
+    const cpu_rope_params *p = &j->p;
+    const int n_pairs = p->n_dims / 2;
+    for (int i = 0; i < n_pairs; i++) {
+        double inv = pow((double)p->freq_base, -2.0 * i / p->n_dims);
+        double theta_extrap = (double)pos * inv;
+        double theta = (double)p->freq_scale * theta_extrap;
+        if (p->ext_factor != 0.0f) {
+            double y = ((double)i - j->lo) / fmax(0.001, j->hi - j->lo);
+            double ramp = 1.0 - fmin(1.0, fmax(0.0, y));
+            double mix = ramp * p->ext_factor;
+            theta = theta * (1.0 - mix) + theta_extrap * mix;
+        }
+        cs[2 * i] = (float)(cos(theta) * j->mscale);
+        cs[2 * i + 1] = (float)(sin(theta) * j->mscale);
+    }
+}
+
+static void rope_worker(void *ctx, int ith, int nth) {
+    const rope_job *j = ctx;
+    float cs[2 * ROPE_MAX_PAIRS];
+    const int n_pairs = j->p.n_dims / 2;
+    const int neox = j->p.mode == CPU_ROPE_NEOX;
+    int64_t t0, t1;
+    ops_split(j->n_tok, ith, nth, &t0, &t1);
+    for (int64_t t = t0; t < t1; t++) {
+        rope_angles(j, j->pos[t], cs);
+        for (int h = 0; h < j->n_head; h++) {
+            float *x = j->x + (t * j->n_head + h) * j->head_dim;
+            for (int i = 0; i < n_pairs; i++) {
+                const float c = cs[2 * i], s = cs[2 * i + 1];
+                float *a = neox ? &x[i] : &x[2 * i];
+                float *b = neox ? &x[i + n_pairs] : &x[2 * i + 1];
+                const float x0 = *a, x1 = *b;
+                *a = x0 * c - x1 * s;
+                *b = x0 * s + x1 * c;
+            }
+        }
+    }
+}
+
+hm_status cpu_rope(tp_pool *pool, float *x, int64_t n_tok, int n_head, int head_dim,
+                   const int32_t *pos, const cpu_rope_params *p, hm_error *err) {
+    if (!p || (p->mode != CPU_ROPE_NORM && p->mode != CPU_ROPE_NEOX))
+        return hm_error_set(err, HM_ERR_ARG, "rope: unknown mode");
+    if (p->n_dims <= 0 || p->n_dims % 2 || p->n_dims > head_dim || p->n_dims > 2 * ROPE_MAX_PAIRS)
+        return hm_error_set(err, HM_ERR_ARG, "rope: n_dims %d must be even and in [2, %d]",
+                            p->n_dims, head_dim < 2 * ROPE_MAX_PAIRS ? head_dim : 2 * ROPE_MAX_PAIRS);
+    if (!(p->freq_base > 0.0f) || !(p->freq_scale > 0.0f))
+        return hm_error_set(err, HM_ERR_ARG, "rope: freq_base %g and freq_scale %g must be > 0",
+                            (double)p->freq_base, (double)p->freq_scale);
+    if (n_tok < 0 || n_head < 0) return hm_error_set(err, HM_ERR_ARG, "rope: negative shape");
+    if (n_tok == 0 || n_head == 0) return HM_OK;
+    rope_job j = {x, n_tok, n_head, head_dim, pos, *p, 0.0, 0.0, p->attn_factor};
+    if (p->ext_factor != 0.0f) {
+        if (p->n_ctx_orig <= 0 || !(p->beta_fast > 0.0f) || !(p->beta_slow > 0.0f))
+            return hm_error_set(err, HM_ERR_ARG,
+                                "rope: YaRN needs n_ctx_orig > 0 and positive betas");
+        double lo = yarn_corr_dim(p->n_dims, p->n_ctx_orig, p->beta_fast, p->freq_base);
+        double hi = yarn_corr_dim(p->n_dims, p->n_ctx_orig, p->beta_slow, p->freq_base);
+        if (p->yarn_truncate) {
+            lo = floor(lo);
+            hi = ceil(hi);
+        }
+        j.lo = fmax(0.0, lo);
+        j.hi = fmin((double)(p->n_dims - 1), hi);
+        j.mscale = (double)p->attn_factor * (1.0 + 0.1 * log(1.0 / (double)p->freq_scale));
+    }
+    ops_run(pool, rope_worker, &j, n_tok * n_head * p->n_dims, 16384);
+    return HM_OK;
+}
