@@ -49,6 +49,8 @@ typedef struct {
                                template, with "{reasoning}" where the effort goes (NULL: OpenAI's
                                template) */
     char *harmony_dev_prefix; /* harmony from forge: text before a developer message's content */
+    char *harmony_dev_suffix; /* ... and after it (before <|end|>) */
+    char *harmony_effort;     /* harmony from forge: the template's default reasoning effort */
 } chat_template;
 
 typedef struct {

@@ -1,0 +1,275 @@
+/* args.c - the shared flag parser (see args.h).
+ *
+ * DESIGN: the common flags are a constant table (name, alternative spelling, group, kind, offset
+ * into cli_common_args, help); a command's extra flags are a second table with pointers. Lookup
+ * tries the command's table first, so a command may redefine a common name. Numbers go through
+ * strtol/strtof/strtoull and must consume the whole value; ranges of the common flags are
+ * checked once after parsing so the error names the flag.
+ */
+#include "cli/args.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "quant/qtypes.h"
+
+typedef struct {
+    const char *name, *alt;
+    unsigned group;
+    cli_arg_kind kind;
+    size_t off;
+    const char *meta, *help;
+} common_spec;
+
+#define OFF(f) offsetof(cli_common_args, f)
+
+static const common_spec k_common[] = {
+    {"-m", "--model", CLI_ARGS_MODEL, CLI_ARG_STR, OFF(model), "FNAME", "model path (GGUF)"},
+    {"-p", "--prompt", CLI_ARGS_PROMPT, CLI_ARG_STR, OFF(prompt), "TEXT", "prompt"},
+    {"-f", "--file", CLI_ARGS_PROMPT, CLI_ARG_STR, OFF(file), "FNAME", "read the text from a file"},
+    {"-n", "--n-predict", CLI_ARGS_PROMPT, CLI_ARG_INT, OFF(n_predict), "N",
+     "tokens to predict (default: -1, until end of generation)"},
+    {"-c", "--ctx-size", CLI_ARGS_CONTEXT, CLI_ARG_INT, OFF(n_ctx), "N",
+     "context size (default: 0, from the model, at most 4096)"},
+    {"-b", "--batch-size", CLI_ARGS_CONTEXT, CLI_ARG_INT, OFF(n_batch), "N",
+     "logical batch size (default: 2048)"},
+    {"-ub", "--ubatch-size", CLI_ARGS_CONTEXT, CLI_ARG_INT, OFF(n_ubatch), "N",
+     "physical batch size (default: 512)"},
+    {"-ctk", "--cache-type-k", CLI_ARGS_CONTEXT, CLI_ARG_STR, OFF(cache_type_k), "TYPE",
+     "KV cache type for K: f16, q8_0 (default: f16)"},
+    {"-ctv", "--cache-type-v", CLI_ARGS_CONTEXT, CLI_ARG_STR, OFF(cache_type_v), "TYPE",
+     "KV cache type for V: f16, q8_0 (default: f16)"},
+    {"-t", "--threads", CLI_ARGS_THREADS, CLI_ARG_INT, OFF(n_threads), "N",
+     "threads (default: 0, all online CPUs)"},
+    {"--temp", NULL, CLI_ARGS_SAMPLING, CLI_ARG_FLOAT, OFF(temp), "N",
+     "temperature (default: 0.8; 0 = greedy)"},
+    {"--top-k", NULL, CLI_ARGS_SAMPLING, CLI_ARG_INT, OFF(top_k), "N",
+     "top-k sampling (default: 40, 0 = off)"},
+    {"--top-p", NULL, CLI_ARGS_SAMPLING, CLI_ARG_FLOAT, OFF(top_p), "N",
+     "top-p sampling (default: 0.95, 1.0 = off)"},
+    {"--min-p", NULL, CLI_ARGS_SAMPLING, CLI_ARG_FLOAT, OFF(min_p), "N",
+     "min-p sampling (default: 0.05, 0.0 = off)"},
+    {"--repeat-penalty", NULL, CLI_ARGS_SAMPLING, CLI_ARG_FLOAT, OFF(repeat_penalty), "N",
+     "penalise repeated tokens (default: 1.0, 1.0 = off)"},
+    {"--repeat-last-n", NULL, CLI_ARGS_SAMPLING, CLI_ARG_INT, OFF(repeat_last_n), "N",
+     "last N tokens penalised (default: 64, 0 = off, -1 = context size)"},
+    {"--presence-penalty", NULL, CLI_ARGS_SAMPLING, CLI_ARG_FLOAT, OFF(presence_penalty), "N",
+     "presence penalty (default: 0.0, off)"},
+    {"--frequency-penalty", NULL, CLI_ARGS_SAMPLING, CLI_ARG_FLOAT, OFF(frequency_penalty), "N",
+     "frequency penalty (default: 0.0, off)"},
+    {"-s", "--seed", CLI_ARGS_SAMPLING, CLI_ARG_U64, OFF(seed), "SEED",
+     "RNG seed (default: -1, random)"},
+};
+#define N_COMMON (sizeof(k_common) / sizeof(k_common[0]))
+
+void cli_args_defaults(cli_common_args *a) {
+    memset(a, 0, sizeof(*a));
+    a->n_predict = -1;
+    a->n_ctx = 0;
+    a->n_batch = 2048;
+    a->n_ubatch = 512;
+    a->n_threads = 0;
+    a->cache_type_k = "f16";
+    a->cache_type_v = "f16";
+    a->temp = 0.8f;
+    a->top_k = 40;
+    a->top_p = 0.95f;
+    a->min_p = 0.05f;
+    a->repeat_penalty = 1.0f;
+    a->repeat_last_n = 64;
+    a->seed = CLI_SEED_RANDOM;
+}
+
+int cli_args_default_threads(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
+}
+
+int cli_args_cache_type(const char *name) {
+    if (!name) return -1;
+    if (!strcmp(name, "f16")) return HM_TYPE_F16;
+    if (!strcmp(name, "q8_0")) return HM_TYPE_Q8_0;
+    return -1;
+}
+
+/* Stores the text value v into dest of the given kind; 0 on success. */
+static int store_value(cli_arg_kind kind, void *dest, const char *v) {
+    char *end = NULL;
+    errno = 0;
+    switch (kind) {
+    case CLI_ARG_STR: *(const char **)dest = v; return 0;
+    case CLI_ARG_INT: {
+        long x = strtol(v, &end, 10);
+        if (!*v || *end || errno || x < INT_MIN || x > INT_MAX) return -1;
+        *(int *)dest = (int)x;
+        return 0;
+    }
+    case CLI_ARG_FLOAT: {
+        float x = strtof(v, &end);
+        if (!*v || *end || errno || !isfinite(x)) return -1;
+        *(float *)dest = x;
+        return 0;
+    }
+    case CLI_ARG_U64: {
+        /* -1 is llama.cpp's "random seed" */
+        if (!strcmp(v, "-1")) {
+            *(uint64_t *)dest = CLI_SEED_RANDOM;
+            return 0;
+        }
+        if (*v == '-' || *v == '+') return -1;
+        unsigned long long x = strtoull(v, &end, 10);
+        if (!*v || *end || errno) return -1;
+        *(uint64_t *)dest = (uint64_t)x;
+        return 0;
+    }
+    case CLI_ARG_BOOL: *(bool *)dest = true; return 0;
+    }
+    return -1;
+}
+
+static const char *kind_what(cli_arg_kind k) {
+    switch (k) {
+    case CLI_ARG_INT: return "an integer";
+    case CLI_ARG_FLOAT: return "a finite number";
+    case CLI_ARG_U64: return "a non-negative integer or -1";
+    default: return "a value";
+    }
+}
+
+/* Range checks of the common flags that were accepted; returns an error text or NULL. */
+static const char *check_ranges(const cli_common_args *a, unsigned groups, char *buf, size_t cap) {
+    if (groups & CLI_ARGS_PROMPT && a->n_predict < -1) return "-n must be >= -1";
+    if (groups & CLI_ARGS_CONTEXT) {
+        if (a->n_ctx < 0) return "-c must be >= 0";
+        if (a->n_batch < 1) return "-b must be >= 1";
+        if (a->n_ubatch < 1) return "-ub must be >= 1";
+        if (cli_args_cache_type(a->cache_type_k) < 0) {
+            snprintf(buf, cap, "-ctk: unsupported KV cache type '%s' (supported: f16, q8_0)",
+                     a->cache_type_k);
+            return buf;
+        }
+        if (cli_args_cache_type(a->cache_type_v) < 0) {
+            snprintf(buf, cap, "-ctv: unsupported KV cache type '%s' (supported: f16, q8_0)",
+                     a->cache_type_v);
+            return buf;
+        }
+    }
+    if (groups & CLI_ARGS_THREADS && (a->n_threads < 0 || a->n_threads > 1024))
+        return "-t must be between 0 and 1024";
+    if (groups & CLI_ARGS_SAMPLING) {
+        if (a->temp < 0) return "--temp must be >= 0";
+        if (a->top_k < 0) return "--top-k must be >= 0";
+        if (!(a->top_p > 0 && a->top_p <= 1)) return "--top-p must be in (0, 1]";
+        if (!(a->min_p >= 0 && a->min_p <= 1)) return "--min-p must be in [0, 1]";
+        if (a->repeat_penalty <= 0) return "--repeat-penalty must be > 0";
+        if (a->repeat_last_n < -1) return "--repeat-last-n must be >= -1";
+    }
+    return NULL;
+}
+
+static bool name_is(const char *arg, size_t len, const char *name) {
+    return name && strlen(name) == len && !memcmp(arg, name, len);
+}
+
+int cli_args_parse(const cli_args_def *def, int argc, char **argv, cli_common_args *out) {
+    cli_args_defaults(out);
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+            cli_args_usage(stdout, def);
+            return CLI_ARGS_HELP;
+        }
+        if (arg[0] != '-' || !arg[1]) {
+            fprintf(stderr, "hotmoe %s: unexpected argument '%s' (see hotmoe %s --help)\n",
+                    def->cmd, arg, def->cmd);
+            return CLI_ARGS_USAGE;
+        }
+        /* --name=value */
+        const char *eq = arg[1] == '-' ? strchr(arg, '=') : NULL;
+        size_t nlen = eq ? (size_t)(eq - arg) : strlen(arg);
+        cli_arg_kind kind = CLI_ARG_BOOL;
+        void *dest = NULL;
+        bool found = false;
+        for (size_t k = 0; k < def->n_extra && !found; k++) {
+            const cli_arg_spec *s = &def->extra[k];
+            if (name_is(arg, nlen, s->name) || name_is(arg, nlen, s->alt)) {
+                kind = s->kind;
+                dest = s->dest;
+                found = true;
+            }
+        }
+        for (size_t k = 0; k < N_COMMON && !found; k++) {
+            const common_spec *s = &k_common[k];
+            if (!(def->groups & s->group)) continue;
+            if (name_is(arg, nlen, s->name) || name_is(arg, nlen, s->alt)) {
+                kind = s->kind;
+                dest = (char *)out + s->off;
+                found = true;
+                if (s->off == OFF(seed)) out->seed_given = true;
+                if (s->off == OFF(n_predict)) out->given_n_predict = true;
+            }
+        }
+        if (!found) {
+            fprintf(stderr, "hotmoe %s: unknown flag '%.*s' (see hotmoe %s --help)\n", def->cmd,
+                    (int)nlen, arg, def->cmd);
+            return CLI_ARGS_USAGE;
+        }
+        const char *val = NULL;
+        if (kind == CLI_ARG_BOOL) {
+            if (eq) {
+                fprintf(stderr, "hotmoe %s: flag '%.*s' takes no value\n", def->cmd, (int)nlen,
+                        arg);
+                return CLI_ARGS_USAGE;
+            }
+        } else if (eq) {
+            val = eq + 1;
+        } else if (i + 1 < argc) {
+            val = argv[++i];
+        } else {
+            fprintf(stderr, "hotmoe %s: flag '%s' needs a value\n", def->cmd, arg);
+            return CLI_ARGS_USAGE;
+        }
+        if (store_value(kind, dest, val)) {
+            fprintf(stderr, "hotmoe %s: flag '%.*s' needs %s, got '%s'\n", def->cmd, (int)nlen,
+                    arg, kind_what(kind), val);
+            return CLI_ARGS_USAGE;
+        }
+    }
+    char buf[160];
+    const char *bad = check_ranges(out, def->groups, buf, sizeof(buf));
+    if (bad) {
+        fprintf(stderr, "hotmoe %s: %s\n", def->cmd, bad);
+        return CLI_ARGS_USAGE;
+    }
+    return CLI_ARGS_CONTINUE;
+}
+
+static void print_flag(FILE *f, const char *name, const char *alt, const char *meta,
+                       const char *help) {
+    char left[64];
+    snprintf(left, sizeof(left), "%s%s%s%s%s", name, alt ? ", " : "", alt ? alt : "",
+             meta ? " " : "", meta ? meta : "");
+    fprintf(f, "  %-28s %s\n", left, help ? help : "");
+}
+
+void cli_args_usage(FILE *f, const cli_args_def *def) {
+    fprintf(f, "usage: hotmoe %s %s\n", def->cmd, def->synopsis ? def->synopsis : "[options]");
+    if (def->description) fprintf(f, "\n%s\n", def->description);
+    fprintf(f, "\noptions:\n");
+    for (size_t k = 0; k < def->n_extra; k++)
+        print_flag(f, def->extra[k].name, def->extra[k].alt, def->extra[k].meta,
+                   def->extra[k].help);
+    for (size_t k = 0; k < N_COMMON; k++) {
+        const common_spec *s = &k_common[k];
+        if (!(def->groups & s->group)) continue;
+        bool shadowed = false;
+        for (size_t e = 0; e < def->n_extra; e++)
+            if (!strcmp(def->extra[e].name, s->name)) shadowed = true;
+        if (!shadowed) print_flag(f, s->name, s->alt, s->meta, s->help);
+    }
+    print_flag(f, "-h", "--help", NULL, "show this help");
+}

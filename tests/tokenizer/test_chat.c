@@ -1,0 +1,308 @@
+/* test_chat.c - chat template detection and rendering.
+ *
+ * How the expected strings were made: Jinja cannot run here, so every expected prompt below was
+ * derived by hand from the template text it is checked against, statement by statement (the
+ * template's string literals concatenated in the order the loop visits the messages, with
+ * Jinja's rules: raw text is emitted verbatim, so forge's harmony template emits a backslash and
+ * an 'n' where its raw text has "\n"; {%- / -%} strip whitespace). The templates are forge's
+ * (read from the library, forge_chat_template), Mixtral-8x7B-Instruct-v0.1's current template
+ * (k_mixtral_hf below, as published on the HuggingFace hub), and the distinctive parts of
+ * Qwen3's and OpenAI's gpt-oss templates (the parts detection reads; their rendering follows
+ * the published templates: Qwen3's <think> handling, gpt-oss's system/developer preamble).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "forge/forge.h"
+#include "forge/forge_vocab_internal.h"
+#include "harness.h"
+#include "tokenizer/chat.h"
+
+#define N(a) (sizeof(a) / sizeof(a[0]))
+
+static const chat_message k_conv[] = {
+    {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello!"}, {"user", "2+2?"}};
+
+/* Renders and compares; prints both strings on a mismatch. */
+static void check_render(const chat_template *t, const chat_message *m, size_t n,
+                         const chat_render_opts *o, const char *want, const char *what) {
+    char *got = NULL;
+    size_t len = 0;
+    hm_error e = {0};
+    hm_status st = chat_render(t, m, n, o, &got, &len, &e);
+    HM_CHECK_MSG(st == HM_OK, "%s: %s", what, e.msg);
+    if (st) return;
+    HM_CHECK_MSG(len == strlen(got) && !strcmp(got, want), "%s:\n got: [%s]\nwant: [%s]", what,
+                 got, want);
+    free(got);
+}
+
+static void detect_forge(forge_arch a, chat_template *t) {
+    const char *j = forge_chat_template(a);
+    hm_error e = {0};
+    hm_status st = chat_template_detect(j, strlen(j), t, &e);
+    HM_CHECK_MSG(st == HM_OK, "forge arch %d: %s", (int)a, e.msg);
+}
+
+static void test_forge_qwen3_chatml(void) {
+    chat_template t;
+    detect_forge(FORGE_ARCH_QWEN3MOE, &t);
+    HM_CHECK(t.family == CHAT_CHATML);
+    HM_CHECK(t.enable_thinking && !t.qwen3_think && !t.default_system);
+    chat_render_opts o = chat_render_default_opts();
+    const char *want = "<|im_start|>system\nBe brief.<|im_end|>\n"
+                       "<|im_start|>user\nHi<|im_end|>\n"
+                       "<|im_start|>assistant\nHello!<|im_end|>\n"
+                       "<|im_start|>user\n2+2?<|im_end|>\n"
+                       "<|im_start|>assistant\n";
+    check_render(&t, k_conv, N(k_conv), &o, want, "qwen3 forge");
+    o.enable_thinking = 0; /* enable_thinking=False */
+    char buf[512];
+    snprintf(buf, sizeof(buf), "%s<think>\n\n</think>\n\n", want);
+    check_render(&t, k_conv, N(k_conv), &o, buf, "qwen3 forge, no thinking");
+    o.enable_thinking = -1;
+    o.add_generation_prompt = false;
+    check_render(&t, k_conv, 2, &o,
+                 "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n",
+                 "qwen3 forge, no generation prompt");
+    /* forge's template keeps <think> blocks in history (it has no stripping) */
+    chat_message th[] = {{"user", "a"}, {"assistant", "<think>\nr\n</think>\n\nb"}, {"user", "c"}};
+    check_render(&t, th, 3, NULL,
+                 "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\n<think>\nr\n</think>\n\nb"
+                 "<|im_end|>\n<|im_start|>user\nc<|im_end|>\n<|im_start|>assistant\n",
+                 "qwen3 forge think kept");
+    chat_template_free(&t);
+}
+
+static void test_forge_qwen2_default_system(void) {
+    chat_template t;
+    detect_forge(FORGE_ARCH_QWEN2MOE, &t);
+    HM_CHECK(t.family == CHAT_CHATML);
+    HM_REQUIRE(t.default_system);
+    HM_CHECK(!strcmp(t.default_system, "You are a helpful assistant"));
+    chat_message m[] = {{"user", "Hi"}};
+    check_render(&t, m, 1, NULL,
+                 "<|im_start|>system\nYou are a helpful assistant<|im_end|>\n"
+                 "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",
+                 "qwen2 forge default system");
+    /* an explicit system message replaces the default */
+    check_render(&t, k_conv, 2, NULL,
+                 "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                 "<|im_start|>assistant\n",
+                 "qwen2 forge explicit system");
+    chat_template_free(&t);
+}
+
+/* The parts of Qwen3's published template that detection reads and whose behaviour the
+ * formatter reproduces (the assistant branch with reasoning_content and </think> splitting). */
+static const char k_qwen3_excerpt[] =
+    "{%- if messages[0].role == 'system' %}{{- '<|im_start|>system\\n' + messages[0].content + "
+    "'<|im_end|>\\n' }}{%- endif %}"
+    "{%- if '</think>' in content %}{%- set reasoning_content = "
+    "content.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') %}"
+    "{%- endif %}{{- '<|im_start|>' + message.role + '\\n' + content }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}";
+
+static void test_qwen3_real_think(void) {
+    chat_template t;
+    hm_error e = {0};
+    HM_REQUIRE(chat_template_detect(k_qwen3_excerpt, strlen(k_qwen3_excerpt), &t, &e) == HM_OK);
+    HM_CHECK(t.family == CHAT_CHATML && t.qwen3_think && t.enable_thinking && !t.default_system);
+    /* history: the reasoning of an assistant turn before the last user query is dropped */
+    chat_message m[] = {{"user", "a"},
+                        {"assistant", "<think>\nplan\n</think>\n\nanswer"},
+                        {"user", "b"}};
+    check_render(&t, m, 3, NULL,
+                 "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\nanswer<|im_end|>\n"
+                 "<|im_start|>user\nb<|im_end|>\n<|im_start|>assistant\n",
+                 "qwen3 think stripped");
+    /* last assistant turn after the last query keeps (re-formats) its reasoning */
+    chat_render_opts o = chat_render_default_opts();
+    o.add_generation_prompt = false;
+    check_render(&t, m, 2, &o,
+                 "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\n<think>\nplan\n</think>\n\n"
+                 "answer<|im_end|>\n",
+                 "qwen3 last assistant keeps reasoning");
+    /* ... and gets an empty think block when it has none (loop.last) */
+    chat_message m2[] = {{"user", "a"}, {"assistant", "answer"}};
+    check_render(&t, m2, 2, &o,
+                 "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+                 "answer<|im_end|>\n",
+                 "qwen3 last assistant empty think");
+    chat_template_free(&t);
+}
+
+static const char k_harmony_openai_want[] =
+    "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+    "Knowledge cutoff: 2024-06\nCurrent date: 2026-11-22\n\nReasoning: medium\n\n"
+    "# Valid channels: analysis, commentary, final. Channel must be included for every message."
+    "<|end|><|start|>developer<|message|># Instructions\n\nBe brief.\n\n<|end|>"
+    "<|start|>user<|message|>Hi<|end|><|start|>assistant<|channel|>final<|message|>Hello!<|end|>"
+    "<|start|>user<|message|>2+2?<|end|><|start|>assistant";
+
+static void test_harmony_openai(void) {
+    /* the template's distinctive parts: the system message macro and strftime_now */
+    static const char j[] = "{%- macro build_system_message() -%}{{- \"Current date: \" + "
+                            "strftime_now(\"%Y-%m-%d\") }}{%- endmacro -%}"
+                            "{{- \"<|start|>system<|message|>\" }}{{- build_system_message() }}"
+                            "{{- \"<|start|>user<|message|>\" + message.content + \"<|end|>\" }}";
+    chat_template t;
+    hm_error e = {0};
+    HM_REQUIRE(chat_template_detect(j, strlen(j), &t, &e) == HM_OK);
+    HM_CHECK(t.family == CHAT_HARMONY && !t.harmony_preamble);
+    chat_render_opts o = chat_render_default_opts();
+    o.date = "2026-11-22";
+    check_render(&t, k_conv, N(k_conv), &o, k_harmony_openai_want, "harmony openai");
+    /* no system message: no developer message; effort and identity as given */
+    o.reasoning_effort = "low";
+    o.model_identity = "You are X.";
+    check_render(&t, k_conv + 1, 1, &o,
+                 "<|start|>system<|message|>You are X.\nKnowledge cutoff: 2024-06\n"
+                 "Current date: 2026-11-22\n\nReasoning: low\n\n# Valid channels: analysis, "
+                 "commentary, final. Channel must be included for every message.<|end|>"
+                 "<|start|>user<|message|>Hi<|end|><|start|>assistant",
+                 "harmony openai no system");
+    /* training form: last assistant turn ends with <|return|>, no generation prompt */
+    o.add_generation_prompt = false;
+    char *got = NULL;
+    HM_REQUIRE(chat_render(&t, k_conv, 3, &o, &got, NULL, &e) == HM_OK);
+    const char *tail = "<|start|>assistant<|channel|>final<|message|>Hello!<|return|>";
+    HM_CHECK(strlen(got) > strlen(tail) && !strcmp(got + strlen(got) - strlen(tail), tail));
+    free(got);
+    /* channel tags in content are refused as the template refuses them */
+    chat_message bad[] = {{"user", "a"}, {"assistant", "<|channel|>final<|message|>x"}};
+    HM_CHECK(chat_render(&t, bad, 2, &o, &got, NULL, &e) == HM_ERR_ARG);
+    HM_CHECK(strstr(e.msg, "<|channel|>") != NULL);
+    /* stops on <|return|> and <|call|>, not on <|end|> */
+    const char *const *stop = chat_stop_texts(&t);
+    HM_REQUIRE(stop);
+    HM_CHECK(!strcmp(stop[0], "<|return|>") && !strcmp(stop[1], "<|call|>"));
+    for (int i = 0; stop[i]; i++) HM_CHECK(strcmp(stop[i], "<|end|>"));
+    chat_template_free(&t);
+}
+
+static void test_harmony_forge(void) {
+    chat_template t;
+    detect_forge(FORGE_ARCH_GPTOSS, &t);
+    HM_CHECK(t.family == CHAT_HARMONY);
+    HM_REQUIRE(t.harmony_preamble && t.harmony_effort);
+    HM_CHECK(!strcmp(t.harmony_effort, "medium"));
+    /* forge writes "\n" inside raw template text, which Jinja emits as backslash + n */
+    check_render(&t, k_conv, N(k_conv), NULL,
+                 "<|start|>system<|message|>You are ChatGPT, a large language model trained by "
+                 "OpenAI.\\nKnowledge cutoff: 2024-06\\n\\nReasoning: medium\\n\\n# Valid "
+                 "channels: analysis, commentary, final. Channel must be included for every "
+                 "message.<|end|><|start|>developer<|message|># Instructions\\n\\nBe brief.<|end|>"
+                 "<|start|>user<|message|>Hi<|end|><|start|>assistant<|channel|>final<|message|>"
+                 "Hello!<|end|><|start|>user<|message|>2+2?<|end|><|start|>assistant",
+                 "harmony forge");
+    chat_render_opts o = chat_render_default_opts();
+    o.reasoning_effort = "high";
+    o.add_generation_prompt = false;
+    char *got = NULL;
+    hm_error e = {0};
+    HM_REQUIRE(chat_render(&t, k_conv + 1, 2, &o, &got, NULL, &e) == HM_OK);
+    HM_CHECK(strstr(got, "Reasoning: high\\n") != NULL);
+    HM_CHECK(strstr(got, "Hello!<|return|>") != NULL);
+    free(got);
+    chat_template_free(&t);
+}
+
+static void test_mistral_legacy(void) {
+    chat_template t;
+    detect_forge(FORGE_ARCH_LLAMA, &t);
+    HM_CHECK(t.family == CHAT_MISTRAL_LEGACY);
+    chat_render_opts o = chat_render_default_opts();
+    o.bos_token = "<s>";
+    o.eos_token = "</s>";
+    check_render(&t, k_conv + 1, 3, &o, "<s>[INST] Hi [/INST]Hello!</s>[INST] 2+2? [/INST]",
+                 "mistral legacy");
+    char *got = NULL;
+    hm_error e = {0};
+    /* a system message: the template raises (roles must alternate, checked first) */
+    HM_CHECK(chat_render(&t, k_conv, N(k_conv), &o, &got, NULL, &e) == HM_ERR_ARG);
+    HM_CHECK(strstr(e.msg, "alternate") != NULL);
+    chat_message two_users[] = {{"user", "a"}, {"user", "b"}};
+    HM_CHECK(chat_render(&t, two_users, 2, &o, &got, NULL, &e) == HM_ERR_ARG);
+    chat_template_free(&t);
+}
+
+/* Mixtral-8x7B-Instruct-v0.1's current template (HuggingFace hub). */
+static const char k_mixtral_hf[] =
+    "{%- if messages[0]['role'] == 'system' %}\n    {%- set system_message = messages[0]['content'] "
+    "%}\n    {%- set loop_messages = messages[1:] %}\n{%- else %}\n    {%- set loop_messages = "
+    "messages %}\n{%- endif %}\n\n{{- bos_token }}\n{%- for message in loop_messages %}\n    {%- if "
+    "(message['role'] == 'user') != (loop.index0 % 2 == 0) %}\n        {{- raise_exception('After "
+    "the optional system message, conversation roles must alternate "
+    "user/assistant/user/assistant/...') }}\n    {%- endif %}\n    {%- if message['role'] == "
+    "'user' %}\n        {%- if loop.first and system_message is defined %}\n            {{- ' "
+    "[INST] ' + system_message + '\\n\\n' + message['content'] + ' [/INST]' }}\n        {%- else "
+    "%}\n            {{- ' [INST] ' + message['content'] + ' [/INST]' }}\n        {%- endif %}\n    "
+    "{%- elif message['role'] == 'assistant' %}\n        {{- ' ' + message['content'] + "
+    "eos_token}}\n    {%- else %}\n        {{- raise_exception('Only user and assistant roles are "
+    "supported, with the exception of an initial optional system message!') }}\n    {%- endif "
+    "%}\n{%- endfor %}\n";
+
+static void test_mistral_current(void) {
+    chat_template t;
+    hm_error e = {0};
+    HM_REQUIRE(chat_template_detect(k_mixtral_hf, strlen(k_mixtral_hf), &t, &e) == HM_OK);
+    HM_CHECK(t.family == CHAT_MISTRAL);
+    chat_render_opts o = chat_render_default_opts();
+    o.bos_token = "<s>";
+    o.eos_token = "</s>";
+    check_render(&t, k_conv, N(k_conv), &o,
+                 "<s> [INST] Be brief.\n\nHi [/INST] Hello!</s> [INST] 2+2? [/INST]",
+                 "mistral with system");
+    check_render(&t, k_conv + 1, 1, &o, "<s> [INST] Hi [/INST]", "mistral without system");
+    chat_message bad[] = {{"system", "s"}, {"assistant", "a"}};
+    char *got = NULL;
+    HM_CHECK(chat_render(&t, bad, 2, &o, &got, NULL, &e) == HM_ERR_ARG);
+    HM_CHECK(strstr(e.msg, "After the optional system message") != NULL);
+    chat_template_free(&t);
+}
+
+static void test_tulu(void) {
+    chat_template t;
+    detect_forge(FORGE_ARCH_OLMOE, &t);
+    HM_CHECK(t.family == CHAT_TULU);
+    chat_render_opts o = chat_render_default_opts();
+    o.bos_token = "<B>";
+    o.eos_token = "<E>";
+    check_render(&t, k_conv, N(k_conv), &o,
+                 "<B><|system|>\nBe brief.\n<|user|>\nHi\n<|assistant|>\nHello!<E>\n"
+                 "<|user|>\n2+2?\n<|assistant|>\n",
+                 "tulu");
+    o.add_generation_prompt = false;
+    check_render(&t, k_conv + 1, 2, &o, "<B><|user|>\nHi\n<|assistant|>\nHello!<E>",
+                 "tulu last assistant");
+    chat_template_free(&t);
+}
+
+static void test_unknown_and_names(void) {
+    chat_template t;
+    hm_error e = {0};
+    static const char j[] = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}";
+    HM_CHECK(chat_template_detect(j, strlen(j), &t, &e) == HM_ERR_UNSUPPORTED);
+    HM_CHECK(strstr(e.msg, "--chat-template") != NULL);
+    static const char llama2[] = "{{ '[INST] <<SYS>>' + system }}";
+    HM_CHECK(chat_template_detect(llama2, strlen(llama2), &t, &e) == HM_ERR_UNSUPPORTED);
+    HM_CHECK(chat_template_from_name("bogus", &t, &e) == HM_ERR_ARG);
+    HM_CHECK(strstr(e.msg, "chatml") != NULL);
+    for (int f = 0; f < CHAT_FAMILY_COUNT; f++) {
+        HM_CHECK(chat_template_from_name(chat_family_name((chat_family)f), &t, &e) == HM_OK);
+        HM_CHECK(t.family == (chat_family)f);
+        chat_template_free(&t);
+    }
+    /* the chatml fallback renders plain ChatML */
+    HM_REQUIRE(chat_template_from_name("chatml", &t, &e) == HM_OK);
+    check_render(&t, k_conv + 1, 1, NULL, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",
+                 "chatml by name");
+    char *got = NULL;
+    HM_CHECK(chat_render(&t, k_conv, 0, NULL, &got, NULL, &e) == HM_ERR_ARG);
+    chat_template_free(&t);
+}
+
+HM_TEST_MAIN(test_forge_qwen3_chatml, test_forge_qwen2_default_system, test_qwen3_real_think,
+             test_harmony_openai, test_harmony_forge, test_mistral_legacy, test_mistral_current,
+             test_tulu, test_unknown_and_names)
