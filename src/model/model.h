@@ -76,6 +76,8 @@ typedef struct {
     int swa_period;           /* 0: no sliding window; 2: layers with il % 2 == 0 are sliding */
     hm_rope_kind rope;
     bool rope_yarn;           /* rope.scaling.type = yarn keys are read */
+    bool yarn_truncate;       /* floor/ceil YaRN's correction dims (llama.cpp); gpt-oss's HF config
+                                 says truncate = false, and HF is the reference */
     bool post_attn_norm_name; /* the ffn norm is called post_attention_norm (gpt-oss) */
     hm_gating_kind gating;
     bool router_bias;         /* ffn_gate_inp.bias */
@@ -111,6 +113,7 @@ typedef struct {
     float yarn_ext_factor;          /* 1 with YaRN, 0 otherwise */
     float yarn_attn_factor;         /* 1 */
     float yarn_beta_fast, yarn_beta_slow; /* 32, 1 (llama.cpp defaults) */
+    bool yarn_truncate;             /* from the descriptor */
     int64_t sliding_window;         /* 0 = none */
 } hm_hparams;
 
@@ -240,7 +243,13 @@ void hm_context_reset(hm_context *ctx);
 hm_status hm_context_truncate(hm_context *ctx, int n_keep, hm_error *err);
 
 void hm_context_set_route_hook(hm_context *ctx, hm_route_hook_fn fn, void *user);
+/* fn NULL restores the CPU default. */
 void hm_context_set_moe_exec(hm_context *ctx, hm_moe_exec_fn fn, void *impl);
+/* Expert usage tracer (moe/tracer.h): moe_tracer_record is called with each layer's routing
+ * result; NULL (the default) costs one pointer test per layer. Not owned. */
+struct moe_tracer;
+void hm_context_set_tracer(hm_context *ctx, struct moe_tracer *t);
+int hm_context_n_threads(const hm_context *ctx);
 const hm_model *hm_context_model(const hm_context *ctx);
 
 #endif

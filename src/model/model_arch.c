@@ -1,0 +1,45 @@
+/* model_arch.c - one descriptor per supported architecture.
+ *
+ * DESIGN: the facts come from llama.cpp's src/models/<arch>.cpp graphs and llama-arch.cpp
+ * (tensor names), and from HF transformers' modeling files for the same models: which norms,
+ * biases, rope ordering, gating and activation each uses. Adding an architecture that fits these
+ * flags is one row here; nothing else in model/ is per-architecture.
+ */
+#include <string.h>
+
+#include "model/model.h"
+
+static const hm_arch_desc k_archs[HM_ARCH_COUNT] = {
+    [HM_ARCH_QWEN3MOE] = {.arch = HM_ARCH_QWEN3MOE, .name = "qwen3moe", .qk_norm = HM_QKNORM_HEAD,
+                          .rope = HM_ROPE_NEOX, .gating = HM_GATING_SOFTMAX_TOPK_NORM,
+                          .swiglu = HM_SWIGLU_SILU, .ff_exp_key = true},
+    [HM_ARCH_LLAMA] = {.arch = HM_ARCH_LLAMA, .name = "llama", .qk_norm = HM_QKNORM_NONE,
+                       .rope = HM_ROPE_NORM, .gating = HM_GATING_SOFTMAX_TOPK_NORM,
+                       .swiglu = HM_SWIGLU_SILU},
+    [HM_ARCH_OLMOE] = {.arch = HM_ARCH_OLMOE, .name = "olmoe", .qk_norm = HM_QKNORM_FULL,
+                       .rope = HM_ROPE_NEOX, .gating = HM_GATING_SOFTMAX_TOPK,
+                       .swiglu = HM_SWIGLU_SILU},
+    [HM_ARCH_GPTOSS] = {.arch = HM_ARCH_GPTOSS, .name = "gpt-oss", .qk_norm = HM_QKNORM_NONE,
+                        .bias_qkv = true, .bias_o = true, .sinks = true, .swa_period = 2,
+                        .rope = HM_ROPE_NEOX, .rope_yarn = true, .yarn_truncate = false,
+                        .post_attn_norm_name = true,
+                        .gating = HM_GATING_TOPK_SOFTMAX, .router_bias = true,
+                        .expert_bias = true, .swiglu = HM_SWIGLU_OAI, .ff_exp_key = true},
+    [HM_ARCH_QWEN2MOE] = {.arch = HM_ARCH_QWEN2MOE, .name = "qwen2moe", .qk_norm = HM_QKNORM_NONE,
+                          .bias_qkv = true, .rope = HM_ROPE_NEOX,
+                          .gating = HM_GATING_SOFTMAX_TOPK, .shared_expert = true,
+                          .swiglu = HM_SWIGLU_SILU, .ff_exp_key = true},
+};
+
+const hm_arch_desc *hm_arch_find(const char *name, size_t len) {
+    for (int i = 0; i < HM_ARCH_COUNT; i++)
+        if (strlen(k_archs[i].name) == len && !memcmp(k_archs[i].name, name, len))
+            return &k_archs[i];
+    return NULL;
+}
+
+const hm_arch_desc *hm_arch_get(hm_arch arch) {
+    return (unsigned)arch < HM_ARCH_COUNT ? &k_archs[arch] : NULL;
+}
+
+const char *hm_arch_supported_list(void) { return "qwen3moe, llama, olmoe, gpt-oss, qwen2moe"; }

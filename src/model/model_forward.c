@@ -1,0 +1,195 @@
+/* model_forward.c - the forward pass of every supported architecture, one ubatch at a time.
+ *
+ * DESIGN: one function reads like the model (llama2.c style): embed, then per layer an
+ * attention block and an MoE block, each `x = x + f(norm(x))`, then the final norm and the
+ * output matrix. Where architectures differ the layer's descriptor (hm_arch_desc) decides:
+ * biases, q/k norms, rope kind and YaRN, sinks and the sliding window, gating, swiglu kind,
+ * expert biases and the shared expert. Every step works on whole rows with the kernels of
+ * cpu/matmul.h and cpu/ops.h, which compute each output element the same way whatever the
+ * number of tokens or threads — so a prompt batch and the same tokens one by one give
+ * bit-identical logits.
+ *
+ * The expert FFN goes through ctx->moe_exec (routing result in, unweighted per-slot outputs
+ * out); the weighted sum over the slots happens here, in slot order (cpu_moe_combine).
+ *
+ * Buffers (nu = n_ubatch, n = tokens in this ubatch; shapes in model_internal.h):
+ *   x [n][n_embd] residual; xn [n][n_embd] normed; q/k/v projections; attn [n][n_head*hd];
+ *   proj [n][n_embd] block output; router [n][n_expert]; ids/gw [n][n_used];
+ *   eg/eu [n][n_used][n_ff_exp]; ey [n][n_used][n_embd]; sg/su [n][n_ff_shexp]; sgate [n].
+ */
+#include <string.h>
+
+#include "cpu/matmul.h"
+#include "model/model_internal.h"
+#include "moe/tracer.h"
+
+/* y[n][rows of w] = x[n][w->ne[0]] . w (+ bias b when given). */
+static hm_status linear(hm_context *c, const hm_tensor *w, const hm_tensor *b, const float *x,
+                        int64_t n, float *y, hm_error *err) {
+    size_t need = cpu_matmul_scratch_size(w->type, w->ne[0], n);
+    bool fits = need <= c->mm_scratch_size;
+    hm_status st = cpu_matmul(c->pool, c->kern, w->type, w->data, w->ne[1], w->ne[0], x, n, y,
+                              fits ? c->mm_scratch : NULL, fits ? c->mm_scratch_size : 0, err);
+    if (st == HM_OK && b && b->data) cpu_add_bias(c->pool, y, b->data, n, w->ne[1]);
+    return st;
+}
+
+static hm_status moe_matmul(hm_context *c, const cpu_moe_args *a, hm_error *err) {
+    size_t need = cpu_moe_scratch_size(a);
+    bool fits = need <= c->mm_scratch_size;
+    return cpu_moe_matmul(c->pool, c->kern, a, fits ? c->mm_scratch : NULL,
+                          fits ? c->mm_scratch_size : 0, err);
+}
+
+/* The CPU expert FFN: y[t][s] = down(act(gate(x[t]), up(x[t]))) of expert ids[t][s]. */
+hm_status model_moe_exec_cpu(void *impl, const hm_model *m, const hm_moe_job *job,
+                             hm_error *err) {
+    hm_context *c = impl;
+    const hm_hparams *hp = &m->hp;
+    const hm_layer *L = &m->layers[job->layer];
+    const int64_t n = job->n_tok, F = hp->n_ff_exp, E = hp->n_embd;
+    const int K = job->n_used;
+    cpu_moe_args a = {.n_expert = hp->n_expert, .ids = job->ids, .n_tok = n, .n_used = K};
+    /* gate and up: every slot of token t reads x[t] */
+    a.wtype = L->gate_exps.type, a.w = L->gate_exps.data, a.n_rows = F, a.k = E;
+    a.x = job->x, a.x_per_slot = 0, a.y = c->eg;
+    hm_status st = moe_matmul(c, &a, err);
+    a.wtype = L->up_exps.type, a.w = L->up_exps.data, a.y = c->eu;
+    if (st == HM_OK) st = moe_matmul(c, &a, err);
+    if (st != HM_OK) return st;
+    if (L->gate_exps_b.data) {
+        cpu_moe_add_bias(c->pool, c->eg, L->gate_exps_b.data, job->ids, n, K, F);
+        cpu_moe_add_bias(c->pool, c->eu, L->up_exps_b.data, job->ids, n, K, F);
+    }
+    if (m->desc->swiglu == HM_SWIGLU_OAI)
+        cpu_swiglu_oai(c->pool, c->eg, c->eu, c->eg, n * K * F, 1.702f, 7.0f);
+    else
+        cpu_swiglu(c->pool, c->eg, c->eu, c->eg, n * K * F);
+    /* down: slot s of token t reads its own activation eg[t][s] */
+    a.wtype = L->down_exps.type, a.w = L->down_exps.data, a.n_rows = E, a.k = F;
+    a.x = c->eg, a.x_per_slot = 1, a.y = job->y;
+    st = moe_matmul(c, &a, err);
+    if (st == HM_OK && L->down_exps_b.data)
+        cpu_moe_add_bias(c->pool, job->y, L->down_exps_b.data, job->ids, n, K, E);
+    return st;
+}
+
+static hm_status attention_block(hm_context *c, int il, int n, hm_error *err) {
+    const hm_model *m = c->m;
+    const hm_hparams *hp = &m->hp;
+    const hm_arch_desc *d = m->desc;
+    const hm_layer *L = &m->layers[il];
+    const int nh = (int)hp->n_head, nkv = (int)hp->n_head_kv, hd = (int)hp->head_dim_k;
+
+    cpu_rmsnorm(c->pool, c->x, L->attn_norm.data, c->xn, n, hp->n_embd, hp->rms_eps);
+    hm_status st = linear(c, &L->wq, &L->bq, c->xn, n, c->q, err);
+    if (st == HM_OK) st = linear(c, &L->wk, &L->bk, c->xn, n, c->k, err);
+    if (st == HM_OK) st = linear(c, &L->wv, &L->bv, c->xn, n, c->v, err);
+    if (st != HM_OK) return st;
+    if (d->qk_norm == HM_QKNORM_HEAD) { /* each head of q [n][nh][hd], k [n][nkv][hd] */
+        cpu_rmsnorm(c->pool, c->q, L->q_norm.data, c->q, (int64_t)n * nh, hd, hp->rms_eps);
+        cpu_rmsnorm(c->pool, c->k, L->k_norm.data, c->k, (int64_t)n * nkv, hd, hp->rms_eps);
+    } else if (d->qk_norm == HM_QKNORM_FULL) { /* the whole projection of each token */
+        cpu_rmsnorm(c->pool, c->q, L->q_norm.data, c->q, n, (int64_t)nh * hd, hp->rms_eps);
+        cpu_rmsnorm(c->pool, c->k, L->k_norm.data, c->k, n, (int64_t)nkv * hd, hp->rms_eps);
+    }
+    cpu_rope_params rp = cpu_rope_default(d->rope == HM_ROPE_NEOX ? CPU_ROPE_NEOX : CPU_ROPE_NORM,
+                                          (int)hp->n_rot, hp->rope_base);
+    rp.freq_scale = hp->rope_freq_scale;
+    rp.ext_factor = hp->yarn_ext_factor;
+    rp.attn_factor = hp->yarn_attn_factor;
+    rp.n_ctx_orig = (int)hp->rope_orig_ctx;
+    rp.beta_fast = hp->yarn_beta_fast;
+    rp.beta_slow = hp->yarn_beta_slow;
+    rp.yarn_truncate = hp->yarn_truncate;
+    st = cpu_rope(c->pool, c->q, n, nh, hd, c->pos, &rp, err);
+    if (st == HM_OK) st = cpu_rope(c->pool, c->k, n, nkv, hd, c->pos, &rp, err);
+    if (st != HM_OK) return st;
+
+    cpu_attn_args a = {.n_head = nh, .n_tok = n, .pos0 = c->pos[0],
+                       .window = L->swa ? hp->sliding_window : 0, .scale = 0.0f,
+                       .sinks = L->sinks.data, .q = c->q, .k_new = c->k, .v_new = c->v,
+                       .out = c->attn};
+    size_t need = cpu_attention_scratch_size(&c->kv[il], &a, tp_size(c->pool));
+    bool fits = need <= c->attn_scratch_size;
+    st = cpu_attention(c->pool, &c->kv[il], &a, fits ? c->attn_scratch : NULL,
+                       fits ? c->attn_scratch_size : 0, err);
+    if (st == HM_OK) st = linear(c, &L->wo, &L->bo, c->attn, n, c->proj, err);
+    if (st == HM_OK) cpu_add(c->pool, c->x, c->proj, c->x, (int64_t)n * hp->n_embd);
+    return st;
+}
+
+static hm_status moe_block(hm_context *c, int il, int n, hm_error *err) {
+    const hm_model *m = c->m;
+    const hm_hparams *hp = &m->hp;
+    const hm_arch_desc *d = m->desc;
+    const hm_layer *L = &m->layers[il];
+    const int K = (int)hp->n_expert_used;
+    const int64_t E = hp->n_embd;
+
+    cpu_rmsnorm(c->pool, c->x, L->ffn_norm.data, c->xn, n, E, hp->rms_eps);
+    /* routing: logits -> top-k ids and weights (slot order = descending score) */
+    hm_status st = linear(c, &L->router, NULL, c->xn, n, c->router, err);
+    if (st != HM_OK) return st;
+    cpu_gate_mode gm = d->gating == HM_GATING_TOPK_SOFTMAX ? CPU_GATE_TOPK_SOFTMAX
+                                                           : CPU_GATE_SOFTMAX_TOPK;
+    st = cpu_router(c->pool, c->router, L->router_b.data, n, (int)hp->n_expert, K, gm,
+                    d->gating == HM_GATING_SOFTMAX_TOPK_NORM, c->ids, c->gw, err);
+    if (st != HM_OK) return st;
+    if (c->tracer) moe_tracer_record(c->tracer, il, c->ids, n, K);
+    if (c->route_hook) c->route_hook(c->route_user, il, n, K, c->ids, c->gw);
+
+    /* experts: per-slot outputs, then their weighted sum in slot order */
+    hm_moe_job job = {.layer = il, .n_tok = n, .n_used = K, .x = c->xn, .ids = c->ids,
+                      .weights = c->gw, .y = c->ey};
+    st = c->moe_exec(c->moe_impl, m, &job, err);
+    if (st != HM_OK) return st;
+    cpu_moe_combine(c->pool, c->ey, c->gw, c->ids, n, K, E, c->proj);
+
+    if (d->shared_expert) { /* proj += sigmoid(xn . gate_inp) * down(silu(gate xn) * up xn) */
+        const int64_t S = hp->n_ff_shexp;
+        st = linear(c, &L->sh_gate, NULL, c->xn, n, c->sg, err);
+        if (st == HM_OK) st = linear(c, &L->sh_up, NULL, c->xn, n, c->su, err);
+        if (st != HM_OK) return st;
+        cpu_swiglu(c->pool, c->sg, c->su, c->sg, n * S);
+        float *sh = c->ey; /* [n][E]: the per-slot outputs are consumed already */
+        st = linear(c, &L->sh_down, NULL, c->sg, n, sh, err);
+        if (st == HM_OK) st = linear(c, &L->sh_gate_inp, NULL, c->xn, n, c->sgate, err);
+        if (st != HM_OK) return st;
+        cpu_sigmoid(c->pool, c->sgate, c->sgate, n);
+        for (int t = 0; t < n; t++) cpu_scale(NULL, sh + t * E, c->sgate[t], sh + t * E, E);
+        cpu_add(c->pool, c->proj, sh, c->proj, n * E);
+    }
+    cpu_add(c->pool, c->x, c->proj, c->x, n * E);
+    return HM_OK;
+}
+
+hm_status model_forward_ubatch(hm_context *c, const int32_t *tokens, int n, int pos,
+                               float *logits, hm_logits_mode mode, hm_error *err) {
+    const hm_model *m = c->m;
+    const hm_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd;
+    hm_status st = HM_OK;
+
+    /* embed: row tokens[t] of token_embd, dequantised */
+    for (int t = 0; t < n; t++) {
+        c->pos[t] = pos + t;
+        st = quant_dequantize_row(m->tok_embd.type,
+                                  (const char *)m->tok_embd.data +
+                                      (size_t)tokens[t] * m->tok_embd.row_size,
+                                  c->x + t * E, E);
+        if (st != HM_OK)
+            return hm_error_set(err, st, "cannot read row %d of %s", tokens[t], m->tok_embd.name);
+    }
+    for (int il = 0; il < hp->n_layer && st == HM_OK; il++) {
+        st = attention_block(c, il, n, err);
+        if (st == HM_OK) st = moe_block(c, il, n, err);
+    }
+    if (st != HM_OK || mode == HM_LOGITS_NONE) return st;
+
+    /* output: final norm and logits, for every token or only the last */
+    int first = mode == HM_LOGITS_ALL ? 0 : n - 1;
+    int cnt = n - first;
+    cpu_rmsnorm(c->pool, c->x + first * E, m->output_norm.data, c->xn, cnt, E, hp->rms_eps);
+    return linear(c, &m->output, NULL, c->xn, cnt, logits, err);
+}

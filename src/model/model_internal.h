@@ -1,0 +1,69 @@
+/* model_internal.h - the model and context structs, shared by the model/ sources only. */
+#ifndef HM_MODEL_INTERNAL_H
+#define HM_MODEL_INTERNAL_H
+
+#include "base/threadpool.h"
+#include "cpu/ops.h"
+#include "model/model.h"
+#include "quant/quant.h"
+
+struct hm_model {
+    gguf_ctx *g;
+    const hm_arch_desc *desc;
+    hm_hparams hp;
+    hm_tensor tok_embd;    /* {n_embd, n_vocab} any supported type */
+    hm_tensor output_norm; /* {n_embd} f32 */
+    hm_tensor output;      /* {n_embd, n_vocab} */
+    hm_layer *layers;      /* [n_layer] */
+    float *owned;          /* small vectors converted to f32 at load (norms, biases of other
+                              types); hm_tensor.data points into it */
+    uint64_t weight_bytes;
+};
+
+struct hm_context {
+    const hm_model *m;
+    hm_context_params p;
+    tp_pool *pool;
+    const quant_kernels *kern;
+    cpu_kv_layer *kv;      /* [n_layer]; sliding-window layers hold a ring */
+    int n_past;            /* positions held */
+
+    /* scratch, sized for n_ubatch tokens (nu) */
+    float *x;        /* [nu][n_embd] residual stream */
+    float *xn;       /* [nu][n_embd] normed input of a sub-block */
+    float *q;        /* [nu][n_head * hd_k] */
+    float *k;        /* [nu][n_head_kv * hd_k] */
+    float *v;        /* [nu][n_head_kv * hd_v] */
+    float *attn;     /* [nu][n_head * hd_v] attention output (before wo) */
+    float *proj;     /* [nu][n_embd] output of wo / of the MoE block */
+    int32_t *pos;    /* [nu] positions of the ubatch's tokens */
+    void *attn_scratch;   /* cpu_attention scratch */
+    size_t attn_scratch_size;
+    float *router;   /* [nu][n_expert] router logits */
+    int32_t *ids;    /* [nu][n_used] selected experts */
+    float *gw;       /* [nu][n_used] gating weights */
+    float *eg;       /* [nu][n_used][n_ff_exp] expert gate, then activation */
+    float *eu;       /* [nu][n_used][n_ff_exp] expert up */
+    float *ey;       /* [nu][n_used][n_embd] per-slot expert outputs */
+    float *sg;       /* [nu][n_ff_shexp] shared expert gate, then activation */
+    float *su;       /* [nu][n_ff_shexp] shared expert up */
+    float *sgate;    /* [nu] shared expert sigmoid gate logit */
+    void *mm_scratch;     /* cpu_matmul / cpu_moe_matmul scratch */
+    size_t mm_scratch_size;
+
+    hm_route_hook_fn route_hook;
+    void *route_user;
+    hm_moe_exec_fn moe_exec;
+    void *moe_impl;
+    struct moe_tracer *tracer; /* or NULL */
+};
+
+/* The CPU expert FFN (cpu_moe_matmul); the default hm_moe_exec_fn. impl is the context. */
+hm_status model_moe_exec_cpu(void *impl, const hm_model *m, const hm_moe_job *job,
+                             hm_error *err);
+
+/* One ubatch: tokens at pos..pos+n-1 (n <= n_ubatch); logits rows for out_first.. into out. */
+hm_status model_forward_ubatch(hm_context *ctx, const int32_t *tokens, int n, int pos,
+                               float *logits, hm_logits_mode mode, hm_error *err);
+
+#endif

@@ -1,0 +1,374 @@
+/* model_load.c - hyper-parameters from GGUF metadata and tensors bound to layers.
+ *
+ * DESIGN: keys are read as llama.cpp reads them (`{arch}.embedding_length`, ...; head_count_kv
+ * defaults to head_count, key_length to n_embd / n_head, rope.dimension_count to key_length,
+ * rope.freq_base to 10000). Each tensor is looked up by its llama.cpp name and checked for shape
+ * and type before anything runs, so a broken file is one clear line at load and never a crash
+ * in the forward pass. Matrices stay in the mapping in whatever supported type they have; small
+ * vectors (norms, biases, sinks) of a type other than f32 are converted once into an owned f32
+ * array (a few KB; weights proper are never copied).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "model/model_internal.h"
+#include "quant/qtypes.h"
+
+hm_model_params hm_model_default_params(void) {
+    hm_model_params p = {.check_ram = true};
+    return p;
+}
+
+/* ---- metadata ---- */
+
+static hm_status get_i(const gguf_ctx *g, const char *arch, const char *suffix, int64_t def,
+                       bool required, int64_t *out, hm_error *err) {
+    char key[160];
+    snprintf(key, sizeof(key), "%s.%s", arch, suffix);
+    int64_t i = gguf_find_key(g, key);
+    if (i < 0) {
+        if (required)
+            return hm_error_set(err, HM_ERR_NOT_FOUND, "missing metadata key %s", key);
+        *out = def;
+        return HM_OK;
+    }
+    return gguf_kv_int(g, i, out, err);
+}
+
+static hm_status get_f(const gguf_ctx *g, const char *arch, const char *suffix, double def,
+                       bool required, float *out, hm_error *err) {
+    char key[160];
+    snprintf(key, sizeof(key), "%s.%s", arch, suffix);
+    int64_t i = gguf_find_key(g, key);
+    if (i < 0) {
+        if (required)
+            return hm_error_set(err, HM_ERR_NOT_FOUND, "missing metadata key %s", key);
+        *out = (float)def;
+        return HM_OK;
+    }
+    double d;
+    hm_status st = gguf_kv_float(g, i, &d, err);
+    *out = (float)d;
+    return st;
+}
+
+static hm_status read_hparams(hm_model *m, hm_error *err) {
+    const gguf_ctx *g = m->g;
+    const char *a = m->desc->name;
+    hm_hparams *hp = &m->hp;
+    hm_status st = HM_OK;
+#define GI(sfx, def, req, dst) \
+    do { if (st == HM_OK) st = get_i(g, a, sfx, def, req, dst, err); } while (0)
+#define GF(sfx, def, req, dst) \
+    do { if (st == HM_OK) st = get_f(g, a, sfx, def, req, dst, err); } while (0)
+    GI("embedding_length", 0, true, &hp->n_embd);
+    GI("block_count", 0, true, &hp->n_layer);
+    GI("context_length", 0, true, &hp->n_ctx_train);
+    GI("attention.head_count", 0, true, &hp->n_head);
+    if (st != HM_OK) return st;
+    if (hp->n_head <= 0 || hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_layer > 4096)
+        return hm_error_set(err, HM_ERR_RANGE, "%s: bad embedding_length/block_count/head_count"
+                            " (%lld/%lld/%lld)", a, (long long)hp->n_embd,
+                            (long long)hp->n_layer, (long long)hp->n_head);
+    GI("attention.head_count_kv", hp->n_head, false, &hp->n_head_kv);
+    GI("attention.key_length", hp->n_embd / hp->n_head, false, &hp->head_dim_k);
+    GI("attention.value_length", hp->head_dim_k, false, &hp->head_dim_v);
+    GI("rope.dimension_count", hp->head_dim_k, false, &hp->n_rot);
+    GI("expert_count", 0, true, &hp->n_expert);
+    GI("expert_used_count", 0, true, &hp->n_expert_used);
+    if (m->desc->ff_exp_key) GI("expert_feed_forward_length", 0, true, &hp->n_ff_exp);
+    else GI("feed_forward_length", 0, true, &hp->n_ff_exp);
+    hp->n_ff_shexp = 0;
+    if (m->desc->shared_expert) GI("expert_shared_feed_forward_length", 0, true, &hp->n_ff_shexp);
+    GF("attention.layer_norm_rms_epsilon", 0, true, &hp->rms_eps);
+    GF("rope.freq_base", 10000.0, false, &hp->rope_base);
+    hp->rope_freq_scale = 1.0f;
+    hp->rope_orig_ctx = hp->n_ctx_train;
+    hp->yarn_ext_factor = 0.0f;
+    hp->yarn_attn_factor = 1.0f;
+    hp->yarn_beta_fast = 32.0f;
+    hp->yarn_beta_slow = 1.0f;
+    hp->yarn_truncate = m->desc->yarn_truncate;
+    hp->sliding_window = 0;
+    if (st != HM_OK) return st;
+    if (m->desc->swa_period > 0) GI("attention.sliding_window", 0, true, &hp->sliding_window);
+    /* rope scaling: only YaRN (what gpt-oss uses) and none/linear are understood */
+    char key[160];
+    snprintf(key, sizeof(key), "%s.rope.scaling.type", a);
+    int64_t ki = gguf_find_key(g, key);
+    if (st == HM_OK && ki >= 0) {
+        gguf_str s;
+        st = gguf_kv_str(g, ki, &s, err);
+        if (st != HM_OK) return st;
+        float factor = 1.0f;
+        GF("rope.scaling.factor", 1.0, false, &factor);
+        if (st != HM_OK) return st;
+        if (s.len == 4 && !memcmp(s.data, "yarn", 4)) {
+            if (!(factor >= 1.0f))
+                return hm_error_set(err, HM_ERR_RANGE, "%s.rope.scaling.factor %g must be >= 1",
+                                    a, (double)factor);
+            hp->rope_freq_scale = 1.0f / factor;
+            hp->yarn_ext_factor = 1.0f;
+            GI("rope.scaling.original_context_length", hp->n_ctx_train, false, &hp->rope_orig_ctx);
+            GF("rope.scaling.yarn_beta_fast", 32.0, false, &hp->yarn_beta_fast);
+            GF("rope.scaling.yarn_beta_slow", 1.0, false, &hp->yarn_beta_slow);
+        } else if (s.len == 6 && !memcmp(s.data, "linear", 6)) {
+            if (!(factor > 0.0f))
+                return hm_error_set(err, HM_ERR_RANGE, "%s.rope.scaling.factor %g must be > 0",
+                                    a, (double)factor);
+            hp->rope_freq_scale = 1.0f / factor;
+        } else if (!(s.len == 4 && !memcmp(s.data, "none", 4))) {
+            return hm_error_set(err, HM_ERR_UNSUPPORTED, "unsupported %s '%.*s' (supported: "
+                                "none, linear, yarn)", key, (int)s.len, s.data);
+        }
+    }
+#undef GI
+#undef GF
+    if (st != HM_OK) return st;
+    if (hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv != 0)
+        return hm_error_set(err, HM_ERR_RANGE, "%s: head_count %lld is not a multiple of "
+                            "head_count_kv %lld", a, (long long)hp->n_head, (long long)hp->n_head_kv);
+    if (hp->head_dim_k != hp->head_dim_v)
+        return hm_error_set(err, HM_ERR_UNSUPPORTED, "%s: key_length %lld != value_length %lld "
+                            "is not supported", a, (long long)hp->head_dim_k,
+                            (long long)hp->head_dim_v);
+    if (hp->head_dim_k <= 0 || hp->head_dim_v <= 0 || hp->n_rot <= 0 ||
+        hp->n_rot > hp->head_dim_k || hp->n_rot % 2)
+        return hm_error_set(err, HM_ERR_RANGE, "%s: bad key_length/value_length/rope dimension "
+                            "(%lld/%lld/%lld)", a, (long long)hp->head_dim_k,
+                            (long long)hp->head_dim_v, (long long)hp->n_rot);
+    if (hp->n_expert <= 0 || hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert ||
+        hp->n_expert > 65536)
+        return hm_error_set(err, HM_ERR_RANGE, "%s: expert_used_count %lld / expert_count %lld "
+                            "(an MoE model needs 1 <= used <= count)", a,
+                            (long long)hp->n_expert_used, (long long)hp->n_expert);
+    if (hp->n_ff_exp <= 0 || hp->n_ctx_train <= 0 || !(hp->rms_eps > 0.0f) ||
+        !(hp->rope_base > 0.0f) || hp->sliding_window < 0 ||
+        (m->desc->shared_expert && hp->n_ff_shexp <= 0))
+        return hm_error_set(err, HM_ERR_RANGE, "%s: bad feed-forward width, context length, "
+                            "rms epsilon, rope base or sliding window", a);
+    if (m->desc->swa_period > 0 && hp->sliding_window == 0)
+        return hm_error_set(err, HM_ERR_RANGE, "%s.attention.sliding_window must be > 0", a);
+    return HM_OK;
+}
+
+/* ---- tensors ---- */
+
+typedef struct {
+    hm_model *m;
+    float *owned_next; /* next free float in m->owned */
+    float *owned_end;
+} binder;
+
+static void shape_str(char *buf, size_t n, const int64_t *ne, int nd) {
+    size_t o = (size_t)snprintf(buf, n, "{");
+    for (int d = 0; d < nd && o < n; d++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%lld", d ? ", " : "", (long long)ne[d]);
+    if (o < n) snprintf(buf + o, n - o, "}");
+}
+
+/* Binds tensor `name` (with "%d" replaced by the layer) of shape ne[0..nd) (trailing 1s are
+ * allowed). is_vec: a small vector the forward pass reads as f32 (converted if needed). */
+static hm_status bind(binder *b, hm_tensor *out, const char *fmt, int il, int nd,
+                      const int64_t *ne, bool required, bool is_vec, hm_error *err) {
+    char name[96];
+    snprintf(name, sizeof(name), fmt, il);
+    memset(out, 0, sizeof(*out));
+    const gguf_tensor *t = gguf_find_tensor(b->m->g, name);
+    if (!t) {
+        if (!required) return HM_OK;
+        return hm_error_set(err, HM_ERR_NOT_FOUND, "missing tensor %s", name);
+    }
+    bool ok = true;
+    for (int d = 0; d < GGUF_MAX_DIMS; d++) {
+        int64_t want = d < nd ? ne[d] : 1;
+        if (t->ne[d] != want) ok = false;
+    }
+    if (!ok) {
+        char want[96], got[96];
+        shape_str(want, sizeof(want), ne, nd);
+        shape_str(got, sizeof(got), t->ne, (int)t->n_dims);
+        return hm_error_set(err, HM_ERR_FORMAT, "tensor %s has shape %s, expected %s", t->name,
+                            got, want);
+    }
+    const hm_type_info *ti = hm_type_get(t->type);
+    if (!ti || !ti->supported || quant_act_for(t->type) == QUANT_ACT_COUNT)
+        return hm_error_set(err, HM_ERR_UNSUPPORTED, "unsupported type %s in tensor %s",
+                            hm_type_name(t->type), t->name);
+    out->name = t->name;
+    out->type = t->type;
+    for (int d = 0; d < 4; d++) out->ne[d] = t->ne[d];
+    out->data = t->data;
+    out->row_size = hm_row_size(t->type, t->ne[0]);
+    if (out->row_size == 0)
+        return hm_error_set(err, HM_ERR_FORMAT, "tensor %s: row of %lld elements does not fit "
+                            "type %s blocks", t->name, (long long)t->ne[0], hm_type_name(t->type));
+    if (is_vec && t->type != HM_TYPE_F32) {
+        int64_t n = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+        if (b->owned_next + n > b->owned_end)
+            return hm_error_set(err, HM_ERR_STATE, "internal: vector arena too small");
+        for (int64_t r = 0; r < n / t->ne[0]; r++)
+            quant_dequantize_row(t->type, (const char *)t->data + (size_t)r * out->row_size,
+                                 b->owned_next + r * t->ne[0], t->ne[0]);
+        out->data = b->owned_next;
+        out->type = HM_TYPE_F32;
+        out->row_size = (size_t)t->ne[0] * sizeof(float);
+        b->owned_next += n;
+    }
+    b->m->weight_bytes += t->size;
+    return HM_OK;
+}
+
+static hm_status bind_all(hm_model *m, hm_error *err) {
+    const hm_hparams *hp = &m->hp;
+    const hm_arch_desc *d = m->desc;
+    /* room for every small vector as f32 (upper bound per layer) */
+    const int64_t nq_ = hp->n_head * hp->head_dim_k, nk_ = hp->n_head_kv * hp->head_dim_k,
+                  nv_ = hp->n_head_kv * hp->head_dim_v;
+    int64_t per_layer = 2 * hp->n_embd + hp->n_head * hp->head_dim_k * 2 +
+                        hp->n_head_kv * (hp->head_dim_k + hp->head_dim_v) + hp->n_embd +
+                        hp->n_head + hp->n_expert + hp->n_expert * (2 * hp->n_ff_exp + hp->n_embd) +
+                        hp->n_embd + 2 * hp->head_dim_k + nq_ + nk_ + nv_;
+    int64_t total = per_layer * hp->n_layer + hp->n_embd;
+    m->owned = malloc((size_t)total * sizeof(float));
+    if (!m->owned) return hm_error_set(err, HM_ERR_NOMEM, "out of memory (vectors)");
+    binder b = {m, m->owned, m->owned + total};
+    m->layers = calloc((size_t)hp->n_layer, sizeof(hm_layer));
+    if (!m->layers) return hm_error_set(err, HM_ERR_NOMEM, "out of memory (layers)");
+
+    const int64_t E = hp->n_embd, V = 0, nq = hp->n_head * hp->head_dim_k,
+                  nk = hp->n_head_kv * hp->head_dim_k, nv = hp->n_head_kv * hp->head_dim_v,
+                  no = hp->n_head * hp->head_dim_v, F = hp->n_ff_exp, X = hp->n_expert,
+                  S = hp->n_ff_shexp;
+    (void)V;
+    hm_status st = HM_OK;
+#define B(dst, name, req, vec, ...)                                                           \
+    do {                                                                                      \
+        const int64_t ne_[] = {__VA_ARGS__};                                                  \
+        if (st == HM_OK)                                                                      \
+            st = bind(&b, dst, name, il, (int)(sizeof(ne_) / sizeof(ne_[0])), ne_, req, vec,  \
+                      err);                                                                   \
+    } while (0)
+    int il = 0;
+    /* token_embd gives n_vocab */
+    const gguf_tensor *te = gguf_find_tensor(m->g, "token_embd.weight");
+    if (!te) return hm_error_set(err, HM_ERR_NOT_FOUND, "missing tensor token_embd.weight");
+    m->hp.n_vocab = te->ne[1];
+    const int64_t NV = m->hp.n_vocab;
+    B(&m->tok_embd, "token_embd.weight", true, false, E, NV);
+    B(&m->output_norm, "output_norm.weight", true, true, E);
+    B(&m->output, "output.weight", true, false, E, NV);
+    for (il = 0; il < hp->n_layer && st == HM_OK; il++) {
+        hm_layer *L = &m->layers[il];
+        L->swa = d->swa_period > 0 && il % d->swa_period == 0;
+        B(&L->attn_norm, "blk.%d.attn_norm.weight", true, true, E);
+        B(&L->wq, "blk.%d.attn_q.weight", true, false, E, nq);
+        B(&L->wk, "blk.%d.attn_k.weight", true, false, E, nk);
+        B(&L->wv, "blk.%d.attn_v.weight", true, false, E, nv);
+        B(&L->wo, "blk.%d.attn_output.weight", true, false, no, E);
+        if (d->bias_qkv) {
+            B(&L->bq, "blk.%d.attn_q.bias", true, true, nq);
+            B(&L->bk, "blk.%d.attn_k.bias", true, true, nk);
+            B(&L->bv, "blk.%d.attn_v.bias", true, true, nv);
+        }
+        if (d->bias_o) B(&L->bo, "blk.%d.attn_output.bias", true, true, E);
+        if (d->qk_norm == HM_QKNORM_HEAD) {
+            B(&L->q_norm, "blk.%d.attn_q_norm.weight", true, true, hp->head_dim_k);
+            B(&L->k_norm, "blk.%d.attn_k_norm.weight", true, true, hp->head_dim_k);
+        } else if (d->qk_norm == HM_QKNORM_FULL) {
+            B(&L->q_norm, "blk.%d.attn_q_norm.weight", true, true, nq);
+            B(&L->k_norm, "blk.%d.attn_k_norm.weight", true, true, nk);
+        }
+        if (d->sinks) B(&L->sinks, "blk.%d.attn_sinks.weight", true, true, hp->n_head);
+        if (d->post_attn_norm_name)
+            B(&L->ffn_norm, "blk.%d.post_attention_norm.weight", true, true, E);
+        else
+            B(&L->ffn_norm, "blk.%d.ffn_norm.weight", true, true, E);
+        B(&L->router, "blk.%d.ffn_gate_inp.weight", true, false, E, X);
+        if (d->router_bias) B(&L->router_b, "blk.%d.ffn_gate_inp.bias", true, true, X);
+        B(&L->gate_exps, "blk.%d.ffn_gate_exps.weight", true, false, E, F, X);
+        B(&L->up_exps, "blk.%d.ffn_up_exps.weight", true, false, E, F, X);
+        B(&L->down_exps, "blk.%d.ffn_down_exps.weight", true, false, F, E, X);
+        if (d->expert_bias) {
+            B(&L->gate_exps_b, "blk.%d.ffn_gate_exps.bias", true, true, F, X);
+            B(&L->up_exps_b, "blk.%d.ffn_up_exps.bias", true, true, F, X);
+            B(&L->down_exps_b, "blk.%d.ffn_down_exps.bias", true, true, E, X);
+        }
+        if (d->shared_expert) {
+            B(&L->sh_gate, "blk.%d.ffn_gate_shexp.weight", true, false, E, S);
+            B(&L->sh_up, "blk.%d.ffn_up_shexp.weight", true, false, E, S);
+            B(&L->sh_down, "blk.%d.ffn_down_shexp.weight", true, false, S, E);
+            B(&L->sh_gate_inp, "blk.%d.ffn_gate_inp_shexp.weight", true, true, E);
+        }
+    }
+#undef B
+    return st;
+}
+
+static uint64_t phys_ram_bytes(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    return pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
+}
+
+hm_status hm_model_load_gguf(gguf_ctx *g, const hm_model_params *params, hm_model **out,
+                             hm_error *err) {
+    *out = NULL;
+    hm_model_params p = params ? *params : hm_model_default_params();
+    hm_model *m = calloc(1, sizeof(*m));
+    if (!m) {
+        gguf_close(g);
+        return hm_error_set(err, HM_ERR_NOMEM, "out of memory");
+    }
+    m->g = g;
+    gguf_str arch;
+    hm_status st = gguf_get_str(g, "general.architecture", &arch, err);
+    if (st == HM_OK) {
+        m->desc = hm_arch_find(arch.data, (size_t)arch.len);
+        if (!m->desc)
+            st = hm_error_set(err, HM_ERR_UNSUPPORTED, "unsupported architecture '%.*s' "
+                              "(supported: %s)", (int)(arch.len > 64 ? 64 : arch.len), arch.data,
+                              hm_arch_supported_list());
+    }
+    if (st == HM_OK) st = read_hparams(m, err);
+    if (st == HM_OK) st = bind_all(m, err);
+    if (st == HM_OK && p.check_ram) {
+        uint64_t ram = phys_ram_bytes();
+        if (ram && m->weight_bytes > ram)
+            st = hm_error_set(err, HM_ERR_NOMEM, "model needs %.2f GiB of RAM for its weights "
+                              "but this machine has %.2f GiB", m->weight_bytes / 1073741824.0,
+                              ram / 1073741824.0);
+    }
+    if (st != HM_OK) {
+        hm_model_free(m);
+        return st;
+    }
+    *out = m;
+    return HM_OK;
+}
+
+hm_status hm_model_load(const char *path, const hm_model_params *params, hm_model **out,
+                        hm_error *err) {
+    *out = NULL;
+    gguf_ctx *g = NULL;
+    hm_status st = gguf_open(path, &g, err);
+    if (st != HM_OK) return st;
+    return hm_model_load_gguf(g, params, out, err);
+}
+
+void hm_model_free(hm_model *m) {
+    if (!m) return;
+    gguf_close(m->g);
+    free(m->layers);
+    free(m->owned);
+    free(m);
+}
+
+const hm_arch_desc *hm_model_arch(const hm_model *m) { return m->desc; }
+const hm_hparams *hm_model_hparams(const hm_model *m) { return &m->hp; }
+const hm_layer *hm_model_layer(const hm_model *m, int il) {
+    return il >= 0 && il < m->hp.n_layer ? &m->layers[il] : NULL;
+}
+const gguf_ctx *hm_model_gguf(const hm_model *m) { return m->g; }
+uint64_t hm_model_weight_bytes(const hm_model *m) { return m->weight_bytes; }
