@@ -1,0 +1,280 @@
+/* test_ops_attn.c - attention over the KV cache ring against a double-precision reference
+ * written here: GQA, causal prompt batches and decode steps, sliding window with a ring that
+ * wraps, sinks, f32/f16/q8_0 caches; bit-identical results for 1, 2, 3 threads and for a
+ * batch versus token-by-token; the cache's error cases. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/threadpool.h"
+#include "cpu/ops.h"
+#include "harness.h"
+#include "quant/blocks.h"
+#include "quant/fp16.h"
+#include "quant/qtypes.h"
+#include "quant/quant.h"
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static float frand(float lo, float hi) {
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    double u = (double)((rng_state * 0x2545F4914F6CDD1Dull) >> 11) * 0x1.0p-53;
+    return (float)(lo + (hi - lo) * u);
+}
+
+static tp_pool *pools[3];
+
+typedef struct {
+    uint32_t tk, tv;
+    int n_head, n_kv, hd;
+    int64_t window; /* 0 = full */
+    int sinks;
+} cfg;
+
+#define NPOS 28
+static const int batches[] = {20, 1, 1, 1, 5}; /* sums to NPOS */
+
+typedef struct {
+    float *q;          /* [NPOS][n_head][hd] */
+    float *k, *v;      /* [NPOS][n_kv][hd] */
+    float *sink;       /* [n_head] */
+} seq_data;
+
+static seq_data make_data(const cfg *c) {
+    seq_data d;
+    int64_t nq = (int64_t)NPOS * c->n_head * c->hd, nk = (int64_t)NPOS * c->n_kv * c->hd;
+    d.q = malloc(nq * sizeof(float));
+    d.k = malloc(nk * sizeof(float));
+    d.v = malloc(nk * sizeof(float));
+    d.sink = malloc(c->n_head * sizeof(float));
+    for (int64_t i = 0; i < nq; i++) d.q[i] = frand(-2, 2);
+    for (int64_t i = 0; i < nk; i++) d.k[i] = frand(-2, 2);
+    for (int64_t i = 0; i < nk; i++) d.v[i] = frand(-1, 1);
+    for (int h = 0; h < c->n_head; h++) d.sink[h] = frand(-2, 3);
+    return d;
+}
+
+static void free_data(seq_data *d) {
+    free(d->q); free(d->k); free(d->v); free(d->sink);
+}
+
+/* The values a cache of type t gives back for row x (n elements). */
+static void cache_roundtrip(uint32_t t, const float *x, double *out, int n) {
+    uint8_t buf[4096];
+    float tmp[1024];
+    quant_quantize_row(t, x, buf, n);
+    quant_dequantize_row(t, buf, tmp, n);
+    for (int i = 0; i < n; i++) out[i] = tmp[i];
+}
+
+/* The query a q8_0 K cache is dotted with: q quantised to q8_32 blocks (ARITHMETIC.md). */
+static void query_effective(uint32_t tk, const float *q, double *out, int hd) {
+    if (tk != HM_TYPE_Q8_0) {
+        for (int i = 0; i < hd; i++) out[i] = q[i];
+        return;
+    }
+    block_q8_32 b[32];
+    quant_act_quantize_ref(QUANT_ACT_Q8_32, q, b, hd);
+    for (int i = 0; i < hd; i++) out[i] = (double)b[i / 32].d * b[i / 32].qs[i % 32];
+}
+
+/* out [n_head][hd] for the token at position p. */
+static void ref_attention(const cfg *c, const seq_data *d, int p, double *out) {
+    int n_rep = c->n_head / c->n_kv;
+    double qe[256], ke[256], ve[256], sc[NPOS];
+    double scale = (double)(1.0f / sqrtf((float)c->hd));
+    int q0 = c->window > 0 && p - c->window + 1 > 0 ? (int)(p - c->window + 1) : 0;
+    for (int h = 0; h < c->n_head; h++) {
+        int g = h / n_rep;
+        query_effective(c->tk, d->q + ((int64_t)p * c->n_head + h) * c->hd, qe, c->hd);
+        double m = c->sinks ? d->sink[h] : -INFINITY;
+        for (int q = q0; q <= p; q++) {
+            cache_roundtrip(c->tk, d->k + ((int64_t)q * c->n_kv + g) * c->hd, ke, c->hd);
+            double s = 0;
+            for (int i = 0; i < c->hd; i++) s += qe[i] * ke[i];
+            sc[q] = s * scale;
+            m = fmax(m, sc[q]);
+        }
+        double den = c->sinks ? exp(d->sink[h] - m) : 0.0;
+        for (int i = 0; i < c->hd; i++) out[h * c->hd + i] = 0;
+        for (int q = q0; q <= p; q++) {
+            double e = exp(sc[q] - m);
+            den += e;
+            cache_roundtrip(c->tv, d->v + ((int64_t)q * c->n_kv + g) * c->hd, ve, c->hd);
+            for (int i = 0; i < c->hd; i++) out[h * c->hd + i] += e * ve[i];
+        }
+        for (int i = 0; i < c->hd; i++) out[h * c->hd + i] /= den;
+    }
+}
+
+/* Runs the sequence (batches, or one token at a time) on pool; out: [NPOS][n_head][hd].
+ * Returns the largest |difference| from the reference, or -1 on an error. */
+static double run_seq(const cfg *c, const seq_data *d, tp_pool *pool, int one_by_one, float *out) {
+    cpu_kv_layer kv;
+    int64_t max_b = one_by_one ? 1 : 20;
+    int64_t slots = c->window > 0 ? cpu_kv_slots_needed(c->window, max_b) : NPOS + 3;
+    hm_error err;
+    if (cpu_kv_init(&kv, c->tk, c->tv, c->n_kv, c->hd, slots, &err) != HM_OK) return -1;
+    double maxe = 0;
+    double *ref = malloc((size_t)c->n_head * c->hd * sizeof(double));
+    int64_t pos = 0;
+    for (int bi = 0; pos < NPOS; bi++) {
+        int64_t nb = one_by_one ? 1 : batches[bi];
+        cpu_attn_args a = {0};
+        a.n_head = c->n_head;
+        a.n_tok = nb;
+        a.pos0 = pos;
+        a.window = c->window;
+        a.sinks = c->sinks ? d->sink : NULL;
+        a.q = d->q + pos * c->n_head * c->hd;
+        a.k_new = d->k + pos * c->n_kv * c->hd;
+        a.v_new = d->v + pos * c->n_kv * c->hd;
+        a.out = out + pos * c->n_head * c->hd;
+        size_t ss = cpu_attention_scratch_size(&kv, &a, pool ? tp_size(pool) : 1);
+        void *scr = bi % 2 ? malloc(ss) : NULL; /* both caller scratch and own allocation */
+        hm_status st = cpu_attention(pool, &kv, &a, scr, ss, &err);
+        free(scr);
+        if (st != HM_OK) {
+            fprintf(stderr, "attention: %s\n", err.msg);
+            maxe = -1;
+            break;
+        }
+        for (int64_t t = 0; t < nb; t++) {
+            ref_attention(c, d, (int)(pos + t), ref);
+            for (int i = 0; i < c->n_head * c->hd; i++)
+                maxe = fmax(maxe, fabs(a.out[t * c->n_head * c->hd + i] - ref[i]));
+        }
+        pos += nb;
+    }
+    free(ref);
+    cpu_kv_free(&kv);
+    return maxe;
+}
+
+static void check_cfg(const cfg *c, const char *name) {
+    seq_data d = make_data(c);
+    size_t n = (size_t)NPOS * c->n_head * c->hd;
+    float *out[4];
+    for (int i = 0; i < 4; i++) out[i] = malloc(n * sizeof(float));
+    double e[4];
+    for (int p = 0; p < 3; p++) e[p] = run_seq(c, &d, pools[p], 0, out[p]);
+    e[3] = run_seq(c, &d, pools[1], 1, out[3]);
+    printf("%-24s max |diff| from the double reference %.3g\n", name, e[0]);
+    HM_CHECK_MSG(e[0] >= 0 && e[0] < 1e-5, "%s: max |diff| %g", name, e[0]);
+    HM_CHECK_MSG(!memcmp(out[0], out[1], n * 4) && !memcmp(out[0], out[2], n * 4),
+                 "%s: thread counts differ", name);
+    HM_CHECK_MSG(!memcmp(out[0], out[3], n * 4), "%s: batch != token by token", name);
+    for (int i = 0; i < 4; i++) free(out[i]);
+    free_data(&d);
+}
+
+static int pools_up(void) {
+    for (int i = 0; i < 3; i++)
+        if (!pools[i] && tp_init(i + 1, &pools[i], NULL) != HM_OK) return 0;
+    return 1;
+}
+
+static void test_attention_full(void) {
+    HM_REQUIRE(pools_up());
+    cfg c1 = {HM_TYPE_F32, HM_TYPE_F32, 8, 2, 64, 0, 0};
+    check_cfg(&c1, "f32 gqa 8/2");
+    cfg c2 = {HM_TYPE_F16, HM_TYPE_F16, 4, 4, 128, 0, 0};
+    check_cfg(&c2, "f16 mha 4/4");
+    cfg c3 = {HM_TYPE_Q8_0, HM_TYPE_Q8_0, 6, 2, 64, 0, 0};
+    check_cfg(&c3, "q8_0 gqa 6/2");
+    cfg c4 = {HM_TYPE_F16, HM_TYPE_Q8_0, 16, 1, 32, 0, 0};
+    check_cfg(&c4, "f16 K q8_0 V, mqa 16/1");
+}
+
+static void test_attention_window_sinks(void) {
+    HM_REQUIRE(pools_up());
+    cfg c1 = {HM_TYPE_F32, HM_TYPE_F32, 8, 2, 64, 6, 1}; /* gpt-oss-like: window + sinks */
+    check_cfg(&c1, "f32 window 6 sinks");
+    cfg c2 = {HM_TYPE_F16, HM_TYPE_F16, 8, 2, 64, 6, 0};
+    check_cfg(&c2, "f16 window 6");
+    cfg c3 = {HM_TYPE_Q8_0, HM_TYPE_F16, 4, 2, 64, 0, 1};
+    check_cfg(&c3, "q8_0 K full sinks");
+    cfg c4 = {HM_TYPE_F16, HM_TYPE_F16, 4, 4, 64, 1, 1}; /* window 1: only itself (+ sink) */
+    check_cfg(&c4, "window 1");
+
+    /* a dominant sink takes nearly all the mass: output ~ 0 */
+    cpu_kv_layer kv;
+    HM_REQUIRE(cpu_kv_init(&kv, HM_TYPE_F32, HM_TYPE_F32, 1, 32, 8, NULL) == HM_OK);
+    float q[32], k[32], v[32], out[32], sink = 60.0f;
+    for (int i = 0; i < 32; i++) { q[i] = 0.1f; k[i] = 0.1f; v[i] = 1.0f; }
+    cpu_attn_args a = {.n_head = 1, .n_tok = 1, .pos0 = 0, .sinks = &sink, .q = q, .k_new = k,
+                       .v_new = v, .out = out};
+    HM_CHECK(cpu_attention(NULL, &kv, &a, NULL, 0, NULL) == HM_OK);
+    HM_CHECK(fabsf(out[0]) < 1e-20f);
+    a.sinks = NULL; /* without it the single position gets weight 1 */
+    a.k_new = a.v_new = NULL;
+    HM_CHECK(cpu_attention(NULL, &kv, &a, NULL, 0, NULL) == HM_OK);
+    HM_CHECK(out[0] == 1.0f && out[31] == 1.0f);
+    cpu_kv_free(&kv);
+}
+
+static void test_kv_errors(void) {
+    hm_error err;
+    cpu_kv_layer kv;
+    HM_CHECK(cpu_kv_init(&kv, HM_TYPE_Q8_0, HM_TYPE_F16, 2, 48, 8, &err) == HM_ERR_UNSUPPORTED);
+    HM_CHECK(cpu_kv_init(&kv, HM_TYPE_Q4_0, HM_TYPE_F16, 2, 64, 8, &err) == HM_ERR_UNSUPPORTED);
+    HM_CHECK(cpu_kv_slots_needed(128, 512) == 639 && cpu_kv_slots_needed(0, 512) == -1);
+
+    HM_REQUIRE(cpu_kv_init(&kv, HM_TYPE_F16, HM_TYPE_F16, 2, 32, 6, &err) == HM_OK);
+    float q[4 * 8 * 32], k[8 * 2 * 32], v[8 * 2 * 32], out[4 * 8 * 32];
+    for (int i = 0; i < 8 * 2 * 32; i++) { k[i] = frand(-1, 1); v[i] = frand(-1, 1); }
+    for (int i = 0; i < 4 * 8 * 32; i++) q[i] = frand(-1, 1);
+    cpu_attn_args a = {.n_head = 4, .n_tok = 1, .pos0 = 3, .window = 6, .q = q, .k_new = k,
+                       .v_new = v, .out = out};
+    /* positions 0..2 were never stored */
+    HM_CHECK(cpu_attention(NULL, &kv, &a, NULL, 0, &err) == HM_ERR_STATE);
+    HM_CHECK(strstr(err.msg, "position 0") != NULL);
+    /* a batch of 3 with window 6 needs 8 slots */
+    a.pos0 = 0;
+    a.n_tok = 3;
+    HM_CHECK(cpu_attention(NULL, &kv, &a, NULL, 0, &err) == HM_OK);
+    a.pos0 = 3;
+    a.n_tok = 3;
+    HM_CHECK(cpu_attention(NULL, &kv, &a, NULL, 0, &err) == HM_OK); /* reads 0..5: fits 6 */
+    a.pos0 = 6;
+    a.n_tok = 2; /* reads 1..7: 7 positions > 6 slots */
+    HM_CHECK(cpu_attention(NULL, &kv, &a, NULL, 0, &err) == HM_ERR_STATE);
+    a.n_tok = 1; /* reads 1..6 */
+    HM_CHECK(cpu_attention(NULL, &kv, &a, NULL, 0, &err) == HM_OK);
+    /* rewinding to position 2 needs position 0, overwritten by 6 */
+    a.pos0 = 2;
+    HM_CHECK(cpu_attention(NULL, &kv, &a, NULL, 0, &err) == HM_ERR_STATE);
+    /* shapes, scratch */
+    a.pos0 = 7;
+    a.n_head = 3;
+    HM_CHECK(cpu_attention(NULL, &kv, &a, NULL, 0, &err) == HM_ERR_ARG);
+    a.n_head = 4;
+    char small[16];
+    HM_CHECK(cpu_attention(NULL, &kv, &a, small, sizeof(small), &err) == HM_ERR_ARG);
+    a.v_new = NULL;
+    HM_CHECK(cpu_attention(NULL, &kv, &a, NULL, 0, &err) == HM_ERR_ARG);
+    cpu_kv_clear(&kv);
+    a.v_new = v;
+    a.pos0 = 0;
+    HM_CHECK(cpu_attention(NULL, &kv, &a, NULL, 0, &err) == HM_OK);
+    cpu_kv_free(&kv);
+
+    /* q8_0 cache refuses non-finite rows and says which position */
+    HM_REQUIRE(cpu_kv_init(&kv, HM_TYPE_Q8_0, HM_TYPE_Q8_0, 2, 32, 8, &err) == HM_OK);
+    k[2 * 32 + 5] = NAN;
+    HM_CHECK(cpu_kv_store(NULL, &kv, 4, 2, k, v, &err) == HM_ERR_RANGE);
+    HM_CHECK(strstr(err.msg, "position 5") != NULL);
+    HM_CHECK(kv.slot_pos[4] == 4 && kv.slot_pos[5] == -1);
+    cpu_kv_free(&kv);
+}
+
+static void test_cleanup(void) {
+    for (int i = 0; i < 3; i++) {
+        tp_free(pools[i]);
+        pools[i] = NULL;
+    }
+}
+
+HM_TEST_MAIN(test_attention_full, test_attention_window_sinks, test_kv_errors, test_cleanup)
