@@ -30,7 +30,7 @@ typedef struct {
 static const common_spec k_common[] = {
     {"-m", "--model", CLI_ARGS_MODEL, CLI_ARG_STR, OFF(model), "FNAME", "model path (GGUF)"},
     {"-p", "--prompt", CLI_ARGS_PROMPT, CLI_ARG_STR, OFF(prompt), "TEXT", "prompt"},
-    {"-f", "--file", CLI_ARGS_PROMPT, CLI_ARG_STR, OFF(file), "FNAME", "read the text from a file"},
+    {"-f", "--file", CLI_ARGS_FILE, CLI_ARG_STR, OFF(file), "FNAME", "read the text from a file"},
     {"-n", "--n-predict", CLI_ARGS_PROMPT, CLI_ARG_INT, OFF(n_predict), "N",
      "tokens to predict (default: -1, until end of generation)"},
     {"-c", "--ctx-size", CLI_ARGS_CONTEXT, CLI_ARG_INT, OFF(n_ctx), "N",

@@ -25,14 +25,15 @@
 /* Groups of common flags a command accepts. */
 enum {
     CLI_ARGS_MODEL = 1u << 0,    /* -m/--model */
-    CLI_ARGS_PROMPT = 1u << 1,   /* -p/--prompt, -f/--file, -n/--n-predict */
+    CLI_ARGS_PROMPT = 1u << 1,   /* -p/--prompt, -n/--n-predict */
     CLI_ARGS_CONTEXT = 1u << 2,  /* -c/--ctx-size, -b/--batch-size, -ub/--ubatch-size,
                                     -ctk/--cache-type-k, -ctv/--cache-type-v */
     CLI_ARGS_THREADS = 1u << 3,  /* -t/--threads */
     CLI_ARGS_SAMPLING = 1u << 4, /* --temp --top-k --top-p --min-p --repeat-penalty
                                     --repeat-last-n --presence-penalty --frequency-penalty
                                     -s/--seed */
-    CLI_ARGS_ALL = 0x1f,
+    CLI_ARGS_FILE = 1u << 5,     /* -f/--file */
+    CLI_ARGS_ALL = 0x3f,
 };
 
 /* Values of the common flags; cli_args_parse starts from cli_args_defaults(). */
