@@ -11,5 +11,6 @@ typedef struct {
 
 int cmd_forge(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 
 #endif

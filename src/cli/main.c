@@ -9,6 +9,7 @@
 static const cli_command k_commands[] = {
     {"forge", "write a GGUF model (and its HuggingFace copy) of a real MoE architecture", cmd_forge},
     {"inspect", "describe any GGUF file: metadata, tensors, sizes per category and tier", cmd_inspect},
+    {"tokenize", "print the token ids of a text (llama-tokenize); works on vocab-only GGUF files", cmd_tokenize},
 };
 
 static void usage(FILE *f) {
