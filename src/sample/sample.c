@@ -1,0 +1,224 @@
+/* sample.c - the sampler chain of sample.h; the exact definition is docs/SAMPLING.md.
+ *
+ * DESIGN: one working copy of the logits per call; penalties touch only the tokens in the
+ * history (counted in a zeroed per-vocabulary array that is zeroed again afterwards); top-k
+ * keeps a sorted insertion buffer when k is small and otherwise sorts every candidate; all
+ * orders are the total order (logit desc, id asc), so no step depends on the sort algorithm.
+ * The random number of draw `step` is sample_uniform(seed, step); greedy sampling draws none.
+ */
+#include "sample/sample.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/ops_math.h"
+
+#define SAMPLE_TOPK_INSERT_MAX 256
+
+typedef struct cand_pair { float l; int32_t id; } cand_pair;
+
+struct sample_state {
+    sample_params p;
+    int32_t n_vocab;
+    int32_t *hist;      /* [penalty_last_n] ring of accepted tokens */
+    int32_t hist_len;   /* tokens in the ring (<= penalty_last_n) */
+    int32_t hist_head;  /* next write index */
+    uint64_t step;      /* draws so far */
+    float *logit;       /* [n_vocab] working logits */
+    struct cand_pair *cand; /* [n_vocab] candidates (logit, id) in (logit desc, id asc) order */
+    int32_t *count;     /* [n_vocab] history counts, all zero between calls */
+};
+
+sample_params sample_params_default(void) {
+    sample_params p;
+    p.temperature = 0.8f;
+    p.top_k = 40;
+    p.top_p = 0.95f;
+    p.min_p = 0.05f;
+    p.repeat_penalty = 1.0f;
+    p.presence_penalty = 0.0f;
+    p.frequency_penalty = 0.0f;
+    p.penalty_last_n = 64;
+    p.seed = 0;
+    return p;
+}
+
+uint64_t sample_rng_u64(uint64_t seed, uint64_t step) {
+    uint64_t z = seed + (step + 1) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+float sample_uniform(uint64_t seed, uint64_t step) {
+    return (float)(sample_rng_u64(seed, step) >> 40) * 0x1.0p-24f;
+}
+
+void sample_free(sample_state *s) {
+    if (!s) return;
+    free(s->hist);
+    free(s->logit);
+    free(s->cand);
+    free(s->count);
+    free(s);
+}
+
+hm_status sample_init(const sample_params *p, int32_t n_vocab, sample_state **out, hm_error *err) {
+    *out = NULL;
+    if (n_vocab <= 0) return hm_error_set(err, HM_ERR_ARG, "sampler: vocabulary size %d", n_vocab);
+    if (isnan(p->temperature) || isnan(p->top_p) || isnan(p->min_p))
+        return hm_error_set(err, HM_ERR_ARG, "sampler: temperature, top-p and min-p must be numbers");
+    if (!(p->repeat_penalty > 0.0f) || !isfinite(p->presence_penalty) ||
+        !isfinite(p->frequency_penalty))
+        return hm_error_set(err, HM_ERR_ARG,
+                            "sampler: repeat penalty must be > 0 (got %g), presence/frequency finite",
+                            (double)p->repeat_penalty);
+    if (p->penalty_last_n < 0)
+        return hm_error_set(err, HM_ERR_ARG,
+                            "sampler: penalty_last_n %d < 0 (resolve -1 to the context size first)",
+                            p->penalty_last_n);
+    sample_state *s = calloc(1, sizeof(*s));
+    if (!s) return hm_error_set(err, HM_ERR_NOMEM, "sampler: out of memory");
+    s->p = *p;
+    s->n_vocab = n_vocab;
+    size_t n = (size_t)n_vocab;
+    s->hist = malloc((size_t)(p->penalty_last_n > 0 ? p->penalty_last_n : 1) * sizeof(int32_t));
+    s->logit = malloc(n * sizeof(float));
+    s->cand = malloc(n * sizeof(*s->cand));
+    s->count = calloc(n, sizeof(int32_t));
+    if (!s->hist || !s->logit || !s->cand || !s->count) {
+        sample_free(s);
+        return hm_error_set(err, HM_ERR_NOMEM, "sampler: cannot allocate scratch for %d tokens", n_vocab);
+    }
+    *out = s;
+    return HM_OK;
+}
+
+void sample_reset(sample_state *s) {
+    s->hist_len = 0;
+    s->hist_head = 0;
+    s->step = 0;
+}
+
+void sample_accept(sample_state *s, int32_t token) {
+    if (s->p.penalty_last_n <= 0 || token < 0 || token >= s->n_vocab) return;
+    s->hist[s->hist_head] = token;
+    s->hist_head = (s->hist_head + 1) % s->p.penalty_last_n;
+    if (s->hist_len < s->p.penalty_last_n) s->hist_len++;
+}
+
+/* llama.cpp's penalties: for a token seen c > 0 times in the history,
+ * l = l <= 0 ? l * repeat : l / repeat; l = l - (c * freq + presence). */
+static void apply_penalties(sample_state *s, float *l) {
+    const sample_params *p = &s->p;
+    if (s->hist_len == 0 ||
+        (p->repeat_penalty == 1.0f && p->frequency_penalty == 0.0f && p->presence_penalty == 0.0f))
+        return;
+    for (int32_t i = 0; i < s->hist_len; i++) s->count[s->hist[i]]++;
+    for (int32_t i = 0; i < s->hist_len; i++) {
+        int32_t t = s->hist[i];
+        int32_t c = s->count[t];
+        if (c == 0) continue; /* already applied */
+        float v = l[t];
+        v = v <= 0.0f ? v * p->repeat_penalty : v / p->repeat_penalty;
+        v = v - ((float)c * p->frequency_penalty + p->presence_penalty);
+        l[t] = v;
+        s->count[t] = 0;
+    }
+}
+
+/* (logit desc, id asc) */
+static int before(float la, int32_t a, float lb, int32_t b) { return la > lb || (la == lb && a < b); }
+
+static int cand_cmp(const void *pa, const void *pb) {
+    const cand_pair *a = pa, *b = pb;
+    if (before(a->l, a->id, b->l, b->id)) return -1;
+    if (before(b->l, b->id, a->l, a->id)) return 1;
+    return 0;
+}
+
+/* Fills s->cand with the k best tokens of l (all if k is off) in order; returns the count. */
+static int32_t select_top(sample_state *s, const float *l, int32_t k) {
+    const int32_t n = s->n_vocab;
+    cand_pair *c = s->cand;
+    if (k > 0 && k <= SAMPLE_TOPK_INSERT_MAX && k < n) {
+        int32_t cnt = 0;
+        for (int32_t t = 0; t < n; t++) {
+            float v = l[t];
+            if (cnt == k && !before(v, t, c[k - 1].l, c[k - 1].id)) continue;
+            int32_t i = cnt < k ? cnt++ : k - 1;
+            while (i > 0 && before(v, t, c[i - 1].l, c[i - 1].id)) {
+                c[i] = c[i - 1];
+                i--;
+            }
+            c[i].l = v;
+            c[i].id = t;
+        }
+        return cnt;
+    }
+    for (int32_t t = 0; t < n; t++) {
+        c[t].l = l[t];
+        c[t].id = t;
+    }
+    qsort(c, (size_t)n, sizeof(cand_pair), cand_cmp);
+    return k > 0 && k < n ? k : n;
+}
+
+hm_status sample_token(sample_state *s, const float *logits, int32_t *token, hm_error *err) {
+    const sample_params *p = &s->p;
+    const int32_t n = s->n_vocab;
+    float *l = s->logit;
+    for (int32_t t = 0; t < n; t++) {
+        if (isnan(logits[t])) return hm_error_set(err, HM_ERR_ARG, "sampler: logit of token %d is NaN", t);
+        l[t] = logits[t];
+    }
+    apply_penalties(s, l);
+
+    if (p->temperature <= 0.0f) { /* greedy: first maximum */
+        int32_t best = 0;
+        for (int32_t t = 1; t < n; t++)
+            if (l[t] > l[best]) best = t;
+        *token = best;
+        return HM_OK;
+    }
+
+    int32_t nc = select_top(s, l, p->top_k);
+    cand_pair *c = s->cand;
+
+    if (p->top_p < 1.0f && nc > 1) { /* smallest prefix whose probability reaches top_p */
+        float total = 0.0f;
+        for (int32_t i = 0; i < nc; i++) total = total + hm_expf(c[i].l - c[0].l);
+        float cum = 0.0f;
+        for (int32_t i = 0; i < nc; i++) {
+            cum = cum + hm_expf(c[i].l - c[0].l) / total;
+            if (cum >= p->top_p) {
+                nc = i + 1;
+                break;
+            }
+        }
+    }
+    if (p->min_p > 0.0f && nc > 1) { /* keep logits >= max + ln(min_p) */
+        const float thr = c[0].l + logf(p->min_p);
+        int32_t keep = 1;
+        while (keep < nc && c[keep].l >= thr) keep++;
+        nc = keep;
+    }
+    for (int32_t i = 0; i < nc; i++) c[i].l = c[i].l / p->temperature;
+
+    float total = 0.0f;
+    for (int32_t i = 0; i < nc; i++) total = total + hm_expf(c[i].l - c[0].l);
+    const float target = sample_uniform(p->seed, s->step) * total;
+    s->step++;
+    float cum = 0.0f;
+    int32_t pick = nc - 1;
+    for (int32_t i = 0; i < nc; i++) {
+        cum = cum + hm_expf(c[i].l - c[0].l);
+        if (cum > target) {
+            pick = i;
+            break;
+        }
+    }
+    *token = c[pick].id;
+    return HM_OK;
+}
