@@ -120,6 +120,7 @@ uint64_t moe_tracer_tokens(const moe_tracer *t, int layer);
 uint64_t moe_tracer_total_tokens(const moe_tracer *t); /* max over layers of tokens */
 uint64_t moe_tracer_rejected(const moe_tracer *t);
 uint64_t moe_tracer_time_ns(const moe_tracer *t, int layer);
+uint64_t moe_tracer_prompts(const moe_tracer *t);
 
 /* Writes the summary (seed 000's "=== Expert Usage Statistics ===": experts sorted by total use,
  * descending, ties by lower id; with per_layer also each layer's experts sorted the same way). */
