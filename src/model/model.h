@@ -152,7 +152,12 @@ typedef struct {
 typedef struct hm_model hm_model;
 
 typedef struct {
-    bool check_ram; /* refuse a model whose weights exceed physical RAM (default true) */
+    bool check_ram;   /* refuse a model whose weights exceed physical RAM (default true) */
+    bool f32_weights; /* reference mode (default false): dequantise every matrix once into an
+                         owned f32 copy, so products use f32 activations instead of the
+                         weight type's quantised activations (docs/ARITHMETIC.md). Costs 4 bytes
+                         per weight; isolates the forward pass from activation quantisation
+                         when comparing with a float reference. */
 } hm_model_params;
 
 hm_model_params hm_model_default_params(void);

@@ -18,6 +18,8 @@ struct hm_model {
     float *owned;          /* small vectors converted to f32 at load (norms, biases of other
                               types); hm_tensor.data points into it */
     uint64_t weight_bytes;
+    void **f32_copies;     /* [n_f32_copies] matrices dequantised by params.f32_weights */
+    int n_f32_copies;
 };
 
 struct hm_context {

@@ -17,7 +17,7 @@
 #include "quant/qtypes.h"
 
 hm_model_params hm_model_default_params(void) {
-    hm_model_params p = {.check_ram = true};
+    hm_model_params p = {.check_ram = true, .f32_weights = false};
     return p;
 }
 
@@ -160,6 +160,7 @@ typedef struct {
     hm_model *m;
     float *owned_next; /* next free float in m->owned */
     float *owned_end;
+    bool f32_weights;  /* hm_model_params.f32_weights */
 } binder;
 
 static void shape_str(char *buf, size_t n, const int64_t *ne, int nd) {
@@ -205,6 +206,20 @@ static hm_status bind(binder *b, hm_tensor *out, const char *fmt, int il, int nd
     if (out->row_size == 0)
         return hm_error_set(err, HM_ERR_FORMAT, "tensor %s: row of %lld elements does not fit "
                             "type %s blocks", t->name, (long long)t->ne[0], hm_type_name(t->type));
+    if (!is_vec && b->f32_weights && t->type != HM_TYPE_F32) {
+        int64_t n = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+        float *copy = malloc((size_t)n * sizeof(float));
+        if (!copy)
+            return hm_error_set(err, HM_ERR_NOMEM, "out of memory for an f32 copy of %s",
+                                t->name);
+        b->m->f32_copies[b->m->n_f32_copies++] = copy;
+        for (int64_t r = 0; r < n / t->ne[0]; r++)
+            quant_dequantize_row(t->type, (const char *)t->data + (size_t)r * out->row_size,
+                                 copy + r * t->ne[0], t->ne[0]);
+        out->data = copy;
+        out->type = HM_TYPE_F32;
+        out->row_size = (size_t)t->ne[0] * sizeof(float);
+    }
     if (is_vec && t->type != HM_TYPE_F32) {
         int64_t n = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
         if (b->owned_next + n > b->owned_end)
@@ -221,7 +236,7 @@ static hm_status bind(binder *b, hm_tensor *out, const char *fmt, int il, int nd
     return HM_OK;
 }
 
-static hm_status bind_all(hm_model *m, hm_error *err) {
+static hm_status bind_all(hm_model *m, bool f32_weights, hm_error *err) {
     const hm_hparams *hp = &m->hp;
     const hm_arch_desc *d = m->desc;
     /* room for every small vector as f32 (upper bound per layer) */
@@ -234,7 +249,11 @@ static hm_status bind_all(hm_model *m, hm_error *err) {
     int64_t total = per_layer * hp->n_layer + hp->n_embd;
     m->owned = malloc((size_t)total * sizeof(float));
     if (!m->owned) return hm_error_set(err, HM_ERR_NOMEM, "out of memory (vectors)");
-    binder b = {m, m->owned, m->owned + total};
+    binder b = {m, m->owned, m->owned + total, f32_weights};
+    if (f32_weights) {
+        m->f32_copies = calloc((size_t)gguf_tensor_count(m->g) + 1, sizeof(void *));
+        if (!m->f32_copies) return hm_error_set(err, HM_ERR_NOMEM, "out of memory");
+    }
     m->layers = calloc((size_t)hp->n_layer, sizeof(hm_layer));
     if (!m->layers) return hm_error_set(err, HM_ERR_NOMEM, "out of memory (layers)");
 
@@ -332,7 +351,7 @@ hm_status hm_model_load_gguf(gguf_ctx *g, const hm_model_params *params, hm_mode
                               hm_arch_supported_list());
     }
     if (st == HM_OK) st = read_hparams(m, err);
-    if (st == HM_OK) st = bind_all(m, err);
+    if (st == HM_OK) st = bind_all(m, p.f32_weights, err);
     if (st == HM_OK && p.check_ram) {
         uint64_t ram = phys_ram_bytes();
         if (ram && m->weight_bytes > ram)
@@ -362,6 +381,8 @@ void hm_model_free(hm_model *m) {
     gguf_close(m->g);
     free(m->layers);
     free(m->owned);
+    for (int i = 0; i < m->n_f32_copies; i++) free(m->f32_copies[i]);
+    free(m->f32_copies);
     free(m);
 }
 
