@@ -10,6 +10,9 @@ static const cli_command k_commands[] = {
     {"forge", "write a GGUF model (and its HuggingFace copy) of a real MoE architecture", cmd_forge},
     {"inspect", "describe any GGUF file: metadata, tensors, sizes per category and tier", cmd_inspect},
     {"tokenize", "print the token ids of a text (llama-tokenize); works on vocab-only GGUF files", cmd_tokenize},
+    {"chat", "interactive chat with the model's chat template (streaming, multi-turn)", cmd_chat},
+    {"bench", "prompt (ppN) and generation (tgN) speed like llama-bench", cmd_bench},
+    {"perplexity", "perplexity of a text file, computed as llama-perplexity does", cmd_perplexity},
 };
 
 static void usage(FILE *f) {

@@ -1,0 +1,261 @@
+/* cmd_bench.c - `hotmoe bench -m MODEL [-p 512] [-n 128] [-r 5] [-t T] [-o md|json]`: prompt
+ * processing and text generation speed, reported like llama-bench.
+ *
+ * DESIGN: as llama-bench does: one warm-up run (the prompt test once, one generated token),
+ * then per repetition the KV cache is emptied and timed from scratch. ppN feeds N tokens in
+ * batches of -b (logits of the last only); tgN decodes N tokens one at a time starting from an
+ * empty cache, each the next token of a fixed pseudo-random sequence (no sampling, as
+ * llama-bench). Tokens are pseudo-random ids (LCG seeded with 42) so runs are repeatable. The
+ * figure is tokens per second of each repetition; the row gives their mean ± sample standard
+ * deviation. Sizes as llama-bench prints them: bytes of all tensors (MiB below 1 GiB, else GiB)
+ * and element count (M below 1e9, else B).
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/json.h"
+#include "cli/commands.h"
+#include "cli/engine.h"
+#include "quant/qtypes.h"
+
+typedef struct {
+    const char *name; /* "pp512" */
+    int n_prompt, n_gen;
+    double *ts;       /* [reps] tokens/s */
+    double *ns;       /* [reps] nanoseconds */
+    int reps;
+} bench_row;
+
+static uint32_t lcg_next(uint64_t *s) {
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(*s >> 33);
+}
+
+static hm_status run_test(cli_engine *e, int n_prompt, int n_gen, int32_t *toks, float *logits,
+                          uint64_t *rng, hm_error *err) {
+    hm_context_reset(e->ctx);
+    if (n_prompt > 0) {
+        for (int i = 0; i < n_prompt; i++) toks[i] = (int32_t)(lcg_next(rng) % (uint32_t)e->n_vocab);
+        hm_status st = cli_engine_eval(e, toks, n_prompt, logits, NULL, err);
+        if (st) return st;
+    }
+    int32_t t = (int32_t)(lcg_next(rng) % (uint32_t)e->n_vocab);
+    for (int i = 0; i < n_gen; i++) {
+        hm_status st = hm_decode(e->ctx, &t, 1, hm_context_n_past(e->ctx), logits, HM_LOGITS_LAST,
+                                 err);
+        if (st) return st;
+        t = (int32_t)(lcg_next(rng) % (uint32_t)e->n_vocab);
+    }
+    return HM_OK;
+}
+
+static void mean_sd(const double *v, int n, double *mean, double *sd) {
+    double s = 0, s2 = 0;
+    for (int i = 0; i < n; i++) s += v[i];
+    *mean = n ? s / n : 0;
+    for (int i = 0; i < n; i++) s2 += (v[i] - *mean) * (v[i] - *mean);
+    *sd = n > 1 ? sqrt(s2 / (n - 1)) : 0;
+}
+
+static uint64_t model_params(const hm_model *m) {
+    const gguf_ctx *g = hm_model_gguf(m);
+    uint64_t n = 0;
+    for (int64_t i = 0; i < gguf_tensor_count(g); i++) {
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        uint64_t k = 1;
+        for (uint32_t d = 0; d < t->n_dims; d++) k *= (uint64_t)t->ne[d];
+        n += k;
+    }
+    return n;
+}
+
+/* The weight type holding most bytes ("Q4_K", "MXFP4", ...), as the model description. */
+static const char *main_type(const hm_model *m) {
+    const gguf_ctx *g = hm_model_gguf(m);
+    uint64_t bytes[64] = {0};
+    uint32_t best = 0;
+    for (int64_t i = 0; i < gguf_tensor_count(g); i++) {
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        if (t->type < 64) bytes[t->type] += t->size;
+    }
+    for (uint32_t k = 0; k < 64; k++)
+        if (bytes[k] > bytes[best]) best = k;
+    return hm_type_name(best);
+}
+
+static void fmt_size(char *b, size_t n, uint64_t bytes) {
+    if (bytes < (1ull << 30)) snprintf(b, n, "%.2f MiB", (double)bytes / (1 << 20));
+    else snprintf(b, n, "%.2f GiB", (double)bytes / (1ull << 30));
+}
+
+static void fmt_params(char *b, size_t n, uint64_t p) {
+    if (p < 1000000000ull) snprintf(b, n, "%.2f M", (double)p / 1e6);
+    else snprintf(b, n, "%.2f B", (double)p / 1e9);
+}
+
+static void print_md(const cli_engine *e, const char *desc, uint64_t size, uint64_t params,
+                     const bench_row *rows, int n_rows) {
+    char s[32], p[32];
+    fmt_size(s, sizeof(s), size);
+    fmt_params(p, sizeof(p), params);
+    printf("| %-30s | %10s | %10s | %-10s | %7s | %13s | %20s |\n", "model", "size", "params",
+           "backend", "threads", "test", "t/s");
+    printf("| ------------------------------ | ---------: | ---------: | ---------- | ------: | "
+           "------------: | -------------------: |\n");
+    for (int r = 0; r < n_rows; r++) {
+        double mean, sd;
+        mean_sd(rows[r].ts, rows[r].reps, &mean, &sd);
+        char ts[48];
+        snprintf(ts, sizeof(ts), "%.2f ± %.2f", mean, sd);
+        /* "±" is two bytes wide in UTF-8 but one column: pad by one more */
+        printf("| %-30s | %10s | %10s | %-10s | %7d | %13s | %21s |\n", desc, s, p, "CPU",
+               e->n_threads, rows[r].name, ts);
+    }
+}
+
+static hm_status print_json(const cli_engine *e, const cli_common_args *a, const char *desc,
+                            uint64_t size, uint64_t params, const bench_row *rows, int n_rows) {
+    hm_json j;
+    hm_json_init_file(&j, stdout, true);
+    hm_json_arr_begin(&j);
+    for (int r = 0; r < n_rows; r++) {
+        const bench_row *row = &rows[r];
+        double ts_mean, ts_sd, ns_mean, ns_sd;
+        mean_sd(row->ts, row->reps, &ts_mean, &ts_sd);
+        mean_sd(row->ns, row->reps, &ns_mean, &ns_sd);
+        hm_json_obj_begin(&j);
+        hm_json_key(&j, "model_filename"); hm_json_str(&j, a->model);
+        hm_json_key(&j, "model_type"); hm_json_str(&j, desc);
+        hm_json_key(&j, "model_size"); hm_json_uint(&j, size);
+        hm_json_key(&j, "model_n_params"); hm_json_uint(&j, params);
+        hm_json_key(&j, "backends"); hm_json_str(&j, "CPU");
+        hm_json_key(&j, "n_batch"); hm_json_int(&j, a->n_batch);
+        hm_json_key(&j, "n_ubatch"); hm_json_int(&j, a->n_ubatch);
+        hm_json_key(&j, "n_threads"); hm_json_int(&j, e->n_threads);
+        hm_json_key(&j, "type_k"); hm_json_str(&j, a->cache_type_k);
+        hm_json_key(&j, "type_v"); hm_json_str(&j, a->cache_type_v);
+        hm_json_key(&j, "test"); hm_json_str(&j, row->name);
+        hm_json_key(&j, "n_prompt"); hm_json_int(&j, row->n_prompt);
+        hm_json_key(&j, "n_gen"); hm_json_int(&j, row->n_gen);
+        hm_json_key(&j, "avg_ns"); hm_json_uint(&j, (uint64_t)llround(ns_mean));
+        hm_json_key(&j, "stddev_ns"); hm_json_uint(&j, (uint64_t)llround(ns_sd));
+        hm_json_key(&j, "avg_ts"); hm_json_double(&j, ts_mean);
+        hm_json_key(&j, "stddev_ts"); hm_json_double(&j, ts_sd);
+        hm_json_key(&j, "samples_ns");
+        hm_json_arr_begin(&j);
+        for (int i = 0; i < row->reps; i++) hm_json_uint(&j, (uint64_t)llround(row->ns[i]));
+        hm_json_arr_end(&j);
+        hm_json_key(&j, "samples_ts");
+        hm_json_arr_begin(&j);
+        for (int i = 0; i < row->reps; i++) hm_json_double(&j, row->ts[i]);
+        hm_json_arr_end(&j);
+        hm_json_obj_end(&j);
+    }
+    hm_json_arr_end(&j);
+    hm_error err = {0};
+    hm_status st = hm_json_finish(&j, &err);
+    printf("\n");
+    hm_json_free(&j);
+    return st;
+}
+
+int cmd_bench(int argc, char **argv) {
+    int n_prompt = 512, n_gen = 128, reps = 5;
+    const char *output = "md";
+    const cli_arg_spec extra[] = {
+        {"-p", "--n-prompt", CLI_ARG_INT, &n_prompt, "N", "prompt tokens of the pp test (default: "
+                                                          "512; 0 = skip)"},
+        {"-n", "--n-gen", CLI_ARG_INT, &n_gen, "N", "generated tokens of the tg test (default: "
+                                                    "128; 0 = skip)"},
+        {"-r", "--repetitions", CLI_ARG_INT, &reps, "N", "repetitions of each test (default: 5)"},
+        {"-o", "--output", CLI_ARG_STR, &output, "FORMAT", "md or json (default: md)"},
+    };
+    const cli_args_def def = {"bench", "-m MODEL [options]",
+                              "Prompt processing (ppN) and generation (tgN) speed in tokens/s, "
+                              "mean ± sd over repetitions (like llama-bench).",
+                              CLI_ARGS_MODEL | CLI_ARGS_CONTEXT | CLI_ARGS_THREADS, extra,
+                              sizeof(extra) / sizeof(extra[0])};
+    cli_common_args a;
+    int rc = cli_args_parse(&def, argc, argv, &a);
+    if (rc != CLI_ARGS_CONTINUE) return rc;
+    if (n_prompt < 0 || n_gen < 0 || (n_prompt == 0 && n_gen == 0)) {
+        fprintf(stderr, "hotmoe bench: -p and -n must be >= 0 and not both 0\n");
+        return 2;
+    }
+    if (reps < 1) {
+        fprintf(stderr, "hotmoe bench: -r must be >= 1\n");
+        return 2;
+    }
+    if (strcmp(output, "md") && strcmp(output, "json")) {
+        fprintf(stderr, "hotmoe bench: unknown output format '%s' (md, json)\n", output);
+        return 2;
+    }
+    /* the context must hold the longest test */
+    int need = n_prompt > n_gen ? n_prompt : n_gen;
+    cli_engine e;
+    if (cli_engine_open(&e, "bench", &a, 0, need < 512 ? 512 : need)) return 1;
+    if (hm_context_n_ctx(e.ctx) < need) {
+        fprintf(stderr, "hotmoe bench: context %d is smaller than the test (%d tokens); raise -c\n",
+                hm_context_n_ctx(e.ctx), need);
+        cli_engine_close(&e);
+        return 1;
+    }
+    char desc[96];
+    uint64_t params = model_params(e.model), size = hm_model_weight_bytes(e.model);
+    char pbuf[32];
+    fmt_params(pbuf, sizeof(pbuf), params);
+    snprintf(desc, sizeof(desc), "%s %s %s", hm_model_arch(e.model)->name, pbuf, main_type(e.model));
+
+    bench_row rows[2];
+    int n_rows = 0;
+    char names[2][24];
+    if (n_prompt > 0) {
+        snprintf(names[n_rows], sizeof(names[0]), "pp%d", n_prompt);
+        rows[n_rows] = (bench_row){names[n_rows], n_prompt, 0, NULL, NULL, reps};
+        n_rows++;
+    }
+    if (n_gen > 0) {
+        snprintf(names[n_rows], sizeof(names[0]), "tg%d", n_gen);
+        rows[n_rows] = (bench_row){names[n_rows], 0, n_gen, NULL, NULL, reps};
+        n_rows++;
+    }
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)(n_prompt > 0 ? n_prompt : 1));
+    float *logits = malloc(sizeof(float) * (size_t)e.n_vocab);
+    bool ok = toks && logits;
+    for (int r = 0; r < n_rows && ok; r++) {
+        rows[r].ts = calloc((size_t)reps, sizeof(double));
+        rows[r].ns = calloc((size_t)reps, sizeof(double));
+        ok = rows[r].ts && rows[r].ns;
+    }
+    hm_error err = {0};
+    hm_status st = ok ? HM_OK : hm_error_set(&err, HM_ERR_NOMEM, "out of memory");
+    uint64_t rng = 42;
+    /* warm-up: the prompt test once, one generated token */
+    if (!st && n_prompt > 0) st = run_test(&e, n_prompt, 0, toks, logits, &rng, &err);
+    if (!st && n_gen > 0) st = run_test(&e, 0, 1, toks, logits, &rng, &err);
+    for (int r = 0; r < n_rows && !st; r++) {
+        for (int i = 0; i < reps && !st; i++) {
+            double t0 = cli_now();
+            st = run_test(&e, rows[r].n_prompt, rows[r].n_gen, toks, logits, &rng, &err);
+            double dt = cli_now() - t0;
+            rows[r].ns[i] = dt * 1e9;
+            rows[r].ts[i] = (double)(rows[r].n_prompt + rows[r].n_gen) / (dt > 0 ? dt : 1e-9);
+        }
+    }
+    if (!st) {
+        if (!strcmp(output, "md")) print_md(&e, desc, size, params, rows, n_rows);
+        else st = print_json(&e, &a, desc, size, params, rows, n_rows);
+    }
+    if (st) fprintf(stderr, "hotmoe bench: %s\n", err.msg[0] ? err.msg : "JSON output failed");
+    for (int r = 0; r < n_rows; r++) {
+        free(rows[r].ts);
+        free(rows[r].ns);
+    }
+    free(toks);
+    free(logits);
+    cli_engine_close(&e);
+    return st ? 1 : 0;
+}

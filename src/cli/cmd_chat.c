@@ -1,0 +1,473 @@
+/* cmd_chat.c - `hotmoe chat -m MODEL [-sys TEXT] [-n N] [--chat-template NAME] [sampling]`:
+ * an interactive terminal chat. Lines typed on stdin are user turns (a line ending in '\' goes
+ * on to the next line); replies stream as they are generated; Ctrl-D or /exit quits.
+ *
+ * DESIGN: the prompt is always the whole conversation rendered by the model's chat template
+ * (tokenizer/chat.h) with the generation prompt, exactly as transformers' apply_chat_template
+ * would give it, tokenised with special tokens parsed. The KV cache holds the tokens of the
+ * previous turn (prompt + generated reply); each turn only the tokens after the longest common
+ * prefix of the cached and the new token list are processed (hm_context_truncate drops a
+ * diverging tail, e.g. when the template rewrites history: Qwen3 drops <think> blocks, harmony
+ * drops the analysis channel). So with templates that keep history as generated, only the new
+ * user turn is processed. A reply ends at the template's end-of-turn tokens
+ * (chat_stop_texts, else the vocabulary's end-of-generation set), after -n tokens, or when the
+ * context is full. For harmony only the final channel is shown.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "cli/engine.h"
+#include "tokenizer/chat.h"
+
+typedef struct {
+    chat_message *m;
+    size_t n, cap;
+} msg_list;
+
+static bool msgs_push(msg_list *l, const char *role, const char *content, size_t len) {
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 8;
+        chat_message *m = realloc(l->m, cap * sizeof(*m));
+        if (!m) return false;
+        l->m = m;
+        l->cap = cap;
+    }
+    char *c = malloc(len + 1);
+    if (!c) return false;
+    memcpy(c, content, len);
+    c[len] = 0;
+    l->m[l->n].role = role;
+    l->m[l->n].content = c;
+    l->n++;
+    return true;
+}
+
+static void msgs_pop(msg_list *l) {
+    if (l->n) free((char *)l->m[--l->n].content);
+}
+
+static void msgs_free(msg_list *l) {
+    while (l->n) msgs_pop(l);
+    free(l->m);
+}
+
+/* One user turn from stdin: lines ending in '\' continue. false at end of input. */
+static bool read_turn(char **line, size_t *cap, char **turn, size_t *turn_len) {
+    size_t n = 0;
+    char *t = NULL;
+    for (;;) {
+        ssize_t got = getline(line, cap, stdin);
+        if (got < 0) {
+            if (!t) return false;
+            break;
+        }
+        size_t k = (size_t)got;
+        while (k && ((*line)[k - 1] == '\n' || (*line)[k - 1] == '\r')) k--;
+        bool more = k && (*line)[k - 1] == '\\';
+        if (more) k--;
+        char *nt = realloc(t, n + k + 2);
+        if (!nt) {
+            free(t);
+            return false;
+        }
+        t = nt;
+        memcpy(t + n, *line, k);
+        n += k;
+        if (!more) break;
+        t[n++] = '\n';
+    }
+    t[n] = 0;
+    *turn = t;
+    *turn_len = n;
+    return true;
+}
+
+typedef struct {
+    cli_engine *e;
+    const chat_template *tmpl;
+    chat_render_opts ropts;
+    int32_t stop_ids[8];
+    int n_stop;
+    int32_t id_channel, id_message, id_start, id_end; /* harmony control tokens (-1: none) */
+    tok_ids cached; /* tokens in the KV cache */
+    float *logits;  /* [n_vocab] */
+    bool verbose;
+} chat_state;
+
+static bool is_stop(const chat_state *s, int32_t t) {
+    if (s->n_stop == 0) return tok_is_eog(s->e->vocab, t);
+    for (int i = 0; i < s->n_stop; i++)
+        if (s->stop_ids[i] == t) return true;
+    return false;
+}
+
+/* Renders the conversation, finds what the cache already holds, processes the rest. */
+static hm_status process_prompt(chat_state *s, const msg_list *msgs, int *n_new, int *n_reused,
+                                hm_error *err) {
+    char *text = NULL;
+    size_t len = 0;
+    hm_status st = chat_render(s->tmpl, msgs->m, msgs->n, &s->ropts, &text, &len, err);
+    if (st) return st;
+    if (s->verbose) fprintf(stderr, "[prompt]\n%s\n[/prompt]\n", text);
+    tok_ids toks = {0};
+    const tok_vocab *v = s->e->vocab;
+    if (tok_add_bos(v) && tok_bos(v) >= 0) {
+        /* BOS as the vocabulary adds it, unless the template wrote it already */
+        const char *bos = tok_token_text(v, tok_bos(v));
+        if (!bos || strncmp(text, bos, strlen(bos))) {
+            int32_t b = tok_bos(v);
+            toks.ids = malloc(sizeof(int32_t) * 16);
+            if (!toks.ids) {
+                free(text);
+                return hm_error_set(err, HM_ERR_NOMEM, "out of memory");
+            }
+            toks.cap = 16;
+            toks.ids[toks.n++] = b;
+        }
+    }
+    st = tok_encode(v, text, len, TOK_ENCODE_PARSE_SPECIAL, &toks, err);
+    free(text);
+    if (st) {
+        tok_ids_free(&toks);
+        return st;
+    }
+    int n_ctx = hm_context_n_ctx(s->e->ctx);
+    if (toks.n >= (size_t)n_ctx) {
+        hm_error_set(err, HM_ERR_RANGE,
+                     "the conversation (%zu tokens) no longer fits the context of %d tokens "
+                     "(raise -c)",
+                     toks.n, n_ctx);
+        tok_ids_free(&toks);
+        return HM_ERR_RANGE;
+    }
+    size_t keep = 0, n_past = (size_t)hm_context_n_past(s->e->ctx);
+    while (keep < toks.n && keep < s->cached.n && keep < n_past &&
+           toks.ids[keep] == s->cached.ids[keep])
+        keep++;
+    if (keep == toks.n) keep--; /* at least one token to get logits from */
+    if (keep < n_past && hm_context_truncate(s->e->ctx, (int)keep, NULL) != HM_OK) {
+        hm_context_reset(s->e->ctx); /* sliding-window ring cannot rewind that far */
+        keep = 0;
+    }
+    st = cli_engine_eval(s->e, toks.ids + keep, (int)(toks.n - keep), s->logits, NULL, err);
+    if (!st)
+        for (size_t i = keep; i < toks.n; i++) sample_accept(s->e->smp, toks.ids[i]);
+    *n_new = (int)(toks.n - keep);
+    *n_reused = (int)keep;
+    tok_ids_free(&s->cached);
+    s->cached = toks;
+    return st;
+}
+
+/* Copies text with every ill-formed UTF-8 subpart replaced by U+FFFD (as Rust's
+ * from_utf8_lossy and Python's errors="replace" do for HF's decode), so that a reply the model
+ * produced byte by byte can be rendered into the next prompt. */
+static char *utf8_lossy(const char *s) {
+    size_t n = strlen(s);
+    char *d = malloc(3 * n + 1);
+    if (!d) return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)s[i];
+        size_t need = c < 0x80 ? 0 : (c >= 0xC2 && c <= 0xDF) ? 1 : (c >= 0xE0 && c <= 0xEF) ? 2
+                                                           : (c >= 0xF0 && c <= 0xF4) ? 3 : 99;
+        size_t k = 1;
+        if (need != 99) {
+            for (; k <= need && i + k < n; k++) {
+                unsigned char x = (unsigned char)s[i + k];
+                unsigned char lo = 0x80, hi = 0xBF;
+                if (k == 1 && c == 0xE0) lo = 0xA0;
+                if (k == 1 && c == 0xED) hi = 0x9F;
+                if (k == 1 && c == 0xF0) lo = 0x90;
+                if (k == 1 && c == 0xF4) hi = 0x8F;
+                if (x < lo || x > hi) break;
+            }
+        }
+        if (need != 99 && k == need + 1) {
+            memcpy(d + o, s + i, k);
+            o += k;
+        } else {
+            memcpy(d + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+        }
+        i += k;
+    }
+    d[o] = 0;
+    return d;
+}
+
+/* harmony: the text after the last "<|channel|>final<|message|>" (else after the last
+ * "<|message|>", else all), without control tokens. */
+static const char *harmony_final(const char *text) {
+    const char *p = NULL, *q = text;
+    while ((q = strstr(q, "<|channel|>final<|message|>")) != NULL) p = q += 27;
+    if (p) return p;
+    q = text;
+    while ((q = strstr(q, "<|message|>")) != NULL) p = q += 11;
+    return p ? p : text;
+}
+
+/* Generates one reply; stores its text (as the next assistant message) in *reply. */
+static hm_status generate(chat_state *s, int n_predict, char **reply, int *n_gen, hm_error *err) {
+    cli_engine *e = s->e;
+    bool harmony = s->tmpl->family == CHAT_HARMONY;
+    tok_stream ts;
+    tok_stream_init(&ts, e->vocab, 0);
+    tok_ids gen = {0};
+    hm_status st = HM_OK;
+    int n_ctx = hm_context_n_ctx(e->ctx);
+    /* harmony display: show text of the final channel only */
+    bool in_final = !harmony, want_channel = false;
+    char chan[16] = {0};
+    size_t chan_n = 0;
+    while (n_predict < 0 || (int)gen.n < n_predict) {
+        int32_t t;
+        st = sample_token(e->smp, s->logits, &t, err);
+        if (st || is_stop(s, t)) break;
+        sample_accept(e->smp, t);
+        if (harmony) {
+            if (t == s->id_channel) {
+                want_channel = true;
+                chan_n = 0;
+                in_final = false;
+            } else if (t == s->id_message) {
+                if (want_channel) in_final = chan_n >= 5 && !memcmp(chan, "final", 5);
+                want_channel = false;
+            } else if (t == s->id_start || t == s->id_end) {
+                in_final = want_channel = false;
+            }
+        }
+        const char *piece;
+        size_t plen;
+        st = tok_stream_push(&ts, t, &piece, &plen, err);
+        if (st) break;
+        if (want_channel)
+            for (size_t i = 0; i < plen && chan_n < sizeof(chan); i++) chan[chan_n++] = piece[i];
+        if (in_final && plen) {
+            fwrite(piece, 1, plen, stdout);
+            fflush(stdout);
+        }
+        if (gen.n == gen.cap) {
+            size_t cap = gen.cap ? gen.cap * 2 : 64;
+            int32_t *ids = realloc(gen.ids, cap * sizeof(int32_t));
+            if (!ids) {
+                st = hm_error_set(err, HM_ERR_NOMEM, "out of memory");
+                break;
+            }
+            gen.ids = ids;
+            gen.cap = cap;
+        }
+        gen.ids[gen.n++] = t;
+        if (hm_context_n_past(e->ctx) + 1 >= n_ctx) {
+            fprintf(stderr, "\n[context full: %d tokens]\n", n_ctx);
+            break;
+        }
+        st = hm_decode(e->ctx, &t, 1, hm_context_n_past(e->ctx), s->logits, HM_LOGITS_LAST, err);
+        if (st) break;
+        /* the cache now holds t */
+        if (s->cached.n == s->cached.cap) {
+            size_t cap = s->cached.cap ? s->cached.cap * 2 : 64;
+            int32_t *ids = realloc(s->cached.ids, cap * sizeof(int32_t));
+            if (!ids) {
+                st = hm_error_set(err, HM_ERR_NOMEM, "out of memory");
+                break;
+            }
+            s->cached.ids = ids;
+            s->cached.cap = cap;
+        }
+        s->cached.ids[s->cached.n++] = t;
+    }
+    const char *rest;
+    size_t rlen;
+    tok_stream_flush(&ts, &rest, &rlen);
+    if (in_final && rlen) fwrite(rest, 1, rlen, stdout);
+    printf("\n");
+    fflush(stdout);
+    tok_stream_free(&ts);
+    *n_gen = (int)gen.n;
+    if (!st) {
+        char *text = NULL;
+        size_t len = 0;
+        st = tok_decode(e->vocab, gen.ids, gen.n, harmony ? TOK_DECODE_SPECIAL : 0, &text, &len,
+                        err);
+        if (!st) {
+            const char *c = harmony ? harmony_final(text) : text;
+            /* mistral's template writes ' ' + content; SentencePiece gave us the space */
+            if (s->tmpl->family == CHAT_MISTRAL && c[0] == ' ') c++;
+            *reply = utf8_lossy(c);
+            if (!*reply) st = hm_error_set(err, HM_ERR_NOMEM, "out of memory");
+            free(text);
+        }
+    }
+    tok_ids_free(&gen);
+    return st;
+}
+
+static int32_t find_tok(const tok_vocab *v, const char *text) {
+    return tok_token_find(v, text, strlen(text));
+}
+
+int cmd_chat(int argc, char **argv) {
+    const char *system = NULL, *tmpl_name = NULL, *effort = NULL;
+    int n_predict = -1;
+    bool verbose = false, no_think = false;
+    const cli_arg_spec extra[] = {
+        {"-sys", "--system-prompt", CLI_ARG_STR, &system, "TEXT", "system prompt"},
+        {"-n", "--n-predict", CLI_ARG_INT, &n_predict, "N",
+         "most tokens per reply (default: -1, until the end of the turn)"},
+        {"--chat-template", NULL, CLI_ARG_STR, &tmpl_name, "NAME",
+         "chatml, harmony, mistral, mistral-legacy or tulu instead of the model's template"},
+        {"--reasoning-effort", NULL, CLI_ARG_STR, &effort, "LEVEL",
+         "harmony: low, medium or high (default: the template's)"},
+        {"--no-think", NULL, CLI_ARG_BOOL, &no_think, NULL,
+         "chatml templates with enable_thinking: render enable_thinking=false"},
+        {"-v", "--verbose", CLI_ARG_BOOL, &verbose, NULL,
+         "print each rendered prompt and per-turn token counts and speeds on stderr"},
+    };
+    const cli_args_def def = {"chat", "-m MODEL [-sys TEXT] [options]",
+                              "Interactive chat: type a message and Enter (end a line with \\ to "
+                              "continue it); Ctrl-D or /exit quits.",
+                              CLI_ARGS_MODEL | CLI_ARGS_CONTEXT | CLI_ARGS_THREADS |
+                                  CLI_ARGS_SAMPLING,
+                              extra, sizeof(extra) / sizeof(extra[0])};
+    cli_common_args a;
+    int rc = cli_args_parse(&def, argc, argv, &a);
+    if (rc != CLI_ARGS_CONTINUE) return rc;
+    if (n_predict < -1) {
+        fprintf(stderr, "hotmoe chat: -n must be >= -1\n");
+        return 2;
+    }
+    cli_engine e;
+    if (cli_engine_open(&e, "chat", &a, CLI_ENGINE_VOCAB | CLI_ENGINE_SAMPLER, 0)) return 1;
+    hm_error err = {0};
+    chat_template tmpl;
+    if (chat_template_for_model(hm_model_gguf(e.model), tmpl_name, &tmpl, &err) != HM_OK) {
+        fprintf(stderr, "hotmoe chat: %s\n", err.msg);
+        cli_engine_close(&e);
+        return tmpl_name ? 2 : 1;
+    }
+    chat_state s = {0};
+    s.e = &e;
+    s.tmpl = &tmpl;
+    s.verbose = verbose;
+    s.ropts = chat_render_default_opts();
+    s.ropts.bos_token = tok_bos(e.vocab) >= 0 ? tok_token_text(e.vocab, tok_bos(e.vocab)) : "";
+    s.ropts.eos_token = tok_eos(e.vocab) >= 0 ? tok_token_text(e.vocab, tok_eos(e.vocab)) : "";
+    s.ropts.reasoning_effort = effort;
+    if (no_think) s.ropts.enable_thinking = 0;
+    const char *const *stops = chat_stop_texts(&tmpl);
+    for (int i = 0; stops && stops[i] && s.n_stop < 8; i++) {
+        int32_t id = find_tok(e.vocab, stops[i]);
+        if (id >= 0) s.stop_ids[s.n_stop++] = id;
+    }
+    if (stops && s.n_stop == 0) {
+        fprintf(stderr, "hotmoe chat: the vocabulary has none of the %s end-of-turn tokens\n",
+                chat_family_name(tmpl.family));
+        chat_template_free(&tmpl);
+        cli_engine_close(&e);
+        return 1;
+    }
+    if (system) { /* a template that refuses a system prompt: say so now, not every turn */
+        chat_message probe[] = {{"system", system}, {"user", "x"}};
+        char *text = NULL;
+        if (chat_render(&tmpl, probe, 2, &s.ropts, &text, NULL, &err) != HM_OK) {
+            fprintf(stderr, "hotmoe chat: the %s chat template refuses a system prompt (%s); "
+                            "try --chat-template %s\n",
+                    chat_family_name(tmpl.family), err.msg,
+                    tmpl.family == CHAT_MISTRAL_LEGACY ? "mistral" : "NAME");
+            chat_template_free(&tmpl);
+            cli_engine_close(&e);
+            return 2;
+        }
+        free(text);
+    }
+    s.id_channel = find_tok(e.vocab, "<|channel|>");
+    s.id_message = find_tok(e.vocab, "<|message|>");
+    s.id_start = find_tok(e.vocab, "<|start|>");
+    s.id_end = find_tok(e.vocab, "<|end|>");
+    s.logits = malloc(sizeof(float) * (size_t)e.n_vocab);
+    msg_list msgs = {0};
+    int status = 0;
+    if (!s.logits || (system && !msgs_push(&msgs, "system", system, strlen(system)))) {
+        fprintf(stderr, "hotmoe chat: out of memory\n");
+        status = 1;
+    }
+    bool tty = isatty(STDIN_FILENO);
+    if (verbose)
+        fprintf(stderr, "hotmoe chat: template %s, context %d, seed %llu\n",
+                chat_family_name(tmpl.family), hm_context_n_ctx(e.ctx),
+                (unsigned long long)e.seed);
+    char *line = NULL;
+    size_t line_cap = 0;
+    for (int turn = 1; status == 0; turn++) {
+        if (tty) {
+            printf("> ");
+            fflush(stdout);
+        }
+        char *user = NULL;
+        size_t ulen = 0;
+        if (!read_turn(&line, &line_cap, &user, &ulen)) break;
+        if (!strcmp(user, "/exit")) {
+            free(user);
+            break;
+        }
+        if (ulen == 0) {
+            free(user);
+            turn--;
+            continue;
+        }
+        bool ok = msgs_push(&msgs, "user", user, ulen);
+        free(user);
+        if (!ok) {
+            fprintf(stderr, "hotmoe chat: out of memory\n");
+            status = 1;
+            break;
+        }
+        int n_new = 0, n_reused = 0, n_gen = 0;
+        double t0 = cli_now();
+        hm_status st = process_prompt(&s, &msgs, &n_new, &n_reused, &err);
+        if (st == HM_ERR_ARG || st == HM_ERR_FORMAT) { /* template refused it, bad UTF-8 */
+            fprintf(stderr, "hotmoe chat: %s\n", err.msg);
+            msgs_pop(&msgs);
+            turn--;
+            continue;
+        }
+        if (st) {
+            fprintf(stderr, "hotmoe chat: %s\n", err.msg);
+            status = 1;
+            break;
+        }
+        double t1 = cli_now();
+        char *reply = NULL;
+        st = generate(&s, n_predict, &reply, &n_gen, &err);
+        double t2 = cli_now();
+        if (st) {
+            fprintf(stderr, "hotmoe chat: %s\n", err.msg);
+            status = 1;
+            break;
+        }
+        ok = msgs_push(&msgs, "assistant", reply, strlen(reply));
+        free(reply);
+        if (!ok) {
+            fprintf(stderr, "hotmoe chat: out of memory\n");
+            status = 1;
+            break;
+        }
+        if (verbose)
+            fprintf(stderr,
+                    "[turn %d: prompt %d new tokens (%d reused from the cache) %.1f t/s, "
+                    "generated %d tokens %.1f t/s]\n",
+                    turn, n_new, n_reused, n_new / (t1 - t0 > 0 ? t1 - t0 : 1e-9), n_gen,
+                    n_gen / (t2 - t1 > 0 ? t2 - t1 : 1e-9));
+    }
+    free(line);
+    msgs_free(&msgs);
+    free(s.logits);
+    tok_ids_free(&s.cached);
+    chat_template_free(&tmpl);
+    cli_engine_close(&e);
+    return status;
+}

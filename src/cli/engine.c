@@ -1,0 +1,148 @@
+/* engine.c - model + vocabulary + context + sampler from the common flags (see engine.h). */
+#include "cli/engine.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+double cli_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+char *cli_read_file(const char *cmd, const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "hotmoe %s: cannot open '%s'\n", cmd, path);
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n + 1 >= cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0) break;
+    }
+    bool bad = !buf || ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        fprintf(stderr, "hotmoe %s: cannot read '%s'\n", cmd, path);
+        return NULL;
+    }
+    buf[n] = 0;
+    if (len) *len = n;
+    return buf;
+}
+
+void cli_engine_close(cli_engine *e) {
+    sample_free(e->smp);
+    hm_context_free(e->ctx);
+    tok_vocab_free(e->vocab);
+    hm_model_free(e->model);
+    memset(e, 0, sizeof(*e));
+}
+
+int cli_engine_open(cli_engine *e, const char *cmd, const cli_common_args *a, unsigned what,
+                    int n_ctx_default) {
+    memset(e, 0, sizeof(*e));
+    e->cmd = cmd;
+    if (!a->model) {
+        fprintf(stderr, "hotmoe %s: no model given (-m FILE)\n", cmd);
+        return 1;
+    }
+    hm_error err = {0};
+    if (hm_model_load(a->model, NULL, &e->model, &err) != HM_OK) {
+        fprintf(stderr, "hotmoe %s: %s\n", cmd, err.msg);
+        return 1;
+    }
+    const hm_hparams *hp = hm_model_hparams(e->model);
+    e->n_vocab = (int)hp->n_vocab;
+    if (what & CLI_ENGINE_VOCAB) {
+        if (tok_vocab_load(hm_model_gguf(e->model), &e->vocab, &err) != HM_OK) {
+            fprintf(stderr, "hotmoe %s: %s\n", cmd, err.msg);
+            cli_engine_close(e);
+            return 1;
+        }
+    }
+    hm_context_params cp = hm_context_default_params();
+    cp.n_ctx = a->n_ctx > 0 ? a->n_ctx : n_ctx_default;
+    cp.n_batch = a->n_batch;
+    cp.n_ubatch = a->n_ubatch;
+    cp.n_threads = a->n_threads;
+    cp.type_k = (uint32_t)cli_args_cache_type(a->cache_type_k);
+    cp.type_v = (uint32_t)cli_args_cache_type(a->cache_type_v);
+    if (hp->n_ctx_train > 0 && cp.n_ctx > hp->n_ctx_train)
+        fprintf(stderr, "hotmoe %s: warning: context %d is longer than the model was trained for "
+                        "(%lld)\n",
+                cmd, cp.n_ctx, (long long)hp->n_ctx_train);
+    if (hm_context_init(e->model, &cp, &e->ctx, &err) != HM_OK) {
+        fprintf(stderr, "hotmoe %s: %s\n", cmd, err.msg);
+        cli_engine_close(e);
+        return 1;
+    }
+    int n_ctx = hm_context_n_ctx(e->ctx);
+    e->n_batch = a->n_batch < n_ctx ? a->n_batch : n_ctx;
+    e->n_threads = a->n_threads ? a->n_threads : cli_args_default_threads();
+    if (what & CLI_ENGINE_SAMPLER) {
+        sample_params sp = sample_params_default();
+        sp.temperature = a->temp;
+        sp.top_k = a->top_k;
+        sp.top_p = a->top_p;
+        sp.min_p = a->min_p;
+        sp.repeat_penalty = a->repeat_penalty;
+        sp.presence_penalty = a->presence_penalty;
+        sp.frequency_penalty = a->frequency_penalty;
+        sp.penalty_last_n = a->repeat_last_n < 0 ? n_ctx : a->repeat_last_n;
+        e->seed = a->seed;
+        if (a->seed == CLI_SEED_RANDOM) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            e->seed = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec;
+        }
+        sp.seed = e->seed;
+        if (sample_init(&sp, e->n_vocab, &e->smp, &err) != HM_OK) {
+            fprintf(stderr, "hotmoe %s: %s\n", cmd, err.msg);
+            cli_engine_close(e);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+hm_status cli_engine_eval(cli_engine *e, const int32_t *ids, int n, float *logits_last,
+                          float *logits_all, hm_error *err) {
+    for (int done = 0; done < n;) {
+        int k = n - done < e->n_batch ? n - done : e->n_batch;
+        int pos = hm_context_n_past(e->ctx);
+        bool last = done + k == n;
+        float *out = NULL;
+        hm_logits_mode mode = HM_LOGITS_NONE;
+        if (logits_all) {
+            out = logits_all + (size_t)done * (size_t)e->n_vocab;
+            mode = HM_LOGITS_ALL;
+        } else if (last && logits_last) {
+            out = logits_last;
+            mode = HM_LOGITS_LAST;
+        }
+        hm_status st = hm_decode(e->ctx, ids + done, k, pos, out, mode, err);
+        if (st) return st;
+        done += k;
+    }
+    if (logits_all && logits_last && n > 0)
+        memcpy(logits_last, logits_all + (size_t)(n - 1) * (size_t)e->n_vocab,
+               sizeof(float) * (size_t)e->n_vocab);
+    return HM_OK;
+}

@@ -1,0 +1,51 @@
+/* engine.h - what the inference commands (chat, bench, perplexity) share: opening a model, its
+ * vocabulary, a context and a sampler from the common flags, and feeding a token list through
+ * hm_decode in pieces of at most n_batch tokens.
+ *
+ * DESIGN: CLI-only glue; errors are printed here as one line "hotmoe CMD: ..." so the commands
+ * stay short. Nothing here is needed by the library.
+ */
+#ifndef HM_CLI_ENGINE_H
+#define HM_CLI_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cli/args.h"
+#include "model/model.h"
+#include "sample/sample.h"
+#include "tokenizer/tokenizer.h"
+
+typedef struct {
+    const char *cmd;
+    hm_model *model;
+    tok_vocab *vocab;   /* NULL when not asked for */
+    hm_context *ctx;
+    sample_state *smp;  /* NULL when not asked for */
+    int n_vocab;
+    int n_batch;
+    int n_threads;
+    uint64_t seed;      /* the seed used (random when -s was not given) */
+} cli_engine;
+
+enum { CLI_ENGINE_VOCAB = 1u << 0, CLI_ENGINE_SAMPLER = 1u << 1 };
+
+/* Loads the model named by -m (required) and creates a context (n_ctx_override > 0 replaces
+ * -c when -c was not given). Prints the error and returns 1 on failure, 0 on success. */
+int cli_engine_open(cli_engine *e, const char *cmd, const cli_common_args *a, unsigned what,
+                    int n_ctx_default);
+void cli_engine_close(cli_engine *e);
+
+/* Decodes ids at the current end of the cache, in pieces of at most n_batch. logits_last
+ * [n_vocab] gets the last token's logits (may be NULL); logits_all [n][n_vocab] every
+ * position's (may be NULL). Returns the status (error in err). */
+hm_status cli_engine_eval(cli_engine *e, const int32_t *ids, int n, float *logits_last,
+                          float *logits_all, hm_error *err);
+
+/* Seconds from a monotonic clock. */
+double cli_now(void);
+
+/* Reads a whole file into a malloc'd NUL-terminated buffer; prints the error, NULL on failure. */
+char *cli_read_file(const char *cmd, const char *path, size_t *len);
+
+#endif

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# chat.sh - `hotmoe chat` driven through stdin, as a script (or a user typing) would: forged tiny
+# models of every architecture (random weights, so the replies are noise; what is checked is the
+# plumbing): multi-turn conversations keep the KV cache (each turn reuses at least everything
+# the previous turn processed as prompt), /exit and end of input quit, the first rendered prompt
+# is exactly the template's text (expected strings written by hand from forge's templates, see
+# tests/tokenizer/test_chat.c), greedy replies are reproducible, and bad input gets one line.
+#   bash tests/cli/chat.sh HOTMOE_BIN TMPDIR      (run from the repository root)
+set -u
+bin=$1
+tmp=$2/chat_sh
+mkdir -p "$tmp"
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); }
+bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
+expect() {
+  local d=$1
+  shift
+  if "$@"; then ok; else bad "$d"; fi
+}
+
+for p in tiny-qwen3moe tiny-mixtral tiny-olmoe tiny-gpt-oss tiny-qwen2moe; do
+  "$bin" forge --preset $p --type q8_0 --no-hf -q -o "$tmp/$p.gguf" || bad "forge $p"
+done
+
+# turns: the reused count of turn k+1 must cover the prompt tokens the cache held after turn k
+# (reused + new of turn k); replies are generated into the cache as well.
+check_reuse() { # FILE NAME
+  python3 - "$1" "$2" <<'EOF'
+import re, sys
+turns = [tuple(map(int, m)) for m in re.findall(r"\[turn \d+: prompt (\d+) new tokens \((\d+) reused", open(sys.argv[1], errors="replace").read())]
+if len(turns) != 3:
+    sys.exit(f"{sys.argv[2]}: expected 3 turns, got {len(turns)}")
+for (n0, r0), (n1, r1) in zip(turns, turns[1:]):
+    if r1 < r0 + n0:
+        sys.exit(f"{sys.argv[2]}: turn reused {r1} < {r0 + n0} cached prompt tokens")
+if turns[0][1] != 0:
+    sys.exit(f"{sys.argv[2]}: first turn reused {turns[0][1]}")
+EOF
+}
+
+conv=$'Hello there\nHow are you?\nTell me more\n'
+for p in tiny-qwen3moe tiny-olmoe tiny-gpt-oss tiny-qwen2moe; do
+  printf '%s' "$conv" | "$bin" chat -m "$tmp/$p.gguf" -sys "Be brief." -n 6 --temp 0 -t 2 -v \
+    >"$tmp/$p.out" 2>"$tmp/$p.err"
+  expect "$p: exit 0" test $? -eq 0
+  expect "$p: cache reused across turns" check_reuse "$tmp/$p.err" $p
+done
+# mixtral: forge's (original Mixtral) template has no system role
+printf '%s' "$conv" | "$bin" chat -m "$tmp/tiny-mixtral.gguf" -n 6 --temp 0 -t 2 -v \
+  >"$tmp/mix.out" 2>"$tmp/mix.err"
+expect "mixtral: exit 0" test $? -eq 0
+expect "mixtral: cache reused" check_reuse "$tmp/mix.err" mixtral
+
+# first rendered prompt, exactly
+first_prompt() { # ERRFILE -> the text between the first [prompt] and [/prompt] lines, then "|"
+  python3 -c 'import sys; t = open(sys.argv[1], errors="replace").read(); s = t.index("[prompt]\n") + 9; sys.stdout.write(t[s:t.index("\n[/prompt]", s)] + "|")' "$1"
+}
+expect "qwen3 prompt" test "$(first_prompt "$tmp/tiny-qwen3moe.err")" == \
+  $'<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n|'
+expect "qwen2 prompt" test "$(first_prompt "$tmp/tiny-qwen2moe.err")" == \
+  $'<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n|'
+expect "olmoe prompt" test "$(first_prompt "$tmp/tiny-olmoe.err")" == \
+  $'<|endoftext|><|system|>\nBe brief.\n<|user|>\nHello there\n<|assistant|>\n|'
+expect "mixtral prompt" test "$(first_prompt "$tmp/mix.err")" == '<s>[INST] Hello there [/INST]|'
+expect "gpt-oss prompt: developer message" grep -q 'Reasoning: medium\\n\\n# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|><|start|>developer<|message|># Instructions\\n\\nBe brief.<|end|><|start|>user<|message|>Hello there<|end|><|start|>assistant$' "$tmp/tiny-gpt-oss.err"
+
+# greedy is reproducible; a seed makes sampling reproducible
+printf '%s' "$conv" | "$bin" chat -m "$tmp/tiny-qwen3moe.gguf" -sys "Be brief." -n 6 --temp 0 -t 1 >"$tmp/again.out" 2>/dev/null
+expect "greedy reproducible (1 vs 2 threads)" cmp -s "$tmp/tiny-qwen3moe.out" "$tmp/again.out"
+for i in 1 2; do
+  printf '%s' "$conv" | "$bin" chat -m "$tmp/tiny-olmoe.gguf" -n 10 --temp 1.0 -s 7 >"$tmp/seed$i.out" 2>/dev/null
+done
+expect "seeded sampling reproducible" cmp -s "$tmp/seed1.out" "$tmp/seed2.out"
+
+# /exit quits: nothing after it is read
+printf 'one\n/exit\ntwo\n' | "$bin" chat -m "$tmp/tiny-olmoe.gguf" -n 3 --temp 0 -v >/dev/null 2>"$tmp/exit.err"
+expect "/exit: exit 0" test $? -eq 0
+expect "/exit: one turn" test "$(grep -c '^\[turn ' "$tmp/exit.err")" -eq 1
+# a line ending in \ continues the message
+printf 'line one\\\nline two\n' | "$bin" chat -m "$tmp/tiny-olmoe.gguf" -n 2 --temp 0 -v >/dev/null 2>"$tmp/cont.err"
+expect "continuation line" test "$(first_prompt "$tmp/cont.err")" == $'<|endoftext|><|user|>\nline one\nline two\n<|assistant|>\n|'
+# empty input: exits cleanly
+"$bin" chat -m "$tmp/tiny-olmoe.gguf" </dev/null >/dev/null 2>&1
+expect "EOF at once: exit 0" test $? -eq 0
+
+# bad input: one line, status 2 (usage) or 1
+one_line() { test "$(wc -l <"$1")" -eq 1; }
+"$bin" chat -m "$tmp/tiny-mixtral.gguf" -sys "x" </dev/null >/dev/null 2>"$tmp/e1"
+expect "mixtral -sys: exit 2" test $? -eq 2
+expect "mixtral -sys: names the override" grep -q -- "--chat-template mistral" "$tmp/e1"
+expect "mixtral -sys: one line" one_line "$tmp/e1"
+printf 'hi\n' | "$bin" chat -m "$tmp/tiny-mixtral.gguf" -sys "Be brief." --chat-template mistral -n 2 --temp 0 -v >/dev/null 2>"$tmp/e2"
+expect "mixtral --chat-template mistral: system folded in" grep -q '^<s> \[INST\] Be brief\.$' "$tmp/e2"
+"$bin" chat -m "$tmp/tiny-olmoe.gguf" --chat-template bogus </dev/null >/dev/null 2>"$tmp/e3"
+expect "unknown template: exit 2" test $? -eq 2
+expect "unknown template: lists names" grep -q "chatml, harmony, mistral, mistral-legacy, tulu" "$tmp/e3"
+"$bin" chat -m "$tmp/tiny-olmoe.gguf" --bogus-flag </dev/null >/dev/null 2>"$tmp/e4"
+expect "unknown flag: exit 2" test $? -eq 2
+expect "unknown flag: one line" one_line "$tmp/e4"
+"$bin" chat -m "$tmp/tiny-olmoe.gguf" --temp abc </dev/null >/dev/null 2>"$tmp/e5"
+expect "bad number: exit 2" test $? -eq 2
+"$bin" chat -m "$tmp/nonexistent.gguf" </dev/null >/dev/null 2>"$tmp/e6"
+expect "missing model: exit 1" test $? -eq 1
+expect "missing model: one line" one_line "$tmp/e6"
+printf 'hi\n' | "$bin" chat -m "$tmp/tiny-olmoe.gguf" -c 16 -n 2 -sys "$(printf 'word %.0s' {1..40})" >/dev/null 2>"$tmp/e7"
+expect "conversation longer than the context: exit 1" test $? -eq 1
+expect "context: says so" grep -q "context" "$tmp/e7"
+printf '\xff\xfe\nhello\n' | "$bin" chat -m "$tmp/tiny-olmoe.gguf" -n 2 --temp 0 -v >/dev/null 2>"$tmp/e8"
+expect "invalid UTF-8 turn: session goes on" test $? -eq 0
+expect "invalid UTF-8 turn: reported" grep -q "UTF-8" "$tmp/e8"
+expect "invalid UTF-8 turn: next turn runs" grep -q '^\[turn 1:' "$tmp/e8"
+
+echo "chat.sh: $pass passed, $fail failed"
+test $fail -eq 0

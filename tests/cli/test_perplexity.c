@@ -1,0 +1,129 @@
+/* test_perplexity.c - `hotmoe perplexity` against the HuggingFace goldens (tests/model/golden).
+ *
+ * For each tiny preset in f32 (forged here with the goldens' seed 42; tests/model/test_golden
+ * checks that forge still writes the goldens' file), the CLI is run twice on the goldens' text:
+ *   1. --score-all with -c = the text's token count: one context, every token scored — the
+ *      reference's own definition; the figure must be within 0.1% of the golden `ppl`.
+ *   2. llama-perplexity's method with -c 64 --chunks 1: the chunk is the first 64 tokens, the
+ *      tokens 33..63 are scored; since the reference's nll[i] is the NLL of token i+1 given
+ *      tokens 0..i in one causal context, the expected figure is exp(mean(nll[32..62])) from the
+ *      golden array (independent of hotmoe's chunking code).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "harness.h"
+
+static const char *k_presets[] = {"tiny-qwen3moe", "tiny-mixtral", "tiny-olmoe", "tiny-gpt-oss",
+                                  "tiny-qwen2moe"};
+
+typedef struct {
+    double ppl;
+    long n_scored;
+    float *nll; /* [n_scored] */
+} golden;
+
+/* Reads the header keys and the ppl.nll array of a golden file. */
+static int golden_read(const char *path, golden *g) {
+    memset(g, 0, sizeof(*g));
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    char line[512];
+    long off = -1;
+    while (fgets(line, sizeof(line), f)) {
+        if (!strcmp(line, "end\n")) break;
+        char name[128], type[16], shape[64];
+        long o;
+        if (!strncmp(line, "ppl ", 4)) g->ppl = strtod(line + 4, NULL);
+        if (!strncmp(line, "ppl_n_scored ", 13)) g->n_scored = strtol(line + 13, NULL, 10);
+        if (sscanf(line, "array %127s %15s %63s %ld", name, type, shape, &o) == 4 &&
+            !strcmp(name, "ppl.nll"))
+            off = o;
+    }
+    long base = ftell(f);
+    int rc = -1;
+    if (off >= 0 && g->n_scored > 0 && !fseek(f, base + off, SEEK_SET)) {
+        g->nll = malloc(sizeof(float) * (size_t)g->n_scored);
+        if (g->nll && fread(g->nll, sizeof(float), (size_t)g->n_scored, f) == (size_t)g->n_scored)
+            rc = 0;
+    }
+    fclose(f);
+    return rc;
+}
+
+/* Runs cmd and returns the PPL of its "Final estimate: PPL = X" line, or -1. */
+static double run_ppl(const char *cmd) {
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    char line[4096];
+    double ppl = -1;
+    while (fgets(line, sizeof(line), p)) {
+        const char *q = strstr(line, "Final estimate: PPL = ");
+        if (q) ppl = strtod(q + 22, NULL);
+    }
+    if (pclose(p) != 0) return -1;
+    return ppl;
+}
+
+static void test_perplexity_vs_hf(void) {
+    const char *bin = getenv("HOTMOE_BIN"), *tmp = getenv("HOTMOE_TMP");
+    HM_REQUIRE(bin && tmp);
+    for (size_t i = 0; i < sizeof(k_presets) / sizeof(k_presets[0]); i++) {
+        const char *p = k_presets[i];
+        char model[512], cmd[2048], gpath[512];
+        snprintf(model, sizeof(model), "%s/ppl-%s-f32.gguf", tmp, p);
+        snprintf(cmd, sizeof(cmd), "%s forge --preset %s --type f32 --seed 42 --no-hf -q -o %s",
+                 bin, p, model);
+        HM_REQUIRE(system(cmd) == 0);
+        snprintf(gpath, sizeof(gpath), "tests/model/golden/%s-f32.golden", p);
+        golden g;
+        HM_REQUIRE(golden_read(gpath, &g) == 0);
+
+        snprintf(cmd, sizeof(cmd),
+                 "%s perplexity -m %s -f tests/model/golden/ppl_text.txt --score-all -c %ld -t 2 "
+                 "2>/dev/null",
+                 bin, model, g.n_scored + 1);
+        double got = run_ppl(cmd);
+        HM_CHECK_MSG(fabs(got - g.ppl) <= 1e-3 * g.ppl, "%s: whole text ppl %.6f vs HF %.6f", p,
+                     got, g.ppl);
+
+        double sum = 0;
+        for (int k = 32; k <= 62; k++) sum += g.nll[k];
+        double want = exp(sum / 31.0);
+        snprintf(cmd, sizeof(cmd),
+                 "%s perplexity -m %s -f tests/model/golden/ppl_text.txt -c 64 --chunks 1 -b 16 "
+                 "-t 2 2>/dev/null",
+                 bin, model);
+        got = run_ppl(cmd);
+        HM_CHECK_MSG(fabs(got - want) <= 1e-3 * want, "%s: chunked ppl %.6f vs HF nll %.6f", p,
+                     got, want);
+        free(g.nll);
+        remove(model);
+    }
+}
+
+/* Bad input: a text shorter than two contexts, a missing file, no -f. */
+static void test_perplexity_errors(void) {
+    const char *bin = getenv("HOTMOE_BIN"), *tmp = getenv("HOTMOE_TMP");
+    HM_REQUIRE(bin && tmp);
+    char model[512], cmd[2048];
+    snprintf(model, sizeof(model), "%s/ppl-err.gguf", tmp);
+    snprintf(cmd, sizeof(cmd), "%s forge --preset tiny-olmoe --type q8_0 --no-hf -q -o %s", bin,
+             model);
+    HM_REQUIRE(system(cmd) == 0);
+    snprintf(cmd, sizeof(cmd), "%s perplexity -m %s -f tests/model/golden/ppl_text.txt -c 4096 "
+                               ">/dev/null 2>&1",
+             bin, model);
+    HM_CHECK(WEXITSTATUS(system(cmd)) == 1);
+    snprintf(cmd, sizeof(cmd), "%s perplexity -m %s -f /nonexistent >/dev/null 2>&1", bin, model);
+    HM_CHECK(WEXITSTATUS(system(cmd)) == 1);
+    snprintf(cmd, sizeof(cmd), "%s perplexity -m %s >/dev/null 2>&1", bin, model);
+    HM_CHECK(WEXITSTATUS(system(cmd)) == 2);
+    remove(model);
+}
+
+HM_TEST_MAIN(test_perplexity_vs_hf, test_perplexity_errors)
