@@ -1,7 +1,7 @@
 /* tok_encode.c - text -> ids: UTF-8 check, special-token split, byte-level BPE and SPM merging.
  *
  * DESIGN: the text is first checked (or repaired, with TOK_ENCODE_REPLACE_INVALID) to be UTF-8.
- * Special tokens are split out by a leftmost-longest scan (CONTROL only with
+ * Special tokens are split out by a leftmost-longest scan (CONTROL and UNKNOWN only with
  * TOK_ENCODE_PARSE_SPECIAL; USER_DEFINED always, as llama.cpp does). Each fragment between them
  * is encoded by the model:
  *  - BPE: the fragment's code points and classes go to the pre-tokenizer; each pre-token's bytes
@@ -284,7 +284,7 @@ static int32_t match_special(const tok_vocab *v, const char *text, size_t len, s
     if (!(v->special_first[c >> 3] & (1u << (c & 7)))) return -1;
     for (size_t k = 0; k < v->n_specials; k++) {
         int32_t id = v->specials[k];
-        if (v->type[id] == TOK_TYPE_CONTROL && !parse_control) continue;
+        if (v->type[id] != TOK_TYPE_USER_DEFINED && !parse_control) continue; /* CONTROL, UNKNOWN */
         uint32_t l = v->len[id];
         if (l <= len - i && !memcmp(text + i, tok_text(v, id), l)) return id;
     }

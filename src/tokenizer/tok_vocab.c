@@ -2,7 +2,7 @@
  *
  * DESIGN: token strings are copied into one arena; a hash table (open addressing, FNV-1a) maps
  * text -> id; BPE merges "A B" become (id A, id B) -> (rank, id of AB) in a second table so the
- * merge loop works on ids. Special tokens (CONTROL, USER_DEFINED) are kept sorted longest first
+ * merge loop works on ids. Special tokens (CONTROL, USER_DEFINED, UNKNOWN) are kept sorted longest first
  * for the splitter. End-of-generation ids: eos/eot/eom plus control tokens whose text is one of
  * llama.cpp's known end markers.
  */
@@ -176,15 +176,20 @@ static hm_status load_merges(tok_vocab *v, const gguf_ctx *g, hm_error *err) {
     return HM_OK;
 }
 
+/* Token types split out of text before the model runs (llama.cpp: CONTROL, USER_DEFINED, UNKNOWN). */
+static bool is_special_type(uint8_t t) {
+    return t == TOK_TYPE_CONTROL || t == TOK_TYPE_USER_DEFINED || t == TOK_TYPE_UNKNOWN;
+}
+
 static hm_status collect_specials(tok_vocab *v) {
     size_t k = 0;
     for (int32_t i = 0; i < v->n; i++)
-        k += (v->type[i] == TOK_TYPE_CONTROL || v->type[i] == TOK_TYPE_USER_DEFINED) && v->len[i] > 0;
+        k += is_special_type(v->type[i]) && v->len[i] > 0;
     v->specials = malloc((k ? k : 1) * sizeof(*v->specials));
     if (!v->specials) return HM_ERR_NOMEM;
     k = 0;
     for (int32_t i = 0; i < v->n; i++) {
-        if (!((v->type[i] == TOK_TYPE_CONTROL || v->type[i] == TOK_TYPE_USER_DEFINED) && v->len[i] > 0)) continue;
+        if (!(is_special_type(v->type[i]) && v->len[i] > 0)) continue;
         /* insertion by length, longest first; ties by id (stable) */
         size_t j = k++;
         while (j > 0 && v->len[v->specials[j - 1]] < v->len[i]) {

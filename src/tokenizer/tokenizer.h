@@ -92,8 +92,8 @@ void tok_ids_free(tok_ids *t);
 
 enum {
     TOK_ENCODE_ADD_SPECIAL = 1u << 0,    /* add BOS/EOS as the vocab's add_bos/add_eos say */
-    TOK_ENCODE_PARSE_SPECIAL = 1u << 1,  /* match CONTROL tokens in the text (USER_DEFINED are
-                                            always matched, as in llama.cpp) */
+    TOK_ENCODE_PARSE_SPECIAL = 1u << 1,  /* match CONTROL and UNKNOWN tokens in the text
+                                            (USER_DEFINED always match, as in llama.cpp) */
     TOK_ENCODE_REPLACE_INVALID = 1u << 2 /* invalid UTF-8: each bad byte becomes U+FFFD instead
                                             of failing with HM_ERR_FORMAT */
 };

@@ -183,6 +183,14 @@ static void test_gptoss_mistral_rules(void) {
     HM_REQUIRE(tok_encode(m, "Hi<s>Hi", 7, TOK_ENCODE_ADD_SPECIAL | TOK_ENCODE_PARSE_SPECIAL, &ids, &err) == HM_OK);
     int32_t hi = tok_token_find(m, "\xE2\x96\x81Hi", 5);
     HM_CHECK(hi >= 0 && ids.n == 4 && ids.ids[0] == 1 && ids.ids[1] == hi && ids.ids[2] == 1 && ids.ids[3] == hi);
+    /* the UNKNOWN token's text is split out like a control token, only when parsing specials */
+    ids.n = 0;
+    HM_REQUIRE(tok_encode(m, "Hi<unk>", 7, TOK_ENCODE_PARSE_SPECIAL, &ids, &err) == HM_OK);
+    HM_CHECK(ids.n == 2 && ids.ids[0] == hi && ids.ids[1] == 0);
+    ids.n = 0;
+    HM_REQUIRE(tok_encode(m, "Hi<unk>", 7, 0, &ids, &err) == HM_OK);
+    HM_CHECK(ids.n > 2 && ids.ids[0] == hi);
+    for (size_t i = 0; i < ids.n; i++) HM_CHECK(ids.ids[i] != 0);
     /* byte fallback for a character not in the vocabulary */
     ids.n = 0;
     HM_REQUIRE(tok_encode(m, "\xF0\x9F\xA6\x80", 4, 0, &ids, &err) == HM_OK);
