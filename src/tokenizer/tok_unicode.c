@@ -2,6 +2,13 @@
 #include "tokenizer/tok_unicode.h"
 
 int tok_uc_class(uint32_t cp) {
+    if (cp < 0x80) { /* ASCII fast path */
+        if ((cp >= 'a' && cp <= 'z')) return TOK_UC_LL;
+        if ((cp >= 'A' && cp <= 'Z')) return TOK_UC_LU;
+        if (cp >= '0' && cp <= '9') return TOK_UC_N;
+        if (cp == ' ' || (cp >= 0x09 && cp <= 0x0D)) return TOK_UC_WS;
+        return TOK_UC_OTHER;
+    }
     uint32_t lo = 0, hi = tok_unicode_n_ranges;
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;

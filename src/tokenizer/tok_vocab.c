@@ -30,20 +30,21 @@ static int byte_printable(unsigned b) {
     return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
 }
 
+/* The non-printable bytes 0x00-0x20, 0x7F-0xA0, 0xAD map in order to U+0100..U+0143. */
 uint32_t tok_byte_to_cp(uint8_t b) {
     if (byte_printable(b)) return b;
-    uint32_t k = 0;
-    for (unsigned c = 0; c < b; c++) k += !byte_printable(c);
-    return 256 + k;
+    if (b <= 0x20) return 256u + b;
+    if (b >= 0x7F && b <= 0xA0) return 256u + 33u + (b - 0x7Fu);
+    return 256u + 67u; /* 0xAD */
 }
 
 int tok_cp_to_byte(uint32_t cp) {
     if (cp < 256) return byte_printable(cp) ? (int)cp : -1;
     if (cp >= 256 + 68) return -1;
     uint32_t k = cp - 256;
-    for (unsigned c = 0; c < 256; c++)
-        if (!byte_printable(c) && k-- == 0) return (int)c;
-    return -1;
+    if (k < 33) return (int)k;
+    if (k < 67) return (int)(0x7F + k - 33);
+    return 0xAD;
 }
 
 int32_t tok_token_find(const tok_vocab *v, const char *text, size_t len) {
