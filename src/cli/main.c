@@ -10,6 +10,8 @@ static const cli_command k_commands[] = {
     {"forge", "write a GGUF model (and its HuggingFace copy) of a real MoE architecture", cmd_forge},
     {"inspect", "describe any GGUF file: metadata, tensors, sizes per category and tier", cmd_inspect},
     {"tokenize", "print the token ids of a text (llama-tokenize); works on vocab-only GGUF files", cmd_tokenize},
+    {"run", "generate text from a prompt, streaming it, with prompt/generation speeds", cmd_run},
+    {"logits", "write the logits of a prompt (raw f32 + JSON header, or .npy) for comparisons", cmd_logits},
     {"chat", "interactive chat with the model's chat template (streaming, multi-turn)", cmd_chat},
     {"bench", "prompt (ppN) and generation (tgN) speed like llama-bench", cmd_bench},
     {"perplexity", "perplexity of a text file, computed as llama-perplexity does", cmd_perplexity},

@@ -1,0 +1,174 @@
+/* cmd_run.c - `hotmoe run -m MODEL -p PROMPT -n N [options]`: one prompt, text streamed to
+ * stdout as it is generated, then prompt and generation speeds (tok/s) on stderr, like
+ * llama.cpp's llama-cli/llama-simple. Stops after -n tokens (-1: until an end-of-generation
+ * token or a full context). The expert usage tracer flags (--expert-trace-*, moe/tracer.h) are
+ * taken out of argv before the common parser sees the rest.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "cli/engine.h"
+#include "moe/tracer.h"
+
+#define CMD "run"
+
+static void put_text(const char *s, size_t n) {
+    if (n) fwrite(s, 1, n, stdout);
+    fflush(stdout);
+}
+
+int cmd_run(int argc, char **argv) {
+    bool no_display_prompt = false;
+    const cli_arg_spec extra[] = {
+        {"--no-display-prompt", NULL, CLI_ARG_BOOL, &no_display_prompt, NULL,
+         "do not echo the prompt before the generated text"},
+    };
+    const cli_args_def def = {CMD, "-m MODEL -p PROMPT -n N [options]",
+                              "Generates text from one prompt, streaming it, and reports prompt "
+                              "and generation speeds. Expert usage tracer: --expert-trace-stats, "
+                              "--expert-trace-names, --expert-trace-per-layer, "
+                              "--expert-trace-output FILE (or LLAMA_EXPERT_TRACE_*).",
+                              CLI_ARGS_ALL, extra, sizeof(extra) / sizeof(extra[0])};
+    /* tracer flags out, the rest to the common parser */
+    hm_error err = {0};
+    moe_tracer_config tc;
+    moe_tracer_config_init(&tc);
+    if (moe_tracer_config_from_env(&tc, &err) != HM_OK) {
+        fprintf(stderr, "hotmoe " CMD ": %s\n", err.msg);
+        return 2;
+    }
+    char **args = malloc(sizeof(char *) * (size_t)(argc + 1));
+    if (!args) return 1;
+    int n_rest = 0;
+    for (int i = 0; i < argc; i++) {
+        int used = i ? moe_tracer_config_parse_arg(&tc, argc, argv, i, &err) : 0;
+        if (used < 0) {
+            fprintf(stderr, "hotmoe " CMD ": %s\n", err.msg);
+            free(args);
+            return 2;
+        }
+        if (used > 0) {
+            i += used - 1;
+            continue;
+        }
+        args[n_rest++] = argv[i];
+    }
+    args[n_rest] = NULL;
+    cli_common_args a;
+    int rc = cli_args_parse(&def, n_rest, args, &a);
+    free(args); /* the strings a points to are argv's */
+    if (rc != CLI_ARGS_CONTINUE) return rc;
+    if (!a.prompt && !a.file) {
+        fprintf(stderr, "hotmoe " CMD ": no prompt given (-p TEXT or -f FILE)\n");
+        return 2;
+    }
+    cli_engine e;
+    if (cli_engine_open(&e, CMD, &a, CLI_ENGINE_VOCAB | CLI_ENGINE_SAMPLER, 0)) return 1;
+    int ret = 1;
+    moe_tracer *tr = NULL;
+    if (moe_tracer_config_enabled(&tc)) {
+        const hm_hparams *hp = hm_model_hparams(e.model);
+        if (moe_tracer_init(&tr, &tc, (int)hp->n_layer, (int)hp->n_expert,
+                            (int)hp->n_expert_used, &err) != HM_OK) {
+            fprintf(stderr, "hotmoe " CMD ": %s\n", err.msg);
+            cli_engine_close(&e);
+            return 1;
+        }
+        moe_tracer_set_model_info(tr, hm_model_arch(e.model)->name, NULL, a.model, NULL);
+        moe_tracer_add_prompt(tr);
+        hm_context_set_tracer(e.ctx, tr);
+    }
+    tok_ids ids = {0};
+    tok_stream ts;
+    tok_stream_init(&ts, e.vocab, 0);
+    float *logits = malloc((size_t)e.n_vocab * sizeof(float));
+    size_t len = 0;
+    char *text = a.prompt ? NULL : cli_read_file(CMD, a.file, &len);
+    if (!logits || (!a.prompt && !text)) goto done;
+    const char *prompt = a.prompt ? a.prompt : text;
+    if (a.prompt) len = strlen(prompt);
+    if (tok_encode(e.vocab, prompt, len, TOK_ENCODE_ADD_SPECIAL | TOK_ENCODE_PARSE_SPECIAL, &ids,
+                   &err) != HM_OK) {
+        fprintf(stderr, "hotmoe " CMD ": %s\n", err.msg);
+        goto done;
+    }
+    const int n_ctx = hm_context_n_ctx(e.ctx);
+    if (ids.n == 0) {
+        fprintf(stderr, "hotmoe " CMD ": the prompt has no tokens\n");
+        goto done;
+    }
+    if ((int64_t)ids.n >= n_ctx) {
+        fprintf(stderr, "hotmoe " CMD ": the prompt has %zu tokens; the context holds %d (-c)\n",
+                ids.n, n_ctx);
+        goto done;
+    }
+    if (!no_display_prompt) put_text(prompt, len);
+
+    double t0 = cli_now();
+    if (cli_engine_eval(&e, ids.ids, (int)ids.n, logits, NULL, &err) != HM_OK) {
+        fprintf(stderr, "\nhotmoe " CMD ": %s\n", err.msg);
+        goto done;
+    }
+    double t_prompt = cli_now() - t0;
+    for (size_t i = 0; i < ids.n; i++) sample_accept(e.smp, ids.ids[i]);
+
+    int n_gen = 0, n_eval = 0; /* tokens generated; single-token decodes run */
+    bool stop_ctx = false;
+    t0 = cli_now();
+    while (a.n_predict < 0 || n_gen < a.n_predict) {
+        int32_t tok;
+        if (sample_token(e.smp, logits, &tok, &err) != HM_OK) {
+            fprintf(stderr, "\nhotmoe " CMD ": %s\n", err.msg);
+            goto done;
+        }
+        sample_accept(e.smp, tok);
+        if (tok_is_eog(e.vocab, tok)) break;
+        const char *piece;
+        size_t plen;
+        if (tok_stream_push(&ts, tok, &piece, &plen, &err) != HM_OK) {
+            fprintf(stderr, "\nhotmoe " CMD ": %s\n", err.msg);
+            goto done;
+        }
+        put_text(piece, plen);
+        n_gen++;
+        if (a.n_predict >= 0 && n_gen >= a.n_predict) break;
+        int pos = hm_context_n_past(e.ctx);
+        if (pos >= n_ctx) {
+            stop_ctx = true;
+            break;
+        }
+        if (hm_decode(e.ctx, &tok, 1, pos, logits, HM_LOGITS_LAST, &err) != HM_OK) {
+            fprintf(stderr, "\nhotmoe " CMD ": %s\n", err.msg);
+            goto done;
+        }
+        n_eval++;
+    }
+    double t_gen = cli_now() - t0;
+    const char *rest;
+    size_t rlen;
+    tok_stream_flush(&ts, &rest, &rlen);
+    put_text(rest, rlen);
+    fputc('\n', stdout);
+    fflush(stdout);
+    if (stop_ctx) fprintf(stderr, "hotmoe " CMD ": context full (%d tokens)\n", n_ctx);
+    fprintf(stderr, "prompt:     %5zu tokens in %8.3f s = %9.2f tok/s\n", ids.n, t_prompt,
+            t_prompt > 0 ? (double)ids.n / t_prompt : 0.0);
+    fprintf(stderr, "generation: %5d tokens in %8.3f s = %9.2f tok/s (%d decodes; threads %d)\n",
+            n_gen, t_gen, t_gen > 0 && n_eval > 0 ? (double)n_eval / t_gen : 0.0, n_eval,
+            e.n_threads);
+    ret = 0;
+    if (tr && moe_tracer_finish(tr, &err) != HM_OK) {
+        fprintf(stderr, "hotmoe " CMD ": %s\n", err.msg);
+        ret = 1;
+    }
+done:
+    moe_tracer_free(tr);
+    free(text);
+    free(logits);
+    tok_stream_free(&ts);
+    tok_ids_free(&ids);
+    cli_engine_close(&e);
+    return ret;
+}

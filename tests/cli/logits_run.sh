@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# logits_run.sh - `hotmoe logits` and `hotmoe run` as a user runs them on a forged tiny model:
+# the logits file layout of docs/LOGITS.md (magic, header length, JSON header, data at a
+# multiple of 64, n_rows x n_vocab f32), .npy output, --last equal to the last row of --all,
+# -p and --ids giving the same logits for the same ids, determinism, run's streamed text and
+# speed lines, and bad input answered with one line and exit code 1 or 2.
+#   bash tests/cli/logits_run.sh HOTMOE_BIN TMPDIR      (run from the repository root)
+set -u
+bin=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+tmp=$2/logits_run_sh
+rm -rf "$tmp"
+mkdir -p "$tmp"
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); }
+bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
+expect() {
+  local d=$1
+  shift
+  if "$@"; then ok; else bad "$d"; fi
+}
+# little-endian u32 at byte offset $2 of file $1
+u32() { od -An -tu4 -j "$2" -N4 "$1" | tr -d ' '; }
+
+m=$tmp/olmoe.gguf
+"$bin" forge --preset tiny-olmoe --type f32 --no-hf -q -o "$m" >/dev/null 2>&1
+expect "forge" test -s "$m"
+
+# ---- hotmoe logits: all rows ----
+"$bin" logits -m "$m" --ids 5,6,7,8,9 -o "$tmp/all.bin" -t 2 2>"$tmp/err"
+expect "logits --ids: exit 0" test $? -eq 0
+expect "magic" test "$(head -c 8 "$tmp/all.bin")" = "HMLOGIT1"
+hl=$(u32 "$tmp/all.bin" 8)
+off=$((12 + hl))
+expect "data offset multiple of 64" test $((off % 64)) -eq 0
+hdr=$(head -c "$off" "$tmp/all.bin" | tail -c +13)
+expect "header n_rows" grep -q '"n_rows":5' <<<"$hdr"
+expect "header n_vocab" grep -q '"n_vocab":1024' <<<"$hdr"
+expect "header ids" grep -q '"ids":\[5,6,7,8,9\]' <<<"$hdr"
+expect "header dtype" grep -q '"dtype":"f32"' <<<"$hdr"
+size=$(stat -c %s "$tmp/all.bin")
+expect "size = header + 5 x 1024 f32" test "$size" -eq $((off + 5 * 1024 * 4))
+
+# ---- --last equals the last row of --all; deterministic; 1 thread == 2 threads ----
+"$bin" logits -m "$m" --ids 5,6,7,8,9 -o "$tmp/last.bin" --last -t 1 2>/dev/null
+hl2=$(u32 "$tmp/last.bin" 8)
+tail -c 4096 "$tmp/all.bin" >"$tmp/a_last"
+tail -c +$((12 + hl2 + 1)) "$tmp/last.bin" >"$tmp/b_last"
+expect "--last: one row" test "$(stat -c %s "$tmp/b_last")" -eq 4096
+expect "--last == last row of --all (1 vs 2 threads)" cmp -s "$tmp/a_last" "$tmp/b_last"
+"$bin" logits -m "$m" --ids 5,6,7,8,9 -o "$tmp/all2.bin" -t 2 2>/dev/null
+expect "deterministic" cmp -s "$tmp/all.bin" "$tmp/all2.bin"
+
+# ---- .npy ----
+"$bin" logits -m "$m" --ids 5,6,7 -o "$tmp/l.npy" 2>/dev/null
+expect "npy magic" test "$(head -c 6 "$tmp/l.npy" | tail -c 5)" = "NUMPY"
+expect "npy shape" grep -aq "'shape': (3, 1024)" "$tmp/l.npy"
+nl=$(od -An -tu2 -j 8 -N2 "$tmp/l.npy" | tr -d ' ')
+expect "npy size" test "$(stat -c %s "$tmp/l.npy")" -eq $((10 + nl + 3 * 1024 * 4))
+expect "npy data == raw data" cmp -s <(tail -c 12288 "$tmp/l.npy") \
+  <(tail -c +$((off + 1)) "$tmp/all.bin" | head -c 12288)
+
+# ---- -p TEXT: same logits as --ids of the ids it names ----
+"$bin" logits -m "$m" -p "the cat" -o "$tmp/p.bin" 2>/dev/null
+expect "logits -p: exit 0" test $? -eq 0
+ids=$(head -c 4096 "$tmp/p.bin" | grep -ao '"ids":\[[0-9,]*\]' | sed 's/.*\[//; s/\]//')
+expect "-p produced ids" test -n "$ids"
+"$bin" logits -m "$m" --ids "$ids" -o "$tmp/q.bin" 2>/dev/null
+expect "-p == --ids" cmp -s <(tail -c 8192 "$tmp/p.bin") <(tail -c 8192 "$tmp/q.bin")
+
+# ---- bad input ----
+"$bin" logits -m "$m" --ids 5,6 2>"$tmp/err"
+expect "no -o: exit 2" test $? -eq 2
+"$bin" logits -m "$m" --ids 5,x -o "$tmp/x.bin" 2>"$tmp/err"
+expect "bad --ids: exit 2" test $? -eq 2
+expect "bad --ids: one line" test "$(wc -l <"$tmp/err")" -eq 1
+"$bin" logits -m "$m" --ids 5,99999 -o "$tmp/x.bin" 2>"$tmp/err"
+expect "id out of vocabulary: exit 1" test $? -eq 1
+expect "id out of vocabulary: named" grep -q "99999" "$tmp/err"
+"$bin" logits -m "$tmp/missing.gguf" --ids 5 -o "$tmp/x.bin" 2>"$tmp/err"
+expect "missing model: exit 1" test $? -eq 1
+expect "missing model: one line" test "$(wc -l <"$tmp/err")" -eq 1
+
+# ---- hotmoe run ----
+"$bin" run -m "$m" -p "the cat" -n 12 --temp 0 -t 2 >"$tmp/out" 2>"$tmp/err"
+expect "run: exit 0" test $? -eq 0
+expect "run: echoes the prompt" grep -q "^the cat" "$tmp/out"
+expect "run: prompt speed" grep -Eq "^prompt: .* tok/s" "$tmp/err"
+expect "run: generation speed" grep -Eq "^generation: +12 tokens .* tok/s" "$tmp/err"
+"$bin" run -m "$m" -p "the cat" -n 12 --temp 0 -t 1 >"$tmp/out2" 2>/dev/null
+expect "run: greedy is deterministic across thread counts" cmp -s "$tmp/out" "$tmp/out2"
+"$bin" run -m "$m" -p "the cat" -n 5 -c 3 >/dev/null 2>"$tmp/err"
+expect "run: prompt longer than the context: exit 1" test $? -eq 1
+expect "run: prompt longer than the context: says so" grep -q "context" "$tmp/err"
+
+rm -rf "$tmp"
+echo "$pass passed, $fail failed"
+test "$fail" -eq 0
