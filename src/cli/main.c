@@ -15,6 +15,7 @@ static const cli_command k_commands[] = {
     {"chat", "interactive chat with the model's chat template (streaming, multi-turn)", cmd_chat},
     {"bench", "prompt (ppN) and generation (tgN) speed like llama-bench", cmd_bench},
     {"perplexity", "perplexity of a text file, computed as llama-perplexity does", cmd_perplexity},
+    {"learn", "run prompts with the expert usage tracer and write a learn file (per-layer expert hits)", cmd_learn},
 };
 
 static void usage(FILE *f) {

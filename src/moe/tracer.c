@@ -67,6 +67,22 @@ int moe_tracer_config_parse_arg(moe_tracer_config *c, int argc, char **argv, int
     return 1;
 }
 
+hm_status moe_tracer_config_extract(moe_tracer_config *c, int *argc, char **argv, hm_error *err) {
+    int n = *argc, out = 1;
+    for (int i = 1; i < n; i++) {
+        int used = moe_tracer_config_parse_arg(c, n, argv, i, err);
+        if (used < 0) return HM_ERR_ARG;
+        if (used > 0) {
+            i += used - 1;
+            continue;
+        }
+        argv[out++] = argv[i];
+    }
+    if (n > 0) argv[out] = NULL;
+    *argc = n > 0 ? out : n;
+    return HM_OK;
+}
+
 bool moe_tracer_config_counts(const moe_tracer_config *c) {
     return c->stats || c->per_layer || c->output != NULL;
 }

@@ -63,6 +63,11 @@ hm_status moe_tracer_config_from_env(moe_tracer_config *c, hm_error *err);
 int moe_tracer_config_parse_arg(moe_tracer_config *c, int argc, char **argv, int i,
                                 hm_error *err);
 
+/* Applies every --expert-trace-* flag of argv[1..*argc) and removes it from argv (in place,
+ * order kept, argv[*argc] stays NULL), leaving the other arguments for the command's own parser.
+ * HM_ERR_ARG (err names the flag) on a malformed tracer flag. */
+hm_status moe_tracer_config_extract(moe_tracer_config *c, int *argc, char **argv, hm_error *err);
+
 /* True if anything is switched on (then a tracer should be created). */
 bool moe_tracer_config_enabled(const moe_tracer_config *c);
 

@@ -56,6 +56,23 @@ static void test_config_flags(void) {
     HM_CHECK(strstr(moe_tracer_flags_help(), "--expert-trace-output FILE") != NULL);
 }
 
+static void test_config_extract(void) {
+    moe_tracer_config c;
+    moe_tracer_config_init(&c);
+    hm_error err = {0};
+    char *argv[] = {"learn", "-m", "m.gguf", "--expert-trace-stats", "-f", "p.txt",
+                    "--expert-trace-output", "o.json", "-o", "l.json", NULL};
+    int argc = 10;
+    HM_CHECK(moe_tracer_config_extract(&c, &argc, argv, &err) == HM_OK);
+    HM_CHECK(argc == 7 && c.stats && c.output && !strcmp(c.output, "o.json"));
+    const char *want[] = {"learn", "-m", "m.gguf", "-f", "p.txt", "-o", "l.json"};
+    for (int i = 0; i < 7; i++) HM_CHECK(!strcmp(argv[i], want[i]));
+    HM_CHECK(argv[7] == NULL);
+    char *bad[] = {"learn", "--expert-trace-output", NULL};
+    argc = 2;
+    HM_CHECK(moe_tracer_config_extract(&c, &argc, bad, &err) == HM_ERR_ARG);
+}
+
 static void test_config_env(void) {
     moe_tracer_config c;
     hm_error err = {0};
@@ -392,5 +409,5 @@ static void test_parse_name(void) {
     HM_CHECK(!moe_tracer_parse_tensor_name(NULL, &l, &e, &pr));
 }
 
-HM_TEST_MAIN(test_config_flags, test_config_env, test_counts, test_threads, test_names_log,
+HM_TEST_MAIN(test_config_flags, test_config_extract, test_config_env, test_counts, test_threads, test_names_log,
              test_summary, test_json_csv, test_finish, test_parse_name)

@@ -1,0 +1,168 @@
+/* cmd_learn.c - `hotmoe learn -m MODEL -f PROMPTS -o learn.json`: runs every line of PROMPTS
+ * through the model with the expert usage tracer attached and writes the learn file (per-layer
+ * calls and per-expert hits; schema in docs/LEARN.md) that the hot-cache planner reads.
+ *
+ * DESIGN: each non-empty line is one prompt, tokenised with the vocabulary's BOS rule and its
+ * special tokens parsed, run from an empty KV cache (so prompts do not see each other), then
+ * optionally continued greedily for -n tokens (decode steps route too, and a learn run should
+ * see both kinds). A line longer than the context is cut to fit, with a note. The tracer
+ * flags (--expert-trace-*, LLAMA_EXPERT_TRACE_*) work here as in `run`: --expert-trace-stats
+ * prints the summary; -o always wins over --expert-trace-output.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/engine.h"
+#include "moe/tracer.h"
+
+#define CMD "learn"
+
+static int argmax_row(const float *l, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (l[i] > l[b]) b = i;
+    return b;
+}
+
+/* Runs one prompt (and n_gen greedy tokens); returns 0 or prints the error and returns 1. */
+static int learn_one(cli_engine *e, tok_ids *ids, int line, int n_gen, float *logits,
+                     long long *n_tok) {
+    hm_error err = {0};
+    int n_ctx = hm_context_n_ctx(e->ctx);
+    int room = n_ctx - n_gen;
+    if (room < 1) room = 1;
+    int n = (int)ids->n;
+    if (n > room) {
+        fprintf(stderr, "hotmoe " CMD ": note: line %d has %d tokens, cut to %d (context %d, -n %d)\n",
+                line, n, room, n_ctx, n_gen);
+        n = room;
+    }
+    hm_context_reset(e->ctx);
+    if (cli_engine_eval(e, ids->ids, n, logits, NULL, &err) != HM_OK) {
+        fprintf(stderr, "hotmoe " CMD ": line %d: %s\n", line, err.msg);
+        return 1;
+    }
+    *n_tok += n;
+    for (int s = 0; s < n_gen && n + s < n_ctx; s++) {
+        int32_t tok = argmax_row(logits, e->n_vocab);
+        if (tok_is_eog(e->vocab, tok)) break;
+        if (cli_engine_eval(e, &tok, 1, logits, NULL, &err) != HM_OK) {
+            fprintf(stderr, "hotmoe " CMD ": line %d, generated token %d: %s\n", line, s, err.msg);
+            return 1;
+        }
+        (*n_tok)++;
+    }
+    return 0;
+}
+
+int cmd_learn(int argc, char **argv) {
+    const char *out = NULL;
+    int n_gen = 0;
+    const cli_arg_spec extra[] = {
+        {"-o", "--output", CLI_ARG_STR, &out, "FILE", "learn file to write (JSON, docs/LEARN.md)"},
+        {"-n", "--n-predict", CLI_ARG_INT, &n_gen, "N",
+         "greedy tokens generated after each prompt (default 0: prompts only)"},
+    };
+    const cli_args_def def = {
+        CMD, "-m MODEL -f PROMPTS -o FILE [options]",
+        "Runs each non-empty line of PROMPTS through the model (fresh context each) with the "
+        "expert usage tracer attached and writes the per-layer, per-expert counts as a learn "
+        "file. Tracer flags: --expert-trace-stats (summary on stderr), --expert-trace-per-layer, "
+        "--expert-trace-names (or LLAMA_EXPERT_TRACE_*).",
+        CLI_ARGS_MODEL | CLI_ARGS_FILE | CLI_ARGS_CONTEXT | CLI_ARGS_THREADS, extra,
+        sizeof(extra) / sizeof(extra[0])};
+    hm_error err = {0};
+    moe_tracer_config tc;
+    moe_tracer_config_init(&tc);
+    if (moe_tracer_config_from_env(&tc, &err) != HM_OK ||
+        moe_tracer_config_extract(&tc, &argc, argv, &err) != HM_OK) {
+        fprintf(stderr, "hotmoe " CMD ": %s\n", err.msg);
+        return 2;
+    }
+    cli_common_args a;
+    int rc = cli_args_parse(&def, argc, argv, &a);
+    if (rc != CLI_ARGS_CONTINUE) return rc;
+    if (!a.model || !a.file || !out) {
+        fprintf(stderr, "hotmoe " CMD ": %s is required (usage: hotmoe " CMD
+                        " -m MODEL -f PROMPTS -o FILE)\n",
+                !a.model ? "-m MODEL" : !a.file ? "-f PROMPTS" : "-o FILE");
+        return 2;
+    }
+    if (n_gen < 0) {
+        fprintf(stderr, "hotmoe " CMD ": -n must be >= 0, not %d\n", n_gen);
+        return 2;
+    }
+    tc.output = out;
+    size_t len = 0;
+    char *text = cli_read_file(CMD, a.file, &len);
+    if (!text) return 1;
+    cli_engine e;
+    if (cli_engine_open(&e, CMD, &a, CLI_ENGINE_VOCAB, 0)) {
+        free(text);
+        return 1;
+    }
+    int ret = 1;
+    moe_tracer *tr = NULL;
+    tok_ids ids = {0};
+    float *logits = malloc((size_t)e.n_vocab * sizeof(float));
+    const hm_hparams *hp = hm_model_hparams(e.model);
+    if (!logits) goto done;
+    if (moe_tracer_init(&tr, &tc, (int)hp->n_layer, (int)hp->n_expert, (int)hp->n_expert_used,
+                        &err) != HM_OK ||
+        moe_tracer_set_model_info(tr, hm_model_arch(e.model)->name, NULL, a.model, &err) !=
+            HM_OK) {
+        fprintf(stderr, "hotmoe " CMD ": %s\n", err.msg);
+        goto done;
+    }
+    hm_context_set_tracer(e.ctx, tr);
+    long long n_tok = 0;
+    int n_prompts = 0, line = 0;
+    double t0 = cli_now();
+    for (char *p = text; p < text + len;) {
+        char *nl = memchr(p, '\n', (size_t)(text + len - p));
+        char *end = nl ? nl : text + len;
+        line++;
+        size_t n = (size_t)(end - p);
+        if (n && p[n - 1] == '\r') n--;
+        int blank = 1;
+        for (size_t i = 0; i < n; i++)
+            if (p[i] != ' ' && p[i] != '\t') blank = 0;
+        if (!blank) {
+            ids.n = 0;
+            if (tok_encode(e.vocab, p, n, TOK_ENCODE_ADD_SPECIAL | TOK_ENCODE_PARSE_SPECIAL, &ids,
+                           &err) != HM_OK) {
+                fprintf(stderr, "hotmoe " CMD ": %s line %d: %s\n", a.file, line, err.msg);
+                goto done;
+            }
+            if (ids.n) {
+                if (learn_one(&e, &ids, line, n_gen, logits, &n_tok)) goto done;
+                moe_tracer_add_prompt(tr);
+                n_prompts++;
+            }
+        }
+        p = end + 1;
+    }
+    if (!n_prompts) {
+        fprintf(stderr, "hotmoe " CMD ": %s has no prompts (no non-empty line)\n", a.file);
+        goto done;
+    }
+    hm_context_set_tracer(e.ctx, NULL);
+    if (moe_tracer_finish(tr, &err) != HM_OK) {
+        fprintf(stderr, "hotmoe " CMD ": %s\n", err.msg);
+        goto done;
+    }
+    fprintf(stderr, "hotmoe " CMD ": %d prompts, %lld tokens, %.2f s -> %s\n", n_prompts, n_tok,
+            cli_now() - t0, out);
+    ret = 0;
+done:
+    if (e.ctx) hm_context_set_tracer(e.ctx, NULL);
+    moe_tracer_free(tr);
+    tok_ids_free(&ids);
+    free(logits);
+    free(text);
+    cli_engine_close(&e);
+    return ret;
+}
