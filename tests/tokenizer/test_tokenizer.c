@@ -1,5 +1,6 @@
 /* test_tokenizer.c - tokenizer units: the four pre-tokenizers against JavaScript RegExp splits
- * of the 12 kB mixed text (data/splits_*.txt, from tools/tokenizer/expected_splits.mjs),
+ * of the 12 kB mixed text and the adversarial one (data/splits_*.txt, from
+ * tools/tokenizer/expected_splits.mjs),
  * metadata errors, invalid UTF-8 handling, special-token parsing, BOS/space-prefix rules,
  * end-of-generation ids, decoding errors and the streaming detokeniser's hold-back. */
 #include <string.h>
@@ -10,11 +11,12 @@
 #include "tokenizer/tok_internal.h"
 #include "tokenizer/tok_unicode.h"
 
-static void check_splits(const char *name, tok_pre pre) {
+static void check_splits(const char *text_name, const char *name, tok_pre pre) {
     size_t tlen;
-    char *text = tt_read_file("tests/tokenizer/data/mixed.txt", &tlen);
     char path[256];
-    snprintf(path, sizeof(path), "tests/tokenizer/data/splits_%s.txt", name);
+    snprintf(path, sizeof(path), "tests/tokenizer/data/%s.txt", text_name);
+    char *text = tt_read_file(path, &tlen);
+    snprintf(path, sizeof(path), "tests/tokenizer/data/splits_%s%s.txt", strcmp(text_name, "mixed") ? "adv_" : "", name);
     char *exp = tt_read_file(path, NULL);
     HM_REQUIRE(text && exp);
     uint32_t *cp = malloc(tlen * sizeof(*cp));
@@ -54,10 +56,10 @@ static void check_splits(const char *name, tok_pre pre) {
     free(exp);
 }
 
-static void test_pretok_gpt2(void) { check_splits("gpt2", TOK_PRE_GPT2); }
-static void test_pretok_qwen2(void) { check_splits("qwen2", TOK_PRE_QWEN2); }
-static void test_pretok_llama3(void) { check_splits("llama3", TOK_PRE_LLAMA3); }
-static void test_pretok_o200k(void) { check_splits("o200k", TOK_PRE_O200K); }
+static void test_pretok_gpt2(void) { check_splits("mixed", "gpt2", TOK_PRE_GPT2); check_splits("adversarial", "gpt2", TOK_PRE_GPT2); }
+static void test_pretok_qwen2(void) { check_splits("mixed", "qwen2", TOK_PRE_QWEN2); check_splits("adversarial", "qwen2", TOK_PRE_QWEN2); }
+static void test_pretok_llama3(void) { check_splits("mixed", "llama3", TOK_PRE_LLAMA3); check_splits("adversarial", "llama3", TOK_PRE_LLAMA3); }
+static void test_pretok_o200k(void) { check_splits("mixed", "o200k", TOK_PRE_O200K); check_splits("adversarial", "o200k", TOK_PRE_O200K); }
 
 /* A small vocab file: keys written as asked ("model", "tokens", "merges", pre NULL = absent). */
 static hm_status load_small(const char *model, bool tokens, bool merges, const char *pre, hm_error *err) {

@@ -1,6 +1,6 @@
 /* test_tokenizer_real.c - hotmoe's tokenizer against the real Qwen3, gpt-oss (o200k_harmony) and
- * Mistral vocabularies: ids identical to the reference JS tokenizers' on a 12 kB mixed text
- * (whole, and line by line), decode(encode(s)) == s, and streaming detokenisation
+ * Mistral vocabularies: ids identical to the reference JS tokenizers' on a 12 kB mixed text and a
+ * 9 kB adversarial one (each whole, and line by line), decode(encode(s)) == s, and streaming detokenisation
  * byte-identical to the full decode with only whole UTF-8 characters per step.
  * Reference ids: tests/tokenizer/data/NAME.ids, produced by tools/tokenizer/expected_ids.mjs
  * (command and package versions in docs/TOKENIZERS.md). */
@@ -38,17 +38,18 @@ static int valid_utf8(const char *s, size_t n) {
     return 1;
 }
 
-static void check_vocab(const char *name, unsigned enc_flags, unsigned dec_flags) {
+static void check_vocab(const char *text_name, const char *prefix, const char *name, unsigned enc_flags, unsigned dec_flags) {
     tok_vocab *v = tt_load_vocab(name, NULL, 0);
     HM_REQUIRE(v != NULL);
     size_t tlen, elen;
-    char *text = tt_read_file("tests/tokenizer/data/mixed.txt", &tlen);
     char path[256];
-    snprintf(path, sizeof(path), "tests/tokenizer/data/%s.ids", name);
+    snprintf(path, sizeof(path), "tests/tokenizer/data/%s.txt", text_name);
+    char *text = tt_read_file(path, &tlen);
+    snprintf(path, sizeof(path), "tests/tokenizer/data/%s%s.ids", prefix, name);
     char *exp = tt_read_file(path, &elen);
-    HM_REQUIRE(text && exp && tlen >= 10000);
-    static span cases[1024];
-    size_t nc = make_cases(text, tlen, cases, 1024);
+    HM_REQUIRE(text && exp && tlen >= 9000);
+    static span cases[2048];
+    size_t nc = make_cases(text, tlen, cases, 2048);
     char *line = exp, *save = NULL;
     size_t bad = 0, total_ids = 0;
     for (size_t c = 0; c < nc; c++) {
@@ -102,14 +103,18 @@ static void check_vocab(const char *name, unsigned enc_flags, unsigned dec_flags
         line = eol + 1;
     }
     HM_CHECK_MSG(bad == 0, "%s: %zu of %zu cases differ from the reference ids", name, bad, nc);
-    printf("%s: %zu cases, %zu ids, %zu differ\n", name, nc, total_ids, bad);
+    printf("%s %s: %zu cases, %zu ids, %zu differ\n", text_name, name, nc, total_ids, bad);
     free(text);
     free(exp);
     tok_vocab_free(v);
 }
 
-static void test_qwen3(void) { check_vocab("qwen3", TOK_ENCODE_PARSE_SPECIAL, TOK_DECODE_SPECIAL); }
-static void test_gptoss(void) { check_vocab("gptoss", TOK_ENCODE_PARSE_SPECIAL, TOK_DECODE_SPECIAL); }
-static void test_mistral(void) { check_vocab("mistral", 0, TOK_DECODE_STRIP_SPACE); }
+static void test_qwen3(void) { check_vocab("mixed", "", "qwen3", TOK_ENCODE_PARSE_SPECIAL, TOK_DECODE_SPECIAL); }
+static void test_gptoss(void) { check_vocab("mixed", "", "gptoss", TOK_ENCODE_PARSE_SPECIAL, TOK_DECODE_SPECIAL); }
+static void test_mistral(void) { check_vocab("mixed", "", "mistral", 0, TOK_DECODE_STRIP_SPACE); }
+/* tools/tokenizer/make_adversarial.py: 541 short cases of tricky characters */
+static void test_qwen3_adv(void) { check_vocab("adversarial", "adv_", "qwen3", TOK_ENCODE_PARSE_SPECIAL, TOK_DECODE_SPECIAL); }
+static void test_gptoss_adv(void) { check_vocab("adversarial", "adv_", "gptoss", TOK_ENCODE_PARSE_SPECIAL, TOK_DECODE_SPECIAL); }
+static void test_mistral_adv(void) { check_vocab("adversarial", "adv_", "mistral", 0, TOK_DECODE_STRIP_SPACE); }
 
-HM_TEST_MAIN(test_qwen3, test_gptoss, test_mistral)
+HM_TEST_MAIN(test_qwen3, test_gptoss, test_mistral, test_qwen3_adv, test_gptoss_adv, test_mistral_adv)

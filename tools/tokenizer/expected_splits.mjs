@@ -2,10 +2,11 @@
 // JavaScript's RegExp (flags "gu", as transformers.js does, with (?i:...) rewritten to explicit
 // case classes since JS has no inline modifiers) over the test text and writes the byte length
 // of every match, space-separated, to OUTDIR/splits_NAME.txt.
-// usage: node tools/tokenizer/expected_splits.mjs tests/tokenizer/data/mixed.txt OUTDIR
+// usage: node tools/tokenizer/expected_splits.mjs tests/tokenizer/data/mixed.txt OUTDIR [PREFIX]
+// (files: OUTDIR/splits_PREFIXNAME.txt)
 import { readFileSync, writeFileSync } from "node:fs";
 
-const [, , textPath, outdir] = process.argv;
+const [, , textPath, outdir, prefix = ""] = process.argv;
 const text = readFileSync(textPath, "utf8");
 const ci = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])";
 const patterns = {
@@ -26,6 +27,6 @@ for (const [name, src] of Object.entries(patterns)) {
     pos = m.index + m[0].length;
   }
   if (pos !== text.length) throw new Error(`${name}: unmatched tail`);
-  writeFileSync(`${outdir}/splits_${name}.txt`, lens.join(" ") + "\n");
+  writeFileSync(`${outdir}/splits_${prefix}${name}.txt`, lens.join(" ") + "\n");
   console.log(`${name}: ${lens.length} pieces`);
 }
