@@ -207,5 +207,72 @@ static void test_gptoss_mistral_rules(void) {
     tok_vocab_free(m);
 }
 
-HM_TEST_MAIN(test_pretok_gpt2, test_pretok_qwen2, test_pretok_llama3, test_pretok_o200k, test_metadata_errors,
+/* Random bytes (mostly invalid UTF-8) and random code points: encode fails exactly when the text
+ * is not UTF-8; with TOK_ENCODE_REPLACE_INVALID, decode(encode(s)) is s with each bad byte
+ * replaced by U+FFFD (repair computed here independently). */
+static uint64_t rng_next(uint64_t *x) {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+static void random_roundtrip(const char *name, unsigned enc, unsigned dec) {
+    tok_vocab *v = tt_load_vocab(name, NULL, 0);
+    HM_REQUIRE(v != NULL);
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    char s[96], fixed[96 * 3 + 8];
+    size_t bad = 0;
+    for (int iter = 0; iter < 400; iter++) {
+        size_t n = 0, len = rng_next(&x) % 64;
+        if (iter % 2) {
+            for (; n < len; n++) s[n] = (char)(rng_next(&x) & 0xFF);
+        } else {
+            while (n + 4 <= len) {
+                uint32_t cp = (uint32_t)(rng_next(&x) % 0x11000);
+                if (rng_next(&x) % 3 == 0) cp = (uint32_t)(rng_next(&x) % 0x80);
+                if (cp >= 0xD800 && cp <= 0xDFFF) cp = ' ';
+                n += tok_utf8_encode(cp, s + n);
+            }
+        }
+        size_t fn = 0;
+        int valid = 1;
+        for (size_t i = 0; i < n;) {
+            uint32_t cp;
+            size_t k = tok_utf8_decode((const unsigned char *)s + i, n - i, &cp);
+            if (!k) {
+                memcpy(fixed + fn, "\xEF\xBF\xBD", 3);
+                fn += 3;
+                i++;
+                valid = 0;
+            } else {
+                memcpy(fixed + fn, s + i, k);
+                fn += k;
+                i += k;
+            }
+        }
+        tok_ids ids = {0};
+        hm_error err;
+        hm_status st = tok_encode(v, s, n, enc, &ids, &err);
+        HM_CHECK_MSG(valid ? st == HM_OK : st == HM_ERR_FORMAT, "%s iter %d: status %d for %s text", name, iter, st, valid ? "valid" : "invalid");
+        ids.n = 0;
+        HM_REQUIRE(tok_encode(v, s, n, enc | TOK_ENCODE_REPLACE_INVALID, &ids, &err) == HM_OK);
+        char *d;
+        size_t dn;
+        HM_REQUIRE(tok_decode(v, ids.ids, ids.n, dec, &d, &dn, &err) == HM_OK);
+        if (dn != fn || memcmp(d, fixed, fn)) bad++;
+        free(d);
+        tok_ids_free(&ids);
+    }
+    HM_CHECK_MSG(bad == 0, "%s: %zu of 400 random strings do not round-trip", name, bad);
+    tok_vocab_free(v);
+}
+
+static void test_random_roundtrip(void) {
+    random_roundtrip("qwen3", 0, 0);
+    random_roundtrip("gptoss", 0, 0);
+    random_roundtrip("mistral", 0, TOK_DECODE_STRIP_SPACE);
+}
+
+HM_TEST_MAIN(test_random_roundtrip, test_pretok_gpt2, test_pretok_qwen2, test_pretok_llama3, test_pretok_o200k, test_metadata_errors,
              test_qwen3_rules, test_stream_holdback, test_gptoss_mistral_rules)
