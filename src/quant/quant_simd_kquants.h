@@ -11,6 +11,8 @@
 #ifndef HM_QUANT_SIMD_KQUANTS_H
 #define HM_QUANT_SIMD_KQUANTS_H
 
+#include <stddef.h>
+
 #include "quant/quant_simd_lanes.h"
 
 /* acc + pmaddwd(p16, s16) */
@@ -22,25 +24,37 @@ SIMD_INLINE __m256i simd_madd_acc(__m256i acc, __m256i p16, __m256i s16) {
 #endif
 }
 
-/* ggml's get_scale_min_k4 for all 8 sub-blocks at once (ggml's utmp trick): sc2[j] holds sc[j]
- * in both int16 halves (a pmaddwd operand by one broadcast load); returns mn[j] in both int16
- * of 32-bit lane j. The words are assembled in registers (no store-to-load forwarding stall). */
+/* ggml's get_scale_min_k4 for all 8 sub-blocks at once, in vector registers (no scalar
+ * unpacking, no GPR->vector moves). s: the 12 scale bytes; 16 bytes are read (the block goes on).
+ * Stores sc2[j] = sc[j] in both int16 halves and returns mn[j] in both int16 of 32-bit lane j.
+ * sc2 is then re-read by broadcast loads (see simd_sc2_publish): building the 8 broadcasts in
+ * registers costs 8 cross-lane shuffles on port 5 per block, which made q4_K compute-bound. */
 SIMD_INLINE __m256i simd_k4_scales(const uint8_t *s, int32_t sc2[8]) {
-    const uint32_t km1 = 0x3f3f3f3fu, km2 = 0x0f0f0f0fu, km3 = 0x03030303u;
-    uint32_t u0, u1, u2;
-    memcpy(&u0, s, 4);
-    memcpy(&u1, s + 4, 4);
-    memcpy(&u2, s + 8, 4);
-    const uint32_t m47 = ((u2 >> 4) & km2) | (((u1 >> 6) & km3) << 4);
-    const uint32_t sc47 = (u2 & km2) | (((u0 >> 6) & km3) << 4);
-    __m128i v = _mm_setr_epi32((int)(u0 & km1), (int)sc47, (int)(u1 & km1), (int)m47);
-    /* bytes: sc[0..8), mn[0..8) */
-    __m128i sc16 = _mm_cvtepu8_epi16(v);
-    _mm_storeu_si128((__m128i *)sc2, _mm_unpacklo_epi16(sc16, sc16));
-    _mm_storeu_si128((__m128i *)(sc2 + 4), _mm_unpackhi_epi16(sc16, sc16));
-    __m128i mn16 = _mm_cvtepu8_epi16(_mm_srli_si128(v, 8));
-    return _mm256_set_m128i(_mm_unpackhi_epi16(mn16, mn16), _mm_unpacklo_epi16(mn16, mn16));
+    /* both 128-bit lanes: dwords u0, u1, u2 (and 4 bytes past the scales) */
+    const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)s));
+    /* r = [sc0-3 | sc4-7 | mn0-3 | mn4-7] (bytes) in each lane:
+     * sc0-3 = u0 & 3f, sc4-7 = (u2 & 0f) | ((u0 >> 6) & 3) << 4,
+     * mn0-3 = u1 & 3f, mn4-7 = ((u2 >> 4) & 0f) | ((u1 >> 6) & 3) << 4 */
+    __m256i p = _mm256_shuffle_epi32(v, 0x98); /* u0 u2 u1 u2 */
+    __m256i q = _mm256_shuffle_epi32(v, 0x50); /* u0 u0 u1 u1 */
+    p = _mm256_and_si256(_mm256_srlv_epi32(p, _mm256_setr_epi32(0, 0, 0, 4, 0, 0, 0, 4)),
+                         _mm256_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f,
+                                           0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    q = _mm256_and_si256(_mm256_srli_epi32(q, 2),
+                         _mm256_setr_epi32(0, 0x30303030, 0, 0x30303030, 0, 0x30303030, 0, 0x30303030));
+    const __m256i r = _mm256_or_si256(p, q);
+    /* lane 0 takes sub-blocks 0-3, lane 1 sub-blocks 4-7: bytes [x, 0, x, 0] per dword */
+    const __m256i isc = _mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1,
+                                         4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1);
+    _mm256_storeu_si256((__m256i *)sc2, _mm256_shuffle_epi8(r, isc));
+    const __m256i imn = _mm256_setr_epi8(8, -1, 8, -1, 9, -1, 9, -1, 10, -1, 10, -1, 11, -1, 11, -1,
+                                         12, -1, 12, -1, 13, -1, 13, -1, 14, -1, 14, -1, 15, -1, 15, -1);
+    return _mm256_shuffle_epi8(r, imn);
 }
+
+/* Makes the compiler treat sc2 as changed memory, so that its uses stay broadcast loads
+ * (vpbroadcastd m32: a load port only) instead of register shuffles. */
+#define simd_sc2_publish(sc2) __asm__("" : "+m"(sc2))
 
 /* ---- q4_K / q5_K: 4 chunks of 64 elements; chunk j's 32 bytes hold sub-block 2j in the low
  * nibbles and 2j+1 in the high ones; q5_K's bit 4 of element l of sub-block k is bit k of qh[l] */
@@ -48,12 +62,12 @@ typedef struct {
     __m256i u[8];   /* sub-block k's 32 unsigned quants */
     __m256i m2;     /* mn[j] in both int16 of 32-bit lane j */
     int32_t sc2[8]; /* sc[j] in both int16 halves */
-    float d, dmin;
 } simd_st_k45;
 
 SIMD_INLINE void simd_unpack_k45(const uint8_t *scales, const uint8_t *qs, const uint8_t *qh,
                                  simd_st_k45 *st) {
     st->m2 = simd_k4_scales(scales, st->sc2);
+    simd_sc2_publish(st->sc2);
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     __m256i hv = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
     _Pragma("GCC unroll 4")
@@ -76,20 +90,15 @@ SIMD_INLINE void simd_unpack_k45(const uint8_t *scales, const uint8_t *qs, const
 SIMD_INLINE void simd_unpack_q4_K(const uint8_t *wp, simd_st_k45 *st) {
     const block_q4_K *x = (const block_q4_K *)(const void *)wp;
     simd_unpack_k45(x->scales, x->qs, NULL, st);
-    st->d = simd_fp16(&x->d);
-    st->dmin = simd_fp16(&x->dmin);
 }
 
 SIMD_INLINE void simd_unpack_q5_K(const uint8_t *wp, simd_st_k45 *st) {
     const block_q5_K *x = (const block_q5_K *)(const void *)wp;
     simd_unpack_k45(x->scales, x->qs, x->qh, st);
-    st->d = simd_fp16(&x->d);
-    st->dmin = simd_fp16(&x->dmin);
 }
 
 /* s = sum_j sc[j] * sum q*a; t = sum_j mn[j] * (bsums[2j] + bsums[2j+1]) */
-SIMD_INLINE void simd_dot_k45(const simd_st_k45 *st, const uint8_t *ap, __m256i *ps, __m256i *pt,
-                              float *d1, float *d2) {
+SIMD_INLINE void simd_dot_k45(const simd_st_k45 *st, const uint8_t *ap, __m256i *ps, __m256i *pt) {
     const block_q8_K *y = (const block_q8_K *)(const void *)ap;
     __m256i acc[4]; /* four short chains instead of one long one */
     _Pragma("GCC unroll 4")
@@ -101,9 +110,6 @@ SIMD_INLINE void simd_dot_k45(const simd_st_k45 *st, const uint8_t *ap, __m256i 
     }
     *ps = _mm256_add_epi32(_mm256_add_epi32(acc[0], acc[1]), _mm256_add_epi32(acc[2], acc[3]));
     *pt = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), st->m2);
-    const float da = simd_f32(&y->d);
-    *d1 = st->d * da;
-    *d2 = -(st->dmin * da);
 }
 
 /* ---- q6_K: two halves of 128; in half n, ql + 64n, qh + 32n, scales + 8n: elements l, 32+l,
@@ -113,7 +119,6 @@ typedef struct {
     __m256i u[8];   /* 32 unsigned 6-bit quants (elements 32k..32k+31) */
     __m256i sv[8];  /* the two int16 sub-block scales of those 32 */
     __m256i sc16;   /* the 16 scales as int16 */
-    float d;
 } simd_st_q6;
 
 SIMD_INLINE void simd_unpack_q6_K(const uint8_t *wp, simd_st_q6 *st) {
@@ -139,12 +144,10 @@ SIMD_INLINE void simd_unpack_q6_K(const uint8_t *wp, simd_st_q6 *st) {
             st->sv[4 * n + k] = _mm256_set_m128i(_mm_set1_epi16(sc[2 * k + 1]), _mm_set1_epi16(sc[2 * k]));
     }
     st->sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
-    st->d = simd_fp16(&x->d);
 }
 
 /* the -32 is folded in: s = sum sc[j] * (sum q*a) - 32 * sum sc[j] * bsums[j] (exact) */
-SIMD_INLINE void simd_dot_q6_K(const simd_st_q6 *st, const uint8_t *ap, __m256i *ps, __m256i *pt,
-                               float *d1, float *d2) {
+SIMD_INLINE void simd_dot_q6_K(const simd_st_q6 *st, const uint8_t *ap, __m256i *ps, __m256i *pt) {
     const block_q8_K *y = (const block_q8_K *)(const void *)ap;
     __m256i acc0 = _mm256_setzero_si256(), acc1 = _mm256_setzero_si256();
     _Pragma("GCC unroll 4")
@@ -156,8 +159,7 @@ SIMD_INLINE void simd_dot_q6_K(const simd_st_q6 *st, const uint8_t *ap, __m256i 
     }
     __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), st->sc16);
     *ps = _mm256_sub_epi32(_mm256_add_epi32(acc0, acc1), _mm256_slli_epi32(off, 5));
-    *d1 = st->d * simd_f32(&y->d);
-    (void)pt; (void)d2;
+    (void)pt;
 }
 
 /* ---- iq4_xs: 8 sub-blocks of 32 in q4_0 nibble order, 16 bytes each; scale ls - 32 with ls
@@ -166,7 +168,6 @@ typedef struct {
     __m256i aw[8]; /* |w| of sub-block ib */
     __m256i sw[8]; /* w (its signs) */
     int32_t ls2[8]; /* ls - 32 in both int16 halves */
-    float d;
 } simd_st_iq4xs;
 
 SIMD_INLINE void simd_unpack_iq4_xs(const uint8_t *wp, simd_st_iq4xs *st) {
@@ -181,11 +182,10 @@ SIMD_INLINE void simd_unpack_iq4_xs(const uint8_t *wp, simd_st_iq4xs *st) {
         st->sw[ib] = w;
         st->aw[ib] = _mm256_sign_epi8(w, w);
     }
-    st->d = simd_fp16(&x->d);
 }
 
 SIMD_INLINE void simd_dot_iq4_xs(const simd_st_iq4xs *st, const uint8_t *ap, __m256i *ps,
-                                 __m256i *pt, float *d1, float *d2) {
+                                 __m256i *pt) {
     const block_q8_K *y = (const block_q8_K *)(const void *)ap;
     __m256i acc0 = _mm256_setzero_si256(), acc1 = _mm256_setzero_si256();
     _Pragma("GCC unroll 4")
@@ -198,14 +198,54 @@ SIMD_INLINE void simd_dot_iq4_xs(const simd_st_iq4xs *st, const uint8_t *ap, __m
         acc1 = simd_madd_acc(acc1, p1, _mm256_set1_epi32(st->ls2[ib + 1]));
     }
     *ps = _mm256_add_epi32(acc0, acc1);
-    *d1 = st->d * simd_f32(&y->d);
-    (void)pt; (void)d2;
+    (void)pt;
+}
+
+/* ---- float factors of up to 8 blocks (SCALE8 of quant_simd_lanes.h) ----
+ * q4_K/q5_K/iq4_xs start with their fp16 d (q4_K/q5_K: then dmin), q6_K ends with it; q8_K
+ * starts with its float d. Masked gathers read only the first cnt blocks, within each block. */
+SIMD_INLINE __m256i simd_kgather(const uint8_t *p, size_t stride, int cnt) {
+    const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                           _mm256_set1_epi32((int)stride));
+    if (cnt >= 8) return _mm256_i32gather_epi32((const int *)(const void *)p, idx, 1);
+    return _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)(const void *)p, idx,
+                                       _mm256_castps_si256(simd_lane_mask(cnt)), 1);
+}
+
+/* d1 = d * da, d2 = -(dmin * da) */
+SIMD_INLINE void simd_scale8_k45(const uint8_t *w, size_t wsz, const uint8_t *a, int cnt, __m256 *d1,
+                                 __m256 *d2) {
+    const __m256i dd = simd_kgather(w, wsz, cnt); /* d | dmin << 16 */
+    const __m256 da = _mm256_castsi256_ps(simd_kgather(a, sizeof(block_q8_K), cnt));
+    const __m256i lo = _mm256_and_si256(dd, _mm256_set1_epi32(0xffff));
+    const __m256i pk = _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, _mm256_srli_epi32(dd, 16)), 0xd8);
+    /* pk: [d0..d3 d4..d7 | dmin0..3 dmin4..7] */
+    const __m256 d = _mm256_cvtph_ps(_mm256_castsi256_si128(pk));
+    const __m256 dmin = _mm256_cvtph_ps(_mm256_extracti128_si256(pk, 1));
+    *d1 = _mm256_mul_ps(d, da);
+    *d2 = _mm256_xor_ps(_mm256_mul_ps(dmin, da), _mm256_set1_ps(-0.0f));
+}
+
+/* d1 = d * da; d is the fp16 at byte off (HI = 0) or off + 2 (HI = 1) of each block */
+SIMD_INLINE void simd_scale8_d16(const uint8_t *w, size_t wsz, size_t off, int hi, const uint8_t *a,
+                                 int cnt, __m256 *d1, __m256 *d2) {
+    __m256i dd = simd_kgather(w + off, wsz, cnt);
+    dd = hi ? _mm256_srli_epi32(dd, 16) : _mm256_and_si256(dd, _mm256_set1_epi32(0xffff));
+    const __m256 da = _mm256_castsi256_ps(simd_kgather(a, sizeof(block_q8_K), cnt));
+    dd = _mm256_permute4x64_epi64(_mm256_packus_epi32(dd, dd), 0x08);
+    *d1 = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(dd)), da);
+    *d2 = _mm256_setzero_ps();
 }
 
 #define SIMD_QKA sizeof(block_q8_K)
-SIMD_LANE_TILE(simd_dot_q4_K, simd_st_k45, simd_unpack_q4_K, simd_dot_k45, 1, sizeof(block_q4_K), SIMD_QKA, 256)
-SIMD_LANE_TILE(simd_dot_q5_K, simd_st_k45, simd_unpack_q5_K, simd_dot_k45, 1, sizeof(block_q5_K), SIMD_QKA, 256)
-SIMD_LANE_TILE(simd_dot_q6_K, simd_st_q6, simd_unpack_q6_K, simd_dot_q6_K, 0, sizeof(block_q6_K), SIMD_QKA, 256)
-SIMD_LANE_TILE(simd_dot_iq4_xs, simd_st_iq4xs, simd_unpack_iq4_xs, simd_dot_iq4_xs, 0, sizeof(block_iq4_xs), SIMD_QKA, 256)
+#define simd_scale8_q4_K(w, a, cnt, d1, d2) simd_scale8_k45(w, sizeof(block_q4_K), a, cnt, d1, d2)
+#define simd_scale8_q5_K(w, a, cnt, d1, d2) simd_scale8_k45(w, sizeof(block_q5_K), a, cnt, d1, d2)
+#define simd_scale8_q6_K(w, a, cnt, d1, d2) \
+    simd_scale8_d16(w, sizeof(block_q6_K), offsetof(block_q6_K, d) - 2, 1, a, cnt, d1, d2)
+#define simd_scale8_iq4_xs(w, a, cnt, d1, d2) simd_scale8_d16(w, sizeof(block_iq4_xs), 0, 0, a, cnt, d1, d2)
+SIMD_LANE_TILE(simd_dot_q4_K, simd_st_k45, simd_unpack_q4_K, simd_dot_k45, simd_scale8_q4_K, 1, sizeof(block_q4_K), SIMD_QKA, 256)
+SIMD_LANE_TILE(simd_dot_q5_K, simd_st_k45, simd_unpack_q5_K, simd_dot_k45, simd_scale8_q5_K, 1, sizeof(block_q5_K), SIMD_QKA, 256)
+SIMD_LANE_TILE(simd_dot_q6_K, simd_st_q6, simd_unpack_q6_K, simd_dot_q6_K, simd_scale8_q6_K, 0, sizeof(block_q6_K), SIMD_QKA, 256)
+SIMD_LANE_TILE(simd_dot_iq4_xs, simd_st_iq4xs, simd_unpack_iq4_xs, simd_dot_iq4_xs, simd_scale8_iq4_xs, 0, sizeof(block_iq4_xs), SIMD_QKA, 256)
 
 #endif

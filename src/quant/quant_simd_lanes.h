@@ -3,9 +3,10 @@
  * quant_simd_common.h.
  *
  * DESIGN: a type supplies UNPACK(w, &st), which decodes one weight block into registers (st),
- * and DOT(&st, a, &ps, &pt, &d1, &d2), which gives for one activation block the integer
- * partials ps (and pt for a second term) and the float factors d1 = d*da (and d2, e.g.
- * -(dmin*da)). SIMD_LANE_TILE runs, for each weight row, groups of 8 blocks: each block is
+ * DOT(&st, a, &ps, &pt), which gives for one activation block the integer partials ps (and
+ * pt for a second term), and SCALE8(w, a, cnt, &d1, &d2), which forms the float factors of
+ * the first cnt (<= 8) blocks of a group at once: d1 = d*da (and d2, e.g. -(dmin*da)), each
+ * lane one single-rounded product as in the reference (gathers: no per-block fp16 work). SIMD_LANE_TILE runs, for each weight row, groups of 8 blocks: each block is
  * unpacked once and dotted with up to SIMD_LANE_TC activation rows (batch reuse); then per
  * activation row simd_hsum8x8 of the partials and acc = fma(d1, (float)s, acc)
  * [; fma(d2, (float)t, acc)] on the accumulator register that holds lanes b%32. Lanes of a
@@ -21,37 +22,37 @@ enum { SIMD_LANE_TC = 4 };
 
 /* One group of CNT (1..8) blocks at b for one activation row a, fully unrolled (FULL: CNT == 8)
  * so that the 8 blocks' independent work interleaves; the matvec path. */
-#define SIMD_LANE_GROUP1(ST, UNPACK, DOT, HAS_T, WSZ, ASZ, wr, a, b, CNT, FULL, acc)            \
+#define SIMD_LANE_GROUP1(ST, UNPACK, DOT, SCALE8, HAS_T, WSZ, ASZ, wr, a, b, CNT, FULL, acc)    \
     do {                                                                                       \
         __m256i ps_[8], pt_[8];                                                                \
-        float d1_[8], d2_[8];                                                                  \
+        __m256 d1_, d2_;                                                                       \
         _Pragma("GCC unroll 8") for (int i_ = 0; i_ < 8; i_++) {                               \
             if ((FULL) || i_ < (CNT)) {                                                        \
                 ST st_;                                                                        \
                 UNPACK((wr) + (size_t)((b) + i_) * (WSZ), &st_);                               \
-                DOT(&st_, (a) + (size_t)((b) + i_) * (ASZ), &ps_[i_], &pt_[i_], &d1_[i_], &d2_[i_]); \
+                DOT(&st_, (a) + (size_t)((b) + i_) * (ASZ), &ps_[i_], &pt_[i_]);               \
             } else {                                                                           \
                 ps_[i_] = pt_[i_] = _mm256_setzero_si256();                                    \
-                d1_[i_] = d2_[i_] = 0.0f;                                                      \
             }                                                                                  \
         }                                                                                      \
+        SCALE8((wr) + (size_t)(b) * (WSZ), (a) + (size_t)(b) * (ASZ), (CNT), &d1_, &d2_);       \
         __m256 *ac_ = &(acc).a[((b) >> 3) & 3];                                                \
-        __m256 r_ = _mm256_fmadd_ps(_mm256_loadu_ps(d1_), _mm256_cvtepi32_ps(simd_hsum8x8(ps_)), *ac_); \
+        __m256 r_ = _mm256_fmadd_ps(d1_, _mm256_cvtepi32_ps(simd_hsum8x8(ps_)), *ac_);        \
         if (HAS_T)                                                                             \
-            r_ = _mm256_fmadd_ps(_mm256_loadu_ps(d2_), _mm256_cvtepi32_ps(simd_hsum8x8(pt_)), r_); \
+            r_ = _mm256_fmadd_ps(d2_, _mm256_cvtepi32_ps(simd_hsum8x8(pt_)), r_);              \
         *ac_ = (FULL) ? r_ : _mm256_blendv_ps(*ac_, r_, simd_lane_mask(CNT));                  \
     } while (0)
 
-#define SIMD_LANE_TILE(NAME, ST, UNPACK, DOT, HAS_T, WSZ, ASZ, BS)                             \
+#define SIMD_LANE_TILE(NAME, ST, UNPACK, DOT, SCALE8, HAS_T, WSZ, ASZ, BS)                             \
     static float NAME##_row1(int64_t nb, const uint8_t *wr, const uint8_t *a) {                \
         simd_acc acc;                                                                          \
         simd_acc_zero(&acc);                                                                   \
         int64_t b = 0;                                                                         \
         for (; b + 8 <= nb; b += 8) {                                                          \
             simd_prefetch_w(wr + (size_t)b * (WSZ), 8 * (WSZ));                                \
-            SIMD_LANE_GROUP1(ST, UNPACK, DOT, HAS_T, WSZ, ASZ, wr, a, b, 8, 1, acc);           \
+            SIMD_LANE_GROUP1(ST, UNPACK, DOT, SCALE8, HAS_T, WSZ, ASZ, wr, a, b, 8, 1, acc);           \
         }                                                                                      \
-        if (b < nb) SIMD_LANE_GROUP1(ST, UNPACK, DOT, HAS_T, WSZ, ASZ, wr, a, b, (int)(nb - b), 0, acc); \
+        if (b < nb) SIMD_LANE_GROUP1(ST, UNPACK, DOT, SCALE8, HAS_T, WSZ, ASZ, wr, a, b, (int)(nb - b), 0, acc); \
         return simd_tree(&acc);                                                                \
     }                                                                                          \
     static void NAME##_tile(int64_t n, const void *w, size_t w_stride, int nr, const void *act, \
@@ -72,7 +73,7 @@ enum { SIMD_LANE_TC = 4 };
                 for (int64_t b = 0; b < nb; b += 8) {                                          \
                     const int cnt = nb - b < 8 ? (int)(nb - b) : 8;                            \
                     __m256i ps[TC][8], pt[TC][8];                                              \
-                    float d1[TC][8], d2[TC][8];                                                \
+                    __m256 d1[TC], d2[TC];                                                     \
                     if (cnt == 8) simd_prefetch_w(wr + (size_t)b * (WSZ), 8 * (WSZ));          \
                     for (int i = 0; i < 8; i++) {                                              \
                         if (i < cnt) {                                                         \
@@ -80,21 +81,22 @@ enum { SIMD_LANE_TC = 4 };
                             UNPACK(wr + (size_t)(b + i) * (WSZ), &st);                         \
                             for (int t = 0; t < tcn; t++)                                      \
                                 DOT(&st, xp + (size_t)(c0 + t) * act_stride + (size_t)(b + i) * (ASZ), \
-                                    &ps[t][i], &pt[t][i], &d1[t][i], &d2[t][i]);               \
+                                    &ps[t][i], &pt[t][i]);                                     \
                         } else {                                                               \
-                            for (int t = 0; t < tcn; t++) {                                    \
+                            for (int t = 0; t < tcn; t++)                                      \
                                 ps[t][i] = pt[t][i] = _mm256_setzero_si256();                  \
-                                d1[t][i] = d2[t][i] = 0.0f;                                    \
-                            }                                                                  \
                         }                                                                      \
                     }                                                                          \
                     const int l = (int)((b >> 3) & 3);                                         \
+                    for (int t = 0; t < tcn; t++)                                              \
+                        SCALE8(wr + (size_t)b * (WSZ), xp + (size_t)(c0 + t) * act_stride + (size_t)b * (ASZ), \
+                               cnt, &d1[t], &d2[t]);                                           \
                     for (int t = 0; t < tcn; t++) {                                            \
-                        __m256 rv = _mm256_fmadd_ps(_mm256_loadu_ps(d1[t]),                    \
+                        __m256 rv = _mm256_fmadd_ps(d1[t],                                     \
                                                     _mm256_cvtepi32_ps(simd_hsum8x8(ps[t])),   \
                                                     acc[t].a[l]);                              \
                         if (HAS_T)                                                             \
-                            rv = _mm256_fmadd_ps(_mm256_loadu_ps(d2[t]),                       \
+                            rv = _mm256_fmadd_ps(d2[t],                                        \
                                                  _mm256_cvtepi32_ps(simd_hsum8x8(pt[t])), rv); \
                         acc[t].a[l] = cnt == 8 ? rv : _mm256_blendv_ps(acc[t].a[l], rv, simd_lane_mask(cnt)); \
                     }                                                                          \
