@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
@@ -35,7 +36,9 @@ static const char *tt_tmp(void) {
 static tok_vocab *tt_load_vocab(const char *name, char *path_out, size_t path_cap) {
     char path[512], cmd[2200];
     snprintf(path, sizeof(path), "%s/tok_%s.gguf", tt_tmp(), name);
-    snprintf(cmd, sizeof(cmd), "gzip -dc tests/tokenizer/data/%s.gguf.gz > %s.part && mv %s.part %s", name, path, path, path);
+    /* per-process temporary name: test programs may run in parallel */
+    snprintf(cmd, sizeof(cmd), "gzip -dc tests/tokenizer/data/%s.gguf.gz > %s.%d && mv %s.%d %s", name, path, (int)getpid(), path,
+             (int)getpid(), path);
     if (system(cmd) != 0) {
         fprintf(stderr, "cannot decompress tests/tokenizer/data/%s.gguf.gz\n", name);
         return NULL;
