@@ -1,13 +1,16 @@
 /* test_perplexity.c - `hotmoe perplexity` against the HuggingFace goldens (tests/model/golden).
  *
  * For each tiny preset in f32 (forged here with the goldens' seed 42; tests/model/test_golden
- * checks that forge still writes the goldens' file), the CLI is run twice on the goldens' text:
- *   1. --score-all with -c = the text's token count: one context, every token scored — the
- *      reference's own definition; the figure must be within 0.1% of the golden `ppl`.
- *   2. llama-perplexity's method with -c 64 --chunks 1: the chunk is the first 64 tokens, the
- *      tokens 33..63 are scored; since the reference's nll[i] is the NLL of token i+1 given
- *      tokens 0..i in one causal context, the expected figure is exp(mean(nll[32..62])) from the
- *      golden array (independent of hotmoe's chunking code).
+ * checks that forge still writes the goldens' file), the CLI is run on the goldens' text. The
+ * reference's nll[i] is the NLL of token i+1 given tokens 0..i in one causal context, so:
+ *   1. --score-all -c 128 --chunks 1 (the first 128 tokens, all scored) must give
+ *      exp(mean(nll[0..126])) within 0.1%;
+ *   2. llama-perplexity's method, -c 64 --chunks 1 -b 16 (tokens 33..63 scored, in 4 batches),
+ *      must give exp(mean(nll[32..62])) within 0.1% (independent of hotmoe's chunking code);
+ *   3. for tiny-gpt-oss (the preset furthest from the reference when this was written: 0.023%)
+ *      the whole text in one context (--score-all, -c = its token count) must give the golden
+ *      `ppl` within 0.1%. (The whole-text run of all five presets takes minutes under ASan;
+ *      by hand on 2026-11-22 all five were within 0.023%.)
  */
 #include <math.h>
 #include <stdint.h>
@@ -83,24 +86,30 @@ static void test_perplexity_vs_hf(void) {
         golden g;
         HM_REQUIRE(golden_read(gpath, &g) == 0);
 
-        snprintf(cmd, sizeof(cmd),
-                 "%s perplexity -m %s -f tests/model/golden/ppl_text.txt --score-all -c %ld -t 2 "
-                 "2>/dev/null",
-                 bin, model, g.n_scored + 1);
-        double got = run_ppl(cmd);
-        HM_CHECK_MSG(fabs(got - g.ppl) <= 1e-3 * g.ppl, "%s: whole text ppl %.6f vs HF %.6f", p,
-                     got, g.ppl);
-
-        double sum = 0;
-        for (int k = 32; k <= 62; k++) sum += g.nll[k];
-        double want = exp(sum / 31.0);
-        snprintf(cmd, sizeof(cmd),
-                 "%s perplexity -m %s -f tests/model/golden/ppl_text.txt -c 64 --chunks 1 -b 16 "
-                 "-t 2 2>/dev/null",
-                 bin, model);
-        got = run_ppl(cmd);
-        HM_CHECK_MSG(fabs(got - want) <= 1e-3 * want, "%s: chunked ppl %.6f vs HF nll %.6f", p,
-                     got, want);
+        struct {
+            const char *flags;
+            int lo, hi; /* nll[lo..hi] are scored */
+        } runs[] = {{"--score-all -c 128 --chunks 1", 0, 126}, {"-c 64 --chunks 1 -b 16", 32, 62}};
+        for (int r = 0; r < 2; r++) {
+            double sum = 0;
+            for (int k = runs[r].lo; k <= runs[r].hi; k++) sum += g.nll[k];
+            double want = exp(sum / (runs[r].hi - runs[r].lo + 1));
+            snprintf(cmd, sizeof(cmd),
+                     "%s perplexity -m %s -f tests/model/golden/ppl_text.txt %s -t 2 2>/dev/null",
+                     bin, model, runs[r].flags);
+            double got = run_ppl(cmd);
+            HM_CHECK_MSG(fabs(got - want) <= 1e-3 * want, "%s %s: ppl %.6f vs HF nll %.6f", p,
+                         runs[r].flags, got, want);
+        }
+        if (!strcmp(p, "tiny-gpt-oss")) {
+            snprintf(cmd, sizeof(cmd),
+                     "%s perplexity -m %s -f tests/model/golden/ppl_text.txt --score-all -c %ld "
+                     "-t 2 2>/dev/null",
+                     bin, model, g.n_scored + 1);
+            double got = run_ppl(cmd);
+            HM_CHECK_MSG(fabs(got - g.ppl) <= 1e-3 * g.ppl, "%s: whole text ppl %.6f vs HF %.6f",
+                         p, got, g.ppl);
+        }
         free(g.nll);
         remove(model);
     }
