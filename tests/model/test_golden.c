@@ -100,8 +100,10 @@ static void sha256_hex(const uint8_t *data, size_t len, char out[65]) {
 typedef struct {
     uint8_t *buf;
     size_t n;
-    char *hdr; /* NUL-terminated copy of the header text, up to and including "end\n" */
+    char *hdr;     /* NUL-terminated copy of the header text, up to and including "end\n" */
     size_t data_off;
+    uint8_t *data; /* [n - data_off] copy of the arrays' bytes: malloc-aligned (the header's
+                      length is arbitrary, so in buf they may be misaligned for int32/float) */
 } golden;
 
 static bool golden_open(golden *g, const char *path) {
@@ -115,6 +117,9 @@ static bool golden_open(golden *g, const char *path) {
             if (!g->hdr) return false;
             memcpy(g->hdr, g->buf, i + 5);
             g->hdr[i + 5] = 0;
+            g->data = malloc(g->n - g->data_off + 1);
+            if (!g->data) return false;
+            memcpy(g->data, g->buf + g->data_off, g->n - g->data_off);
             return true;
         }
     return false;
@@ -123,6 +128,7 @@ static bool golden_open(golden *g, const char *path) {
 static void golden_close(golden *g) {
     free(g->buf);
     free(g->hdr);
+    free(g->data);
 }
 
 static bool golden_str(const golden *g, const char *key, char *out, size_t cap) {
@@ -166,7 +172,7 @@ static const void *golden_arr(const golden *g, const char *name, const char *typ
     if (*s || *d0 <= 0 || *d1 <= 0) return NULL;
     uint64_t bytes = (uint64_t)*d0 * (uint64_t)*d1 * 4;
     if (off % 4 || g->data_off + off + bytes > g->n) return NULL;
-    return g->buf + g->data_off + off;
+    return g->data + off;
 }
 
 /* make_prompts() of tools/reference/hf_logits.py */
