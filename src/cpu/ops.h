@@ -10,10 +10,11 @@
  * contraction (-ffp-contract=off), so a GPU version can reproduce the elementwise ops bit for bit
  * using __fmul_rn/__fadd_rn/__fdiv_rn and the exp of ops_math.h. Reductions:
  *   - sums of squares (rmsnorm) accumulate (double)x*x sequentially in double (as ggml);
- *   - attention scores q.k are the canonical dot product of docs/ARITHMETIC.md with the cached
- *     K row as the "weight" row (f32/f16 cache: q stays f32; q8_0 cache: q is quantised to
- *     q8_32 per head, as llama.cpp converts q to K's vec_dot type); the softmax-weighted sum of
- *     V runs in position order;
+ *   - attention scores are dot8(k, q): the cached K row dequantised exactly to f32 (f16
+ *     widened, q8_0 as (float)q * d), q in f32; 8 lanes, acc[l] = fmaf(k[i], q[i], acc[l])
+ *     for i ascending with l = i mod 8 (acc starting at +0), then acc[l] += acc[l + 4] (l < 4),
+ *     acc[l] += acc[l + 2] (l < 2), result acc[0] + acc[1]; the softmax-weighted sum of V is,
+ *     per output element, acc = acc + p_q * v_q (mul, then add) in position order from +0;
  *   - softmax subtracts the maximum, exponentiates with hm_expf (ops_math.h) and sums in index
  *     (router) or position (attention) order, sink last.
  * In-place use (y == x) is allowed for every elementwise op, norm and rope.
@@ -26,7 +27,6 @@
 
 #include "base/status.h"
 #include "base/threadpool.h"
-#include "quant/quant.h"
 
 /* ------------------------------------------------------------------ norms and elementwise */
 
@@ -173,7 +173,8 @@ typedef struct {
     const float *k_new;    /* [n_tok][n_head_kv][head_dim] f32 (roped) or NULL if already stored */
     const float *v_new;    /* [n_tok][n_head_kv][head_dim] f32 or NULL (with k_new) */
     float *out;            /* [n_tok][n_head][head_dim] f32 */
-    const quant_kernels *kern; /* dot kernels; NULL = quant_kernels_best() */
+    int no_simd;           /* 1: scalar loops even where AVX2 exists (tests; the result is
+                              bit-identical either way) */
 } cpu_attn_args;
 
 /* Bytes of scratch cpu_attention needs with nth threads. */

@@ -4,12 +4,15 @@
  * position recorded in slot_pos so that reads can be checked). Attention first checks that the
  * ring can hold everything this batch reads, stores the new rows, checks that every position
  * it will read is present, then runs work items (token, kv head, chunk of that kv head's query
- * heads) taken from an atomic counter. An item computes, for each of its query heads, all
- * scores with the kernel table's dot tile (K rows of a contiguous slot run as the "weight"
- * rows, the item's query heads as activation rows: K is read once for all heads of a GQA
- * group), then the softmax and the V sum in position order with V rows converted once per
- * item. Everything an output element depends on is computed by one thread in a fixed order,
- * so the result does not depend on the thread count or on which thread took which item.
+ * heads) taken from an atomic counter. An item computes all scores of its query heads over a
+ * contiguous slot run at a time (ops_attn_qk_avx2: a register tile of 4 heads x 2 K rows, so
+ * each K piece is loaded and converted once for several heads of the GQA group), then the
+ * softmax per head, then the V sum (ops_attn_pv_avx2: 4 heads x 16 dims of accumulators,
+ * each V piece converted once). The scalar loops attn_qk_ref/attn_pv_ref do the same
+ * operations per element in the same order (bit-identical; used without AVX2/FMA/F16C or a
+ * head_dim that is not a multiple of 16). Everything an output element depends on is
+ * computed by one thread in a fixed order, so the result does not depend on the thread count
+ * or on which thread took which item.
  */
 #include "cpu/ops.h"
 
@@ -22,21 +25,57 @@
 #include "cpu/ops_math.h"
 #include "quant/fp16.h"
 #include "quant/qtypes.h"
+#include "quant/quant.h"
 
 #define ATTN_TILE_ROWS 64 /* K rows per dot-tile call */
 #define ATTN_ALIGN 64
 
-static void f16_row_to_f32(const uint16_t *src, float *dst, int64_t n, int f16c) {
-    if (f16c) {
-        ops_f16_to_f32_avx2(src, dst, n);
-        return;
+/* Scalar scores with the same per-element order as ops_attn_qk_avx2 (cpu/ops.h's dot8):
+ * out[i * os + r] = dot8(K_r, q_i). krow: [hd] scratch. */
+static void attn_qk_ref(uint32_t ktype, const uint8_t *k, size_t ks, int nr, const float *q,
+                        int nh, float *out, size_t os, int hd, float *krow) {
+    for (int r = 0; r < nr; r++) {
+        const uint8_t *row = k + (size_t)r * ks;
+        const float *kr = (const float *)row;
+        if (ktype != HM_TYPE_F32) {
+            quant_dequantize_row(ktype, row, krow, hd);
+            kr = krow;
+        }
+        for (int i = 0; i < nh; i++) {
+            const float *qi = q + (size_t)i * hd;
+            float acc[8] = {0};
+            for (int d = 0; d < hd; d++) acc[d % 8] = fmaf(kr[d], qi[d], acc[d % 8]);
+            for (int l = 0; l < 4; l++) acc[l] = acc[l] + acc[l + 4];
+            for (int l = 0; l < 2; l++) acc[l] = acc[l] + acc[l + 2];
+            out[(size_t)i * os + r] = acc[0] + acc[1];
+        }
     }
-    for (int64_t i = 0; i < n; i++) dst[i] = hm_fp16_to_f32(src[i]);
 }
 
-static int cpu_has_f16c(void) {
+/* Scalar P.V with the same per-element order as ops_attn_pv_avx2: for each row r in order,
+ * acc[i][d] = acc[i][d] + p[i * p_stride + r] * v_r[d] (v_r dequantised exactly as
+ * quant_dequantize_row does). vrow: [hd] scratch. */
+static void attn_pv_ref(uint32_t vtype, const uint8_t *v, size_t v_stride, int nr, const float *p,
+                        size_t p_stride, int nh, float *acc, int hd, float *vrow) {
+    for (int r = 0; r < nr; r++) {
+        const uint8_t *row = v + (size_t)r * v_stride;
+        const float *vr = (const float *)row;
+        if (vtype != HM_TYPE_F32) {
+            quant_dequantize_row(vtype, row, vrow, hd);
+            vr = vrow;
+        }
+        for (int i = 0; i < nh; i++) {
+            const float e = p[(size_t)i * p_stride + r];
+            float *ai = acc + (size_t)i * hd;
+            for (int d = 0; d < hd; d++) ai[d] = ai[d] + e * vr[d];
+        }
+    }
+}
+
+static int cpu_has_avx2(void) {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
 }
 
 /* ---------------------------------------------------------------- cache */
@@ -153,23 +192,19 @@ hm_status cpu_kv_store(tp_pool *pool, cpu_kv_layer *kv, int64_t pos0, int64_t n_
 typedef struct {
     cpu_kv_layer *kv;
     const cpu_attn_args *a;
-    quant_dot_tile_fn dot_k;
-    quant_act_fn act_k;   /* q8_0 K: quantiser of q rows; NULL: q used as f32 */
-    size_t qact_size;     /* bytes of one query head's activation row */
     int n_rep, n_sub, rep_per_sub;
     int64_t n_items, max_nv;
     float scale;
-    int f16c;
+    int simd;             /* ops_attn_{qk,pv}_avx2 (AVX2+FMA+F16C, head_dim % 16 == 0) */
     uint8_t *scratch;
     size_t per_thread;
     _Atomic int64_t next;
 } attn_job;
 
-/* Scratch of one thread, in floats unless said: scores [n_rep][max_nv], acc [n_rep][hd],
- * vrow [hd], then qact [n_rep] rows of qact_size bytes. */
-static size_t attn_per_thread(int n_rep, int64_t max_nv, int hd, size_t qact_size) {
+/* Scratch of one thread, in floats: scores [n_rep][max_nv], acc [n_rep][hd], row [hd]. */
+static size_t attn_per_thread(int n_rep, int64_t max_nv, int hd) {
     size_t f = (size_t)n_rep * (size_t)max_nv + (size_t)n_rep * hd + (size_t)hd;
-    size_t b = f * sizeof(float) + (size_t)n_rep * qact_size;
+    size_t b = f * sizeof(float);
     return (b + ATTN_ALIGN - 1) / ATTN_ALIGN * ATTN_ALIGN;
 }
 
@@ -197,19 +232,10 @@ static void attn_item(attn_job *j, int64_t item, uint8_t *scr) {
 
     float *scores = (float *)scr;                       /* [nh][nv] */
     float *acc = scores + (size_t)j->n_rep * j->max_nv; /* [nh][hd] */
-    float *vrow = acc + (size_t)j->n_rep * hd;          /* [hd] */
-    uint8_t *qact = (uint8_t *)(vrow + hd);             /* [nh] act rows */
+    float *vrow = acc + (size_t)j->n_rep * hd;          /* [hd] K or V row (scalar path) */
+    const float *qf = a->q + (t * a->n_head + h0) * hd; /* [nh][hd] */
 
-    const float *qf = a->q + (t * a->n_head + h0) * hd;
-    const void *act = qf;
-    size_t act_stride = (size_t)hd * sizeof(float);
-    if (j->act_k) {
-        for (int i = 0; i < nh; i++) j->act_k(qf + (size_t)i * hd, qact + i * j->qact_size, hd);
-        act = qact;
-        act_stride = j->qact_size;
-    }
-
-    /* scores: runs of contiguous slots, ATTN_TILE_ROWS K rows per tile call */
+    /* scores: runs of contiguous slots, at most ATTN_TILE_ROWS K rows per kernel call */
     const size_t khead = hm_row_size(kv->type_k, hd) * (size_t)g;
     for (int64_t q = q0; q <= p;) {
         int64_t s = q % kv->n_slots;
@@ -217,8 +243,12 @@ static void attn_item(attn_job *j, int64_t item, uint8_t *scr) {
         if (run > kv->n_slots - s) run = kv->n_slots - s;
         if (run > ATTN_TILE_ROWS) run = ATTN_TILE_ROWS;
         const uint8_t *kr = (const uint8_t *)kv->k + (size_t)s * kv->k_row_size + khead;
-        j->dot_k(hd, kr, kv->k_row_size, (int)run, act, act_stride, nh, scores + (q - q0),
-                 (size_t)nv);
+        if (j->simd)
+            ops_attn_qk_avx2(kv->type_k, kr, kv->k_row_size, (int)run, qf, nh, scores + (q - q0),
+                             (size_t)nv, hd);
+        else
+            attn_qk_ref(kv->type_k, kr, kv->k_row_size, (int)run, qf, nh, scores + (q - q0),
+                        (size_t)nv, hd, vrow);
         q += run;
     }
 
@@ -228,17 +258,15 @@ static void attn_item(attn_job *j, int64_t item, uint8_t *scr) {
         float *sc = scores + (size_t)i * nv;
         const int h = h0 + i;
         float m = -INFINITY;
-        for (int64_t q = 0; q < nv; q++) {
-            sc[q] = sc[q] * j->scale;
-            if (sc[q] > m) m = sc[q];
-        }
+        for (int64_t q = 0; q < nv; q++) sc[q] = sc[q] * j->scale;
+        for (int64_t q = 0; q < nv; q++) m = sc[q] > m ? sc[q] : m;
         const float sink = a->sinks ? a->sinks[h] : 0.0f;
         if (a->sinks && sink > m) m = sink;
+        if (j->simd) ops_exp_sub_avx2(sc, nv, m);
+        else
+            for (int64_t q = 0; q < nv; q++) sc[q] = hm_expf(sc[q] - m);
         float sum = 0.0f;
-        for (int64_t q = 0; q < nv; q++) {
-            sc[q] = hm_expf(sc[q] - m);
-            sum = sum + sc[q];
-        }
+        for (int64_t q = 0; q < nv; q++) sum = sum + sc[q];
         if (a->sinks) sum = sum + hm_expf(sink - m);
         den[i] = sum;
         float *ai = acc + (size_t)i * hd;
@@ -246,21 +274,19 @@ static void attn_item(attn_job *j, int64_t item, uint8_t *scr) {
     }
 
     const size_t vhead = hm_row_size(kv->type_v, hd) * (size_t)g;
-    for (int64_t q = q0; q <= p; q++) {
+    for (int64_t q = q0; q <= p;) {
         int64_t s = q % kv->n_slots;
+        int64_t run = p - q + 1;
+        if (run > kv->n_slots - s) run = kv->n_slots - s;
+        if (run > ATTN_TILE_ROWS) run = ATTN_TILE_ROWS;
         const uint8_t *vr = (const uint8_t *)kv->v + (size_t)s * kv->v_row_size + vhead;
-        const float *v;
-        if (kv->type_v == HM_TYPE_F32) v = (const float *)vr;
-        else {
-            if (kv->type_v == HM_TYPE_F16) f16_row_to_f32((const uint16_t *)vr, vrow, hd, j->f16c);
-            else quant_dequantize_row(kv->type_v, vr, vrow, hd);
-            v = vrow;
-        }
-        for (int i = 0; i < nh; i++) {
-            const float e = scores[(size_t)i * nv + (q - q0)];
-            float *ai = acc + (size_t)i * hd;
-            for (int d = 0; d < hd; d++) ai[d] = ai[d] + e * v[d];
-        }
+        if (j->simd)
+            ops_attn_pv_avx2(kv->type_v, vr, kv->v_row_size, (int)run, scores + (q - q0),
+                             (size_t)nv, nh, acc, hd);
+        else
+            attn_pv_ref(kv->type_v, vr, kv->v_row_size, (int)run, scores + (q - q0), (size_t)nv, nh,
+                        acc, hd, vrow);
+        q += run;
     }
     for (int i = 0; i < nh; i++) {
         float *o = a->out + (t * a->n_head + h0 + i) * hd;
@@ -296,8 +322,7 @@ size_t cpu_attention_scratch_size(const cpu_kv_layer *kv, const cpu_attn_args *a
     if (nth < 1) nth = 1;
     if (!kv || !a || kv->n_head_kv <= 0 || a->n_head < kv->n_head_kv) return 0;
     int n_rep = a->n_head / kv->n_head_kv;
-    size_t qact = kv->type_k == HM_TYPE_Q8_0 ? quant_act_row_size(QUANT_ACT_Q8_32, kv->head_dim) : 0;
-    return (size_t)nth * attn_per_thread(n_rep, attn_max_nv(kv, a), kv->head_dim, qact);
+    return (size_t)nth * attn_per_thread(n_rep, attn_max_nv(kv, a), kv->head_dim);
 }
 
 hm_status cpu_attention(tp_pool *pool, cpu_kv_layer *kv, const cpu_attn_args *a, void *scratch,
@@ -332,23 +357,15 @@ hm_status cpu_attention(tp_pool *pool, cpu_kv_layer *kv, const cpu_attn_args *a,
             return hm_error_set(err, HM_ERR_STATE, "attention: position %lld is not in the KV cache",
                                 (long long)q);
 
-    const quant_kernels *kern = a->kern ? a->kern : quant_kernels_best();
     attn_job j = {.kv = kv, .a = a};
-    j.dot_k = kern->dot[kv->type_k];
-    if (kv->type_k == HM_TYPE_Q8_0) {
-        j.act_k = kern->act[QUANT_ACT_Q8_32];
-        j.qact_size = quant_act_row_size(QUANT_ACT_Q8_32, kv->head_dim);
-    }
-    if (!j.dot_k || (kv->type_k == HM_TYPE_Q8_0 && !j.act_k))
-        return hm_error_set(err, HM_ERR_UNSUPPORTED, "attention: no dot kernel for the K type");
     const int nth = pool ? tp_size(pool) : 1;
     j.n_rep = a->n_head / kv->n_head_kv;
     attn_split(kv, a, nth, &j.n_sub, &j.rep_per_sub);
     j.n_items = a->n_tok * kv->n_head_kv * j.n_sub;
     j.max_nv = attn_max_nv(kv, a);
     j.scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)kv->head_dim);
-    j.f16c = kv->type_v == HM_TYPE_F16 && cpu_has_f16c();
-    j.per_thread = attn_per_thread(j.n_rep, j.max_nv, kv->head_dim, j.qact_size);
+    j.simd = kv->head_dim % 16 == 0 && !a->no_simd && cpu_has_avx2();
+    j.per_thread = attn_per_thread(j.n_rep, j.max_nv, kv->head_dim);
     atomic_init(&j.next, 0);
 
     size_t need = j.per_thread * (size_t)nth;

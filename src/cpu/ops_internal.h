@@ -2,6 +2,7 @@
 #ifndef HM_CPU_OPS_INTERNAL_H
 #define HM_CPU_OPS_INTERNAL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/threadpool.h"
@@ -19,7 +20,17 @@ static inline void ops_run(tp_pool *pool, tp_fn fn, void *ctx, int64_t work, int
     else tp_run(pool, fn, ctx);
 }
 
-/* f16 -> f32 of a row (exact); F16C (ops_attn_avx2.c): call only when the CPU has AVX2+F16C. */
-void ops_f16_to_f32_avx2(const uint16_t *src, float *dst, int64_t n);
+/* Attention P.V (ops_attn_avx2.c; call only when the CPU has AVX2+F16C, hd % 16 == 0):
+ * for r in [0, nr) in order, for i < nh, d < hd: acc[i*hd + d] = acc[i*hd + d] +
+ * p[i*p_stride + r] * V_r[d], V_r = row r of v (vtype f32/f16/q8_0, rows v_stride bytes apart). */
+/* Attention scores (ops_attn_avx2.c; AVX2+FMA+F16C, hd % 8 == 0): out[i*out_stride + r] =
+ * dot8(K_r, q_i) for r < nr, i < nh; q: [nh][hd] f32; dot8 as cpu/ops.h defines it. */
+void ops_attn_qk_avx2(uint32_t ktype, const uint8_t *k, size_t k_stride, int nr, const float *q,
+                      int nh, float *out, size_t out_stride, int hd);
+void ops_attn_pv_avx2(uint32_t vtype, const uint8_t *v, size_t v_stride, int nr, const float *p,
+                      size_t p_stride, int nh, float *acc, int hd);
+
+/* x[i] = hm_expf(x[i] - m) for i < n, bit-identical to the scalar (ops_attn_avx2.c; AVX2). */
+void ops_exp_sub_avx2(float *x, int64_t n, float m);
 
 #endif

@@ -1,7 +1,7 @@
 /* test_ops_attn.c - attention over the KV cache ring against a double-precision reference
  * written here: GQA, causal prompt batches and decode steps, sliding window with a ring that
- * wraps, sinks, f32/f16/q8_0 caches; bit-identical results for 1, 2, 3 threads and for a
- * batch versus token-by-token; the cache's error cases. */
+ * wraps, sinks, f32/f16/q8_0 caches; bit-identical results for 1, 2, 3 threads, for a batch
+ * versus token-by-token and for the SIMD versus scalar kernels; the cache's error cases. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -69,17 +69,6 @@ static void cache_roundtrip(uint32_t t, const float *x, double *out, int n) {
     for (int i = 0; i < n; i++) out[i] = tmp[i];
 }
 
-/* The query a q8_0 K cache is dotted with: q quantised to q8_32 blocks (ARITHMETIC.md). */
-static void query_effective(uint32_t tk, const float *q, double *out, int hd) {
-    if (tk != HM_TYPE_Q8_0) {
-        for (int i = 0; i < hd; i++) out[i] = q[i];
-        return;
-    }
-    block_q8_32 b[32];
-    quant_act_quantize_ref(QUANT_ACT_Q8_32, q, b, hd);
-    for (int i = 0; i < hd; i++) out[i] = (double)b[i / 32].d * b[i / 32].qs[i % 32];
-}
-
 /* out [n_head][hd] for the token at position p. */
 static void ref_attention(const cfg *c, const seq_data *d, int p, double *out) {
     int n_rep = c->n_head / c->n_kv;
@@ -88,7 +77,7 @@ static void ref_attention(const cfg *c, const seq_data *d, int p, double *out) {
     int q0 = c->window > 0 && p - c->window + 1 > 0 ? (int)(p - c->window + 1) : 0;
     for (int h = 0; h < c->n_head; h++) {
         int g = h / n_rep;
-        query_effective(c->tk, d->q + ((int64_t)p * c->n_head + h) * c->hd, qe, c->hd);
+        for (int i = 0; i < c->hd; i++) qe[i] = d->q[((int64_t)p * c->n_head + h) * c->hd + i];
         double m = c->sinks ? d->sink[h] : -INFINITY;
         for (int q = q0; q <= p; q++) {
             cache_roundtrip(c->tk, d->k + ((int64_t)q * c->n_kv + g) * c->hd, ke, c->hd);
@@ -111,7 +100,9 @@ static void ref_attention(const cfg *c, const seq_data *d, int p, double *out) {
 
 /* Runs the sequence (batches, or one token at a time) on pool; out: [NPOS][n_head][hd].
  * Returns the largest |difference| from the reference, or -1 on an error. */
-static double run_seq(const cfg *c, const seq_data *d, tp_pool *pool, int one_by_one, float *out) {
+/* scalar: the scalar loops instead of the AVX2 kernels. */
+static double run_seq(const cfg *c, const seq_data *d, tp_pool *pool, int one_by_one, int scalar,
+                      float *out) {
     cpu_kv_layer kv;
     int64_t max_b = one_by_one ? 1 : 20;
     int64_t slots = c->window > 0 ? cpu_kv_slots_needed(c->window, max_b) : NPOS + 3;
@@ -132,6 +123,7 @@ static double run_seq(const cfg *c, const seq_data *d, tp_pool *pool, int one_by
         a.k_new = d->k + pos * c->n_kv * c->hd;
         a.v_new = d->v + pos * c->n_kv * c->hd;
         a.out = out + pos * c->n_head * c->hd;
+        a.no_simd = scalar;
         size_t ss = cpu_attention_scratch_size(&kv, &a, pool ? tp_size(pool) : 1);
         void *scr = bi % 2 ? malloc(ss) : NULL; /* both caller scratch and own allocation */
         hm_status st = cpu_attention(pool, &kv, &a, scr, ss, &err);
@@ -156,17 +148,19 @@ static double run_seq(const cfg *c, const seq_data *d, tp_pool *pool, int one_by
 static void check_cfg(const cfg *c, const char *name) {
     seq_data d = make_data(c);
     size_t n = (size_t)NPOS * c->n_head * c->hd;
-    float *out[4];
-    for (int i = 0; i < 4; i++) out[i] = malloc(n * sizeof(float));
-    double e[4];
-    for (int p = 0; p < 3; p++) e[p] = run_seq(c, &d, pools[p], 0, out[p]);
-    e[3] = run_seq(c, &d, pools[1], 1, out[3]);
+    float *out[5];
+    for (int i = 0; i < 5; i++) out[i] = malloc(n * sizeof(float));
+    double e[5];
+    for (int p = 0; p < 3; p++) e[p] = run_seq(c, &d, pools[p], 0, 0, out[p]);
+    e[3] = run_seq(c, &d, pools[1], 1, 0, out[3]);
+    e[4] = run_seq(c, &d, pools[2], 0, 1, out[4]);
     printf("%-24s max |diff| from the double reference %.3g\n", name, e[0]);
     HM_CHECK_MSG(e[0] >= 0 && e[0] < 1e-5, "%s: max |diff| %g", name, e[0]);
     HM_CHECK_MSG(!memcmp(out[0], out[1], n * 4) && !memcmp(out[0], out[2], n * 4),
                  "%s: thread counts differ", name);
     HM_CHECK_MSG(!memcmp(out[0], out[3], n * 4), "%s: batch != token by token", name);
-    for (int i = 0; i < 4; i++) free(out[i]);
+    HM_CHECK_MSG(!memcmp(out[0], out[4], n * 4), "%s: SIMD != scalar kernels", name);
+    for (int i = 0; i < 5; i++) free(out[i]);
     free_data(&d);
 }
 

@@ -2,6 +2,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "cpu/ops_internal.h"
 #include "cpu/ops_math.h"
 #include "harness.h"
 #include "quant/fp16.h"
@@ -78,4 +79,29 @@ static void test_silu_sigmoid(void) {
     HM_CHECK(hm_sigmoidf(0.0f) == 0.5f);
 }
 
-HM_TEST_MAIN(test_expf_accuracy, test_expf_special, test_silu_sigmoid)
+/* The AVX2 exp of the attention's softmax gives hm_expf's bits (on CPUs that have AVX2). */
+static void test_expf_avx2_identical(void) {
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx2")) {
+        printf("no AVX2 on this CPU: nothing to compare\n");
+        return;
+    }
+    enum { N = 4099 };
+    static float x[N], y[N];
+    long mism = 0;
+    for (uint32_t base = 0; base < 0xffffffffu - 997u * N; base += 997u * N / 3) {
+        for (int i = 0; i < N; i++) x[i] = y[i] = hm_bits_to_f32(base + 997u * (uint32_t)i);
+        ops_exp_sub_avx2(y, N, 0.0f);
+        for (int i = 0; i < N; i++) {
+            float r = hm_expf(x[i] - 0.0f);
+            if (hm_f32_to_bits(r) != hm_f32_to_bits(y[i]) && !(isnan(r) && isnan(y[i]))) mism++;
+        }
+    }
+    for (int i = 0; i < N; i++) x[i] = y[i] = -30.0f + 0.01f * i;
+    ops_exp_sub_avx2(y, N, 1.5f);
+    for (int i = 0; i < N; i++)
+        if (hm_f32_to_bits(hm_expf(x[i] - 1.5f)) != hm_f32_to_bits(y[i])) mism++;
+    HM_CHECK_MSG(mism == 0, "%ld mismatches", mism);
+}
+
+HM_TEST_MAIN(test_expf_accuracy, test_expf_special, test_silu_sigmoid, test_expf_avx2_identical)
