@@ -11,6 +11,10 @@
 //     forge-mixtral=tiny-mixtral.gguf forge-olmoe=tiny-olmoe.gguf forge-gpt-oss=tiny-gpt-oss.gguf \
 //     forge-qwen2moe=tiny-qwen2moe.gguf qwen3=tests/tokenizer/data/qwen3.jinja \
 //     mixtral=tests/tokenizer/data/mixtral-instruct.jinja > tests/tokenizer/data/chat_jinja.txt
+//   node tools/chat/jinja_expected.mjs harmony-openai=openai-gpt-oss-120b.jinja \
+//     >> tests/tokenizer/data/chat_jinja.txt
+// (the last one: OpenAI's gpt-oss template, not committed; @huggingface/jinja's strftime_now
+// gives the day it runs, 2026-11-22 in the fixture)
 //
 // FILE is a GGUF (its tokenizer.chat_template is read) or a text file holding a template.
 // Every template is rendered for every conversation below, with and without the generation
