@@ -66,7 +66,9 @@ static char *read_all(const char *path, size_t *len) {
 
 int cmd_tokenize(int argc, char **argv) {
     bool ids_only = false, show_pieces = false, no_bos = false, no_parse = false, replace = false;
+    const char *prompt = NULL;
     const cli_arg_spec extra[] = {
+        {"-p", "--prompt", CLI_ARG_STR, &prompt, "TEXT", "text to tokenize"},
         {"--ids-only", "--ids", CLI_ARG_BOOL, &ids_only, NULL, "print only the ids, as [1, 2, 3]"},
         {"--show-pieces", NULL, CLI_ARG_BOOL, &show_pieces, NULL, "also print each token's vocabulary string and type"},
         {"--no-bos", NULL, CLI_ARG_BOOL, &no_bos, NULL, "do not add BOS/EOS even when the vocabulary asks for them"},
@@ -75,7 +77,7 @@ int cmd_tokenize(int argc, char **argv) {
     };
     const cli_args_def def = {"tokenize", "-m MODEL (-p TEXT | -f FILE) [options]",
                               "Prints the token ids of a text (also for vocab-only GGUF files).",
-                              CLI_ARGS_MODEL | CLI_ARGS_PROMPT | CLI_ARGS_FILE, extra, sizeof(extra) / sizeof(extra[0])};
+                              CLI_ARGS_MODEL | CLI_ARGS_FILE, extra, sizeof(extra) / sizeof(extra[0])};
     cli_common_args a;
     int rc = cli_args_parse(&def, argc, argv, &a);
     if (rc != CLI_ARGS_CONTINUE) return rc;
@@ -83,13 +85,13 @@ int cmd_tokenize(int argc, char **argv) {
         fprintf(stderr, "hotmoe tokenize: -m MODEL is required\n");
         return 2;
     }
-    if (!a.prompt == !a.file) {
+    if (!prompt == !a.file) {
         fprintf(stderr, "hotmoe tokenize: give exactly one of -p TEXT or -f FILE\n");
         return 2;
     }
     size_t len = 0;
     char *owned = NULL;
-    const char *text = a.prompt;
+    const char *text = prompt;
     if (a.file) {
         owned = read_all(a.file, &len);
         if (!owned) {
