@@ -409,7 +409,10 @@ int cmd_chat(int argc, char **argv) {
         }
         char *user = NULL;
         size_t ulen = 0;
-        if (!read_turn(&line, &line_cap, &user, &ulen)) break;
+        if (!read_turn(&line, &line_cap, &user, &ulen)) {
+            if (tty) printf("\n"); /* Ctrl-D: leave the shell prompt on a line of its own */
+            break;
+        }
         if (!strcmp(user, "/exit")) {
             free(user);
             break;
