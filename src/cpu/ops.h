@@ -9,7 +9,8 @@
  * thread count (pool NULL = single thread). Float arithmetic is single IEEE operations without
  * contraction (-ffp-contract=off), so a GPU version can reproduce the elementwise ops bit for bit
  * using __fmul_rn/__fadd_rn/__fdiv_rn and the exp of ops_math.h. Reductions:
- *   - sums of squares (rmsnorm) accumulate (double)x*x sequentially in double (as ggml);
+ *   - sums of squares (rmsnorm) accumulate (double)x*x in double, 4 partial sums (element
+ *     i into sum i mod 4, in increasing i), combined as (s0 + s1) + (s2 + s3);
  *   - attention scores are dot8(k, q): the cached K row dequantised exactly to f32 (f16
  *     widened, q8_0 as (float)q * d), q in f32; 8 lanes, acc[l] = fmaf(k[i], q[i], acc[l])
  *     for i ascending with l = i mod 8 (acc starting at +0), then acc[l] += acc[l + 4] (l < 4),
@@ -31,8 +32,8 @@
 /* ------------------------------------------------------------------ norms and elementwise */
 
 /* y[r][i] = (x[r][i] * s_r) * w[i], s_r = 1 / sqrtf((float)(sum_i (double)x[r][i]^2 / n) + eps)
- * (the mean is computed in double, rounded to float, then eps added in float; w == NULL means no
- * weight). x, y: [n_rows][n]; w: [n].
+ * (the sum in double as described at the top, divided by n in double, rounded to float, then eps
+ * added in float; w == NULL means no weight). x, y: [n_rows][n]; w: [n].
  *   - the usual norm: n_rows = n_tok, n = n_embd;
  *   - qwen3 q/k norm over each head: x = q [n_tok][n_head][head_dim], n_rows = n_tok*n_head,
  *     n = head_dim, w = [head_dim];

@@ -41,7 +41,7 @@ static inline float tree8(__m256 a) {
 #define FMA(x, y, a) _mm256_fmadd_ps(x, y, a)
 
 /* Scores: out[i*os + r] = dot8(K row r, q head i); tiles of 4 heads x 2 rows (8 accumulators),
- * then 4 x 1, then single heads. */
+ * then 4 x 1; leftover heads one at a time, 4 rows x 1 then 1 x 1. */
 #define QK_KERNEL(NAME, LD)                                                                        \
     static void NAME(const uint8_t *k, size_t ks, int nr, const float *q, int nh, float *out,      \
                      size_t os, int hd) {                                                          \
@@ -84,13 +84,28 @@ static inline float tree8(__m256 a) {
                 o[2 * os + r] = tree8(a2); o[3 * os + r] = tree8(a3);                              \
             }                                                                                      \
         }                                                                                          \
-        for (; i < nh; i++) {                                                                      \
+        for (; i < nh; i++) { /* single heads: 1 x 4 rows, then 1 x 1 */                          \
             const float *q0 = q + (size_t)i * hd;                                                  \
-            for (int r = 0; r < nr; r++) {                                                         \
+            float *o = out + (size_t)i * os;                                                       \
+            int r = 0;                                                                             \
+            for (; r + 4 <= nr; r += 4) {                                                          \
+                const uint8_t *k0 = k + (size_t)r * ks, *k1 = k0 + ks, *k2 = k1 + ks,              \
+                              *k3 = k2 + ks;                                                       \
+                __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                        \
+                for (int d = 0; d < hd; d += 8) {                                                  \
+                    const __m256 y = _mm256_loadu_ps(q0 + d);                                      \
+                    a0 = FMA(LD(k0, d), y, a0);                                                    \
+                    a1 = FMA(LD(k1, d), y, a1);                                                    \
+                    a2 = FMA(LD(k2, d), y, a2);                                                    \
+                    a3 = FMA(LD(k3, d), y, a3);                                                    \
+                }                                                                                  \
+                o[r] = tree8(a0); o[r + 1] = tree8(a1); o[r + 2] = tree8(a2); o[r + 3] = tree8(a3); \
+            }                                                                                      \
+            for (; r < nr; r++) {                                                                  \
                 const uint8_t *k0 = k + (size_t)r * ks;                                            \
                 __m256 a0 = _mm256_setzero_ps();                                                   \
                 for (int d = 0; d < hd; d += 8) a0 = FMA(LD(k0, d), _mm256_loadu_ps(q0 + d), a0);  \
-                out[(size_t)i * os + r] = tree8(a0);                                               \
+                o[r] = tree8(a0);                                                                  \
             }                                                                                      \
         }                                                                                          \
     }
@@ -109,7 +124,7 @@ void ops_attn_qk_avx2(uint32_t ktype, const uint8_t *k, size_t k_stride, int nr,
 #define MA(a, p, x) _mm256_add_ps(a, _mm256_mul_ps(p, x))
 
 /* P.V: acc[i][d] = acc[i][d] + p[i][r] * V_r[d] for r in order; tiles of 4 heads x 16 dims
- * (8 accumulators), then single heads x 16 dims. */
+ * (8 accumulators); leftover heads one at a time, 32 dims then 16. */
 #define PV_KERNEL(NAME, LD)                                                                        \
     static void NAME(const uint8_t *v, size_t vs, int nr, const float *p, size_t ps, int nh,       \
                      float *acc, int hd) {                                                         \
@@ -140,10 +155,25 @@ void ops_attn_qk_avx2(uint32_t ktype, const uint8_t *k, size_t k_stride, int nr,
                 _mm256_storeu_ps(c3 + d, a30); _mm256_storeu_ps(c3 + d + 8, a31);                  \
             }                                                                                      \
         }                                                                                          \
-        for (; i < nh; i++) {                                                                      \
+        for (; i < nh; i++) { /* single heads: 32 dims (4 chains) at a time, then 16 */            \
             const float *p0 = p + (size_t)i * ps;                                                  \
             float *c0 = acc + (size_t)i * hd;                                                      \
-            for (int d = 0; d < hd; d += 16) {                                                     \
+            int d = 0;                                                                             \
+            for (; d + 32 <= hd; d += 32) {                                                        \
+                __m256 a0 = _mm256_loadu_ps(c0 + d), a1 = _mm256_loadu_ps(c0 + d + 8);             \
+                __m256 a2 = _mm256_loadu_ps(c0 + d + 16), a3 = _mm256_loadu_ps(c0 + d + 24);       \
+                for (int r = 0; r < nr; r++) {                                                     \
+                    const uint8_t *row = v + (size_t)r * vs;                                       \
+                    const __m256 pr = _mm256_broadcast_ss(p0 + r);                                 \
+                    a0 = MA(a0, pr, LD(row, d));                                                   \
+                    a1 = MA(a1, pr, LD(row, d + 8));                                               \
+                    a2 = MA(a2, pr, LD(row, d + 16));                                              \
+                    a3 = MA(a3, pr, LD(row, d + 24));                                              \
+                }                                                                                  \
+                _mm256_storeu_ps(c0 + d, a0); _mm256_storeu_ps(c0 + d + 8, a1);                    \
+                _mm256_storeu_ps(c0 + d + 16, a2); _mm256_storeu_ps(c0 + d + 24, a3);              \
+            }                                                                                      \
+            for (; d < hd; d += 16) {                                                              \
                 __m256 a00 = _mm256_loadu_ps(c0 + d), a01 = _mm256_loadu_ps(c0 + d + 8);           \
                 for (int r = 0; r < nr; r++) {                                                     \
                     const uint8_t *row = v + (size_t)r * vs;                                       \

@@ -126,8 +126,12 @@ typedef struct {
 } row_job;
 
 static void rmsnorm_row(const float *x, const float *w, float *y, int64_t n, float eps) {
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; i++) sum += (double)x[i] * (double)x[i];
+    double s4[4] = {0.0, 0.0, 0.0, 0.0};
+    int64_t k = 0;
+    for (; k + 4 <= n; k += 4)
+        for (int l = 0; l < 4; l++) s4[l] += (double)x[k + l] * (double)x[k + l];
+    for (int l = 0; k < n; k++, l++) s4[l] += (double)x[k] * (double)x[k];
+    double sum = (s4[0] + s4[1]) + (s4[2] + s4[3]);
     float mean = (float)(sum / (double)n);
     float s = 1.0f / sqrtf(mean + eps);
     if (w)

@@ -43,23 +43,19 @@ typedef struct {
     int n_head, head_dim;
     const int32_t *pos;
     cpu_rope_params p;
-    double lo, hi;       /* YaRN correction dims */
     double mscale;
+    const double *inv;   /* [n_pairs] freq_base^(-2i/n_dims) */
+    const double *mix;   /* [n_pairs] YaRN ramp * ext_factor (0 without YaRN) */
 } rope_job;
 
+/* theta = freq_scale * theta_extrap * (1 - mix) + theta_extrap * mix (mix = 0: plain). */
 static void rope_angles(const rope_job *j, int32_t pos, float *cs /* [n_pairs][2] */) {
     const cpu_rope_params *p = &j->p;
     const int n_pairs = p->n_dims / 2;
     for (int i = 0; i < n_pairs; i++) {
-        double inv = pow((double)p->freq_base, -2.0 * i / p->n_dims);
-        double theta_extrap = (double)pos * inv;
+        double theta_extrap = (double)pos * j->inv[i];
         double theta = (double)p->freq_scale * theta_extrap;
-        if (p->ext_factor != 0.0f) {
-            double y = ((double)i - j->lo) / fmax(0.001, j->hi - j->lo);
-            double ramp = 1.0 - fmin(1.0, fmax(0.0, y));
-            double mix = ramp * p->ext_factor;
-            theta = theta * (1.0 - mix) + theta_extrap * mix;
-        }
+        if (p->ext_factor != 0.0f) theta = theta * (1.0 - j->mix[i]) + theta_extrap * j->mix[i];
         cs[2 * i] = (float)(cos(theta) * j->mscale);
         cs[2 * i + 1] = (float)(sin(theta) * j->mscale);
     }
@@ -76,13 +72,19 @@ static void rope_worker(void *ctx, int ith, int nth) {
         rope_angles(j, j->pos[t], cs);
         for (int h = 0; h < j->n_head; h++) {
             float *x = j->x + (t * j->n_head + h) * j->head_dim;
-            for (int i = 0; i < n_pairs; i++) {
-                const float c = cs[2 * i], s = cs[2 * i + 1];
-                float *a = neox ? &x[i] : &x[2 * i];
-                float *b = neox ? &x[i + n_pairs] : &x[2 * i + 1];
-                const float x0 = *a, x1 = *b;
-                *a = x0 * c - x1 * s;
-                *b = x0 * s + x1 * c;
+            if (neox) {
+                float *xa = x, *xb = x + n_pairs;
+                for (int i = 0; i < n_pairs; i++) {
+                    const float c = cs[2 * i], s = cs[2 * i + 1], x0 = xa[i], x1 = xb[i];
+                    xa[i] = x0 * c - x1 * s;
+                    xb[i] = x0 * s + x1 * c;
+                }
+            } else {
+                for (int i = 0; i < n_pairs; i++) {
+                    const float c = cs[2 * i], s = cs[2 * i + 1], x0 = x[2 * i], x1 = x[2 * i + 1];
+                    x[2 * i] = x0 * c - x1 * s;
+                    x[2 * i + 1] = x0 * s + x1 * c;
+                }
             }
         }
     }
@@ -100,20 +102,27 @@ hm_status cpu_rope(tp_pool *pool, float *x, int64_t n_tok, int n_head, int head_
                             (double)p->freq_base, (double)p->freq_scale);
     if (n_tok < 0 || n_head < 0) return hm_error_set(err, HM_ERR_ARG, "rope: negative shape");
     if (n_tok == 0 || n_head == 0) return HM_OK;
-    rope_job j = {x, n_tok, n_head, head_dim, pos, *p, 0.0, 0.0, p->attn_factor};
+    double inv[ROPE_MAX_PAIRS], mix[ROPE_MAX_PAIRS];
+    rope_job j = {x, n_tok, n_head, head_dim, pos, *p, p->attn_factor, inv, mix};
+    double lo = 0.0, hi = 0.0;
     if (p->ext_factor != 0.0f) {
         if (p->n_ctx_orig <= 0 || !(p->beta_fast > 0.0f) || !(p->beta_slow > 0.0f))
             return hm_error_set(err, HM_ERR_ARG,
                                 "rope: YaRN needs n_ctx_orig > 0 and positive betas");
-        double lo = yarn_corr_dim(p->n_dims, p->n_ctx_orig, p->beta_fast, p->freq_base);
-        double hi = yarn_corr_dim(p->n_dims, p->n_ctx_orig, p->beta_slow, p->freq_base);
+        lo = yarn_corr_dim(p->n_dims, p->n_ctx_orig, p->beta_fast, p->freq_base);
+        hi = yarn_corr_dim(p->n_dims, p->n_ctx_orig, p->beta_slow, p->freq_base);
         if (p->yarn_truncate) {
             lo = floor(lo);
             hi = ceil(hi);
         }
-        j.lo = fmax(0.0, lo);
-        j.hi = fmin((double)(p->n_dims - 1), hi);
+        lo = fmax(0.0, lo);
+        hi = fmin((double)(p->n_dims - 1), hi);
         j.mscale = (double)p->attn_factor * (1.0 + 0.1 * log(1.0 / (double)p->freq_scale));
+    }
+    for (int i = 0; i < p->n_dims / 2; i++) {
+        inv[i] = pow((double)p->freq_base, -2.0 * i / p->n_dims);
+        double y = ((double)i - lo) / fmax(0.001, hi - lo);
+        mix[i] = (1.0 - fmin(1.0, fmax(0.0, y))) * p->ext_factor;
     }
     ops_run(pool, rope_worker, &j, n_tok * n_head * p->n_dims, 16384);
     return HM_OK;
