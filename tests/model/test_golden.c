@@ -63,16 +63,14 @@ static void sha256_block(sha256_ctx *c, const uint8_t *p) {
         w[i] = w[i - 16] + s0 + w[i - 7] + s1;
     }
     memcpy(s, c->h, sizeof(s));
+    uint32_t a = s[0], b = s[1], cc = s[2], d = s[3], e = s[4], f = s[5], g = s[6], h = s[7];
     for (int i = 0; i < 64; i++) {
-        uint32_t S1 = ror32(s[4], 6) ^ ror32(s[4], 11) ^ ror32(s[4], 25);
-        uint32_t ch = (s[4] & s[5]) ^ (~s[4] & s[6]);
-        uint32_t t1 = s[7] + S1 + ch + k_sha_k[i] + w[i];
-        uint32_t S0 = ror32(s[0], 2) ^ ror32(s[0], 13) ^ ror32(s[0], 22);
-        uint32_t mj = (s[0] & s[1]) ^ (s[0] & s[2]) ^ (s[1] & s[2]);
-        memmove(s + 1, s, 7 * sizeof(uint32_t));
-        s[4] += t1;
-        s[0] = t1 + S0 + mj;
+        uint32_t t1 = h + (ror32(e, 6) ^ ror32(e, 11) ^ ror32(e, 25)) + ((e & f) ^ (~e & g)) +
+                      k_sha_k[i] + w[i];
+        uint32_t t2 = (ror32(a, 2) ^ ror32(a, 13) ^ ror32(a, 22)) + ((a & b) ^ (a & cc) ^ (b & cc));
+        h = g, g = f, f = e, e = d + t1, d = cc, cc = b, b = a, a = t1 + t2;
     }
+    s[0] = a, s[1] = b, s[2] = cc, s[3] = d, s[4] = e, s[5] = f, s[6] = g, s[7] = h;
     for (int i = 0; i < 8; i++) c->h[i] += s[i];
 }
 
