@@ -201,17 +201,19 @@ SIMD_INLINE __m256 simd_q32_finish(__m256i s, const float *pd, const int32_t *ps
 /* ---- activation preparation ---- */
 
 /* For n activation blocks at a: pd = d, ps = mult * sum, ap = the quants in register layout:
- * paired: per group of 8, for p < 4, 64 bytes [lo16 of block p | lo16 of block p+4]
- * [hi16 of p | hi16 of p+4]; single: the 32 quants of each block. Zero-padded to a multiple
+ * paired (1): per group of 8, for p < 4, 64 bytes [lo16 of block p | lo16 of block p+4]
+ * [hi16 of p | hi16 of p+4]; quads (2, the zmm layout of simd_unpack_mxfp4_z): per group, for
+ * h < 2, [lo16 of blocks 4h..4h+3][hi16 of blocks 4h..4h+3]; single: the 32 quants of each block. Zero-padded to a multiple
  * of 8 blocks. */
 static void simd_q32_pre(const uint8_t *a, int64_t n, int32_t mult, int paired, float *pd,
                          int32_t *ps, uint8_t *ap) {
     const int64_t n8 = (n + 7) & ~(int64_t)7;
     for (int64_t j = 0; j < n8; j++) {
         const block_q8_32 *y = (const block_q8_32 *)(const void *)(a + (size_t)j * sizeof(block_q8_32));
-        uint8_t *d = paired ? ap + (size_t)(j & ~(int64_t)7) * 32 + 64 * (j & 3) + 16 * ((j >> 2) & 1)
-                            : ap + (size_t)j * 32;
-        const size_t hi = paired ? 32 : 16;
+        uint8_t *d = paired == 2 ? ap + (size_t)(j & ~(int64_t)7) * 32 + 128 * ((j >> 2) & 1) + 16 * (j & 3)
+                     : paired ? ap + (size_t)(j & ~(int64_t)7) * 32 + 64 * (j & 3) + 16 * ((j >> 2) & 1)
+                              : ap + (size_t)j * 32;
+        const size_t hi = paired == 2 ? 64 : paired ? 32 : 16;
         if (j < n) {
             memcpy(&pd[j], &y->d, 4);
             int32_t sum;
@@ -228,11 +230,68 @@ static void simd_q32_pre(const uint8_t *a, int64_t n, int32_t mult, int paired, 
     }
 }
 
+#if SIMD_VBMI
+/* ---- mxfp4 with 512-bit VBMI: a group of 8 blocks (136 bytes) is read by 4 overlapping zmm
+ * loads; one vpermt2b per 4 blocks packs their 64 quant bytes, vpermb on a 4x replicated table
+ * decodes both nibble halves (it reads the low 6 index bits; the replication makes bits 4-5
+ * irrelevant), and one vpermt2b takes the 8 scale bytes. U[2h] / U[2h+1]: elements 0-15 /
+ * 16-31 of blocks 4h..4h+3, 16 bytes per block (activations in the "quads" layout). */
+SIMD_INLINE void simd_unpack_mxfp4_z(const uint8_t *w, __m512i U[4]) {
+    const __m512i t = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)simd_kv_mxfp4_u));
+    const __m512i z0 = _mm512_loadu_si512((const void *)w), z1 = _mm512_loadu_si512((const void *)(w + 64));
+    const __m512i z2 = _mm512_loadu_si512((const void *)(w + 68)), z3 = _mm512_loadu_si512((const void *)(w + 72));
+    /* blocks 0-3: quants at 17i+1+k of z0|z1; blocks 4-7: at 17i+1+k (i = 0..3) of w + 68 */
+    const __m512i ix = _mm512_set_epi8(
+        67, 66, 65, 64, 63, 62, 61, 60, 59, 58, 57, 56, 55, 54, 53, 52,
+        50, 49, 48, 47, 46, 45, 44, 43, 42, 41, 40, 39, 38, 37, 36, 35,
+        33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18,
+        16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1);
+    /* z2|z3 as a 128-byte table: byte x < 64 is w[68 + x], byte x >= 64 is w[8 + x]; blocks
+     * 4-6 come from z2 (x = 17i + 1 + k), block 7 (w[120..136)) from z3 (x = 112..127) */
+    const __m512i ix2 = _mm512_set_epi8(
+        127, 126, 125, 124, 123, 122, 121, 120, 119, 118, 117, 116, 115, 114, 113, 112,
+        50, 49, 48, 47, 46, 45, 44, 43, 42, 41, 40, 39, 38, 37, 36, 35,
+        33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18,
+        16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1);
+    const __m512i q03 = _mm512_permutex2var_epi8(z0, ix, z1);
+    const __m512i q47 = _mm512_permutex2var_epi8(z2, ix2, z3);
+    U[0] = _mm512_permutexvar_epi8(q03, t);
+    U[1] = _mm512_permutexvar_epi8(_mm512_srli_epi16(q03, 4), t);
+    U[2] = _mm512_permutexvar_epi8(q47, t);
+    U[3] = _mm512_permutexvar_epi8(_mm512_srli_epi16(q47, 4), t);
+}
+
+/* e - 128 of the 8 blocks as floats (see simd_scales_e8m0); e of block i is byte 17i */
+SIMD_INLINE __m256 simd_scales_e8m0_z(const uint8_t *w, size_t wsz, size_t off) {
+    (void)wsz; (void)off;
+    const __m512i z0 = _mm512_loadu_si512((const void *)w), z1 = _mm512_loadu_si512((const void *)(w + 64));
+    const __m512i ix = _mm512_setr_epi32(0, 17, 34, 51, 68, 85, 102, 119, 0, 0, 0, 0, 0, 0, 0, 0);
+    /* byte 4i <- e_i, other bytes zeroed */
+    __m512i e = _mm512_maskz_permutex2var_epi8(0x1111111111111111ULL, z0, ix, z1);
+    return _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm512_castsi512_si256(e), _mm256_set1_epi32(128)));
+}
+
+/* the 8 block sums of sum(U * a), ap in the quads layout */
+SIMD_INLINE __m256i simd_q32_isum_z(const __m512i U[4], const uint8_t *ap, int paired, int sgn) {
+    (void)paired; (void)sgn;
+    __m512i s03 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), U[0], _mm512_loadu_si512((const void *)ap));
+    s03 = _mm512_dpbusd_epi32(s03, U[1], _mm512_loadu_si512((const void *)(ap + 64)));
+    __m512i s47 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), U[2], _mm512_loadu_si512((const void *)(ap + 128)));
+    s47 = _mm512_dpbusd_epi32(s47, U[3], _mm512_loadu_si512((const void *)(ap + 192)));
+    /* lanes 4i..4i+3 of s03|s47 (32 lanes) belong to block i */
+    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    const __m512i p = _mm512_add_epi32(_mm512_permutex2var_epi32(s03, ie, s47),
+                                       _mm512_permutex2var_epi32(s03, io, s47)); /* block i: 2i, 2i+1 */
+    return _mm512_castsi512_si256(_mm512_add_epi32(_mm512_permutexvar_epi32(ie, p), _mm512_permutexvar_epi32(io, p)));
+}
+#endif
+
 /* ---- tile ---- */
 
 /* One weight row segment ws of sn blocks against tcn prepared activation rows (pd[t], ps[t],
  * ap[t]) into acc[t]; lanes of a block start at a multiple of 32 blocks. */
-#define SIMD_Q32_ROWSEG(WSZ, UNPACK, PAIRED, SGN, OFF, SCALE, HAS_M, POW2, ws, sn, tcn, pd, ps, ap, acc) \
+#define SIMD_Q32_ROWSEG(WSZ, UDECL, UNPACK, ISUM, PAIRED, SGN, OFF, SCALE, HAS_M, POW2, ws, sn, tcn, pd, ps, ap, acc) \
     do {                                                                                       \
         int64_t b = 0;                                                                         \
         for (; b < (sn); b += 8) {                                                             \
@@ -246,13 +305,13 @@ static void simd_q32_pre(const uint8_t *a, int64_t n, int32_t mult, int paired, 
             } else {                                                                           \
                 simd_prefetch_w(wg, 8 * (WSZ));                                                \
             }                                                                                  \
-            __m256i U[8];                                                                      \
+            UDECL;                                                                             \
             UNPACK(wg, U);                                                                     \
             const __m256 dw = SCALE(wg, (WSZ), 0);                                             \
             const __m256 dm = (HAS_M) ? simd_scales_fp16(wg, (WSZ), 2) : _mm256_setzero_ps();   \
             const int l = (int)((b >> 3) & 3);                                                 \
             for (int t = 0; t < (tcn); t++) {                                                  \
-                __m256i s = simd_q32_isum(U, (ap)[t] + 32 * b, (PAIRED), (SGN));               \
+                __m256i s = ISUM(U, (ap)[t] + 32 * b, (PAIRED), (SGN));                        \
                 __m256 rv_ = simd_q32_finish(s, (pd)[t] + b, (ps)[t] + b, dw, dm, (OFF), (HAS_M), (POW2), \
                                            (acc)[t].a[l]);                                     \
                 (acc)[t].a[l] = cnt == 8 ? rv_ : _mm256_blendv_ps((acc)[t].a[l], rv_, simd_lane_mask(cnt)); \
@@ -260,7 +319,7 @@ static void simd_q32_pre(const uint8_t *a, int64_t n, int32_t mult, int paired, 
         }                                                                                      \
     } while (0)
 
-#define SIMD_Q32_TILE(NAME, WSZ, UNPACK, PAIRED, SGN, OFF, SCALE, HAS_M, POW2)                       \
+#define SIMD_Q32_TILE(NAME, WSZ, UDECL, UNPACK, ISUM, PAIRED, SGN, OFF, SCALE, HAS_M, POW2)                       \
     static void NAME##_tile(int64_t n, const void *w, size_t w_stride, int nr, const void *act, \
                             size_t act_stride, int nc, float *out, size_t out_stride) {        \
         enum { TC = SIMD_Q32_TC, SEG = SIMD_Q32_SEG };                                         \
@@ -279,7 +338,7 @@ static void simd_q32_pre(const uint8_t *a, int64_t n, int32_t mult, int paired, 
                 for (int r = 0; r < nr; r++) {                                                 \
                     simd_acc acc[TC];                                                          \
                     for (int t = 0; t < tcn; t++) simd_acc_zero(&acc[t]);                      \
-                    SIMD_Q32_ROWSEG(WSZ, UNPACK, PAIRED, SGN, OFF, SCALE, HAS_M, POW2,               \
+                    SIMD_Q32_ROWSEG(WSZ, UDECL, UNPACK, ISUM, PAIRED, SGN, OFF, SCALE, HAS_M, POW2,               \
                                     wp + (size_t)r * w_stride, nb, tcn, pd, ps, ap, acc);      \
                     for (int t = 0; t < tcn; t++)                                              \
                         out[(size_t)(c0 + t) * out_stride + (size_t)r] = simd_tree(&acc[t]);   \
@@ -298,7 +357,7 @@ static void simd_q32_pre(const uint8_t *a, int64_t n, int32_t mult, int paired, 
                     simd_q32_pre(xp + (size_t)c * act_stride + (size_t)s0 * sizeof(block_q8_32), \
                                  sn, mult, (PAIRED), pd[0], ps[0], ap[0]);                     \
                     for (int rr = 0; rr < nrr; rr++)                                           \
-                        SIMD_Q32_ROWSEG(WSZ, UNPACK, PAIRED, SGN, OFF, SCALE, HAS_M, POW2,           \
+                        SIMD_Q32_ROWSEG(WSZ, UDECL, UNPACK, ISUM, PAIRED, SGN, OFF, SCALE, HAS_M, POW2,           \
                                         wp + (size_t)(r0 + rr) * w_stride + (size_t)s0 * (WSZ), \
                                         sn, 1, pd, ps, ap, (&acc[rr]));                        \
                 }                                                                              \
@@ -309,14 +368,20 @@ static void simd_q32_pre(const uint8_t *a, int64_t n, int32_t mult, int paired, 
     }
 
 #define SIMD_Q32_TYPE(T, TYPE, PAIRED, SGN, OFF, SCALE, HAS_M, POW2)                           \
-    SIMD_Q32_TILE(simd_dot_##T, sizeof(TYPE), simd_unpack_##T, PAIRED, SGN, OFF, SCALE, HAS_M, POW2)
+    SIMD_Q32_TILE(simd_dot_##T, sizeof(TYPE), __m256i U[8], simd_unpack_##T, simd_q32_isum, PAIRED, SGN, \
+                  OFF, SCALE, HAS_M, POW2)
 
 SIMD_Q32_TYPE(q8_0, block_q8_0, 0, SIMD_SGN_Q8_0, SIMD_OFF_Q8_0, simd_scales_fp16, 0, 0)
 SIMD_Q32_TYPE(q4_0, block_q4_0, 1, 0, 8, simd_scales_fp16, 0, 0)
 SIMD_Q32_TYPE(q5_0, block_q5_0, 1, 0, 16, simd_scales_fp16, 0, 0)
 SIMD_Q32_TYPE(q4_1, block_q4_1, 1, 0, 0, simd_scales_fp16, 1, 0)
 SIMD_Q32_TYPE(q5_1, block_q5_1, 1, 0, 0, simd_scales_fp16, 1, 0)
+#if SIMD_VBMI
+SIMD_Q32_TILE(simd_dot_mxfp4, sizeof(block_mxfp4), __m512i U[4], simd_unpack_mxfp4_z, simd_q32_isum_z, 2, 0,
+              12, simd_scales_e8m0_z, 0, SIMD_E8M0_POW2)
+#else
 SIMD_Q32_TYPE(mxfp4, block_mxfp4, 1, 0, 12, simd_scales_e8m0, 0, SIMD_E8M0_POW2)
+#endif
 SIMD_Q32_TYPE(iq4_nl, block_iq4_nl, 1, SIMD_SGN_IQ4NL, SIMD_OFF_IQ4NL, simd_scales_fp16, 0, 0)
 
 #endif
