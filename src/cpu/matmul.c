@@ -50,8 +50,11 @@ static void mm_rows(const mm_kern *mk, const uint8_t *w, int64_t r0, int64_t r1,
                     const uint8_t *act, int64_t nc, float *out, size_t ostride) {
     for (int64_t c0 = 0; c0 < nc; c0 += MM_TOK_TILE) {
         int tc = (int)(nc - c0 < MM_TOK_TILE ? nc - c0 : MM_TOK_TILE);
-        for (int64_t r = r0; r < r1; r += MM_NR) {
-            int nr = (int)(r1 - r < MM_NR ? r1 - r : MM_NR);
+        /* one token: no tile to keep in cache, so the whole chunk is one call (the tile
+         * function's per-call activation preparation is then paid once per chunk) */
+        const int64_t step = tc == 1 ? r1 - r0 : MM_NR;
+        for (int64_t r = r0; r < r1; r += step) {
+            int nr = (int)(r1 - r < step ? r1 - r : step);
             mk->dot(mk->k, w + (size_t)r * mk->wrow, mk->wrow, nr, act + (size_t)c0 * mk->arow,
                     mk->arow, tc, out + (size_t)c0 * ostride + (size_t)(r - r0), ostride);
         }
