@@ -1,4 +1,4 @@
-/* test_tracer_model.c - the tracer attached to the real forward pass (tiny-qwen3moe and
+/* test_tracer_model.c - the tracer attached to the real forward pass (tiny-olmoe and
  * tiny-gpt-oss, f32): logits bit-identical with and without it (seed 000), its counts equal to
  * those of an independent route hook (hm_context_set_route_hook) for a batch plus single-token
  * decodes, calls per layer = forward calls, and its cost printed: the record calls of a
@@ -138,7 +138,7 @@ static void check_preset(const char *preset) {
     remove(path);
 }
 
-static void test_tracer_qwen3moe(void) { check_preset("tiny-qwen3moe"); }
+static void test_tracer_olmoe(void) { check_preset("tiny-olmoe"); }
 static void test_tracer_gptoss(void) { check_preset("tiny-gpt-oss"); }
 
-HM_TEST_MAIN(test_tracer_qwen3moe, test_tracer_gptoss)
+HM_TEST_MAIN(test_tracer_olmoe, test_tracer_gptoss)
