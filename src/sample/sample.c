@@ -2,8 +2,9 @@
  *
  * DESIGN: one working copy of the logits per call; penalties touch only the tokens in the
  * history (counted in a zeroed per-vocabulary array that is zeroed again afterwards); top-k
- * keeps a sorted insertion buffer when k is small and otherwise sorts every candidate; all
- * orders are the total order (logit desc, id asc), so no step depends on the sort algorithm.
+ * keeps a sorted insertion buffer when k is small and otherwise radix-sorts every candidate
+ * (stable, 3 x 11 bits); all orders are the total order (logit desc, id asc), so no step
+ * depends on the sort algorithm.
  * The random number of draw `step` is sample_uniform(seed, step); greedy sampling draws none.
  */
 #include "sample/sample.h"
@@ -27,6 +28,7 @@ struct sample_state {
     uint64_t step;      /* draws so far */
     float *logit;       /* [n_vocab] working logits */
     struct cand_pair *cand; /* [n_vocab] candidates (logit, id) in (logit desc, id asc) order */
+    struct cand_pair *tmp;  /* [n_vocab] radix sort buffer */
     int32_t *count;     /* [n_vocab] history counts, all zero between calls */
 };
 
@@ -60,6 +62,7 @@ void sample_free(sample_state *s) {
     free(s->hist);
     free(s->logit);
     free(s->cand);
+    free(s->tmp);
     free(s->count);
     free(s);
 }
@@ -86,8 +89,9 @@ hm_status sample_init(const sample_params *p, int32_t n_vocab, sample_state **ou
     s->hist = malloc((size_t)(p->penalty_last_n > 0 ? p->penalty_last_n : 1) * sizeof(int32_t));
     s->logit = malloc(n * sizeof(float));
     s->cand = malloc(n * sizeof(*s->cand));
+    s->tmp = malloc(n * sizeof(*s->tmp));
     s->count = calloc(n, sizeof(int32_t));
-    if (!s->hist || !s->logit || !s->cand || !s->count) {
+    if (!s->hist || !s->logit || !s->cand || !s->tmp || !s->count) {
         sample_free(s);
         return hm_error_set(err, HM_ERR_NOMEM, "sampler: cannot allocate scratch for %d tokens", n_vocab);
     }
@@ -131,11 +135,36 @@ static void apply_penalties(sample_state *s, float *l) {
 /* (logit desc, id asc) */
 static int before(float la, int32_t a, float lb, int32_t b) { return la > lb || (la == lb && a < b); }
 
-static int cand_cmp(const void *pa, const void *pb) {
-    const cand_pair *a = pa, *b = pb;
-    if (before(a->l, a->id, b->l, b->id)) return -1;
-    if (before(b->l, b->id, a->l, a->id)) return 1;
-    return 0;
+/* Key whose ascending unsigned order is the (logit desc) order; -0 counts as +0. */
+static uint32_t desc_key(float l) {
+    uint32_t u;
+    l = l + 0.0f;
+    memcpy(&u, &l, 4);
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return ~u;
+}
+
+/* Stable LSD radix sort of n pairs by desc_key (3 passes of 11 bits); input in id order, so
+ * equal logits stay in id order: the result is the (logit desc, id asc) order. */
+static void radix_sort(cand_pair *a, cand_pair *tmp, int32_t n) {
+    uint32_t cnt[2048];
+    for (int pass = 0; pass < 3; pass++) {
+        const int sh = 11 * pass;
+        memset(cnt, 0, sizeof(cnt));
+        for (int32_t i = 0; i < n; i++) cnt[(desc_key(a[i].l) >> sh) & 2047]++;
+        uint32_t sum = 0;
+        for (int b = 0; b < 2048; b++) {
+            uint32_t c = cnt[b];
+            cnt[b] = sum;
+            sum += c;
+        }
+        for (int32_t i = 0; i < n; i++) tmp[cnt[(desc_key(a[i].l) >> sh) & 2047]++] = a[i];
+        cand_pair *t = a;
+        a = tmp;
+        tmp = t;
+    }
+    /* after an odd number of passes the sorted data is in the other buffer */
+    memcpy(tmp, a, (size_t)n * sizeof(cand_pair));
 }
 
 /* Fills s->cand with the k best tokens of l (all if k is off) in order; returns the count. */
@@ -161,7 +190,7 @@ static int32_t select_top(sample_state *s, const float *l, int32_t k) {
         c[t].l = l[t];
         c[t].id = t;
     }
-    qsort(c, (size_t)n, sizeof(cand_pair), cand_cmp);
+    radix_sort(c, s->tmp, n);
     return k > 0 && k < n ? k : n;
 }
 

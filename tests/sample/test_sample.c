@@ -276,4 +276,40 @@ static void test_determinism(void) {
     sample_free(c);
 }
 
-HM_TEST_MAIN(test_rng, test_greedy, test_penalties, test_filters, test_distribution, test_determinism)
+/* k > 256 takes the radix-sort path: ties at the top-k boundary keep the lower ids, and -0 and
+ * +0 are equal logits. */
+static void test_sort_path(void) {
+    enum { NV = 600 };
+    static float l[NV];
+    static long c[NV];
+    for (int i = 0; i < NV; i++) l[i] = (float)(5 - i / 100) * 0.01f;
+    sample_params p = off();
+    p.top_k = 350;
+    p.seed = 5;
+    HM_REQUIRE(draw_counts(&p, l, NV, 20000, c));
+    int ok = 1;
+    for (int i = 0; i < NV; i++) ok &= i < 350 ? c[i] > 0 : c[i] == 0;
+    HM_CHECK(ok);
+    for (int i = 0; i < NV; i++) l[i] = i % 2 ? 0.0f : -0.0f;
+    p.top_k = 300;
+    HM_REQUIRE(draw_counts(&p, l, NV, 20000, c));
+    ok = 1;
+    for (int i = 0; i < NV; i++) ok &= i < 300 ? c[i] > 0 : c[i] == 0;
+    HM_CHECK(ok);
+    /* negative and positive logits of many magnitudes: top_k = 257 keeps the 257 largest */
+    for (int i = 0; i < NV; i++) l[i] = (float)((i * 7919) % NV - 300) * ((i % 3) ? 0.013f : -0.7f);
+    float sorted[NV];
+    memcpy(sorted, l, sizeof(sorted));
+    for (int i = 1; i < NV; i++) /* insertion sort, descending */
+        for (int j = i; j > 0 && sorted[j] > sorted[j - 1]; j--) {
+            float t = sorted[j]; sorted[j] = sorted[j - 1]; sorted[j - 1] = t;
+        }
+    p.top_k = 257;
+    p.temperature = 100.0f; /* flatten so every kept token is drawn */
+    HM_REQUIRE(draw_counts(&p, l, NV, 60000, c));
+    ok = 1;
+    for (int i = 0; i < NV; i++) ok &= l[i] > sorted[257] ? c[i] > 0 : (l[i] < sorted[256] ? c[i] == 0 : 1);
+    HM_CHECK(ok && sorted[256] > sorted[257]);
+}
+
+HM_TEST_MAIN(test_sort_path, test_rng, test_greedy, test_penalties, test_filters, test_distribution, test_determinism)
