@@ -103,7 +103,7 @@ static void test_metadata_errors(void) {
 }
 
 static void test_qwen3_rules(void) {
-    tok_vocab *v = tt_load_vocab("qwen3", NULL, 0);
+    const tok_vocab *v = tt_vocab("qwen3");
     HM_REQUIRE(v != NULL);
     hm_error err;
     tok_ids ids = {0};
@@ -139,11 +139,10 @@ static void test_qwen3_rules(void) {
     HM_CHECK(!tok_is_eog(v, im_start) && !tok_is_eog(v, 9707) && !tok_is_eog(v, -1));
     HM_CHECK(tok_eos(v) == 151645 && tok_bos(v) == 151643 && !tok_add_bos(v) && tok_vocab_pre(v) == TOK_PRE_QWEN2);
     tok_ids_free(&ids);
-    tok_vocab_free(v);
 }
 
 static void test_stream_holdback(void) {
-    tok_vocab *v = tt_load_vocab("qwen3", NULL, 0);
+    const tok_vocab *v = tt_vocab("qwen3");
     HM_REQUIRE(v != NULL);
     tok_stream s;
     tok_stream_init(&s, v, 0);
@@ -169,11 +168,10 @@ static void test_stream_holdback(void) {
     HM_CHECK(n == 1);
     HM_CHECK(tok_stream_push(&s, -5, &p, &n, &err) == HM_ERR_RANGE);
     tok_stream_free(&s);
-    tok_vocab_free(v);
 }
 
 static void test_gptoss_mistral_rules(void) {
-    tok_vocab *g = tt_load_vocab("gptoss", NULL, 0), *m = tt_load_vocab("mistral", NULL, 0);
+    const tok_vocab *g = tt_vocab("gptoss"), *m = tt_vocab("mistral");
     HM_REQUIRE(g && m);
     const char *eog[] = {"<|return|>", "<|end|>", "<|call|>", "<|endoftext|>"};
     for (size_t i = 0; i < 4; i++) HM_CHECK_MSG(tok_is_eog(g, tok_token_find(g, eog[i], strlen(eog[i]))), "%s", eog[i]);
@@ -203,8 +201,6 @@ static void test_gptoss_mistral_rules(void) {
     HM_CHECK(dn == 4 && !memcmp(dec, "\xF0\x9F\xA6\x80", 4));
     free(dec);
     tok_ids_free(&ids);
-    tok_vocab_free(g);
-    tok_vocab_free(m);
 }
 
 /* Random bytes (mostly invalid UTF-8) and random code points: encode fails exactly when the text
@@ -218,7 +214,7 @@ static uint64_t rng_next(uint64_t *x) {
 }
 
 static void random_roundtrip(const char *name, unsigned enc, unsigned dec) {
-    tok_vocab *v = tt_load_vocab(name, NULL, 0);
+    const tok_vocab *v = tt_vocab(name);
     HM_REQUIRE(v != NULL);
     uint64_t x = 0x9E3779B97F4A7C15ull;
     char s[96], fixed[96 * 3 + 8];
@@ -265,7 +261,6 @@ static void random_roundtrip(const char *name, unsigned enc, unsigned dec) {
         tok_ids_free(&ids);
     }
     HM_CHECK_MSG(bad == 0, "%s: %zu of 400 random strings do not round-trip", name, bad);
-    tok_vocab_free(v);
 }
 
 static void test_random_roundtrip(void) {

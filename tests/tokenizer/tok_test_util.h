@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "gguf/gguf.h"
@@ -54,6 +55,29 @@ static tok_vocab *tt_load_vocab(const char *name, char *path_out, size_t path_ca
     if (tok_vocab_load(g, &v, &err) != HM_OK) fprintf(stderr, "%s: %s\n", path, err.msg);
     gguf_close(g);
     return v;
+}
+
+/* Loads each vocabulary once per test program (freed at exit), for tests that use it repeatedly. */
+static struct {
+    char name[16];
+    tok_vocab *v;
+} tt_cache[4];
+
+static void tt_cache_free(void) {
+    for (int i = 0; i < 4; i++) tok_vocab_free(tt_cache[i].v);
+}
+
+static const tok_vocab *tt_vocab(const char *name) {
+    for (int i = 0; i < 4; i++)
+        if (tt_cache[i].v && !strcmp(tt_cache[i].name, name)) return tt_cache[i].v;
+    for (int i = 0; i < 4; i++) {
+        if (tt_cache[i].v) continue;
+        if (i == 0) atexit(tt_cache_free);
+        tt_cache[i].v = tt_load_vocab(name, NULL, 0);
+        snprintf(tt_cache[i].name, sizeof(tt_cache[i].name), "%s", name);
+        return tt_cache[i].v;
+    }
+    return NULL;
 }
 
 #endif
