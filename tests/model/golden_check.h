@@ -33,7 +33,22 @@
 #include "model/model.h"
 
 #define GOLDEN_DIR "tests/model/golden"
+/* Under the sanitizers (Debug, -O0, ~15x slower) a lighter pass keeps the program near 20 s:
+ * the first prompt, 4 greedy steps, 16 ids of the perplexity text; the exact checks (f32
+ * models, f32 weights) still apply, the statistical top-1 bar of native quantised arithmetic
+ * needs all positions and is checked by the Release build only. The Release build runs all
+ * four prompts, 64 greedy steps and 256 ids. */
+#if defined(__SANITIZE_ADDRESS__)
+#define PPL_N 16
+#define LIGHT_PROMPTS 1
+#define LIGHT_GREEDY 4
+#define GOLDEN_LIGHT 1
+#else
 #define PPL_N 256 /* ids of the perplexity text that are run (of ~1000) */
+#define LIGHT_PROMPTS 1000
+#define LIGHT_GREEDY 1000
+#define GOLDEN_LIGHT 0
+#endif
 
 typedef struct {
     uint8_t *buf;
@@ -57,7 +72,16 @@ static inline bool golden_open(golden *g, const char *path) {
     g->hdr = malloc(hl + 1);
     memcpy(g->hdr, g->buf, hl);
     g->hdr[hl] = 0;
-    g->data = (const uint8_t *)end + 5;
+    /* the arrays start right after "end\n", at any alignment: copy them to aligned memory and
+     * keep buf/n describing that copy (offsets are relative to its start) */
+    size_t dn = g->n - (size_t)((const uint8_t *)end + 5 - g->buf);
+    uint8_t *d = malloc(dn + 1);
+    if (!d) return false;
+    memcpy(d, end + 5, dn);
+    free(g->buf);
+    g->buf = d;
+    g->n = dn;
+    g->data = d;
     return true;
 }
 
@@ -113,7 +137,16 @@ static inline int argmax(const float *l, int64_t n) {
     return b;
 }
 
+/* Under the sanitizers forging the larger quantised models dominates the run time (q4_k_m
+ * quantisation at -O0), so only these quantised files are run there; together they cover
+ * q8_0, q4_K, q5_0, q6_K and mxfp4 weights, the shared expert, sinks and the window. */
+static inline bool golden_light_keeps(const char *file) {
+    return !GOLDEN_LIGHT || strstr(file, "-f32.") || !strcmp(file, "tiny-olmoe-q4_k_m.golden") ||
+           !strcmp(file, "tiny-gpt-oss-mxfp4.golden") || !strcmp(file, "tiny-qwen2moe-q8_0.golden");
+}
+
 static inline void check_one(const char *file, bool f32_weights) {
+    if (!golden_light_keeps(file)) return;
     char path[512];
     snprintf(path, sizeof(path), GOLDEN_DIR "/%s", file);
     golden g;
@@ -122,7 +155,10 @@ static inline void check_one(const char *file, bool f32_weights) {
     HM_REQUIRE(golden_str(&g, "preset", preset, sizeof(preset)));
     HM_REQUIRE(golden_str(&g, "type", type, sizeof(type)));
     const bool f32 = golden_num(&g, "has_logits") == 1;
-    const int n_prompts = (int)golden_num(&g, "n_prompts"), n_greedy = (int)golden_num(&g, "n_greedy");
+    const int n_prompts_all = (int)golden_num(&g, "n_prompts");
+    const int n_greedy_all = (int)golden_num(&g, "n_greedy");
+    const int n_prompts = n_prompts_all < LIGHT_PROMPTS ? n_prompts_all : LIGHT_PROMPTS;
+    const int n_greedy = n_greedy_all < LIGHT_GREEDY ? n_greedy_all : LIGHT_GREEDY;
 
     char tag[128], gg[512];
     /* own file per program: ctest -j may run both golden programs at once */
@@ -152,7 +188,7 @@ static inline void check_one(const char *file, bool f32_weights) {
     hm_context *c = NULL;
     HM_REQUIRE(hm_context_init(m, &cp, &c, &err) == HM_OK);
 
-    float *lg = malloc((size_t)PPL_N * (size_t)V * sizeof(float));
+    float *lg = malloc((size_t)256 * (size_t)V * sizeof(float)); /* n_ctx rows */
     HM_REQUIRE(lg);
     double worst = 0; /* max over prompts of max|diff| / std */
     int agree = 0, total = 0, greedy_same = 0;
@@ -165,7 +201,7 @@ static inline void check_one(const char *file, bool f32_weights) {
         const int32_t *am = golden_arr(&g, name, &na);
         snprintf(name, sizeof(name), "p%d.greedy", k);
         const int32_t *gr = golden_arr(&g, name, &ng);
-        HM_REQUIRE(ids && am && gr && na == n && ng == n_greedy);
+        HM_REQUIRE(ids && am && gr && na == n && ng == n_greedy_all && n + n_greedy <= 256);
         hm_context_reset(c);
         HM_REQUIRE(hm_decode(c, ids, (int)n, 0, lg, HM_LOGITS_ALL, &err) == HM_OK);
         for (int64_t t = 0; t < n; t++) agree += argmax(lg + t * V, V) == am[t], total++;
@@ -201,7 +237,7 @@ static inline void check_one(const char *file, bool f32_weights) {
     if (f32) HM_CHECK_MSG(agree == total, "%s: top-1 agreement %d/%d", file, agree, total);
     else if (exact)
         HM_CHECK_MSG(agree * 100 >= total * 99, "%s: top-1 agreement %d/%d", file, agree, total);
-    else
+    else if (!GOLDEN_LIGHT)
         HM_CHECK_MSG(agree * 100 >= total * 90, "%s: top-1 agreement %d/%d", file, agree, total);
 
     /* NLL of the first PPL_N ids of the perplexity text, token by token */
@@ -220,7 +256,7 @@ static inline void check_one(const char *file, bool f32_weights) {
         ref_nll += pnll[i];
     }
     double rel = nll / ref_nll - 1;
-    HM_CHECK_MSG(fabs(rel) < (exact ? 1e-5 : 5e-3), "%s: NLL of %d tokens %.6g vs golden %.6g",
+    HM_CHECK_MSG(fabs(rel) < (exact ? 1e-5 : GOLDEN_LIGHT ? 2e-2 : 5e-3), "%s: NLL of %d tokens %.6g vs golden %.6g",
                  file, PPL_N - 1, nll, ref_nll);
     printf("  %-28s %s top-1 %3d/%3d  NLL(%d) %+.2e", file,
            f32_weights ? "f32-weights" : "native     ", agree, total, PPL_N - 1, rel);
