@@ -11,6 +11,8 @@
  *      the whole text in one context (--score-all, -c = its token count) must give the golden
  *      `ppl` within 0.1%. (The whole-text run of all five presets takes minutes under ASan;
  *      by hand on 2026-11-22 all five were within 0.023%.)
+ * Under AddressSanitizer (a Debug build at ~10x the cost) check 3 is left to the release build
+ * and check 1 uses 64 tokens, to keep the test near 20 s; both builds run in CI.
  */
 #include <math.h>
 #include <stdint.h>
@@ -20,6 +22,12 @@
 #include <sys/wait.h>
 
 #include "harness.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define PPL_SANITIZED 1
+#else
+#define PPL_SANITIZED 0
+#endif
 
 static const char *k_presets[] = {"tiny-qwen3moe", "tiny-mixtral", "tiny-olmoe", "tiny-gpt-oss",
                                   "tiny-qwen2moe"};
@@ -89,7 +97,9 @@ static void test_perplexity_vs_hf(void) {
         struct {
             const char *flags;
             int lo, hi; /* nll[lo..hi] are scored */
-        } runs[] = {{"--score-all -c 128 --chunks 1", 0, 126}, {"-c 64 --chunks 1 -b 16", 32, 62}};
+        } runs[] = {{PPL_SANITIZED ? "--score-all -c 64 --chunks 1" : "--score-all -c 128 --chunks 1",
+                     0, PPL_SANITIZED ? 62 : 126},
+                    {"-c 64 --chunks 1 -b 16", 32, 62}};
         for (int r = 0; r < 2; r++) {
             double sum = 0;
             for (int k = runs[r].lo; k <= runs[r].hi; k++) sum += g.nll[k];
@@ -101,7 +111,7 @@ static void test_perplexity_vs_hf(void) {
             HM_CHECK_MSG(fabs(got - want) <= 1e-3 * want, "%s %s: ppl %.6f vs HF nll %.6f", p,
                          runs[r].flags, got, want);
         }
-        if (!strcmp(p, "tiny-gpt-oss")) {
+        if (!PPL_SANITIZED && !strcmp(p, "tiny-gpt-oss")) {
             snprintf(cmd, sizeof(cmd),
                      "%s perplexity -m %s -f tests/model/golden/ppl_text.txt --score-all -c %ld "
                      "-t 2 2>/dev/null",
