@@ -1,0 +1,111 @@
+/* test_args.c - the shared flag parser (src/cli/args.c, compiled into this test: the CLI's
+ * sources are not part of the library). Defaults are llama.cpp's; every value form and error
+ * path is exercised; errors go to stderr (redirected to /dev/null here) and give status 2. */
+#include <stdio.h>
+
+#include "../../src/cli/args.c"
+#include "harness.h"
+
+static int parse(const cli_args_def *def, cli_common_args *a, int argc, char **argv) {
+    FILE *saved = stderr;
+    FILE *null = fopen("/dev/null", "w");
+    if (null) stderr = null;
+    int rc = cli_args_parse(def, argc, argv, a);
+    if (null) {
+        stderr = saved;
+        fclose(null);
+    }
+    return rc;
+}
+
+#define ARGV(...) ((char *[]){"cmd", __VA_ARGS__})
+#define NARG(...) ((int)(sizeof((char *[]){"cmd", __VA_ARGS__}) / sizeof(char *)))
+#define PARSE(def, a, ...) parse(def, a, NARG(__VA_ARGS__), ARGV(__VA_ARGS__))
+
+static const cli_args_def k_all = {"t", NULL, NULL, CLI_ARGS_ALL, NULL, 0};
+
+static void test_defaults(void) {
+    cli_common_args a;
+    char *argv[] = {"cmd"};
+    HM_CHECK(parse(&k_all, &a, 1, argv) == CLI_ARGS_CONTINUE);
+    HM_CHECK(a.n_predict == -1 && a.n_ctx == 0 && a.n_batch == 2048 && a.n_ubatch == 512);
+    HM_CHECK(a.temp == 0.8f && a.top_k == 40 && a.top_p == 0.95f && a.min_p == 0.05f);
+    HM_CHECK(a.repeat_penalty == 1.0f && a.repeat_last_n == 64 && a.seed == CLI_SEED_RANDOM);
+    HM_CHECK(!a.seed_given && !a.model && !strcmp(a.cache_type_k, "f16"));
+}
+
+static void test_values(void) {
+    cli_common_args a;
+    HM_CHECK(PARSE(&k_all, &a, "-m", "x.gguf", "-p", "hi", "-n", "7", "-c", "256", "-b", "64",
+                   "-ub", "16", "-t", "3", "--temp", "0", "--top-k", "5", "--top-p=0.5",
+                   "--min-p", "0.1", "--repeat-penalty", "1.1", "--presence-penalty", "0.5",
+                   "--frequency-penalty", "-0.5", "-s", "42", "-ctk", "q8_0",
+                   "--cache-type-v=q8_0", "-f", "t.txt") == CLI_ARGS_CONTINUE);
+    HM_CHECK(!strcmp(a.model, "x.gguf") && !strcmp(a.prompt, "hi") && !strcmp(a.file, "t.txt"));
+    HM_CHECK(a.n_predict == 7 && a.n_ctx == 256 && a.n_batch == 64 && a.n_ubatch == 16);
+    HM_CHECK(a.n_threads == 3 && a.temp == 0.0f && a.top_k == 5 && a.top_p == 0.5f);
+    HM_CHECK(a.min_p == 0.1f && a.repeat_penalty == 1.1f && a.presence_penalty == 0.5f);
+    HM_CHECK(a.frequency_penalty == -0.5f && a.seed == 42 && a.seed_given && a.given_n_predict);
+    HM_CHECK(!strcmp(a.cache_type_k, "q8_0") && !strcmp(a.cache_type_v, "q8_0"));
+    HM_CHECK(cli_args_cache_type("q8_0") == HM_TYPE_Q8_0 && cli_args_cache_type("q4_0") == -1);
+    HM_CHECK(PARSE(&k_all, &a, "--seed", "-1") == CLI_ARGS_CONTINUE && a.seed == CLI_SEED_RANDOM);
+    HM_CHECK(PARSE(&k_all, &a, "--model=m", "--n-predict=3") == CLI_ARGS_CONTINUE &&
+             !strcmp(a.model, "m") && a.n_predict == 3);
+}
+
+static void test_errors(void) {
+    cli_common_args a;
+    HM_CHECK(PARSE(&k_all, &a, "--bogus") == CLI_ARGS_USAGE);
+    HM_CHECK(PARSE(&k_all, &a, "stray") == CLI_ARGS_USAGE);
+    HM_CHECK(PARSE(&k_all, &a, "-n") == CLI_ARGS_USAGE);          /* missing value */
+    HM_CHECK(PARSE(&k_all, &a, "-n", "12abc") == CLI_ARGS_USAGE); /* not all consumed */
+    HM_CHECK(PARSE(&k_all, &a, "-n", "") == CLI_ARGS_USAGE);
+    HM_CHECK(PARSE(&k_all, &a, "-c", "99999999999") == CLI_ARGS_USAGE);
+    HM_CHECK(PARSE(&k_all, &a, "--temp", "nan") == CLI_ARGS_USAGE);
+    HM_CHECK(PARSE(&k_all, &a, "--temp", "-1") == CLI_ARGS_USAGE);
+    HM_CHECK(PARSE(&k_all, &a, "--top-p", "0") == CLI_ARGS_USAGE);
+    HM_CHECK(PARSE(&k_all, &a, "--min-p", "2") == CLI_ARGS_USAGE);
+    HM_CHECK(PARSE(&k_all, &a, "-n", "-2") == CLI_ARGS_USAGE);
+    HM_CHECK(PARSE(&k_all, &a, "-b", "0") == CLI_ARGS_USAGE);
+    HM_CHECK(PARSE(&k_all, &a, "-t", "-1") == CLI_ARGS_USAGE);
+    HM_CHECK(PARSE(&k_all, &a, "-ctk", "q4_0") == CLI_ARGS_USAGE);
+    HM_CHECK(PARSE(&k_all, &a, "-s", "+3") == CLI_ARGS_USAGE);
+    HM_CHECK(PARSE(&k_all, &a, "--repeat-penalty", "0") == CLI_ARGS_USAGE);
+    /* a group the command does not take is an unknown flag */
+    const cli_args_def model_only = {"t", NULL, NULL, CLI_ARGS_MODEL, NULL, 0};
+    HM_CHECK(PARSE(&model_only, &a, "--temp", "1") == CLI_ARGS_USAGE);
+    HM_CHECK(PARSE(&model_only, &a, "-f", "x") == CLI_ARGS_USAGE);
+}
+
+static void test_extra(void) {
+    int n = 0;
+    bool flag = false;
+    const char *name = NULL;
+    float x = 0;
+    uint64_t big = 0;
+    const cli_arg_spec extra[] = {
+        {"-n", "--n-gen", CLI_ARG_INT, &n, "N", "overrides the common -n"},
+        {"--flag", NULL, CLI_ARG_BOOL, &flag, NULL, "a switch"},
+        {"-o", "--output", CLI_ARG_STR, &name, "F", "a string"},
+        {"--x", NULL, CLI_ARG_FLOAT, &x, "X", "a float"},
+        {"--big", NULL, CLI_ARG_U64, &big, "N", "a u64"},
+    };
+    const cli_args_def def = {"t", NULL, NULL, CLI_ARGS_PROMPT, extra, 5};
+    cli_common_args a;
+    HM_CHECK(PARSE(&def, &a, "-n", "128", "--flag", "--output=o.json", "--x", "2.5", "--big",
+                   "18446744073709551615") == CLI_ARGS_CONTINUE);
+    HM_CHECK(n == 128 && a.n_predict == -1 && !a.given_n_predict); /* the command's own -n */
+    HM_CHECK(flag && !strcmp(name, "o.json") && x == 2.5f && big == UINT64_MAX);
+    HM_CHECK(PARSE(&def, &a, "--flag=1") == CLI_ARGS_USAGE); /* a switch takes no value */
+    HM_CHECK(PARSE(&def, &a, "--big", "18446744073709551616") == CLI_ARGS_USAGE);
+    /* -h prints help on stdout and asks the command to exit 0 */
+    FILE *saved = stdout, *null = fopen("/dev/null", "w");
+    HM_REQUIRE(null);
+    stdout = null;
+    int rc = PARSE(&def, &a, "--flag", "-h");
+    stdout = saved;
+    fclose(null);
+    HM_CHECK(rc == CLI_ARGS_HELP);
+}
+
+HM_TEST_MAIN(test_defaults, test_values, test_errors, test_extra)
