@@ -199,6 +199,12 @@ typedef struct {
 typedef hm_status (*hm_moe_exec_fn)(void *impl, const hm_model *m, const hm_moe_job *job,
                                     hm_error *err);
 
+/* The default: every slot on the CPU (cpu_moe_matmul, expert biases, swiglu). impl must be the
+ * hm_context the job comes from (its scratch is used). Slots whose id is < 0 are skipped and
+ * their rows of y left alone, so an executor may run a subset of the slots here and the rest
+ * elsewhere; each slot's output does not depend on which other slots ran. */
+hm_status hm_moe_exec_cpu(void *impl, const hm_model *m, const hm_moe_job *job, hm_error *err);
+
 /* Called with each layer's routing result when set (tracer, learn). NULL costs nothing. */
 typedef void (*hm_route_hook_fn)(void *user, int layer, int64_t n_tok, int n_used,
                                  const int32_t *ids, const float *weights);

@@ -142,7 +142,7 @@ hm_status hm_context_init(const hm_model *m, const hm_context_params *params, hm
     c->m = m;
     c->p = p;
     c->kern = quant_kernels_best();
-    c->moe_exec = model_moe_exec_cpu;
+    c->moe_exec = hm_moe_exec_cpu;
     c->moe_impl = c;
     st = tp_init(p.n_threads, &c->pool, err);
     c->kv = calloc((size_t)hp->n_layer, sizeof(cpu_kv_layer));
@@ -251,7 +251,7 @@ void hm_context_set_route_hook(hm_context *c, hm_route_hook_fn fn, void *user) {
 }
 
 void hm_context_set_moe_exec(hm_context *c, hm_moe_exec_fn fn, void *impl) {
-    c->moe_exec = fn ? fn : model_moe_exec_cpu;
+    c->moe_exec = fn ? fn : hm_moe_exec_cpu;
     c->moe_impl = fn ? impl : c;
 }
 

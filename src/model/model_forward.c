@@ -42,7 +42,7 @@ static hm_status moe_matmul(hm_context *c, const cpu_moe_args *a, hm_error *err)
 }
 
 /* The CPU expert FFN: y[t][s] = down(act(gate(x[t]), up(x[t]))) of expert ids[t][s]. */
-hm_status model_moe_exec_cpu(void *impl, const hm_model *m, const hm_moe_job *job,
+hm_status hm_moe_exec_cpu(void *impl, const hm_model *m, const hm_moe_job *job,
                              hm_error *err) {
     hm_context *c = impl;
     const hm_hparams *hp = &m->hp;

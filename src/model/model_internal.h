@@ -60,10 +60,6 @@ struct hm_context {
     struct moe_tracer *tracer; /* or NULL */
 };
 
-/* The CPU expert FFN (cpu_moe_matmul); the default hm_moe_exec_fn. impl is the context. */
-hm_status model_moe_exec_cpu(void *impl, const hm_model *m, const hm_moe_job *job,
-                             hm_error *err);
-
 /* One ubatch: tokens at pos..pos+n-1 (n <= n_ubatch); logits rows for out_first.. into out. */
 hm_status model_forward_ubatch(hm_context *ctx, const int32_t *tokens, int n, int pos,
                                float *logits, hm_logits_mode mode, hm_error *err);

@@ -2,7 +2,8 @@
  * batch vs one-by-one decode (bit-identical), thread-count invariance (1 vs 3 threads,
  * bit-identical), determinism across runs, sliding-window ring vs unwrapped cache, rewinds,
  * q8_0 KV cache, and the load errors (unsupported architecture, missing key/tensor,
- * unsupported type, bad shape) and decode argument errors. */
+ * unsupported type, bad shape) and decode argument errors; the expert-FFN interface (slots
+ * split across two executor calls give the same bits) and the routing hook. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -305,5 +306,84 @@ static void test_load_errors(void) {
     free(img);
 }
 
+/* ---- expert FFN interface and routing hook ---- */
+
+typedef struct {
+    hm_context *c;
+    int exec_calls, hook_calls;
+    int64_t hook_tokens;
+    bool ids_ok;
+} split_state;
+
+/* Runs the even slots and the odd slots in two separate calls of the CPU executor, as a tiered
+ * executor would run hot and cold experts in two places. */
+static hm_status split_exec(void *impl, const hm_model *m, const hm_moe_job *job, hm_error *err) {
+    split_state *s = impl;
+    s->exec_calls++;
+    size_t n = (size_t)job->n_tok * (size_t)job->n_used;
+    int32_t *ids = malloc(n * sizeof(int32_t));
+    if (!ids) return hm_error_set(err, HM_ERR_NOMEM, "oom");
+    hm_status st = HM_OK;
+    for (int half = 0; half < 2 && st == HM_OK; half++) {
+        for (size_t i = 0; i < n; i++)
+            ids[i] = (int)(i % (size_t)job->n_used) % 2 == half ? job->ids[i] : -1;
+        hm_moe_job j = *job;
+        j.ids = ids;
+        st = hm_moe_exec_cpu(s->c, m, &j, err);
+    }
+    free(ids);
+    return st;
+}
+
+static void route_hook(void *user, int layer, int64_t n_tok, int n_used, const int32_t *ids,
+                       const float *w) {
+    split_state *s = user;
+    s->hook_calls++;
+    s->hook_tokens += n_tok;
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int k = 0; k < n_used; k++) {
+            int32_t e = ids[t * n_used + k];
+            if (e < 0 || e >= 8 || !(w[t * n_used + k] > 0.0f)) s->ids_ok = false;
+            for (int k2 = 0; k2 < k; k2++)
+                if (ids[t * n_used + k2] == e) s->ids_ok = false; /* distinct experts */
+        }
+    (void)layer;
+}
+
+static void test_moe_exec_split_and_hook(void) {
+    const char *presets[] = {"tiny-qwen2moe", "tiny-gpt-oss"}; /* shared expert; expert biases */
+    int32_t ids[N_PROMPT];
+    prompt_ids(ids, N_PROMPT, 13);
+    for (int pi = 0; pi < 2; pi++) {
+        char path[512];
+        HM_REQUIRE(forged(presets[pi], path, sizeof(path)));
+        hm_model *m = NULL;
+        hm_error err;
+        HM_REQUIRE(hm_model_load(path, NULL, &m, &err) == HM_OK);
+        const int64_t V = hm_model_hparams(m)->n_vocab, L = hm_model_hparams(m)->n_layer;
+        HM_CHECK(hm_model_hparams(m)->n_expert == 8);
+        size_t sz = (size_t)N_PROMPT * (size_t)V;
+        float *a = malloc(sz * 4), *b = malloc(sz * 4);
+        hm_context *c = mkctx(m, 64, 8, 2, HM_TYPE_F16);
+        HM_REQUIRE(c && a && b);
+        HM_CHECK(run_all(c, ids, N_PROMPT, false, a));
+        split_state s = {.c = c, .ids_ok = true};
+        hm_context_set_moe_exec(c, split_exec, &s);
+        hm_context_set_route_hook(c, route_hook, &s);
+        HM_CHECK(run_all(c, ids, N_PROMPT, false, b));
+        HM_CHECK_MSG(!memcmp(a, b, sz * 4), "%s: split executor changed the logits", presets[pi]);
+        HM_CHECK(s.exec_calls == 3 * L); /* 21 tokens in ubatches of 8: 3 per layer */
+        HM_CHECK(s.hook_calls == 3 * L && s.hook_tokens == N_PROMPT * L);
+        HM_CHECK(s.ids_ok);
+        hm_context_set_moe_exec(c, NULL, NULL); /* back to the default */
+        hm_context_set_route_hook(c, NULL, NULL);
+        HM_CHECK(run_all(c, ids, N_PROMPT, false, b));
+        HM_CHECK(!memcmp(a, b, sz * 4) && s.exec_calls == 3 * L);
+        hm_context_free(c);
+        free(a), free(b);
+        hm_model_free(m);
+    }
+}
+
 HM_TEST_MAIN(test_presets_batch_threads_determinism, test_sliding_window_ring,
-             test_rewind_and_q8_cache, test_load_errors)
+             test_rewind_and_q8_cache, test_load_errors, test_moe_exec_split_and_hook)
