@@ -68,7 +68,8 @@ static int64_t layer_slots(const hm_model *m, const hm_context_params *p, int il
 static uint64_t scratch_floats(const hm_model *m, const hm_context_params *p) {
     const hm_hparams *hp = &m->hp;
     uint64_t nu = (uint64_t)p->n_ubatch, E = (uint64_t)hp->n_embd, K = (uint64_t)hp->n_expert_used;
-    uint64_t nq = (uint64_t)(hp->n_head * hp->head_dim_k), nk = (uint64_t)(hp->n_head_kv * hp->head_dim_k);
+    uint64_t nq = (uint64_t)(hp->n_head * hp->head_dim_k);
+    uint64_t nk = (uint64_t)(hp->n_head_kv * hp->head_dim_k);
     return nu * (3 * E + 2 * nq + 2 * nk + (uint64_t)hp->n_expert + K + 2 * K * hp->n_ff_exp +
                  K * E + 2 * (uint64_t)hp->n_ff_shexp + 1);
 }

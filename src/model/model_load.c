@@ -129,7 +129,8 @@ static hm_status read_hparams(hm_model *m, hm_error *err) {
     if (st != HM_OK) return st;
     if (hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv != 0)
         return hm_error_set(err, HM_ERR_RANGE, "%s: head_count %lld is not a multiple of "
-                            "head_count_kv %lld", a, (long long)hp->n_head, (long long)hp->n_head_kv);
+                            "head_count_kv %lld", a, (long long)hp->n_head,
+                            (long long)hp->n_head_kv);
     if (hp->head_dim_k != hp->head_dim_v)
         return hm_error_set(err, HM_ERR_UNSUPPORTED, "%s: key_length %lld != value_length %lld "
                             "is not supported", a, (long long)hp->head_dim_k,

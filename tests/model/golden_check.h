@@ -1,4 +1,5 @@
-/* golden_check.h - shared by test_model_golden*.c: hotmoe's logits against HuggingFace transformers goldens
+/* golden_check.h - shared by the test_model_golden programs: hotmoe's logits against
+ * HuggingFace transformers goldens
  * (tests/model/golden/, made by tools/reference/hf_logits.py in float64; README there).
  *
  * For every golden file the model is forged here with the same preset, type and seed (the file
@@ -256,7 +257,8 @@ static inline void check_one(const char *file, bool f32_weights) {
         ref_nll += pnll[i];
     }
     double rel = nll / ref_nll - 1;
-    HM_CHECK_MSG(fabs(rel) < (exact ? 1e-5 : GOLDEN_LIGHT ? 2e-2 : 5e-3), "%s: NLL of %d tokens %.6g vs golden %.6g",
+    HM_CHECK_MSG(fabs(rel) < (exact ? 1e-5 : GOLDEN_LIGHT ? 2e-2 : 5e-3),
+                 "%s: NLL of %d tokens %.6g vs golden %.6g",
                  file, PPL_N - 1, nll, ref_nll);
     printf("  %-28s %s top-1 %3d/%3d  NLL(%d) %+.2e", file,
            f32_weights ? "f32-weights" : "native     ", agree, total, PPL_N - 1, rel);
