@@ -11,7 +11,7 @@
  * drops the analysis channel). So with templates that keep history as generated, only the new
  * user turn is processed. A reply ends at the template's end-of-turn tokens
  * (chat_stop_texts, else the vocabulary's end-of-generation set), after -n tokens, or when the
- * context is full. For harmony only the final channel is shown.
+ * context is full. For harmony only the final channel is shown (and text before any channel).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -219,8 +219,9 @@ static hm_status generate(chat_state *s, int n_predict, char **reply, int *n_gen
     tok_ids gen = {0};
     hm_status st = HM_OK;
     int n_ctx = hm_context_n_ctx(e->ctx);
-    /* harmony display: show text of the final channel only */
-    bool in_final = !harmony, want_channel = false;
+    /* harmony display: text of the final channel only; text before any channel marker (a model
+     * that does not speak harmony, e.g. a forged one) is shown as it comes */
+    bool in_final = true, want_channel = false;
     char chan[16] = {0};
     size_t chan_n = 0;
     while (n_predict < 0 || (int)gen.n < n_predict) {
