@@ -127,7 +127,6 @@ SIMD_INLINE void simd_unpack_q6_K(const uint8_t *wp, simd_st_q6 *st) {
     _Pragma("GCC unroll 2")
     for (int n = 0; n < 2; n++) {
         const uint8_t *ql = x->ql + 64 * n;
-        const int8_t *sc = x->scales + 8 * n;
         __m256i la = _mm256_loadu_si256((const __m256i *)ql);
         __m256i lb = _mm256_loadu_si256((const __m256i *)(ql + 32));
         __m256i hv = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * n));
@@ -140,10 +139,19 @@ SIMD_INLINE void simd_unpack_q6_K(const uint8_t *wp, simd_st_q6 *st) {
                                _mm256_and_si256(hv, _mm256_set1_epi8(0x30)));
         q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lb, 4), m4),
                                _mm256_srli_epi16(_mm256_and_si256(hv, _mm256_set1_epi8((char)0xc0)), 2));
-        for (int k = 0; k < 4; k++)
-            st->sv[4 * n + k] = _mm256_set_m128i(_mm_set1_epi16(sc[2 * k + 1]), _mm_set1_epi16(sc[2 * k]));
     }
     st->sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
+    /* sv[j] = [scales[2j] x 8 | scales[2j+1] x 8] (int16): with AVX-512 one vpermw each,
+     * else from scalars */
+    _Pragma("GCC unroll 8")
+    for (int j = 0; j < 8; j++) {
+#if SIMD_VNNI
+        const __m256i ix = _mm256_set_m128i(_mm_set1_epi16((short)(2 * j + 1)), _mm_set1_epi16((short)(2 * j)));
+        st->sv[j] = _mm256_permutexvar_epi16(ix, st->sc16);
+#else
+        st->sv[j] = _mm256_set_m128i(_mm_set1_epi16(x->scales[2 * j + 1]), _mm_set1_epi16(x->scales[2 * j]));
+#endif
+    }
 }
 
 /* the -32 is folded in: s = sum sc[j] * (sum q*a) - 32 * sum sc[j] * bsums[j] (exact) */
