@@ -3,7 +3,7 @@
  * DESIGN: one working copy of the logits per call; penalties touch only the tokens in the
  * history (counted in a zeroed per-vocabulary array that is zeroed again afterwards); top-k
  * keeps a sorted insertion buffer when k is small and otherwise radix-sorts every candidate
- * (stable, 3 x 11 bits); all orders are the total order (logit desc, id asc), so no step
+ * (stable, 3 x 11 bits; qsort below 4096 tokens); all orders are the total order (logit desc, id asc), so no step
  * depends on the sort algorithm.
  * The random number of draw `step` is sample_uniform(seed, step); greedy sampling draws none.
  */
@@ -16,6 +16,7 @@
 #include "cpu/ops_math.h"
 
 #define SAMPLE_TOPK_INSERT_MAX 256
+#define SAMPLE_RADIX_MIN 4096 /* fewer candidates: qsort (the radix histograms cost more) */
 
 typedef struct cand_pair { float l; int32_t id; } cand_pair;
 
@@ -135,6 +136,13 @@ static void apply_penalties(sample_state *s, float *l) {
 /* (logit desc, id asc) */
 static int before(float la, int32_t a, float lb, int32_t b) { return la > lb || (la == lb && a < b); }
 
+static int cand_cmp(const void *pa, const void *pb) {
+    const cand_pair *a = pa, *b = pb;
+    if (before(a->l, a->id, b->l, b->id)) return -1;
+    if (before(b->l, b->id, a->l, a->id)) return 1;
+    return 0;
+}
+
 /* Key whose ascending unsigned order is the (logit desc) order; -0 counts as +0. */
 static uint32_t desc_key(float l) {
     uint32_t u;
@@ -190,7 +198,8 @@ static int32_t select_top(sample_state *s, const float *l, int32_t k) {
         c[t].l = l[t];
         c[t].id = t;
     }
-    radix_sort(c, s->tmp, n);
+    if (n >= SAMPLE_RADIX_MIN) radix_sort(c, s->tmp, n);
+    else qsort(c, (size_t)n, sizeof(cand_pair), cand_cmp); /* a total order: same result */
     return k > 0 && k < n ? k : n;
 }
 

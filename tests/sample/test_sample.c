@@ -211,24 +211,24 @@ static void test_distribution(void) {
         double x = chi2(l, 6, T[ti], c, n);
         HM_CHECK_MSG(x < 25.0, "T=%g: chi2 %g", T[ti], x);
     }
-    /* a larger vocabulary through the full-sort path (top-k off), 400 tokens in 8 buckets */
-    enum { NV = 400 };
+    /* a larger vocabulary through the full-sort path (top-k off), 200 tokens in 8 buckets */
+    enum { NV = 200 };
     float *lv = malloc(NV * sizeof(float));
     long *cv = malloc(NV * sizeof(long));
     for (int i = 0; i < NV; i++) lv[i] = (float)((i * 37) % 101) / 25.0f;
     sample_params p = off();
     p.seed = 99;
-    HM_REQUIRE(draw_counts(&p, lv, NV, 16000, cv));
+    HM_REQUIRE(draw_counts(&p, lv, NV, 8000, cv));
     double m = 0, s = 0, eb[8] = {0}, cb[8] = {0};
     for (int i = 0; i < NV; i++) m = fmax(m, lv[i]);
     for (int i = 0; i < NV; i++) s += exp(lv[i] - m);
     for (int i = 0; i < NV; i++) {
-        eb[i % 8] += 16000.0 * exp(lv[i] - m) / s;
+        eb[i % 8] += 8000.0 * exp(lv[i] - m) / s;
         cb[i % 8] += (double)cv[i];
     }
     double x = 0;
     for (int b = 0; b < 8; b++) x += (cb[b] - eb[b]) * (cb[b] - eb[b]) / eb[b];
-    HM_CHECK_MSG(x < 30.0, "vocab 400: chi2 %g (7 dof)", x);
+    HM_CHECK_MSG(x < 30.0, "vocab 200: chi2 %g (7 dof)", x);
     free(lv);
     free(cv);
 }
@@ -279,37 +279,73 @@ static void test_determinism(void) {
 /* k > 256 takes the radix-sort path: ties at the top-k boundary keep the lower ids, and -0 and
  * +0 are equal logits. */
 static void test_sort_path(void) {
-    enum { NV = 600 };
+    enum { NV = 280, K = 257, DRAWS = 5000 }; /* ~19 draws per kept token: none is missed */
     static float l[NV];
     static long c[NV];
-    for (int i = 0; i < NV; i++) l[i] = (float)(5 - i / 100) * 0.01f;
+    for (int i = 0; i < NV; i++) l[i] = (float)(5 - i / 50) * 0.001f; /* ties in classes of 50 */
     sample_params p = off();
-    p.top_k = 350;
+    p.top_k = K;
     p.seed = 5;
-    HM_REQUIRE(draw_counts(&p, l, NV, 20000, c));
+    HM_REQUIRE(draw_counts(&p, l, NV, DRAWS, c));
     int ok = 1;
-    for (int i = 0; i < NV; i++) ok &= i < 350 ? c[i] > 0 : c[i] == 0;
+    for (int i = 0; i < NV; i++) ok &= i < K ? c[i] > 0 : c[i] == 0;
     HM_CHECK(ok);
     for (int i = 0; i < NV; i++) l[i] = i % 2 ? 0.0f : -0.0f;
-    p.top_k = 300;
-    HM_REQUIRE(draw_counts(&p, l, NV, 20000, c));
+    HM_REQUIRE(draw_counts(&p, l, NV, DRAWS, c));
     ok = 1;
-    for (int i = 0; i < NV; i++) ok &= i < 300 ? c[i] > 0 : c[i] == 0;
+    for (int i = 0; i < NV; i++) ok &= i < K ? c[i] > 0 : c[i] == 0;
     HM_CHECK(ok);
-    /* negative and positive logits of many magnitudes: top_k = 257 keeps the 257 largest */
-    for (int i = 0; i < NV; i++) l[i] = (float)((i * 7919) % NV - 300) * ((i % 3) ? 0.013f : -0.7f);
+    /* negative and positive logits of many magnitudes: the K largest are kept */
+    for (int i = 0; i < NV; i++) l[i] = (float)((i * 7919) % NV - 140) * ((i % 3) ? 0.013f : -0.7f);
     float sorted[NV];
     memcpy(sorted, l, sizeof(sorted));
     for (int i = 1; i < NV; i++) /* insertion sort, descending */
         for (int j = i; j > 0 && sorted[j] > sorted[j - 1]; j--) {
             float t = sorted[j]; sorted[j] = sorted[j - 1]; sorted[j - 1] = t;
         }
-    p.top_k = 257;
-    p.temperature = 100.0f; /* flatten so every kept token is drawn */
-    HM_REQUIRE(draw_counts(&p, l, NV, 60000, c));
+    p.temperature = 1000.0f; /* flatten so every kept token is drawn */
+    HM_REQUIRE(draw_counts(&p, l, NV, DRAWS, c));
     ok = 1;
-    for (int i = 0; i < NV; i++) ok &= l[i] > sorted[257] ? c[i] > 0 : (l[i] < sorted[256] ? c[i] == 0 : 1);
-    HM_CHECK(ok && sorted[256] > sorted[257]);
+    for (int i = 0; i < NV; i++) ok &= l[i] > sorted[K] ? c[i] > 0 : (l[i] < sorted[K - 1] ? c[i] == 0 : 1);
+    HM_CHECK(ok && sorted[K - 1] > sorted[K]);
 }
 
-HM_TEST_MAIN(test_sort_path, test_rng, test_greedy, test_penalties, test_filters, test_distribution, test_determinism)
+/* 5000 tokens with top-k off take the radix sort: ties (and -0/+0) at the top-p cut keep the
+ * lower ids; positive logits above negative ones, larger above smaller. */
+static void test_radix_path(void) {
+    enum { NV = 5000 };
+    static float l[NV];
+    static long c[NV];
+    for (int i = 0; i < NV; i++) l[i] = -20.0f;
+    for (int i = 4990; i < NV; i++) l[i] = i % 2 ? 0.0f : -0.0f;
+    sample_params p = off(); /* top-k off: the whole vocabulary is sorted */
+    p.top_p = 0.45f;         /* 10 tied tokens of p ~ 0.1 each: top-p keeps the first 5 */
+    p.seed = 11;
+    HM_REQUIRE(draw_counts(&p, l, NV, 400, c));
+    int ok = 1;
+    for (int i = 0; i < NV; i++) ok &= i >= 4990 && i < 4995 ? c[i] > 0 : c[i] == 0;
+    HM_CHECK(ok);
+    uint64_t st = 3;
+    for (int i = 0; i < NV; i++) {
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        l[i] = (float)((double)(st >> 11) * 0x1.0p-53 * 1900.0 - 1000.0); /* [-1000, 900) */
+    }
+    const int top[5] = {4321, 17, 2500, 3999, 808};
+    for (int i = 0; i < 5; i++) l[top[i]] = 990.0f - 10.0f * (float)i;
+    p.top_p = 1.0f;
+    p.min_p = expf(-45.0f); /* keeps logits >= 990 - 45: the five planted ones */
+    p.temperature = 100.0f;
+    HM_REQUIRE(draw_counts(&p, l, NV, 400, c));
+    long in = 0;
+    for (int i = 0; i < 5; i++) {
+        HM_CHECK(c[top[i]] > 0);
+        in += c[top[i]];
+    }
+    HM_CHECK(in == 400);
+    p.min_p = 0.0f; /* untruncated: the most likely token is the largest logit */
+    p.temperature = 1.0f;
+    HM_REQUIRE(draw_counts(&p, l, NV, 50, c));
+    HM_CHECK(c[4321] == 50);
+}
+
+HM_TEST_MAIN(test_radix_path, test_sort_path, test_rng, test_greedy, test_penalties, test_filters, test_distribution, test_determinism)
