@@ -133,6 +133,39 @@ static void test_elementwise(void) {
     cpu_moe_combine(NULL, ys, wts, ids, 2, 2, 2, outc);
     HM_CHECK(outc[0] == 0.25f * 51 && outc[1] == 0.25f * 61); /* slot 1 skipped */
     HM_CHECK(outc[2] == 0.5f * 12 + 0.5f * 33 && outc[3] == 0.5f * 22 + 0.5f * 43);
+    /* combine and expert bias at a size that uses the pool: same bits for 1, 2, 3 threads and
+     * equal to the documented order */
+    {
+        const int64_t nt = 64, nd = 256;
+        const int nu = 4, ne = 8;
+        float *ysl = frand_vec(nt * nu * nd, -2, 2), *wsl = frand_vec(nt * nu, 0, 1);
+        float *bsl = frand_vec(ne * nd, -1, 1), *ys2 = malloc((size_t)(nt * nu * nd) * 4);
+        int32_t *isl = malloc((size_t)(nt * nu) * 4);
+        for (int64_t i = 0; i < nt * nu; i++) isl[i] = (int32_t)((i * 5) % (ne + 1)) - 1;
+        float *o[3];
+        int same = 1, formula = 1;
+        for (int p = 0; p < 3; p++) {
+            memcpy(ys2, ysl, (size_t)(nt * nu * nd) * 4);
+            cpu_moe_add_bias(pools[p], ys2, bsl, isl, nt, nu, nd);
+            o[p] = malloc((size_t)(nt * nd) * 4);
+            cpu_moe_combine(pools[p], ys2, wsl, isl, nt, nu, nd, o[p]);
+            if (p) same &= !memcmp(o[0], o[p], (size_t)(nt * nd) * 4);
+        }
+        for (int64_t t = 0; t < nt; t++)
+            for (int64_t i = 0; i < nd; i++) {
+                float acc = 0.0f;
+                for (int sl = 0; sl < nu; sl++) {
+                    int32_t e = isl[t * nu + sl];
+                    if (e < 0) continue;
+                    float yv = ysl[(t * nu + sl) * nd + i] + bsl[e * nd + i];
+                    acc = acc + wsl[t * nu + sl] * yv;
+                }
+                formula &= acc == o[0][t * nd + i];
+            }
+        HM_CHECK(same && formula);
+        for (int p = 0; p < 3; p++) free(o[p]);
+        free(ysl); free(wsl); free(bsl); free(ys2); free(isl);
+    }
     for (int p = 0; p < 3; p++) free(y[p]);
     free(a); free(b);
 }
