@@ -26,8 +26,7 @@ static inline __m256 ld_f16(const uint8_t *row, int d) {
 static inline __m256 ld_q8_0(const uint8_t *row, int d) {
     const block_q8_0 *b = (const block_q8_0 *)row + d / 32;
     const __m128i q = _mm_loadl_epi64((const __m128i *)(b->qs + d % 32));
-    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)),
-                         _mm256_set1_ps(hm_fp16_to_f32(b->d)));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), _mm256_set1_ps(_cvtsh_ss(b->d)));
 }
 
 /* The 8-lane tree: lanes l += l+4, then l += l+2, then 0 += 1. */
