@@ -27,7 +27,7 @@
 #include "quant/qtypes.h"
 #include "quant/quant.h"
 
-#define ATTN_TILE_ROWS 64 /* K rows per dot-tile call */
+#define ATTN_TILE_ROWS 64 /* K or V rows per kernel call (a contiguous slot run) */
 #define ATTN_ALIGN 64
 
 /* Scalar scores with the same per-element order as ops_attn_qk_avx2 (cpu/ops.h's dot8):
