@@ -14,7 +14,8 @@
  * - simd_tree performs the halving tree 16, 8, 4, 2, 1 on the 32 lanes in the reference order.
  * ISA differences are compile-time switches: SIMD_VNNI (vpdpbusd / vpdpwssd instead of
  * pmaddubsw + pmaddwd, which also lets q8_0 and iq4_nl use unsigned offset weights) and
- * SIMD_VBMI (vpermb table lookups). Kernels keep 256-bit vectors on every ISA.
+ * SIMD_VBMI (vpermb table lookups). Kernels keep 256-bit vectors on every ISA, except mxfp4
+ * with VBMI (quant_simd_q32.h: 512-bit packing, lookup and vpdpbusd; its float part stays 256-bit).
  * Weight streams are prefetched SIMD_PF_DIST bytes ahead: without it a core cannot keep enough
  * misses in flight, and a 16-core matvec of 4-bit types stayed near 0.65 of read bandwidth.
  */
