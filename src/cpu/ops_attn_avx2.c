@@ -14,6 +14,7 @@
 
 #include "cpu/ops_internal.h"
 #include "cpu/ops_math.h"
+#include "cpu/ops_math_avx2.h"
 #include "quant/blocks.h"
 #include "quant/fp16.h"
 #include "quant/qtypes.h"
@@ -200,33 +201,6 @@ void ops_attn_pv_avx2(uint32_t vtype, const uint8_t *v, size_t v_stride, int nr,
 void ops_exp_sub_avx2(float *x, int64_t n, float m) {
     const __m256 vm = _mm256_set1_ps(m);
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256 v = _mm256_sub_ps(_mm256_loadu_ps(x + i), vm);
-        __m256 t = _mm256_add_ps(_mm256_mul_ps(v, _mm256_set1_ps(1.44269502f)), _mm256_set1_ps(12582912.0f));
-        const __m256 nf = _mm256_sub_ps(t, _mm256_set1_ps(12582912.0f));
-        __m256 r = _mm256_sub_ps(v, _mm256_mul_ps(nf, _mm256_set1_ps(0.693359375f)));
-        r = _mm256_sub_ps(r, _mm256_mul_ps(nf, _mm256_set1_ps(-2.12194440e-4f)));
-        const __m256 z = _mm256_mul_ps(r, r);
-        __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-        p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.3981999507e-3f));
-        p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(8.3334519073e-3f));
-        p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(4.1665795894e-2f));
-        p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.6666665459e-1f));
-        p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(5.0000001201e-1f));
-        __m256 y = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(p, z), r), _mm256_set1_ps(1.0f));
-        const __m256i ni = _mm256_cvttps_epi32(nf);
-        const __m256i n1 = _mm256_srai_epi32(_mm256_add_epi32(ni, _mm256_srli_epi32(ni, 31)), 1);
-        const __m256i n2 = _mm256_sub_epi32(ni, n1);
-        const __m256i bias = _mm256_set1_epi32(127);
-        y = _mm256_mul_ps(y, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23)));
-        y = _mm256_mul_ps(y, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23)));
-        /* out of range: +inf above, +0 below, NaN stays */
-        y = _mm256_blendv_ps(y, _mm256_set1_ps(__builtin_inff()),
-                             _mm256_cmp_ps(v, _mm256_set1_ps(88.72283935546875f), _CMP_GT_OQ));
-        y = _mm256_blendv_ps(y, _mm256_setzero_ps(),
-                             _mm256_cmp_ps(v, _mm256_set1_ps(-103.972084045410156f), _CMP_LT_OQ));
-        y = _mm256_blendv_ps(y, v, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-        _mm256_storeu_ps(x + i, y);
-    }
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, hm_expf8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm)));
     for (; i < n; i++) x[i] = hm_expf(x[i] - m);
 }

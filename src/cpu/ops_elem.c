@@ -4,7 +4,9 @@
  * contiguous ranges across the pool; no element depends on how the range was split, so the
  * result is the same for any thread count. Elementwise ops share one job type (an op code and
  * up to two inputs) so the threading code exists once; the switch sits outside the loops so
- * each loop is a plain vectorisable body. Small inputs run on the calling thread.
+ * each loop is a plain vectorisable body; the activations (which need exp) go through the
+ * AVX2 kernels of ops_elem_avx2.c where the CPU has AVX2 (bit-identical to the scalar loops).
+ * Small inputs run on the calling thread.
  */
 #include "cpu/ops.h"
 
@@ -25,11 +27,18 @@ typedef struct {
     float *y;           /* [n] output */
     int64_t n;
     float s, t;         /* scale; or alpha, limit */
+    int simd;           /* activations through ops_act_avx2 (bit-identical) */
 } ew_job;
 
 static void ew_range(const ew_job *j, int64_t i0, int64_t i1) {
     const float *a = j->a, *b = j->b;
     float *y = j->y;
+    if (j->simd && j->op >= EW_SILU) {
+        static const int act[] = {[EW_SILU] = OPS_ACT_SILU, [EW_SIGMOID] = OPS_ACT_SIGMOID,
+                                  [EW_SWIGLU] = OPS_ACT_SWIGLU, [EW_SWIGLU_OAI] = OPS_ACT_SWIGLU_OAI};
+        ops_act_avx2(act[j->op], a + i0, b ? b + i0 : NULL, y + i0, i1 - i0, j->s, j->t);
+        return;
+    }
     switch (j->op) {
     case EW_ADD:
         for (int64_t i = i0; i < i1; i++) y[i] = a[i] + b[i];
@@ -68,45 +77,51 @@ static void ew_worker(void *ctx, int ith, int nth) {
     ew_range(j, i0, i1);
 }
 
+static int cpu_has_avx2(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2");
+}
+
 static void ew_run(tp_pool *pool, ew_job *j) {
     if (j->n <= 0) return;
+    j->simd = j->op >= EW_SILU && cpu_has_avx2();
     int64_t min = j->op >= EW_SILU ? EW_MIN_PARALLEL_EXP : EW_MIN_PARALLEL;
     ops_run(pool, ew_worker, j, j->n, min);
 }
 
 void cpu_add(tp_pool *pool, const float *a, const float *b, float *y, int64_t n) {
-    ew_job j = {EW_ADD, a, b, y, n, 0, 0};
+    ew_job j = {EW_ADD, a, b, y, n, 0, 0, 0};
     ew_run(pool, &j);
 }
 
 void cpu_mul(tp_pool *pool, const float *a, const float *b, float *y, int64_t n) {
-    ew_job j = {EW_MUL, a, b, y, n, 0, 0};
+    ew_job j = {EW_MUL, a, b, y, n, 0, 0, 0};
     ew_run(pool, &j);
 }
 
 void cpu_scale(tp_pool *pool, const float *a, float s, float *y, int64_t n) {
-    ew_job j = {EW_SCALE, a, NULL, y, n, s, 0};
+    ew_job j = {EW_SCALE, a, NULL, y, n, s, 0, 0};
     ew_run(pool, &j);
 }
 
 void cpu_silu(tp_pool *pool, const float *x, float *y, int64_t n) {
-    ew_job j = {EW_SILU, x, NULL, y, n, 0, 0};
+    ew_job j = {EW_SILU, x, NULL, y, n, 0, 0, 0};
     ew_run(pool, &j);
 }
 
 void cpu_sigmoid(tp_pool *pool, const float *x, float *y, int64_t n) {
-    ew_job j = {EW_SIGMOID, x, NULL, y, n, 0, 0};
+    ew_job j = {EW_SIGMOID, x, NULL, y, n, 0, 0, 0};
     ew_run(pool, &j);
 }
 
 void cpu_swiglu(tp_pool *pool, const float *gate, const float *up, float *out, int64_t n) {
-    ew_job j = {EW_SWIGLU, gate, up, out, n, 0, 0};
+    ew_job j = {EW_SWIGLU, gate, up, out, n, 0, 0, 0};
     ew_run(pool, &j);
 }
 
 void cpu_swiglu_oai(tp_pool *pool, const float *gate, const float *up, float *out, int64_t n,
                     float alpha, float limit) {
-    ew_job j = {EW_SWIGLU_OAI, gate, up, out, n, alpha, limit};
+    ew_job j = {EW_SWIGLU_OAI, gate, up, out, n, alpha, limit, 0};
     ew_run(pool, &j);
 }
 

@@ -8,6 +8,8 @@
 
 #include "base/threadpool.h"
 #include "cpu/ops.h"
+#include "cpu/ops_math.h"
+#include "quant/fp16.h"
 #include "harness.h"
 
 static uint64_t rng_state = 0x1234567887654321ull;
@@ -119,6 +121,31 @@ static void test_elementwise(void) {
     double r2 = -3.0 / (1 + exp(3.0 * 1.702)) * 8.0;
     HM_CHECK(fabs(o4[0] - r0) < 1e-5 && fabs(o4[1] - r1) < 1e-5 && fabs(o4[2] - r2) < 1e-6);
     HM_CHECK(o4[3] == 0.0f); /* up = -1 -> (u + 1) = 0 */
+
+    /* bit-identical to the scalar definitions (ops_math.h) whatever kernel ran, specials too */
+    {
+        const float sp[12] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 88.8f, -88.8f, 120.0f,
+                              -120.0f, 7.0f, -7.0f, 1e-40f};
+        for (int i = 0; i < 12; i++) { a[i] = sp[i]; b[i] = sp[11 - i]; }
+        long bad = 0;
+#define SAME(x, y) (hm_f32_to_bits(x) == hm_f32_to_bits(y) || (isnan(x) && isnan(y)))
+        cpu_silu(pools[2], a, y[0], n);
+        cpu_sigmoid(pools[2], a, y[1], n);
+        cpu_swiglu(pools[2], a, b, y[2], n);
+        for (int64_t i = 0; i < n; i++) {
+            bad += !SAME(y[0][i], hm_siluf(a[i]));
+            bad += !SAME(y[1][i], hm_sigmoidf(a[i]));
+            bad += !SAME(y[2][i], hm_siluf(a[i]) * b[i]);
+        }
+        cpu_swiglu_oai(pools[2], a, b, y[0], n, 1.702f, 7.0f);
+        for (int64_t i = 0; i < n; i++) {
+            float g = a[i] > 7.0f ? 7.0f : a[i];
+            float u = b[i] > 7.0f ? 7.0f : (b[i] < -7.0f ? -7.0f : b[i]);
+            bad += !SAME(y[0][i], (g * hm_sigmoidf(g * 1.702f)) * (u + 1.0f));
+        }
+#undef SAME
+        HM_CHECK_MSG(bad == 0, "%ld activations differ from the scalar definition", bad);
+    }
 
     /* bias broadcast, expert bias, slot combine (in slot order, skipped slots) */
     float x6[6] = {1, 2, 3, 4, 5, 6}, bb[3] = {0.5f, -1, 2};
