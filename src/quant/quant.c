@@ -134,7 +134,8 @@ static int cpu_has_f16c(void) {
 static int cpu_has(quant_isa isa) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
-    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c() &&
+               __builtin_cpu_supports("bmi2"); /* the SIMD files are built with -mbmi2 (pdep in iq4_xs) */
     if (isa == QUANT_ISA_AVX2) return avx2;
     if (isa == QUANT_ISA_AVX512)
         return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&

@@ -181,11 +181,17 @@ typedef struct {
 SIMD_INLINE void simd_unpack_iq4_xs(const uint8_t *wp, simd_st_iq4xs *st) {
     const block_iq4_xs *x = (const block_iq4_xs *)(const void *)wp;
     uint16_t sh;
+    uint32_t sl;
     memcpy(&sh, &x->scales_h, 2);
+    memcpy(&sl, x->scales_l, 4);
+    /* byte ib of ls8: ls of sub-block ib = nibble ib of scales_l | bits 2ib..2ib+1 of scales_h << 4 */
+    const uint64_t ls8 = _pdep_u64(sl, 0x0f0f0f0f0f0f0f0fULL) | _pdep_u64(sh, 0x3030303030303030ULL);
+    __m256i l32 = _mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)ls8)), _mm256_set1_epi32(32));
+    l32 = _mm256_or_si256(_mm256_and_si256(l32, _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(l32, 16));
+    _mm256_storeu_si256((__m256i *)st->ls2, l32); /* ls - 32 in both int16 halves */
+    simd_sc2_publish(st->ls2);
     _Pragma("GCC unroll 8")
     for (int ib = 0; ib < 8; ib++) {
-        int ls = ((x->scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f) | (((sh >> (2 * ib)) & 3) << 4);
-        st->ls2[ib] = (int32_t)((uint32_t)(uint16_t)(ls - 32) * 0x10001u);
         __m256i w = simd_lut_nibbles32(x->qs + 16 * ib, hm_kvalues_iq4nl);
         st->sw[ib] = w;
         st->aw[ib] = _mm256_sign_epi8(w, w);
