@@ -68,8 +68,13 @@ SIMD_INLINE void simd_pair_qh(const uint8_t *h0p, const uint8_t *h1p, __m256i *l
     memcpy(&h1, h1p, 4);
     uint32_t l = (h0 & 0xffffu) | (h1 << 16), h = (h0 >> 16) | (h1 & 0xffff0000u);
     const __m256i b4 = _mm256_set1_epi8(0x10);
+#if SIMD_VNNI /* AVX-512BW/VL: the bits are a byte mask (kmovd + one masked add) */
+    *lo = _mm256_mask_add_epi8(*lo, (__mmask32)l, *lo, b4); /* bit 4 is clear: add = or */
+    *hi = _mm256_mask_add_epi8(*hi, (__mmask32)h, *hi, b4);
+#else
     *lo = _mm256_or_si256(*lo, _mm256_and_si256(simd_bits32((const uint8_t *)&l), b4));
     *hi = _mm256_or_si256(*hi, _mm256_and_si256(simd_bits32((const uint8_t *)&h), b4));
+#endif
 }
 
 #define SIMD_Y(p) ((const block_q8_32 *)(const void *)(p))
