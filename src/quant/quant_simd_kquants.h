@@ -79,8 +79,13 @@ SIMD_INLINE void simd_unpack_k45(const uint8_t *scales, const uint8_t *qs, const
             const __m256i b0 = _mm256_set1_epi8((char)(1 << (2 * j)));
             const __m256i b1 = _mm256_set1_epi8((char)(1 << (2 * j + 1)));
             const __m256i h16 = _mm256_set1_epi8(0x10);
+#if SIMD_VNNI /* AVX-512BW/VL: vptestmb gives the bits as a mask; bit 4 is clear, so add = or */
+            lo = _mm256_mask_add_epi8(lo, _mm256_test_epi8_mask(hv, b0), lo, h16);
+            hi = _mm256_mask_add_epi8(hi, _mm256_test_epi8_mask(hv, b1), hi, h16);
+#else
             lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hv, b0), b0), h16));
             hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hv, b1), b1), h16));
+#endif
         }
         st->u[2 * j] = lo;
         st->u[2 * j + 1] = hi;
