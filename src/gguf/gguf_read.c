@@ -440,7 +440,9 @@ static hm_status parse_image(gguf_ctx *c, hm_error *err) {
     size_t *name_off = calloc(nmax ? nmax : 1, sizeof(size_t));
     uint64_t *at = calloc(nmax ? nmax : 1, sizeof(uint64_t));
     sort_item *tmp = calloc(nmax ? nmax : 1, sizeof(sort_item));
-    if (!c->kvs || !c->kv_sorted || !c->tensors || !c->tensor_sorted || !name_off || !at || !tmp) {
+    size_t *key_off = calloc(n_kv ? n_kv : 1, sizeof(size_t));
+    if (!c->kvs || !c->kv_sorted || !c->tensors || !c->tensor_sorted || !name_off || !at || !tmp ||
+        !key_off) {
         st = hm_error_set(err, HM_ERR_NOMEM, "gguf: tables for %" PRIu64 " keys and %" PRIu64
                           " tensors", n_kv, n_tensors);
         goto out;
@@ -450,6 +452,7 @@ static hm_status parse_image(gguf_ctx *c, hm_error *err) {
         if ((st = parse_kv(&p, i, &name_off[i]))) goto out;
     }
     for (int64_t i = 0; i < c->n_kv; i++) {
+        key_off[i] = name_off[i];
         c->kvs[i].key = c->arena + name_off[i];
         tmp[i] = (sort_item){.s = c->kvs[i].key, .i = i};
     }
@@ -470,6 +473,8 @@ static hm_status parse_image(gguf_ctx *c, hm_error *err) {
         st = parse_tensor_info(&p, i, &name_off[i], &off_at[i]);
     }
     if (!st) {
+        /* Tensor names may have grown (moved) the arena: point the keys into it anew. */
+        for (int64_t i = 0; i < c->n_kv; i++) c->kvs[i].key = c->arena + key_off[i];
         for (int64_t i = 0; i < c->n_tensors; i++) {
             c->tensors[i].name = c->arena + name_off[i];
             tmp[i] = (sort_item){.s = c->tensors[i].name, .i = i};
@@ -479,6 +484,7 @@ static hm_status parse_image(gguf_ctx *c, hm_error *err) {
     if (!st) st = check_data(&p, off_at, tmp);
     free(off_at);
 out:
+    free(key_off);
     free(name_off);
     free(at);
     free(tmp);

@@ -253,5 +253,38 @@ static void test_metadata_only_file(void) {
     unlink(path);
 }
 
+/* Many tensor names grow the reader's name arena past its first allocation; keys read before
+ * the tensor table must still be right (a big model's file once showed empty keys). */
+static void test_many_tensors_keys_stay_valid(void) {
+    char path[512];
+    tmp_path(path, sizeof(path), "gguf_many_tensors.gguf");
+    gguf_writer *w;
+    hm_error err;
+    HM_REQUIRE(gguf_writer_open(path, &w, &err) == HM_OK);
+    HM_CHECK(gguf_writer_set_str(w, "general.architecture", "qwen3moe") == HM_OK);
+    HM_CHECK(gguf_writer_set_u32(w, "qwen3moe.block_count", 48) == HM_OK);
+    enum { N = 600 };
+    const int64_t ne[1] = {8};
+    for (int i = 0; i < N; i++) {
+        char name[64];
+        snprintf(name, sizeof(name), "blk.%d.ffn_gate_exps_with_a_long_name.weight", i);
+        HM_CHECK(gguf_writer_add_tensor(w, name, HM_TYPE_F32, 1, ne) == HM_OK);
+    }
+    HM_REQUIRE(gguf_writer_begin_data(w) == HM_OK);
+    float zeros[8] = {0};
+    for (int i = 0; i < N; i++) HM_CHECK(gguf_writer_write(w, zeros, sizeof(zeros)) == HM_OK);
+    HM_REQUIRE(gguf_writer_close(w, &err) == HM_OK);
+    gguf_ctx *c;
+    HM_REQUIRE(gguf_open(path, &c, &err) == HM_OK);
+    HM_CHECK(!strcmp(gguf_kv_key(c, 0), "general.architecture"));
+    HM_CHECK(!strcmp(gguf_kv_key(c, 1), "qwen3moe.block_count"));
+    gguf_str arch = {0};
+    HM_CHECK(gguf_get_str(c, "general.architecture", &arch, &err) == HM_OK && str_eq(arch, "qwen3moe"));
+    HM_CHECK(gguf_find_tensor(c, "blk.599.ffn_gate_exps_with_a_long_name.weight") != NULL);
+    gguf_close(c);
+    unlink(path);
+}
+
 HM_TEST_MAIN(test_roundtrip_default_alignment, test_roundtrip_alignment_64_chunk_1,
-             test_roundtrip_alignment_4096_big_chunks, test_writer_misuse, test_metadata_only_file)
+             test_roundtrip_alignment_4096_big_chunks, test_writer_misuse, test_metadata_only_file,
+             test_many_tensors_keys_stay_valid)
