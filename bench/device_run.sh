@@ -14,7 +14,8 @@ b=/tmp/hm-build
 cmake -S . -B $b -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null || exit 1
 cmake --build $b -j16 >$OUT/build.txt 2>&1 || { tail -30 $OUT/build.txt; exit 1; }
 echo "== tests (HOTMOE_EXPECT_GPU=1) =="
-HOTMOE_EXPECT_GPU=1 ctest --test-dir $b -j16 --output-on-failure 2>&1 | tail -15
+HOTMOE_EXPECT_GPU=1 ctest --test-dir $b -j16 --output-on-failure >$OUT/ctest.txt 2>&1
+grep -E 'tests passed|Failed|\*\*\*' $OUT/ctest.txt
 echo "== bench_matvec, 16 threads =="
 $b/bench_matvec -t 16 --reps 5
 $b/bench_matvec -t 16 --reps 5 --json >$OUT/matvec16.json
@@ -27,6 +28,8 @@ time $tv $b/hotmoe forge --preset qwen3-30b-a3b --type q4_k_m -o $m/q3.gguf 2>&1
 time $tv $b/hotmoe forge --preset gpt-oss-20b --type mxfp4 -o $m/goss.gguf 2>&1 | grep -E 'wrote|Elapsed|Maximum resident'
 echo "== hotmoe bench, CPU, 16 threads =="
 for f in q3 goss; do
-  $b/hotmoe bench -m $m/$f.gguf -t 16 -r 3 -o json >$OUT/bench_$f.json 2>$OUT/bench_$f.err
-  cat $OUT/bench_$f.json; tail -3 $OUT/bench_$f.err
+  $b/hotmoe inspect $m/$f.gguf | sed -n '/^tensors:/,/^routed/p'
+  $b/hotmoe bench -m $m/$f.gguf -t 16 -r 3 -o json >$OUT/bench_$f.json
+  $b/hotmoe bench -m $m/$f.gguf -t 16 -r 3
 done
+$b/bench_matvec -t 16 --reps 3 --types q4_K,mxfp4,q8_0
