@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/cpu.h"
 #include "cpu/ops_internal.h"
 #include "cpu/ops_math.h"
 #include "quant/fp16.h"
@@ -72,11 +73,6 @@ static void attn_pv_ref(uint32_t vtype, const uint8_t *v, size_t v_stride, int n
     }
 }
 
-static int cpu_has_avx2(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
-}
 
 /* ---------------------------------------------------------------- cache */
 
@@ -364,7 +360,7 @@ hm_status cpu_attention(tp_pool *pool, cpu_kv_layer *kv, const cpu_attn_args *a,
     j.n_items = a->n_tok * kv->n_head_kv * j.n_sub;
     j.max_nv = attn_max_nv(kv, a);
     j.scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)kv->head_dim);
-    j.simd = kv->head_dim % 16 == 0 && !a->no_simd && cpu_has_avx2();
+    j.simd = kv->head_dim % 16 == 0 && !a->no_simd && hm_cpu_has_avx2();
     j.per_thread = attn_per_thread(j.n_rep, j.max_nv, kv->head_dim);
     atomic_init(&j.next, 0);
 

@@ -12,6 +12,7 @@
 
 #include <math.h>
 
+#include "base/cpu.h"
 #include "cpu/ops_internal.h"
 #include "cpu/ops_math.h"
 
@@ -77,14 +78,9 @@ static void ew_worker(void *ctx, int ith, int nth) {
     ew_range(j, i0, i1);
 }
 
-static int cpu_has_avx2(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2");
-}
-
 static void ew_run(tp_pool *pool, ew_job *j) {
     if (j->n <= 0) return;
-    j->simd = j->op >= EW_SILU && cpu_has_avx2();
+    j->simd = j->op >= EW_SILU && hm_cpu_has_avx2();
     int64_t min = j->op >= EW_SILU ? EW_MIN_PARALLEL_EXP : EW_MIN_PARALLEL;
     ops_run(pool, ew_worker, j, j->n, min);
 }

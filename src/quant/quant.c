@@ -11,11 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/cpu.h"
 #include "base/log.h"
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#endif
-
 #include "quant/quant.h"
 #include "quant/quant_isa.h"
 
@@ -125,27 +122,10 @@ static const quant_kernels k_ref = {
 
 /* ---- dispatch ---- */
 
-/* F16C is CPUID.1:ECX bit 29; clang's __builtin_cpu_supports does not know the name. */
-static int cpu_has_f16c(void) {
-    unsigned a, b, c, d;
-    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
-}
-
 static int cpu_has(quant_isa isa) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c() &&
-               __builtin_cpu_supports("bmi2"); /* the SIMD files are built with -mbmi2 (pdep in iq4_xs) */
-    if (isa == QUANT_ISA_AVX2) return avx2;
-    if (isa == QUANT_ISA_AVX512)
-        return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-               __builtin_cpu_supports("avx512vnni");
+    if (isa == QUANT_ISA_AVX2) return hm_cpu_has_avx2();
+    if (isa == QUANT_ISA_AVX512) return hm_cpu_has_avx512();
     return 0;
-#else
-    (void)isa;
-    return 0;
-#endif
 }
 
 const quant_kernels *quant_kernels_get(quant_isa isa) {
