@@ -7,15 +7,7 @@ set -u
 bin=$1
 tmp=$2/bench_sh
 mkdir -p "$tmp"
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
-expect() {
-  local d=$1
-  shift
-  if "$@"; then ok; else bad "$d"; fi
-}
+. "$(dirname "${BASH_SOURCE[0]}")/common.bash"
 
 m=$tmp/tiny-olmoe.gguf
 "$bin" forge --preset tiny-olmoe --type q8_0 --no-hf -q -o "$m" || bad "forge"
@@ -73,5 +65,4 @@ expect "test longer than -c: exit 1" test $? -eq 1
 expect "missing model: exit 1" test $? -eq 1
 expect "missing model: one line" one_line "$tmp/e5"
 
-echo "bench.sh: $pass passed, $fail failed"
-test $fail -eq 0
+cli_summary bench.sh

@@ -10,15 +10,7 @@ set -u
 bin=$1
 tmp=$2/chat_sh
 mkdir -p "$tmp"
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
-expect() {
-  local d=$1
-  shift
-  if "$@"; then ok; else bad "$d"; fi
-}
+. "$(dirname "${BASH_SOURCE[0]}")/common.bash"
 
 for p in tiny-qwen3moe tiny-mixtral tiny-olmoe tiny-gpt-oss tiny-qwen2moe; do
   "$bin" forge --preset $p --type q8_0 --no-hf -q -o "$tmp/$p.gguf" || bad "forge $p"
@@ -112,5 +104,4 @@ expect "invalid UTF-8 turn: session goes on" test $? -eq 0
 expect "invalid UTF-8 turn: reported" grep -q "UTF-8" "$tmp/e8"
 expect "invalid UTF-8 turn: next turn runs" grep -q '^\[turn 1:' "$tmp/e8"
 
-echo "chat.sh: $pass passed, $fail failed"
-test $fail -eq 0
+cli_summary chat.sh

@@ -8,15 +8,7 @@ bin=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 tmp=$2/forge_sh
 rm -rf "$tmp"
 mkdir -p "$tmp"
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
-expect() {
-  local d=$1
-  shift
-  if "$@"; then ok; else bad "$d"; fi
-}
+. "$(dirname "${BASH_SOURCE[0]}")/common.bash"
 
 # ---- --list ----
 "$bin" forge --list >"$tmp/list" 2>"$tmp/err"
@@ -84,5 +76,4 @@ expect "unwritable: exit 1" test $rc -eq 1
 expect "unwritable: one line" test "$(wc -l <"$tmp/err")" -eq 1
 
 rm -rf "$tmp"
-echo "$pass passed, $fail failed"
-test "$fail" -eq 0
+cli_summary

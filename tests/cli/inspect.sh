@@ -16,16 +16,7 @@ set -u
 bin=$1
 tmp=$2/inspect_sh
 mkdir -p "$tmp"
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
-# expect DESCRIPTION COMMAND... : the command succeeds
-expect() {
-  local d=$1
-  shift
-  if "$@"; then ok; else bad "$d"; fi
-}
+. "$(dirname "${BASH_SOURCE[0]}")/common.bash"
 
 tiny=fuzz/gguf/corpus/v3_moe_tiny.gguf
 
@@ -162,5 +153,4 @@ errcase "two files" 2 "one file at a time" "$tiny" "$tiny"
 expect "--help: exit 0" test $? -eq 0
 expect "--help: usage on stdout" grep -qF "usage: hotmoe inspect FILE" "$tmp/help"
 
-echo "$pass passed, $fail failed"
-test "$fail" -eq 0
+cli_summary

@@ -9,15 +9,7 @@ bin=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 tmp=$2/learn_sh
 rm -rf "$tmp"
 mkdir -p "$tmp"
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
-expect() {
-  local d=$1
-  shift
-  if "$@"; then ok; else bad "$d"; fi
-}
+. "$(dirname "${BASH_SOURCE[0]}")/common.bash"
 
 "$bin" forge --preset tiny-olmoe --type q8_0 --no-hf -q -o "$tmp/m.gguf" || { echo "FAIL: forge"; exit 1; }
 printf 'The ferry left the north bank at seven in the morning.\n\n   \nMost of the passengers were regulars.\r\nA market opened in the square at eight.\n' >"$tmp/p.txt"
@@ -79,5 +71,4 @@ expect "unwritable output: named" grep -q "/nonexistent-dir/x.json" "$tmp/err"
 "$bin" learn -m "$tmp/nomodel.gguf" -f "$tmp/p.txt" -o "$tmp/x.json" 2>"$tmp/err"
 expect "missing model: exit 1" test $? -eq 1
 
-echo "learn.sh: $pass passed, $fail failed"
-test "$fail" -eq 0
+cli_summary learn.sh

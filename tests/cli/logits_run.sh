@@ -10,15 +10,7 @@ bin=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 tmp=$2/logits_run_sh
 rm -rf "$tmp"
 mkdir -p "$tmp"
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
-expect() {
-  local d=$1
-  shift
-  if "$@"; then ok; else bad "$d"; fi
-}
+. "$(dirname "${BASH_SOURCE[0]}")/common.bash"
 # little-endian u32 at byte offset $2 of file $1
 u32() { od -An -tu4 -j "$2" -N4 "$1" | tr -d ' '; }
 
@@ -94,5 +86,4 @@ expect "run: prompt longer than the context: exit 1" test $? -eq 1
 expect "run: prompt longer than the context: says so" grep -q "context" "$tmp/err"
 
 rm -rf "$tmp"
-echo "$pass passed, $fail failed"
-test "$fail" -eq 0
+cli_summary
