@@ -9,9 +9,16 @@ static int has_f16c(void) {
     return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
 }
 
+/* BMI2 (pdep/pext) is CPUID.(7,0):EBX bit 8; the SIMD files are compiled with -mbmi2. */
+static int has_bmi2(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & (1u << 8));
+}
+
 int hm_cpu_has_avx2(void) {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c() &&
+           has_bmi2();
 }
 
 int hm_cpu_has_avx512(void) {
