@@ -10,6 +10,10 @@
  * caller thread first groups (token, slot) pairs by expert (counting sort), phase 1 quantises
  * each pair's input into its grouped position, and phase 2's items are (expert, row chunk) over
  * all selected experts; results go through a small per-item buffer to y[t][s][.].
+ * Fused forms for decode, where every pool job costs a dispatch, a barrier and a tail:
+ * cpu_matmul_multi shares one quantised input and one item counter among up to 4 matrices
+ * (q/k/v), cpu_moe_matmul_pair computes the same rows of two expert products (gate/up) in one
+ * item and lets the caller finish those rows (bias, activation) before the job ends.
  */
 #include "cpu/matmul.h"
 
@@ -84,40 +88,62 @@ size_t cpu_matmul_scratch_size(uint32_t wtype, int64_t k, int64_t n_tok) {
 typedef struct {
     mm_kern mk;
     const uint8_t *w;
-    int64_t n_rows, n_tok, chunk;
-    const float *x;
+    int64_t n_rows, chunk, item0; /* item0: first work item of this matrix */
     float *y;
-    uint8_t *act; /* [n_tok] quantised rows of mk.arow bytes */
+} mm_mat;
+
+typedef struct {
+    mm_mat m[CPU_MATMUL_MAX_MULTI];
+    int n_mat;
+    int64_t n_tok, n_items;
+    const float *x;
+    uint8_t *act; /* [n_tok] quantised rows of m[0].mk.arow bytes (shared by every matrix) */
     tp_pool *pool;
     _Alignas(64) atomic_llong next;
 } mm_job;
 
 static void mm_job_fn(void *ctx, int ith, int nth) {
     mm_job *j = ctx;
+    const mm_kern *mk0 = &j->m[0].mk;
     for (int64_t t = ith; t < j->n_tok; t += nth)
-        j->mk.act(j->x + (size_t)t * (size_t)j->mk.k, j->act + (size_t)t * j->mk.arow, j->mk.k);
+        mk0->act(j->x + (size_t)t * (size_t)mk0->k, j->act + (size_t)t * mk0->arow, mk0->k);
     tp_barrier(j->pool);
-    int64_t n_items = (j->n_rows + j->chunk - 1) / j->chunk;
     for (;;) {
         int64_t it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-        if (it >= n_items) break;
-        int64_t r0 = it * j->chunk, r1 = r0 + j->chunk < j->n_rows ? r0 + j->chunk : j->n_rows;
-        mm_rows(&j->mk, j->w, r0, r1, j->act, j->n_tok, j->y + r0, (size_t)j->n_rows);
+        if (it >= j->n_items) break;
+        int mi = j->n_mat - 1;
+        while (j->m[mi].item0 > it) mi--;
+        const mm_mat *m = &j->m[mi];
+        int64_t r0 = (it - m->item0) * m->chunk;
+        int64_t r1 = r0 + m->chunk < m->n_rows ? r0 + m->chunk : m->n_rows;
+        mm_rows(&m->mk, m->w, r0, r1, j->act, j->n_tok, m->y + r0, (size_t)m->n_rows);
     }
 }
 
-hm_status cpu_matmul(tp_pool *pool, const quant_kernels *kern, uint32_t wtype, const void *w,
-                     int64_t n_rows, int64_t k, const float *x, int64_t n_tok, float *y,
-                     void *scratch, size_t scratch_size, hm_error *err) {
+hm_status cpu_matmul_multi(tp_pool *pool, const quant_kernels *kern, int n_mat,
+                           const cpu_matmul_mat *mats, int64_t k, const float *x, int64_t n_tok,
+                           void *scratch, size_t scratch_size, hm_error *err) {
     mm_job j;
     memset(&j, 0, sizeof(j));
     kern = mm_default_kern(kern);
-    hm_status st = mm_kern_init(kern, wtype, k, &j.mk, err);
-    if (st != HM_OK) return st;
-    if (n_rows <= 0 || n_tok <= 0)
-        return hm_error_set(err, HM_ERR_ARG, "matmul: empty product (%lld rows, %lld tokens)",
-                            (long long)n_rows, (long long)n_tok);
-    size_t need = cpu_matmul_scratch_size(wtype, k, n_tok);
+    if (n_mat < 1 || n_mat > CPU_MATMUL_MAX_MULTI)
+        return hm_error_set(err, HM_ERR_ARG, "matmul: %d matrices in one call (1 to %d)", n_mat,
+                            CPU_MATMUL_MAX_MULTI);
+    if (n_tok <= 0)
+        return hm_error_set(err, HM_ERR_ARG, "matmul: empty product (%lld tokens)", (long long)n_tok);
+    int64_t total_rows = 0;
+    for (int i = 0; i < n_mat; i++) {
+        hm_status st = mm_kern_init(kern, mats[i].wtype, k, &j.m[i].mk, err);
+        if (st != HM_OK) return st;
+        if (mats[i].n_rows <= 0)
+            return hm_error_set(err, HM_ERR_ARG, "matmul: empty product (%lld rows, %lld tokens)",
+                                (long long)mats[i].n_rows, (long long)n_tok);
+        if (quant_act_for(mats[i].wtype) != quant_act_for(mats[0].wtype))
+            return hm_error_set(err, HM_ERR_ARG, "matmul: %s and %s do not share an activation "
+                                "format", hm_type_name(mats[0].wtype), hm_type_name(mats[i].wtype));
+        total_rows += mats[i].n_rows;
+    }
+    size_t need = cpu_matmul_scratch_size(mats[0].wtype, k, n_tok);
     void *own = NULL;
     if (!scratch) {
         scratch = own = malloc(need);
@@ -125,18 +151,32 @@ hm_status cpu_matmul(tp_pool *pool, const quant_kernels *kern, uint32_t wtype, c
     } else if (scratch_size < need) {
         return hm_error_set(err, HM_ERR_ARG, "matmul: scratch of %zu bytes, %zu needed", scratch_size, need);
     }
-    j.w = w;
-    j.n_rows = n_rows;
+    /* one chunk size for all matrices, from their total: the items are of similar cost */
+    const int64_t chunk = mm_chunk_rows(total_rows, tp_size(pool));
+    for (int i = 0; i < n_mat; i++) {
+        j.m[i].w = mats[i].w;
+        j.m[i].n_rows = mats[i].n_rows;
+        j.m[i].y = mats[i].y;
+        j.m[i].chunk = chunk;
+        j.m[i].item0 = j.n_items;
+        j.n_items += (mats[i].n_rows + chunk - 1) / chunk;
+    }
+    j.n_mat = n_mat;
     j.n_tok = n_tok;
     j.x = x;
-    j.y = y;
     j.act = scratch;
     j.pool = pool;
-    j.chunk = mm_chunk_rows(n_rows, tp_size(pool));
     atomic_init(&j.next, 0);
     tp_run(pool, mm_job_fn, &j);
     free(own);
     return HM_OK;
+}
+
+hm_status cpu_matmul(tp_pool *pool, const quant_kernels *kern, uint32_t wtype, const void *w,
+                     int64_t n_rows, int64_t k, const float *x, int64_t n_tok, float *y,
+                     void *scratch, size_t scratch_size, hm_error *err) {
+    cpu_matmul_mat m = {.wtype = wtype, .w = w, .n_rows = n_rows, .y = y};
+    return cpu_matmul_multi(pool, kern, 1, &m, k, x, n_tok, scratch, scratch_size, err);
 }
 
 /* ---- grouped MoE ---- */
@@ -167,9 +207,11 @@ size_t cpu_moe_scratch_size(const cpu_moe_args *a) {
 }
 
 typedef struct {
-    mm_kern mk;
-    const cpu_moe_args *a;
-    size_t wexp;      /* bytes of one expert */
+    mm_kern mk, mkb;
+    const cpu_moe_args *a, *b; /* b: optional second product over the same inputs */
+    cpu_moe_post_fn post;
+    void *post_ctx;
+    size_t wexp, wexpb; /* bytes of one expert of a, of b */
     uint8_t *act;     /* [n_pairs] quantised rows, grouped by expert */
     int32_t *pairs;   /* [n_pairs] t * n_used + s, grouped by expert */
     int64_t *off;     /* [n_expert + 1] first grouped pair of each expert */
@@ -210,17 +252,45 @@ static void moe_job_fn(void *ctx, int ith, int nth) {
             for (int64_t c = 0; c < nc; c++)
                 memcpy(a->y + (size_t)j->pairs[g0 + c] * (size_t)a->n_rows + (size_t)r0,
                        tmp + (size_t)c * (size_t)(r1 - r0), (size_t)(r1 - r0) * sizeof(float));
+            if (!j->b) continue;
+            const uint8_t *wb = (const uint8_t *)j->b->w + (size_t)e * j->wexpb;
+            mm_rows(&j->mkb, wb, r0, r1, j->act + (size_t)g0 * j->mk.arow, nc, tmp, (size_t)(r1 - r0));
+            for (int64_t c = 0; c < nc; c++)
+                memcpy(j->b->y + (size_t)j->pairs[g0 + c] * (size_t)a->n_rows + (size_t)r0,
+                       tmp + (size_t)c * (size_t)(r1 - r0), (size_t)(r1 - r0) * sizeof(float));
+            if (j->post)
+                for (int64_t c = 0; c < nc; c++) j->post(j->post_ctx, j->pairs[g0 + c], r0, r1);
         }
     }
 }
 
 hm_status cpu_moe_matmul(tp_pool *pool, const quant_kernels *kern, const cpu_moe_args *a,
                          void *scratch, size_t scratch_size, hm_error *err) {
+    return cpu_moe_matmul_pair(pool, kern, a, NULL, NULL, NULL, scratch, scratch_size, err);
+}
+
+hm_status cpu_moe_matmul_pair(tp_pool *pool, const quant_kernels *kern, const cpu_moe_args *a,
+                              const cpu_moe_args *b, cpu_moe_post_fn post, void *post_ctx,
+                              void *scratch, size_t scratch_size, hm_error *err) {
     moe_job j;
     memset(&j, 0, sizeof(j));
     kern = mm_default_kern(kern);
     hm_status st = mm_kern_init(kern, a->wtype, a->k, &j.mk, err);
     if (st != HM_OK) return st;
+    if (b) {
+        st = mm_kern_init(kern, b->wtype, b->k, &j.mkb, err);
+        if (st != HM_OK) return st;
+        if (b->k != a->k || b->n_rows != a->n_rows || b->n_expert != a->n_expert ||
+            b->x != a->x || b->x_per_slot != a->x_per_slot || b->ids != a->ids ||
+            b->n_tok != a->n_tok || b->n_used != a->n_used ||
+            quant_act_for(b->wtype) != quant_act_for(a->wtype))
+            return hm_error_set(err, HM_ERR_ARG, "moe matmul: the two products of a pair must "
+                                "share inputs, shapes and activation format");
+        j.b = b;
+        j.wexpb = j.mkb.wrow * (size_t)b->n_rows;
+    }
+    j.post = post;
+    j.post_ctx = post_ctx;
     moe_layout l;
     if (a->n_rows <= 0 || !moe_layout_get(a, &l))
         return hm_error_set(err, HM_ERR_ARG, "moe matmul: empty product (%lld experts, %lld rows, %lld tokens, %d used)",
@@ -266,7 +336,7 @@ hm_status cpu_moe_matmul(tp_pool *pool, const quant_kernels *kern, const cpu_moe
     memcpy(fill, j.off, ((size_t)a->n_expert + 1) * sizeof(int64_t));
     for (int64_t p = 0; p < np; p++)
         if (a->ids[p] >= 0) j.pairs[fill[a->ids[p]]++] = (int32_t)p;
-    j.chunk = mm_chunk_rows(active_rows, tp_size(pool));
+    j.chunk = mm_chunk_rows(b ? 2 * active_rows : active_rows, tp_size(pool));
     const int64_t per_expert = (a->n_rows + j.chunk - 1) / j.chunk;
     j.item0[0] = 0;
     for (int64_t e = 0; e < a->n_expert; e++)

@@ -35,6 +35,22 @@ hm_status cpu_matmul(tp_pool *pool, const quant_kernels *kern, uint32_t wtype, c
                      int64_t n_rows, int64_t k, const float *x, int64_t n_tok, float *y,
                      void *scratch, size_t scratch_size, hm_error *err);
 
+/* Several products of the same activations in one pool job (e.g. q, k and v of one input): the
+ * activations are quantised once and the row chunks of all matrices are shared out together.
+ * Every matrix must have k columns and a weight type with the same activation format
+ * (quant_act_for); scratch as for cpu_matmul(mats[0].wtype, k, n_tok). Results are those of
+ * cpu_matmul on each matrix. */
+enum { CPU_MATMUL_MAX_MULTI = 4 };
+typedef struct {
+    uint32_t wtype;
+    const void *w; /* [n_rows] rows of k elements */
+    int64_t n_rows;
+    float *y;      /* [n_tok][n_rows] */
+} cpu_matmul_mat;
+hm_status cpu_matmul_multi(tp_pool *pool, const quant_kernels *kern, int n_mat,
+                           const cpu_matmul_mat *mats, int64_t k, const float *x, int64_t n_tok,
+                           void *scratch, size_t scratch_size, hm_error *err);
+
 /* Grouped expert product. The expert tensor is ggml's 3-D [n_expert][n_rows][k] (GGUF ne =
  * {k, n_rows, n_expert}, e.g. blk.N.ffn_up_exps.weight). */
 typedef struct {
@@ -55,5 +71,17 @@ size_t cpu_moe_scratch_size(const cpu_moe_args *a);
  * computing anything, if an id is >= n_expert. */
 hm_status cpu_moe_matmul(tp_pool *pool, const quant_kernels *kern, const cpu_moe_args *a,
                          void *scratch, size_t scratch_size, hm_error *err);
+
+/* Called inside the pool job once rows [r0, r1) of pair p (= t * n_used + s) are written in
+ * both a->y and b->y (e.g. the expert biases and swiglu of those rows). */
+typedef void (*cpu_moe_post_fn)(void *ctx, int64_t p, int64_t r0, int64_t r1);
+
+/* Two grouped products over the same inputs (gate and up) in one pool job: the inputs are
+ * quantised once and each work item computes the same rows of both, then calls post (may be
+ * NULL). a and b must have equal x, x_per_slot, ids, n_tok, n_used, n_expert, n_rows, k and
+ * activation format; b NULL is cpu_moe_matmul. Scratch as cpu_moe_scratch_size(a). */
+hm_status cpu_moe_matmul_pair(tp_pool *pool, const quant_kernels *kern, const cpu_moe_args *a,
+                              const cpu_moe_args *b, cpu_moe_post_fn post, void *post_ctx,
+                              void *scratch, size_t scratch_size, hm_error *err);
 
 #endif

@@ -1,6 +1,7 @@
 /* test_matmul.c - cpu_matmul and cpu_moe_matmul equal, bit for bit, quant_dot_ref of every
  * (row, token) pair, with 1, 2 and 3 threads, batches 1..70, the best kernel table and the
- * reference table; skipped MoE slots are left untouched; bad ids and types are refused. */
+ * reference table; skipped MoE slots are left untouched; bad ids and types are refused; the
+ * fused forms (cpu_matmul_multi, cpu_moe_matmul_pair with a post step) equal the single products. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -172,4 +173,76 @@ static void test_moe(void) {
     }
 }
 
-HM_TEST_MAIN(test_matmul_all, test_matmul_errors, test_moe)
+/* cpu_matmul_multi and cpu_moe_matmul_pair give exactly the values of the single products. */
+static void post_mix(void *ctx, int64_t p, int64_t r0, int64_t r1) {
+    float **ab = ctx; /* a[p][r] = a[p][r] * 2 + b[p][r], rows [r0, r1) of 21 */
+    for (int64_t r = r0; r < r1; r++) ab[0][p * 21 + r] = ab[0][p * 21 + r] * 2.0f + ab[1][p * 21 + r];
+}
+
+static void test_multi(void) {
+    static const uint32_t tq[3] = {HM_TYPE_Q4_K, HM_TYPE_Q6_K, HM_TYPE_Q4_K};
+    static const int64_t rows[3] = {133, 21, 5};
+    const int64_t k = 512;
+    hm_error err;
+    HM_REQUIRE(quant_act_for(HM_TYPE_Q4_K) == quant_act_for(HM_TYPE_Q6_K));
+    for (int th = 1; th <= 3; th++) {
+        tp_pool *pool = NULL;
+        HM_REQUIRE(tp_init(th, &pool, NULL) == HM_OK);
+        for (int64_t n_tok = 1; n_tok <= 9; n_tok += 8) {
+            float *x = make_x(n_tok * k);
+            cpu_matmul_mat m[3];
+            float *want[3];
+            int bad = 0;
+            for (int i = 0; i < 3; i++) {
+                m[i] = (cpu_matmul_mat){.wtype = tq[i], .w = make_weights(tq[i], rows[i], k),
+                                        .n_rows = rows[i], .y = malloc(sizeof(float) * (size_t)(n_tok * rows[i]))};
+                want[i] = malloc(sizeof(float) * (size_t)(n_tok * rows[i]));
+                HM_REQUIRE(cpu_matmul(pool, NULL, tq[i], m[i].w, rows[i], k, x, n_tok, want[i], NULL, 0, &err) == HM_OK);
+            }
+            HM_CHECK_MSG(cpu_matmul_multi(pool, NULL, 3, m, k, x, n_tok, NULL, 0, &err) == HM_OK, "%s", err.msg);
+            for (int i = 0; i < 3; i++)
+                bad += memcmp(m[i].y, want[i], sizeof(float) * (size_t)(n_tok * rows[i])) != 0;
+            HM_CHECK_MSG(bad == 0, "multi: %d products differ (threads %d, tokens %lld)", bad, th, (long long)n_tok);
+            m[1].wtype = HM_TYPE_Q8_0; /* another activation format */
+            HM_CHECK(cpu_matmul_multi(pool, NULL, 3, m, k, x, n_tok, NULL, 0, &err) == HM_ERR_ARG);
+            for (int i = 0; i < 3; i++) {
+                free((void *)m[i].w);
+                free(m[i].y);
+                free(want[i]);
+            }
+            /* gate/up pair with a post step, 6 experts of 21 rows, 3 slots, one skipped */
+            const int64_t ne = 6, nr = 21, np = n_tok * 3;
+            uint8_t *wg = make_weights(HM_TYPE_Q4_K, ne * nr, k), *wu = make_weights(HM_TYPE_Q6_K, ne * nr, k);
+            int32_t *ids = malloc(sizeof(int32_t) * (size_t)np);
+            for (int64_t p = 0; p < np; p++) ids[p] = p == 1 ? -1 : (int32_t)(rnd() % ne);
+            float *ya = calloc((size_t)(np * nr), sizeof(float)), *yb = calloc((size_t)(np * nr), sizeof(float));
+            float *wa = calloc((size_t)(np * nr), sizeof(float)), *wb = calloc((size_t)(np * nr), sizeof(float));
+            cpu_moe_args a = {.wtype = HM_TYPE_Q4_K, .w = wg, .n_expert = ne, .n_rows = nr, .k = k, .x = x,
+                              .ids = ids, .n_tok = n_tok, .n_used = 3, .y = wa};
+            cpu_moe_args b = a;
+            b.wtype = HM_TYPE_Q6_K, b.w = wu, b.y = wb;
+            HM_REQUIRE(cpu_moe_matmul(pool, NULL, &a, NULL, 0, &err) == HM_OK);
+            HM_REQUIRE(cpu_moe_matmul(pool, NULL, &b, NULL, 0, &err) == HM_OK);
+            for (int64_t i = 0; i < np * nr; i++) wa[i] = wa[i] * 2.0f + wb[i];
+            a.y = ya, b.y = yb;
+            float *ab[2] = {ya, yb};
+            HM_CHECK_MSG(cpu_moe_matmul_pair(pool, NULL, &a, &b, post_mix, ab, NULL, 0, &err) == HM_OK, "%s", err.msg);
+            HM_CHECK_MSG(memcmp(ya, wa, sizeof(float) * (size_t)(np * nr)) == 0 &&
+                         memcmp(yb, wb, sizeof(float) * (size_t)(np * nr)) == 0,
+                         "moe pair differs (threads %d, tokens %lld)", th, (long long)n_tok);
+            b.n_rows = 20;
+            HM_CHECK(cpu_moe_matmul_pair(pool, NULL, &a, &b, NULL, NULL, NULL, 0, &err) == HM_ERR_ARG);
+            free(wg);
+            free(wu);
+            free(ids);
+            free(ya);
+            free(yb);
+            free(wa);
+            free(wb);
+            free(x);
+        }
+        tp_free(pool);
+    }
+}
+
+HM_TEST_MAIN(test_matmul_all, test_matmul_errors, test_moe, test_multi)
