@@ -34,11 +34,64 @@ static hm_status linear(hm_context *c, const hm_tensor *w, const hm_tensor *b, c
     return st;
 }
 
+/* q, k and v of one input: one pool job (activations quantised once) when the three weight
+ * types share an activation format, else three products. */
+static hm_status linear_qkv(hm_context *c, const hm_layer *L, const float *x, int64_t n,
+                            hm_error *err) {
+    const hm_tensor *w[3] = {&L->wq, &L->wk, &L->wv}, *b[3] = {&L->bq, &L->bk, &L->bv};
+    float *y[3] = {c->q, c->k, c->v};
+    bool same = true;
+    for (int i = 1; i < 3; i++)
+        same = same && w[i]->ne[0] == w[0]->ne[0] &&
+               quant_act_for(w[i]->type) == quant_act_for(w[0]->type);
+    if (!same) {
+        hm_status st = HM_OK;
+        for (int i = 0; i < 3 && st == HM_OK; i++) st = linear(c, w[i], b[i], x, n, y[i], err);
+        return st;
+    }
+    cpu_matmul_mat mats[3];
+    for (int i = 0; i < 3; i++)
+        mats[i] = (cpu_matmul_mat){.wtype = w[i]->type, .w = w[i]->data, .n_rows = w[i]->ne[1],
+                                   .y = y[i]};
+    size_t need = cpu_matmul_scratch_size(w[0]->type, w[0]->ne[0], n);
+    bool fits = need <= c->mm_scratch_size;
+    hm_status st = cpu_matmul_multi(c->pool, c->kern, 3, mats, w[0]->ne[0], x, n,
+                                    fits ? c->mm_scratch : NULL, fits ? c->mm_scratch_size : 0,
+                                    err);
+    for (int i = 0; i < 3 && st == HM_OK; i++)
+        if (b[i]->data) cpu_add_bias(c->pool, y[i], b[i]->data, n, w[i]->ne[1]);
+    return st;
+}
+
 static hm_status moe_matmul(hm_context *c, const cpu_moe_args *a, hm_error *err) {
     size_t need = cpu_moe_scratch_size(a);
     bool fits = need <= c->mm_scratch_size;
     return cpu_moe_matmul(c->pool, c->kern, a, fits ? c->mm_scratch : NULL,
                           fits ? c->mm_scratch_size : 0, err);
+}
+
+/* Rows [r0, r1) of slot p of the gate/up products: expert biases, then the activation into eg
+ * (run inside the fused gate/up job; elementwise, so the same values as whole-buffer ops). */
+typedef struct {
+    const hm_layer *L;
+    const int32_t *ids;
+    float *eg, *eu;
+    int64_t F;
+    bool oai;
+} moe_post_ctx;
+
+static void moe_post_gate_up(void *ctx, int64_t p, int64_t r0, int64_t r1) {
+    const moe_post_ctx *pc = ctx;
+    float *g = pc->eg + p * pc->F + r0, *u = pc->eu + p * pc->F + r0;
+    const int64_t n = r1 - r0;
+    if (pc->L->gate_exps_b.data) {
+        const int32_t zero = 0;
+        const int64_t off = (int64_t)pc->ids[p] * pc->F + r0;
+        cpu_moe_add_bias(NULL, g, (const float *)pc->L->gate_exps_b.data + off, &zero, 1, 1, n);
+        cpu_moe_add_bias(NULL, u, (const float *)pc->L->up_exps_b.data + off, &zero, 1, 1, n);
+    }
+    if (pc->oai) cpu_swiglu_oai(NULL, g, u, g, n, 1.702f, 7.0f);
+    else cpu_swiglu(NULL, g, u, g, n);
 }
 
 /* The CPU expert FFN: y[t][s] = down(act(gate(x[t]), up(x[t]))) of expert ids[t][s]. */
@@ -53,18 +106,30 @@ hm_status hm_moe_exec_cpu(void *impl, const hm_model *m, const hm_moe_job *job,
     /* gate and up: every slot of token t reads x[t] */
     a.wtype = L->gate_exps.type, a.w = L->gate_exps.data, a.n_rows = F, a.k = E;
     a.x = job->x, a.x_per_slot = 0, a.y = c->eg;
-    hm_status st = moe_matmul(c, &a, err);
-    a.wtype = L->up_exps.type, a.w = L->up_exps.data, a.y = c->eu;
-    if (st == HM_OK) st = moe_matmul(c, &a, err);
-    if (st != HM_OK) return st;
-    if (L->gate_exps_b.data) {
-        cpu_moe_add_bias(c->pool, c->eg, L->gate_exps_b.data, job->ids, n, K, F);
-        cpu_moe_add_bias(c->pool, c->eu, L->up_exps_b.data, job->ids, n, K, F);
+    cpu_moe_args b = a;
+    b.wtype = L->up_exps.type, b.w = L->up_exps.data, b.y = c->eu;
+    const bool oai = m->desc->swiglu == HM_SWIGLU_OAI;
+    hm_status st;
+    if (quant_act_for(a.wtype) == quant_act_for(b.wtype) &&
+        (!L->gate_exps_b.data || L->up_exps_b.data)) {
+        /* one job: gate and up rows of each chunk, then their biases and activation */
+        moe_post_ctx pc = {.L = L, .ids = job->ids, .eg = c->eg, .eu = c->eu, .F = F, .oai = oai};
+        size_t need = cpu_moe_scratch_size(&a);
+        bool fits = need <= c->mm_scratch_size;
+        st = cpu_moe_matmul_pair(c->pool, c->kern, &a, &b, moe_post_gate_up, &pc,
+                                 fits ? c->mm_scratch : NULL, fits ? c->mm_scratch_size : 0, err);
+        if (st != HM_OK) return st;
+    } else {
+        st = moe_matmul(c, &a, err);
+        if (st == HM_OK) st = moe_matmul(c, &b, err);
+        if (st != HM_OK) return st;
+        if (L->gate_exps_b.data) {
+            cpu_moe_add_bias(c->pool, c->eg, L->gate_exps_b.data, job->ids, n, K, F);
+            cpu_moe_add_bias(c->pool, c->eu, L->up_exps_b.data, job->ids, n, K, F);
+        }
+        if (oai) cpu_swiglu_oai(c->pool, c->eg, c->eu, c->eg, n * K * F, 1.702f, 7.0f);
+        else cpu_swiglu(c->pool, c->eg, c->eu, c->eg, n * K * F);
     }
-    if (m->desc->swiglu == HM_SWIGLU_OAI)
-        cpu_swiglu_oai(c->pool, c->eg, c->eu, c->eg, n * K * F, 1.702f, 7.0f);
-    else
-        cpu_swiglu(c->pool, c->eg, c->eu, c->eg, n * K * F);
     /* down: slot s of token t reads its own activation eg[t][s] */
     a.wtype = L->down_exps.type, a.w = L->down_exps.data, a.n_rows = E, a.k = F;
     a.x = c->eg, a.x_per_slot = 1, a.y = job->y;
@@ -82,9 +147,7 @@ static hm_status attention_block(hm_context *c, int il, int n, hm_error *err) {
     const int nh = (int)hp->n_head, nkv = (int)hp->n_head_kv, hd = (int)hp->head_dim_k;
 
     cpu_rmsnorm(c->pool, c->x, L->attn_norm.data, c->xn, n, hp->n_embd, hp->rms_eps);
-    hm_status st = linear(c, &L->wq, &L->bq, c->xn, n, c->q, err);
-    if (st == HM_OK) st = linear(c, &L->wk, &L->bk, c->xn, n, c->k, err);
-    if (st == HM_OK) st = linear(c, &L->wv, &L->bv, c->xn, n, c->v, err);
+    hm_status st = linear_qkv(c, L, c->xn, n, err);
     if (st != HM_OK) return st;
     if (d->qk_norm == HM_QKNORM_HEAD) { /* each head of q [n][nh][hd], k [n][nkv][hd] */
         cpu_rmsnorm(c->pool, c->q, L->q_norm.data, c->q, (int64_t)n * nh, hd, hp->rms_eps);
