@@ -81,6 +81,15 @@ typedef enum {
 } forge_role;
 
 #define FORGE_NAME_MAX 64
+/* Tiny presets are shaped like trained models in how decisive they are (a model of random
+ * weights is near-flat: router and output top-1/top-2 margins down to 4e-5, so the rounding of
+ * quantised activations flips expert choices and argmaxes). Their token embeddings have std
+ * FORGE_TINY_EMBD_STD (the residual stream is dominated by the exact embedding, the layers add
+ * O(1)), and output row j also holds the embedding of one token (a fixed permutation), scaled so
+ * that token's logit gains about FORGE_TINY_SUCC when it is the current token: every token has one
+ * strongly preferred successor, as a trained model's bigram statistics give. forge_weights.c. */
+#define FORGE_TINY_EMBD_STD 4.0f
+#define FORGE_TINY_SUCC 6.0f
 
 typedef struct {
     char name[FORGE_NAME_MAX]; /* GGUF name */

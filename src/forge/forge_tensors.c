@@ -164,7 +164,7 @@ static uint32_t tensor_type(const forge_preset *p, forge_mix mix, const forge_te
 static void set_distribution(const forge_preset *p, forge_tensor *t) {
     t->mean = 0.0f;
     switch (t->role) {
-    case FR_EMBD: t->std = 1.0f; break;
+    case FR_EMBD: t->std = p->tiny ? FORGE_TINY_EMBD_STD : 1.0f; break;
     case FR_NORM:
     case FR_QK_NORM: t->mean = 1.0f; t->std = 0.1f; break;
     case FR_BIAS:

@@ -40,15 +40,18 @@ static const char k_tulu[] =
     "{% else %}{{ '<|assistant|>\\n'  + message['content'] + eos_token }}{% endif %}{% endif %}"
     "{% if loop.last and add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}{% endfor %}";
 
-/* gpt-oss: harmony (the system header, developer instructions, final-channel answers) */
+/* gpt-oss: harmony (the system header, developer instructions, final-channel answers). Newlines
+ * are string-literal expressions ({{ '\\n' }}): in raw template text Jinja would emit a
+ * backslash and an 'n'. */
 static const char k_harmony[] =
     "{#- harmony -#}"
-    "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\\n"
-    "Knowledge cutoff: 2024-06\\n\\nReasoning: {{ reasoning_effort | default('medium') }}\\n\\n"
+    "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.{{ '\\n' }}"
+    "Knowledge cutoff: 2024-06{{ '\\n\\n' }}Reasoning: {{ reasoning_effort | default('medium') }}"
+    "{{ '\\n\\n' }}"
     "# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|>"
     "{%- for message in messages -%}"
     "{%- if message['role'] == 'system' or message['role'] == 'developer' -%}"
-    "<|start|>developer<|message|># Instructions\\n\\n{{ message['content'] }}<|end|>"
+    "<|start|>developer<|message|># Instructions{{ '\\n\\n' }}{{ message['content'] }}<|end|>"
     "{%- elif message['role'] == 'assistant' -%}"
     "{%- if message.get('thinking') -%}<|start|>assistant<|channel|>analysis<|message|>"
     "{{ message['thinking'] }}<|end|>{%- endif -%}"

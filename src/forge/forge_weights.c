@@ -5,6 +5,8 @@
  * any order and the file's bytes never depend on threads or chunk sizes. A near-Gaussian value
  * is the Irwin-Hall sum of the four 16-bit fields of one 64-bit draw (no libm, bit-exact
  * everywhere). Linear weights get std 1/sqrt(fan_in) so activations stay O(1); norms are 1 +/- 0.1.
+ * Tiny presets get the decisive structure described at FORGE_TINY_* (forge.h): embeddings of std
+ * 4 and output rows that add a copy of one token's embedding (still a pure function per element).
  *
  * Expert skew (--skew zipf:S): in each layer the experts get a popularity rank (a permutation
  * drawn from the seed and the layer); router row e is scaled by (rank+1)^(-S/2) and, where the
@@ -72,10 +74,29 @@ static float router_bias_shift(const forge_gen *g, const forge_preset *p, int la
     return (float)(-0.5 * g->skew_s * log((double)(r + 1)));
 }
 
+/* the token whose embedding output row j copies: a fixed odd-multiplier permutation of
+ * [0, n_vocab) when n_vocab is a power of two (otherwise a many-to-one map, still fixed) */
+static int64_t tiny_successor_src(int64_t j, int64_t n_vocab) {
+    return (int64_t)(((uint64_t)j * 0x2545u + 0x3c1u) % (uint64_t)n_vocab);
+}
+
 void forge_gen_floats(const forge_gen *g, const forge_preset *p, const forge_tensor *t,
                       int64_t first, int64_t n, float *dst) {
     const uint64_t key = forge_tensor_key(g->seed, t->name);
     for (int64_t i = 0; i < n; i++) dst[i] = t->mean + t->std * gauss(key, (uint64_t)(first + i));
+    if (t->role == FR_OUTPUT && p->tiny) {
+        /* tiny presets: output row j also holds FORGE_TINY_SUCC / n_embd x the unit-std
+         * embedding values of token src(j), so while the current token is src(j) (hidden state
+         * ~ its embedding, rms ~1) token j's logit gains ~FORGE_TINY_SUCC */
+        const uint64_t ekey = forge_tensor_key(g->seed, "token_embd.weight");
+        const int64_t E = t->ne[0];
+        const float amp = t->std * FORGE_TINY_SUCC / (float)sqrt((double)E);
+        for (int64_t i = 0; i < n; i++) {
+            int64_t j = (first + i) / E, c = (first + i) % E;
+            uint64_t src = (uint64_t)tiny_successor_src(j, p->n_vocab);
+            dst[i] += amp * gauss(ekey, src * (uint64_t)E + (uint64_t)c);
+        }
+    }
     if (t->role == FR_ROUTER && g->skew_s > 0) {
         for (int64_t i = 0; i < n;) {
             int64_t e = (first + i) / t->ne[0], end = (e + 1) * t->ne[0] - first;

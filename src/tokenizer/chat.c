@@ -5,7 +5,7 @@
  * recognise is an error naming the --chat-template override. The few literals that differ
  * between models of one family are read from the template text itself (ChatML's default system
  * prompt from a Jinja string literal, unescaped; forge's shortened harmony preamble as raw
- * template text, which Jinja emits verbatim), so the formatter in chat_render.c reproduces the
+ * template text, which Jinja emits verbatim, with constant expressions {{ '\\n' }} inlined), so the formatter in chat_render.c reproduces the
  * template's output for these models without a Jinja interpreter.
  */
 #include "tokenizer/chat.h"
@@ -189,14 +189,55 @@ nomem:
     return hm_error_set(err, HM_ERR_NOMEM, "out of memory reading the chat template");
 }
 
+/* Copy of t with every constant expression {{ 'LITERAL' }} (either quote, no whitespace control)
+ * replaced by its unescaped text: the form in which templates write newlines ({{ '\\n' }}),
+ * since raw template text would keep a backslash-n verbatim. NULL when out of memory. */
+static char *inline_literals(const char *t, size_t len, size_t *out_len) {
+    char *d = malloc(len + 1);
+    if (!d) return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < len;) {
+        size_t j = i + 2;
+        if (i + 2 < len && t[i] == '{' && t[i + 1] == '{') {
+            while (j < len && t[j] == ' ') j++;
+            char q = j < len ? t[j] : 0;
+            size_t b = j + 1, e = b;
+            while ((q == '\'' || q == '"') && e < len && t[e] != q) e += t[e] == '\\' ? 2 : 1;
+            size_t k = e + 1;
+            while (k < len && t[k] == ' ') k++;
+            if ((q == '\'' || q == '"') && e < len && k + 1 < len && t[k] == '}' && t[k + 1] == '}') {
+                char *lit = unescape_literal(t + b, e - b);
+                if (lit) {
+                    size_t n = strlen(lit); /* never longer than its escaped form */
+                    memcpy(d + o, lit, n);
+                    o += n;
+                    free(lit);
+                    i = k + 2;
+                    continue;
+                }
+            }
+        }
+        d[o++] = t[i++];
+    }
+    d[o] = 0;
+    *out_len = o;
+    return d;
+}
+
 hm_status chat_template_detect(const char *t, size_t len, chat_template *out, hm_error *err) {
     memset(out, 0, sizeof(*out));
     if (has(t, len, "<|start|>") && has(t, len, "<|message|>")) {
         out->family = CHAT_HARMONY;
         /* OpenAI's template builds the system message in a macro (with the current date) */
         if (has(t, len, "build_system_message") || has(t, len, "strftime_now")) return HM_OK;
-        if (has(t, len, "<|start|>system<|message|>") && has(t, len, "reasoning_effort"))
-            return harmony_forge(t, len, out, err);
+        if (has(t, len, "<|start|>system<|message|>") && has(t, len, "reasoning_effort")) {
+            size_t n;
+            char *flat = inline_literals(t, len, &n);
+            if (!flat) return hm_error_set(err, HM_ERR_NOMEM, "out of memory reading the chat template");
+            hm_status st = harmony_forge(flat, n, out, err);
+            free(flat);
+            return st;
+        }
     } else if (has(t, len, "<|im_start|>") && has(t, len, "<|im_end|>")) {
         out->family = CHAT_CHATML;
         out->qwen3_think = has(t, len, "</think>") && has(t, len, "reasoning_content");

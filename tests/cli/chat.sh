@@ -56,7 +56,8 @@ expect "qwen2 prompt" test "$(first_prompt "$tmp/tiny-qwen2moe.err")" == \
 expect "olmoe prompt" test "$(first_prompt "$tmp/tiny-olmoe.err")" == \
   $'<|endoftext|><|system|>\nBe brief.\n<|user|>\nHello there\n<|assistant|>\n|'
 expect "mixtral prompt" test "$(first_prompt "$tmp/mix.err")" == '<s>[INST] Hello there [/INST]|'
-expect "gpt-oss prompt: developer message" grep -q 'Reasoning: medium\\n\\n# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|><|start|>developer<|message|># Instructions\\n\\nBe brief.<|end|><|start|>user<|message|>Hello there<|end|><|start|>assistant$' "$tmp/tiny-gpt-oss.err"
+expect "gpt-oss prompt: developer message" test "$(first_prompt "$tmp/tiny-gpt-oss.err")" == \
+  $'<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\nKnowledge cutoff: 2024-06\n\nReasoning: medium\n\n# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|><|start|>developer<|message|># Instructions\n\nBe brief.<|end|><|start|>user<|message|>Hello there<|end|><|start|>assistant|'
 
 # greedy is reproducible; a seed makes sampling reproducible
 printf '%s' "$conv" | "$bin" chat -m "$tmp/tiny-qwen3moe.gguf" -sys "Be brief." -n 6 --temp 0 -t 1 >"$tmp/again.out" 2>/dev/null

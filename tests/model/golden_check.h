@@ -13,11 +13,11 @@
  *     reference used, f32 activations): greedy identical, top-1 >= 99%, NLL sum within 1e-5 —
  *     this is the forward pass's own accuracy on every type.
  *   - quantised models as they normally run (activations quantised to q8 blocks as
- *     docs/ARITHMETIC.md and llama.cpp define the dot products): on these untrained models,
- *     whose top-1/top-2 margins go down to 4e-5, top-1 agreement measured 93.7%..98.5% and the
- *     NLL within 0.2% at commit time (printed below); the checks are top-1 >= 90% and NLL sum
- *     within 0.5%, regression guards below the issue's 99% bar, which this arithmetic does not
- *     reach on these models (see the report of the model helper).
+ *     docs/ARITHMETIC.md and llama.cpp define the dot products): the issue's bar, top-1 >= 99%
+ *     and NLL sum within 0.1%. Forge's tiny presets are as decisive as trained models (decisive
+ *     routing, one strongly preferred next token: FORGE_TINY_* in src/forge/forge.h); on the
+ *     earlier near-flat random models (margins down to 4e-5) this arithmetic reached only
+ *     93.7%..98.5%. Measured at commit time: printed below, figures in golden/README.md.
  * The figures are printed so a run documents them. */
 #ifndef HM_TESTS_MODEL_GOLDEN_CHECK_H
 #define HM_TESTS_MODEL_GOLDEN_CHECK_H
@@ -239,7 +239,7 @@ static inline void check_one(const char *file, bool f32_weights) {
     else if (exact)
         HM_CHECK_MSG(agree * 100 >= total * 99, "%s: top-1 agreement %d/%d", file, agree, total);
     else if (!GOLDEN_LIGHT)
-        HM_CHECK_MSG(agree * 100 >= total * 90, "%s: top-1 agreement %d/%d", file, agree, total);
+        HM_CHECK_MSG(agree * 100 >= total * 99, "%s: top-1 agreement %d/%d", file, agree, total);
 
     /* NLL of the first PPL_N ids of the perplexity text, token by token */
     int64_t m_ids, m_nll;
@@ -257,7 +257,7 @@ static inline void check_one(const char *file, bool f32_weights) {
         ref_nll += pnll[i];
     }
     double rel = nll / ref_nll - 1;
-    HM_CHECK_MSG(fabs(rel) < (exact ? 1e-5 : GOLDEN_LIGHT ? 2e-2 : 5e-3),
+    HM_CHECK_MSG(fabs(rel) < (exact ? 1e-5 : GOLDEN_LIGHT ? 2e-2 : 1e-3),
                  "%s: NLL of %d tokens %.6g vs golden %.6g",
                  file, PPL_N - 1, nll, ref_nll);
     printf("  %-28s %s top-1 %3d/%3d  NLL(%d) %+.2e", file,

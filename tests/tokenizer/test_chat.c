@@ -3,7 +3,7 @@
  * Two independent sources of expected prompts:
  *   1. written by hand from the template text, statement by statement (the checks below with
  *      literal strings; Jinja's rules: raw text is emitted verbatim, so forge's harmony template
- *      emits a backslash and an 'n' where its raw text has "\n"; {%- / -%} strip whitespace);
+ *      writes its newlines as expressions {{ '\n' }}; {%- / -%} strip whitespace);
  *   2. tests/tokenizer/data/chat_jinja.txt: the same templates rendered by @huggingface/jinja
  *      (the Jinja implementation transformers.js uses for apply_chat_template) for 7
  *      conversations, with and without the generation prompt and enable_thinking=false, made by
@@ -211,12 +211,12 @@ static void test_harmony_forge(void) {
     HM_CHECK(t.family == CHAT_HARMONY);
     HM_REQUIRE(t.harmony_preamble && t.harmony_effort);
     HM_CHECK(!strcmp(t.harmony_effort, "medium"));
-    /* forge writes "\n" inside raw template text, which Jinja emits as backslash + n */
+    /* forge writes its newlines as expressions {{ '\n' }} (raw text would keep backslash-n) */
     check_render(&t, k_conv, N(k_conv), NULL,
                  "<|start|>system<|message|>You are ChatGPT, a large language model trained by "
-                 "OpenAI.\\nKnowledge cutoff: 2024-06\\n\\nReasoning: medium\\n\\n# Valid "
+                 "OpenAI.\nKnowledge cutoff: 2024-06\n\nReasoning: medium\n\n# Valid "
                  "channels: analysis, commentary, final. Channel must be included for every "
-                 "message.<|end|><|start|>developer<|message|># Instructions\\n\\nBe brief.<|end|>"
+                 "message.<|end|><|start|>developer<|message|># Instructions\n\nBe brief.<|end|>"
                  "<|start|>user<|message|>Hi<|end|><|start|>assistant<|channel|>final<|message|>"
                  "Hello!<|end|><|start|>user<|message|>2+2?<|end|><|start|>assistant",
                  "harmony forge");
@@ -226,7 +226,7 @@ static void test_harmony_forge(void) {
     char *got = NULL;
     hm_error e = {0};
     HM_REQUIRE(chat_render(&t, k_conv + 1, 2, &o, &got, NULL, &e) == HM_OK);
-    HM_CHECK(strstr(got, "Reasoning: high\\n") != NULL);
+    HM_CHECK(strstr(got, "Reasoning: high\n") != NULL);
     HM_CHECK(strstr(got, "Hello!<|return|>") != NULL);
     free(got);
     chat_template_free(&t);

@@ -14,7 +14,9 @@
 //   node tools/chat/jinja_expected.mjs harmony-openai=openai-gpt-oss-120b.jinja \
 //     >> tests/tokenizer/data/chat_jinja.txt
 // (the last one: OpenAI's gpt-oss template, not committed; @huggingface/jinja's strftime_now
-// gives the day it runs, 2026-11-22 in the fixture)
+// gives the day it runs, 2026-11-22 in the fixture). The forge-gpt-oss records were re-made
+// (2026-11-22, 13:05 UTC) after forge's harmony template changed to {{ '\n' }} newlines, from
+// `forge-gpt-oss=tiny-gpt-oss.gguf` alone, and spliced in place of the old records.
 //
 // FILE is a GGUF (its tokenizer.chat_template is read) or a text file holding a template.
 // Every template is rendered for every conversation below, with and without the generation
