@@ -76,6 +76,14 @@ void cpu_swiglu(tp_pool *pool, const float *gate, const float *up, float *out, i
  * cpu_swiglu. */
 void cpu_swiglu_oai(tp_pool *pool, const float *gate, const float *up, float *out, int64_t n,
                     float alpha, float limit);
+/* Whether the activations above may take their SIMD path (hm_cpu_has_avx2: it executes cpuid,
+ * which costs microseconds in a VM, so callers of many small slices read it once). */
+int cpu_act_simd(void);
+/* cpu_swiglu (oai = 0) or cpu_swiglu_oai (oai = 1, alpha, limit) on the calling thread, with the
+ * SIMD choice simd = cpu_act_simd() made by the caller: for small slices inside a pool job.
+ * Same values as the pooled forms. */
+void cpu_swiglu_slice(const float *gate, const float *up, float *out, int64_t n, int oai,
+                      float alpha, float limit, int simd);
 
 /* ------------------------------------------------------------------ RoPE */
 

@@ -85,6 +85,15 @@ static void ew_run(tp_pool *pool, ew_job *j) {
     ops_run(pool, ew_worker, j, j->n, min);
 }
 
+int cpu_act_simd(void) { return hm_cpu_has_avx2(); }
+
+void cpu_swiglu_slice(const float *gate, const float *up, float *out, int64_t n, int oai,
+                      float alpha, float limit, int simd) {
+    ew_job j = {oai ? EW_SWIGLU_OAI : EW_SWIGLU, gate, up, out, n, oai ? alpha : 0,
+                oai ? limit : 0, simd != 0};
+    if (n > 0) ew_range(&j, 0, n);
+}
+
 void cpu_add(tp_pool *pool, const float *a, const float *b, float *y, int64_t n) {
     ew_job j = {EW_ADD, a, b, y, n, 0, 0, 0};
     ew_run(pool, &j);

@@ -78,6 +78,7 @@ typedef struct {
     float *eg, *eu;
     int64_t F;
     bool oai;
+    int simd; /* cpu_act_simd(), read once per layer */
 } moe_post_ctx;
 
 static void moe_post_gate_up(void *ctx, int64_t p, int64_t r0, int64_t r1) {
@@ -90,8 +91,7 @@ static void moe_post_gate_up(void *ctx, int64_t p, int64_t r0, int64_t r1) {
         cpu_moe_add_bias(NULL, g, (const float *)pc->L->gate_exps_b.data + off, &zero, 1, 1, n);
         cpu_moe_add_bias(NULL, u, (const float *)pc->L->up_exps_b.data + off, &zero, 1, 1, n);
     }
-    if (pc->oai) cpu_swiglu_oai(NULL, g, u, g, n, 1.702f, 7.0f);
-    else cpu_swiglu(NULL, g, u, g, n);
+    cpu_swiglu_slice(g, u, g, n, pc->oai, 1.702f, 7.0f, pc->simd);
 }
 
 /* The CPU expert FFN: y[t][s] = down(act(gate(x[t]), up(x[t]))) of expert ids[t][s]. */
@@ -113,7 +113,8 @@ hm_status hm_moe_exec_cpu(void *impl, const hm_model *m, const hm_moe_job *job,
     if (quant_act_for(a.wtype) == quant_act_for(b.wtype) &&
         (!L->gate_exps_b.data || L->up_exps_b.data)) {
         /* one job: gate and up rows of each chunk, then their biases and activation */
-        moe_post_ctx pc = {.L = L, .ids = job->ids, .eg = c->eg, .eu = c->eu, .F = F, .oai = oai};
+        moe_post_ctx pc = {.L = L, .ids = job->ids, .eg = c->eg, .eu = c->eu, .F = F, .oai = oai,
+                            .simd = cpu_act_simd()};
         size_t need = cpu_moe_scratch_size(&a);
         bool fits = need <= c->mm_scratch_size;
         st = cpu_moe_matmul_pair(c->pool, c->kern, &a, &b, moe_post_gate_up, &pc,

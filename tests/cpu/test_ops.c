@@ -143,6 +143,18 @@ static void test_elementwise(void) {
             float u = b[i] > 7.0f ? 7.0f : (b[i] < -7.0f ? -7.0f : b[i]);
             bad += !SAME(y[0][i], (g * hm_sigmoidf(g * 1.702f)) * (u + 1.0f));
         }
+        /* the caller-side slices (both SIMD choices, odd offsets and lengths) equal the pooled ops */
+        cpu_swiglu(pools[2], a, b, y[1], n);
+        cpu_swiglu_oai(pools[2], a, b, y[2], n, 1.702f, 7.0f);
+        float sl[203];
+        for (int oai = 0; oai < 2; oai++)
+            for (int simd = 0; simd < 2; simd++)
+                for (int64_t i0 = 0; i0 < 1000; i0 += 203 - 3 * simd) {
+                    int64_t len = 203 - i0 % 13;
+                    cpu_swiglu_slice(a + i0, b + i0, sl, len, oai, 1.702f, 7.0f,
+                                     simd && cpu_act_simd());
+                    for (int64_t i = 0; i < len; i++) bad += !SAME(sl[i], y[1 + oai][i0 + i]);
+                }
 #undef SAME
         HM_CHECK_MSG(bad == 0, "%ld activations differ from the scalar definition", bad);
     }
