@@ -2,6 +2,7 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#include <stdatomic.h>
 
 /* F16C is CPUID.1:ECX bit 29; clang's __builtin_cpu_supports does not know the name. */
 static int has_f16c(void) {
@@ -15,16 +16,32 @@ static int has_bmi2(void) {
     return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & (1u << 8));
 }
 
-int hm_cpu_has_avx2(void) {
+static int detect_avx2(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c() &&
            has_bmi2();
 }
 
-int hm_cpu_has_avx512(void) {
-    return hm_cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
+static int detect_avx512(void) {
+    return detect_avx2() && __builtin_cpu_supports("avx512f") &&
            __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
            __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
+}
+
+/* cpuid is slow in a virtual machine (a VM exit per call) and the answer never changes: each
+ * check runs once; -1 means not yet known. Racing first calls store the same value. */
+static atomic_int g_avx2 = -1, g_avx512 = -1;
+
+int hm_cpu_has_avx2(void) {
+    int v = atomic_load_explicit(&g_avx2, memory_order_relaxed);
+    if (v < 0) atomic_store_explicit(&g_avx2, v = detect_avx2(), memory_order_relaxed);
+    return v;
+}
+
+int hm_cpu_has_avx512(void) {
+    int v = atomic_load_explicit(&g_avx512, memory_order_relaxed);
+    if (v < 0) atomic_store_explicit(&g_avx512, v = detect_avx512(), memory_order_relaxed);
+    return v;
 }
 #else
 int hm_cpu_has_avx2(void) { return 0; }
