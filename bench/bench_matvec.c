@@ -1,6 +1,7 @@
 /* bench_matvec.c - how close the CPU matvec comes to the host's memory read bandwidth.
  *
  *   bench_matvec [-t|--threads N] [--mib M] [--reps R] [--batch B] [--types q4_K,q8_0,...] [--json]
+ *                [--file PATH]
  *
  * 1. Read bandwidth: all N threads sum an M MiB buffer (16-byte loads, four independent
  *    accumulators, software prefetch 4 KiB ahead like the kernels: without it a core cannot keep
@@ -15,6 +16,9 @@
  *    batches 2..B (GB/s of weights, i.e. each weight byte counted once per call).
  * Prints a markdown table (or JSON with --json) and the kernel table used (HOTMOE_ISA caps it).
  * Weights are valid blocks (quantised random rows, repeated): values do not change the speed.
+ * With --file PATH the weights are written to PATH and the matvec reads them through a read-only
+ * shared mmap of it (page cache, as a model's weights are read), while the read ceiling stays on
+ * anonymous memory: the difference shows what the mapping costs.
  */
 #include <stdatomic.h>
 #include <stdint.h>
@@ -22,6 +26,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "base/threadpool.h"
 #include "cpu/matmul.h"
@@ -125,6 +132,23 @@ static double read_best(tp_pool *pool, read_job *rj, int reps) {
     return best;
 }
 
+/* Writes n bytes of src to path and maps the file read-only; NULL (with a message) on failure. */
+static const uint8_t *map_copy(const char *path, const uint8_t *src, size_t n) {
+    FILE *fp = fopen(path, "wb");
+    if (!fp || fwrite(src, 1, n, fp) != n || fclose(fp) != 0) {
+        fprintf(stderr, "bench_matvec: cannot write %s\n", path);
+        return NULL;
+    }
+    int fd = open(path, O_RDONLY);
+    void *m = fd < 0 ? MAP_FAILED : mmap(NULL, n, PROT_READ, MAP_SHARED, fd, 0);
+    if (fd >= 0) close(fd);
+    if (m == MAP_FAILED) {
+        fprintf(stderr, "bench_matvec: cannot map %s\n", path);
+        return NULL;
+    }
+    return m;
+}
+
 static uint32_t g_rng = 12345;
 static float rndf(void) {
     g_rng = g_rng * 1664525u + 1013904223u;
@@ -133,6 +157,7 @@ static float rndf(void) {
 
 int main(int argc, char **argv) {
     int threads = 1, reps = 5, max_batch = 1, json = 0;
+    const char *file = NULL; /* weights through an mmap of this file instead of anonymous memory */
     size_t mib = 1024;
     const char *types = "q4_K,q8_0,mxfp4,q6_K,q5_K,iq4_xs,q4_0,q4_1,q5_0,q5_1,iq4_nl,f16,bf16,f32";
     for (int i = 1; i < argc; i++) {
@@ -144,8 +169,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--batch") && v) max_batch = atoi(argv[++i]);
         else if (!strcmp(a, "--types") && v) types = argv[++i];
         else if (!strcmp(a, "--json")) json = 1;
+        else if (!strcmp(a, "--file") && v) file = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [-t N] [--mib M] [--reps R] [--batch B] [--types a,b] [--json]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-t N] [--mib M] [--reps R] [--batch B] [--types a,b] [--json] [--file PATH]\n", argv[0]);
             return 2;
         }
     }
@@ -179,6 +205,7 @@ int main(int argc, char **argv) {
                      kern->name, threads, mib, read_gbs);
     else {
         printf("kernel table: %s, threads: %d, buffer: %zu MiB, best of %d\n", kern->name, threads, mib, reps);
+        if (file) printf("weights: read-only mmap of %s\n", file);
         printf("host read bandwidth at the start: %.2f GB/s\n", read_gbs);
         printf("ratio = batch-1 matvec GB/s / read GB/s, each the best of %d runs taken alternately\n\n", reps);
         printf("| type | k | rows | GB/s (batch 1) | read GB/s | ratio |");
@@ -210,6 +237,8 @@ int main(int argc, char **argv) {
         }
         fill_job fw = {buf, (size_t)rows * rs, pat, rs * prow};
         tp_run(pool, fill_fn, &fw);
+        const uint8_t *w = buf;
+        if (file && !(w = map_copy(file, buf, (size_t)rows * rs))) return 1;
         for (int64_t i = 0; i < k * max_batch; i++) f[i] = rndf();
         float *y = malloc(sizeof(float) * (size_t)rows * (size_t)max_batch);
         size_t ss = cpu_matmul_scratch_size((uint32_t)t, k, max_batch);
@@ -224,7 +253,7 @@ int main(int argc, char **argv) {
                     if (rt < read_t) read_t = rt;
                 }
                 double t0 = now_s();
-                if (cpu_matmul(pool, kern, (uint32_t)t, buf, rows, k, f, b, y, scratch, ss, &err) != HM_OK) {
+                if (cpu_matmul(pool, kern, (uint32_t)t, w, rows, k, f, b, y, scratch, ss, &err) != HM_OK) {
                     fprintf(stderr, "bench_matvec: %s\n", err.msg);
                     return 1;
                 }
@@ -247,6 +276,7 @@ int main(int argc, char **argv) {
         }
         fflush(stdout);
         first = 0;
+        if (w != buf) munmap((void *)w, (size_t)rows * rs);
         free(pat);
         free(f);
         free(y);
