@@ -23,16 +23,24 @@ hm_model_params hm_model_default_params(void) {
 
 /* ---- metadata ---- */
 
+/* Index of key "ARCH.SUFFIX" in *idx (-1 when absent and not required); its name in key. */
+static hm_status find_arch_key(const gguf_ctx *g, const char *arch, const char *suffix,
+                               bool required, char key[160], int64_t *idx, hm_error *err) {
+    snprintf(key, 160, "%s.%s", arch, suffix);
+    *idx = gguf_find_key(g, key);
+    if (*idx < 0 && required)
+        return hm_error_set(err, HM_ERR_NOT_FOUND, "missing metadata key %s", key);
+    return HM_OK;
+}
+
 static hm_status get_i(const gguf_ctx *g, const char *arch, const char *suffix, int64_t def,
                        bool required, int64_t *out, hm_error *err) {
     char key[160];
-    snprintf(key, sizeof(key), "%s.%s", arch, suffix);
-    int64_t i = gguf_find_key(g, key);
-    if (i < 0) {
-        if (required)
-            return hm_error_set(err, HM_ERR_NOT_FOUND, "missing metadata key %s", key);
+    int64_t i;
+    hm_status st = find_arch_key(g, arch, suffix, required, key, &i, err);
+    if (st != HM_OK || i < 0) {
         *out = def;
-        return HM_OK;
+        return st;
     }
     return gguf_kv_int(g, i, out, err);
 }
@@ -40,16 +48,10 @@ static hm_status get_i(const gguf_ctx *g, const char *arch, const char *suffix, 
 static hm_status get_f(const gguf_ctx *g, const char *arch, const char *suffix, double def,
                        bool required, float *out, hm_error *err) {
     char key[160];
-    snprintf(key, sizeof(key), "%s.%s", arch, suffix);
-    int64_t i = gguf_find_key(g, key);
-    if (i < 0) {
-        if (required)
-            return hm_error_set(err, HM_ERR_NOT_FOUND, "missing metadata key %s", key);
-        *out = (float)def;
-        return HM_OK;
-    }
-    double d;
-    hm_status st = gguf_kv_float(g, i, &d, err);
+    int64_t i;
+    double d = def;
+    hm_status st = find_arch_key(g, arch, suffix, required, key, &i, err);
+    if (st == HM_OK && i >= 0) st = gguf_kv_float(g, i, &d, err);
     *out = (float)d;
     return st;
 }
