@@ -1,0 +1,121 @@
+/* cuda_engine_internal.h - the engine struct and the enqueue-only entry points, for the engine's
+ * own .cu files and for the autonomous decode loop (cuda_decode.cu). Plain C (no CUDA types:
+ * a stream is void *, device pointers are plain pointers), includable from C and CUDA.
+ *
+ * One decode step for E2's graph:
+ *     cuda_engine_enqueue_step(e, d_token, 1, err);   reads *d_token, *e->d_pos;
+ *                                                      e->d_logits[0][n_vocab] = logits;
+ *                                                      *e->d_pos += 1
+ * No host synchronisation, allocation or device->host copy happens inside any enqueue function;
+ * every scalar that changes per step (token ids, the position) is read from device memory, so
+ * one capture replays for every step. n_tok is a capture-time constant.
+ */
+#ifndef HM_CUDA_CUDA_ENGINE_INTERNAL_H
+#define HM_CUDA_CUDA_ENGINE_INTERNAL_H
+
+#include "cuda/cuda_engine.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A tensor in the device arena (same meaning as hm_tensor; d == NULL when absent). */
+typedef struct {
+    const char *name; /* the model's name (host string owned by the model) */
+    uint32_t type;
+    int64_t ne[4];
+    size_t row_size;
+    const void *d; /* device pointer */
+} cuda_tensor;
+
+typedef struct {
+    bool swa;
+    cuda_tensor attn_norm, wq, wk, wv, wo, bq, bk, bv, bo, q_norm, k_norm, sinks, ffn_norm;
+    cuda_tensor router, router_b, gate_exps, up_exps, down_exps, gate_exps_b, up_exps_b,
+        down_exps_b, sh_gate, sh_up, sh_down, sh_gate_inp;
+    /* device KV cache of this layer: f16 bits [n_ctx][n_head_kv * head_dim] (K and V); every
+     * layer holds n_ctx positions, the sliding window only masks */
+    uint16_t *k_cache, *v_cache;
+} cuda_layer;
+
+/* Products with n_tok above this use the tensor-core GEMMs (cuda_gemm.h) when available;
+ * up to it the matvec kernels (bytes equal to the CPU's). */
+#define CUDA_ENGINE_MATVEC_MAX_TOK 8
+
+struct cuda_engine {
+    const hm_model *m;
+    const hm_arch_desc *desc;
+    hm_hparams hp;
+    cuda_engine_params p;
+    char info[256];      /* cuda_engine_describe */
+    void *stream;        /* cudaStream_t, created by the engine (non-blocking) */
+
+    /* weights: one device arena */
+    void *arena;
+    uint64_t bytes_weights, bytes_kv, bytes_scratch;
+    cuda_tensor tok_embd;    /* {n_embd, n_vocab} */
+    cuda_tensor output_norm; /* {n_embd} f32 */
+    cuda_tensor output;      /* {n_embd, n_vocab} */
+    cuda_layer *layers;      /* [n_layer], host array of device pointers */
+    void *kv_arena;          /* all layers' K and V */
+
+    /* device scratch, nu = n_ubatch, n = tokens of the step (shapes as model_internal.h) */
+    void *scratch_arena;
+    float *x;        /* [nu][n_embd] residual stream */
+    float *xn;       /* [nu][n_embd] normed input of a sub-block */
+    float *q;        /* [nu][n_head * hd_k] */
+    float *k;        /* [nu][n_head_kv * hd_k] */
+    float *v;        /* [nu][n_head_kv * hd_v] */
+    float *attn;     /* [nu][n_head * hd_v] attention output before wo */
+    float *proj;     /* [nu][n_embd] output of wo / of the MoE block */
+    float *router;   /* [nu][n_expert] router logits */
+    int32_t *ids;    /* [nu][n_used] selected experts (slot order) */
+    float *gw;       /* [nu][n_used] gating weights */
+    float *eg;       /* [nu][n_used][n_ff_exp] expert activation (fused gate/up output) */
+    float *eu;       /* [nu][n_used][n_ff_exp] expert up (unfused path) */
+    float *ey;       /* [nu][n_used][n_embd] per-slot expert outputs */
+    float *sg;       /* [nu][n_ff_shexp] shared expert gate, then activation */
+    float *su;       /* [nu][n_ff_shexp] shared expert up */
+    float *sgate;    /* [nu] shared expert sigmoid gate logit */
+    void *act;       /* quantised activations: act_bytes, largest [nu][n_used] rows of any product */
+    size_t act_bytes;
+    void *gemm_scratch; /* cuda_gemm scratch (NULL when the GEMM path is off) */
+    size_t gemm_scratch_bytes;
+    int32_t *d_pos;       /* device scalar: position of the next step's first token */
+    int32_t *d_positions; /* [nu] positions of the step's tokens (d_pos + t) */
+    int32_t *d_tokens;    /* [nu] token ids uploaded by cuda_engine_decode */
+    float *d_logits;      /* [n_logit_rows][n_vocab] */
+    int n_logit_rows;     /* rows of d_logits (ALL mode is copied out in pieces of this) */
+
+    /* pinned host memory */
+    int32_t *h_tokens; /* [nu] */
+    int32_t *h_pos;    /* [1] */
+    float *h_logits;   /* [n_logit_rows][n_vocab] */
+
+    bool use_gemm;           /* prompt ubatches on tensor cores (cuda_gemm.h) */
+    uint64_t n_host_syncs;   /* every cuda_engine_sync (audit) */
+};
+
+/* Embedding + every layer for d_tokens[0..n_tok) (device memory) at positions *d_pos + t;
+ * K/V stored into the cache; leaves the final residual in e->x [n_tok][n_embd]. Does not move
+ * *d_pos. n_tok <= n_ubatch. */
+hm_status cuda_engine_enqueue_forward(cuda_engine *e, const int32_t *d_tokens, int n_tok,
+                                      hm_error *err);
+/* Final norm and output matrix for rows row0..row0+n_rows-1 of e->x into d_logits[0..n_rows).
+ * n_rows <= n_logit_rows. */
+hm_status cuda_engine_enqueue_logits(cuda_engine *e, int row0, int n_rows, hm_error *err);
+/* *d_pos += n (one tiny kernel). */
+hm_status cuda_engine_enqueue_advance(cuda_engine *e, int n, hm_error *err);
+/* forward + logits of the last token (d_logits[0]) + advance by n_tok. */
+hm_status cuda_engine_enqueue_step(cuda_engine *e, const int32_t *d_tokens, int n_tok,
+                                   hm_error *err);
+/* Host: *d_pos = pos (through pinned memory, enqueued). */
+hm_status cuda_engine_set_pos(cuda_engine *e, int pos, hm_error *err);
+/* The one place the engine waits for its stream (counted in n_host_syncs). */
+hm_status cuda_engine_sync(cuda_engine *e, hm_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
