@@ -1,8 +1,8 @@
 /* matmul.c - cpu_matmul and cpu_moe_matmul (see matmul.h).
  *
  * DESIGN: one job on the pool per call, in two phases separated by tp_barrier: (1) each thread
- * quantises every nth activation row into scratch; (2) threads take work items from an atomic
- * counter. A work item is a chunk of MM_ROW_ALIGN-aligned weight rows (of one expert for MoE);
+ * quantises every nth activation row into scratch (for a few rows the caller does it before the
+ * job, which then needs no barrier); (2) threads take work items from an atomic counter. A work item is a chunk of MM_ROW_ALIGN-aligned weight rows (of one expert for MoE);
  * inside it, tokens go in tiles of MM_TOK_TILE and rows in groups of MM_NR, each one call of
  * the kernel table's tile function: the MM_NR weight rows stay in L1/L2 while the tile's
  * tokens pass, the token tile's activations stay in L2 while the chunk's rows pass. Chunks are sized so
@@ -23,6 +23,11 @@
 #include <string.h>
 
 enum { MM_NR = 16, MM_TOK_TILE = 16, MM_ROW_ALIGN = 4, MM_MAX_CHUNK = 256 };
+
+/* Activations of at most this many elements are quantised by the calling thread before the
+ * job starts (a decode step's one row, or its n_used expert rows): cheaper than the barrier
+ * that a parallel quantisation phase needs. */
+enum { MM_INLINE_ACT = 16384 };
 
 typedef struct {
     quant_dot_tile_fn dot;
@@ -98,6 +103,7 @@ typedef struct {
     int64_t n_tok, n_items;
     const float *x;
     uint8_t *act; /* [n_tok] quantised rows of m[0].mk.arow bytes (shared by every matrix) */
+    int act_done; /* 1: the caller quantised act already (no phase 1, no barrier) */
     tp_pool *pool;
     _Alignas(64) atomic_llong next;
 } mm_job;
@@ -105,9 +111,11 @@ typedef struct {
 static void mm_job_fn(void *ctx, int ith, int nth) {
     mm_job *j = ctx;
     const mm_kern *mk0 = &j->m[0].mk;
-    for (int64_t t = ith; t < j->n_tok; t += nth)
-        mk0->act(j->x + (size_t)t * (size_t)mk0->k, j->act + (size_t)t * mk0->arow, mk0->k);
-    tp_barrier(j->pool);
+    if (!j->act_done) {
+        for (int64_t t = ith; t < j->n_tok; t += nth)
+            mk0->act(j->x + (size_t)t * (size_t)mk0->k, j->act + (size_t)t * mk0->arow, mk0->k);
+        tp_barrier(j->pool);
+    }
     for (;;) {
         int64_t it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
         if (it >= j->n_items) break;
@@ -166,6 +174,12 @@ hm_status cpu_matmul_multi(tp_pool *pool, const quant_kernels *kern, int n_mat,
     j.x = x;
     j.act = scratch;
     j.pool = pool;
+    if (n_tok * k <= MM_INLINE_ACT) {
+        const mm_kern *mk0 = &j.m[0].mk;
+        for (int64_t t = 0; t < n_tok; t++)
+            mk0->act(x + (size_t)t * (size_t)k, j.act + (size_t)t * mk0->arow, k);
+        j.act_done = 1;
+    }
     atomic_init(&j.next, 0);
     tp_run(pool, mm_job_fn, &j);
     free(own);
@@ -217,12 +231,13 @@ typedef struct {
     int64_t *off;     /* [n_expert + 1] first grouped pair of each expert */
     int64_t *item0;   /* [n_expert + 1] first work item of each expert */
     int64_t n_pairs, chunk;
+    int act_done; /* 1: the caller quantised act already */
     tp_pool *pool;
     _Alignas(64) atomic_llong next;
 } moe_job;
 
-static void moe_job_fn(void *ctx, int ith, int nth) {
-    moe_job *j = ctx;
+/* Quantises the grouped inputs g = ith, ith + nth, ... */
+static void moe_quantize(moe_job *j, int ith, int nth) {
     const cpu_moe_args *a = j->a;
     const size_t k = (size_t)a->k;
     for (int64_t g = ith; g < j->n_pairs; g += nth) {
@@ -230,7 +245,15 @@ static void moe_job_fn(void *ctx, int ith, int nth) {
         const float *xr = a->x_per_slot ? a->x + (size_t)p * k : a->x + (size_t)(p / a->n_used) * k;
         j->mk.act(xr, j->act + (size_t)g * j->mk.arow, a->k);
     }
-    tp_barrier(j->pool);
+}
+
+static void moe_job_fn(void *ctx, int ith, int nth) {
+    moe_job *j = ctx;
+    const cpu_moe_args *a = j->a;
+    if (!j->act_done) {
+        moe_quantize(j, ith, nth);
+        tp_barrier(j->pool);
+    }
     const int64_t n_items = j->item0[a->n_expert];
     float tmp[MM_TOK_TILE * MM_MAX_CHUNK]; /* [tok][row] of one item's token tile */
     for (;;) {
@@ -341,6 +364,10 @@ hm_status cpu_moe_matmul_pair(tp_pool *pool, const quant_kernels *kern, const cp
     j.item0[0] = 0;
     for (int64_t e = 0; e < a->n_expert; e++)
         j.item0[e + 1] = j.item0[e] + (j.off[e + 1] > j.off[e] ? per_expert : 0);
+    if (j.n_pairs * a->k <= MM_INLINE_ACT) {
+        moe_quantize(&j, 0, 1);
+        j.act_done = 1;
+    }
     atomic_init(&j.next, 0);
     tp_run(pool, moe_job_fn, &j);
     free(own);

@@ -23,6 +23,15 @@
 #include "model/model_internal.h"
 #include "moe/tracer.h"
 
+/* Norms, rope, elementwise ops and the router of up to this many elements run on the calling
+ * thread: for a decode step a pool job (wake every thread, join them) costs more than the op,
+ * and the results do not depend on the thread count. */
+enum { FWD_INLINE_ELEMS = 65536 };
+
+static tp_pool *op_pool(const hm_context *c, int64_t elems) {
+    return elems <= FWD_INLINE_ELEMS ? NULL : c->pool;
+}
+
 /* y[n][rows of w] = x[n][w->ne[0]] . w (+ bias b when given). */
 static hm_status linear(hm_context *c, const hm_tensor *w, const hm_tensor *b, const float *x,
                         int64_t n, float *y, hm_error *err) {
@@ -30,7 +39,7 @@ static hm_status linear(hm_context *c, const hm_tensor *w, const hm_tensor *b, c
     bool fits = need <= c->mm_scratch_size;
     hm_status st = cpu_matmul(c->pool, c->kern, w->type, w->data, w->ne[1], w->ne[0], x, n, y,
                               fits ? c->mm_scratch : NULL, fits ? c->mm_scratch_size : 0, err);
-    if (st == HM_OK && b && b->data) cpu_add_bias(c->pool, y, b->data, n, w->ne[1]);
+    if (st == HM_OK && b && b->data) cpu_add_bias(op_pool(c, n * w->ne[1]), y, b->data, n, w->ne[1]);
     return st;
 }
 
@@ -59,7 +68,7 @@ static hm_status linear_qkv(hm_context *c, const hm_layer *L, const float *x, in
                                     fits ? c->mm_scratch : NULL, fits ? c->mm_scratch_size : 0,
                                     err);
     for (int i = 0; i < 3 && st == HM_OK; i++)
-        if (b[i]->data) cpu_add_bias(c->pool, y[i], b[i]->data, n, w[i]->ne[1]);
+        if (b[i]->data) cpu_add_bias(op_pool(c, n * w[i]->ne[1]), y[i], b[i]->data, n, w[i]->ne[1]);
     return st;
 }
 
@@ -136,7 +145,7 @@ hm_status hm_moe_exec_cpu(void *impl, const hm_model *m, const hm_moe_job *job,
     a.x = c->eg, a.x_per_slot = 1, a.y = job->y;
     st = moe_matmul(c, &a, err);
     if (st == HM_OK && L->down_exps_b.data)
-        cpu_moe_add_bias(c->pool, job->y, L->down_exps_b.data, job->ids, n, K, E);
+        cpu_moe_add_bias(op_pool(c, n * K * E), job->y, L->down_exps_b.data, job->ids, n, K, E);
     return st;
 }
 
@@ -146,16 +155,17 @@ static hm_status attention_block(hm_context *c, int il, int n, hm_error *err) {
     const hm_arch_desc *d = m->desc;
     const hm_layer *L = &m->layers[il];
     const int nh = (int)hp->n_head, nkv = (int)hp->n_head_kv, hd = (int)hp->head_dim_k;
+    tp_pool *pe = op_pool(c, n * hp->n_embd), *pq = op_pool(c, (int64_t)n * nh * hd);
 
-    cpu_rmsnorm(c->pool, c->x, L->attn_norm.data, c->xn, n, hp->n_embd, hp->rms_eps);
+    cpu_rmsnorm(pe, c->x, L->attn_norm.data, c->xn, n, hp->n_embd, hp->rms_eps);
     hm_status st = linear_qkv(c, L, c->xn, n, err);
     if (st != HM_OK) return st;
     if (d->qk_norm == HM_QKNORM_HEAD) { /* each head of q [n][nh][hd], k [n][nkv][hd] */
-        cpu_rmsnorm(c->pool, c->q, L->q_norm.data, c->q, (int64_t)n * nh, hd, hp->rms_eps);
-        cpu_rmsnorm(c->pool, c->k, L->k_norm.data, c->k, (int64_t)n * nkv, hd, hp->rms_eps);
+        cpu_rmsnorm(pq, c->q, L->q_norm.data, c->q, (int64_t)n * nh, hd, hp->rms_eps);
+        cpu_rmsnorm(pq, c->k, L->k_norm.data, c->k, (int64_t)n * nkv, hd, hp->rms_eps);
     } else if (d->qk_norm == HM_QKNORM_FULL) { /* the whole projection of each token */
-        cpu_rmsnorm(c->pool, c->q, L->q_norm.data, c->q, n, (int64_t)nh * hd, hp->rms_eps);
-        cpu_rmsnorm(c->pool, c->k, L->k_norm.data, c->k, n, (int64_t)nkv * hd, hp->rms_eps);
+        cpu_rmsnorm(pq, c->q, L->q_norm.data, c->q, n, (int64_t)nh * hd, hp->rms_eps);
+        cpu_rmsnorm(pq, c->k, L->k_norm.data, c->k, n, (int64_t)nkv * hd, hp->rms_eps);
     }
     cpu_rope_params rp = cpu_rope_default(d->rope == HM_ROPE_NEOX ? CPU_ROPE_NEOX : CPU_ROPE_NORM,
                                           (int)hp->n_rot, hp->rope_base);
@@ -166,8 +176,8 @@ static hm_status attention_block(hm_context *c, int il, int n, hm_error *err) {
     rp.beta_fast = hp->yarn_beta_fast;
     rp.beta_slow = hp->yarn_beta_slow;
     rp.yarn_truncate = hp->yarn_truncate;
-    st = cpu_rope(c->pool, c->q, n, nh, hd, c->pos, &rp, err);
-    if (st == HM_OK) st = cpu_rope(c->pool, c->k, n, nkv, hd, c->pos, &rp, err);
+    st = cpu_rope(pq, c->q, n, nh, hd, c->pos, &rp, err);
+    if (st == HM_OK) st = cpu_rope(pq, c->k, n, nkv, hd, c->pos, &rp, err);
     if (st != HM_OK) return st;
 
     cpu_attn_args a = {.n_head = nh, .n_tok = n, .pos0 = c->pos[0],
@@ -179,7 +189,7 @@ static hm_status attention_block(hm_context *c, int il, int n, hm_error *err) {
     st = cpu_attention(c->pool, &c->kv[il], &a, fits ? c->attn_scratch : NULL,
                        fits ? c->attn_scratch_size : 0, err);
     if (st == HM_OK) st = linear(c, &L->wo, &L->bo, c->attn, n, c->proj, err);
-    if (st == HM_OK) cpu_add(c->pool, c->x, c->proj, c->x, (int64_t)n * hp->n_embd);
+    if (st == HM_OK) cpu_add(pe, c->x, c->proj, c->x, (int64_t)n * hp->n_embd);
     return st;
 }
 
@@ -190,14 +200,15 @@ static hm_status moe_block(hm_context *c, int il, int n, hm_error *err) {
     const hm_layer *L = &m->layers[il];
     const int K = (int)hp->n_expert_used;
     const int64_t E = hp->n_embd;
+    tp_pool *pe = op_pool(c, n * E);
 
-    cpu_rmsnorm(c->pool, c->x, L->ffn_norm.data, c->xn, n, E, hp->rms_eps);
+    cpu_rmsnorm(pe, c->x, L->ffn_norm.data, c->xn, n, E, hp->rms_eps);
     /* routing: logits -> top-k ids and weights (slot order = descending score) */
     hm_status st = linear(c, &L->router, NULL, c->xn, n, c->router, err);
     if (st != HM_OK) return st;
     cpu_gate_mode gm = d->gating == HM_GATING_TOPK_SOFTMAX ? CPU_GATE_TOPK_SOFTMAX
                                                            : CPU_GATE_SOFTMAX_TOPK;
-    st = cpu_router(c->pool, c->router, L->router_b.data, n, (int)hp->n_expert, K, gm,
+    st = cpu_router(op_pool(c, n * hp->n_expert * 8), c->router, L->router_b.data, n, (int)hp->n_expert, K, gm,
                     d->gating == HM_GATING_SOFTMAX_TOPK_NORM, c->ids, c->gw, err);
     if (st != HM_OK) return st;
     if (c->tracer) moe_tracer_record(c->tracer, il, c->ids, n, K);
@@ -208,23 +219,23 @@ static hm_status moe_block(hm_context *c, int il, int n, hm_error *err) {
                       .weights = c->gw, .y = c->ey};
     st = c->moe_exec(c->moe_impl, m, &job, err);
     if (st != HM_OK) return st;
-    cpu_moe_combine(c->pool, c->ey, c->gw, c->ids, n, K, E, c->proj);
+    cpu_moe_combine(op_pool(c, n * K * E), c->ey, c->gw, c->ids, n, K, E, c->proj);
 
     if (d->shared_expert) { /* proj += sigmoid(xn . gate_inp) * down(silu(gate xn) * up xn) */
         const int64_t S = hp->n_ff_shexp;
         st = linear(c, &L->sh_gate, NULL, c->xn, n, c->sg, err);
         if (st == HM_OK) st = linear(c, &L->sh_up, NULL, c->xn, n, c->su, err);
         if (st != HM_OK) return st;
-        cpu_swiglu(c->pool, c->sg, c->su, c->sg, n * S);
+        cpu_swiglu(op_pool(c, n * S), c->sg, c->su, c->sg, n * S);
         float *sh = c->ey; /* [n][E]: the per-slot outputs are consumed already */
         st = linear(c, &L->sh_down, NULL, c->sg, n, sh, err);
         if (st == HM_OK) st = linear(c, &L->sh_gate_inp, NULL, c->xn, n, c->sgate, err);
         if (st != HM_OK) return st;
-        cpu_sigmoid(c->pool, c->sgate, c->sgate, n);
+        cpu_sigmoid(NULL, c->sgate, c->sgate, n);
         for (int t = 0; t < n; t++) cpu_scale(NULL, sh + t * E, c->sgate[t], sh + t * E, E);
-        cpu_add(c->pool, c->proj, sh, c->proj, n * E);
+        cpu_add(pe, c->proj, sh, c->proj, n * E);
     }
-    cpu_add(c->pool, c->x, c->proj, c->x, n * E);
+    cpu_add(pe, c->x, c->proj, c->x, n * E);
     return HM_OK;
 }
 
@@ -254,6 +265,6 @@ hm_status model_forward_ubatch(hm_context *c, const int32_t *tokens, int n, int 
     /* output: final norm and logits, for every token or only the last */
     int first = mode == HM_LOGITS_ALL ? 0 : n - 1;
     int cnt = n - first;
-    cpu_rmsnorm(c->pool, c->x + first * E, m->output_norm.data, c->xn, cnt, E, hp->rms_eps);
+    cpu_rmsnorm(op_pool(c, cnt * E), c->x + first * E, m->output_norm.data, c->xn, cnt, E, hp->rms_eps);
     return linear(c, &m->output, NULL, c->xn, cnt, logits, err);
 }
