@@ -8,6 +8,13 @@
 
 #include "quant/fp16.h"
 
+/* the size checks below also compile as C++ (CUDA .cu files include this header) */
+#ifdef __cplusplus
+#define HM_BLOCK_ASSERT(c, m) static_assert(c, m)
+#else
+#define HM_BLOCK_ASSERT(c, m) _Static_assert(c, m)
+#endif
+
 #define HM_QK4_0 32
 #define HM_QK8_0 32
 
@@ -42,19 +49,19 @@ typedef struct { hm_fp16 d; uint16_t scales_h; uint8_t scales_l[4]; uint8_t qs[1
  * Not a GGUF type. */
 typedef struct { float d; int32_t sum; int8_t qs[32]; } block_q8_32;
 
-_Static_assert(sizeof(block_q4_0) == 18, "block_q4_0 size");
-_Static_assert(sizeof(block_q4_1) == 20, "block_q4_1 size");
-_Static_assert(sizeof(block_q5_0) == 22, "block_q5_0 size");
-_Static_assert(sizeof(block_q5_1) == 24, "block_q5_1 size");
-_Static_assert(sizeof(block_q8_0) == 34, "block_q8_0 size");
-_Static_assert(sizeof(block_mxfp4) == 17, "block_mxfp4 size");
-_Static_assert(sizeof(block_iq4_nl) == 18, "block_iq4_nl size");
-_Static_assert(sizeof(block_q4_K) == 144, "block_q4_K size");
-_Static_assert(sizeof(block_q5_K) == 176, "block_q5_K size");
-_Static_assert(sizeof(block_q6_K) == 210, "block_q6_K size");
-_Static_assert(sizeof(block_q8_K) == 292, "block_q8_K size");
-_Static_assert(sizeof(block_iq4_xs) == 136, "block_iq4_xs size");
-_Static_assert(sizeof(block_q8_32) == 40, "block_q8_32 size");
+HM_BLOCK_ASSERT(sizeof(block_q4_0) == 18, "block_q4_0 size");
+HM_BLOCK_ASSERT(sizeof(block_q4_1) == 20, "block_q4_1 size");
+HM_BLOCK_ASSERT(sizeof(block_q5_0) == 22, "block_q5_0 size");
+HM_BLOCK_ASSERT(sizeof(block_q5_1) == 24, "block_q5_1 size");
+HM_BLOCK_ASSERT(sizeof(block_q8_0) == 34, "block_q8_0 size");
+HM_BLOCK_ASSERT(sizeof(block_mxfp4) == 17, "block_mxfp4 size");
+HM_BLOCK_ASSERT(sizeof(block_iq4_nl) == 18, "block_iq4_nl size");
+HM_BLOCK_ASSERT(sizeof(block_q4_K) == 144, "block_q4_K size");
+HM_BLOCK_ASSERT(sizeof(block_q5_K) == 176, "block_q5_K size");
+HM_BLOCK_ASSERT(sizeof(block_q6_K) == 210, "block_q6_K size");
+HM_BLOCK_ASSERT(sizeof(block_q8_K) == 292, "block_q8_K size");
+HM_BLOCK_ASSERT(sizeof(block_iq4_xs) == 136, "block_iq4_xs size");
+HM_BLOCK_ASSERT(sizeof(block_q8_32) == 40, "block_q8_32 size");
 
 /* Non-linear 4-bit grids (ggml's values). MXFP4's are the E2M1 values doubled. */
 static const int8_t hm_kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
