@@ -1,0 +1,61 @@
+/* cuda_math.cuh - device versions of hm_expf, hm_sigmoidf, hm_siluf (src/cpu/ops_math.h) and
+ * the expert activations of docs/OPS.md, bit-identical to the CPU's.
+ *
+ * DESIGN: the CPU recipe uses only IEEE single multiplies, adds and one divide, each rounded to
+ * nearest-even and never contracted; here every operation is the matching _rn intrinsic, so the
+ * result does not depend on --fmad or the compiler. Header-only (__device__ __forceinline__).
+ */
+#ifndef HM_CUDA_CUDA_MATH_CUH
+#define HM_CUDA_CUDA_MATH_CUH
+
+#include <stdint.h>
+
+/* 2^e for -126 <= e <= 127 */
+static __device__ __forceinline__ float cm_pow2i(int e) {
+    return __int_as_float((e + 127) << 23);
+}
+
+/* hm_expf of ops_math.h, operation for operation */
+static __device__ __forceinline__ float cm_expf(float x) {
+    if (x != x) return x;
+    if (x > 88.72283935546875f) return __int_as_float(0x7f800000);
+    if (x < -103.972084045410156f) return 0.0f;
+    float n = __fsub_rn(__fadd_rn(__fmul_rn(x, 1.44269502f), 12582912.0f), 12582912.0f);
+    float r = __fsub_rn(__fsub_rn(x, __fmul_rn(n, 0.693359375f)), __fmul_rn(n, -2.12194440e-4f));
+    float z = __fmul_rn(r, r);
+    float p = 1.9875691500e-4f;
+    p = __fadd_rn(__fmul_rn(p, r), 1.3981999507e-3f);
+    p = __fadd_rn(__fmul_rn(p, r), 8.3334519073e-3f);
+    p = __fadd_rn(__fmul_rn(p, r), 4.1665795894e-2f);
+    p = __fadd_rn(__fmul_rn(p, r), 1.6666665459e-1f);
+    p = __fadd_rn(__fmul_rn(p, r), 5.0000001201e-1f);
+    float y = __fadd_rn(__fadd_rn(__fmul_rn(p, z), r), 1.0f);
+    int ni = (int)n;
+    int n1 = ni / 2;
+    return __fmul_rn(__fmul_rn(y, cm_pow2i(n1)), cm_pow2i(ni - n1));
+}
+
+/* 1 / (1 + exp(-x)) */
+static __device__ __forceinline__ float cm_sigmoidf(float x) {
+    return __fdiv_rn(1.0f, __fadd_rn(1.0f, cm_expf(-x)));
+}
+
+/* x / (1 + exp(-x)) */
+static __device__ __forceinline__ float cm_siluf(float x) {
+    return __fdiv_rn(x, __fadd_rn(1.0f, cm_expf(-x)));
+}
+
+/* silu(g) * u (docs/OPS.md swiglu) */
+static __device__ __forceinline__ float cm_swiglu(float g, float u) {
+    return __fmul_rn(cm_siluf(g), u);
+}
+
+/* gpt-oss: g = min(g, limit) (NaN stays), u = clamp(u, -limit, limit),
+ * (g * sigmoid(g * alpha)) * (u + 1) */
+static __device__ __forceinline__ float cm_swiglu_oai(float g, float u, float alpha, float limit) {
+    g = g > limit ? limit : g;
+    u = u > limit ? limit : (u < -limit ? -limit : u);
+    return __fmul_rn(__fmul_rn(g, cm_sigmoidf(__fmul_rn(g, alpha))), __fadd_rn(u, 1.0f));
+}
+
+#endif
