@@ -83,3 +83,49 @@ const char *cuda_engine_describe(const cuda_engine *e) {
     (void)e;
     return "built without CUDA";
 }
+
+/* ---- cuda_sample.h (helper S): the device sampler fails cleanly without CUDA ---- */
+#include "cuda/cuda_sample.h"
+
+static hm_status sample_none(hm_error *err, const char *fn) {
+    return hm_error_set(err, HM_ERR_UNSUPPORTED, "%s: built without CUDA", fn);
+}
+
+hm_status cuda_sampler_init(const sample_params *p, int32_t n_vocab, void *stream,
+                            cuda_sampler **out, hm_error *err) {
+    (void)p;
+    (void)n_vocab;
+    (void)stream;
+    *out = NULL;
+    return sample_none(err, "cuda_sampler_init");
+}
+
+void cuda_sampler_free(cuda_sampler *s) { (void)s; }
+
+hm_status cuda_sampler_reset(cuda_sampler *s, void *stream, hm_error *err) {
+    return sample_none(err, "cuda_sampler_reset");
+}
+
+hm_status cuda_sampler_accept_host(cuda_sampler *s, const int32_t *tokens, int n, void *stream,
+                                   hm_error *err) {
+    return sample_none(err, "cuda_sampler_accept_host");
+}
+
+hm_status cuda_sampler_set_draws(cuda_sampler *s, uint64_t n_draws, void *stream, hm_error *err) {
+    return sample_none(err, "cuda_sampler_set_draws");
+}
+
+hm_status cuda_sampler_sample(cuda_sampler *s, const float *d_logits, int32_t *d_token,
+                              void *stream, hm_error *err) {
+    return sample_none(err, "cuda_sampler_sample");
+}
+
+hm_status cuda_sampler_sample_host(cuda_sampler *s, const float *logits, int32_t *token,
+                                   void *stream, hm_error *err) {
+    return sample_none(err, "cuda_sampler_sample_host");
+}
+
+hm_status cuda_sampler_read_state(cuda_sampler *s, void *stream, uint64_t *n_draws,
+                                  int32_t *hist_len, hm_error *err) {
+    return sample_none(err, "cuda_sampler_read_state");
+}
