@@ -43,6 +43,12 @@ static const common_spec k_common[] = {
      "KV cache type for K: f16, q8_0 (default: f16)"},
     {"-ctv", "--cache-type-v", CLI_ARGS_CONTEXT, CLI_ARG_STR, OFF(cache_type_v), "TYPE",
      "KV cache type for V: f16, q8_0 (default: f16)"},
+    {"-ngl", "--n-gpu-layers", CLI_ARGS_CONTEXT, CLI_ARG_INT, OFF(n_gpu_layers), "N",
+     "layers on the GPU (default: 0, CPU only; any N > 0 places the whole model on the GPU)"},
+    {"-mg", "--main-gpu", CLI_ARGS_CONTEXT, CLI_ARG_INT, OFF(main_gpu), "INDEX",
+     "CUDA device for the model (default: 0)"},
+    {"--gpu-strict", NULL, CLI_ARGS_CONTEXT, CLI_ARG_BOOL, OFF(gpu_strict), NULL,
+     "fail when the GPU cannot take the model instead of running on the CPU"},
     {"-t", "--threads", CLI_ARGS_THREADS, CLI_ARG_INT, OFF(n_threads), "N",
      "threads (default: 0, all online CPUs)"},
     {"--temp", NULL, CLI_ARGS_SAMPLING, CLI_ARG_FLOAT, OFF(temp), "N",
@@ -147,6 +153,8 @@ static const char *check_ranges(const cli_common_args *a, unsigned groups, char 
         if (a->n_ctx < 0) return "-c must be >= 0";
         if (a->n_batch < 1) return "-b must be >= 1";
         if (a->n_ubatch < 1) return "-ub must be >= 1";
+        if (a->n_gpu_layers < 0) return "-ngl must be >= 0";
+        if (a->main_gpu < 0) return "-mg must be >= 0";
         if (cli_args_cache_type(a->cache_type_k) < 0) {
             snprintf(buf, cap, "-ctk: unsupported KV cache type '%s' (supported: f16, q8_0)",
                      a->cache_type_k);

@@ -27,7 +27,8 @@ enum {
     CLI_ARGS_MODEL = 1u << 0,    /* -m/--model */
     CLI_ARGS_PROMPT = 1u << 1,   /* -p/--prompt, -n/--n-predict */
     CLI_ARGS_CONTEXT = 1u << 2,  /* -c/--ctx-size, -b/--batch-size, -ub/--ubatch-size,
-                                    -ctk/--cache-type-k, -ctv/--cache-type-v */
+                                    -ctk/--cache-type-k, -ctv/--cache-type-v,
+                                    -ngl/--n-gpu-layers, -mg/--main-gpu, --gpu-strict */
     CLI_ARGS_THREADS = 1u << 3,  /* -t/--threads */
     CLI_ARGS_SAMPLING = 1u << 4, /* --temp --top-k --top-p --min-p --repeat-penalty
                                     --repeat-last-n --presence-penalty --frequency-penalty
@@ -48,6 +49,9 @@ typedef struct {
     int n_threads;            /* -t: 0 = number of online CPUs (0) */
     const char *cache_type_k; /* -ctk: "f16" or "q8_0" ("f16") */
     const char *cache_type_v; /* -ctv ("f16") */
+    int n_gpu_layers;         /* -ngl: 0 = CPU (0); > 0 = the whole model on the GPU */
+    int main_gpu;             /* -mg: CUDA device index (0) */
+    bool gpu_strict;          /* --gpu-strict: fail instead of falling back to the CPU */
     float temp;               /* --temp (0.8); 0 = greedy */
     int top_k;                /* --top-k (40); 0 = off */
     float top_p;              /* --top-p (0.95); 1 = off */

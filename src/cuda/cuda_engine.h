@@ -40,8 +40,8 @@ typedef struct {
 
 /* Device bytes the engine would allocate: weights, KV cache, scratch (all three out, any may be
  * NULL). Returns HM_ERR_UNSUPPORTED naming the tensor and type when a weight type or the KV
- * type has no GPU kernel. Host-only computation (also in builds without CUDA it reports the
- * same sizes). */
+ * type has no GPU kernel. Host-only computation (the stub of a build without CUDA returns
+ * HM_ERR_UNSUPPORTED). */
 hm_status cuda_engine_plan(const hm_model *m, const cuda_engine_params *p, uint64_t *weights,
                            uint64_t *kv, uint64_t *scratch, hm_error *err);
 

@@ -13,11 +13,12 @@
 #ifndef HM_CUDA_CUDA_ENGINE_INTERNAL_H
 #define HM_CUDA_CUDA_ENGINE_INTERNAL_H
 
-#include "cuda/cuda_engine.h"
-
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+#include "cpu/ops.h"
+#include "cuda/cuda_engine.h"
 
 /* A tensor in the device arena (same meaning as hm_tensor; d == NULL when absent). */
 typedef struct {
@@ -79,8 +80,11 @@ struct cuda_engine {
     float *sgate;    /* [nu] shared expert sigmoid gate logit */
     void *act;       /* quantised activations: act_bytes, largest [nu][n_used] rows of any product */
     size_t act_bytes;
-    void *gemm_scratch; /* cuda_gemm scratch (NULL when the GEMM path is off) */
+    void *gemm_scratch; /* cuda_gemm / cuda_gemm_moe scratch */
     size_t gemm_scratch_bytes;
+    void *attn_scratch; /* cuda_attention scratch (largest over n_tok <= nu) */
+    size_t attn_scratch_bytes;
+    float *d_rope;      /* [n_ctx][n_rot/2][2] cos/sin table (cuda_rope_table_fill) */
     int32_t *d_pos;       /* device scalar: position of the next step's first token */
     int32_t *d_positions; /* [nu] positions of the step's tokens (d_pos + t) */
     int32_t *d_tokens;    /* [nu] token ids uploaded by cuda_engine_decode */
@@ -111,6 +115,8 @@ hm_status cuda_engine_enqueue_step(cuda_engine *e, const int32_t *d_tokens, int 
                                    hm_error *err);
 /* Host: *d_pos = pos (through pinned memory, enqueued). */
 hm_status cuda_engine_set_pos(cuda_engine *e, int pos, hm_error *err);
+/* The rope parameters of the model (as model_forward.c builds them). */
+cpu_rope_params cuda_engine_rope_params(const cuda_engine *e);
 /* The one place the engine waits for its stream (counted in n_host_syncs). */
 hm_status cuda_engine_sync(cuda_engine *e, hm_error *err);
 

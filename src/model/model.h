@@ -178,6 +178,10 @@ const hm_arch_desc *hm_model_arch(const hm_model *m);
 const hm_hparams *hm_model_hparams(const hm_model *m);
 const hm_layer *hm_model_layer(const hm_model *m, int il);
 const gguf_ctx *hm_model_gguf(const hm_model *m); /* for the tokenizer and inspect */
+/* The tensors outside the layers (for engines that copy the weights elsewhere, e.g. the GPU). */
+const hm_tensor *hm_model_tok_embd(const hm_model *m);    /* {n_embd, n_vocab} */
+const hm_tensor *hm_model_output_norm(const hm_model *m); /* {n_embd} f32 */
+const hm_tensor *hm_model_output(const hm_model *m);      /* {n_embd, n_vocab} */
 uint64_t hm_model_weight_bytes(const hm_model *m); /* tensor data bytes */
 
 /* ---- the expert FFN interface ---- */
@@ -221,6 +225,12 @@ typedef struct {
     uint32_t type_k;  /* KV cache types: HM_TYPE_F16 (default) or HM_TYPE_Q8_0 */
     uint32_t type_v;
     bool check_ram;   /* refuse when weights + cache + scratch exceed physical RAM (default true) */
+    int n_gpu_layers; /* -ngl: 0 = CPU (default); > 0 = the whole model on the GPU (partial
+                         placement is not implemented: 0 < ngl < n_layer + 1 also places all of
+                         it and says so in the log) */
+    int main_gpu;     /* -mg: CUDA device index (default 0) */
+    bool gpu_strict;  /* --gpu-strict: when the GPU cannot take the model, hm_context_init fails
+                         with the reason (admission control) instead of running on the CPU */
 } hm_context_params;
 
 hm_context_params hm_context_default_params(void);
@@ -262,5 +272,11 @@ struct moe_tracer;
 void hm_context_set_tracer(hm_context *ctx, struct moe_tracer *t);
 int hm_context_n_threads(const hm_context *ctx);
 const hm_model *hm_context_model(const hm_context *ctx);
+
+/* The GPU engine running this context (cuda/cuda_engine.h), or NULL on the CPU path. When it is
+ * set, hm_decode runs on the GPU: the route hook, the tracer and a custom expert executor are
+ * CPU-path features (hm_decode returns HM_ERR_UNSUPPORTED while one is set). */
+struct cuda_engine;
+struct cuda_engine *hm_context_gpu(const hm_context *ctx);
 
 #endif

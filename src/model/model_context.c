@@ -11,14 +11,17 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/log.h"
 #include "cpu/matmul.h"
+#include "cuda/cuda_engine.h"
 #include "model/model_internal.h"
 #include "moe/tracer.h"
 #include "quant/qtypes.h"
 
 hm_context_params hm_context_default_params(void) {
     hm_context_params p = {.n_ctx = 0, .n_batch = 2048, .n_ubatch = 512, .n_threads = 0,
-                           .type_k = HM_TYPE_F16, .type_v = HM_TYPE_F16, .check_ram = true};
+                           .type_k = HM_TYPE_F16, .type_v = HM_TYPE_F16, .check_ram = true,
+                           .n_gpu_layers = 0, .main_gpu = 0, .gpu_strict = false};
     return p;
 }
 
@@ -28,6 +31,8 @@ static hm_status resolve_params(const hm_model *m, const hm_context_params *in,
     *p = in ? *in : hm_context_default_params();
     if (p->n_ctx < 0 || p->n_batch < 0 || p->n_ubatch < 0 || p->n_threads < 0)
         return hm_error_set(err, HM_ERR_ARG, "context sizes and thread count must be >= 0");
+    if (p->n_gpu_layers < 0 || p->main_gpu < 0)
+        return hm_error_set(err, HM_ERR_ARG, "-ngl and -mg must be >= 0");
     if (p->n_ctx == 0) p->n_ctx = (int)(m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096);
     if (p->n_batch == 0) p->n_batch = 2048;
     if (p->n_ubatch == 0) p->n_ubatch = 512;
@@ -116,6 +121,30 @@ static size_t mm_scratch_max(const hm_model *m, int64_t nu) {
     return mx;
 }
 
+/* Creates the GPU engine for ngl > 0. Failure: gpu_strict -> the engine's error; otherwise one
+ * log line and the CPU path (HM_OK with c->gpu NULL). */
+static hm_status gpu_open(hm_context *c, hm_error *err) {
+    const hm_hparams *hp = &c->m->hp;
+    if (c->p.n_gpu_layers < hp->n_layer + 1)
+        HM_LOGW("-ngl %d: partial GPU placement is not implemented yet (next issue); placing "
+                "the whole model (%lld layers + output) on the GPU", c->p.n_gpu_layers,
+                (long long)hp->n_layer);
+    cuda_engine_params ep = {.device = c->p.main_gpu, .n_ctx = c->p.n_ctx,
+                             .n_ubatch = c->p.n_ubatch, .type_k = c->p.type_k,
+                             .type_v = c->p.type_v};
+    hm_error e2 = {0};
+    hm_status st = cuda_engine_init(c->m, &ep, &c->gpu, &e2);
+    if (st == HM_OK) {
+        HM_LOGI("GPU: %s", cuda_engine_describe(c->gpu));
+        return HM_OK;
+    }
+    c->gpu = NULL;
+    if (c->p.gpu_strict)
+        return hm_error_set(err, st, "GPU required (--gpu-strict) but unavailable: %s", e2.msg);
+    HM_LOGW("GPU unavailable (%s); running on the CPU", e2.msg);
+    return HM_OK;
+}
+
 static uint64_t phys_ram(void) {
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     return pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
@@ -145,7 +174,22 @@ hm_status hm_context_init(const hm_model *m, const hm_context_params *params, hm
     c->kern = quant_kernels_best();
     c->moe_exec = hm_moe_exec_cpu;
     c->moe_impl = c;
+    if (p.n_gpu_layers > 0) {
+        st = gpu_open(c, err);
+        if (st != HM_OK) {
+            free(c);
+            return st;
+        }
+    }
     st = tp_init(p.n_threads, &c->pool, err);
+    if (c->gpu) { /* the GPU holds the KV cache and the scratch */
+        if (st != HM_OK) {
+            hm_context_free(c);
+            return st;
+        }
+        *out = c;
+        return HM_OK;
+    }
     c->kv = calloc((size_t)hp->n_layer, sizeof(cpu_kv_layer));
     if (st == HM_OK && !c->kv) st = hm_error_set(err, HM_ERR_NOMEM, "out of memory (KV cache)");
     for (int il = 0; il < hp->n_layer && st == HM_OK; il++)
@@ -203,6 +247,7 @@ hm_status hm_context_init(const hm_model *m, const hm_context_params *params, hm
 
 void hm_context_free(hm_context *c) {
     if (!c) return;
+    cuda_engine_free(c->gpu);
     if (c->kv)
         for (int il = 0; il < c->m->hp.n_layer; il++) cpu_kv_free(&c->kv[il]);
     free(c->kv);
@@ -218,9 +263,15 @@ int hm_context_n_past(const hm_context *c) { return c->n_past; }
 int hm_context_n_ctx(const hm_context *c) { return c->p.n_ctx; }
 const hm_model *hm_context_model(const hm_context *c) { return c->m; }
 int hm_context_n_threads(const hm_context *c) { return tp_size(c->pool); }
+struct cuda_engine *hm_context_gpu(const hm_context *c) { return c->gpu; }
+const hm_tensor *hm_model_tok_embd(const hm_model *m) { return &m->tok_embd; }
+const hm_tensor *hm_model_output_norm(const hm_model *m) { return &m->output_norm; }
+const hm_tensor *hm_model_output(const hm_model *m) { return &m->output; }
 
 void hm_context_reset(hm_context *c) {
-    for (int il = 0; il < c->m->hp.n_layer; il++) cpu_kv_clear(&c->kv[il]);
+    /* the GPU cache is overwritten from the position a decode starts at: nothing to clear */
+    if (c->kv)
+        for (int il = 0; il < c->m->hp.n_layer; il++) cpu_kv_clear(&c->kv[il]);
     c->n_past = 0;
 }
 
@@ -231,9 +282,10 @@ hm_status hm_context_truncate(hm_context *c, int n_keep, hm_error *err) {
         hm_context_reset(c);
         return HM_OK;
     }
-    /* a sliding-window ring must still hold the window before n_keep */
+    /* a sliding-window ring must still hold the window before n_keep (the GPU keeps every
+     * position of every layer) */
     int64_t W = c->m->hp.sliding_window;
-    for (int il = 0; il < c->m->hp.n_layer; il++) {
+    for (int il = 0; il < c->m->hp.n_layer && c->kv; il++) {
         const cpu_kv_layer *kv = &c->kv[il];
         if (!c->m->layers[il].swa || kv->n_slots >= c->p.n_ctx) continue;
         for (int64_t q = n_keep - W + 1 > 0 ? n_keep - W + 1 : 0; q < n_keep; q++)
@@ -281,6 +333,15 @@ hm_status hm_decode(hm_context *c, const int32_t *tokens, int n_tok, int pos, fl
     if (pos < c->n_past) {
         hm_status st = hm_context_truncate(c, pos, err);
         if (st != HM_OK) return st;
+    }
+    if (c->gpu) {
+        if (c->route_hook || c->tracer || c->moe_exec != hm_moe_exec_cpu)
+            return hm_error_set(err, HM_ERR_UNSUPPORTED, "route hooks, the expert tracer and "
+                                "custom expert executors run on the CPU path only (use -ngl 0)");
+        hm_status st = cuda_engine_decode(c->gpu, tokens, n_tok, pos, logits, mode, err);
+        if (st != HM_OK) return st;
+        c->n_past = pos + n_tok;
+        return HM_OK;
     }
     for (int done = 0; done < n_tok;) {
         int n = n_tok - done < c->p.n_ubatch ? n_tok - done : c->p.n_ubatch;

@@ -58,6 +58,8 @@ struct hm_context {
     hm_moe_exec_fn moe_exec;
     void *moe_impl;
     struct moe_tracer *tracer; /* or NULL */
+    struct cuda_engine *gpu;   /* the whole model on the GPU (hm_decode runs there), or NULL;
+                                  when set, kv and the CPU scratch above are not allocated */
 };
 
 /* One ubatch: tokens at pos..pos+n-1 (n <= n_ubatch); logits rows for out_first.. into out. */

@@ -1,0 +1,321 @@
+/* cuda_engine_forward.cu - the forward pass on the GPU, enqueued on the engine's stream.
+ *
+ * DESIGN: the same sequence as model_forward.c (embed; per layer x += attn(norm(x)) and
+ * x += moe(norm(x)); final norm; output), each CPU call replaced by its device twin:
+ * cpu_matmul -> cuda_quantize_act + cuda_matvec (bytes equal for every n_tok), cpu_rmsnorm ->
+ * cuda_rmsnorm, cpu_rope -> cuda_rope_qk (cos/sin table computed by the CPU rope at init),
+ * cpu_attention -> cuda_kv_store + cuda_attention, cpu_router -> cuda_router, the expert FFN ->
+ * cuda_moe_gate_up (fused gate/up/bias/activation) + cuda_moe_matvec (down), cpu_moe_combine ->
+ * cuda_moe_combine, the shared expert -> products + cuda_swiglu + cuda_shexp_combine.
+ * Prompt ubatches (n_tok > CUDA_ENGINE_MATVEC_MAX_TOK) use the tensor-core GEMMs of
+ * cuda_gemm.h (f16 inputs: close to, not equal to, the CPU) where the shape allows.
+ * Nothing here synchronises, allocates or copies to the host; positions come from e->d_pos.
+ */
+#include <cuda_runtime.h>
+#include <string.h>
+
+extern "C" {
+#include "cuda/cuda_attn.h"
+#include "cuda/cuda_engine_internal.h"
+#include "cuda/cuda_gemm.h"
+#include "cuda/cuda_ops.h"
+#include "cuda/cuda_quant.h"
+#include "quant/qtypes.h"
+}
+
+#define S(e) ((cudaStream_t)(e)->stream)
+
+static hm_status launched(const char *what, hm_error *err) {
+    cudaError_t ce = cudaGetLastError();
+    if (ce != cudaSuccess)
+        return hm_error_set(err, HM_ERR_CUDA, "GPU: %s: %s", what, cudaGetErrorString(ce));
+    return HM_OK;
+}
+
+__global__ void k_positions(const int32_t *d_pos, int32_t *positions, int n) {
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < n) positions[t] = *d_pos + t;
+}
+
+__global__ void k_advance(int32_t *d_pos, int n) { *d_pos += n; }
+
+/* Whether the product of w with n tokens goes to the tensor cores. */
+static bool use_gemm(const cuda_engine *e, const cuda_tensor *w, int64_t n) {
+    return e->use_gemm && n > CUDA_ENGINE_MATVEC_MAX_TOK && cuda_gemm_supported(w->type) &&
+           w->ne[0] % 32 == 0;
+}
+
+/* Activation rows of x [n][k] for weight type t in e->act (or x itself for float weights). */
+static hm_status quantize(cuda_engine *e, uint32_t t, const float *x, int64_t k, int64_t n,
+                          const void **act, hm_error *err) {
+    if (cuda_act_row_bytes(t, k) == 4 * (size_t)k) { /* f32 activations: x itself */
+        *act = x;
+        return HM_OK;
+    }
+    *act = e->act;
+    return cuda_quantize_act(t, x, k, n, e->act, e->stream, err);
+}
+
+/* y[n][rows of w] = x[n][w->ne[0]] . w (+ b). act: x already quantised for w's type, or NULL. */
+static hm_status linear(cuda_engine *e, const cuda_tensor *w, const cuda_tensor *b,
+                        const float *x, int64_t n, float *y, const void *act, hm_error *err) {
+    hm_status st;
+    if (use_gemm(e, w, n)) {
+        st = cuda_gemm(w->type, w->d, w->ne[1], w->ne[0], x, n, y, e->gemm_scratch,
+                       e->gemm_scratch_bytes, e->stream, err);
+    } else {
+        st = act ? HM_OK : quantize(e, w->type, x, w->ne[0], n, &act, err);
+        if (st == HM_OK) st = cuda_matvec(w->type, w->d, w->ne[1], w->ne[0], act, n, y, e->stream,
+                                          err);
+    }
+    if (st == HM_OK && b && b->d) st = cuda_add_bias(y, (const float *)b->d, n, w->ne[1],
+                                                     e->stream, err);
+    return st;
+}
+
+static hm_status attention_block(cuda_engine *e, int il, int n, hm_error *err) {
+    const hm_hparams *hp = &e->hp;
+    const cuda_layer *L = &e->layers[il];
+    const int nh = (int)hp->n_head, nkv = (int)hp->n_head_kv, hd = (int)hp->head_dim_k;
+    const int64_t E = hp->n_embd;
+
+    hm_status st = cuda_rmsnorm(e->x, (const float *)L->attn_norm.d, e->xn, n, E, hp->rms_eps,
+                                e->stream, err);
+    /* q, k, v: the activations are quantised once when the three types share a format */
+    const void *act = NULL;
+    bool same = quant_act_for(L->wk.type) == quant_act_for(L->wq.type) &&
+                quant_act_for(L->wv.type) == quant_act_for(L->wq.type) &&
+                !use_gemm(e, &L->wq, n);
+    if (st == HM_OK && same) st = quantize(e, L->wq.type, e->xn, E, n, &act, err);
+    if (st == HM_OK) st = linear(e, &L->wq, &L->bq, e->xn, n, e->q, act, err);
+    if (st == HM_OK) st = linear(e, &L->wk, &L->bk, e->xn, n, e->k, act, err);
+    if (st == HM_OK) st = linear(e, &L->wv, &L->bv, e->xn, n, e->v, act, err);
+    if (st != HM_OK) return st;
+    if (e->desc->qk_norm == HM_QKNORM_HEAD) {
+        st = cuda_rmsnorm(e->q, (const float *)L->q_norm.d, e->q, (int64_t)n * nh, hd,
+                          hp->rms_eps, e->stream, err);
+        if (st == HM_OK)
+            st = cuda_rmsnorm(e->k, (const float *)L->k_norm.d, e->k, (int64_t)n * nkv, hd,
+                              hp->rms_eps, e->stream, err);
+    } else if (e->desc->qk_norm == HM_QKNORM_FULL) {
+        st = cuda_rmsnorm(e->q, (const float *)L->q_norm.d, e->q, n, (int64_t)nh * hd,
+                          hp->rms_eps, e->stream, err);
+        if (st == HM_OK)
+            st = cuda_rmsnorm(e->k, (const float *)L->k_norm.d, e->k, n, (int64_t)nkv * hd,
+                              hp->rms_eps, e->stream, err);
+    }
+    if (st != HM_OK) return st;
+    cuda_rope_args ra;
+    memset(&ra, 0, sizeof(ra));
+    ra.p = cuda_engine_rope_params(e);
+    ra.d_table = e->d_rope;
+    ra.n_table = e->p.n_ctx;
+    st = cuda_rope_qk(e->q, nh, e->k, nkv, n, hd, e->d_positions, &ra, e->stream, err);
+    if (st == HM_OK)
+        st = cuda_kv_store(L->k_cache, L->v_cache, e->p.n_ctx, nkv, hd, e->k, e->v, n,
+                           e->d_positions, e->stream, err);
+    if (st != HM_OK) return st;
+    cuda_attn_args a;
+    memset(&a, 0, sizeof(a));
+    a.n_head = nh;
+    a.n_head_kv = nkv;
+    a.head_dim = hd;
+    a.n_ctx = e->p.n_ctx;
+    a.n_tok = n;
+    a.window = L->swa ? hp->sliding_window : 0;
+    a.scale = 0.0f;
+    a.d_sinks = (const float *)L->sinks.d;
+    a.d_pos = e->d_positions;
+    a.q = e->q;
+    a.k_cache = L->k_cache;
+    a.v_cache = L->v_cache;
+    a.out = e->attn;
+    a.scratch = cuda_attention_scratch_size(&a) ? e->attn_scratch : NULL;
+    st = cuda_attention(&a, e->stream, err);
+    if (st == HM_OK) st = linear(e, &L->wo, &L->bo, e->attn, n, e->proj, NULL, err);
+    if (st == HM_OK) st = cuda_add(e->x, e->proj, e->x, (int64_t)n * E, e->stream, err);
+    return st;
+}
+
+/* The expert FFN: ey[t][s] = down(act(gate(xn[t]), up(xn[t]))) of expert ids[t][s]. */
+static hm_status experts(cuda_engine *e, const cuda_layer *L, int n, hm_error *err) {
+    const hm_hparams *hp = &e->hp;
+    const int64_t F = hp->n_ff_exp, E = hp->n_embd;
+    const int K = (int)hp->n_expert_used;
+    const bool oai = e->desc->swiglu == HM_SWIGLU_OAI;
+    hm_status st = HM_OK;
+    if (use_gemm(e, &L->gate_exps, n) && use_gemm(e, &L->up_exps, n) &&
+        use_gemm(e, &L->down_exps, n) && hp->n_expert <= CUDA_GEMM_MAX_EXPERTS) {
+        const cuda_tensor *w[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+        float *y[3] = {e->eg, e->eu, e->ey};
+        for (int i = 0; i < 3 && st == HM_OK; i++) {
+            cuda_gemm_moe_args g;
+            memset(&g, 0, sizeof(g));
+            g.wtype = w[i]->type;
+            g.w = w[i]->d;
+            g.n_expert = hp->n_expert;
+            g.n_rows = i == 2 ? E : F;
+            g.k = i == 2 ? F : E;
+            g.x = i == 2 ? e->eg : e->xn;
+            g.x_per_slot = i == 2;
+            g.ids = e->ids;
+            g.n_tok = n;
+            g.n_used = K;
+            g.y = y[i];
+            if (i == 2) { /* biases and the activation before the down product */
+                if (L->gate_exps_b.d) {
+                    st = cuda_moe_add_bias(e->eg, (const float *)L->gate_exps_b.d, e->ids, n, K,
+                                           F, (int)hp->n_expert, e->stream, err);
+                    if (st == HM_OK)
+                        st = cuda_moe_add_bias(e->eu, (const float *)L->up_exps_b.d, e->ids, n,
+                                               K, F, (int)hp->n_expert, e->stream, err);
+                }
+                if (st == HM_OK)
+                    st = oai ? cuda_swiglu_oai(e->eg, e->eu, e->eg, (int64_t)n * K * F, 1.702f,
+                                               7.0f, e->stream, err)
+                             : cuda_swiglu(e->eg, e->eu, e->eg, (int64_t)n * K * F, e->stream,
+                                           err);
+                if (st != HM_OK) return st;
+            }
+            st = cuda_gemm_moe(&g, e->gemm_scratch, e->gemm_scratch_bytes, e->stream, err);
+        }
+    } else {
+        /* gate and up fused: every slot of token t reads xn[t] */
+        cuda_moe_gate_up_args g;
+        memset(&g, 0, sizeof(g));
+        g.gate.wtype = L->gate_exps.type;
+        g.gate.w = L->gate_exps.d;
+        g.gate.n_expert = hp->n_expert;
+        g.gate.n_rows = F;
+        g.gate.k = E;
+        g.gate.x_per_slot = 0;
+        g.gate.ids = e->ids;
+        g.gate.n_tok = n;
+        g.gate.n_used = K;
+        g.up_wtype = L->up_exps.type;
+        g.up_w = L->up_exps.d;
+        g.gate_b = (const float *)L->gate_exps_b.d;
+        g.up_b = (const float *)L->up_exps_b.d;
+        g.glu = oai ? CUDA_GLU_OAI : CUDA_GLU_SWIGLU;
+        g.alpha = 1.702f;
+        g.limit = 7.0f;
+        g.out = e->eg;
+        st = quantize(e, g.gate.wtype, e->xn, E, n, &g.gate.act, err);
+        if (st != HM_OK) return st;
+        if (quant_act_for(g.gate.wtype) == quant_act_for(g.up_wtype) &&
+            (!g.gate_b || g.up_b)) {
+            st = cuda_moe_gate_up(&g, e->stream, err);
+        } else { /* separate products, then biases and the activation */
+            cuda_moe_args a = g.gate;
+            a.y = e->eg;
+            st = cuda_moe_matvec(&a, e->stream, err);
+            if (st == HM_OK) st = quantize(e, g.up_wtype, e->xn, E, n, &a.act, err);
+            a.wtype = g.up_wtype;
+            a.w = g.up_w;
+            a.y = e->eu;
+            if (st == HM_OK) st = cuda_moe_matvec(&a, e->stream, err);
+            if (st == HM_OK && g.gate_b)
+                st = cuda_moe_add_bias(e->eg, g.gate_b, e->ids, n, K, F, (int)hp->n_expert,
+                                       e->stream, err);
+            if (st == HM_OK && g.up_b)
+                st = cuda_moe_add_bias(e->eu, g.up_b, e->ids, n, K, F, (int)hp->n_expert,
+                                       e->stream, err);
+            if (st == HM_OK)
+                st = oai ? cuda_swiglu_oai(e->eg, e->eu, e->eg, (int64_t)n * K * F, 1.702f, 7.0f,
+                                           e->stream, err)
+                         : cuda_swiglu(e->eg, e->eu, e->eg, (int64_t)n * K * F, e->stream, err);
+        }
+        if (st != HM_OK) return st;
+        /* down: slot s of token t reads its own activation eg[t][s] */
+        cuda_moe_args d;
+        memset(&d, 0, sizeof(d));
+        d.wtype = L->down_exps.type;
+        d.w = L->down_exps.d;
+        d.n_expert = hp->n_expert;
+        d.n_rows = E;
+        d.k = F;
+        d.x_per_slot = 1;
+        d.ids = e->ids;
+        d.n_tok = n;
+        d.n_used = K;
+        d.y = e->ey;
+        st = quantize(e, d.wtype, e->eg, F, (int64_t)n * K, &d.act, err);
+        if (st == HM_OK) st = cuda_moe_matvec(&d, e->stream, err);
+    }
+    if (st == HM_OK && L->down_exps_b.d)
+        st = cuda_moe_add_bias(e->ey, (const float *)L->down_exps_b.d, e->ids, n, K, E,
+                               (int)hp->n_expert, e->stream, err);
+    return st;
+}
+
+static hm_status moe_block(cuda_engine *e, int il, int n, hm_error *err) {
+    const hm_hparams *hp = &e->hp;
+    const hm_arch_desc *d = e->desc;
+    const cuda_layer *L = &e->layers[il];
+    const int K = (int)hp->n_expert_used;
+    const int64_t E = hp->n_embd;
+
+    hm_status st = cuda_rmsnorm(e->x, (const float *)L->ffn_norm.d, e->xn, n, E, hp->rms_eps,
+                                e->stream, err);
+    if (st == HM_OK) st = linear(e, &L->router, NULL, e->xn, n, e->router, NULL, err);
+    cpu_gate_mode gm = d->gating == HM_GATING_TOPK_SOFTMAX ? CPU_GATE_TOPK_SOFTMAX
+                                                           : CPU_GATE_SOFTMAX_TOPK;
+    if (st == HM_OK)
+        st = cuda_router(e->router, (const float *)L->router_b.d, n, (int)hp->n_expert, K, gm,
+                         d->gating == HM_GATING_SOFTMAX_TOPK_NORM, e->ids, e->gw, e->stream, err);
+    if (st == HM_OK) st = experts(e, L, n, err);
+    if (st == HM_OK) st = cuda_moe_combine(e->ey, e->gw, e->ids, n, K, E, e->proj, e->stream, err);
+    if (st == HM_OK && d->shared_expert) {
+        const int64_t Sf = hp->n_ff_shexp;
+        st = linear(e, &L->sh_gate, NULL, e->xn, n, e->sg, NULL, err);
+        if (st == HM_OK) st = linear(e, &L->sh_up, NULL, e->xn, n, e->su, NULL, err);
+        if (st == HM_OK) st = cuda_swiglu(e->sg, e->su, e->sg, n * Sf, e->stream, err);
+        float *sh = e->ey; /* [n][E]: the per-slot outputs are consumed already */
+        if (st == HM_OK) st = linear(e, &L->sh_down, NULL, e->sg, n, sh, NULL, err);
+        if (st == HM_OK) st = linear(e, &L->sh_gate_inp, NULL, e->xn, n, e->sgate, NULL, err);
+        if (st == HM_OK) st = cuda_shexp_combine(e->proj, sh, e->sgate, n, E, e->stream, err);
+    }
+    if (st == HM_OK) st = cuda_add(e->x, e->proj, e->x, n * E, e->stream, err);
+    return st;
+}
+
+extern "C" hm_status cuda_engine_enqueue_forward(cuda_engine *e, const int32_t *d_tokens,
+                                                 int n_tok, hm_error *err) {
+    if (n_tok <= 0 || n_tok > e->p.n_ubatch)
+        return hm_error_set(err, HM_ERR_ARG, "GPU: %d tokens in one step (1..%d)", n_tok,
+                            e->p.n_ubatch);
+    k_positions<<<(n_tok + 127) / 128, 128, 0, S(e)>>>(e->d_pos, e->d_positions, n_tok);
+    hm_status st = launched("k_positions", err);
+    if (st == HM_OK)
+        st = cuda_get_rows(e->tok_embd.type, e->tok_embd.d, e->tok_embd.row_size, d_tokens, n_tok,
+                           e->hp.n_embd, e->x, e->stream, err);
+    for (int il = 0; il < e->hp.n_layer && st == HM_OK; il++) {
+        st = attention_block(e, il, n_tok, err);
+        if (st == HM_OK) st = moe_block(e, il, n_tok, err);
+    }
+    return st;
+}
+
+extern "C" hm_status cuda_engine_enqueue_logits(cuda_engine *e, int row0, int n_rows,
+                                                hm_error *err) {
+    if (row0 < 0 || n_rows <= 0 || n_rows > e->n_logit_rows || row0 + n_rows > e->p.n_ubatch)
+        return hm_error_set(err, HM_ERR_ARG, "GPU: logits rows %d..%d", row0, row0 + n_rows);
+    const int64_t E = e->hp.n_embd;
+    hm_status st = cuda_rmsnorm(e->x + (int64_t)row0 * E, (const float *)e->output_norm.d, e->xn,
+                                n_rows, E, e->hp.rms_eps, e->stream, err);
+    if (st == HM_OK) st = linear(e, &e->output, NULL, e->xn, n_rows, e->d_logits, NULL, err);
+    return st;
+}
+
+extern "C" hm_status cuda_engine_enqueue_advance(cuda_engine *e, int n, hm_error *err) {
+    k_advance<<<1, 1, 0, S(e)>>>(e->d_pos, n);
+    return launched("k_advance", err);
+}
+
+extern "C" hm_status cuda_engine_enqueue_step(cuda_engine *e, const int32_t *d_tokens, int n_tok,
+                                              hm_error *err) {
+    hm_status st = cuda_engine_enqueue_forward(e, d_tokens, n_tok, err);
+    if (st == HM_OK) st = cuda_engine_enqueue_logits(e, n_tok - 1, 1, err);
+    if (st == HM_OK) st = cuda_engine_enqueue_advance(e, n_tok, err);
+    return st;
+}

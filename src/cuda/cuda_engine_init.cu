@@ -1,0 +1,504 @@
+/* cuda_engine_init.cu - the engine's memory: admission control, the weight upload, the KV cache,
+ * the scratch buffers, and the host API (cuda_engine_decode).
+ *
+ * DESIGN: cuda_engine_plan walks every tensor the forward pass reads (a macro list of the layer
+ * fields, so the plan, the upload and the type checks cannot disagree) and sums three sizes:
+ * weights (one arena, each tensor 256-byte aligned), KV (f16 K and V rows, n_ctx positions per
+ * layer) and scratch (the CPU context's buffers for n_ubatch tokens plus quantised activations,
+ * GEMM scratch and the logits rows). Init compares the sum with cudaMemGetInfo before
+ * allocating anything and says by how many MiB it is short. The upload copies each tensor from
+ * the mapped file into one of two pinned staging buffers (16 MiB) and enqueues the
+ * host-to-device copy; the other buffer is filled meanwhile (an event per buffer orders reuse).
+ */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "base/log.h"
+#include "cuda/cuda_attn.h"
+#include "cuda/cuda_device.h"
+#include "cuda/cuda_ops.h"
+#include "cuda/cuda_engine_internal.h"
+#include "cuda/cuda_gemm.h"
+#include "cuda/cuda_quant.h"
+#include "quant/qtypes.h"
+}
+
+#define LAYER_VECTORS(X)                                                                         \
+    X(attn_norm) X(bq) X(bk) X(bv) X(bo) X(q_norm) X(k_norm) X(sinks) X(ffn_norm) X(router_b)   \
+    X(gate_exps_b) X(up_exps_b) X(down_exps_b)
+#define LAYER_MATRICES(X)                                                                        \
+    X(wq) X(wk) X(wv) X(wo) X(router) X(gate_exps) X(up_exps) X(down_exps) X(sh_gate) X(sh_up)  \
+    X(sh_down) X(sh_gate_inp)
+
+static const size_t k_align = 256;
+static const size_t k_stage_bytes = 16u << 20;
+
+static size_t align_up(size_t n) { return (n + k_align - 1) & ~(k_align - 1); }
+
+static size_t tensor_bytes(const hm_tensor *t) {
+    if (!t->data) return 0;
+    return hm_row_size(t->type, t->ne[0]) * (size_t)(t->ne[1] ? t->ne[1] : 1) *
+           (size_t)(t->ne[2] ? t->ne[2] : 1) * (size_t)(t->ne[3] ? t->ne[3] : 1);
+}
+
+/* A vector read as f32 by the element-wise kernels. */
+static hm_status check_vector(const hm_tensor *t, hm_error *err) {
+    if (t->data && t->type != HM_TYPE_F32)
+        return hm_error_set(err, HM_ERR_UNSUPPORTED, "GPU: tensor %s has type %s (the GPU "
+                            "engine reads vectors as f32)", t->name, hm_type_name(t->type));
+    return HM_OK;
+}
+
+/* A matrix read by the matvec / GEMM kernels (or get_rows for the embeddings). */
+static hm_status check_matrix(const hm_tensor *t, hm_error *err) {
+    if (t->data && cuda_act_row_bytes(t->type, t->ne[0]) == 0)
+        return hm_error_set(err, HM_ERR_UNSUPPORTED, "GPU: no kernel for type %s (tensor %s)",
+                            hm_type_name(t->type), t->name);
+    return HM_OK;
+}
+
+/* Scratch: the buffers of cuda_engine_internal.h in one arena; sets the pointers when base is
+ * given, returns the bytes. */
+static size_t layout_scratch(const hm_model *m, const cuda_engine_params *p, cuda_engine *e,
+                             char *base) {
+    const hm_hparams *hp = hm_model_hparams(m);
+    const int64_t nu = p->n_ubatch, E = hp->n_embd, K = hp->n_expert_used, F = hp->n_ff_exp;
+    const int64_t nq = hp->n_head * hp->head_dim_k, nk = hp->n_head_kv * hp->head_dim_k;
+    const int64_t nv = hp->n_head_kv * hp->head_dim_v, nqv = hp->n_head * hp->head_dim_v;
+    const int64_t n_logit = nu < 64 ? nu : 64;
+    /* quantised activations: the largest [rows][k] input of any product */
+    size_t act = 0, gemm = 0;
+    const hm_tensor *out = hm_model_output(m);
+    act = cuda_act_row_bytes(out->type, E) * (size_t)n_logit;
+    gemm = cuda_gemm_scratch_size(E, n_logit);
+    for (int il = 0; il < hp->n_layer; il++) {
+        const hm_layer *L = hm_model_layer(m, il);
+        const hm_tensor *dense[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->router, &L->sh_gate,
+                                    &L->sh_up, &L->sh_down, &L->sh_gate_inp};
+        for (size_t i = 0; i < sizeof(dense) / sizeof(dense[0]); i++) {
+            if (!dense[i]->data) continue;
+            size_t a = cuda_act_row_bytes(dense[i]->type, dense[i]->ne[0]) * (size_t)nu;
+            size_t g = cuda_gemm_scratch_size(dense[i]->ne[0], nu);
+            act = a > act ? a : act;
+            gemm = g > gemm ? g : gemm;
+        }
+        const hm_tensor *ex[] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+        for (int i = 0; i < 3; i++) {
+            size_t a = cuda_act_row_bytes(ex[i]->type, ex[i]->ne[0]) * (size_t)(nu * (i == 2 ? K : 1));
+            cuda_gemm_moe_args ga;
+            memset(&ga, 0, sizeof(ga));
+            ga.k = ex[i]->ne[0];
+            ga.n_tok = nu;
+            ga.n_used = (int)K;
+            ga.n_expert = hp->n_expert;
+            ga.x_per_slot = i == 2;
+            size_t g = cuda_gemm_moe_scratch_size(&ga);
+            act = a > act ? a : act;
+            gemm = g > gemm ? g : gemm;
+        }
+    }
+    cuda_attn_args aa;
+    memset(&aa, 0, sizeof(aa));
+    aa.n_head = (int)hp->n_head;
+    aa.n_head_kv = (int)hp->n_head_kv;
+    aa.head_dim = (int)hp->head_dim_k;
+    aa.n_ctx = p->n_ctx;
+    size_t attn = 0;
+    for (int64_t t = 1; t <= nu; t++) {
+        aa.n_tok = t;
+        size_t a = cuda_attention_scratch_size(&aa);
+        attn = a > attn ? a : attn;
+    }
+    struct {
+        void **ptr;
+        size_t bytes;
+    } bufs[] = {
+        {e ? (void **)&e->x : NULL, sizeof(float) * (size_t)(nu * E)},
+        {e ? (void **)&e->xn : NULL, sizeof(float) * (size_t)(nu * E)},
+        {e ? (void **)&e->q : NULL, sizeof(float) * (size_t)(nu * nq)},
+        {e ? (void **)&e->k : NULL, sizeof(float) * (size_t)(nu * nk)},
+        {e ? (void **)&e->v : NULL, sizeof(float) * (size_t)(nu * nv)},
+        {e ? (void **)&e->attn : NULL, sizeof(float) * (size_t)(nu * nqv)},
+        {e ? (void **)&e->proj : NULL, sizeof(float) * (size_t)(nu * E)},
+        {e ? (void **)&e->router : NULL, sizeof(float) * (size_t)(nu * hp->n_expert)},
+        {e ? (void **)&e->ids : NULL, sizeof(int32_t) * (size_t)(nu * K)},
+        {e ? (void **)&e->gw : NULL, sizeof(float) * (size_t)(nu * K)},
+        {e ? (void **)&e->eg : NULL, sizeof(float) * (size_t)(nu * K * F)},
+        {e ? (void **)&e->eu : NULL, sizeof(float) * (size_t)(nu * K * F)},
+        {e ? (void **)&e->ey : NULL, sizeof(float) * (size_t)(nu * K * E)},
+        {e ? (void **)&e->sg : NULL, sizeof(float) * (size_t)(nu * hp->n_ff_shexp)},
+        {e ? (void **)&e->su : NULL, sizeof(float) * (size_t)(nu * hp->n_ff_shexp)},
+        {e ? (void **)&e->sgate : NULL, sizeof(float) * (size_t)nu},
+        {e ? (void **)&e->act : NULL, act},
+        {e ? (void **)&e->gemm_scratch : NULL, gemm},
+        {e ? (void **)&e->attn_scratch : NULL, attn},
+        {e ? (void **)&e->d_rope : NULL, sizeof(float) * (size_t)(p->n_ctx * (hp->n_rot / 2) * 2)},
+        {e ? (void **)&e->d_pos : NULL, sizeof(int32_t)},
+        {e ? (void **)&e->d_positions : NULL, sizeof(int32_t) * (size_t)nu},
+        {e ? (void **)&e->d_tokens : NULL, sizeof(int32_t) * (size_t)nu},
+        {e ? (void **)&e->d_logits : NULL, sizeof(float) * (size_t)(n_logit * hp->n_vocab)},
+    };
+    size_t off = 0;
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
+        if (base && bufs[i].ptr) *bufs[i].ptr = bufs[i].bytes ? base + off : NULL;
+        off += align_up(bufs[i].bytes ? bufs[i].bytes : 1);
+    }
+    if (e) {
+        e->act_bytes = act;
+        e->gemm_scratch_bytes = gemm;
+        e->attn_scratch_bytes = attn;
+        e->n_logit_rows = (int)n_logit;
+    }
+    return off;
+}
+
+extern "C" hm_status cuda_engine_plan(const hm_model *m, const cuda_engine_params *p,
+                                      uint64_t *weights, uint64_t *kv, uint64_t *scratch,
+                                      hm_error *err) {
+    const hm_hparams *hp = hm_model_hparams(m);
+    if (p->n_ctx <= 0 || p->n_ubatch <= 0)
+        return hm_error_set(err, HM_ERR_ARG, "GPU: n_ctx and n_ubatch must be > 0");
+    if (hp->head_dim_k != hp->head_dim_v)
+        return hm_error_set(err, HM_ERR_UNSUPPORTED, "GPU: key and value head sizes differ "
+                            "(%lld, %lld)", (long long)hp->head_dim_k, (long long)hp->head_dim_v);
+    hm_status st = cuda_kv_check(p->type_k, p->type_v, (int)hp->n_head_kv, (int)hp->head_dim_k,
+                                 err);
+    if (st != HM_OK) return st;
+    st = check_matrix(hm_model_tok_embd(m), err);
+    if (st == HM_OK) st = check_matrix(hm_model_output(m), err);
+    if (st == HM_OK) st = check_vector(hm_model_output_norm(m), err);
+    uint64_t w = align_up(tensor_bytes(hm_model_tok_embd(m))) +
+                 align_up(tensor_bytes(hm_model_output(m))) +
+                 align_up(tensor_bytes(hm_model_output_norm(m)));
+    for (int il = 0; il < hp->n_layer && st == HM_OK; il++) {
+        const hm_layer *L = hm_model_layer(m, il);
+#define CHECK_V(f)                                                                               \
+    if (st == HM_OK) st = check_vector(&L->f, err);                                            \
+    w += align_up(tensor_bytes(&L->f));
+#define CHECK_M(f)                                                                               \
+    if (st == HM_OK) st = check_matrix(&L->f, err);                                            \
+    w += align_up(tensor_bytes(&L->f));
+        LAYER_VECTORS(CHECK_V)
+        LAYER_MATRICES(CHECK_M)
+#undef CHECK_V
+#undef CHECK_M
+    }
+    if (st != HM_OK) return st;
+    uint64_t row_k = 2 * (uint64_t)(hp->n_head_kv * hp->head_dim_k);
+    uint64_t row_v = 2 * (uint64_t)(hp->n_head_kv * hp->head_dim_v);
+    uint64_t k = 0;
+    for (int il = 0; il < hp->n_layer; il++)
+        k += align_up(row_k * (uint64_t)p->n_ctx) + align_up(row_v * (uint64_t)p->n_ctx);
+    if (weights) *weights = w;
+    if (kv) *kv = k;
+    if (scratch) *scratch = layout_scratch(m, p, NULL, NULL);
+    return HM_OK;
+}
+
+#define CUDA_TRY(call, what)                                                                     \
+    do {                                                                                         \
+        cudaError_t ce_ = (call);                                                                \
+        if (ce_ != cudaSuccess) {                                                                \
+            st = hm_error_set(err, HM_ERR_CUDA, "GPU: %s: %s", what, cudaGetErrorString(ce_));  \
+            goto fail;                                                                           \
+        }                                                                                        \
+    } while (0)
+
+/* Copies host tensors into the arena through two pinned staging buffers. */
+typedef struct {
+    char *stage[2];
+    cudaEvent_t done[2];
+    int cur;
+    size_t used;
+    cudaStream_t s;
+    char *arena;
+    size_t off;
+} uploader;
+
+static hm_status upload_tensor(uploader *u, const hm_tensor *t, cuda_tensor *dst, hm_error *err) {
+    dst->name = t->name;
+    dst->type = t->type;
+    memcpy(dst->ne, t->ne, sizeof(dst->ne));
+    dst->row_size = t->row_size;
+    dst->d = NULL;
+    size_t n = tensor_bytes(t);
+    if (!n) return HM_OK;
+    char *d = u->arena + u->off;
+    dst->d = d;
+    u->off += align_up(n);
+    const char *src = (const char *)t->data;
+    for (size_t done = 0; done < n;) {
+        if (u->used == k_stage_bytes) { /* switch buffers: wait until the other one is free */
+            u->cur ^= 1;
+            u->used = 0;
+            cudaError_t ce = cudaEventSynchronize(u->done[u->cur]);
+            if (ce != cudaSuccess)
+                return hm_error_set(err, HM_ERR_CUDA, "GPU: upload: %s", cudaGetErrorString(ce));
+        }
+        size_t c = n - done < k_stage_bytes - u->used ? n - done : k_stage_bytes - u->used;
+        char *buf = u->stage[u->cur] + u->used;
+        memcpy(buf, src + done, c);
+        cudaError_t ce = cudaMemcpyAsync(d + done, buf, c, cudaMemcpyHostToDevice, u->s);
+        if (ce == cudaSuccess) ce = cudaEventRecord(u->done[u->cur], u->s);
+        if (ce != cudaSuccess)
+            return hm_error_set(err, HM_ERR_CUDA, "GPU: upload of %s: %s", t->name,
+                                cudaGetErrorString(ce));
+        u->used += c;
+        done += c;
+    }
+    return HM_OK;
+}
+
+static hm_status upload_all(cuda_engine *e, cudaStream_t s, hm_error *err) {
+    hm_status st = HM_OK;
+    uploader u;
+    memset(&u, 0, sizeof(u));
+    u.s = s;
+    u.arena = (char *)e->arena;
+    const hm_model *m = e->m;
+    for (int i = 0; i < 2 && st == HM_OK; i++) {
+        if (cudaMallocHost((void **)&u.stage[i], k_stage_bytes) != cudaSuccess ||
+            cudaEventCreateWithFlags(&u.done[i], cudaEventDisableTiming) != cudaSuccess)
+            st = hm_error_set(err, HM_ERR_CUDA, "GPU: cannot allocate %zu MiB of pinned memory "
+                              "for the upload", k_stage_bytes >> 20);
+    }
+    if (st == HM_OK) st = upload_tensor(&u, hm_model_tok_embd(m), &e->tok_embd, err);
+    if (st == HM_OK) st = upload_tensor(&u, hm_model_output(m), &e->output, err);
+    if (st == HM_OK) st = upload_tensor(&u, hm_model_output_norm(m), &e->output_norm, err);
+    for (int il = 0; il < e->hp.n_layer && st == HM_OK; il++) {
+        const hm_layer *L = hm_model_layer(m, il);
+        cuda_layer *D = &e->layers[il];
+        D->swa = L->swa;
+#define UP(f)                                                                                    \
+    if (st == HM_OK) st = upload_tensor(&u, &L->f, &D->f, err);
+        LAYER_VECTORS(UP)
+        LAYER_MATRICES(UP)
+#undef UP
+    }
+    cudaError_t ce = cudaStreamSynchronize(s);
+    if (st == HM_OK && ce != cudaSuccess)
+        st = hm_error_set(err, HM_ERR_CUDA, "GPU: upload: %s", cudaGetErrorString(ce));
+    for (int i = 0; i < 2; i++) {
+        if (u.stage[i]) cudaFreeHost(u.stage[i]);
+        if (u.done[i]) cudaEventDestroy(u.done[i]);
+    }
+    return st;
+}
+
+/* The rope parameters of the model, as model_forward.c builds them. */
+extern "C" cpu_rope_params cuda_engine_rope_params(const cuda_engine *e) {
+    const hm_hparams *hp = &e->hp;
+    cpu_rope_params rp = cpu_rope_default(e->desc->rope == HM_ROPE_NEOX ? CPU_ROPE_NEOX
+                                                                         : CPU_ROPE_NORM,
+                                          (int)hp->n_rot, hp->rope_base);
+    rp.freq_scale = hp->rope_freq_scale;
+    rp.ext_factor = hp->yarn_ext_factor;
+    rp.attn_factor = hp->yarn_attn_factor;
+    rp.n_ctx_orig = (int)hp->rope_orig_ctx;
+    rp.beta_fast = hp->yarn_beta_fast;
+    rp.beta_slow = hp->yarn_beta_slow;
+    rp.yarn_truncate = hp->yarn_truncate;
+    return rp;
+}
+
+/* cos/sin of every position 0..n_ctx-1, computed by the CPU's rope (bit-identical rotations). */
+static hm_status rope_table_upload(cuda_engine *e, hm_error *err) {
+    cpu_rope_params rp = cuda_engine_rope_params(e);
+    size_t bytes = sizeof(float) * (size_t)e->p.n_ctx * (size_t)(e->hp.n_rot / 2) * 2;
+    if (!bytes) return HM_OK;
+    float *t = (float *)malloc(bytes);
+    if (!t) return hm_error_set(err, HM_ERR_NOMEM, "out of memory (rope table)");
+    hm_status st = cuda_rope_table_fill(&rp, e->p.n_ctx, t, err);
+    if (st == HM_OK) {
+        cudaError_t ce = cudaMemcpy(e->d_rope, t, bytes, cudaMemcpyHostToDevice);
+        if (ce != cudaSuccess)
+            st = hm_error_set(err, HM_ERR_CUDA, "GPU: rope table: %s", cudaGetErrorString(ce));
+    }
+    free(t);
+    return st;
+}
+
+static double mib(uint64_t b) { return (double)b / 1048576.0; }
+
+extern "C" hm_status cuda_engine_init(const hm_model *m, const cuda_engine_params *p,
+                                      cuda_engine **out, hm_error *err) {
+    *out = NULL;
+    uint64_t wb = 0, kvb = 0, sb = 0;
+    hm_status st = cuda_engine_plan(m, p, &wb, &kvb, &sb, err);
+    if (st != HM_OK) return st;
+    cuda_device_info info[16];
+    int n_dev = 0;
+    st = cuda_device_query(info, 16, &n_dev, err);
+    if (st != HM_OK) return st;
+    if (n_dev == 0) return hm_error_set(err, HM_ERR_UNSUPPORTED, "no CUDA device");
+    if (p->device < 0 || p->device >= n_dev)
+        return hm_error_set(err, HM_ERR_ARG, "GPU: device %d does not exist (-mg; %d device%s)",
+                            p->device, n_dev, n_dev == 1 ? "" : "s");
+    cuda_engine *e = NULL;
+    cudaStream_t s = NULL;
+    if (cudaSetDevice(p->device) != cudaSuccess)
+        return hm_error_set(err, HM_ERR_CUDA, "GPU: cannot select device %d", p->device);
+    {
+        size_t free_b = 0, total_b = 0;
+        cudaError_t ce = cudaMemGetInfo(&free_b, &total_b);
+        if (ce != cudaSuccess)
+            return hm_error_set(err, HM_ERR_CUDA, "GPU: cudaMemGetInfo: %s",
+                                cudaGetErrorString(ce));
+        /* HOTMOE_GPU_FREE_MIB pretends the device has that much free (tests of admission) */
+        const char *lim = getenv("HOTMOE_GPU_FREE_MIB");
+        if (lim && *lim) {
+            uint64_t l = strtoull(lim, NULL, 10) << 20;
+            if (l < free_b) free_b = (size_t)l;
+        }
+        /* headroom for the CUDA context's own allocations and graphs */
+        const uint64_t reserve = 256ull << 20;
+        uint64_t need = wb + kvb + sb + reserve;
+        if (need > free_b)
+            return hm_error_set(err, HM_ERR_NOMEM, "GPU: not enough device memory on %s "
+                                "(device %d): need %.0f MiB (weights %.0f + KV cache %.0f for -c "
+                                "%d + buffers %.0f + reserve %.0f), %.0f MiB free: short by %.0f "
+                                "MiB", info[p->device].name, p->device, mib(need), mib(wb),
+                                mib(kvb), p->n_ctx, mib(sb), mib(reserve), mib(free_b),
+                                mib(need - free_b));
+    }
+    e = (cuda_engine *)calloc(1, sizeof(*e));
+    if (!e) return hm_error_set(err, HM_ERR_NOMEM, "out of memory (GPU engine)");
+    e->m = m;
+    e->desc = hm_model_arch(m);
+    e->hp = *hm_model_hparams(m);
+    e->p = *p;
+    e->bytes_weights = wb;
+    e->bytes_kv = kvb;
+    e->bytes_scratch = sb;
+    e->use_gemm = getenv("HOTMOE_GPU_NO_GEMM") == NULL;
+    e->layers = (cuda_layer *)calloc((size_t)e->hp.n_layer, sizeof(cuda_layer));
+    if (!e->layers) {
+        free(e);
+        return hm_error_set(err, HM_ERR_NOMEM, "out of memory (GPU engine)");
+    }
+    CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+    e->stream = s;
+    CUDA_TRY(cudaMalloc(&e->arena, wb ? wb : 1), "weights arena");
+    CUDA_TRY(cudaMalloc(&e->kv_arena, kvb ? kvb : 1), "KV cache");
+    CUDA_TRY(cudaMalloc(&e->scratch_arena, sb ? sb : 1), "scratch");
+    CUDA_TRY(cudaMemsetAsync(e->kv_arena, 0, kvb, s), "KV cache");
+    layout_scratch(m, p, e, (char *)e->scratch_arena);
+    {
+        char *kvp = (char *)e->kv_arena;
+        size_t row_k = 2 * (size_t)(e->hp.n_head_kv * e->hp.head_dim_k);
+        size_t row_v = 2 * (size_t)(e->hp.n_head_kv * e->hp.head_dim_v);
+        for (int il = 0; il < e->hp.n_layer; il++) {
+            e->layers[il].k_cache = (uint16_t *)kvp;
+            kvp += align_up(row_k * (size_t)p->n_ctx);
+            e->layers[il].v_cache = (uint16_t *)kvp;
+            kvp += align_up(row_v * (size_t)p->n_ctx);
+        }
+    }
+    CUDA_TRY(cudaMallocHost((void **)&e->h_tokens, sizeof(int32_t) * (size_t)p->n_ubatch),
+             "pinned buffers");
+    CUDA_TRY(cudaMallocHost((void **)&e->h_pos, sizeof(int32_t)), "pinned buffers");
+    CUDA_TRY(cudaMallocHost((void **)&e->h_logits,
+                            sizeof(float) * (size_t)e->n_logit_rows * (size_t)e->hp.n_vocab),
+             "pinned buffers");
+    st = upload_all(e, s, err);
+    if (st != HM_OK) goto fail;
+    st = rope_table_upload(e, err);
+    if (st != HM_OK) goto fail;
+    snprintf(e->info, sizeof(e->info), "%s (device %d): %.0f MiB weights + %.0f MiB KV + %.0f MiB "
+             "buffers", info[p->device].name, p->device, mib(wb), mib(kvb), mib(sb));
+    *out = e;
+    return HM_OK;
+fail:
+    cuda_engine_free(e);
+    return st;
+}
+
+extern "C" void cuda_engine_free(cuda_engine *e) {
+    if (!e) return;
+    cudaSetDevice(e->p.device);
+    if (e->stream) cudaStreamSynchronize((cudaStream_t)e->stream);
+    cudaFree(e->arena);
+    cudaFree(e->kv_arena);
+    cudaFree(e->scratch_arena);
+    if (e->h_tokens) cudaFreeHost(e->h_tokens);
+    if (e->h_pos) cudaFreeHost(e->h_pos);
+    if (e->h_logits) cudaFreeHost(e->h_logits);
+    if (e->stream) cudaStreamDestroy((cudaStream_t)e->stream);
+    free(e->layers);
+    free(e);
+}
+
+extern "C" const char *cuda_engine_describe(const cuda_engine *e) { return e->info; }
+
+extern "C" hm_status cuda_engine_sync(cuda_engine *e, hm_error *err) {
+    e->n_host_syncs++;
+    cudaError_t ce = cudaStreamSynchronize((cudaStream_t)e->stream);
+    if (ce != cudaSuccess)
+        return hm_error_set(err, HM_ERR_CUDA, "GPU: %s", cudaGetErrorString(ce));
+    return HM_OK;
+}
+
+extern "C" hm_status cuda_engine_set_pos(cuda_engine *e, int pos, hm_error *err) {
+    /* the pinned value must not change before the copy ran: callers sync in between (decode) */
+    *e->h_pos = pos;
+    cudaError_t ce = cudaMemcpyAsync(e->d_pos, e->h_pos, sizeof(int32_t), cudaMemcpyHostToDevice,
+                                     (cudaStream_t)e->stream);
+    if (ce != cudaSuccess)
+        return hm_error_set(err, HM_ERR_CUDA, "GPU: position upload: %s", cudaGetErrorString(ce));
+    return HM_OK;
+}
+
+/* Copies rows [0, n) of d_logits to dst through the pinned buffer (synchronises). */
+static hm_status logits_to_host(cuda_engine *e, int n, float *dst, hm_error *err) {
+    size_t bytes = sizeof(float) * (size_t)n * (size_t)e->hp.n_vocab;
+    cudaError_t ce = cudaMemcpyAsync(e->h_logits, e->d_logits, bytes, cudaMemcpyDeviceToHost,
+                                     (cudaStream_t)e->stream);
+    if (ce != cudaSuccess)
+        return hm_error_set(err, HM_ERR_CUDA, "GPU: logits copy: %s", cudaGetErrorString(ce));
+    hm_status st = cuda_engine_sync(e, err);
+    if (st == HM_OK) memcpy(dst, e->h_logits, bytes);
+    return st;
+}
+
+extern "C" hm_status cuda_engine_decode(cuda_engine *e, const int32_t *tokens, int n_tok, int pos,
+                                        float *logits, hm_logits_mode mode, hm_error *err) {
+    if (n_tok <= 0 || pos < 0 || (int64_t)pos + n_tok > e->p.n_ctx)
+        return hm_error_set(err, HM_ERR_ARG, "GPU: %d tokens at position %d do not fit %d",
+                            n_tok, pos, e->p.n_ctx);
+    if (cudaSetDevice(e->p.device) != cudaSuccess)
+        return hm_error_set(err, HM_ERR_CUDA, "GPU: cannot select device %d", e->p.device);
+    cudaStream_t s = (cudaStream_t)e->stream;
+    hm_status st = cuda_engine_set_pos(e, pos, err);
+    for (int done = 0; done < n_tok && st == HM_OK;) {
+        int n = n_tok - done < e->p.n_ubatch ? n_tok - done : e->p.n_ubatch;
+        bool last = done + n == n_tok;
+        /* h_tokens is reused: wait for the previous ubatch's upload to have run */
+        if (done > 0) st = cuda_engine_sync(e, err);
+        if (st != HM_OK) break;
+        memcpy(e->h_tokens, tokens + done, sizeof(int32_t) * (size_t)n);
+        cudaError_t ce = cudaMemcpyAsync(e->d_tokens, e->h_tokens, sizeof(int32_t) * (size_t)n,
+                                         cudaMemcpyHostToDevice, s);
+        if (ce != cudaSuccess)
+            return hm_error_set(err, HM_ERR_CUDA, "GPU: token upload: %s", cudaGetErrorString(ce));
+        st = cuda_engine_enqueue_forward(e, e->d_tokens, n, err);
+        if (st == HM_OK && mode == HM_LOGITS_ALL) {
+            for (int r = 0; r < n && st == HM_OK; r += e->n_logit_rows) {
+                int rows = n - r < e->n_logit_rows ? n - r : e->n_logit_rows;
+                st = cuda_engine_enqueue_logits(e, r, rows, err);
+                if (st == HM_OK)
+                    st = logits_to_host(e, rows,
+                                        logits + (size_t)(done + r) * (size_t)e->hp.n_vocab, err);
+            }
+        } else if (st == HM_OK && mode == HM_LOGITS_LAST && last) {
+            st = cuda_engine_enqueue_logits(e, n - 1, 1, err);
+            if (st == HM_OK) st = logits_to_host(e, 1, logits, err);
+        }
+        if (st == HM_OK) st = cuda_engine_enqueue_advance(e, n, err);
+        done += n;
+    }
+    if (st == HM_OK) st = cuda_engine_sync(e, err);
+    return st;
+}
