@@ -84,6 +84,9 @@ int cli_engine_open(cli_engine *e, const char *cmd, const cli_common_args *a, un
     cp.n_threads = a->n_threads;
     cp.type_k = (uint32_t)cli_args_cache_type(a->cache_type_k);
     cp.type_v = (uint32_t)cli_args_cache_type(a->cache_type_v);
+    cp.n_gpu_layers = a->n_gpu_layers;
+    cp.main_gpu = a->main_gpu;
+    cp.gpu_strict = a->gpu_strict;
     if (hp->n_ctx_train > 0 && cp.n_ctx > hp->n_ctx_train)
         fprintf(stderr, "hotmoe %s: warning: context %d is longer than the model was trained for "
                         "(%lld)\n",
