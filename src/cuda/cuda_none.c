@@ -129,3 +129,56 @@ hm_status cuda_sampler_read_state(cuda_sampler *s, void *stream, uint64_t *n_dra
                                   int32_t *hist_len, hm_error *err) {
     return sample_none(err, "cuda_sampler_read_state");
 }
+
+/* ---- cuda_decode.h (helper E2): the autonomous decode loop needs CUDA ---- */
+#include "cuda/cuda_decode.h"
+
+static hm_status decode_none(hm_error *err, const char *fn) {
+    return hm_error_set(err, HM_ERR_UNSUPPORTED, "%s: built without CUDA", fn);
+}
+
+hm_status cuda_decode_init(cuda_engine *e, const sample_params *sp, int depth, cuda_decode **out,
+                           hm_error *err) {
+    *out = NULL;
+    return decode_none(err, "cuda_decode_init");
+}
+
+void cuda_decode_free(cuda_decode *d) { (void)d; }
+
+hm_status cuda_decode_sampler_set(cuda_decode *d, const int32_t *hist, int n_hist,
+                                  uint64_t n_draws, hm_error *err) {
+    return decode_none(err, "cuda_decode_sampler_set");
+}
+
+hm_status cuda_decode_accept(cuda_decode *d, const int32_t *tokens, int n, hm_error *err) {
+    return decode_none(err, "cuda_decode_accept");
+}
+
+hm_status cuda_decode_begin(cuda_decode *d, int pos, hm_error *err) {
+    return decode_none(err, "cuda_decode_begin");
+}
+
+hm_status cuda_decode_launch(cuda_decode *d, hm_error *err) {
+    return decode_none(err, "cuda_decode_launch");
+}
+
+uint64_t cuda_decode_launched(const cuda_decode *d) { return 0; }
+
+hm_status cuda_decode_wait(cuda_decode *d, uint64_t step, int32_t *token, hm_error *err) {
+    return decode_none(err, "cuda_decode_wait");
+}
+
+hm_status cuda_decode_finish(cuda_decode *d, hm_error *err) {
+    return decode_none(err, "cuda_decode_finish");
+}
+
+hm_status cuda_decode_redo(cuda_decode *d, int32_t token, int pos, hm_error *err) {
+    return decode_none(err, "cuda_decode_redo");
+}
+
+void cuda_decode_get_stats(const cuda_decode *d, cuda_decode_stats *s) {
+    (void)d;
+    s->graph_nodes = s->kernel_nodes = s->launches = 0;
+}
+
+uint64_t cuda_decode_host_syncs(const cuda_decode *d) { return 0; }
