@@ -1,11 +1,16 @@
 /* cmd_bench.c - `hotmoe bench -m MODEL [-p 512] [-n 128] [-r 5] [-t T] [-o md|json]`: prompt
  * processing and text generation speed, reported like llama-bench.
  *
- * DESIGN: as llama-bench does: one warm-up run (the prompt test once, one generated token),
+ * DESIGN: as llama-bench does: one warm-up run (the prompt test once, a short generation),
  * then per repetition the KV cache is emptied and timed from scratch. ppN feeds N tokens in
  * batches of -b (logits of the last only); tgN decodes N tokens one at a time starting from an
- * empty cache, each the next token of a fixed pseudo-random sequence (no sampling, as
- * llama-bench). Tokens are pseudo-random ids (LCG seeded with 42) so runs are repeatable. The
+ * empty cache through the generation API (model/generate.h) as `run` does: one pseudo-random
+ * token as the prompt, then N - 1 greedy tokens and hm_gen_end (N forward passes in all; on a
+ * GPU context the autonomous decode graph, so the figure includes device sampling and the
+ * token ring). Prompt tokens are pseudo-random ids (LCG seeded with 42) so runs are repeatable.
+ * Audit (GPU contexts, or --audit): one more generation of 1024 tokens (fewer if -c is
+ * smaller) records host synchronisations per token, graph nodes per token and the coefficient
+ * of variation of the token intervals (seed 004 section 15); JSON tg rows carry them. The
  * figure is tokens per second of each repetition; the row gives their mean ± sample standard
  * deviation. Sizes as llama-bench prints them: bytes of all tensors (MiB below 1 GiB, else GiB)
  * and element count (M below 1e9, else B).
@@ -34,22 +39,31 @@ static uint32_t lcg_next(uint64_t *s) {
     return (uint32_t)(*s >> 33);
 }
 
-static hm_status run_test(cli_engine *e, int n_prompt, int n_gen, int32_t *toks, float *logits,
-                          uint64_t *rng, hm_error *err) {
+#define BENCH_AUDIT_TOKENS 1024
+
+typedef struct {
+    bool on;
+    int n_tokens;            /* tokens of the audit generation */
+    hm_gen_audit a;
+} bench_audit;
+
+static hm_status run_test(cli_engine *e, hm_gen *g, int n_prompt, int n_gen, int32_t *toks,
+                          float *logits, uint64_t *rng, hm_error *err) {
     hm_context_reset(e->ctx);
     if (n_prompt > 0) {
         for (int i = 0; i < n_prompt; i++) toks[i] = (int32_t)(lcg_next(rng) % (uint32_t)e->n_vocab);
         hm_status st = cli_engine_eval(e, toks, n_prompt, logits, NULL, err);
         if (st) return st;
     }
+    if (n_gen <= 0) return HM_OK;
+    /* one forward pass for the prompt token, n_gen - 1 for the generated ones (the last one by
+     * hm_gen_end on the CPU; the GPU's limit is n_gen - 1 steps, so it never runs ahead) */
     int32_t t = (int32_t)(lcg_next(rng) % (uint32_t)e->n_vocab);
-    for (int i = 0; i < n_gen; i++) {
-        hm_status st = hm_decode(e->ctx, &t, 1, hm_context_n_past(e->ctx), logits, HM_LOGITS_LAST,
-                                 err);
-        if (st) return st;
-        t = (int32_t)(lcg_next(rng) % (uint32_t)e->n_vocab);
-    }
-    return HM_OK;
+    hm_gen_set_max(g, n_gen - 1);
+    hm_status st = hm_gen_prompt(g, &t, 1, err);
+    for (int i = 0; i < n_gen - 1 && !st; i++) st = hm_gen_next(g, &t, err);
+    if (!st) st = hm_gen_end(g, err);
+    return st;
 }
 
 static void mean_sd(const double *v, int n, double *mean, double *sd) {
@@ -111,13 +125,14 @@ static void print_md(const cli_engine *e, const char *desc, uint64_t size, uint6
         char ts[48];
         snprintf(ts, sizeof(ts), "%.2f ± %.2f", mean, sd);
         /* "±" is two bytes wide in UTF-8 but one column: pad by one more */
-        printf("| %-30s | %10s | %10s | %-10s | %7d | %13s | %21s |\n", desc, s, p, "CPU",
-               e->n_threads, rows[r].name, ts);
+        printf("| %-30s | %10s | %10s | %-10s | %7d | %13s | %21s |\n", desc, s, p,
+               cli_engine_backend(e), e->n_threads, rows[r].name, ts);
     }
 }
 
 static hm_status print_json(const cli_engine *e, const cli_common_args *a, const char *desc,
-                            uint64_t size, uint64_t params, const bench_row *rows, int n_rows) {
+                            uint64_t size, uint64_t params, const bench_row *rows, int n_rows,
+                            const bench_audit *au) {
     hm_json j;
     hm_json_init_file(&j, stdout, true);
     hm_json_arr_begin(&j);
@@ -131,7 +146,7 @@ static hm_status print_json(const cli_engine *e, const cli_common_args *a, const
         hm_json_key(&j, "model_type"); hm_json_str(&j, desc);
         hm_json_key(&j, "model_size"); hm_json_uint(&j, size);
         hm_json_key(&j, "model_n_params"); hm_json_uint(&j, params);
-        hm_json_key(&j, "backends"); hm_json_str(&j, "CPU");
+        hm_json_key(&j, "backends"); hm_json_str(&j, cli_engine_backend(e));
         hm_json_key(&j, "n_batch"); hm_json_int(&j, a->n_batch);
         hm_json_key(&j, "n_ubatch"); hm_json_int(&j, a->n_ubatch);
         hm_json_key(&j, "n_threads"); hm_json_int(&j, e->n_threads);
@@ -152,6 +167,20 @@ static hm_status print_json(const cli_engine *e, const cli_common_args *a, const
         hm_json_arr_begin(&j);
         for (int i = 0; i < row->reps; i++) hm_json_double(&j, row->ts[i]);
         hm_json_arr_end(&j);
+        if (au->on && row->n_gen > 0) {
+            const hm_gen_audit *x = &au->a;
+            int gaps = x->n_tokens > 1 ? x->n_tokens - 1 : 1;
+            hm_json_key(&j, "decode_loop"); hm_json_str(&j, x->gpu ? "gpu-graph" : "host");
+            hm_json_key(&j, "audit_tokens"); hm_json_int(&j, x->n_tokens);
+            hm_json_key(&j, "host_syncs_per_token");
+            hm_json_double(&j, (double)x->host_syncs / gaps);
+            hm_json_key(&j, "host_syncs_start_end"); hm_json_uint(&j, x->host_syncs_end);
+            hm_json_key(&j, "graph_nodes_per_token"); hm_json_uint(&j, x->graph_nodes);
+            hm_json_key(&j, "graph_kernels_per_token"); hm_json_uint(&j, x->kernel_nodes);
+            hm_json_key(&j, "tg_cv"); hm_json_double(&j, x->tg_cv);
+            hm_json_key(&j, "audit_ts");
+            hm_json_double(&j, x->tg_mean_s > 0 ? 1.0 / x->tg_mean_s : 0.0);
+        }
         hm_json_obj_end(&j);
     }
     hm_json_arr_end(&j);
@@ -164,6 +193,7 @@ static hm_status print_json(const cli_engine *e, const cli_common_args *a, const
 
 int cmd_bench(int argc, char **argv) {
     int n_prompt = 512, n_gen = 128, reps = 5;
+    bool audit = false, host_loop = false;
     const char *output = "md";
     const cli_arg_spec extra[] = {
         {"-p", "--n-prompt", CLI_ARG_INT, &n_prompt, "N", "prompt tokens of the pp test (default: "
@@ -172,6 +202,11 @@ int cmd_bench(int argc, char **argv) {
                                                     "128; 0 = skip)"},
         {"-r", "--repetitions", CLI_ARG_INT, &reps, "N", "repetitions of each test (default: 5)"},
         {"-o", "--output", CLI_ARG_STR, &output, "FORMAT", "md or json (default: md)"},
+        {"--audit", NULL, CLI_ARG_BOOL, &audit, NULL,
+         "also on the CPU: a 1024-token generation measuring host syncs and graph nodes per "
+         "token and the token interval cv (always on with a GPU; printed on stderr)"},
+        {"--host-loop", NULL, CLI_ARG_BOOL, &host_loop, NULL,
+         "GPU: decode and sample token by token from the host instead of the autonomous graph"},
     };
     const cli_args_def def = {"bench", "-m MODEL [options]",
                               "Prompt processing (ppN) and generation (tgN) speed in tokens/s, "
@@ -195,8 +230,11 @@ int cmd_bench(int argc, char **argv) {
     }
     /* the context must hold the longest test */
     int need = n_prompt > n_gen ? n_prompt : n_gen;
+    int n_ctx_default = need < 512 ? 512 : need;
+    if ((a.n_gpu_layers > 0 || audit) && n_ctx_default < BENCH_AUDIT_TOKENS + 1)
+        n_ctx_default = BENCH_AUDIT_TOKENS + 1;
     cli_engine e;
-    if (cli_engine_open(&e, "bench", &a, 0, need < 512 ? 512 : need)) return 1;
+    if (cli_engine_open(&e, "bench", &a, 0, n_ctx_default)) return 1;
     if (hm_context_n_ctx(e.ctx) < need) {
         fprintf(stderr, "hotmoe bench: context %d is smaller than the test (%d tokens); raise -c\n",
                 hm_context_n_ctx(e.ctx), need);
@@ -232,23 +270,51 @@ int cmd_bench(int argc, char **argv) {
     }
     hm_error err = {0};
     hm_status st = ok ? HM_OK : hm_error_set(&err, HM_ERR_NOMEM, "out of memory");
+    /* the generator: greedy, no penalties (tokens need no sampling flags, as llama-bench) */
+    bench_audit au = {0};
+    au.on = n_gen > 0 && (audit || hm_context_gpu(e.ctx));
+    au.n_tokens = hm_context_n_ctx(e.ctx) - 1 < BENCH_AUDIT_TOKENS ? hm_context_n_ctx(e.ctx) - 1
+                                                                    : BENCH_AUDIT_TOKENS;
+    hm_gen *gen = NULL;
+    if (!st && n_gen > 0) {
+        sample_params sp = sample_params_default();
+        sp.temperature = 0.0f;
+        sp.penalty_last_n = 0;
+        hm_gen_params gp = hm_gen_default_params();
+        gp.host_loop = host_loop;
+        gp.audit_tokens = au.on ? au.n_tokens : 0;
+        st = hm_gen_init(e.ctx, &sp, &gp, &gen, &err);
+    }
     uint64_t rng = 42;
-    /* warm-up: the prompt test once, one generated token */
-    if (!st && n_prompt > 0) st = run_test(&e, n_prompt, 0, toks, logits, &rng, &err);
-    if (!st && n_gen > 0) st = run_test(&e, 0, 1, toks, logits, &rng, &err);
+    /* warm-up: the prompt test once, a short generation */
+    if (!st && n_prompt > 0) st = run_test(&e, gen, n_prompt, 0, toks, logits, &rng, &err);
+    if (!st && n_gen > 0)
+        st = run_test(&e, gen, 0, n_gen < 16 ? n_gen : 16, toks, logits, &rng, &err);
     for (int r = 0; r < n_rows && !st; r++) {
         for (int i = 0; i < reps && !st; i++) {
             double t0 = cli_now();
-            st = run_test(&e, rows[r].n_prompt, rows[r].n_gen, toks, logits, &rng, &err);
+            st = run_test(&e, gen, rows[r].n_prompt, rows[r].n_gen, toks, logits, &rng, &err);
             double dt = cli_now() - t0;
             rows[r].ns[i] = dt * 1e9;
             rows[r].ts[i] = (double)(rows[r].n_prompt + rows[r].n_gen) / (dt > 0 ? dt : 1e-9);
         }
     }
+    if (!st && au.on && au.n_tokens >= 2) { /* the audit generation: prompt + n_tokens */
+        au.on = false;
+        st = run_test(&e, gen, 0, au.n_tokens + 1, toks, logits, &rng, &err);
+        if (!st) {
+            hm_gen_audit_get(gen, &au.a);
+            au.on = true;
+            if (audit) cli_engine_print_audit(&e, gen);
+        }
+    } else {
+        au.on = false;
+    }
     if (!st) {
         if (!strcmp(output, "md")) print_md(&e, desc, size, params, rows, n_rows);
-        else st = print_json(&e, &a, desc, size, params, rows, n_rows);
+        else st = print_json(&e, &a, desc, size, params, rows, n_rows, &au);
     }
+    hm_gen_free(gen);
     if (st) fprintf(stderr, "hotmoe bench: %s\n", err.msg[0] ? err.msg : "JSON output failed");
     for (int r = 0; r < n_rows; r++) {
         free(rows[r].ts);

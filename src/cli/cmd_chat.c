@@ -11,7 +11,10 @@
  * drops the analysis channel). So with templates that keep history as generated, only the new
  * user turn is processed. A reply ends at the template's end-of-turn tokens
  * (chat_stop_texts, else the vocabulary's end-of-generation set), after -n tokens, or when the
- * context is full. For harmony only the final channel is shown (and text before any channel).
+ * context is full. Tokens come from the generation API (model/generate.h; on a GPU context the
+ * autonomous decode graph); hm_gen_end after each reply leaves exactly the prompt and the
+ * tokens taken (the end-of-turn token included) in the cache, and they are what `cached`
+ * lists. For harmony only the final channel is shown (and text before any channel).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,7 +96,6 @@ typedef struct {
     int n_stop;
     int32_t id_channel, id_message, id_start, id_end; /* harmony control tokens (-1: none) */
     tok_ids cached; /* tokens in the KV cache */
-    float *logits;  /* [n_vocab] */
     bool verbose;
 } chat_state;
 
@@ -152,9 +154,7 @@ static hm_status process_prompt(chat_state *s, const msg_list *msgs, int *n_new,
         hm_context_reset(s->e->ctx); /* sliding-window ring cannot rewind that far */
         keep = 0;
     }
-    st = cli_engine_eval(s->e, toks.ids + keep, (int)(toks.n - keep), s->logits, NULL, err);
-    if (!st)
-        for (size_t i = keep; i < toks.n; i++) sample_accept(s->e->smp, toks.ids[i]);
+    st = hm_gen_prompt(s->e->gen, toks.ids + keep, (int)(toks.n - keep), err);
     *n_new = (int)(toks.n - keep);
     *n_reused = (int)keep;
     tok_ids_free(&s->cached);
@@ -225,10 +225,26 @@ static hm_status generate(chat_state *s, int n_predict, char **reply, int *n_gen
     char chan[16] = {0};
     size_t chan_n = 0;
     while (n_predict < 0 || (int)gen.n < n_predict) {
+        if (hm_gen_room(e->gen) == 0) {
+            fprintf(stderr, "\n[context full: %d tokens]\n", n_ctx);
+            break;
+        }
         int32_t t;
-        st = sample_token(e->smp, s->logits, &t, err);
-        if (st || is_stop(s, t)) break;
-        sample_accept(e->smp, t);
+        st = hm_gen_next(e->gen, &t, err);
+        if (st) break;
+        /* every token taken is in the cache after hm_gen_end, the end-of-turn token too */
+        if (s->cached.n == s->cached.cap) {
+            size_t cap = s->cached.cap ? s->cached.cap * 2 : 64;
+            int32_t *ids = realloc(s->cached.ids, cap * sizeof(int32_t));
+            if (!ids) {
+                st = hm_error_set(err, HM_ERR_NOMEM, "out of memory");
+                break;
+            }
+            s->cached.ids = ids;
+            s->cached.cap = cap;
+        }
+        s->cached.ids[s->cached.n++] = t;
+        if (is_stop(s, t)) break;
         if (harmony) {
             if (t == s->id_channel) {
                 want_channel = true;
@@ -262,25 +278,10 @@ static hm_status generate(chat_state *s, int n_predict, char **reply, int *n_gen
             gen.cap = cap;
         }
         gen.ids[gen.n++] = t;
-        if (hm_context_n_past(e->ctx) + 1 >= n_ctx) {
-            fprintf(stderr, "\n[context full: %d tokens]\n", n_ctx);
-            break;
-        }
-        st = hm_decode(e->ctx, &t, 1, hm_context_n_past(e->ctx), s->logits, HM_LOGITS_LAST, err);
-        if (st) break;
-        /* the cache now holds t */
-        if (s->cached.n == s->cached.cap) {
-            size_t cap = s->cached.cap ? s->cached.cap * 2 : 64;
-            int32_t *ids = realloc(s->cached.ids, cap * sizeof(int32_t));
-            if (!ids) {
-                st = hm_error_set(err, HM_ERR_NOMEM, "out of memory");
-                break;
-            }
-            s->cached.ids = ids;
-            s->cached.cap = cap;
-        }
-        s->cached.ids[s->cached.n++] = t;
     }
+    /* the cache holds the prompt and every token taken; a GPU that ran ahead is rewound */
+    hm_status end_st = hm_gen_end(e->gen, err);
+    if (!st) st = end_st;
     const char *rest;
     size_t rlen;
     tok_stream_flush(&ts, &rest, &rlen);
@@ -389,10 +390,10 @@ int cmd_chat(int argc, char **argv) {
     s.id_message = find_tok(e.vocab, "<|message|>");
     s.id_start = find_tok(e.vocab, "<|start|>");
     s.id_end = find_tok(e.vocab, "<|end|>");
-    s.logits = malloc(sizeof(float) * (size_t)e.n_vocab);
     msg_list msgs = {0};
     int status = 0;
-    if (!s.logits || (system && !msgs_push(&msgs, "system", system, strlen(system)))) {
+    hm_gen_set_max(e.gen, n_predict);
+    if (system && !msgs_push(&msgs, "system", system, strlen(system))) {
         fprintf(stderr, "hotmoe chat: out of memory\n");
         status = 1;
     }
@@ -469,7 +470,6 @@ int cmd_chat(int argc, char **argv) {
     }
     free(line);
     msgs_free(&msgs);
-    free(s.logits);
     tok_ids_free(&s.cached);
     chat_template_free(&tmpl);
     cli_engine_close(&e);

@@ -1,7 +1,9 @@
 /* cmd_run.c - `hotmoe run -m MODEL -p PROMPT -n N [options]`: one prompt, text streamed to
  * stdout as it is generated, then prompt and generation speeds (tok/s) on stderr, like
  * llama.cpp's llama-cli/llama-simple. Stops after -n tokens (-1: until an end-of-generation
- * token or a full context). The expert usage tracer flags (--expert-trace-*, moe/tracer.h) are
+ * token or a full context). Tokens come from the generation API (model/generate.h): on a GPU
+ * context (-ngl) from the autonomous decode graph, else decode + sample per token; --audit
+ * prints what the loop cost the host (seed 004 section 15). The expert usage tracer flags (--expert-trace-*, moe/tracer.h) are
  * taken out of argv before the common parser sees the rest.
  */
 #include <stdio.h>
@@ -20,10 +22,14 @@ static void put_text(const char *s, size_t n) {
 }
 
 int cmd_run(int argc, char **argv) {
-    bool no_display_prompt = false;
+    bool no_display_prompt = false, audit = false, host_loop = false;
     const cli_arg_spec extra[] = {
         {"--no-display-prompt", NULL, CLI_ARG_BOOL, &no_display_prompt, NULL,
          "do not echo the prompt before the generated text"},
+        {"--audit", NULL, CLI_ARG_BOOL, &audit, NULL,
+         "print the decode audit: host syncs and graph nodes per token, token interval cv"},
+        {"--host-loop", NULL, CLI_ARG_BOOL, &host_loop, NULL,
+         "GPU: decode and sample token by token from the host instead of the autonomous graph"},
     };
     const cli_args_def def = {CMD, "-m MODEL -p PROMPT -n N [options]",
                               "Generates text from one prompt, streaming it, and reports prompt "
@@ -65,7 +71,9 @@ int cmd_run(int argc, char **argv) {
         return 2;
     }
     cli_engine e;
-    if (cli_engine_open(&e, CMD, &a, CLI_ENGINE_VOCAB | CLI_ENGINE_SAMPLER, 0)) return 1;
+    unsigned what = CLI_ENGINE_VOCAB | CLI_ENGINE_SAMPLER | (audit ? CLI_ENGINE_AUDIT : 0u) |
+                    (host_loop ? CLI_ENGINE_HOST_LOOP : 0u);
+    if (cli_engine_open(&e, CMD, &a, what, 0)) return 1;
     int ret = 1;
     moe_tracer *tr = NULL;
     if (moe_tracer_config_enabled(&tc)) {
@@ -83,10 +91,9 @@ int cmd_run(int argc, char **argv) {
     tok_ids ids = {0};
     tok_stream ts;
     tok_stream_init(&ts, e.vocab, 0);
-    float *logits = malloc((size_t)e.n_vocab * sizeof(float));
     size_t len = 0;
     char *text = a.prompt ? NULL : cli_read_file(CMD, a.file, &len);
-    if (!logits || (!a.prompt && !text)) goto done;
+    if (!a.prompt && !text) goto done;
     const char *prompt = a.prompt ? a.prompt : text;
     if (a.prompt) len = strlen(prompt);
     if (tok_encode(e.vocab, prompt, len, TOK_ENCODE_ADD_SPECIAL | TOK_ENCODE_PARSE_SPECIAL, &ids,
@@ -107,23 +114,29 @@ int cmd_run(int argc, char **argv) {
     if (!no_display_prompt) put_text(prompt, len);
 
     double t0 = cli_now();
-    if (cli_engine_eval(&e, ids.ids, (int)ids.n, logits, NULL, &err) != HM_OK) {
+    hm_gen_set_max(e.gen, a.n_predict);
+    if (hm_gen_prompt(e.gen, ids.ids, (int)ids.n, &err) != HM_OK) {
         fprintf(stderr, "\nhotmoe " CMD ": %s\n", err.msg);
         goto done;
     }
     double t_prompt = cli_now() - t0;
-    for (size_t i = 0; i < ids.n; i++) sample_accept(e.smp, ids.ids[i]);
 
-    int n_gen = 0, n_eval = 0; /* tokens generated; single-token decodes run */
+    /* generation: until -n tokens, an end-of-generation token or a full context; the
+     * generator is freed without hm_gen_end (nothing uses the cache afterwards) */
+    int n_gen = 0, n_taken = 0; /* tokens shown; tokens taken (incl. an end token) */
     bool stop_ctx = false;
     t0 = cli_now();
     while (a.n_predict < 0 || n_gen < a.n_predict) {
+        if (hm_gen_room(e.gen) == 0) {
+            stop_ctx = true;
+            break;
+        }
         int32_t tok;
-        if (sample_token(e.smp, logits, &tok, &err) != HM_OK) {
+        if (hm_gen_next(e.gen, &tok, &err) != HM_OK) {
             fprintf(stderr, "\nhotmoe " CMD ": %s\n", err.msg);
             goto done;
         }
-        sample_accept(e.smp, tok);
+        n_taken++;
         if (tok_is_eog(e.vocab, tok)) break;
         const char *piece;
         size_t plen;
@@ -133,17 +146,6 @@ int cmd_run(int argc, char **argv) {
         }
         put_text(piece, plen);
         n_gen++;
-        if (a.n_predict >= 0 && n_gen >= a.n_predict) break;
-        int pos = hm_context_n_past(e.ctx);
-        if (pos >= n_ctx) {
-            stop_ctx = true;
-            break;
-        }
-        if (hm_decode(e.ctx, &tok, 1, pos, logits, HM_LOGITS_LAST, &err) != HM_OK) {
-            fprintf(stderr, "\nhotmoe " CMD ": %s\n", err.msg);
-            goto done;
-        }
-        n_eval++;
     }
     double t_gen = cli_now() - t0;
     const char *rest;
@@ -153,11 +155,19 @@ int cmd_run(int argc, char **argv) {
     fputc('\n', stdout);
     fflush(stdout);
     if (stop_ctx) fprintf(stderr, "hotmoe " CMD ": context full (%d tokens)\n", n_ctx);
+    hm_gen_audit au;
+    hm_gen_audit_get(e.gen, &au);
+    /* the first token needs no decode: n_taken - 1 decodes in t_gen (the GPU may have run a
+     * few steps ahead; those are in "steps") */
+    int n_dec = n_taken > 1 ? n_taken - 1 : 0;
     fprintf(stderr, "prompt:     %5zu tokens in %8.3f s = %9.2f tok/s\n", ids.n, t_prompt,
             t_prompt > 0 ? (double)ids.n / t_prompt : 0.0);
-    fprintf(stderr, "generation: %5d tokens in %8.3f s = %9.2f tok/s (%d decodes; threads %d)\n",
-            n_gen, t_gen, t_gen > 0 && n_eval > 0 ? (double)n_eval / t_gen : 0.0, n_eval,
+    fprintf(stderr, "generation: %5d tokens in %8.3f s = %9.2f tok/s (%llu decode steps; %s; "
+                    "threads %d)\n",
+            n_gen, t_gen, t_gen > 0 && n_dec > 0 ? (double)n_dec / t_gen : 0.0,
+            (unsigned long long)au.steps, au.gpu ? "GPU autonomous" : cli_engine_backend(&e),
             e.n_threads);
+    if (audit) cli_engine_print_audit(&e, e.gen);
     ret = 0;
     if (tr && moe_tracer_finish(tr, &err) != HM_OK) {
         fprintf(stderr, "hotmoe " CMD ": %s\n", err.msg);
@@ -166,7 +176,6 @@ int cmd_run(int argc, char **argv) {
 done:
     moe_tracer_free(tr);
     free(text);
-    free(logits);
     tok_stream_free(&ts);
     tok_ids_free(&ids);
     cli_engine_close(&e);

@@ -48,7 +48,7 @@ char *cli_read_file(const char *cmd, const char *path, size_t *len) {
 }
 
 void cli_engine_close(cli_engine *e) {
-    sample_free(e->smp);
+    hm_gen_free(e->gen);
     hm_context_free(e->ctx);
     tok_vocab_free(e->vocab);
     hm_model_free(e->model);
@@ -87,6 +87,9 @@ int cli_engine_open(cli_engine *e, const char *cmd, const cli_common_args *a, un
     cp.n_gpu_layers = a->n_gpu_layers;
     cp.main_gpu = a->main_gpu;
     cp.gpu_strict = a->gpu_strict;
+    cp.n_gpu_layers = a->n_gpu_layers;
+    cp.main_gpu = a->main_gpu;
+    cp.gpu_strict = a->gpu_strict;
     if (hp->n_ctx_train > 0 && cp.n_ctx > hp->n_ctx_train)
         fprintf(stderr, "hotmoe %s: warning: context %d is longer than the model was trained for "
                         "(%lld)\n",
@@ -116,13 +119,36 @@ int cli_engine_open(cli_engine *e, const char *cmd, const cli_common_args *a, un
             e->seed = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec;
         }
         sp.seed = e->seed;
-        if (sample_init(&sp, e->n_vocab, &e->smp, &err) != HM_OK) {
+        e->sp = sp;
+        hm_gen_params gp = hm_gen_default_params();
+        gp.host_loop = (what & CLI_ENGINE_HOST_LOOP) != 0;
+        gp.audit_tokens = (what & CLI_ENGINE_AUDIT) ? n_ctx : 0;
+        if (hm_gen_init(e->ctx, &sp, &gp, &e->gen, &err) != HM_OK) {
             fprintf(stderr, "hotmoe %s: %s\n", cmd, err.msg);
             cli_engine_close(e);
             return 1;
         }
     }
     return 0;
+}
+
+const char *cli_engine_backend(const cli_engine *e) {
+    return hm_context_gpu(e->ctx) ? "CUDA" : "CPU";
+}
+
+void cli_engine_print_audit(const cli_engine *e, const hm_gen *g) {
+    hm_gen_audit au;
+    hm_gen_audit_get(g, &au);
+    int gaps = au.n_tokens > 1 ? au.n_tokens - 1 : 1;
+    fprintf(stderr,
+            "audit: backend %s (%s), %d tokens, host syncs/token %.3f (%llu in the loop, %llu "
+            "at start/end), graph nodes/token %llu (%llu kernels), %llu decode steps, tg mean "
+            "%.3f ms, cv %.4f over %d tokens\n",
+            cli_engine_backend(e), au.gpu ? "autonomous graph" : "host loop", au.n_tokens,
+            (double)au.host_syncs / gaps, (unsigned long long)au.host_syncs,
+            (unsigned long long)au.host_syncs_end, (unsigned long long)au.graph_nodes,
+            (unsigned long long)au.kernel_nodes, (unsigned long long)au.steps,
+            au.tg_mean_s * 1e3, au.tg_cv, au.n_timed);
 }
 
 hm_status cli_engine_eval(cli_engine *e, const int32_t *ids, int n, float *logits_last,

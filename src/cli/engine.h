@@ -1,6 +1,7 @@
 /* engine.h - what the inference commands (chat, bench, perplexity) share: opening a model, its
- * vocabulary, a context and a sampler from the common flags, and feeding a token list through
- * hm_decode in pieces of at most n_batch tokens.
+ * vocabulary, a context (on the GPU with -ngl) and a generator (model/generate.h: sampler +
+ * decode loop) from the common flags, and feeding a token list through hm_decode in pieces of
+ * at most n_batch tokens.
  *
  * DESIGN: CLI-only glue; errors are printed here as one line "hotmoe CMD: ..." so the commands
  * stay short. Nothing here is needed by the library.
@@ -12,6 +13,7 @@
 #include <stdint.h>
 
 #include "cli/args.h"
+#include "model/generate.h"
 #include "model/model.h"
 #include "sample/sample.h"
 #include "tokenizer/tokenizer.h"
@@ -21,14 +23,23 @@ typedef struct {
     hm_model *model;
     tok_vocab *vocab;   /* NULL when not asked for */
     hm_context *ctx;
-    sample_state *smp;  /* NULL when not asked for */
+    hm_gen *gen;        /* NULL when not asked for (CLI_ENGINE_SAMPLER) */
+    sample_params sp;   /* the sampling flags (seed resolved) */
     int n_vocab;
     int n_batch;
     int n_threads;
     uint64_t seed;      /* the seed used (random when -s was not given) */
 } cli_engine;
 
-enum { CLI_ENGINE_VOCAB = 1u << 0, CLI_ENGINE_SAMPLER = 1u << 1 };
+/* CLI_ENGINE_SAMPLER: a generator with the sampling flags; CLI_ENGINE_AUDIT: it records token
+ * arrival times (--audit); CLI_ENGINE_HOST_LOOP: on a GPU context, the host loop (hm_decode +
+ * host sampler per token) instead of the autonomous graph. */
+enum {
+    CLI_ENGINE_VOCAB = 1u << 0,
+    CLI_ENGINE_SAMPLER = 1u << 1,
+    CLI_ENGINE_AUDIT = 1u << 2,
+    CLI_ENGINE_HOST_LOOP = 1u << 3,
+};
 
 /* Loads the model named by -m (required) and creates a context (n_ctx_override > 0 replaces
  * -c when -c was not given). Prints the error and returns 1 on failure, 0 on success. */
@@ -41,6 +52,14 @@ void cli_engine_close(cli_engine *e);
  * position's (may be NULL). Returns the status (error in err). */
 hm_status cli_engine_eval(cli_engine *e, const int32_t *ids, int n, float *logits_last,
                           float *logits_all, hm_error *err);
+
+/* "CUDA" when the context runs on the GPU, else "CPU" (bench's backend column). */
+const char *cli_engine_backend(const cli_engine *e);
+
+/* Prints the generator's audit (seed 004 section 15) as one line on stderr:
+ * "audit: backend ..., N tokens, host syncs/token X, graph nodes/token N (K kernels), tg mean
+ * M ms, cv C". */
+void cli_engine_print_audit(const cli_engine *e, const hm_gen *g);
 
 /* Seconds from a monotonic clock. */
 double cli_now(void);

@@ -160,6 +160,8 @@ hm_status hm_gen_init(hm_context *ctx, const sample_params *sp, const hm_gen_par
 
 bool hm_gen_on_gpu(const hm_gen *g) { return g->gpu; }
 
+void hm_gen_set_max(hm_gen *g, int n_max) { g->p.n_max = n_max < -1 ? -1 : n_max; }
+
 static hm_status check_ctx(const hm_gen *g, hm_error *err) {
     if (g->expect_past >= 0 && hm_context_n_past(g->ctx) != g->expect_past)
         return hm_error_set(err, HM_ERR_STATE, "generation: the context changed outside the "

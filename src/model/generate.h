@@ -82,6 +82,9 @@ int hm_gen_room(const hm_gen *g);
  * context (hm_decode, hm_context_truncate). */
 hm_status hm_gen_end(hm_gen *g, hm_error *err);
 
+/* Changes n_max (hm_gen_params) from the next generation on. */
+void hm_gen_set_max(hm_gen *g, int n_max);
+
 /* Forgets the penalty history and restarts the draw counter (a new conversation); ends a
  * generation in flight. */
 hm_status hm_gen_reset_sampler(hm_gen *g, hm_error *err);
