@@ -86,7 +86,8 @@ typedef enum {
  *   out[t][s][r] = glu(g, u)
  * bit-identical to hm_moe_exec_cpu's gate/up/bias/activation (moe_post_gate_up).
  * gate.y is ignored; gate.ids/act/x_per_slot/n_tok/n_used/n_expert/n_rows/k are shared by up;
- * up_wtype must have the same activation format as gate.wtype (else HM_ERR_ARG). Skipped slots
+ * up_wtype must equal gate.wtype (else HM_ERR_UNSUPPORTED: run two cuda_moe_matvec and the
+ * elementwise ops instead). Skipped slots
  * (id < 0 or >= n_expert) leave out untouched. */
 typedef struct {
     cuda_moe_args gate;   /* the gate product (and the shared geometry) */

@@ -1,0 +1,177 @@
+/* cuda_quant.cu - activation quantisation, matvec, grouped expert products (plain and fused
+ * gate/up + activation) and embedding lookup on the GPU (API and contract: cuda_quant.h).
+ *
+ * DESIGN: one warp computes one weight row against a tile of NT <= 8 activation rows
+ * (row_dot). For block types the warp walks the row in rounds of 32 blocks; a block's integer
+ * work is split over G lanes (cuda_blocks.cuh: 4 lanes per 32-element block, 8 per 256-element
+ * super-block), so even a k = 768 row (3 super-blocks) keeps 24 lanes busy. The G partial
+ * integer sums are combined by __shfl_xor (exact), and the group's first lane applies the
+ * block's float update to its accumulator. Block b belongs to spec lane b % 32; in round r the
+ * group g at step gi handles block 32r + gi*(32/G) + g, i.e. spec lane gi*(32/G) + g, always in
+ * the same physical lane and register slot gi, so each spec lane sees its blocks in increasing
+ * order. At the end the 32 spec lanes are moved to physical lanes 0..31 and summed with the
+ * __shfl_down tree 16..1: exactly docs/ARITHMETIC.md. Float weights use lane = element mod 32.
+ * Tokens: the host picks NT in {1, 2, 4, 8} (a partial tile repeats its last activation row and
+ * drops the extra results), so every n_tok gives the CPU's bytes.
+ * MoE: CTA (pair p, row group). A pair whose expert already appears in an earlier pair exits;
+ * the first pair of an expert gathers all pairs of that expert (in order, tiles of <= 8) and
+ * computes them together, so each selected expert's rows are read once per tile of 8 pairs and
+ * unselected experts are never touched. Invalid ids (< 0 or >= n_expert) skip their pair.
+ */
+#include <cuda_runtime.h>
+
+#include "cuda/cuda_quant_internal.cuh"
+
+/* ---------------------------------------------------------------- matvec */
+
+/* y[t][r] for r of this warp, t in tile blockIdx.y (NT tokens; the last tile may be partial) */
+template <class T, int NT>
+__global__ void __launch_bounds__(CQ_WARPS * 32)
+k_matvec(const uint8_t *w, size_t row_bytes, int64_t n_rows, int64_t k, const uint8_t *act,
+         size_t act_bytes, int64_t n_tok, float *y) {
+    const int64_t r = (int64_t)blockIdx.x * CQ_WARPS + threadIdx.x / 32;
+    if (r >= n_rows) return;
+    const int64_t t0 = (int64_t)blockIdx.y * NT;
+    const uint8_t *a[NT];
+#pragma unroll
+    for (int i = 0; i < NT; i++) a[i] = act + (size_t)min(t0 + i, n_tok - 1) * act_bytes;
+    float out[NT];
+    row_dot<T, NT>(w + (size_t)r * row_bytes, k, a, out);
+    if ((threadIdx.x & 31) == 0)
+#pragma unroll
+        for (int i = 0; i < NT; i++)
+            if (t0 + i < n_tok) y[(t0 + i) * n_rows + r] = out[i];
+}
+
+template <class T>
+static void launch_matvec(const uint8_t *w, int64_t n_rows, int64_t k, const uint8_t *act, int64_t n_tok,
+                          float *y, cudaStream_t st) {
+    const size_t row_bytes = (size_t)(k / T::BS) * T::TS;
+    const size_t act_bytes = T::ACT == QUANT_ACT_F32 ? (size_t)k * 4 : (size_t)(k / T::BS) * T::ABS;
+    const int nt = cq_tile(n_tok);
+    const dim3 grid((unsigned)((n_rows + CQ_WARPS - 1) / CQ_WARPS), (unsigned)((n_tok + nt - 1) / nt));
+    const dim3 block(CQ_WARPS * 32);
+    switch (nt) {
+    case 1: k_matvec<T, 1><<<grid, block, 0, st>>>(w, row_bytes, n_rows, k, act, act_bytes, n_tok, y); break;
+    case 2: k_matvec<T, 2><<<grid, block, 0, st>>>(w, row_bytes, n_rows, k, act, act_bytes, n_tok, y); break;
+    case 4: k_matvec<T, 4><<<grid, block, 0, st>>>(w, row_bytes, n_rows, k, act, act_bytes, n_tok, y); break;
+    default: k_matvec<T, 8><<<grid, block, 0, st>>>(w, row_bytes, n_rows, k, act, act_bytes, n_tok, y); break;
+    }
+}
+
+extern "C" hm_status cuda_matvec(uint32_t wtype, const void *w, int64_t n_rows, int64_t k, const void *act,
+                                 int64_t n_tok, float *y, void *stream, hm_error *err) {
+    hm_status s = cq_check_k(err, "cuda_matvec", wtype, k);
+    if (s != HM_OK) return s;
+    if (n_rows < 0 || n_tok < 0 || n_tok / 8 > 65535 || n_rows / CQ_WARPS > INT32_MAX)
+        return hm_error_set(err, HM_ERR_ARG, "cuda_matvec: bad shape (%lld rows, %lld tokens)", (long long)n_rows,
+                            (long long)n_tok);
+    if (n_rows == 0 || n_tok == 0) return HM_OK;
+    if (!w || !act || !y) return hm_error_set(err, HM_ERR_ARG, "cuda_matvec: NULL pointer");
+    CB_DISPATCH(wtype, launch_matvec, (const uint8_t *)w, n_rows, k, (const uint8_t *)act, n_tok, y,
+                (cudaStream_t)stream);
+    return cq_launched(err, "cuda_matvec");
+}
+
+/* ---------------------------------------------------------------- activation quantisation */
+
+/* One thread per element; B = 32 (q8_32, a warp per block) or 256 (q8_K, a CTA per block). */
+template <int B>
+__global__ void __launch_bounds__(256) k_quant_act(const float *x, int64_t k, int64_t n_el, uint8_t *act, size_t act_bytes) {
+    const int64_t e = (int64_t)blockIdx.x * 256 + threadIdx.x;
+    const int lane = threadIdx.x & 31;
+    const bool in = e < n_el; /* n_el is a multiple of B, so a whole block is in or out */
+    const float v = in ? x[e] : 0.0f;
+    float amax = fabsf(v);
+#pragma unroll
+    for (int off = 16; off >= 1; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(CQ_FULL, amax, off));
+    if (B == 256) {
+        __shared__ float wmax[8];
+        if (lane == 0) wmax[threadIdx.x / 32] = amax;
+        __syncthreads();
+        amax = wmax[0];
+#pragma unroll
+        for (int i = 1; i < 8; i++) amax = fmaxf(amax, wmax[i]);
+    }
+    if (!in) return;
+    const float d = __fdiv_rn(amax, 127.0f);
+    const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+    const float r = rintf(__fmul_rn(v, id));
+    const int q = r != r ? 0 : r > 127.0f ? 127 : r < -127.0f ? -127 : (int)r;
+    const int64_t row = e / k, ib = (e % k) / B, j = e % B;
+    uint8_t *blk = act + (size_t)row * act_bytes + (size_t)ib * (B == 32 ? CB_A32 : CB_AK);
+    if (B == 32) {
+        int sum = q;
+#pragma unroll
+        for (int off = 16; off >= 1; off /= 2) sum += __shfl_xor_sync(CQ_FULL, sum, off);
+        blk[CB_A32_QS + j] = (uint8_t)(int8_t)q;
+        if (j == 0) {
+            *(float *)blk = d;
+            *(int32_t *)(blk + CB_A32_SUM) = sum;
+        }
+    } else {
+        int sum = q;
+#pragma unroll
+        for (int off = 8; off >= 1; off /= 2) sum += __shfl_xor_sync(CQ_FULL, sum, off);
+        blk[CB_AK_QS + j] = (uint8_t)(int8_t)q;
+        if (j % 16 == 0) *(int16_t *)(blk + CB_AK_BS + 2 * (j / 16)) = (int16_t)sum;
+        if (j == 0) *(float *)blk = d;
+    }
+}
+
+extern "C" hm_status cuda_quantize_act(uint32_t wtype, const float *x, int64_t k, int64_t n_rows, void *act,
+                                       void *stream, hm_error *err) {
+    hm_status s = cq_check_k(err, "cuda_quantize_act", wtype, k);
+    if (s != HM_OK) return s;
+    if (n_rows < 0) return hm_error_set(err, HM_ERR_ARG, "cuda_quantize_act: n_rows = %lld", (long long)n_rows);
+    if (n_rows == 0) return HM_OK;
+    if (!x || !act) return hm_error_set(err, HM_ERR_ARG, "cuda_quantize_act: NULL pointer");
+    const quant_act at = quant_act_for(wtype);
+    const cudaStream_t st = (cudaStream_t)stream;
+    const int64_t n_el = k * n_rows;
+    if (at == QUANT_ACT_F32) {
+        if ((const void *)x == act) return HM_OK;
+        cudaMemcpyAsync(act, x, (size_t)n_el * sizeof(float), cudaMemcpyDeviceToDevice, st);
+        return cq_launched(err, "cuda_quantize_act (copy)");
+    }
+    const size_t ab = quant_act_row_size(at, k);
+    const unsigned grid = (unsigned)((n_el + 255) / 256);
+    if (at == QUANT_ACT_Q8_32)
+        k_quant_act<32><<<grid, 256, 0, st>>>(x, k, n_el, (uint8_t *)act, ab);
+    else
+        k_quant_act<256><<<grid, 256, 0, st>>>(x, k, n_el, (uint8_t *)act, ab);
+    return cq_launched(err, "cuda_quantize_act");
+}
+
+/* ---------------------------------------------------------------- embedding rows */
+
+template <class T>
+__global__ void k_get_rows(const uint8_t *table, size_t row_size, const int32_t *ids, int64_t k, float *out) {
+    const int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t i = blockIdx.y;
+    if (j >= k) return;
+    const int32_t id = ids[i];
+    float v = 0.0f;
+    if (id >= 0) v = T::deq(table + (size_t)id * row_size + (size_t)(j / T::BS) * T::TS, (int)(j % T::BS));
+    out[i * k + j] = v;
+}
+
+template <class T>
+static void launch_get_rows(const uint8_t *table, size_t row_size, const int32_t *ids, int64_t n, int64_t k,
+                            float *out, cudaStream_t st) {
+    const dim3 grid((unsigned)((k + 255) / 256), (unsigned)n);
+    k_get_rows<T><<<grid, 256, 0, st>>>(table, row_size, ids, k, out);
+}
+
+extern "C" hm_status cuda_get_rows(uint32_t wtype, const void *table, size_t row_size, const int32_t *d_ids,
+                                   int64_t n, int64_t k, float *out, void *stream, hm_error *err) {
+    hm_status s = cq_check_k(err, "cuda_get_rows", wtype, k);
+    if (s != HM_OK) return s;
+    if (n < 0 || n > 65535 || row_size < hm_row_size(wtype, k))
+        return hm_error_set(err, HM_ERR_ARG, "cuda_get_rows: bad n = %lld or row size %zu (< %zu)", (long long)n,
+                            row_size, hm_row_size(wtype, k));
+    if (n == 0) return HM_OK;
+    if (!table || !d_ids || !out) return hm_error_set(err, HM_ERR_ARG, "cuda_get_rows: NULL pointer");
+    CB_DISPATCH(wtype, launch_get_rows, (const uint8_t *)table, row_size, d_ids, n, k, out, (cudaStream_t)stream);
+    return cq_launched(err, "cuda_get_rows");
+}
