@@ -127,6 +127,8 @@ extern "C" hm_status cuda_decode_init(cuda_engine *e, const sample_params *sp, i
     if (depth < 1 || depth > CUDA_DECODE_MAX_DEPTH)
         return hm_error_set(err, HM_ERR_ARG, "cuda_decode_init: depth %d (1..%d)", depth,
                             CUDA_DECODE_MAX_DEPTH);
+    cudaError_t dev = cudaSetDevice(e->p.device);
+    if (dev != cudaSuccess) return cuda_fail(err, dev, "cuda_decode_init: cudaSetDevice");
     cuda_decode *d = (cuda_decode *)calloc(1, sizeof(*d));
     if (!d) return hm_error_set(err, HM_ERR_NOMEM, "out of memory (decode loop)");
     d->e = e;

@@ -141,8 +141,8 @@ hm_status hm_gen_init(hm_context *ctx, const sample_params *sp, const hm_gen_par
         if (st == HM_OK && !(g->logits = malloc(sizeof(float) * (size_t)g->n_vocab)))
             st = hm_error_set(err, HM_ERR_NOMEM, "out of memory (logits)");
     } else if (st == HM_OK) {
-        int n_ctx = hm_context_n_ctx(ctx);
-        g->hist_cap = sp->penalty_last_n < n_ctx ? sp->penalty_last_n : n_ctx;
+        g->hist_cap = sp->penalty_last_n; /* as the device ring: accepted tokens (prompts
+                                             included) may outnumber the context */
         if (g->hist_cap > 0 && !(g->hist = malloc(sizeof(int32_t) * (size_t)g->hist_cap)))
             st = hm_error_set(err, HM_ERR_NOMEM, "out of memory (history)");
         /* the float logits of a prompt come back through hm_decode (host API) */
@@ -343,6 +343,8 @@ static hm_status next_gpu(hm_gen *g, int32_t *token, hm_error *err) {
     int32_t t;
     st = cuda_decode_wait(g->dec, g->step0 + (uint64_t)g->taken, &t, err);
     if (st != HM_OK) return st;
+    if (t < 0 || t >= g->n_vocab) /* the device sampler's answer to a NaN logit */
+        return hm_error_set(err, HM_ERR_ARG, "generation: a logit is NaN (step %d)", g->taken);
     hist_push(g, &t, 1);
     if (g->sp.temperature > 0.0f) g->draws++;
     g->last_tok = t;

@@ -5,7 +5,7 @@
  *  - hm_gen on a CPU context gives exactly the tokens of the old loop (hm_decode + sample_token
  *    + sample_accept), greedy and seeded sampling with penalties, N_GEN tokens;
  *  - hm_gen_end after k tokens leaves n_past = prompt + k, and continuing gives the tokens of
- *    the uninterrupted run; a second prompt after hm_gen_end continues like one long prompt;
+ *    the uninterrupted run (sampled); a second prompt after hm_gen_end continues like one long prompt;
  *  - context full: hm_gen_room counts down, the token after the last position is HM_ERR_RANGE;
  *    n_max stops with HM_ERR_STATE; no prompt / a context moved behind the generator's back:
  *    HM_ERR_STATE.
@@ -35,7 +35,7 @@
 #include "sample/sample.h"
 
 #define N_PROMPT 21 /* > 2 x tiny-gpt-oss's window of 8 */
-#define N_GEN 80
+#define N_GEN 64
 #define N_CTX 256
 
 static const char *k_presets[] = {"tiny-qwen3moe", "tiny-mixtral", "tiny-olmoe", "tiny-gpt-oss",
@@ -81,7 +81,7 @@ static hm_context *mkctx(const hm_model *m, int n_ctx, bool gpu) {
     hm_context_params cp = hm_context_default_params();
     cp.n_ctx = n_ctx;
     cp.n_ubatch = 32;
-    cp.n_threads = 2;
+    cp.n_threads = 1;
     if (gpu) {
         cp.n_gpu_layers = 99;
         cp.gpu_strict = true;
@@ -199,10 +199,11 @@ static void test_cpu_equals_old_loop(void) {
             HM_CHECK(gen_run(c, &sp, NULL, prompt, N_PROMPT, N_GEN, 0, b, NULL));
             HM_CHECK_MSG(first_diff(a, b, N_GEN) < 0, "%s %s: hm_gen differs from the old loop "
                          "at token %d", k_presets[pi], what, first_diff(a, b, N_GEN));
-            /* stop after 17 tokens, end, continue */
-            HM_CHECK(gen_run(c, &sp, NULL, prompt, N_PROMPT, N_GEN, 17, d, NULL));
-            HM_CHECK_MSG(first_diff(a, d, N_GEN) < 0, "%s %s: end + continue differs at %d",
-                         k_presets[pi], what, first_diff(a, d, N_GEN));
+            if (k == 1) { /* stop after 17 tokens, end, continue (penalties and draws too) */
+                HM_CHECK(gen_run(c, &sp, NULL, prompt, N_PROMPT, N_GEN, 17, d, NULL));
+                HM_CHECK_MSG(first_diff(a, d, N_GEN) < 0, "%s %s: end + continue differs at %d",
+                             k_presets[pi], what, first_diff(a, d, N_GEN));
+            }
             if (k == 0) { /* greedy text is not constant (the forged models have successors) */
                 int distinct = 0;
                 for (int i = 1; i < N_GEN; i++) distinct += a[i] != a[0];
