@@ -8,6 +8,13 @@
  * worker counts itself into `done` when fn returns; the caller, after its own share, waits for
  * done == nth - 1. The barrier is sense-reversing: a phase counter read before arriving, the last
  * arriver resets the count and advances the phase.
+ *
+ * Item jobs: `items` packs (job sequence 20 bits | next item 22 bits | item count 22 bits) in
+ * one 64-bit word, so a claim (CAS of next -> next + 1 while next < count) can only succeed for
+ * the job the word describes; a worker that wakes late sees a finished or newer word and claims
+ * nothing of a job it has not read. Once its claim succeeded the job cannot complete before the
+ * item does, so reading fn/ctx after the claim is safe (they are written before the word is
+ * published). The caller waits for `items_done` == count; no other thread touches the job after.
  */
 #include "base/threadpool.h"
 
@@ -48,6 +55,12 @@ struct tp_pool {
     _Alignas(64) atomic_int done;
     _Alignas(64) atomic_int bar_count;
     _Alignas(64) atomic_uint bar_phase;
+    _Alignas(64) _Atomic uint64_t items; /* seq << 44 | next << 22 | count (item jobs) */
+    _Alignas(64) atomic_llong items_done;
+    tp_item_fn ifn;
+    void *ictx;
+    int64_t ibase; /* item index of the word's item 0 (jobs of more than 2^22 - 1 items) */
+    uint64_t iseq;
     tp_worker *workers; /* [n - 1], worker i has ith = i + 1 */
     int n_started;
 };
@@ -58,6 +71,24 @@ static void tp_futex_wait(atomic_uint *addr, unsigned expected) {
 
 static void tp_futex_wake_all(atomic_uint *addr) {
     syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+enum { TP_ITEM_BITS = 22 };
+#define TP_ITEM_MASK ((1ull << TP_ITEM_BITS) - 1)
+
+/* Claims and runs items of the job in `items` until none is left. */
+static void tp_items_work(tp_pool *p, int ith) {
+    uint64_t v = atomic_load_explicit(&p->items, memory_order_acquire);
+    for (;;) {
+        const uint64_t next = (v >> TP_ITEM_BITS) & TP_ITEM_MASK, count = v & TP_ITEM_MASK;
+        if (next >= count) return;
+        if (!atomic_compare_exchange_weak_explicit(&p->items, &v, v + (1ull << TP_ITEM_BITS),
+                                                   memory_order_acq_rel, memory_order_acquire))
+            continue;
+        p->ifn(p->ictx, p->ibase + (int64_t)next, ith);
+        atomic_fetch_add_explicit(&p->items_done, 1, memory_order_release);
+        v = atomic_load_explicit(&p->items, memory_order_acquire);
+    }
 }
 
 static void *tp_worker_main(void *arg) {
@@ -82,14 +113,21 @@ static void *tp_worker_main(void *arg) {
         }
         seen = g;
         if (atomic_load_explicit(&p->stop, memory_order_acquire)) break;
+        if (g & 1u) { /* odd generations are item jobs */
+            tp_items_work(p, wk->ith);
+            continue;
+        }
         p->fn(p->ctx, wk->ith, p->n);
         atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
     }
     return NULL;
 }
 
-static void tp_publish(tp_pool *p) {
-    atomic_fetch_add(&p->gen, 1); /* seq_cst: pairs with sleepers++ in the worker */
+/* Advances gen to the next value of the wanted parity (odd: item job, even: classic job). */
+static void tp_publish(tp_pool *p, unsigned parity) {
+    unsigned g = atomic_load_explicit(&p->gen, memory_order_relaxed);
+    atomic_fetch_add(&p->gen, ((g + 1u) & 1u) == parity ? 1u : 2u); /* seq_cst: pairs with
+                                                                       sleepers++ in the worker */
     if (atomic_load(&p->sleepers) > 0) tp_futex_wake_all(&p->gen);
 }
 
@@ -131,7 +169,7 @@ hm_status tp_init(int n, tp_pool **pool, hm_error *err) {
 void tp_free(tp_pool *p) {
     if (!p) return;
     atomic_store(&p->stop, true);
-    tp_publish(p);
+    tp_publish(p, 0);
     for (int i = 0; i < p->n_started; i++) pthread_join(p->workers[i].thread, NULL);
     free(p->workers);
     free(p);
@@ -147,12 +185,38 @@ void tp_run(tp_pool *p, tp_fn fn, void *ctx) {
     p->fn = fn;
     p->ctx = ctx;
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
-    tp_publish(p);
+    tp_publish(p, 0);
     fn(ctx, 0, p->n);
     int spins = 0;
     while (atomic_load_explicit(&p->done, memory_order_acquire) < p->n - 1) {
         if (++spins < TP_WAIT_PAUSE) TP_RELAX();
         else sched_yield();
+    }
+}
+
+void tp_run_items(tp_pool *p, tp_item_fn fn, void *ctx, int64_t n_items) {
+    if (n_items <= 0) return;
+    if (!p || p->n == 1 || n_items == 1) {
+        for (int64_t i = 0; i < n_items; i++) fn(ctx, i, 0);
+        return;
+    }
+    for (int64_t base = 0; base < n_items; base += (int64_t)TP_ITEM_MASK) {
+        const int64_t count = n_items - base < (int64_t)TP_ITEM_MASK ? n_items - base
+                                                                    : (int64_t)TP_ITEM_MASK;
+        p->ifn = fn;
+        p->ictx = ctx;
+        p->ibase = base;
+        p->iseq = (p->iseq + 1) & ((1ull << (64 - 2 * TP_ITEM_BITS)) - 1);
+        atomic_store_explicit(&p->items_done, 0, memory_order_relaxed);
+        atomic_store_explicit(&p->items, p->iseq << (2 * TP_ITEM_BITS) | (uint64_t)count,
+                              memory_order_release);
+        tp_publish(p, 1);
+        tp_items_work(p, 0);
+        int spins = 0;
+        while (atomic_load_explicit(&p->items_done, memory_order_acquire) < count) {
+            if (++spins < TP_WAIT_PAUSE) TP_RELAX();
+            else sched_yield();
+        }
     }
 }
 

@@ -5,11 +5,16 @@
  * Workers wait for the next job by spinning on an atomic generation counter for a short while
  * (jobs in a decode step follow each other within microseconds), then sleep on a futex so that an
  * idle pool costs no CPU. Inside a job, tp_barrier() is a spin barrier across all nth threads
- * (falls back to yielding when threads outnumber cores). The pool holds no global state; several
+ * (falls back to yielding when threads outnumber cores). Item jobs (tp_run_items) hand out
+ * items through one atomic word and finish when the items are done, not when every thread has
+ * checked in: on a shared machine a descheduled thread then costs a few microseconds instead of
+ * a whole time slice. The pool holds no global state; several
  * pools may coexist. tp_run must not be called concurrently on one pool, nor from inside a job.
  */
 #ifndef HM_BASE_THREADPOOL_H
 #define HM_BASE_THREADPOOL_H
+
+#include <stdint.h>
 
 #include "base/status.h"
 
@@ -28,5 +33,13 @@ int tp_size(const tp_pool *pool);
 void tp_run(tp_pool *pool, tp_fn fn, void *ctx);
 /* Inside a job: returns once all nth threads have called it (same number of times each). */
 void tp_barrier(tp_pool *pool);
+
+/* An item job: fn(ctx, item, ith) runs once for every item in [0, n_items), on whichever
+ * threads claim it first (ith identifies the thread, e.g. for per-thread scratch). tp_run_items
+ * returns when every item has completed — it does not wait for threads that claimed nothing, so
+ * a worker the OS has descheduled delays the job only if it holds an item. Items must not call
+ * tp_barrier. A NULL pool runs every item on the caller, in order. */
+typedef void (*tp_item_fn)(void *ctx, int64_t item, int ith);
+void tp_run_items(tp_pool *pool, tp_item_fn fn, void *ctx, int64_t n_items);
 
 #endif

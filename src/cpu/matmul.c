@@ -1,8 +1,9 @@
 /* matmul.c - cpu_matmul and cpu_moe_matmul (see matmul.h).
  *
- * DESIGN: one job on the pool per call, in two phases separated by tp_barrier: (1) each thread
- * quantises every nth activation row into scratch (for a few rows the caller does it before the
- * job, which then needs no barrier); (2) threads take work items from an atomic counter. A work item is a chunk of MM_ROW_ALIGN-aligned weight rows (of one expert for MoE);
+ * DESIGN: two item jobs on the pool per call (tp_run_items: finished when the items are, so a
+ * descheduled thread delays nothing unless it holds an item): (1) the activation rows are
+ * quantised into scratch (a few rows by the calling thread alone, cheaper than a job);
+ * (2) threads claim work items one at a time. A work item is a chunk of MM_ROW_ALIGN-aligned weight rows (of one expert for MoE);
  * inside it, tokens go in tiles of MM_TOK_TILE and rows in groups of MM_NR, each one call of
  * the kernel table's tile function: the MM_NR weight rows stay in L1/L2 while the tile's
  * tokens pass, the token tile's activations stay in L2 while the chunk's rows pass. Chunks are sized so
@@ -17,7 +18,6 @@
  */
 #include "cpu/matmul.h"
 
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,29 +103,26 @@ typedef struct {
     int64_t n_tok, n_items;
     const float *x;
     uint8_t *act; /* [n_tok] quantised rows of m[0].mk.arow bytes (shared by every matrix) */
-    int act_done; /* 1: the caller quantised act already (no phase 1, no barrier) */
-    tp_pool *pool;
-    _Alignas(64) atomic_llong next;
 } mm_job;
 
-static void mm_job_fn(void *ctx, int ith, int nth) {
-    mm_job *j = ctx;
+/* Item t of the quantisation job: activation row t. */
+static void mm_act_item(void *ctx, int64_t t, int ith) {
+    (void)ith;
+    const mm_job *j = ctx;
     const mm_kern *mk0 = &j->m[0].mk;
-    if (!j->act_done) {
-        for (int64_t t = ith; t < j->n_tok; t += nth)
-            mk0->act(j->x + (size_t)t * (size_t)mk0->k, j->act + (size_t)t * mk0->arow, mk0->k);
-        tp_barrier(j->pool);
-    }
-    for (;;) {
-        int64_t it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-        if (it >= j->n_items) break;
-        int mi = j->n_mat - 1;
-        while (j->m[mi].item0 > it) mi--;
-        const mm_mat *m = &j->m[mi];
-        int64_t r0 = (it - m->item0) * m->chunk;
-        int64_t r1 = r0 + m->chunk < m->n_rows ? r0 + m->chunk : m->n_rows;
-        mm_rows(&m->mk, m->w, r0, r1, j->act, j->n_tok, m->y + r0, (size_t)m->n_rows);
-    }
+    mk0->act(j->x + (size_t)t * (size_t)mk0->k, j->act + (size_t)t * mk0->arow, mk0->k);
+}
+
+/* Item it of the product job: one chunk of rows of one matrix against every token. */
+static void mm_item(void *ctx, int64_t it, int ith) {
+    (void)ith;
+    const mm_job *j = ctx;
+    int mi = j->n_mat - 1;
+    while (j->m[mi].item0 > it) mi--;
+    const mm_mat *m = &j->m[mi];
+    int64_t r0 = (it - m->item0) * m->chunk;
+    int64_t r1 = r0 + m->chunk < m->n_rows ? r0 + m->chunk : m->n_rows;
+    mm_rows(&m->mk, m->w, r0, r1, j->act, j->n_tok, m->y + r0, (size_t)m->n_rows);
 }
 
 hm_status cpu_matmul_multi(tp_pool *pool, const quant_kernels *kern, int n_mat,
@@ -173,15 +170,8 @@ hm_status cpu_matmul_multi(tp_pool *pool, const quant_kernels *kern, int n_mat,
     j.n_tok = n_tok;
     j.x = x;
     j.act = scratch;
-    j.pool = pool;
-    if (n_tok * k <= MM_INLINE_ACT) {
-        const mm_kern *mk0 = &j.m[0].mk;
-        for (int64_t t = 0; t < n_tok; t++)
-            mk0->act(x + (size_t)t * (size_t)k, j.act + (size_t)t * mk0->arow, k);
-        j.act_done = 1;
-    }
-    atomic_init(&j.next, 0);
-    tp_run(pool, mm_job_fn, &j);
+    tp_run_items(n_tok * k <= MM_INLINE_ACT ? NULL : pool, mm_act_item, &j, n_tok);
+    tp_run_items(pool, mm_item, &j, j.n_items);
     free(own);
     return HM_OK;
 }
@@ -231,59 +221,49 @@ typedef struct {
     int64_t *off;     /* [n_expert + 1] first grouped pair of each expert */
     int64_t *item0;   /* [n_expert + 1] first work item of each expert */
     int64_t n_pairs, chunk;
-    int act_done; /* 1: the caller quantised act already */
-    tp_pool *pool;
-    _Alignas(64) atomic_llong next;
 } moe_job;
 
-/* Quantises the grouped inputs g = ith, ith + nth, ... */
-static void moe_quantize(moe_job *j, int ith, int nth) {
+/* Item g of the quantisation job: the input of grouped pair g. */
+static void moe_act_item(void *ctx, int64_t g, int ith) {
+    (void)ith;
+    const moe_job *j = ctx;
     const cpu_moe_args *a = j->a;
     const size_t k = (size_t)a->k;
-    for (int64_t g = ith; g < j->n_pairs; g += nth) {
-        int64_t p = j->pairs[g];
-        const float *xr = a->x_per_slot ? a->x + (size_t)p * k : a->x + (size_t)(p / a->n_used) * k;
-        j->mk.act(xr, j->act + (size_t)g * j->mk.arow, a->k);
-    }
+    const int64_t p = j->pairs[g];
+    const float *xr = a->x_per_slot ? a->x + (size_t)p * k : a->x + (size_t)(p / a->n_used) * k;
+    j->mk.act(xr, j->act + (size_t)g * j->mk.arow, a->k);
 }
 
-static void moe_job_fn(void *ctx, int ith, int nth) {
-    moe_job *j = ctx;
+/* Item it of the product job: one chunk of rows of one selected expert, every pair of it. */
+static void moe_item(void *ctx, int64_t it, int ith) {
+    (void)ith;
+    const moe_job *j = ctx;
     const cpu_moe_args *a = j->a;
-    if (!j->act_done) {
-        moe_quantize(j, ith, nth);
-        tp_barrier(j->pool);
-    }
-    const int64_t n_items = j->item0[a->n_expert];
     float tmp[MM_TOK_TILE * MM_MAX_CHUNK]; /* [tok][row] of one item's token tile */
-    for (;;) {
-        int64_t it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-        if (it >= n_items) break;
-        int64_t lo = 0, hi = a->n_expert; /* expert e with item0[e] <= it < item0[e + 1] */
-        while (hi - lo > 1) {
-            int64_t mid = (lo + hi) / 2;
-            if (j->item0[mid] <= it) lo = mid;
-            else hi = mid;
-        }
-        const int64_t e = lo;
-        const int64_t r0 = (it - j->item0[e]) * j->chunk;
-        const int64_t r1 = r0 + j->chunk < a->n_rows ? r0 + j->chunk : a->n_rows;
-        const uint8_t *we = (const uint8_t *)a->w + (size_t)e * j->wexp;
-        for (int64_t g0 = j->off[e]; g0 < j->off[e + 1]; g0 += MM_TOK_TILE) {
-            int64_t nc = j->off[e + 1] - g0 < MM_TOK_TILE ? j->off[e + 1] - g0 : MM_TOK_TILE;
-            mm_rows(&j->mk, we, r0, r1, j->act + (size_t)g0 * j->mk.arow, nc, tmp, (size_t)(r1 - r0));
-            for (int64_t c = 0; c < nc; c++)
-                memcpy(a->y + (size_t)j->pairs[g0 + c] * (size_t)a->n_rows + (size_t)r0,
-                       tmp + (size_t)c * (size_t)(r1 - r0), (size_t)(r1 - r0) * sizeof(float));
-            if (!j->b) continue;
-            const uint8_t *wb = (const uint8_t *)j->b->w + (size_t)e * j->wexpb;
-            mm_rows(&j->mkb, wb, r0, r1, j->act + (size_t)g0 * j->mk.arow, nc, tmp, (size_t)(r1 - r0));
-            for (int64_t c = 0; c < nc; c++)
-                memcpy(j->b->y + (size_t)j->pairs[g0 + c] * (size_t)a->n_rows + (size_t)r0,
-                       tmp + (size_t)c * (size_t)(r1 - r0), (size_t)(r1 - r0) * sizeof(float));
-            if (j->post)
-                for (int64_t c = 0; c < nc; c++) j->post(j->post_ctx, j->pairs[g0 + c], r0, r1);
-        }
+    int64_t lo = 0, hi = a->n_expert; /* expert e with item0[e] <= it < item0[e + 1] */
+    while (hi - lo > 1) {
+        int64_t mid = (lo + hi) / 2;
+        if (j->item0[mid] <= it) lo = mid;
+        else hi = mid;
+    }
+    const int64_t e = lo;
+    const int64_t r0 = (it - j->item0[e]) * j->chunk;
+    const int64_t r1 = r0 + j->chunk < a->n_rows ? r0 + j->chunk : a->n_rows;
+    const uint8_t *we = (const uint8_t *)a->w + (size_t)e * j->wexp;
+    for (int64_t g0 = j->off[e]; g0 < j->off[e + 1]; g0 += MM_TOK_TILE) {
+        int64_t nc = j->off[e + 1] - g0 < MM_TOK_TILE ? j->off[e + 1] - g0 : MM_TOK_TILE;
+        mm_rows(&j->mk, we, r0, r1, j->act + (size_t)g0 * j->mk.arow, nc, tmp, (size_t)(r1 - r0));
+        for (int64_t c = 0; c < nc; c++)
+            memcpy(a->y + (size_t)j->pairs[g0 + c] * (size_t)a->n_rows + (size_t)r0,
+                   tmp + (size_t)c * (size_t)(r1 - r0), (size_t)(r1 - r0) * sizeof(float));
+        if (!j->b) continue;
+        const uint8_t *wb = (const uint8_t *)j->b->w + (size_t)e * j->wexpb;
+        mm_rows(&j->mkb, wb, r0, r1, j->act + (size_t)g0 * j->mk.arow, nc, tmp, (size_t)(r1 - r0));
+        for (int64_t c = 0; c < nc; c++)
+            memcpy(j->b->y + (size_t)j->pairs[g0 + c] * (size_t)a->n_rows + (size_t)r0,
+                   tmp + (size_t)c * (size_t)(r1 - r0), (size_t)(r1 - r0) * sizeof(float));
+        if (j->post)
+            for (int64_t c = 0; c < nc; c++) j->post(j->post_ctx, j->pairs[g0 + c], r0, r1);
     }
 }
 
@@ -340,7 +320,6 @@ hm_status cpu_moe_matmul_pair(tp_pool *pool, const quant_kernels *kern, const cp
     j.off = (int64_t *)(void *)(s + l.counts);
     j.item0 = (int64_t *)(void *)(s + l.items);
     j.wexp = j.mk.wrow * (size_t)a->n_rows;
-    j.pool = pool;
     /* counting sort of (token, slot) pairs by expert; skipped slots (id < 0) drop out */
     memset(j.off, 0, ((size_t)a->n_expert + 1) * sizeof(int64_t));
     for (int64_t p = 0; p < np; p++)
@@ -364,12 +343,8 @@ hm_status cpu_moe_matmul_pair(tp_pool *pool, const quant_kernels *kern, const cp
     j.item0[0] = 0;
     for (int64_t e = 0; e < a->n_expert; e++)
         j.item0[e + 1] = j.item0[e] + (j.off[e + 1] > j.off[e] ? per_expert : 0);
-    if (j.n_pairs * a->k <= MM_INLINE_ACT) {
-        moe_quantize(&j, 0, 1);
-        j.act_done = 1;
-    }
-    atomic_init(&j.next, 0);
-    tp_run(pool, moe_job_fn, &j);
+    tp_run_items(j.n_pairs * a->k <= MM_INLINE_ACT ? NULL : pool, moe_act_item, &j, j.n_pairs);
+    tp_run_items(pool, moe_item, &j, j.item0[a->n_expert]);
     free(own);
     return HM_OK;
 }

@@ -4,7 +4,7 @@
  * position recorded in slot_pos so that reads can be checked). Attention first checks that the
  * ring can hold everything this batch reads, stores the new rows, checks that every position
  * it will read is present, then runs work items (token, kv head, chunk of that kv head's query
- * heads) taken from an atomic counter. An item computes all scores of its query heads over a
+ * heads) as an item job of the pool (tp_run_items). An item computes all scores of its query heads over a
  * contiguous slot run at a time (ops_attn_qk_avx2: a register tile of 4 heads x 2 K rows, so
  * each K piece is loaded and converted once for several heads of the GQA group), then the
  * softmax per head, then the V sum (ops_attn_pv_avx2: 4 heads x 16 dims of accumulators,
@@ -194,7 +194,6 @@ typedef struct {
     int simd;             /* ops_attn_{qk,pv}_avx2 (AVX2+FMA+F16C, head_dim % 16 == 0) */
     uint8_t *scratch;
     size_t per_thread;
-    _Atomic int64_t next;
 } attn_job;
 
 /* Scratch of one thread, in floats: scores [n_rep][max_nv], acc [n_rep][hd], row [hd]. */
@@ -291,14 +290,9 @@ static void attn_item(attn_job *j, int64_t item, uint8_t *scr) {
     }
 }
 
-static void attn_worker(void *ctx, int ith, int nth) {
+static void attn_item_fn(void *ctx, int64_t it, int ith) {
     attn_job *j = ctx;
-    uint8_t *scr = j->scratch + (size_t)ith * j->per_thread;
-    for (;;) {
-        int64_t it = atomic_fetch_add(&j->next, 1);
-        if (it >= j->n_items) break;
-        attn_item(j, it, scr);
-    }
+    attn_item(j, it, j->scratch + (size_t)ith * j->per_thread);
 }
 
 /* Query heads per item: enough items for the threads, at most 64 heads each. */
@@ -362,7 +356,6 @@ hm_status cpu_attention(tp_pool *pool, cpu_kv_layer *kv, const cpu_attn_args *a,
     j.scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)kv->head_dim);
     j.simd = kv->head_dim % 16 == 0 && !a->no_simd && hm_cpu_has_avx2();
     j.per_thread = attn_per_thread(j.n_rep, j.max_nv, kv->head_dim);
-    atomic_init(&j.next, 0);
 
     size_t need = j.per_thread * (size_t)nth;
     void *own = NULL;
@@ -377,7 +370,7 @@ hm_status cpu_attention(tp_pool *pool, cpu_kv_layer *kv, const cpu_attn_args *a,
         j.scratch = own;
     }
     int64_t work = a->n_tok * a->n_head * (last - first + 1) * kv->head_dim;
-    ops_run(pool, attn_worker, &j, work, 65536);
+    tp_run_items(work >= 65536 ? pool : NULL, attn_item_fn, &j, j.n_items);
     free(own);
     return HM_OK;
 }

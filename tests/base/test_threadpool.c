@@ -1,6 +1,8 @@
 /* test_threadpool.c - the pool runs every job on all threads exactly once, returns only when
  * all are done, survives idle periods (workers asleep on the futex), and tp_barrier separates
- * phases: after a barrier every thread sees every other thread's writes of the previous phase. */
+ * phases: after a barrier every thread sees every other thread's writes of the previous phase.
+ * Item jobs run every item exactly once, interleave with classic jobs, and return only when all
+ * items are done even when a worker is slow (oversubscribed pool). */
 #include <stdatomic.h>
 #include <stdint.h>
 #include <unistd.h>
@@ -86,4 +88,53 @@ static void test_bad_args(void) {
     HM_CHECK(c.runs[0] == 1 && c.nth_seen[0] == 1);
 }
 
-HM_TEST_MAIN(test_many_jobs, test_barrier, test_bad_args)
+typedef struct {
+    atomic_int *hits; /* [n_items] */
+    atomic_int bad_ith;
+    int nth;
+} item_ctx;
+
+static void item_fn(void *ctx, int64_t item, int ith) {
+    item_ctx *c = ctx;
+    if (ith < 0 || ith >= c->nth) atomic_fetch_add(&c->bad_ith, 1);
+    if (item % 7 == 0) usleep(1); /* uneven items */
+    atomic_fetch_add(&c->hits[item], 1);
+}
+
+static void test_items(void) {
+    enum { MAX_ITEMS = 1000 };
+    static atomic_int hits[MAX_ITEMS];
+    /* 1..4 threads and an oversubscribed pool of 24 (threads get descheduled mid-job) */
+    const int sizes[] = {1, 2, 4, 24};
+    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+        tp_pool *p = NULL;
+        hm_error err;
+        HM_REQUIRE(tp_init(sizes[si], &p, &err) == HM_OK);
+        item_ctx c = {.hits = hits, .nth = sizes[si]};
+        int bad = 0;
+        for (int rep = 0; rep < 200; rep++) {
+            int64_t n = 1 + (rep * 37) % MAX_ITEMS;
+            for (int64_t i = 0; i < MAX_ITEMS; i++) atomic_store(&hits[i], 0);
+            tp_run_items(p, item_fn, &c, n);
+            /* returned: every item ran exactly once, none beyond n */
+            for (int64_t i = 0; i < MAX_ITEMS; i++)
+                bad += atomic_load(&hits[i]) != (i < n ? 1 : 0);
+            if (rep % 3 == 0) { /* a classic job in between */
+                count_ctx cc = {0};
+                tp_run(p, count_fn, &cc);
+                bad += atomic_load(&cc.calls) != sizes[si];
+            }
+            if (rep == 100) usleep(20000); /* workers fall asleep, then wake for items */
+        }
+        HM_CHECK(bad == 0);
+        HM_CHECK(atomic_load(&c.bad_ith) == 0);
+        tp_run_items(p, item_fn, &c, 0); /* nothing to do */
+        tp_free(p);
+    }
+    item_ctx c = {.hits = hits, .nth = 1};
+    for (int64_t i = 0; i < 5; i++) atomic_store(&hits[i], 0);
+    tp_run_items(NULL, item_fn, &c, 5); /* no pool: the caller runs them */
+    HM_CHECK(atomic_load(&hits[0]) == 1 && atomic_load(&hits[4]) == 1);
+}
+
+HM_TEST_MAIN(test_many_jobs, test_barrier, test_bad_args, test_items)
