@@ -257,7 +257,13 @@ static hm_status moe_block(cuda_engine *e, int il, int n, hm_error *err) {
 
     hm_status st = cuda_rmsnorm(e->x, (const float *)L->ffn_norm.d, e->xn, n, E, hp->rms_eps,
                                 e->stream, err);
-    if (st == HM_OK) st = linear(e, &L->router, NULL, e->xn, n, e->router, NULL, err);
+    /* the router always through the matvec kernels: its logits are the CPU's bytes, so the
+     * discrete expert choice does not move with the GEMM's f16 rounding (a small product) */
+    const void *ract = NULL;
+    if (st == HM_OK) st = quantize(e, L->router.type, e->xn, E, n, &ract, err);
+    if (st == HM_OK)
+        st = cuda_matvec(L->router.type, L->router.d, L->router.ne[1], E, ract, n, e->router,
+                         e->stream, err);
     cpu_gate_mode gm = d->gating == HM_GATING_TOPK_SOFTMAX ? CPU_GATE_TOPK_SOFTMAX
                                                            : CPU_GATE_SOFTMAX_TOPK;
     if (st == HM_OK)
