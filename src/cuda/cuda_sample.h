@@ -26,6 +26,11 @@
 
 typedef struct cuda_sampler cuda_sampler;
 
+/* Candidates whose term argument x (l - max, or l/T - max/T) is below this have hm_expf(x) <
+ * 2^-26 and cannot change a running sum of the chain (proof in cuda_sample.cu; the bound on
+ * hm_expf is checked for every float by tests/cuda/test_cuda_sample.c). */
+#define CUDA_SAMPLER_TAIL_X -18.5f
+
 /* Allocates the device state and scratch for n_vocab tokens (on the current device) and
  * enqueues its reset on stream (a cudaStream_t; NULL = legacy default stream). Parameters are
  * checked as sample_init checks them, plus: repeat_penalty finite and
