@@ -1,0 +1,124 @@
+/* cuda_quant_moe.cuh - the grouped expert kernel shared by cuda_quant_moe.cu (plain products)
+ * and cuda_quant_moe_fused.cu (gate/up + activation); two files so that nvcc compiles the two
+ * sets of instantiations in parallel. Not a public header; design in cuda_quant_moe.cu. */
+#ifndef HM_CUDA_CUDA_QUANT_MOE_CUH
+#define HM_CUDA_CUDA_QUANT_MOE_CUH
+
+#include "cuda/cuda_quant_internal.cuh"
+
+#define MOE_TILE 8
+#define MOE_ROWS_PER_WARP 2
+
+typedef struct {
+    const uint8_t *w, *w2;   /* gate (or the only) weights, up weights (fused) */
+    size_t row_bytes;        /* bytes of one row (both matrices have the same type) */
+    int64_t n_expert, n_rows, k;
+    const uint8_t *act;      /* activation rows */
+    size_t act_bytes;
+    int x_per_slot;
+    const int32_t *ids;      /* [n_pairs] */
+    int64_t n_pairs;
+    int n_used;
+    float *y;                /* [n_pairs][n_rows] */
+    const float *b1, *b2;    /* fused: biases [n_expert][n_rows] or NULL */
+    int glu;
+    float alpha, limit;
+} moe_params;
+
+template <class T, int NT, bool FUSED>
+static __device__ __forceinline__ void moe_tile(const moe_params &P, int e, const int *pairs, int cnt, int64_t r) {
+    const uint8_t *a[NT];
+#pragma unroll
+    for (int i = 0; i < NT; i++) {
+        const int q = pairs[i < cnt ? i : cnt - 1];
+        a[i] = P.act + (size_t)(P.x_per_slot ? q : q / P.n_used) * P.act_bytes;
+    }
+    const size_t wrow = ((size_t)e * (size_t)P.n_rows + (size_t)r) * P.row_bytes;
+    float g[NT];
+    row_dot<T, NT>(P.w + wrow, P.k, a, g);
+    if (FUSED) {
+        float u[NT];
+        row_dot<T, NT>(P.w2 + wrow, P.k, a, u);
+        if ((threadIdx.x & 31) == 0) {
+            const int64_t bi = (int64_t)e * P.n_rows + r;
+            const float bg = P.b1 ? P.b1[bi] : 0.0f, bu = P.b2 ? P.b2[bi] : 0.0f;
+#pragma unroll
+            for (int i = 0; i < NT; i++) {
+                if (i >= cnt) break;
+                float gv = g[i], uv = u[i];
+                if (P.b1) gv = __fadd_rn(gv, bg);
+                if (P.b2) uv = __fadd_rn(uv, bu);
+                P.y[(int64_t)pairs[i] * P.n_rows + r] =
+                    P.glu == CUDA_GLU_OAI ? cm_swiglu_oai(gv, uv, P.alpha, P.limit) : cm_swiglu(gv, uv);
+            }
+        }
+    } else if ((threadIdx.x & 31) == 0) {
+#pragma unroll
+        for (int i = 0; i < NT; i++) {
+            if (i >= cnt) break;
+            P.y[(int64_t)pairs[i] * P.n_rows + r] = g[i];
+        }
+    }
+}
+
+template <class T, bool FUSED>
+__global__ void __launch_bounds__(CQ_WARPS * 32) k_moe(const moe_params P) {
+    __shared__ int s_pairs[MOE_TILE];
+    __shared__ int s_cnt;
+    __shared__ int64_t s_next;
+    const int64_t p = blockIdx.x;
+    const int e = P.ids[p];
+    if (e < 0 || e >= P.n_expert) return; /* uniform over the CTA */
+    int dup = 0;
+    for (int64_t q = threadIdx.x; q < p; q += blockDim.x) dup |= P.ids[q] == e;
+    if (__syncthreads_or(dup)) return;
+    const int64_t r0 = (int64_t)blockIdx.y * (CQ_WARPS * MOE_ROWS_PER_WARP) + threadIdx.x / 32;
+    for (int64_t start = p;;) {
+        if (threadIdx.x == 0) {
+            int c = 0;
+            int64_t q = start;
+            for (; q < P.n_pairs && c < MOE_TILE; q++)
+                if (P.ids[q] == e) s_pairs[c++] = (int)q;
+            s_cnt = c;
+            s_next = q;
+        }
+        __syncthreads();
+        const int cnt = s_cnt;
+        int pairs[MOE_TILE];
+#pragma unroll
+        for (int i = 0; i < MOE_TILE; i++) pairs[i] = s_pairs[i < cnt ? i : 0];
+        start = s_next;
+        __syncthreads(); /* s_pairs may be overwritten from here */
+        if (cnt == 0) break;
+        for (int j = 0; j < MOE_ROWS_PER_WARP; j++) {
+            const int64_t r = r0 + (int64_t)j * CQ_WARPS;
+            if (r >= P.n_rows) break; /* uniform over the warp */
+            if (cnt == 1) moe_tile<T, 1, FUSED>(P, e, pairs, cnt, r);
+            else if (cnt == 2) moe_tile<T, 2, FUSED>(P, e, pairs, cnt, r);
+            else if (cnt <= 4) moe_tile<T, 4, FUSED>(P, e, pairs, cnt, r);
+            else moe_tile<T, 8, FUSED>(P, e, pairs, cnt, r);
+        }
+        if (cnt < MOE_TILE || start >= P.n_pairs) break;
+    }
+}
+
+template <class T, bool FUSED>
+static void launch_moe(const moe_params *P, cudaStream_t st) {
+    moe_params q = *P;
+    q.row_bytes = (size_t)(q.k / T::BS) * T::TS;
+    q.act_bytes = T::ACT == QUANT_ACT_F32 ? (size_t)q.k * 4 : (size_t)(q.k / T::BS) * T::ABS;
+    const int rows_per_cta = CQ_WARPS * MOE_ROWS_PER_WARP;
+    const dim3 grid((unsigned)q.n_pairs, (unsigned)((q.n_rows + rows_per_cta - 1) / rows_per_cta));
+    k_moe<T, FUSED><<<grid, CQ_WARPS * 32, 0, st>>>(q);
+}
+
+
+template <class T>
+static void launch_moe_plain(const moe_params *P, cudaStream_t st) { launch_moe<T, false>(P, st); }
+template <class T>
+static void launch_moe_fused(const moe_params *P, cudaStream_t st) { launch_moe<T, true>(P, st); }
+
+/* cuda_quant_moe_fused.cu: enqueues the fused kernel for P (type already checked) */
+void cq_moe_fused_launch(uint32_t wtype, const moe_params *P, cudaStream_t st);
+
+#endif
