@@ -1,6 +1,7 @@
 /* bench_matvec.c - how close the CPU matvec comes to the host's memory read bandwidth.
  *
  *   bench_matvec [-t|--threads N] [--mib M] [--reps R] [--batch B] [--types q4_K,q8_0,...] [--json]
+ *                [--split S]  (the matrix as S consecutive products: per-job overhead)
  *                [--file PATH]
  *
  * 1. Read bandwidth: all N threads sum an M MiB buffer (16-byte loads, four independent
@@ -159,24 +160,27 @@ int main(int argc, char **argv) {
     int threads = 1, reps = 5, max_batch = 1, json = 0;
     const char *file = NULL; /* weights through an mmap of this file instead of anonymous memory */
     size_t mib = 1024;
+    long split = 1;
     const char *types = "q4_K,q8_0,mxfp4,q6_K,q5_K,iq4_xs,q4_0,q4_1,q5_0,q5_1,iq4_nl,f16,bf16,f32";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && v) threads = atoi(argv[++i]);
         else if (!strcmp(a, "--mib") && v) mib = (size_t)atol(argv[++i]);
+        else if (!strcmp(a, "--split") && v) split = atol(argv[++i]);
         else if (!strcmp(a, "--reps") && v) reps = atoi(argv[++i]);
         else if (!strcmp(a, "--batch") && v) max_batch = atoi(argv[++i]);
         else if (!strcmp(a, "--types") && v) types = argv[++i];
         else if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--file") && v) file = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [-t N] [--mib M] [--reps R] [--batch B] [--types a,b] [--json] [--file PATH]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-t N] [--mib M] [--reps R] [--batch B] [--types a,b] [--json] [--file PATH] [--split S]\n", argv[0]);
             return 2;
         }
     }
-    if (threads < 1 || reps < 1 || mib < 16 || max_batch < 1 || max_batch > 64) {
-        fprintf(stderr, "bench_matvec: bad argument (threads >= 1, reps >= 1, mib >= 16, 1 <= batch <= 64)\n");
+    if (threads < 1 || reps < 1 || mib < 16 || max_batch < 1 || max_batch > 64 || split < 1 ||
+        split > 100000) {
+        fprintf(stderr, "bench_matvec: bad argument (threads >= 1, reps >= 1, mib >= 16, 1 <= batch <= 64, 1 <= split <= 100000)\n");
         return 2;
     }
     tp_pool *pool = NULL;
@@ -253,9 +257,16 @@ int main(int argc, char **argv) {
                     if (rt < read_t) read_t = rt;
                 }
                 double t0 = now_s();
-                if (cpu_matmul(pool, kern, (uint32_t)t, w, rows, k, f, b, y, scratch, ss, &err) != HM_OK) {
-                    fprintf(stderr, "bench_matvec: %s\n", err.msg);
-                    return 1;
+                /* --split S: S consecutive products of rows/S rows (a decode step's many
+                 * layer-sized matrices, each its own pool job) */
+                const int64_t per = rows / split;
+                for (int64_t sp = 0; sp < split; sp++) {
+                    const int64_t r0 = sp * per, nr = sp == split - 1 ? rows - r0 : per;
+                    if (cpu_matmul(pool, kern, (uint32_t)t, (const uint8_t *)w + (size_t)r0 * rs, nr, k,
+                                   f, b, y, scratch, ss, &err) != HM_OK) {
+                        fprintf(stderr, "bench_matvec: %s\n", err.msg);
+                        return 1;
+                    }
                 }
                 double dt = now_s() - t0;
                 if (dt < best) best = dt;
