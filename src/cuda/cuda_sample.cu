@@ -75,6 +75,7 @@ struct cuda_sampler {
     float *d_work;     /* [n] penalised logits (pen_on) */
     float *d_in;       /* [n] host logits of cuda_sampler_sample_host */
     int32_t *d_tok;    /* [1] token of cuda_sampler_sample_host */
+    float *d_pre;      /* [n] running sums of the draw (sampling paths) */
     float *d_pval;     /* [grid] per-block max */
     int32_t *d_pid;    /* [grid] per-block argmax */
     int32_t *d_nan;    /* [max(grid, grid_topk)] per-block NaN flags */
@@ -296,94 +297,108 @@ static __global__ void smp_keys_kernel(const float *l, uint32_t *kin, int32_t *i
 
 typedef struct {
     float e[SMP_FINAL_THREADS]; /* terms of the current group of candidates */
-    int live[SMP_FINAL_THREADS];
     float acc;                  /* thread 0's running value, broadcast */
-    int done, found;
+    int32_t found, done;
 } smp_seq;
 
-/* Term of candidate i for a pass: mode 0 top-p (x = l - m), mode 1 draw (x = l/T - m'). */
+/* Term of candidate i: mode 0 top-p (x = l - m), mode 1 draw (x = l/T - m'). live = the term
+ * is inside the prefix that can still change a sum (x >= SMP_TAIL_X, or NaN). */
 static __device__ __forceinline__ float smp_term(float li, float m, float T, int mode, int *live) {
     float x = mode == 0 ? __fsub_rn(li, m) : __fsub_rn(__fdiv_rn(li, T), m);
     *live = !(x < SMP_TAIL_X);
     return cm_expf(x);
 }
 
-/* Sum of the terms of candidates [0, nc) in order, stopping after the live prefix (see the
- * DESIGN note) or once the sum is NaN. */
+/* Sum of the terms of candidates [0, nc) in order, over the live prefix only (DESIGN note).
+ * pre (optional, [nc]) receives the running sum after each live candidate; *n_live the prefix
+ * length. The live flags form a prefix (x is non-increasing in candidate order), so each group
+ * of 1024 is counted with __syncthreads_count and thread 0 adds exactly that many terms. */
 static __device__ float smp_seq_sum(smp_seq *q, const int32_t *cid, const float *l, int32_t nc,
-                                    float m, float T, int mode) {
+                                    float m, float T, int mode, float *pre, int32_t *n_live) {
     float res = 0.0f;
-    if (threadIdx.x == 0) {
-        q->acc = 0.0f;
-        q->done = 0;
-    }
-    __syncthreads();
+    int32_t nl = 0;
+    if (threadIdx.x == 0) q->acc = 0.0f;
     for (int32_t g = 0; g < nc; g += SMP_FINAL_THREADS) {
-        int32_t i = g + threadIdx.x;
+        const int32_t i = g + threadIdx.x;
         int live = 0;
         float e = 0.0f;
         if (i < nc) e = smp_term(l[cid[i]], m, T, mode, &live);
         q->e[threadIdx.x] = e;
-        q->live[threadIdx.x] = live;
-        __syncthreads();
+        const int cnt = __syncthreads_count(live);
         if (threadIdx.x == 0) {
-            float s = q->acc;
-            int j = 0;
-            for (; j < SMP_FINAL_THREADS && q->live[j]; j++) s = __fadd_rn(s, q->e[j]);
-            q->acc = s;
-            q->done = j < SMP_FINAL_THREADS || s != s;
+            float sum = q->acc;
+            if (pre) {
+                for (int j = 0; j < cnt; j++) {
+                    sum = __fadd_rn(sum, q->e[j]);
+                    pre[g + j] = sum;
+                }
+            } else {
+#pragma unroll 8
+                for (int j = 0; j < cnt; j++) sum = __fadd_rn(sum, q->e[j]);
+            }
+            q->acc = sum;
         }
         __syncthreads();
-        const int d = q->done;
         res = q->acc;
+        nl = g + cnt;
         __syncthreads();
-        if (d) break;
+        if (cnt < SMP_FINAL_THREADS || res != res) break;
     }
+    if (n_live) *n_live = nl;
     return res;
 }
 
-/* First i in [0, nc) where the running sum of the terms (divided by total in mode 0) passes the
- * bound (mode 0: cum >= top_p; mode 1: cum > target); -1 when none does. */
-static __device__ int32_t smp_seq_find(smp_seq *q, const int32_t *cid, const float *l, int32_t nc,
-                                       float m, float T, int mode, float total, float bound) {
+/* Top-p's cut: first i in [0, nc) where cum = cum + term_i / total reaches top_p; -1 if none
+ * (the live prefix ends first: later terms leave cum unchanged). */
+static __device__ int32_t smp_topp_cut(smp_seq *q, const int32_t *cid, const float *l, int32_t nc,
+                                       float m, float total, float top_p) {
     int32_t res = -1;
     if (threadIdx.x == 0) {
         q->acc = 0.0f;
-        q->done = 0;
         q->found = -1;
     }
-    __syncthreads();
     for (int32_t g = 0; g < nc; g += SMP_FINAL_THREADS) {
-        int32_t i = g + threadIdx.x;
+        const int32_t i = g + threadIdx.x;
         int live = 0;
         float e = 0.0f;
-        if (i < nc) {
-            e = smp_term(l[cid[i]], m, T, mode, &live);
-            if (mode == 0) e = __fdiv_rn(e, total);
-        }
+        if (i < nc) e = __fdiv_rn(smp_term(l[cid[i]], m, 1.0f, 0, &live), total);
         q->e[threadIdx.x] = e;
-        q->live[threadIdx.x] = live;
-        __syncthreads();
+        const int cnt = __syncthreads_count(live);
         if (threadIdx.x == 0) {
             float cum = q->acc;
-            int j = 0;
-            for (; j < SMP_FINAL_THREADS && q->live[j]; j++) {
+            for (int j = 0; j < cnt; j++) {
                 cum = __fadd_rn(cum, q->e[j]);
-                if (mode == 0 ? cum >= bound : cum > bound) {
+                if (cum >= top_p) {
                     q->found = g + j;
                     break;
                 }
             }
             q->acc = cum;
-            q->done = q->found >= 0 || j < SMP_FINAL_THREADS || cum != cum;
         }
         __syncthreads();
-        const int d = q->done;
         res = q->found;
+        const float cum = q->acc;
         __syncthreads();
-        if (d) break;
+        if (res >= 0 || cnt < SMP_FINAL_THREADS || cum != cum) break;
     }
     return res;
+}
+
+/* First i in [0, n) with pre[i] > target (pre is non-decreasing); -1 if none. */
+static __device__ int32_t smp_first_above(const float *pre, int32_t n, float target) {
+    __shared__ int32_t first;
+    int32_t f = -1;
+    if (threadIdx.x == 0) first = 0x7fffffff;
+    __syncthreads();
+    for (int32_t g = 0; g < n; g += SMP_FINAL_THREADS) {
+        const int32_t i = g + threadIdx.x;
+        if (i < n && pre[i] > target) atomicMin(&first, i);
+        __syncthreads();
+        f = first;
+        __syncthreads();
+        if (f != 0x7fffffff) break;
+    }
+    return f == 0x7fffffff ? -1 : f;
 }
 
 /* Length of the prefix of [0, nc) with l >= thr. */
@@ -403,19 +418,21 @@ static __device__ int32_t smp_prefix_ge(const int32_t *cid, const float *l, int3
     return f;
 }
 
-/* sample.c sample_token after the candidates are known: cid[0..nc0) in order (ids), l the
- * (penalised) logits. Writes the token, appends it, advances the counter. */
+/* sample.c sample_token after the candidates are known: cid[0..nc) in order (ids), l the
+ * (penalised) logits, pre [nc] scratch. Writes the token, appends it, advances the counter.
+ * The draw's cum runs through the same additions as its total, so the running sums of the
+ * total pass (pre) are the cum values: the pick is the first pre[i] > target. */
 static __device__ void smp_chain(smp_seq *q, const int32_t *cid, const float *l, int32_t nc,
-                                 int nan, int32_t *hist, smp_state *st, int32_t *d_token,
-                                 const smp_params *p) {
+                                 int nan, float *pre, int32_t *hist, smp_state *st,
+                                 int32_t *d_token, const smp_params *p) {
     if (nan) {
         if (threadIdx.x == 0) *d_token = -1;
         return;
     }
     const float m = l[cid[0]];
     if (p->top_p < 1.0f && nc > 1) {
-        float total = smp_seq_sum(q, cid, l, nc, m, 1.0f, 0);
-        int32_t cut = smp_seq_find(q, cid, l, nc, m, 1.0f, 0, total, p->top_p);
+        float total = smp_seq_sum(q, cid, l, nc, m, 1.0f, 0, NULL, NULL);
+        int32_t cut = smp_topp_cut(q, cid, l, nc, m, total, p->top_p);
         if (cut >= 0) nc = cut + 1;
     }
     if (p->min_p > 0.0f && nc > 1) {
@@ -424,9 +441,11 @@ static __device__ void smp_chain(smp_seq *q, const int32_t *cid, const float *l,
     }
     const float T = p->temperature;
     const float m2 = __fdiv_rn(m, T);
-    float total = smp_seq_sum(q, cid, l, nc, m2, T, 1);
+    int32_t n_live = 0;
+    const float total = smp_seq_sum(q, cid, l, nc, m2, T, 1, pre, &n_live);
     const float target = __fmul_rn(smp_uniform(p->seed, st->step), total);
-    int32_t pick = smp_seq_find(q, cid, l, nc, m2, T, 1, total, target);
+    __syncthreads(); /* pre written by thread 0 */
+    int32_t pick = smp_first_above(pre, n_live, target);
     if (pick < 0) pick = nc - 1;
     if (threadIdx.x == 0) {
         int32_t tok = cid[pick];
@@ -439,7 +458,8 @@ static __device__ void smp_chain(smp_seq *q, const int32_t *cid, const float *l,
 /* top-k path, stage 2: merge the per-block lists, chain on the first k */
 static __global__ void smp_topk_final_kernel(const float *l, const unsigned long long *part,
                                              const int32_t *pnan, int32_t *hist, smp_state *st,
-                                             int32_t *d_token, smp_params p, int nblk) {
+                                             int32_t *d_token, float *pre, smp_params p,
+                                             int nblk) {
     extern __shared__ unsigned long long s[]; /* [SMP_MERGE_CAP] */
     __shared__ smp_seq q;
     __shared__ int32_t cid[SMP_MERGE_CAP];
@@ -456,13 +476,14 @@ static __global__ void smp_topk_final_kernel(const float *l, const unsigned long
     smp_bitonic(s, npow2);
     for (int i = threadIdx.x; i < p.top_k; i += blockDim.x) cid[i] = (int32_t)(uint32_t)s[i];
     __syncthreads();
-    smp_chain(&q, cid, l, p.top_k, nan_any, hist, st, d_token, &p);
+    smp_chain(&q, cid, l, p.top_k, nan_any, pre, hist, st, d_token, &p);
 }
 
 /* full path, stage 2: chain on the sorted ids */
 static __global__ void smp_full_final_kernel(const float *l, const int32_t *ids,
                                              const int32_t *pnan, int nblk, int32_t *hist,
-                                             smp_state *st, int32_t *d_token, smp_params p) {
+                                             smp_state *st, int32_t *d_token, float *pre,
+                                             smp_params p) {
     __shared__ smp_seq q;
     __shared__ int nan_any;
     if (threadIdx.x == 0) nan_any = 0;
@@ -471,7 +492,7 @@ static __global__ void smp_full_final_kernel(const float *l, const int32_t *ids,
         if (pnan[b]) nan_any = 1;
     __syncthreads();
     const int32_t nc = p.top_k > 0 && p.top_k < p.n ? p.top_k : p.n;
-    smp_chain(&q, ids, l, nc, nan_any, hist, st, d_token, &p);
+    smp_chain(&q, ids, l, nc, nan_any, pre, hist, st, d_token, &p);
 }
 
 typedef struct {
@@ -495,6 +516,7 @@ extern "C" void cuda_sampler_free(cuda_sampler *s) {
     cudaFree(s->d_work);
     cudaFree(s->d_in);
     cudaFree(s->d_tok);
+    cudaFree(s->d_pre);
     cudaFree(s->d_pval);
     cudaFree(s->d_pid);
     cudaFree(s->d_nan);
@@ -585,6 +607,7 @@ extern "C" hm_status cuda_sampler_init(const sample_params *p, int32_t n_vocab, 
     if (s->pen_on) SMP_ALLOC(s->d_work, n);
     SMP_ALLOC(s->d_in, n);
     SMP_ALLOC(s->d_tok, 1);
+    if (s->path != SMP_PATH_GREEDY) SMP_ALLOC(s->d_pre, n);
     SMP_ALLOC(s->d_pval, s->grid);
     SMP_ALLOC(s->d_pid, s->grid);
     SMP_ALLOC(s->d_nan, s->grid > s->grid_topk ? s->grid : s->grid_topk);
@@ -680,8 +703,8 @@ extern "C" hm_status cuda_sampler_sample(cuda_sampler *s, const float *d_logits,
         smp_topk_local_kernel<<<s->grid_topk, SMP_FINAL_THREADS, 0, cs>>>(l, s->d_part, s->d_nan, p);
         if ((st = smp_launched(err, "smp_topk_local_kernel")) != HM_OK) return st;
         smp_topk_final_kernel<<<1, SMP_FINAL_THREADS, SMP_MERGE_CAP * sizeof(unsigned long long),
-                                cs>>>(l, s->d_part, s->d_nan, s->d_hist, s->d_st, d_token, p,
-                                      s->grid_topk);
+                                cs>>>(l, s->d_part, s->d_nan, s->d_hist, s->d_st, d_token,
+                                      s->d_pre, p, s->grid_topk);
         return smp_launched(err, "smp_topk_final_kernel");
     }
     smp_keys_kernel<<<s->grid, SMP_GRID_THREADS, 0, cs>>>(l, s->d_kin, s->d_iin, s->d_nan, p);
@@ -691,7 +714,8 @@ extern "C" hm_status cuda_sampler_sample(cuda_sampler *s, const float *d_logits,
                                                     s->d_iout, p.n, 0, 32, cs);
     if (e != cudaSuccess) return smp_cuda_err(err, "device sampler: radix sort", e);
     smp_full_final_kernel<<<1, SMP_FINAL_THREADS, 0, cs>>>(l, s->d_iout, s->d_nan, s->grid,
-                                                           s->d_hist, s->d_st, d_token, p);
+                                                           s->d_hist, s->d_st, d_token, s->d_pre,
+                                                           p);
     return smp_launched(err, "smp_full_final_kernel");
 }
 

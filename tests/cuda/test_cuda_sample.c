@@ -273,7 +273,7 @@ static void test_loop(void) {
         uint64_t draws = 0, draws2 = 0;
         int ok = 1;
         for (int step = 0; step < 300; step++) {
-            for (int32_t t = 0; t < n; t++) l[t] = base[t] + (float)(rnd_normal() * 0.5);
+            for (int32_t t = 0; t < n; t++) l[t] = base[t] + (float)(rnd_unit() - 0.5);
             char what[64];
             snprintf(what, sizeof(what), "loop config %d step %d", cfgs[ci], step);
             if (step == 150) {
