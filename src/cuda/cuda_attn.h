@@ -71,8 +71,9 @@ typedef struct {
                                 when that size is 0) */
 } cuda_attn_args;
 
-/* Device scratch cuda_attention needs for these shapes (0 when the batch is not split: prompt
- * batches). Depends on n_head, head_dim, n_ctx, n_tok and n_head_kv only. */
+/* Device scratch cuda_attention needs for these shapes (0 when the batch is not split: batches
+ * that already give >= 132 blocks, e.g. 512 tokens of 32 heads / 4 kv heads). Depends on
+ * n_head, n_head_kv, head_dim, n_ctx and n_tok only. */
 size_t cuda_attention_scratch_size(const cuda_attn_args *a);
 
 /* Enqueues attention for n_tok query tokens against the cache (their own rows must already be

@@ -1,0 +1,429 @@
+/* cuda_attn.cu - device f16 KV cache store and flash attention (cuda_attn.h).
+ *
+ * DESIGN: attn_kernel<HD> (HD = 64, 128 or 256: the register tile bound of head_dim) runs 128
+ * threads = 4 warps on a block of query rows: R = NT tokens x HB query heads of one kv head
+ * (row r = token r / HB, head r % HB), R <= 64 (HD <= 128) or 32. Warp w owns rows w, w+4, ...:
+ * it holds their running max m, denominator l and accumulator acc[row][lane + 32 j] in
+ * registers. The block walks its share of the visible positions in tiles of ATT_BK = 32 rows:
+ * K and V tiles are converted from f16 into shared memory (K padded to hd + 1 floats per row so
+ * lane = position reads hit distinct banks); lane i of a warp scores position k0 + i against
+ * each of its rows (q rows live in shared memory, broadcast reads), applies scale and the
+ * causal/window mask, then the warp does the online-softmax update (tile max and sum by
+ * shuffles) and accumulates P.V with the probabilities shuffled from their lanes.
+ * Splits (grid.z = S > 1, decode): each block covers part s of the block's visible range
+ * [lo, hi] (read from d_pos at run time), writes (m, l, acc) to scratch, and attn_combine_kernel
+ * merges the S parts with the sink. S = 1 (prompt batches): the block finalises directly.
+ * Exp is cm_expf (hm_expf's recipe); the sink joins the max and the denominator as on the CPU.
+ */
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+
+extern "C" {
+#include "cuda/cuda_attn.h"
+#include "quant/qtypes.h"
+}
+#include "cuda/cuda_math.cuh"
+
+#define ATT_THREADS 128
+#define ATT_WARPS 4
+#define ATT_BK 32                /* positions per K/V tile */
+#define ATT_TARGET_BLOCKS 264    /* decode: split until about this many blocks (2 per SM) */
+#define ATT_MIN_SPLIT_LEN 128    /* ... but no split shorter than this at full context */
+#define ATT_MAX_SPLITS 64
+
+static hm_status attn_launched(const char *kernel, hm_error *err) {
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        return hm_error_set(err, HM_ERR_CUDA, "CUDA kernel %s: %s", kernel, cudaGetErrorString(e));
+    return HM_OK;
+}
+
+/* ------------------------------------------------------------------ KV cache */
+
+extern "C" hm_status cuda_kv_check(uint32_t type_k, uint32_t type_v, int n_head_kv, int head_dim,
+                                   hm_error *err) {
+    if (type_k != HM_TYPE_F16 || type_v != HM_TYPE_F16) {
+        uint32_t t = type_k != HM_TYPE_F16 ? type_k : type_v;
+        return hm_error_set(err, HM_ERR_UNSUPPORTED,
+                            "%s KV cache (%s) is not supported on the GPU (f16 only)",
+                            hm_type_name(t), type_k != HM_TYPE_F16 ? "K" : "V");
+    }
+    if (n_head_kv < 1 || head_dim < 8 || head_dim % 8 || head_dim > 256)
+        return hm_error_set(err, HM_ERR_UNSUPPORTED,
+                            "GPU attention: head_dim %d (need a multiple of 8 up to 256) or %d kv "
+                            "heads not supported",
+                            head_dim, n_head_kv);
+    return HM_OK;
+}
+
+extern "C" size_t cuda_kv_bytes(int64_t n_ctx, int n_head_kv, int head_dim) {
+    if (n_ctx <= 0 || n_head_kv <= 0 || head_dim <= 0) return 0;
+    return (size_t)n_ctx * (size_t)n_head_kv * (size_t)head_dim * 2;
+}
+
+/* hm_f32_to_fp16 (quant/fp16.h), operation for operation: round to nearest even, >= 65520 to
+ * inf, NaN to the quiet NaN 0x7e00 with the sign. */
+static __device__ __forceinline__ uint16_t kv_f32_to_f16(float f) {
+    const uint32_t x = __float_as_uint(f);
+    const uint32_t sign = (x >> 16) & 0x8000u;
+    const uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u));
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
+    if (ax < 0x38800000u) {
+        const float v = __fmul_rn(__uint_as_float(ax), 16777216.0f);
+        uint32_t m = (uint32_t)v;
+        const float rem = __fsub_rn(v, (float)m);
+        if (rem > 0.5f || (rem == 0.5f && (m & 1u))) m++;
+        return (uint16_t)(sign | m);
+    }
+    const uint32_t r = ax + 0x0fffu + ((ax >> 13) & 1u);
+    return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
+}
+
+__global__ void kv_store_kernel(uint16_t *kc, uint16_t *vc, int64_t n_ctx, int64_t row,
+                                const float *k, const float *v, int64_t n_tok, const int32_t *pos) {
+    const int64_t total = n_tok * row;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = i / row, e = i % row;
+        const int64_t p = pos[t];
+        if (p < 0 || p >= n_ctx) continue;
+        kc[p * row + e] = kv_f32_to_f16(k[i]);
+        vc[p * row + e] = kv_f32_to_f16(v[i]);
+    }
+}
+
+extern "C" hm_status cuda_kv_store(uint16_t *k_cache, uint16_t *v_cache, int64_t n_ctx,
+                                   int n_head_kv, int head_dim, const float *k, const float *v,
+                                   int64_t n_tok, const int32_t *d_pos, void *stream,
+                                   hm_error *err) {
+    if (n_ctx <= 0 || n_head_kv <= 0 || head_dim <= 0 || n_tok < 0 || !d_pos)
+        return hm_error_set(err, HM_ERR_ARG, "cuda_kv_store: bad shape or missing positions");
+    if (n_tok == 0) return HM_OK;
+    const int64_t row = (int64_t)n_head_kv * head_dim, total = n_tok * row;
+    int64_t blocks = (total + 255) / 256;
+    if (blocks > 4096) blocks = 4096;
+    kv_store_kernel<<<(unsigned)blocks, 256, 0, (cudaStream_t)stream>>>(k_cache, v_cache, n_ctx,
+                                                                        row, k, v, n_tok, d_pos);
+    return attn_launched("kv_store_kernel", err);
+}
+
+/* ------------------------------------------------------------------ attention */
+
+typedef struct {
+    int n_head, n_kv, hd, n_rep;
+    int hb, n_hchunk; /* query heads per block, chunks of a group */
+    int nt, rows;     /* tokens per block, rows = nt * hb */
+    int n_split;
+    int64_t n_ctx, n_tok, window;
+    float scale;
+} attn_plan;
+
+template <int HD> struct attn_cfg {
+    static const int RMAX = HD <= 128 ? 64 : 32; /* rows per block */
+    static const int RPW = RMAX / ATT_WARPS;     /* rows per warp */
+    static const int DPL = HD / 32;              /* output dims per lane */
+};
+
+static size_t attn_smem_bytes(int hd, int rows) {
+    return ((size_t)rows * hd + (size_t)ATT_BK * (hd + 1) + (size_t)ATT_BK * hd) * sizeof(float) +
+           (size_t)rows * 2 * sizeof(int);
+}
+
+template <int HD>
+__global__ void __launch_bounds__(ATT_THREADS)
+    attn_kernel(const attn_plan P, const float *q, const uint16_t *kc, const uint16_t *vc,
+                const int32_t *pos, const float *sinks, float *out, float *part) {
+    typedef attn_cfg<HD> C;
+    extern __shared__ float smem[];
+    const int hd = P.hd;
+    float *Qs = smem;                             /* [rows][hd] */
+    float *Ks = Qs + (size_t)P.rows * hd;         /* [ATT_BK][hd + 1] */
+    float *Vs = Ks + (size_t)ATT_BK * (hd + 1);   /* [ATT_BK][hd] */
+    int *rlo = (int *)(Vs + (size_t)ATT_BK * hd); /* [rows] first visible position */
+    int *rhi = rlo + P.rows;                      /* [rows] last visible position */
+    __shared__ int s_range[2];
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t t0 = (int64_t)blockIdx.x * P.nt;
+    const int g = blockIdx.y / P.n_hchunk;
+    const int hq0 = g * P.n_rep + (blockIdx.y % P.n_hchunk) * P.hb; /* first query head */
+    const int hq_end = (g + 1) * P.n_rep;
+
+    for (int r = threadIdx.x; r < P.rows; r += ATT_THREADS) {
+        const int64_t t = t0 + r / P.hb;
+        const int h = hq0 + r % P.hb;
+        int lo = 1, hi = 0; /* empty */
+        if (t < P.n_tok && h < hq_end) {
+            int64_t p = pos[t];
+            if (p > P.n_ctx - 1) p = P.n_ctx - 1;
+            if (p >= 0) {
+                hi = (int)p;
+                lo = P.window > 0 && p - P.window + 1 > 0 ? (int)(p - P.window + 1) : 0;
+            }
+        }
+        rlo[r] = lo;
+        rhi[r] = hi;
+    }
+    for (int i = threadIdx.x; i < P.rows * hd; i += ATT_THREADS) {
+        const int r = i / hd, d = i % hd;
+        const int64_t t = t0 + r / P.hb;
+        const int h = hq0 + r % P.hb;
+        Qs[i] = t < P.n_tok && h < hq_end ? q[(t * P.n_head + h) * hd + d] : 0.0f;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int lo = 0x7fffffff, hi = -1;
+        for (int r = 0; r < P.rows; r++)
+            if (rlo[r] <= rhi[r]) {
+                lo = rlo[r] < lo ? rlo[r] : lo;
+                hi = rhi[r] > hi ? rhi[r] : hi;
+            }
+        if (hi < 0) lo = 0;
+        /* part blockIdx.z of S of [lo, hi] */
+        const int64_t len = (int64_t)hi - lo + 1, s = blockIdx.z;
+        s_range[0] = (int)(lo + len * s / P.n_split);
+        s_range[1] = (int)(lo + len * (s + 1) / P.n_split); /* exclusive */
+    }
+    __syncthreads();
+    const int k_begin = s_range[0], k_end = s_range[1];
+
+    float m[C::RPW], l[C::RPW], acc[C::RPW][C::DPL];
+#pragma unroll
+    for (int j = 0; j < C::RPW; j++) {
+        m[j] = -INFINITY;
+        l[j] = 0.0f;
+#pragma unroll
+        for (int dd = 0; dd < C::DPL; dd++) acc[j][dd] = 0.0f;
+    }
+    const int row_stride = P.n_kv * hd; /* halves per cache row */
+    const int chunks = hd / 8;          /* 16-byte pieces of one head row */
+
+    for (int k0 = k_begin; k0 < k_end; k0 += ATT_BK) {
+        __syncthreads(); /* previous tile fully used */
+        for (int c = threadIdx.x; c < ATT_BK * chunks; c += ATT_THREADS) {
+            const int pk = c / chunks, d0 = (c % chunks) * 8;
+            const int p = k0 + pk;
+            float kf[8], vf[8];
+            if (p < k_end) {
+                const size_t off = (size_t)p * row_stride + (size_t)g * hd + d0;
+                const uint4 kr = *(const uint4 *)(kc + off);
+                const uint4 vr = *(const uint4 *)(vc + off);
+                const __half *kh = (const __half *)&kr, *vh = (const __half *)&vr;
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    kf[i] = __half2float(kh[i]);
+                    vf[i] = __half2float(vh[i]);
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < 8; i++) kf[i] = vf[i] = 0.0f;
+            }
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                Ks[pk * (hd + 1) + d0 + i] = kf[i];
+                Vs[pk * hd + d0 + i] = vf[i];
+            }
+        }
+        __syncthreads();
+
+        /* scores of position k0 + lane for this warp's rows */
+        float sc[C::RPW];
+#pragma unroll
+        for (int j = 0; j < C::RPW; j++) sc[j] = 0.0f;
+        const float *kr = Ks + lane * (hd + 1);
+        for (int d = 0; d < hd; d++) {
+            const float kv = kr[d];
+#pragma unroll
+            for (int j = 0; j < C::RPW; j++) {
+                const int r = warp + ATT_WARPS * j;
+                if (r < P.rows) sc[j] = __fmaf_rn(Qs[r * hd + d], kv, sc[j]);
+            }
+        }
+        const int p = k0 + lane;
+        float pr[C::RPW];
+#pragma unroll
+        for (int j = 0; j < C::RPW; j++) {
+            const int r = warp + ATT_WARPS * j;
+            pr[j] = 0.0f;
+            if (r >= P.rows) continue;
+            const bool vis = p < k_end && p >= rlo[r] && p <= rhi[r];
+            const float s = vis ? __fmul_rn(sc[j], P.scale) : -INFINITY;
+            float mt = s;
+            for (int o = 16; o > 0; o >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o));
+            const float mn = fmaxf(m[j], mt);
+            if (mn == -INFINITY) continue; /* nothing visible yet */
+            const float alpha = cm_expf(__fsub_rn(m[j], mn));
+            const float e = vis ? cm_expf(__fsub_rn(s, mn)) : 0.0f;
+            float es = e;
+            for (int o = 16; o > 0; o >>= 1) es = __fadd_rn(es, __shfl_xor_sync(0xffffffffu, es, o));
+            l[j] = __fadd_rn(__fmul_rn(l[j], alpha), es);
+            m[j] = mn;
+#pragma unroll
+            for (int dd = 0; dd < C::DPL; dd++) acc[j][dd] = __fmul_rn(acc[j][dd], alpha);
+            pr[j] = e;
+        }
+        /* P.V */
+        const int nk = k_end - k0 < ATT_BK ? k_end - k0 : ATT_BK;
+        for (int pk = 0; pk < nk; pk++) {
+            float vv[C::DPL];
+#pragma unroll
+            for (int dd = 0; dd < C::DPL; dd++) {
+                const int d = lane + 32 * dd;
+                vv[dd] = d < hd ? Vs[pk * hd + d] : 0.0f;
+            }
+#pragma unroll
+            for (int j = 0; j < C::RPW; j++) {
+                const float e = __shfl_sync(0xffffffffu, pr[j], pk);
+#pragma unroll
+                for (int dd = 0; dd < C::DPL; dd++) acc[j][dd] = __fmaf_rn(e, vv[dd], acc[j][dd]);
+            }
+        }
+    }
+
+    /* write: final output (S = 1) or the partial (m, l, acc) */
+#pragma unroll
+    for (int j = 0; j < C::RPW; j++) {
+        const int r = warp + ATT_WARPS * j;
+        if (r >= P.rows || rlo[r] > rhi[r]) continue;
+        const int64_t t = t0 + r / P.hb;
+        const int h = hq0 + r % P.hb;
+        if (P.n_split == 1) {
+            float mf = m[j], den = l[j];
+            if (sinks) {
+                const float sk = sinks[h];
+                mf = fmaxf(m[j], sk);
+                const float f = cm_expf(__fsub_rn(m[j], mf));
+                den = __fadd_rn(__fmul_rn(l[j], f), cm_expf(__fsub_rn(sk, mf)));
+#pragma unroll
+                for (int dd = 0; dd < C::DPL; dd++) acc[j][dd] = __fmul_rn(acc[j][dd], f);
+            }
+            float *o = out + (t * P.n_head + h) * hd;
+#pragma unroll
+            for (int dd = 0; dd < C::DPL; dd++) {
+                const int d = lane + 32 * dd;
+                if (d < hd) o[d] = __fdiv_rn(acc[j][dd], den);
+            }
+        } else {
+            float *pp = part + ((t * P.n_head + h) * P.n_split + blockIdx.z) * (size_t)(hd + 2);
+            if (lane == 0) {
+                pp[0] = m[j];
+                pp[1] = l[j];
+            }
+#pragma unroll
+            for (int dd = 0; dd < C::DPL; dd++) {
+                const int d = lane + 32 * dd;
+                if (d < hd) pp[2 + d] = acc[j][dd];
+            }
+        }
+    }
+}
+
+/* one block per (token, head): out = sum_s acc_s e^(m_s - M) / (sum_s l_s e^(m_s - M) + sink) */
+__global__ void attn_combine_kernel(const attn_plan P, const float *part, const float *sinks,
+                                    float *out) {
+    const int64_t th = blockIdx.x; /* t * n_head + h */
+    const int h = (int)(th % P.n_head), hd = P.hd, S = P.n_split;
+    const float *pp = part + th * S * (size_t)(hd + 2);
+    float M = -INFINITY;
+    for (int s = 0; s < S; s++) M = fmaxf(M, pp[s * (hd + 2)]);
+    if (sinks) M = fmaxf(M, sinks[h]);
+    float den = 0.0f;
+    for (int s = 0; s < S; s++) {
+        const float ms = pp[s * (hd + 2)];
+        if (ms == -INFINITY) continue;
+        den = __fadd_rn(den, __fmul_rn(pp[s * (hd + 2) + 1], cm_expf(__fsub_rn(ms, M))));
+    }
+    if (sinks) den = __fadd_rn(den, cm_expf(__fsub_rn(sinks[h], M)));
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float a = 0.0f;
+        for (int s = 0; s < S; s++) {
+            const float ms = pp[s * (hd + 2)];
+            if (ms == -INFINITY) continue;
+            a = __fmaf_rn(pp[s * (hd + 2) + 2 + d], cm_expf(__fsub_rn(ms, M)), a);
+        }
+        out[th * hd + d] = __fdiv_rn(a, den);
+    }
+}
+
+static hm_status attn_make_plan(const cuda_attn_args *a, attn_plan *P, hm_error *err) {
+    if (!a) return hm_error_set(err, HM_ERR_ARG, "cuda_attention: missing arguments");
+    if (a->n_head <= 0 || a->n_head_kv <= 0 || a->n_head % a->n_head_kv)
+        return hm_error_set(err, HM_ERR_ARG,
+                            "cuda_attention: %d heads not a multiple of %d kv heads", a->n_head,
+                            a->n_head_kv);
+    hm_status st = cuda_kv_check(HM_TYPE_F16, HM_TYPE_F16, a->n_head_kv, a->head_dim, err);
+    if (st != HM_OK) return st;
+    if (a->n_tok < 0 || a->n_ctx <= 0 || a->n_ctx > 0x7fffffff || a->n_tok > 0x7fffffff)
+        return hm_error_set(err, HM_ERR_ARG, "cuda_attention: bad batch (%lld tokens, n_ctx %lld)",
+                            (long long)a->n_tok, (long long)a->n_ctx);
+    P->n_head = a->n_head;
+    P->n_kv = a->n_head_kv;
+    P->hd = a->head_dim;
+    P->n_rep = a->n_head / a->n_head_kv;
+    const int rmax = a->head_dim <= 128 ? 64 : 32;
+    P->hb = P->n_rep < rmax ? P->n_rep : rmax;
+    P->n_hchunk = (P->n_rep + P->hb - 1) / P->hb;
+    P->nt = rmax / P->hb;
+    if (P->nt > a->n_tok) P->nt = a->n_tok > 0 ? (int)a->n_tok : 1;
+    P->rows = P->nt * P->hb;
+    P->n_ctx = a->n_ctx;
+    P->n_tok = a->n_tok;
+    P->window = a->window;
+    P->scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)a->head_dim);
+    const int64_t n_tiles = (a->n_tok + P->nt - 1) / P->nt;
+    const int64_t base = n_tiles * P->n_kv * P->n_hchunk;
+    int64_t S = base >= ATT_TARGET_BLOCKS / 2 ? 1 : (ATT_TARGET_BLOCKS + base - 1) / base;
+    int64_t cap = a->n_ctx / ATT_MIN_SPLIT_LEN;
+    if (S > cap) S = cap;
+    if (S > ATT_MAX_SPLITS) S = ATT_MAX_SPLITS;
+    if (S < 1) S = 1;
+    P->n_split = (int)S;
+    return HM_OK;
+}
+
+extern "C" size_t cuda_attention_scratch_size(const cuda_attn_args *a) {
+    attn_plan P;
+    if (attn_make_plan(a, &P, NULL) != HM_OK || P.n_split == 1) return 0;
+    return (size_t)a->n_tok * a->n_head * P.n_split * (size_t)(a->head_dim + 2) * sizeof(float);
+}
+
+template <int HD>
+static hm_status attn_launch(const attn_plan *P, const cuda_attn_args *a, cudaStream_t s,
+                             hm_error *err) {
+    const size_t smem = attn_smem_bytes(P->hd, P->rows);
+    cudaError_t e = cudaFuncSetAttribute(attn_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)smem);
+    if (e != cudaSuccess)
+        return hm_error_set(err, HM_ERR_CUDA, "cuda_attention: shared memory %zu bytes: %s", smem,
+                            cudaGetErrorString(e));
+    const dim3 grid((unsigned)((P->n_tok + P->nt - 1) / P->nt), (unsigned)(P->n_kv * P->n_hchunk),
+                    (unsigned)P->n_split);
+    attn_kernel<HD><<<grid, ATT_THREADS, smem, s>>>(*P, a->q, a->k_cache, a->v_cache, a->d_pos,
+                                                    a->d_sinks, a->out, (float *)a->scratch);
+    return attn_launched("attn_kernel", err);
+}
+
+extern "C" hm_status cuda_attention(const cuda_attn_args *a, void *stream, hm_error *err) {
+    attn_plan P;
+    hm_status st = attn_make_plan(a, &P, err);
+    if (st != HM_OK) return st;
+    if (a->n_tok == 0) return HM_OK;
+    if (!a->q || !a->k_cache || !a->v_cache || !a->out || !a->d_pos)
+        return hm_error_set(err, HM_ERR_ARG, "cuda_attention: missing buffers");
+    if (P.n_split > 1 && !a->scratch)
+        return hm_error_set(err, HM_ERR_ARG, "cuda_attention: %d splits need scratch (%zu bytes)",
+                            P.n_split, cuda_attention_scratch_size(a));
+    if ((unsigned)P.n_kv * P.n_hchunk > 65535)
+        return hm_error_set(err, HM_ERR_ARG, "cuda_attention: too many heads");
+    cudaStream_t s = (cudaStream_t)stream;
+    if (P.hd <= 64) st = attn_launch<64>(&P, a, s, err);
+    else if (P.hd <= 128) st = attn_launch<128>(&P, a, s, err);
+    else st = attn_launch<256>(&P, a, s, err);
+    if (st != HM_OK || P.n_split == 1) return st;
+    const int threads = P.hd < 128 ? 64 : 128;
+    attn_combine_kernel<<<(unsigned)(P.n_tok * P.n_head), threads, 0, s>>>(
+        P, (const float *)a->scratch, a->d_sinks, a->out);
+    return attn_launched("attn_combine_kernel", err);
+}

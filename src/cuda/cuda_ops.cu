@@ -1,0 +1,486 @@
+/* cuda_ops.cu - device elementwise ops, RMS norm, MoE bias/combine, routers and RoPE
+ * (cuda_ops.h).
+ *
+ * DESIGN: one small kernel per op, launched on the caller's stream; elementwise kernels use a
+ * grid-stride loop with one thread per element and the op as a template parameter (one body,
+ * no per-op copies). Every float operation is the _rn intrinsic of the CPU's operation
+ * (docs/OPS.md), exp/sigmoid/silu come from cuda_math.cuh (hm_expf's recipe), so each output
+ * has the CPU's bits. Reductions keep the CPU's order: the RMS norm's four double partial sums
+ * are four sequential chains (one lane each, the row staged through shared memory), the
+ * router's softmax sum is one sequential chain per token; only max (exact in any order) is a
+ * tree. Top-k is a rank computation (rank of e = experts ordered before it by (score desc,
+ * id asc)), which equals the CPU's insertion list.
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "cuda/cuda_ops.h"
+}
+#include "cuda/cuda_math.cuh"
+
+#define OPS_THREADS 256
+#define OPS_MAX_BLOCKS 4096
+#define ROUTER_MAX_EXPERTS 4096
+#define ROPE_MAX_PAIRS 512
+#define NORM_CHUNK 2048 /* floats of a row staged in shared memory at a time */
+
+static hm_status ops_launched(const char *kernel, hm_error *err) {
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        return hm_error_set(err, HM_ERR_CUDA, "CUDA kernel %s: %s", kernel, cudaGetErrorString(e));
+    return HM_OK;
+}
+
+static unsigned ops_blocks(int64_t n) {
+    int64_t b = (n + OPS_THREADS - 1) / OPS_THREADS;
+    if (b > OPS_MAX_BLOCKS) b = OPS_MAX_BLOCKS;
+    if (b < 1) b = 1;
+    return (unsigned)b;
+}
+
+/* ------------------------------------------------------------------ elementwise */
+
+enum { EW_ADD, EW_SCALE, EW_SILU, EW_SIGMOID, EW_SWIGLU, EW_SWIGLU_OAI };
+
+template <int OP>
+__global__ void ew_kernel(const float *a, const float *b, float *y, int64_t n, float s, float t) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float r;
+        if (OP == EW_ADD) r = __fadd_rn(a[i], b[i]);
+        else if (OP == EW_SCALE) r = __fmul_rn(a[i], s);
+        else if (OP == EW_SILU) r = cm_siluf(a[i]);
+        else if (OP == EW_SIGMOID) r = cm_sigmoidf(a[i]);
+        else if (OP == EW_SWIGLU) r = cm_swiglu(a[i], b[i]);
+        else r = cm_swiglu_oai(a[i], b[i], s, t);
+        y[i] = r;
+    }
+}
+
+template <int OP>
+static hm_status ew_launch(const char *name, const float *a, const float *b, float *y, int64_t n,
+                           float s, float t, void *stream, hm_error *err) {
+    if (n < 0) return hm_error_set(err, HM_ERR_ARG, "%s: negative length %lld", name, (long long)n);
+    if (n == 0) return HM_OK;
+    ew_kernel<OP><<<ops_blocks(n), OPS_THREADS, 0, (cudaStream_t)stream>>>(a, b, y, n, s, t);
+    return ops_launched(name, err);
+}
+
+extern "C" hm_status cuda_add(const float *a, const float *b, float *y, int64_t n, void *stream,
+                              hm_error *err) {
+    return ew_launch<EW_ADD>("cuda_add", a, b, y, n, 0, 0, stream, err);
+}
+
+extern "C" hm_status cuda_scale(const float *a, float s, float *y, int64_t n, void *stream,
+                                hm_error *err) {
+    return ew_launch<EW_SCALE>("cuda_scale", a, NULL, y, n, s, 0, stream, err);
+}
+
+extern "C" hm_status cuda_silu(const float *x, float *y, int64_t n, void *stream, hm_error *err) {
+    return ew_launch<EW_SILU>("cuda_silu", x, NULL, y, n, 0, 0, stream, err);
+}
+
+extern "C" hm_status cuda_sigmoid(const float *x, float *y, int64_t n, void *stream,
+                                  hm_error *err) {
+    return ew_launch<EW_SIGMOID>("cuda_sigmoid", x, NULL, y, n, 0, 0, stream, err);
+}
+
+extern "C" hm_status cuda_swiglu(const float *gate, const float *up, float *out, int64_t n,
+                                 void *stream, hm_error *err) {
+    return ew_launch<EW_SWIGLU>("cuda_swiglu", gate, up, out, n, 0, 0, stream, err);
+}
+
+extern "C" hm_status cuda_swiglu_oai(const float *gate, const float *up, float *out, int64_t n,
+                                     float alpha, float limit, void *stream, hm_error *err) {
+    return ew_launch<EW_SWIGLU_OAI>("cuda_swiglu_oai", gate, up, out, n, alpha, limit, stream,
+                                    err);
+}
+
+/* ------------------------------------------------------------------ row ops */
+
+/* x[r][i] += b[i] */
+__global__ void add_bias_kernel(float *x, const float *b, int64_t n_rows, int64_t n) {
+    const int64_t total = n_rows * n;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x)
+        x[i] = __fadd_rn(x[i], b[i % n]);
+}
+
+extern "C" hm_status cuda_add_bias(float *x, const float *b, int64_t n_rows, int64_t n,
+                                   void *stream, hm_error *err) {
+    if (n_rows < 0 || n < 0) return hm_error_set(err, HM_ERR_ARG, "cuda_add_bias: negative shape");
+    if (n_rows == 0 || n == 0) return HM_OK;
+    add_bias_kernel<<<ops_blocks(n_rows * n), OPS_THREADS, 0, (cudaStream_t)stream>>>(x, b, n_rows,
+                                                                                      n);
+    return ops_launched("add_bias_kernel", err);
+}
+
+/* y[row][i] += bias[ids[row]][i], row = t * n_used + s; ids outside [0, n_expert) skipped */
+__global__ void moe_add_bias_kernel(float *y, const float *bias, const int32_t *ids,
+                                    int64_t n_rows, int64_t n, int n_expert) {
+    const int64_t total = n_rows * n;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int32_t e = ids[i / n];
+        if (e < 0 || e >= n_expert) continue;
+        y[i] = __fadd_rn(y[i], bias[(int64_t)e * n + i % n]);
+    }
+}
+
+extern "C" hm_status cuda_moe_add_bias(float *y, const float *bias, const int32_t *d_ids,
+                                       int64_t n_tok, int n_used, int64_t n, int n_expert,
+                                       void *stream, hm_error *err) {
+    if (n_tok < 0 || n_used < 0 || n < 0 || n_expert < 1 || !d_ids)
+        return hm_error_set(err, HM_ERR_ARG, "cuda_moe_add_bias: bad shape or missing ids");
+    const int64_t rows = n_tok * n_used;
+    if (rows == 0 || n == 0) return HM_OK;
+    moe_add_bias_kernel<<<ops_blocks(rows * n), OPS_THREADS, 0, (cudaStream_t)stream>>>(
+        y, bias, d_ids, rows, n, n_expert);
+    return ops_launched("moe_add_bias_kernel", err);
+}
+
+/* out[t][i] = ((0 + w[t][0] * y[t][0][i]) + w[t][1] * y[t][1][i]) + ... in slot order */
+__global__ void moe_combine_kernel(const float *y, const float *w, const int32_t *ids,
+                                   int64_t n_tok, int n_used, int64_t n, float *out) {
+    const int64_t total = n_tok * n;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = i / n, d = i % n;
+        float acc = 0.0f;
+        for (int s = 0; s < n_used; s++) {
+            const int64_t ts = t * n_used + s;
+            if (ids && ids[ts] < 0) continue;
+            acc = __fadd_rn(acc, __fmul_rn(w[ts], y[ts * n + d]));
+        }
+        out[i] = acc;
+    }
+}
+
+extern "C" hm_status cuda_moe_combine(const float *y, const float *w, const int32_t *d_ids,
+                                      int64_t n_tok, int n_used, int64_t n, float *out,
+                                      void *stream, hm_error *err) {
+    if (n_tok < 0 || n_used < 0 || n < 0)
+        return hm_error_set(err, HM_ERR_ARG, "cuda_moe_combine: negative shape");
+    if (n_tok == 0 || n == 0) return HM_OK;
+    moe_combine_kernel<<<ops_blocks(n_tok * n), OPS_THREADS, 0, (cudaStream_t)stream>>>(
+        y, w, d_ids, n_tok, n_used, n, out);
+    return ops_launched("moe_combine_kernel", err);
+}
+
+/* out[t][i] = out[t][i] + sh[t][i] * sigmoid(gate[t]) */
+__global__ void shexp_combine_kernel(float *out, const float *sh, const float *gate,
+                                     int64_t n_tok, int64_t n) {
+    const int64_t total = n_tok * n;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const float g = cm_sigmoidf(gate[i / n]);
+        out[i] = __fadd_rn(out[i], __fmul_rn(sh[i], g));
+    }
+}
+
+extern "C" hm_status cuda_shexp_combine(float *out, const float *sh, const float *gate,
+                                        int64_t n_tok, int64_t n, void *stream, hm_error *err) {
+    if (n_tok < 0 || n < 0)
+        return hm_error_set(err, HM_ERR_ARG, "cuda_shexp_combine: negative shape");
+    if (n_tok == 0 || n == 0) return HM_OK;
+    shexp_combine_kernel<<<ops_blocks(n_tok * n), OPS_THREADS, 0, (cudaStream_t)stream>>>(
+        out, sh, gate, n_tok, n);
+    return ops_launched("shexp_combine_kernel", err);
+}
+
+/* One block per row. The row passes through shared memory in chunks; lanes 0..3 of warp 0
+ * extend the four double chains (element i into chain i mod 4, increasing i), then every
+ * thread scales its elements. */
+__global__ void rmsnorm_kernel(const float *x, const float *w, float *y, int64_t n, float eps) {
+    __shared__ float buf[NORM_CHUNK];
+    __shared__ float s_scale;
+    const int64_t r = blockIdx.x;
+    const float *xr = x + r * n;
+    float *yr = y + r * n;
+    double acc = 0.0; /* chain threadIdx.x (< 4) */
+    for (int64_t c0 = 0; c0 < n; c0 += NORM_CHUNK) {
+        const int len = (int)(n - c0 < NORM_CHUNK ? n - c0 : NORM_CHUNK);
+        __syncthreads();
+        for (int i = threadIdx.x; i < len; i += blockDim.x) buf[i] = xr[c0 + i];
+        __syncthreads();
+        if (threadIdx.x < 4) {
+            /* NORM_CHUNK % 4 == 0, so chunk element i has global index = i (mod 4) */
+            for (int i = threadIdx.x; i < len; i += 4) {
+                const double v = (double)buf[i];
+                acc = __dadd_rn(acc, __dmul_rn(v, v));
+            }
+        }
+    }
+    const double s1 = __shfl_down_sync(0xffffffffu, acc, 1);
+    const double s2 = __shfl_down_sync(0xffffffffu, acc, 2);
+    const double s3 = __shfl_down_sync(0xffffffffu, acc, 3);
+    if (threadIdx.x == 0) {
+        const double sum = __dadd_rn(__dadd_rn(acc, s1), __dadd_rn(s2, s3));
+        const float mean = __double2float_rn(__ddiv_rn(sum, (double)n));
+        s_scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+    }
+    __syncthreads();
+    const float s = s_scale;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float v = __fmul_rn(xr[i], s);
+        yr[i] = w ? __fmul_rn(v, w[i]) : v;
+    }
+}
+
+extern "C" hm_status cuda_rmsnorm(const float *x, const float *w, float *y, int64_t n_rows,
+                                  int64_t n, float eps, void *stream, hm_error *err) {
+    if (n_rows < 0 || n < 0 || n_rows > 0x7fffffff)
+        return hm_error_set(err, HM_ERR_ARG, "cuda_rmsnorm: bad shape (%lld rows of %lld)",
+                            (long long)n_rows, (long long)n);
+    if (n_rows == 0 || n == 0) return HM_OK;
+    rmsnorm_kernel<<<(unsigned)n_rows, OPS_THREADS, 0, (cudaStream_t)stream>>>(x, w, y, n, eps);
+    return ops_launched("rmsnorm_kernel", err);
+}
+
+/* ------------------------------------------------------------------ router */
+
+/* a (id ia) sorts before b (id ib): higher score first, equal scores lower id first; a NaN
+ * sorts after every number (the order stays total, so ranks are distinct). */
+static __device__ __forceinline__ bool router_before(float a, int ia, float b, int ib) {
+    const bool an = a != a, bn = b != b;
+    if (an || bn) return an && bn ? ia < ib : bn;
+    if (a != b) return a > b;
+    return ia < ib;
+}
+
+/* One block per token. sc: scores (then probabilities) in shared memory. The slots are
+ * written to ids/weights by rank; thread 0 then does the order-dependent sums. */
+__global__ void router_kernel(const float *logits, const float *bias, int n_expert, int k,
+                              int mode, int renorm, int32_t *ids_out, float *w_out) {
+    __shared__ float sc[ROUTER_MAX_EXPERTS];
+    __shared__ float red[OPS_THREADS / 32];
+    const int64_t t = blockIdx.x;
+    const float *l = logits + t * n_expert;
+    int32_t *ids = ids_out + t * k;
+    float *w = w_out + t * k;
+    for (int e = threadIdx.x; e < n_expert; e += blockDim.x)
+        sc[e] = bias ? __fadd_rn(l[e], bias[e]) : l[e];
+    __syncthreads();
+    if (mode == CPU_GATE_SOFTMAX_TOPK) {
+        /* max: order does not matter (the sign of a zero maximum does not change x - m) */
+        float m = -INFINITY;
+        for (int e = threadIdx.x; e < n_expert; e += blockDim.x) m = sc[e] > m ? sc[e] : m;
+        for (int o = 16; o > 0; o >>= 1) {
+            const float v = __shfl_down_sync(0xffffffffu, m, o);
+            m = v > m ? v : m;
+        }
+        if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
+        __syncthreads();
+        m = -INFINITY;
+        for (int i = 0; i < (int)(blockDim.x >> 5); i++) m = red[i] > m ? red[i] : m;
+        for (int e = threadIdx.x; e < n_expert; e += blockDim.x) sc[e] = cm_expf(__fsub_rn(sc[e], m));
+        __syncthreads();
+        __shared__ float s_sum;
+        if (threadIdx.x == 0) {
+            float sum = 0.0f;
+            for (int e = 0; e < n_expert; e++) sum = __fadd_rn(sum, sc[e]);
+            s_sum = sum;
+        }
+        __syncthreads();
+        for (int e = threadIdx.x; e < n_expert; e += blockDim.x) sc[e] = __fdiv_rn(sc[e], s_sum);
+        __syncthreads();
+    }
+    for (int e = threadIdx.x; e < n_expert; e += blockDim.x) {
+        const float v = sc[e];
+        int rank = 0;
+        for (int o = 0; o < n_expert && rank < k; o++) rank += router_before(sc[o], o, v, e);
+        if (rank < k) {
+            ids[rank] = e;
+            w[rank] = v;
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    if (mode == CPU_GATE_SOFTMAX_TOPK) {
+        if (renorm) {
+            float s = 0.0f;
+            for (int i = 0; i < k; i++) s = __fadd_rn(s, w[i]);
+            for (int i = 0; i < k; i++) w[i] = __fdiv_rn(w[i], s);
+        }
+    } else {
+        const float m = w[0];
+        float sum = 0.0f;
+        for (int i = 0; i < k; i++) {
+            w[i] = cm_expf(__fsub_rn(w[i], m));
+            sum = __fadd_rn(sum, w[i]);
+        }
+        for (int i = 0; i < k; i++) w[i] = __fdiv_rn(w[i], sum);
+    }
+}
+
+extern "C" hm_status cuda_router(const float *logits, const float *bias, int64_t n_tok,
+                                 int n_expert, int k, cpu_gate_mode mode, int renorm,
+                                 int32_t *d_ids, float *d_weights, void *stream, hm_error *err) {
+    if (n_expert < 1 || n_expert > ROUTER_MAX_EXPERTS || k < 1 || k > n_expert)
+        return hm_error_set(err, HM_ERR_ARG, "cuda_router: need 1 <= k (%d) <= n_expert (%d) <= %d",
+                            k, n_expert, ROUTER_MAX_EXPERTS);
+    if (mode != CPU_GATE_SOFTMAX_TOPK && mode != CPU_GATE_TOPK_SOFTMAX)
+        return hm_error_set(err, HM_ERR_ARG, "cuda_router: unknown gating mode %d", (int)mode);
+    if (n_tok < 0 || n_tok > 0x7fffffff)
+        return hm_error_set(err, HM_ERR_ARG, "cuda_router: bad token count %lld", (long long)n_tok);
+    if (n_tok == 0) return HM_OK;
+    router_kernel<<<(unsigned)n_tok, OPS_THREADS, 0, (cudaStream_t)stream>>>(
+        logits, bias, n_expert, k, (int)mode, renorm, d_ids, d_weights);
+    return ops_launched("router_kernel", err);
+}
+
+/* ------------------------------------------------------------------ RoPE */
+
+/* Per-launch constants, computed on the host in double exactly as cpu_rope does (passed by
+ * value: 8 KiB of kernel parameters, allowed on sm_70+ with CUDA >= 12.1). */
+typedef struct {
+    int n_pairs, neox, yarn;
+    double freq_scale, mscale;
+    const float *table; /* [n_table][n_pairs][2] or NULL */
+    int64_t n_table;
+    double inv[ROPE_MAX_PAIRS]; /* freq_base^(-2i/n_dims) */
+    double mix[ROPE_MAX_PAIRS]; /* YaRN ramp * ext_factor */
+} rope_consts;
+
+/* grid (n_tok, n_head + n_head_kv); threads over pairs */
+__global__ void rope_kernel(float *q, int n_head, float *k, int n_head_kv, int head_dim,
+                            const int32_t *pos, const rope_consts rc) {
+    const int64_t t = blockIdx.x;
+    const int h = blockIdx.y;
+    float *x = h < n_head ? q + (t * n_head + h) * head_dim
+                          : k + (t * n_head_kv + (h - n_head)) * head_dim;
+    const int32_t p = pos[t];
+    for (int i = threadIdx.x; i < rc.n_pairs; i += blockDim.x) {
+        float c, s;
+        if (rc.table && p >= 0 && p < rc.n_table) {
+            const float *cs = rc.table + ((int64_t)p * rc.n_pairs + i) * 2;
+            c = cs[0];
+            s = cs[1];
+        } else {
+            const double theta_extrap = __dmul_rn((double)p, rc.inv[i]);
+            double theta = __dmul_rn(rc.freq_scale, theta_extrap);
+            if (rc.yarn)
+                theta = __dadd_rn(__dmul_rn(theta, __dsub_rn(1.0, rc.mix[i])),
+                                  __dmul_rn(theta_extrap, rc.mix[i]));
+            c = __double2float_rn(__dmul_rn(cos(theta), rc.mscale));
+            s = __double2float_rn(__dmul_rn(sin(theta), rc.mscale));
+        }
+        const int i0 = rc.neox ? i : 2 * i, i1 = rc.neox ? i + rc.n_pairs : 2 * i + 1;
+        const float x0 = x[i0], x1 = x[i1];
+        x[i0] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+        x[i1] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+    }
+}
+
+static double yarn_corr_dim(int n_dims, int n_ctx_orig, double beta, double base) {
+    return n_dims * log((double)n_ctx_orig / (beta * 2.0 * M_PI)) / (2.0 * log(base));
+}
+
+/* cpu_rope's argument checks and constants */
+static hm_status rope_prepare(const cpu_rope_params *p, int head_dim, rope_consts *rc,
+                              hm_error *err) {
+    if (!p || (p->mode != CPU_ROPE_NORM && p->mode != CPU_ROPE_NEOX))
+        return hm_error_set(err, HM_ERR_ARG, "cuda_rope: unknown mode");
+    if (p->n_dims <= 0 || p->n_dims % 2 || p->n_dims > head_dim || p->n_dims > 2 * ROPE_MAX_PAIRS)
+        return hm_error_set(err, HM_ERR_ARG, "cuda_rope: n_dims %d must be even and in [2, %d]",
+                            p->n_dims, head_dim < 2 * ROPE_MAX_PAIRS ? head_dim : 2 * ROPE_MAX_PAIRS);
+    if (!(p->freq_base > 0.0f) || !(p->freq_scale > 0.0f))
+        return hm_error_set(err, HM_ERR_ARG, "cuda_rope: freq_base %g and freq_scale %g must be > 0",
+                            (double)p->freq_base, (double)p->freq_scale);
+    memset(rc, 0, sizeof(*rc));
+    rc->n_pairs = p->n_dims / 2;
+    rc->neox = p->mode == CPU_ROPE_NEOX;
+    rc->yarn = p->ext_factor != 0.0f;
+    rc->freq_scale = (double)p->freq_scale;
+    rc->mscale = p->attn_factor;
+    double lo = 0.0, hi = 0.0;
+    if (rc->yarn) {
+        if (p->n_ctx_orig <= 0 || !(p->beta_fast > 0.0f) || !(p->beta_slow > 0.0f))
+            return hm_error_set(err, HM_ERR_ARG,
+                                "cuda_rope: YaRN needs n_ctx_orig > 0 and positive betas");
+        lo = yarn_corr_dim(p->n_dims, p->n_ctx_orig, p->beta_fast, p->freq_base);
+        hi = yarn_corr_dim(p->n_dims, p->n_ctx_orig, p->beta_slow, p->freq_base);
+        if (p->yarn_truncate) {
+            lo = floor(lo);
+            hi = ceil(hi);
+        }
+        lo = fmax(0.0, lo);
+        hi = fmin((double)(p->n_dims - 1), hi);
+        rc->mscale = (double)p->attn_factor * (1.0 + 0.1 * log(1.0 / (double)p->freq_scale));
+    }
+    for (int i = 0; i < rc->n_pairs; i++) {
+        rc->inv[i] = pow((double)p->freq_base, -2.0 * i / p->n_dims);
+        double y = ((double)i - lo) / fmax(0.001, hi - lo);
+        rc->mix[i] = (1.0 - fmin(1.0, fmax(0.0, y))) * p->ext_factor;
+    }
+    return HM_OK;
+}
+
+extern "C" hm_status cuda_rope_qk(float *q, int n_head, float *k, int n_head_kv, int64_t n_tok,
+                                  int head_dim, const int32_t *d_pos, const cuda_rope_args *a,
+                                  void *stream, hm_error *err) {
+    if (!a) return hm_error_set(err, HM_ERR_ARG, "cuda_rope: missing arguments");
+    rope_consts rc;
+    hm_status st = rope_prepare(&a->p, head_dim, &rc, err);
+    if (st != HM_OK) return st;
+    if (n_tok < 0 || n_head < 0 || n_head_kv < 0 || n_tok > 0x7fffffff ||
+        n_head + (k ? n_head_kv : 0) > 65535)
+        return hm_error_set(err, HM_ERR_ARG, "cuda_rope: bad shape (%lld tokens, %d + %d heads)",
+                            (long long)n_tok, n_head, n_head_kv);
+    const int nh = n_head + (k ? n_head_kv : 0);
+    if (n_tok == 0 || nh == 0) return HM_OK;
+    if (a->d_table && a->n_table > 0) {
+        rc.table = a->d_table;
+        rc.n_table = a->n_table;
+    }
+    const int threads = rc.n_pairs < 128 ? ((rc.n_pairs + 31) / 32) * 32 : 128;
+    rope_kernel<<<dim3((unsigned)n_tok, (unsigned)nh), threads, 0, (cudaStream_t)stream>>>(
+        q, n_head, k, n_head_kv, head_dim, d_pos, rc);
+    return ops_launched("rope_kernel", err);
+}
+
+/* The CPU's own cos/sin: cpu_rope on rows of unit pairs (x0 = 1, x1 = 0) gives exactly
+ * x0' = 1*c - 0*s = c and x1' = 1*s + 0*c = s (c is never zero; s is +0 only at angle 0). */
+extern "C" hm_status cuda_rope_table_fill(const cpu_rope_params *p, int64_t n_pos, float *table,
+                                          hm_error *err) {
+    if (!p || !table || n_pos < 0 || n_pos > 0x7fffffff)
+        return hm_error_set(err, HM_ERR_ARG, "cuda_rope_table_fill: bad arguments");
+    const int nd = p->n_dims, np = nd / 2;
+    const int64_t CHUNK = 1024;
+    int32_t *pos = (int32_t *)malloc(CHUNK * sizeof(int32_t));
+    float *row = (float *)malloc((size_t)(nd > 0 ? nd : 1) * sizeof(float));
+    if (!pos || !row) {
+        free(pos);
+        free(row);
+        return hm_error_set(err, HM_ERR_NOMEM, "cuda_rope_table_fill: out of memory");
+    }
+    hm_status st = HM_OK;
+    for (int64_t p0 = 0; p0 < n_pos && st == HM_OK; p0 += CHUNK) {
+        const int64_t cnt = n_pos - p0 < CHUNK ? n_pos - p0 : CHUNK;
+        float *x = table + p0 * nd; /* [cnt][nd]: the table rows, used as the rope input */
+        for (int64_t t = 0; t < cnt; t++) {
+            pos[t] = (int32_t)(p0 + t);
+            for (int i = 0; i < np; i++) {
+                const int i0 = p->mode == CPU_ROPE_NEOX ? i : 2 * i;
+                const int i1 = p->mode == CPU_ROPE_NEOX ? i + np : 2 * i + 1;
+                x[t * nd + i0] = 1.0f;
+                x[t * nd + i1] = 0.0f;
+            }
+        }
+        st = cpu_rope(NULL, x, cnt, 1, nd, pos, p, err);
+        if (st != HM_OK || p->mode != CPU_ROPE_NEOX) continue;
+        for (int64_t t = 0; t < cnt; t++) { /* neox rows (c..., s...) -> (c, s) pairs */
+            memcpy(row, x + t * nd, (size_t)nd * sizeof(float));
+            for (int i = 0; i < np; i++) {
+                x[t * nd + 2 * i] = row[i];
+                x[t * nd + 2 * i + 1] = row[np + i];
+            }
+        }
+    }
+    free(pos);
+    free(row);
+    return st;
+}

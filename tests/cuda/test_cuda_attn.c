@@ -1,0 +1,251 @@
+/* Device KV cache and attention (cuda_attn.h) against cpu_attention over an f16 cache.
+ * Each case runs a prompt in batches (crossing the sliding window where there is one), then
+ * decode steps, on both sides: cuda_kv_store must write the CPU's f16 bytes (compared row by
+ * row), and every attention output must satisfy max |gpu - cpu| <= ATT_TOL * std(cpu output
+ * of that call). The GPU sums in a different order (online softmax per 32-position tile,
+ * flash-decoding splits, one f32 accumulator per dot product), so bit-identity is not claimed;
+ * the worst ratio per case is printed. Cases: GQA, sliding window + sinks, 3000 positions,
+ * head_dim 80 and 256, 16 and 128 query heads per kv head, multi-token decode batches. Also:
+ * determinism (the same call twice gives the same bytes), argument errors, the q8_0 refusal,
+ * and (printed, not asserted) timings of decode and prompt attention at model-like shapes.
+ * Without a GPU: the host checks only. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/ops.h"
+#include "cuda/cuda_attn.h"
+#include "cuda_test_util.h"
+#include "harness.h"
+#include "quant/qtypes.h"
+
+#define ATT_TOL 1e-4
+
+static void test_host(void) {
+#ifdef HOTMOE_HAVE_CUDA
+    hm_error err;
+    hm_error_clear(&err);
+    HM_CHECK(cuda_kv_check(HM_TYPE_Q8_0, HM_TYPE_Q8_0, 8, 128, &err) == HM_ERR_UNSUPPORTED);
+    HM_CHECK_MSG(strstr(err.msg, "q8_0") && strstr(err.msg, "f16 only"), "%s", err.msg);
+    HM_CHECK(cuda_kv_check(HM_TYPE_F16, HM_TYPE_F32, 8, 128, &err) == HM_ERR_UNSUPPORTED);
+    HM_CHECK(cuda_kv_check(HM_TYPE_F16, HM_TYPE_F16, 8, 320, &err) == HM_ERR_UNSUPPORTED);
+    HM_CHECK(cuda_kv_check(HM_TYPE_F16, HM_TYPE_F16, 8, 128, &err) == HM_OK);
+    HM_CHECK(cuda_kv_bytes(4096, 8, 128) == (size_t)4096 * 8 * 128 * 2);
+    cuda_attn_args a = {.n_head = 6, .n_head_kv = 4, .head_dim = 64, .n_ctx = 128, .n_tok = 1};
+    HM_CHECK(cuda_attention(&a, NULL, &err) == HM_ERR_ARG); /* 6 % 4 */
+    a.n_head = 8;
+    HM_CHECK(cuda_attention(&a, NULL, &err) == HM_ERR_ARG); /* no buffers */
+    /* decode splits need scratch, prompt batches do not */
+    a.n_ctx = 32768;
+    HM_CHECK(cuda_attention_scratch_size(&a) > 0);
+    a.n_tok = 512;
+    a.n_head = 32;
+    a.n_head_kv = 4;
+    HM_CHECK(cuda_attention_scratch_size(&a) == 0);
+#else
+    HM_CHECK(!cuda_compiled());
+#endif
+}
+
+#ifdef HOTMOE_HAVE_CUDA
+
+typedef struct {
+    const char *name;
+    int n_head, n_kv, hd;
+    int64_t window;
+    int sinks;
+    int64_t n_ctx;
+    int batches[8];     /* prompt batch sizes, 0-terminated */
+    int n_steps, step_tok; /* then n_steps decode batches of step_tok tokens */
+} att_case;
+
+static const att_case k_cases[] = {
+    {"gqa", 8, 2, 128, 0, 0, 512, {200}, 16, 1},
+    {"swa_sinks", 8, 2, 64, 128, 1, 1024, {100, 100, 100}, 10, 1},
+    {"swa_sinks_multi", 8, 2, 64, 128, 1, 1024, {150, 150}, 4, 3},
+    {"long_3000", 4, 1, 128, 0, 0, 3072, {512, 512, 512, 512, 512, 440}, 4, 3},
+    {"hd256_swa", 4, 4, 256, 64, 1, 256, {100, 50}, 5, 1},
+    {"hd80", 6, 2, 80, 0, 0, 300, {37, 64}, 5, 2},
+    {"rep16", 32, 2, 64, 0, 1, 256, {130}, 3, 1},
+    {"rep128", 128, 1, 64, 0, 0, 128, {20}, 2, 1},
+};
+
+/* max |a - b| / std(a) */
+static double rel_err(const float *ref, const float *got, int64_t n) {
+    double mean = 0, var = 0, md = 0;
+    for (int64_t i = 0; i < n; i++) mean += ref[i];
+    mean /= (double)n;
+    for (int64_t i = 0; i < n; i++) {
+        var += (ref[i] - mean) * (ref[i] - mean);
+        double d = fabs((double)ref[i] - (double)got[i]);
+        if (!(d <= md)) md = d; /* NaN propagates */
+    }
+    double sd = sqrt(var / (double)n);
+    return md / (sd > 0 ? sd : 1.0);
+}
+
+static void run_case(const att_case *c) {
+    hm_error err;
+    hm_error_clear(&err);
+    uint64_t s = 1234 + (uint64_t)c->hd * 7 + (uint64_t)c->n_head;
+    const int row = c->n_kv * c->hd;
+    cpu_kv_layer kv;
+    HM_REQUIRE(cpu_kv_init(&kv, HM_TYPE_F16, HM_TYPE_F16, c->n_kv, c->hd, c->n_ctx, &err) == HM_OK);
+    const size_t kvb = cuda_kv_bytes(c->n_ctx, c->n_kv, c->hd);
+    uint16_t *dkc = tu_dev(NULL, kvb), *dvc = tu_dev(NULL, kvb);
+    uint16_t *hkc = malloc(kvb);
+    float sinks[128];
+    for (int h = 0; h < c->n_head; h++) sinks[h] = tu_unit(&s) * 3.0f;
+    float *dsinks = tu_dev(sinks, sizeof(sinks));
+    HM_REQUIRE(dkc && dvc && hkc && dsinks);
+    const int max_tok = 512;
+    float *q = malloc((size_t)max_tok * c->n_head * c->hd * 4), *k = malloc((size_t)max_tok * row * 4);
+    float *v = malloc((size_t)max_tok * row * 4), *ref = malloc((size_t)max_tok * c->n_head * c->hd * 4);
+    float *got = malloc((size_t)max_tok * c->n_head * c->hd * 4);
+    float *got2 = malloc((size_t)max_tok * c->n_head * c->hd * 4);
+    float *dq = tu_dev(NULL, (size_t)max_tok * c->n_head * c->hd * 4), *dk = tu_dev(NULL, (size_t)max_tok * row * 4);
+    float *dv = tu_dev(NULL, (size_t)max_tok * row * 4), *dout = tu_dev(NULL, (size_t)max_tok * c->n_head * c->hd * 4);
+    int32_t pos[512];
+    int32_t *dpos = tu_dev(NULL, sizeof(pos));
+    HM_REQUIRE(q && k && v && ref && got && got2 && dq && dk && dv && dout && dpos);
+
+    double worst = 0;
+    int64_t p0 = 0;
+    int calls = 0, nb = 0;
+    while (c->batches[nb]) nb++;
+    for (int b = 0; b < nb + c->n_steps; b++) {
+        const int n = b < nb ? c->batches[b] : c->step_tok;
+        const int64_t nq = (int64_t)n * c->n_head * c->hd;
+        tu_fill(&s, q, nq, 2.5f);
+        tu_fill(&s, k, (int64_t)n * row, 1.5f);
+        tu_fill(&s, v, (int64_t)n * row, 1.0f);
+        for (int t = 0; t < n; t++) pos[t] = (int32_t)(p0 + t);
+        cpu_attn_args ca = {.n_head = c->n_head, .n_tok = n, .pos0 = p0, .window = c->window,
+                            .sinks = c->sinks ? sinks : NULL, .q = q, .k_new = k, .v_new = v,
+                            .out = ref};
+        HM_REQUIRE(cpu_attention(NULL, &kv, &ca, NULL, 0, &err) == HM_OK);
+        HM_REQUIRE(tu_put(dq, q, nq * 4) && tu_put(dk, k, (size_t)n * row * 4) &&
+                   tu_put(dv, v, (size_t)n * row * 4) && tu_put(dpos, pos, (size_t)n * 4));
+        HM_REQUIRE(cuda_kv_store(dkc, dvc, c->n_ctx, c->n_kv, c->hd, dk, dv, n, dpos, NULL, &err) == HM_OK);
+        cuda_attn_args ga = {.n_head = c->n_head, .n_head_kv = c->n_kv, .head_dim = c->hd,
+                             .n_ctx = c->n_ctx, .n_tok = n, .window = c->window,
+                             .d_sinks = c->sinks ? dsinks : NULL, .d_pos = dpos, .q = dq,
+                             .k_cache = dkc, .v_cache = dvc, .out = dout};
+        size_t scr = cuda_attention_scratch_size(&ga);
+        ga.scratch = scr ? tu_dev(NULL, scr) : NULL;
+        HM_REQUIRE(!scr || ga.scratch);
+        HM_CHECK_MSG(cuda_attention(&ga, NULL, &err) == HM_OK, "%s: %s", c->name, err.msg);
+        HM_REQUIRE(tu_get(got, dout, nq * 4));
+        /* the same call again: same bytes */
+        HM_CHECK(cuda_attention(&ga, NULL, &err) == HM_OK);
+        HM_REQUIRE(tu_get(got2, dout, nq * 4));
+        HM_CHECK_MSG(memcmp(got, got2, nq * 4) == 0, "%s: not deterministic", c->name);
+        if (ga.scratch) cudaFree(ga.scratch);
+        double e = rel_err(ref, got, nq);
+        if (!(e <= worst)) worst = e;
+        HM_CHECK_MSG(e <= ATT_TOL, "%s batch %d (pos %lld, %d tokens): max|diff|/std %.3g", c->name,
+                     b, (long long)p0, n, e);
+        calls++;
+        p0 += n;
+    }
+    /* cache bytes: every stored row equals the CPU's f16 row */
+    HM_REQUIRE(tu_get(hkc, dkc, kvb));
+    HM_CHECK_MSG(memcmp(hkc, kv.k, (size_t)p0 * row * 2) == 0, "%s: K cache bytes differ", c->name);
+    HM_REQUIRE(tu_get(hkc, dvc, kvb));
+    HM_CHECK_MSG(memcmp(hkc, kv.v, (size_t)p0 * row * 2) == 0, "%s: V cache bytes differ", c->name);
+    printf("%-16s heads %3d/%d hd %3d window %4lld sinks %d: %d calls to position %lld, worst "
+           "max|diff|/std %.3g\n",
+           c->name, c->n_head, c->n_kv, c->hd, (long long)c->window, c->sinks, calls, (long long)p0,
+           worst);
+    cpu_kv_free(&kv);
+    cudaFree(dkc);
+    cudaFree(dvc);
+    cudaFree(dsinks);
+    cudaFree(dq);
+    cudaFree(dk);
+    cudaFree(dv);
+    cudaFree(dout);
+    cudaFree(dpos);
+    free(hkc);
+    free(q);
+    free(k);
+    free(v);
+    free(ref);
+    free(got);
+    free(got2);
+}
+
+/* Timing at model-like shapes (cache filled with random f16 on the host side once). */
+static void time_shape(const char *name, int n_head, int n_kv, int hd, int64_t n_ctx, int n_tok,
+                       int64_t pos0, int64_t window, int iters) {
+    hm_error err;
+    const size_t kvb = cuda_kv_bytes(n_ctx, n_kv, hd);
+    uint16_t *h = malloc(kvb);
+    HM_REQUIRE(h);
+    uint64_t s = 99;
+    for (size_t i = 0; i < kvb / 2; i++) h[i] = (uint16_t)(0x3800 + (tu_next(&s) % 0x800)) ^ (uint16_t)((tu_next(&s) & 1) << 15);
+    uint16_t *dkc = tu_dev(h, kvb), *dvc = tu_dev(h, kvb);
+    free(h);
+    const size_t nq = (size_t)n_tok * n_head * hd;
+    float *qh = malloc(nq * 4);
+    int32_t *pos = malloc((size_t)n_tok * 4);
+    HM_REQUIRE(qh && pos);
+    tu_fill(&s, qh, (int64_t)nq, 1.0f);
+    for (int t = 0; t < n_tok; t++) pos[t] = (int32_t)(pos0 + t);
+    float *dq = tu_dev(qh, nq * 4), *dout = tu_dev(NULL, nq * 4);
+    int32_t *dpos = tu_dev(pos, (size_t)n_tok * 4);
+    HM_REQUIRE(dkc && dvc && dq && dout && dpos);
+    cuda_attn_args a = {.n_head = n_head, .n_head_kv = n_kv, .head_dim = hd, .n_ctx = n_ctx,
+                        .n_tok = n_tok, .window = window, .d_pos = dpos, .q = dq, .k_cache = dkc,
+                        .v_cache = dvc, .out = dout};
+    size_t scr = cuda_attention_scratch_size(&a);
+    a.scratch = scr ? tu_dev(NULL, scr) : NULL;
+    HM_CHECK(cuda_attention(&a, NULL, &err) == HM_OK);
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    cudaEventRecord(e0, NULL);
+    for (int i = 0; i < iters; i++) cuda_attention(&a, NULL, &err);
+    cudaEventRecord(e1, NULL);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    const double us = 1000.0 * ms / iters;
+    /* bytes of K and V the call must read (visible positions of the last token) */
+    const int64_t last = pos0 + n_tok - 1, first = window > 0 && last - window + 1 > 0 ? last - window + 1 : 0;
+    const double mb = (double)(last - first + 1) * n_kv * hd * 2 * 2 / 1e6;
+    printf("timing %-22s heads %d/%d hd %d, %d tok at pos %lld: %.1f us per call (%.0f GB/s of "
+           "K+V)\n",
+           name, n_head, n_kv, hd, n_tok, (long long)pos0, us, mb * 1e-3 / (us * 1e-6));
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    if (a.scratch) cudaFree(a.scratch);
+    cudaFree(dkc);
+    cudaFree(dvc);
+    cudaFree(dq);
+    cudaFree(dout);
+    cudaFree(dpos);
+    free(qh);
+    free(pos);
+}
+
+static void test_gpu(void) {
+    if (!tu_have_gpu()) return;
+    for (size_t i = 0; i < sizeof(k_cases) / sizeof(k_cases[0]); i++) run_case(&k_cases[i]);
+    time_shape("qwen3-30b decode", 32, 4, 128, 32768, 1, 4095, 0, 50);
+    time_shape("qwen3-30b decode 32k", 32, 4, 128, 32768, 1, 32767, 0, 50);
+    time_shape("gpt-oss decode swa", 64, 8, 64, 32768, 1, 32767, 128, 50);
+    time_shape("gpt-oss decode full", 64, 8, 64, 32768, 1, 8191, 0, 50);
+    time_shape("qwen3-30b prompt 512", 32, 4, 128, 4096, 512, 0, 0, 10);
+    time_shape("gpt-oss prompt 512", 64, 8, 64, 4096, 512, 0, 0, 10);
+}
+
+#else
+
+static void test_gpu(void) { (void)tu_have_gpu(); }
+
+#endif
+
+HM_TEST_MAIN(test_host, test_gpu)
