@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 extern "C" {
 #include "base/log.h"
@@ -339,6 +340,7 @@ extern "C" hm_status cuda_engine_init(const hm_model *m, const cuda_engine_param
                             p->device, n_dev, n_dev == 1 ? "" : "s");
     cuda_engine *e = NULL;
     cudaStream_t s = NULL;
+    double upload_s = 0;
     if (cudaSetDevice(p->device) != cudaSuccess)
         return hm_error_set(err, HM_ERR_CUDA, "GPU: cannot select device %d", p->device);
     {
@@ -403,12 +405,20 @@ extern "C" hm_status cuda_engine_init(const hm_model *m, const cuda_engine_param
     CUDA_TRY(cudaMallocHost((void **)&e->h_logits,
                             sizeof(float) * (size_t)e->n_logit_rows * (size_t)e->hp.n_vocab),
              "pinned buffers");
-    st = upload_all(e, s, err);
+    {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        st = upload_all(e, s, err);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        upload_s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    }
     if (st != HM_OK) goto fail;
     st = rope_table_upload(e, err);
     if (st != HM_OK) goto fail;
-    snprintf(e->info, sizeof(e->info), "%s (device %d): %.0f MiB weights + %.0f MiB KV + %.0f MiB "
-             "buffers", info[p->device].name, p->device, mib(wb), mib(kvb), mib(sb));
+    snprintf(e->info, sizeof(e->info), "%s (device %d): %.0f MiB weights (uploaded in %.2f s, "
+             "%.1f GB/s) + %.0f MiB KV + %.0f MiB buffers", info[p->device].name, p->device,
+             mib(wb), upload_s, upload_s > 0 ? (double)wb / upload_s * 1e-9 : 0.0, mib(kvb),
+             mib(sb));
     *out = e;
     return HM_OK;
 fail:
