@@ -265,6 +265,8 @@ extern "C" hm_status cuda_gemm(uint32_t wtype, const void *w, int64_t n_rows, in
     if (st != HM_OK) return st;
     if (!w || !x || !y || !scratch)
         return hm_error_set(err, HM_ERR_ARG, "cuda_gemm: NULL pointer");
+    if ((uintptr_t)w % 16 || (uintptr_t)x % 16 || (uintptr_t)scratch % 16)
+        return hm_error_set(err, HM_ERR_ARG, "cuda_gemm: weights, x and scratch must be 16-byte aligned");
     if (scratch_size < cuda_gemm_scratch_size(k, n_tok))
         return hm_error_set(err, HM_ERR_ARG, "cuda_gemm: scratch of %zu bytes, need %zu",
                             scratch_size, cuda_gemm_scratch_size(k, n_tok));
@@ -298,6 +300,8 @@ extern "C" hm_status cuda_gemm_moe(const cuda_gemm_moe_args *a, void *scratch,
                             a->n_used, (long long)a->n_expert);
     if (!a->w || !a->x || !a->y || !a->ids || !scratch)
         return hm_error_set(err, HM_ERR_ARG, "cuda_gemm_moe: NULL pointer");
+    if ((uintptr_t)a->w % 16 || (uintptr_t)a->x % 16 || (uintptr_t)scratch % 16)
+        return hm_error_set(err, HM_ERR_ARG, "cuda_gemm_moe: weights, x and scratch must be 16-byte aligned");
     const size_t need = cuda_gemm_moe_scratch_size(a);
     if (scratch_size < need)
         return hm_error_set(err, HM_ERR_ARG, "cuda_gemm_moe: scratch of %zu bytes, need %zu",

@@ -16,7 +16,8 @@
  * unused tiles exit at once, so the whole call is capturable into a CUDA graph. An id < 0 or
  * >= n_expert skips its slot (its y rows are not written): the device has no error path.
  *
- * Limits: k must be a positive multiple of 32 (and of the type's block size); values beyond
+ * Limits: k must be a positive multiple of 32 (and of the type's block size); w, x and scratch
+ * must be 16-byte aligned (cudaMalloc and GGUF's 32-byte data alignment are); values beyond
  * f16's range (|v| > 65504) in activations or dequantised weights become infinities.
  * Launchers never synchronise, allocate or copy to the host; pointers are device pointers;
  * stream is a cudaStream_t (NULL: the default stream).

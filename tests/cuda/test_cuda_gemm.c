@@ -94,7 +94,7 @@ static void test_errors(void) {
     if (expect_gpu()) HM_CHECK_MSG(n >= 1, "HOTMOE_EXPECT_GPU=1 but no device");
 #ifdef HOTMOE_HAVE_CUDA
     hm_error err;
-    char dummy[64];
+    _Alignas(16) char dummy[64];
     float *fp = (float *)dummy;
     hm_error_clear(&err);
     HM_CHECK(cuda_gemm(HM_TYPE_Q8_K, dummy, 64, 256, fp, 9, fp, dummy, 1 << 20, NULL, &err) ==
@@ -105,6 +105,8 @@ static void test_errors(void) {
     HM_CHECK(err.msg[0] != '\0');
     HM_CHECK(cuda_gemm(HM_TYPE_Q8_0, dummy, 64, 768, fp, 9, fp, dummy, 16, NULL, &err) == HM_ERR_ARG);
     HM_CHECK_MSG(strstr(err.msg, "scratch") != NULL, "%s", err.msg);
+    HM_CHECK(cuda_gemm(HM_TYPE_Q8_0, dummy + 2, 64, 768, fp, 9, fp, dummy, 1 << 20, NULL, &err) == HM_ERR_ARG);
+    HM_CHECK_MSG(strstr(err.msg, "aligned") != NULL, "%s", err.msg);
     cuda_gemm_moe_args a = {.wtype = HM_TYPE_Q8_0, .w = dummy, .n_expert = CUDA_GEMM_MAX_EXPERTS + 1,
                             .n_rows = 64, .k = 768, .x = fp, .ids = (const int32_t *)dummy,
                             .n_tok = 9, .n_used = 2, .y = fp};
@@ -124,6 +126,9 @@ static void test_errors(void) {
 }
 
 #ifdef HOTMOE_HAVE_CUDA
+
+/* uniform in [-1, 1) */
+static float rng_unit(uint64_t *s) { return (float)((double)(rng_next(s) >> 11) * 0x1p-52 - 1.0); }
 
 /* copy of v[0..n) rounded to f16 (what the tensor cores multiply) */
 static float *round_f16(const float *v, int64_t n) {
