@@ -416,9 +416,38 @@ static void test_gpu_act_corners(void) {
     }
 }
 
+/* every 16-bit pattern (NaNs, infinities, subnormals) of f16 and bf16 through get_rows */
+static void test_gpu_half_patterns(void) {
+    if (!tu_have_gpu()) return;
+    const int64_t k = 65536;
+    uint16_t *h = malloc((size_t)k * 2);
+    float *yc = malloc((size_t)k * 4), *yg = malloc((size_t)k * 4);
+    for (int64_t i = 0; i < k; i++) h[i] = (uint16_t)i;
+    const int32_t id = 0;
+    const uint32_t types[2] = {HM_TYPE_F16, HM_TYPE_BF16};
+    for (int ti = 0; ti < 2; ti++) {
+        void *dh = tu_dev(h, (size_t)k * 2), *dy = tu_dev(NULL, (size_t)k * 4), *did = tu_dev(&id, 4);
+        hm_error err;
+        hm_error_clear(&err);
+        HM_REQUIRE(dh && dy && did);
+        CU(cuda_get_rows(types[ti], dh, (size_t)k * 2, did, 1, k, dy, NULL, &err));
+        HM_REQUIRE(tu_get(yg, dy, (size_t)k * 4));
+        CU(quant_dequantize_row(types[ti], h, yc, k));
+        HM_CHECK_MSG(memcmp(yc, yg, (size_t)k * 4) == 0, "%s: half patterns differ", hm_type_name(types[ti]));
+        cudaFree(dh);
+        cudaFree(dy);
+        cudaFree(did);
+    }
+    free(h);
+    free(yc);
+    free(yg);
+}
+
 #else
+static void test_gpu_half_patterns(void) { HM_CHECK(!cuda_compiled()); }
 static void test_gpu_bytes(void) { HM_CHECK(!tu_have_gpu()); }
 static void test_gpu_act_corners(void) { HM_CHECK(!cuda_compiled()); }
 #endif
 
-HM_TEST_MAIN(test_row_bytes, test_clean_errors, test_gpu_act_corners, test_gpu_bytes)
+HM_TEST_MAIN(test_row_bytes, test_clean_errors, test_gpu_act_corners, test_gpu_half_patterns,
+             test_gpu_bytes)
