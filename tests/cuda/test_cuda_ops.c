@@ -19,6 +19,7 @@
 #include "cuda_test_util.h"
 #include "harness.h"
 
+#ifdef HOTMOE_HAVE_CUDA
 /* first index where the bytes differ, or -1 */
 static int64_t first_diff(const void *a, const void *b, int64_t n, size_t elem) {
     const uint8_t *x = a, *y = b;
@@ -48,6 +49,7 @@ static cpu_rope_params rope_yarn(int n_dims, int truncate) {
     p.yarn_truncate = truncate;
     return p;
 }
+#endif
 
 /* ---- every build ---- */
 
