@@ -19,8 +19,8 @@
  *
  * Numerics: not bit-identical to cpu_attention (different summation order: per-split online
  * softmax, single-accumulator dot products); tests/cuda/test_cuda_ops.c measures
- * max |gpu - cpu| / std(cpu output) and requires it below 1e-5 (see the report / test for the
- * measured values).
+ * max |gpu - cpu| / std(cpu output) per call and requires it <= 1e-4 (it prints the worst
+ * value per case).
  *
  * Only f16 caches exist on the GPU (HM_TYPE_F16); q8_0 or f32 types give HM_ERR_UNSUPPORTED
  * with a message, and the engine falls back to the CPU.

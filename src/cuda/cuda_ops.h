@@ -80,7 +80,8 @@ hm_status cuda_swiglu_oai(const float *gate, const float *up, float *out, int64_
  * [n_expert] or NULL (device), d_ids [n_tok][k] int32, d_weights [n_tok][k] f32. Slots by
  * descending score, equal scores lower id first; both gating modes and renorm as the CPU.
  * 1 <= k <= n_expert <= 4096 (HM_ERR_ARG otherwise). The CPU rejects NaN logits; here a NaN
- * has no error path: it never compares greater, so its expert sorts as the lowest score. One
+ * has no error path: a NaN score sorts after every number (ties among NaNs by id), so the ids
+ * stay k distinct experts, but that token's weights are unspecified (NaN in softmax mode). One
  * block per token. */
 hm_status cuda_router(const float *logits, const float *bias, int64_t n_tok, int n_expert, int k,
                       cpu_gate_mode mode, int renorm, int32_t *d_ids, float *d_weights,
