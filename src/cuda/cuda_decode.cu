@@ -78,11 +78,13 @@ extern "C" void cuda_decode_free(cuda_decode *d) {
     free(d);
 }
 
-/* Captures sample -> commit -> engine step on the engine's stream. */
+/* Captures sample -> commit -> engine step on the engine's stream. Relaxed mode: launchers may
+ * call cudaFuncSetAttribute (shared memory size) while capturing; the attribute stays set for
+ * the replays, and nothing else runs on this thread meanwhile. */
 static hm_status capture_step(cuda_decode *d, hm_error *err) {
     cuda_engine *e = d->e;
     cudaStream_t s = (cudaStream_t)e->stream;
-    cudaError_t ce = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+    cudaError_t ce = cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed);
     if (ce != cudaSuccess) return cuda_fail(err, ce, "cudaStreamBeginCapture");
     hm_status st = cuda_sampler_sample(d->smp, e->d_logits, &d->d_scal[0], s, err);
     if (st == HM_OK) {
