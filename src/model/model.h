@@ -18,6 +18,10 @@
  * The expert FFN is behind a small interface (hm_moe_exec below): routing result in, per-slot
  * outputs out; the forward pass sums the per-slot outputs weighted, in slot order, so a later
  * tier may compute some experts on a GPU without changing a bit of the result.
+ *
+ * hm_context_params.n_gpu_layers > 0 runs the whole forward pass on a GPU instead
+ * (cuda/cuda_engine.h): decode-sized steps give the CPU's bytes except attention's summation
+ * order; prompt ubatches use tensor-core GEMMs (f16 inputs). See hm_context_gpu.
  */
 #ifndef HM_MODEL_MODEL_H
 #define HM_MODEL_MODEL_H

@@ -6,6 +6,11 @@
  * than failing). hm_decode checks its arguments, rewinds the cache if pos < n_past, and runs
  * the tokens in ubatches of at most n_ubatch. Full-attention layers keep n_ctx positions;
  * sliding-window layers a ring of window + n_ubatch - 1 (cpu_kv_slots_needed).
+ *
+ * With n_gpu_layers > 0 the context creates a GPU engine (cuda/cuda_engine.h: weights, KV cache
+ * and scratch on the device) instead of the CPU cache and scratch, and hm_decode runs there. If
+ * the engine cannot be created, gpu_strict makes hm_context_init fail with its reason; otherwise
+ * one warning line names the reason and the CPU path is set up as usual.
  */
 #include <stdlib.h>
 #include <string.h>
