@@ -177,6 +177,7 @@ static hm_status print_json(const cli_engine *e, const cli_common_args *a, const
             hm_json_key(&j, "host_syncs_start_end"); hm_json_uint(&j, x->host_syncs_end);
             hm_json_key(&j, "graph_nodes_per_token"); hm_json_uint(&j, x->graph_nodes);
             hm_json_key(&j, "graph_kernels_per_token"); hm_json_uint(&j, x->kernel_nodes);
+            hm_json_key(&j, "stream_queries"); hm_json_uint(&j, x->stream_queries);
             hm_json_key(&j, "tg_cv"); hm_json_double(&j, x->tg_cv);
             hm_json_key(&j, "audit_ts");
             hm_json_double(&j, x->tg_mean_s > 0 ? 1.0 / x->tg_mean_s : 0.0);

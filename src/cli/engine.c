@@ -142,12 +142,13 @@ void cli_engine_print_audit(const cli_engine *e, const hm_gen *g) {
     int gaps = au.n_tokens > 1 ? au.n_tokens - 1 : 1;
     fprintf(stderr,
             "audit: backend %s (%s), %d tokens, host syncs/token %.3f (%llu in the loop, %llu "
-            "at start/end), graph nodes/token %llu (%llu kernels), %llu decode steps, tg mean "
-            "%.3f ms, cv %.4f over %d tokens\n",
+            "at start/end), graph nodes/token %llu (%llu kernels), %llu decode steps, %llu stream "
+            "queries, tg mean %.3f ms, cv %.4f over %d tokens\n",
             cli_engine_backend(e), au.gpu ? "autonomous graph" : "host loop", au.n_tokens,
             (double)au.host_syncs / gaps, (unsigned long long)au.host_syncs,
             (unsigned long long)au.host_syncs_end, (unsigned long long)au.graph_nodes,
             (unsigned long long)au.kernel_nodes, (unsigned long long)au.steps,
+            (unsigned long long)au.stream_queries,
             au.tg_mean_s * 1e3, au.tg_cv, au.n_timed);
 }
 

@@ -34,6 +34,7 @@ struct cuda_decode {
     cudaGraphExec_t exec;
     uint64_t launched;
     uint64_t nodes, kernels;
+    uint64_t queries;
 };
 
 static hm_status cuda_fail(hm_error *err, cudaError_t e, const char *what) {
@@ -233,6 +234,7 @@ extern "C" hm_status cuda_decode_wait(cuda_decode *d, uint64_t step, int32_t *to
         if (t - t_check < 1e-3) continue;
         t_check = t;
         cudaError_t q = cudaStreamQuery((cudaStream_t)d->e->stream);
+        d->queries++;
         if (q == cudaErrorNotReady) {
             if (t - t_start > DECODE_STALL_S)
                 return hm_error_set(err, HM_ERR_CUDA, "decode step %llu delivered no token in "
@@ -265,6 +267,7 @@ extern "C" void cuda_decode_get_stats(const cuda_decode *d, cuda_decode_stats *s
     s->graph_nodes = d->nodes;
     s->kernel_nodes = d->kernels;
     s->launches = d->launched;
+    s->queries = d->queries;
 }
 
 extern "C" uint64_t cuda_decode_host_syncs(const cuda_decode *d) { return d->e->n_host_syncs; }

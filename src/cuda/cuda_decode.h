@@ -64,6 +64,8 @@ typedef struct {
     uint64_t graph_nodes;  /* nodes of the step graph */
     uint64_t kernel_nodes; /* of which kernel launches */
     uint64_t launches;     /* graph launches since init */
+    uint64_t queries;      /* cudaStreamQuery calls of cuda_decode_wait (a token that took over
+                              1 ms; a query does not wait) */
 } cuda_decode_stats;
 
 void cuda_decode_get_stats(const cuda_decode *d, cuda_decode_stats *s);

@@ -178,7 +178,7 @@ hm_status cuda_decode_redo(cuda_decode *d, int32_t token, int pos, hm_error *err
 
 void cuda_decode_get_stats(const cuda_decode *d, cuda_decode_stats *s) {
     (void)d;
-    s->graph_nodes = s->kernel_nodes = s->launches = 0;
+    s->graph_nodes = s->kernel_nodes = s->launches = s->queries = 0;
 }
 
 uint64_t cuda_decode_host_syncs(const cuda_decode *d) { return 0; }

@@ -62,7 +62,8 @@ struct hm_gen {
     double *arrive;     /* [audit_tokens] */
     int n_timed;
     uint64_t syncs_begin, syncs_first, syncs_last, syncs_after;
-    uint64_t steps_before; /* launches before the generation */
+    uint64_t queries_begin; /* cuda_decode's stream query count at the start */
+    uint64_t queries_end;
     uint64_t steps;
 };
 
@@ -79,6 +80,13 @@ static double now_s(void) {
 
 static uint64_t host_syncs(const hm_gen *g) {
     return g->eng ? g->eng->n_host_syncs : 0;
+}
+
+static uint64_t dec_queries(const hm_gen *g) {
+    if (!g->dec) return 0;
+    cuda_decode_stats s;
+    cuda_decode_get_stats(g->dec, &s);
+    return s.queries;
 }
 
 static void hist_push(hm_gen *g, const int32_t *t, int n) {
@@ -207,6 +215,7 @@ hm_status hm_gen_end(hm_gen *g, hm_error *err) {
     if (st != HM_OK) return st;
     g->active = false;
     g->syncs_after = host_syncs(g);
+    g->queries_end = dec_queries(g);
     g->expect_past = hm_context_n_past(g->ctx);
     return HM_OK;
 }
@@ -263,6 +272,7 @@ static void start(hm_gen *g) {
     g->n_timed = 0;
     g->steps = 0;
     g->syncs_begin = g->syncs_first = g->syncs_last = g->syncs_after = host_syncs(g);
+    g->queries_begin = g->queries_end = dec_queries(g);
 }
 
 static hm_status limit_error(const hm_gen *g, hm_error *err) {
@@ -385,6 +395,7 @@ void hm_gen_audit_get(const hm_gen *g, hm_gen_audit *a) {
         cuda_decode_get_stats(g->dec, &s);
         a->graph_nodes = s.graph_nodes;
         a->kernel_nodes = s.kernel_nodes;
+        a->stream_queries = (g->active ? s.queries : g->queries_end) - g->queries_begin;
     }
     if (g->n_timed > 0) {
         a->first_s = g->arrive[0];

@@ -101,6 +101,8 @@ typedef struct {
                                the wait in hm_gen_end) */
     uint64_t graph_nodes;   /* nodes of the captured decode-step graph (0: CPU) */
     uint64_t kernel_nodes;  /* of which kernels */
+    uint64_t stream_queries;/* cudaStreamQuery calls while waiting for tokens (non-blocking
+                               liveness checks when a token takes over 1 ms) */
     uint64_t steps;         /* decode steps run for this generation (GPU: includes run-ahead) */
     double first_s, last_s; /* arrival of the first / last timed token, seconds, monotonic */
     double tg_mean_s;       /* mean interval between consecutive timed tokens */
