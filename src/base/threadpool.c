@@ -15,11 +15,6 @@
  * nothing of a job it has not read. Once its claim succeeded the job cannot complete before the
  * item does, so reading fn/ctx after the claim is safe (they are written before the word is
  * published). The caller waits for `items_done` == count; no other thread touches the job after.
- *
- * Prefetch hints: threads left without items take 64 KiB pieces of the hinted ranges from one
- * atomic cursor and issue prefetch instructions over them. Races with a caller that replaces
- * the ranges are harmless: a prefetch of a stale or wrong address neither faults nor changes
- * any value, it only wastes a little bandwidth.
  */
 #include "base/threadpool.h"
 
@@ -66,10 +61,6 @@ struct tp_pool {
     void *ictx;
     int64_t ibase; /* item index of the word's item 0 (jobs of more than 2^22 - 1 items) */
     uint64_t iseq;
-    _Alignas(64) atomic_size_t pf_next; /* byte offset into the concatenated ranges */
-    _Atomic uintptr_t pf_ptr[TP_PREFETCH_MAX]; /* relaxed atomics: read while being replaced */
-    atomic_size_t pf_end[TP_PREFETCH_MAX];     /* cumulative ends */
-    _Atomic int pf_n;
     tp_worker *workers; /* [n - 1], worker i has ith = i + 1 */
     int n_started;
 };
@@ -84,48 +75,6 @@ static void tp_futex_wake_all(atomic_uint *addr) {
 
 enum { TP_ITEM_BITS = 22 };
 #define TP_ITEM_MASK ((1ull << TP_ITEM_BITS) - 1)
-
-enum { TP_PF_PIECE = 64 * 1024 };
-
-/* Prefetches one piece of the hinted ranges; 0 when they are exhausted. */
-static int tp_prefetch_piece(tp_pool *p) {
-    const int n = atomic_load_explicit(&p->pf_n, memory_order_acquire);
-    if (n <= 0) return 0;
-#define PF_END(i) atomic_load_explicit(&p->pf_end[i], memory_order_relaxed)
-    const size_t total = PF_END(n - 1);
-    size_t off = atomic_load_explicit(&p->pf_next, memory_order_relaxed);
-    if (off >= total) return 0;
-    off = atomic_fetch_add_explicit(&p->pf_next, TP_PF_PIECE, memory_order_relaxed);
-    if (off >= total) return 0;
-    int r = 0;
-    while (r < n - 1 && PF_END(r) <= off) r++;
-    const size_t r0 = r ? PF_END(r - 1) : 0, r1 = PF_END(r);
-    if (off < r0 || off >= r1) return 1; /* ranges replaced meanwhile */
-    const char *a = (const char *)atomic_load_explicit(&p->pf_ptr[r], memory_order_relaxed) + (off - r0);
-    size_t len = r1 - off < TP_PF_PIECE ? r1 - off : TP_PF_PIECE;
-#undef PF_END
-#if defined(__x86_64__) || defined(__i386__)
-    for (size_t i = 0; i < len; i += 64) _mm_prefetch(a + i, _MM_HINT_T1);
-#else
-    for (size_t i = 0; i < len; i += 64) __builtin_prefetch(a + i, 0, 2);
-#endif
-    return 1;
-}
-
-void tp_prefetch(tp_pool *p, const tp_range *ranges, int n) {
-    if (!p || p->n == 1) return;
-    atomic_store_explicit(&p->pf_n, 0, memory_order_relaxed);
-    int k = 0;
-    size_t end = 0;
-    for (int i = 0; i < n && k < TP_PREFETCH_MAX; i++) {
-        if (!ranges[i].ptr || ranges[i].bytes < 4096) continue;
-        end += ranges[i].bytes;
-        atomic_store_explicit(&p->pf_ptr[k], (uintptr_t)ranges[i].ptr, memory_order_relaxed);
-        atomic_store_explicit(&p->pf_end[k++], end, memory_order_relaxed);
-    }
-    atomic_store_explicit(&p->pf_next, 0, memory_order_relaxed);
-    atomic_store_explicit(&p->pf_n, k, memory_order_release);
-}
 
 /* Claims and runs items of the job in `items` until none is left. */
 static void tp_items_work(tp_pool *p, int ith) {
@@ -166,9 +115,6 @@ static void *tp_worker_main(void *arg) {
         if (atomic_load_explicit(&p->stop, memory_order_acquire)) break;
         if (g & 1u) { /* odd generations are item jobs */
             tp_items_work(p, wk->ith);
-            /* the tail: prefetch what the next jobs read until the next job comes */
-            while (atomic_load_explicit(&p->gen, memory_order_relaxed) == g && tp_prefetch_piece(p))
-                ;
             continue;
         }
         p->fn(p->ctx, wk->ith, p->n);
@@ -198,8 +144,6 @@ hm_status tp_init(int n, tp_pool **pool, hm_error *err) {
     atomic_init(&p->done, 0);
     atomic_init(&p->bar_count, 0);
     atomic_init(&p->bar_phase, 0);
-    atomic_init(&p->pf_next, 0);
-    atomic_init(&p->pf_n, 0);
     if (n > 1) {
         p->workers = calloc((size_t)(n - 1), sizeof(tp_worker));
         if (!p->workers) {
@@ -270,7 +214,6 @@ void tp_run_items(tp_pool *p, tp_item_fn fn, void *ctx, int64_t n_items) {
         tp_items_work(p, 0);
         int spins = 0;
         while (atomic_load_explicit(&p->items_done, memory_order_acquire) < count) {
-            if (tp_prefetch_piece(p)) continue;
             if (++spins < TP_WAIT_PAUSE) TP_RELAX();
             else sched_yield();
         }

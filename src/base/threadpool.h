@@ -14,7 +14,6 @@
 #ifndef HM_BASE_THREADPOOL_H
 #define HM_BASE_THREADPOOL_H
 
-#include <stddef.h>
 #include <stdint.h>
 
 #include "base/status.h"
@@ -42,17 +41,5 @@ void tp_barrier(tp_pool *pool);
  * tp_barrier. A NULL pool runs every item on the caller, in order. */
 typedef void (*tp_item_fn)(void *ctx, int64_t item, int ith);
 void tp_run_items(tp_pool *pool, tp_item_fn fn, void *ctx, int64_t n_items);
-
-/* Memory the next jobs will read (e.g. the next matrices' weights). Threads that have no item
- * left in an item job — the job's tail, while the last items finish — prefetch these ranges in
- * 64 KiB pieces instead of idling, so the memory bus stays busy between jobs. Only a hint:
- * prefetches never fault and change no result; each call replaces the previous ranges (at most
- * TP_PREFETCH_MAX, smaller pieces ignored). n = 0 clears. NULL pool: no-op. */
-enum { TP_PREFETCH_MAX = 16 };
-typedef struct {
-    const void *ptr;
-    size_t bytes;
-} tp_range;
-void tp_prefetch(tp_pool *pool, const tp_range *ranges, int n);
 
 #endif

@@ -32,22 +32,6 @@ static tp_pool *op_pool(const hm_context *c, int64_t elems) {
     return elems <= FWD_INLINE_ELEMS ? NULL : c->pool;
 }
 
-/* Prefetch hints (tp_prefetch): while the last items of one product finish, idle threads read
- * ahead the weights of the next ones — wo during q/k/v, the selected experts' down rows during
- * gate/up, the next layer's q/k/v during down — so the memory bus does not idle between pool
- * jobs. Only for decode-sized batches (prompts are compute-bound). */
-static tp_range tensor_range(const hm_tensor *t) {
-    tp_range r = {t->data, t->data ? t->row_size * (size_t)t->ne[1] * (size_t)t->ne[2] * (size_t)t->ne[3] : 0};
-    return r;
-}
-
-static void hint_layer_attn(hm_context *c, int il, int n) {
-    if (n > 4 || il >= c->m->hp.n_layer) return;
-    const hm_layer *L = &c->m->layers[il];
-    tp_range r[3] = {tensor_range(&L->wq), tensor_range(&L->wk), tensor_range(&L->wv)};
-    tp_prefetch(c->pool, r, 3);
-}
-
 /* y[n][rows of w] = x[n][w->ne[0]] . w (+ bias b when given). */
 static hm_status linear(hm_context *c, const hm_tensor *w, const hm_tensor *b, const float *x,
                         int64_t n, float *y, hm_error *err) {
@@ -135,18 +119,6 @@ hm_status hm_moe_exec_cpu(void *impl, const hm_model *m, const hm_moe_job *job,
     b.wtype = L->up_exps.type, b.w = L->up_exps.data, b.y = c->eu;
     const bool oai = m->desc->swiglu == HM_SWIGLU_OAI;
     hm_status st;
-    if (n <= 4) { /* the selected experts' down rows, each expert once */
-        tp_range r[TP_PREFETCH_MAX];
-        int nr = 0;
-        const size_t ebytes = L->down_exps.row_size * (size_t)L->down_exps.ne[1];
-        for (int64_t p = 0; p < n * K && nr < TP_PREFETCH_MAX; p++) {
-            const int32_t e = job->ids[p];
-            bool seen = e < 0 || e >= hp->n_expert;
-            for (int64_t q = 0; q < p && !seen; q++) seen = job->ids[q] == e;
-            if (!seen) r[nr++] = (tp_range){(const char *)L->down_exps.data + (size_t)e * ebytes, ebytes};
-        }
-        tp_prefetch(c->pool, r, nr);
-    }
     if (quant_act_for(a.wtype) == quant_act_for(b.wtype) &&
         (!L->gate_exps_b.data || L->up_exps_b.data)) {
         /* one job: gate and up rows of each chunk, then their biases and activation */
@@ -168,7 +140,6 @@ hm_status hm_moe_exec_cpu(void *impl, const hm_model *m, const hm_moe_job *job,
         if (oai) cpu_swiglu_oai(c->pool, c->eg, c->eu, c->eg, n * K * F, 1.702f, 7.0f);
         else cpu_swiglu(c->pool, c->eg, c->eu, c->eg, n * K * F);
     }
-    hint_layer_attn(c, job->layer + 1, (int)n);
     /* down: slot s of token t reads its own activation eg[t][s] */
     a.wtype = L->down_exps.type, a.w = L->down_exps.data, a.n_rows = E, a.k = F;
     a.x = c->eg, a.x_per_slot = 1, a.y = job->y;
@@ -187,10 +158,6 @@ static hm_status attention_block(hm_context *c, int il, int n, hm_error *err) {
     tp_pool *pe = op_pool(c, n * hp->n_embd), *pq = op_pool(c, (int64_t)n * nh * hd);
 
     cpu_rmsnorm(pe, c->x, L->attn_norm.data, c->xn, n, hp->n_embd, hp->rms_eps);
-    if (n <= 4) {
-        tp_range r[2] = {tensor_range(&L->wo), tensor_range(&L->router)};
-        tp_prefetch(c->pool, r, 2);
-    }
     hm_status st = linear_qkv(c, L, c->xn, n, err);
     if (st != HM_OK) return st;
     if (d->qk_norm == HM_QKNORM_HEAD) { /* each head of q [n][nh][hd], k [n][nkv][hd] */
@@ -289,7 +256,6 @@ hm_status model_forward_ubatch(hm_context *c, const int32_t *tokens, int n, int 
         if (st != HM_OK)
             return hm_error_set(err, st, "cannot read row %d of %s", tokens[t], m->tok_embd.name);
     }
-    hint_layer_attn(c, 0, n);
     for (int il = 0; il < hp->n_layer && st == HM_OK; il++) {
         st = attention_block(c, il, n, err);
         if (st == HM_OK) st = moe_block(c, il, n, err);
