@@ -3,6 +3,9 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 /* F16C is CPUID.1:ECX bit 29; clang's __builtin_cpu_supports does not know the name. */
 static int has_f16c(void) {
@@ -47,3 +50,20 @@ int hm_cpu_has_avx512(void) {
 int hm_cpu_has_avx2(void) { return 0; }
 int hm_cpu_has_avx512(void) { return 0; }
 #endif
+
+uint64_t hm_ram_bytes(void) {
+    const char *e = getenv("HOTMOE_RAM_MIB");
+    if (e && *e) {
+        char *end = NULL;
+        unsigned long long mib = strtoull(e, &end, 10);
+        if (end && *end == '\0') return (uint64_t)mib << 20;
+    }
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    return pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
+}
+
+const char *hm_bytes_str(uint64_t bytes, char buf[32]) {
+    if (bytes >= (1ull << 30)) snprintf(buf, 32, "%.2f GiB", bytes / 1073741824.0);
+    else snprintf(buf, 32, "%.1f MiB", bytes / 1048576.0);
+    return buf;
+}

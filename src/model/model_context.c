@@ -19,6 +19,7 @@
 #include "base/log.h"
 #include "cpu/matmul.h"
 #include "cuda/cuda_engine.h"
+#include "base/cpu.h"
 #include "model/model_internal.h"
 #include "moe/tracer.h"
 #include "quant/qtypes.h"
@@ -150,11 +151,6 @@ static hm_status gpu_open(hm_context *c, hm_error *err) {
     return HM_OK;
 }
 
-static uint64_t phys_ram(void) {
-    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-    return pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
-}
-
 hm_status hm_context_init(const hm_model *m, const hm_context_params *params, hm_context **out,
                           hm_error *err) {
     *out = NULL;
@@ -163,14 +159,15 @@ hm_status hm_context_init(const hm_model *m, const hm_context_params *params, hm
     if (st != HM_OK) return st;
     const hm_hparams *hp = &m->hp;
     if (p.check_ram) {
-        uint64_t need = hm_model_weight_bytes(m) + hm_context_bytes(m, &p), ram = phys_ram();
-        if (ram && need > ram)
-            return hm_error_set(err, HM_ERR_NOMEM, "model needs %.2f GiB of RAM (weights %.2f "
-                                "GiB + KV cache and buffers %.2f GiB for -c %d) but this machine "
-                                "has %.2f GiB", need / 1073741824.0,
-                                hm_model_weight_bytes(m) / 1073741824.0,
-                                hm_context_bytes(m, &p) / 1073741824.0, p.n_ctx,
-                                ram / 1073741824.0);
+        uint64_t need = hm_model_weight_bytes(m) + hm_context_bytes(m, &p), ram = hm_ram_bytes();
+        if (ram && need > ram) {
+            char b1[32], b2[32], b3[32], b4[32];
+            return hm_error_set(err, HM_ERR_NOMEM, "model needs %s of RAM (weights %s + KV cache "
+                                "and buffers %s for -c %d) but this machine has %s",
+                                hm_bytes_str(need, b1), hm_bytes_str(hm_model_weight_bytes(m), b2),
+                                hm_bytes_str(hm_context_bytes(m, &p), b3), p.n_ctx,
+                                hm_bytes_str(ram, b4));
+        }
     }
     hm_context *c = calloc(1, sizeof(*c));
     if (!c) return hm_error_set(err, HM_ERR_NOMEM, "out of memory (context)");

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/cpu.h"
 #include "model/model_internal.h"
 #include "quant/qtypes.h"
 
@@ -329,11 +330,6 @@ static hm_status bind_all(hm_model *m, bool f32_weights, hm_error *err) {
     return st;
 }
 
-static uint64_t phys_ram_bytes(void) {
-    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-    return pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
-}
-
 hm_status hm_model_load_gguf(gguf_ctx *g, const hm_model_params *params, hm_model **out,
                              hm_error *err) {
     *out = NULL;
@@ -356,11 +352,13 @@ hm_status hm_model_load_gguf(gguf_ctx *g, const hm_model_params *params, hm_mode
     if (st == HM_OK) st = read_hparams(m, err);
     if (st == HM_OK) st = bind_all(m, p.f32_weights, err);
     if (st == HM_OK && p.check_ram) {
-        uint64_t ram = phys_ram_bytes();
-        if (ram && m->weight_bytes > ram)
-            st = hm_error_set(err, HM_ERR_NOMEM, "model needs %.2f GiB of RAM for its weights "
-                              "but this machine has %.2f GiB", m->weight_bytes / 1073741824.0,
-                              ram / 1073741824.0);
+        uint64_t ram = hm_ram_bytes();
+        if (ram && m->weight_bytes > ram) {
+            char b1[32], b2[32];
+            st = hm_error_set(err, HM_ERR_NOMEM, "model needs %s of RAM for its weights but this "
+                              "machine has %s", hm_bytes_str(m->weight_bytes, b1),
+                              hm_bytes_str(ram, b2));
+        }
     }
     if (st != HM_OK) {
         hm_model_free(m);

@@ -3,7 +3,8 @@
 # the logits file layout of docs/LOGITS.md (magic, header length, JSON header, data at a
 # multiple of 64, n_rows x n_vocab f32), .npy output, --last equal to the last row of --all,
 # -p and --ids giving the same logits for the same ids, determinism, run's streamed text and
-# speed lines, and bad input answered with one line and exit code 1 or 2.
+# speed lines, and bad input answered with one line and exit code 1 or 2 (a model too large for
+# the RAM, with HOTMOE_RAM_MIB pretending a small machine, says how much it needs).
 #   bash tests/cli/logits_run.sh HOTMOE_BIN TMPDIR      (run from the repository root)
 set -u
 bin=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
@@ -84,6 +85,17 @@ expect "run: greedy is deterministic across thread counts" cmp -s "$tmp/out" "$t
 "$bin" run -m "$m" -p "the cat" -n 5 -c 3 >/dev/null 2>"$tmp/err"
 expect "run: prompt longer than the context: exit 1" test $? -eq 1
 expect "run: prompt longer than the context: says so" grep -q "context" "$tmp/err"
+
+# ---- a model too large for this machine's RAM (HOTMOE_RAM_MIB pretends the RAM size) ----
+HOTMOE_RAM_MIB=1 "$bin" run -m "$m" -p hi -n 2 >/dev/null 2>"$tmp/err"
+expect "too large for RAM: exit 1" test $? -eq 1
+expect "too large for RAM: says what the weights need" \
+  grep -q "model needs [0-9.]* MiB of RAM for its weights but this machine has 1.0 MiB" "$tmp/err"
+HOTMOE_RAM_MIB=$(( $(stat -c %s "$m") / 1048576 + 1 )) "$bin" run -m "$m" -p hi -n 2 -c 4096 \
+  >/dev/null 2>"$tmp/err"
+expect "weights fit, cache does not: exit 1" test $? -eq 1
+expect "weights fit, cache does not: says weights + cache for -c" \
+  grep -q "model needs .* of RAM (weights .* + KV cache and buffers .* for -c 4096) but this machine has" "$tmp/err"
 
 rm -rf "$tmp"
 cli_summary
