@@ -215,7 +215,7 @@ static hm_status generate(chat_state *s, int n_predict, char **reply, int *n_gen
     cli_engine *e = s->e;
     bool harmony = s->tmpl->family == CHAT_HARMONY;
     tok_stream ts;
-    tok_stream_init(&ts, e->vocab, 0);
+    tok_stream_init(&ts, e->vocab, TOK_DECODE_REPLACE_INVALID);
     tok_ids gen = {0};
     hm_status st = HM_OK;
     int n_ctx = hm_context_n_ctx(e->ctx);

@@ -90,7 +90,7 @@ int cmd_run(int argc, char **argv) {
     }
     tok_ids ids = {0};
     tok_stream ts;
-    tok_stream_init(&ts, e.vocab, 0);
+    tok_stream_init(&ts, e.vocab, TOK_DECODE_REPLACE_INVALID);
     size_t len = 0;
     char *text = a.prompt ? NULL : cli_read_file(CMD, a.file, &len);
     if (!a.prompt && !text) goto done;

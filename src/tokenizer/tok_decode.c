@@ -162,6 +162,47 @@ static size_t incomplete_tail(const char *p, size_t n) {
     return 0;
 }
 
+/* Replaces what is not UTF-8 in b->p[0..n) by U+FFFD: one per maximal subpart (a lead byte
+ * and the continuation bytes that follow it, up to the length it claims), else one per byte. */
+static hm_status replace_invalid(buf *b) {
+    const unsigned char *p = (const unsigned char *)b->p;
+    size_t bad = 0;
+    for (size_t i = 0; i < b->n;) {
+        uint32_t cp;
+        size_t l = tok_utf8_decode(p + i, b->n - i, &cp);
+        bad += l == 0;
+        i += l ? l : 1;
+    }
+    if (!bad) return HM_OK;
+    char *t = malloc(b->n + 2 * bad + 1);
+    if (!t) return HM_ERR_NOMEM;
+    size_t o = 0;
+    for (size_t i = 0; i < b->n;) {
+        uint32_t cp;
+        size_t l = tok_utf8_decode(p + i, b->n - i, &cp);
+        if (l) {
+            memcpy(t + o, p + i, l);
+            o += l;
+            i += l;
+            continue;
+        }
+        size_t claim = tok_utf8_len(p[i]), j = 1;
+        while (j < claim && i + j < b->n && (p[i + j] & 0xC0) == 0x80) j++;
+        memcpy(t + o, "\xEF\xBF\xBD", 3);
+        o += 3;
+        i += j;
+    }
+    b->n = 0;
+    if (buf_reserve(b, o) != HM_OK) {
+        free(t);
+        return HM_ERR_NOMEM;
+    }
+    memcpy(b->p, t, o);
+    b->n = o;
+    free(t);
+    return HM_OK;
+}
+
 hm_status tok_stream_push(tok_stream *s, int32_t id, const char **text, size_t *len, hm_error *err) {
     *text = "";
     *len = 0;
@@ -178,6 +219,12 @@ hm_status tok_stream_push(tok_stream *s, int32_t id, const char **text, size_t *
     memcpy(s->held, b.p + b.n - keep, keep);
     s->n_held = keep;
     b.n -= keep;
+    if (s->flags & TOK_DECODE_REPLACE_INVALID) {
+        st = replace_invalid(&b);
+        s->buf = b.p;
+        s->cap = b.cap;
+        if (st != HM_OK) return hm_error_set(err, st, "tokenizer: out of memory");
+    }
     b.p[b.n] = 0;
     *text = b.p;
     *len = b.n;
@@ -188,13 +235,18 @@ void tok_stream_flush(tok_stream *s, const char **text, size_t *len) {
     buf b = {s->buf, 0, s->cap};
     *text = "";
     *len = 0;
-    if (buf_reserve(&b, s->n_held) != HM_OK) return;
+    if (buf_reserve(&b, 3) != HM_OK) return;
     s->buf = b.p;
     s->cap = b.cap;
     memcpy(b.p, s->held, s->n_held);
-    b.p[s->n_held] = 0;
+    size_t n = s->n_held;
+    if ((s->flags & TOK_DECODE_REPLACE_INVALID) && n) { /* an incomplete last character */
+        memcpy(b.p, "\xEF\xBF\xBD", 3);
+        n = 3;
+    }
+    b.p[n] = 0;
     *text = b.p;
-    *len = s->n_held;
+    *len = n;
     s->n_held = 0;
     s->started = false;
 }

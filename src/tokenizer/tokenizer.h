@@ -105,8 +105,12 @@ hm_status tok_encode(const tok_vocab *v, const char *text, size_t len, unsigned 
 
 enum {
     TOK_DECODE_SPECIAL = 1u << 0,    /* render CONTROL tokens' text (default: they decode to "") */
-    TOK_DECODE_STRIP_SPACE = 1u << 1 /* SPM with add_space_prefix: drop the one leading space of
-                                        the first piece (undoes the prepended U+2581) */
+    TOK_DECODE_STRIP_SPACE = 1u << 1, /* SPM with add_space_prefix: drop the one leading space of
+                                         the first piece (undoes the prepended U+2581) */
+    TOK_DECODE_REPLACE_INVALID = 1u << 2 /* tok_stream only: byte sequences that are not UTF-8
+                                            become U+FFFD (one per maximal invalid subpart, and
+                                            an incomplete sequence left at flush), as
+                                            transformers' decode does: for text shown to users */
 };
 
 /* The bytes of one token: GPT-2 byte symbols mapped back to bytes, U+2581 -> ' ', <0xXX> ->
@@ -134,7 +138,7 @@ void tok_stream_init(tok_stream *s, const tok_vocab *v, unsigned flags);
 void tok_stream_free(tok_stream *s);
 /* Decodes id; *text (valid until the next call) gets the complete UTF-8 characters now
  * available (possibly none: *len 0). Invalid byte sequences that can never become valid are
- * passed through as they are (like tok_decode). */
+ * passed through as they are (like tok_decode), or replaced with TOK_DECODE_REPLACE_INVALID. */
 hm_status tok_stream_push(tok_stream *s, int32_t id, const char **text, size_t *len,
                           hm_error *err);
 /* Returns what is still held (an incomplete sequence at the end of the ids) and resets. */

@@ -168,6 +168,32 @@ static void test_stream_holdback(void) {
     HM_CHECK(n == 1);
     HM_CHECK(tok_stream_push(&s, -5, &p, &n, &err) == HM_ERR_RANGE);
     tok_stream_free(&s);
+
+    /* TOK_DECODE_REPLACE_INVALID: what can never be UTF-8 becomes U+FFFD, valid text is kept */
+    tok_stream_init(&s, v, TOK_DECODE_REPLACE_INVALID);
+    const char *fffd = "\xEF\xBF\xBD";
+    HM_REQUIRE(tok_stream_push(&s, v->byte_tok[0x80], &p, &n, &err) == HM_OK);
+    HM_CHECK(n == 3 && !memcmp(p, fffd, 3)); /* stray continuation byte */
+    /* a lead byte of a 3-byte sequence, one continuation, then 'a': one U+FFFD then 'a' */
+    HM_REQUIRE(tok_stream_push(&s, v->byte_tok[0xE4], &p, &n, &err) == HM_OK);
+    HM_CHECK(n == 0);
+    HM_REQUIRE(tok_stream_push(&s, v->byte_tok[0xB8], &p, &n, &err) == HM_OK);
+    HM_CHECK(n == 0);
+    HM_REQUIRE(tok_stream_push(&s, v->byte_tok['a'], &p, &n, &err) == HM_OK);
+    HM_CHECK(n == 4 && !memcmp(p, fffd, 3) && p[3] == 'a');
+    /* 0xFF is never UTF-8; the emoji after it stays whole */
+    HM_REQUIRE(tok_stream_push(&s, v->byte_tok[0xFF], &p, &n, &err) == HM_OK);
+    HM_CHECK(n == 3 && !memcmp(p, fffd, 3));
+    for (int i = 0; i < 4; i++) HM_REQUIRE(tok_stream_push(&s, v->byte_tok[emoji[i]], &p, &n, &err) == HM_OK);
+    HM_CHECK(n == 4 && !memcmp(p, emoji, 4));
+    /* an incomplete character left at the end is one U+FFFD at the flush */
+    HM_REQUIRE(tok_stream_push(&s, v->byte_tok[0xF0], &p, &n, &err) == HM_OK);
+    HM_CHECK(n == 0);
+    tok_stream_flush(&s, &p, &n);
+    HM_CHECK(n == 3 && !memcmp(p, fffd, 3));
+    tok_stream_flush(&s, &p, &n);
+    HM_CHECK(n == 0);
+    tok_stream_free(&s);
 }
 
 static void test_gptoss_mistral_rules(void) {
