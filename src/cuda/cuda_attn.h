@@ -78,7 +78,7 @@ size_t cuda_attention_scratch_size(const cuda_attn_args *a);
 
 /* Enqueues attention for n_tok query tokens against the cache (their own rows must already be
  * stored). Positions >= n_ctx are clamped to n_ctx - 1 for reading, a negative position
- * leaves its output rows unwritten (no device error path). k_cache/v_cache must be 16-byte
+ * gives unspecified output rows (no device error path). k_cache/v_cache must be 16-byte
  * aligned (rows are read as 16-byte vectors; head_dim % 8 == 0 keeps every row aligned).
  * HM_ERR_ARG: bad shapes, n_head % n_head_kv, missing scratch; HM_ERR_UNSUPPORTED: head_dim;
  * HM_ERR_CUDA: launch failure (kernel named). */
