@@ -9,6 +9,11 @@
  * cuda_moe_combine, the shared expert -> products + cuda_swiglu + cuda_shexp_combine.
  * Prompt ubatches (n_tok > CUDA_ENGINE_MATVEC_MAX_TOK) use the tensor-core GEMMs of
  * cuda_gemm.h (f16 inputs: close to, not equal to, the CPU) where the shape allows.
+ * Decode steps (n_tok <= CUDA_ENGINE_MATVEC_MAX_TOK) use the fused kernels of cuda_fused.h
+ * (same bytes as the sequences they replace; CUDA_FUSE_* switch each off): the residual add
+ * (or the MoE combine) is deferred into the next norm (fwd_defer), the norm quantises the
+ * next product's activations, q/k/v of one type are one launch, and q/k norm, RoPE and the KV
+ * store are one launch.
  * Nothing here synchronises, allocates or copies to the host; positions come from e->d_pos.
  */
 #include <cuda_runtime.h>
@@ -17,6 +22,7 @@
 extern "C" {
 #include "cuda/cuda_attn.h"
 #include "cuda/cuda_engine_internal.h"
+#include "cuda/cuda_fused.h"
 #include "cuda/cuda_gemm.h"
 #include "cuda/cuda_ops.h"
 #include "cuda/cuda_quant.h"
@@ -45,6 +51,17 @@ static bool use_gemm(const cuda_engine *e, const cuda_tensor *w, int64_t n) {
            w->ne[0] % 32 == 0;
 }
 
+/* Decode-sized steps (the matvec path) use the fused kernels. */
+static bool fused_step(int64_t n) { return n <= CUDA_ENGINE_MATVEC_MAX_TOK; }
+
+/* A residual the decode path defers into the next norm kernel: x += add, or (combine) x += the
+ * MoE combine of (ey [+ the down bias], gw, ids). */
+typedef struct {
+    const float *add;
+    bool combine;
+    const float *ey_bias; /* with combine: the down bias not yet added to ey, or NULL */
+} fwd_defer;
+
 /* Activation rows of x [n][k] for weight type t in e->act (or x itself for float weights). */
 static hm_status quantize(cuda_engine *e, uint32_t t, const float *x, int64_t k, int64_t n,
                           const void **act, hm_error *err) {
@@ -65,6 +82,10 @@ static hm_status linear(cuda_engine *e, const cuda_tensor *w, const cuda_tensor 
                        e->gemm_scratch_bytes, e->stream, err);
     } else {
         st = act ? HM_OK : quantize(e, w->type, x, w->ne[0], n, &act, err);
+        if (st == HM_OK && b && b->d && fused_step(n) && CUDA_FUSE_MULTI_MATVEC) {
+            const cuda_multi_mat m = {w->d, w->ne[1], (const float *)b->d, y};
+            return cuda_matvec_multi(w->type, w->ne[0], act, n, &m, 1, e->stream, err);
+        }
         if (st == HM_OK) st = cuda_matvec(w->type, w->d, w->ne[1], w->ne[0], act, n, y, e->stream,
                                           err);
     }
@@ -73,25 +94,142 @@ static hm_status linear(cuda_engine *e, const cuda_tensor *w, const cuda_tensor 
     return st;
 }
 
-static hm_status attention_block(cuda_engine *e, int il, int n, hm_error *err) {
+/* Applies a deferred residual with the unfused launchers. */
+static hm_status defer_flush(cuda_engine *e, int n, fwd_defer *d, hm_error *err) {
+    const int64_t E = e->hp.n_embd;
+    const int K = (int)e->hp.n_expert_used;
+    hm_status st = HM_OK;
+    if (d->combine) {
+        if (d->ey_bias)
+            st = cuda_moe_add_bias(e->ey, d->ey_bias, e->ids, n, K, E, (int)e->hp.n_expert,
+                                   e->stream, err);
+        if (st == HM_OK)
+            st = cuda_moe_combine(e->ey, e->gw, e->ids, n, K, E, e->proj, e->stream, err);
+        if (st == HM_OK) st = cuda_add(e->x, e->proj, e->x, (int64_t)n * E, e->stream, err);
+    } else if (d->add) {
+        st = cuda_add(e->x, d->add, e->x, (int64_t)n * E, e->stream, err);
+    }
+    memset(d, 0, sizeof(*d));
+    return st;
+}
+
+/* x += the deferred residual; then (norm != NULL) xn = rmsnorm(x) * norm and (act != NULL)
+ * *act = xn's activation rows for weight type wtype (xn itself for float types). Decode steps:
+ * one cuda_fused_norm_quant launch; otherwise the unfused launchers. */
+static hm_status norm_step(cuda_engine *e, int n, fwd_defer *d, const cuda_tensor *norm,
+                           uint32_t wtype, const void **act, hm_error *err) {
+    const int64_t E = e->hp.n_embd;
+    const size_t arow = act ? cuda_act_row_bytes(wtype, E) : 0;
+    if (fused_step(n) && CUDA_FUSE_NORM_QUANT && E <= CUDA_FUSED_NORM_MAX && (!act || arow)) {
+        const bool f32 = arow == 4 * (size_t)E;
+        cuda_fused_norm_args a;
+        memset(&a, 0, sizeof(a));
+        a.x = e->x;
+        a.add = d->add;
+        if (d->combine) {
+            a.ey = e->ey;
+            a.gw = e->gw;
+            a.ids = e->ids;
+            a.n_used = (int)e->hp.n_expert_used;
+            a.ey_bias = d->ey_bias;
+            a.n_expert = (int)e->hp.n_expert;
+        }
+        a.norm_w = norm ? (const float *)norm->d : NULL;
+        a.eps = e->hp.rms_eps;
+        a.xn = norm ? e->xn : NULL;
+        a.wtype = wtype;
+        a.act = norm && act && !f32 ? e->act : NULL;
+        a.n_tok = n;
+        a.n = E;
+        memset(d, 0, sizeof(*d));
+        hm_status st = cuda_fused_norm_quant(&a, e->stream, err);
+        if (st == HM_OK && norm && act) *act = f32 ? (const void *)e->xn : e->act;
+        return st;
+    }
+    hm_status st = defer_flush(e, n, d, err);
+    if (st == HM_OK && norm)
+        st = cuda_rmsnorm(e->x, (const float *)norm->d, e->xn, n, E, e->hp.rms_eps, e->stream,
+                          err);
+    if (st == HM_OK && norm && act) st = quantize(e, wtype, e->xn, E, n, act, err);
+    return st;
+}
+
+/* q, k, v from one activation (decode): the matrices of one type in one launch. */
+static hm_status qkv_multi(cuda_engine *e, const cuda_layer *L, int n, const void *act,
+                           hm_error *err) {
+    const cuda_tensor *w[3] = {&L->wq, &L->wk, &L->wv};
+    const cuda_tensor *b[3] = {&L->bq, &L->bk, &L->bv};
+    float *y[3] = {e->q, e->k, e->v};
+    bool done[3] = {false, false, false};
+    hm_status st = HM_OK;
+    for (int i = 0; i < 3 && st == HM_OK; i++) {
+        if (done[i]) continue;
+        cuda_multi_mat m[3];
+        int nm = 0;
+        for (int j = i; j < 3; j++) {
+            if (done[j] || w[j]->type != w[i]->type) continue;
+            m[nm].w = w[j]->d;
+            m[nm].n_rows = w[j]->ne[1];
+            m[nm].bias = (const float *)b[j]->d;
+            m[nm].y = y[j];
+            nm++;
+            done[j] = true;
+        }
+        st = cuda_matvec_multi(w[i]->type, w[i]->ne[0], act, n, m, nm, e->stream, err);
+    }
+    return st;
+}
+
+static hm_status attention_block(cuda_engine *e, int il, int n, fwd_defer *dfr, hm_error *err) {
     const hm_hparams *hp = &e->hp;
     const cuda_layer *L = &e->layers[il];
     const int nh = (int)hp->n_head, nkv = (int)hp->n_head_kv, hd = (int)hp->head_dim_k;
     const int64_t E = hp->n_embd;
 
-    hm_status st = cuda_rmsnorm(e->x, (const float *)L->attn_norm.d, e->xn, n, E, hp->rms_eps,
-                                e->stream, err);
+    const bool fz = fused_step(n);
     /* q, k, v: the activations are quantised once when the three types share a format */
     const void *act = NULL;
     bool same = quant_act_for(L->wk.type) == quant_act_for(L->wq.type) &&
                 quant_act_for(L->wv.type) == quant_act_for(L->wq.type) &&
                 !use_gemm(e, &L->wq, n);
-    if (st == HM_OK && same) st = quantize(e, L->wq.type, e->xn, E, n, &act, err);
-    if (st == HM_OK) st = linear(e, &L->wq, &L->bq, e->xn, n, e->q, act, err);
-    if (st == HM_OK) st = linear(e, &L->wk, &L->bk, e->xn, n, e->k, act, err);
-    if (st == HM_OK) st = linear(e, &L->wv, &L->bv, e->xn, n, e->v, act, err);
+    hm_status st = norm_step(e, n, dfr, &L->attn_norm, L->wq.type, same ? &act : NULL, err);
     if (st != HM_OK) return st;
-    if (e->desc->qk_norm == HM_QKNORM_HEAD) {
+    if (fz && same && CUDA_FUSE_MULTI_MATVEC && L->wk.ne[0] == E && L->wv.ne[0] == E) {
+        st = qkv_multi(e, L, n, act, err);
+    } else {
+        st = linear(e, &L->wq, &L->bq, e->xn, n, e->q, act, err);
+        if (st == HM_OK) st = linear(e, &L->wk, &L->bk, e->xn, n, e->k, act, err);
+        if (st == HM_OK) st = linear(e, &L->wv, &L->bv, e->xn, n, e->v, act, err);
+    }
+    if (st != HM_OK) return st;
+    cuda_rope_args ra;
+    memset(&ra, 0, sizeof(ra));
+    ra.p = cuda_engine_rope_params(e);
+    ra.d_table = e->d_rope;
+    ra.n_table = e->p.n_ctx;
+    const bool fqk = fz && CUDA_FUSE_QK_ROPE_STORE && e->desc->qk_norm != HM_QKNORM_FULL &&
+                     hd <= 256;
+    if (fqk) { /* q/k norm, RoPE and the KV store in one launch */
+        cuda_fused_qk_args qa;
+        memset(&qa, 0, sizeof(qa));
+        qa.q = e->q;
+        qa.k = e->k;
+        qa.v = e->v;
+        qa.n_head = nh;
+        qa.n_head_kv = nkv;
+        qa.head_dim = hd;
+        qa.n_tok = n;
+        qa.qk_norm = e->desc->qk_norm == HM_QKNORM_HEAD;
+        qa.q_norm = (const float *)L->q_norm.d;
+        qa.k_norm = (const float *)L->k_norm.d;
+        qa.eps = hp->rms_eps;
+        qa.d_pos = e->d_positions;
+        qa.rope = ra;
+        qa.k_cache = L->k_cache;
+        qa.v_cache = L->v_cache;
+        qa.n_ctx = e->p.n_ctx;
+        st = cuda_fused_qk_rope_store(&qa, e->stream, err);
+    } else if (e->desc->qk_norm == HM_QKNORM_HEAD) {
         st = cuda_rmsnorm(e->q, (const float *)L->q_norm.d, e->q, (int64_t)n * nh, hd,
                           hp->rms_eps, e->stream, err);
         if (st == HM_OK)
@@ -104,16 +242,12 @@ static hm_status attention_block(cuda_engine *e, int il, int n, hm_error *err) {
             st = cuda_rmsnorm(e->k, (const float *)L->k_norm.d, e->k, n, (int64_t)nkv * hd,
                               hp->rms_eps, e->stream, err);
     }
-    if (st != HM_OK) return st;
-    cuda_rope_args ra;
-    memset(&ra, 0, sizeof(ra));
-    ra.p = cuda_engine_rope_params(e);
-    ra.d_table = e->d_rope;
-    ra.n_table = e->p.n_ctx;
-    st = cuda_rope_qk(e->q, nh, e->k, nkv, n, hd, e->d_positions, &ra, e->stream, err);
-    if (st == HM_OK)
-        st = cuda_kv_store(L->k_cache, L->v_cache, e->p.n_ctx, nkv, hd, e->k, e->v, n,
-                           e->d_positions, e->stream, err);
+    if (st == HM_OK && !fqk) {
+        st = cuda_rope_qk(e->q, nh, e->k, nkv, n, hd, e->d_positions, &ra, e->stream, err);
+        if (st == HM_OK)
+            st = cuda_kv_store(L->k_cache, L->v_cache, e->p.n_ctx, nkv, hd, e->k, e->v, n,
+                               e->d_positions, e->stream, err);
+    }
     if (st != HM_OK) return st;
     cuda_attn_args a;
     memset(&a, 0, sizeof(a));
@@ -133,12 +267,17 @@ static hm_status attention_block(cuda_engine *e, int il, int n, hm_error *err) {
     a.scratch = cuda_attention_scratch_size(&a) ? e->attn_scratch : NULL;
     st = cuda_attention(&a, e->stream, err);
     if (st == HM_OK) st = linear(e, &L->wo, &L->bo, e->attn, n, e->proj, NULL, err);
-    if (st == HM_OK) st = cuda_add(e->x, e->proj, e->x, (int64_t)n * E, e->stream, err);
-    return st;
+    if (st != HM_OK) return st;
+    if (fz && CUDA_FUSE_RESIDUAL) {
+        dfr->add = e->proj; /* x += proj in the MoE block's norm */
+        return HM_OK;
+    }
+    return cuda_add(e->x, e->proj, e->x, (int64_t)n * E, e->stream, err);
 }
 
 /* The expert FFN: ey[t][s] = down(act(gate(xn[t]), up(xn[t]))) of expert ids[t][s]. */
-static hm_status experts(cuda_engine *e, const cuda_layer *L, int n, hm_error *err) {
+static hm_status experts(cuda_engine *e, const cuda_layer *L, int n, const void *xact,
+                         bool defer_down_bias, hm_error *err) {
     const hm_hparams *hp = &e->hp;
     const int64_t F = hp->n_ff_exp, E = hp->n_embd;
     const int K = (int)hp->n_expert_used;
@@ -200,7 +339,8 @@ static hm_status experts(cuda_engine *e, const cuda_layer *L, int n, hm_error *e
         g.alpha = 1.702f;
         g.limit = 7.0f;
         g.out = e->eg;
-        st = quantize(e, g.gate.wtype, e->xn, E, n, &g.gate.act, err);
+        if (xact) g.gate.act = xact; /* quantised by the norm kernel */
+        else st = quantize(e, g.gate.wtype, e->xn, E, n, &g.gate.act, err);
         if (st != HM_OK) return st;
         if (quant_act_for(g.gate.wtype) == quant_act_for(g.up_wtype) &&
             (!g.gate_b || g.up_b)) {
@@ -242,25 +382,33 @@ static hm_status experts(cuda_engine *e, const cuda_layer *L, int n, hm_error *e
         st = quantize(e, d.wtype, e->eg, F, (int64_t)n * K, &d.act, err);
         if (st == HM_OK) st = cuda_moe_matvec(&d, e->stream, err);
     }
-    if (st == HM_OK && L->down_exps_b.d)
+    if (st == HM_OK && L->down_exps_b.d && !defer_down_bias)
         st = cuda_moe_add_bias(e->ey, (const float *)L->down_exps_b.d, e->ids, n, K, E,
                                (int)hp->n_expert, e->stream, err);
     return st;
 }
 
-static hm_status moe_block(cuda_engine *e, int il, int n, hm_error *err) {
+static hm_status moe_block(cuda_engine *e, int il, int n, fwd_defer *dfr, hm_error *err) {
     const hm_hparams *hp = &e->hp;
     const hm_arch_desc *d = e->desc;
     const cuda_layer *L = &e->layers[il];
     const int K = (int)hp->n_expert_used;
     const int64_t E = hp->n_embd;
 
-    hm_status st = cuda_rmsnorm(e->x, (const float *)L->ffn_norm.d, e->xn, n, E, hp->rms_eps,
-                                e->stream, err);
+    const bool fz = fused_step(n);
     /* the router always through the matvec kernels: its logits are the CPU's bytes, so the
-     * discrete expert choice does not move with the GEMM's f16 rounding (a small product) */
-    const void *ract = NULL;
-    if (st == HM_OK) st = quantize(e, L->router.type, e->xn, E, n, &ract, err);
+     * discrete expert choice does not move with the GEMM's f16 rounding (a small product).
+     * Decode: the norm kernel quantises for the experts' gate when the router reads f32 rows
+     * or the same format (xact), else for the router. */
+    const quant_act rfmt = quant_act_for(L->router.type);
+    const void *ract = NULL, *xact = NULL;
+    hm_status st;
+    if (fz && (rfmt == QUANT_ACT_F32 || rfmt == quant_act_for(L->gate_exps.type))) {
+        st = norm_step(e, n, dfr, &L->ffn_norm, L->gate_exps.type, &xact, err);
+        ract = rfmt == QUANT_ACT_F32 ? (const void *)e->xn : xact;
+    } else {
+        st = norm_step(e, n, dfr, &L->ffn_norm, L->router.type, &ract, err);
+    }
     if (st == HM_OK)
         st = cuda_matvec(L->router.type, L->router.d, L->router.ne[1], E, ract, n, e->router,
                          e->stream, err);
@@ -269,8 +417,16 @@ static hm_status moe_block(cuda_engine *e, int il, int n, hm_error *err) {
     if (st == HM_OK)
         st = cuda_router(e->router, (const float *)L->router_b.d, n, (int)hp->n_expert, K, gm,
                          d->gating == HM_GATING_SOFTMAX_TOPK_NORM, e->ids, e->gw, e->stream, err);
-    if (st == HM_OK) st = experts(e, L, n, err);
-    if (st == HM_OK) st = cuda_moe_combine(e->ey, e->gw, e->ids, n, K, E, e->proj, e->stream, err);
+    /* decode without a shared expert: the combine (and down bias) go into the next norm */
+    const bool defer = fz && CUDA_FUSE_RESIDUAL && !d->shared_expert;
+    if (st == HM_OK) st = experts(e, L, n, xact, defer, err);
+    if (st != HM_OK) return st;
+    if (defer) {
+        dfr->combine = true;
+        dfr->ey_bias = (const float *)L->down_exps_b.d;
+        return HM_OK;
+    }
+    st = cuda_moe_combine(e->ey, e->gw, e->ids, n, K, E, e->proj, e->stream, err);
     if (st == HM_OK && d->shared_expert) {
         const int64_t Sf = hp->n_ff_shexp;
         st = linear(e, &L->sh_gate, NULL, e->xn, n, e->sg, NULL, err);
@@ -280,6 +436,10 @@ static hm_status moe_block(cuda_engine *e, int il, int n, hm_error *err) {
         if (st == HM_OK) st = linear(e, &L->sh_down, NULL, e->sg, n, sh, NULL, err);
         if (st == HM_OK) st = linear(e, &L->sh_gate_inp, NULL, e->xn, n, e->sgate, NULL, err);
         if (st == HM_OK) st = cuda_shexp_combine(e->proj, sh, e->sgate, n, E, e->stream, err);
+    }
+    if (st == HM_OK && fz && CUDA_FUSE_RESIDUAL) {
+        dfr->add = e->proj;
+        return HM_OK;
     }
     if (st == HM_OK) st = cuda_add(e->x, e->proj, e->x, n * E, e->stream, err);
     return st;
@@ -295,10 +455,13 @@ extern "C" hm_status cuda_engine_enqueue_forward(cuda_engine *e, const int32_t *
     if (st == HM_OK)
         st = cuda_get_rows(e->tok_embd.type, e->tok_embd.d, e->tok_embd.row_size, d_tokens, n_tok,
                            e->hp.n_embd, e->x, e->stream, err);
+    fwd_defer dfr;
+    memset(&dfr, 0, sizeof(dfr));
     for (int il = 0; il < e->hp.n_layer && st == HM_OK; il++) {
-        st = attention_block(e, il, n_tok, err);
-        if (st == HM_OK) st = moe_block(e, il, n_tok, err);
+        st = attention_block(e, il, n_tok, &dfr, err);
+        if (st == HM_OK) st = moe_block(e, il, n_tok, &dfr, err);
     }
+    if (st == HM_OK) st = norm_step(e, n_tok, &dfr, NULL, 0, NULL, err); /* the last residual */
     return st;
 }
 
@@ -307,6 +470,25 @@ extern "C" hm_status cuda_engine_enqueue_logits(cuda_engine *e, int row0, int n_
     if (row0 < 0 || n_rows <= 0 || n_rows > e->n_logit_rows || row0 + n_rows > e->p.n_ubatch)
         return hm_error_set(err, HM_ERR_ARG, "GPU: logits rows %d..%d", row0, row0 + n_rows);
     const int64_t E = e->hp.n_embd;
+    const size_t arow = cuda_act_row_bytes(e->output.type, E);
+    if (fused_step(n_rows) && CUDA_FUSE_NORM_QUANT && E <= CUDA_FUSED_NORM_MAX && arow &&
+        !use_gemm(e, &e->output, n_rows)) { /* norm + quantisation in one launch */
+        cuda_fused_norm_args a;
+        memset(&a, 0, sizeof(a));
+        a.x = e->x + (int64_t)row0 * E;
+        a.norm_w = (const float *)e->output_norm.d;
+        a.eps = e->hp.rms_eps;
+        a.xn = e->xn;
+        a.wtype = e->output.type;
+        a.act = arow == 4 * (size_t)E ? NULL : e->act;
+        a.n_tok = n_rows;
+        a.n = E;
+        hm_status st = cuda_fused_norm_quant(&a, e->stream, err);
+        if (st == HM_OK)
+            st = linear(e, &e->output, NULL, e->xn, n_rows, e->d_logits,
+                        a.act ? (const void *)e->act : (const void *)e->xn, err);
+        return st;
+    }
     hm_status st = cuda_rmsnorm(e->x + (int64_t)row0 * E, (const float *)e->output_norm.d, e->xn,
                                 n_rows, E, e->hp.rms_eps, e->stream, err);
     if (st == HM_OK) st = linear(e, &e->output, NULL, e->xn, n_rows, e->d_logits, NULL, err);

@@ -1,0 +1,412 @@
+/* cuda_fused.cu - residual + rmsnorm + activation quantisation, and per-head q/k norm + RoPE +
+ * KV store, each in one launch (cuda_fused.h).
+ *
+ * DESIGN: k_fused_norm is one block (256 threads) per token: the threads form the row
+ * (x, x + add, or x + the slot combine, in cuda_moe_combine's slot order) into shared memory
+ * and write x back; lanes 0..3 of warp 0 run the four double chains of rmsnorm_kernel
+ * (element i into chain i mod 4, increasing i; combined (c0 + c1) + (c2 + c3)); every thread
+ * scales its elements into xn and the shared row; then the row is quantised as k_quant_act
+ * does it (q8_32: a warp per 32-element block; q8_K: the 8 warps on one 256-element
+ * super-block at a time, amax through shared memory, bsums over 16-lane halves).
+ * k_fused_qk is one block per (token, head) of q and k: the head row is staged in shared
+ * memory, normed (rmsnorm_kernel's chains on head_dim), rotated pair by pair exactly as
+ * rope_kernel (table cos/sin, or the device double formulas beyond the table), written back,
+ * and for k heads stored with the v head into the f16 caches (kv_store_kernel's conversion).
+ * The rope constants and the f16 conversion are private copies of cuda_ops.cu's rope_prepare
+ * and cuda_attn.cu's kv_f32_to_f16 (static there); the byte test against those launchers
+ * keeps them in step.
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <string.h>
+
+#include "cuda/cuda_blocks.cuh"
+#include "cuda/cuda_math.cuh"
+
+extern "C" {
+#include "cuda/cuda_fused.h"
+#include "cuda/cuda_quant.h"
+}
+
+#define FN_THREADS 256 /* = one q8_K super-block per pass */
+#define FQ_THREADS 128
+#define FQ_MAX_HD 256
+#define FQ_MAX_PAIRS 512
+#define FULL 0xffffffffu
+
+static hm_status fused_launched(const char *kernel, hm_error *err) {
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        return hm_error_set(err, HM_ERR_CUDA, "CUDA kernel %s: %s", kernel, cudaGetErrorString(e));
+    return HM_OK;
+}
+
+/* ------------------------------------------------------------ norm + quantise */
+
+/* lanes 0..3 of the calling warp 0: rmsnorm_kernel's scale of row[0..n) into *out */
+static __device__ __forceinline__ void fused_rms_scale(const float *row, int64_t n, float eps,
+                                                       float *out) {
+    double acc = 0.0; /* chain threadIdx.x (< 4) */
+    if (threadIdx.x < 4) {
+#pragma unroll 8
+        for (int64_t i = threadIdx.x; i < n; i += 4) {
+            const double v = (double)row[i];
+            acc = __dadd_rn(acc, __dmul_rn(v, v));
+        }
+    }
+    const double s1 = __shfl_down_sync(FULL, acc, 1);
+    const double s2 = __shfl_down_sync(FULL, acc, 2);
+    const double s3 = __shfl_down_sync(FULL, acc, 3);
+    if (threadIdx.x == 0) {
+        const double sum = __dadd_rn(__dadd_rn(acc, s1), __dadd_rn(s2, s3));
+        const float mean = __double2float_rn(__ddiv_rn(sum, (double)n));
+        *out = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+    }
+}
+
+/* k_quant_act's rounding of v * id to a signed byte */
+static __device__ __forceinline__ int fused_q8(float v, float id) {
+    const float r = rintf(__fmul_rn(v, id));
+    return r != r ? 0 : r > 127.0f ? 127 : r < -127.0f ? -127 : (int)r;
+}
+
+typedef struct {
+    float *x;
+    const float *add, *ey, *gw;
+    const int32_t *ids;
+    int n_used, n_expert;
+    const float *eb;
+    const float *w;
+    float eps;
+    float *xn;
+    uint8_t *act;
+    size_t act_bytes;
+    int64_t n;
+} norm_k;
+
+/* B = 0: no quantisation; 32: q8_32; 256: q8_K */
+template <int B>
+__global__ void __launch_bounds__(FN_THREADS) k_fused_norm(const norm_k A) {
+    extern __shared__ float row[]; /* [n] */
+    __shared__ float s_scale;
+    __shared__ float wmax[FN_THREADS / 32];
+    const int64_t t = blockIdx.x, n = A.n;
+    float *xr = A.x + t * n;
+    for (int64_t i = threadIdx.x; i < n; i += FN_THREADS) {
+        float v = xr[i];
+        if (A.ey) {
+            float acc = 0.0f; /* moe_combine_kernel */
+            for (int s = 0; s < A.n_used; s++) {
+                const int64_t ts = t * A.n_used + s;
+                const int32_t id = A.ids ? A.ids[ts] : 0;
+                if (id < 0) continue;
+                float y = A.ey[ts * n + i];
+                if (A.eb && id < A.n_expert) y = __fadd_rn(y, A.eb[(int64_t)id * n + i]);
+                acc = __fadd_rn(acc, __fmul_rn(A.gw[ts], y));
+            }
+            v = __fadd_rn(v, acc);
+            xr[i] = v;
+        } else if (A.add) {
+            v = __fadd_rn(v, A.add[t * n + i]);
+            xr[i] = v;
+        }
+        row[i] = v;
+    }
+    if (!A.xn) return;
+    __syncthreads();
+    if (threadIdx.x < 32) fused_rms_scale(row, n, A.eps, &s_scale);
+    __syncthreads();
+    const float sc = s_scale;
+    float *xnr = A.xn + t * n;
+    for (int64_t i = threadIdx.x; i < n; i += FN_THREADS) {
+        const float v = __fmul_rn(row[i], sc);
+        const float y = A.w ? __fmul_rn(v, A.w[i]) : v;
+        xnr[i] = y;
+        row[i] = y;
+    }
+    if (B == 0) return;
+    __syncthreads();
+    uint8_t *ar = A.act + (size_t)t * A.act_bytes;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (B == 32) {
+        for (int64_t ib = warp; ib < n / 32; ib += FN_THREADS / 32) {
+            const float v = row[ib * 32 + lane];
+            float amax = fabsf(v);
+#pragma unroll
+            for (int off = 16; off >= 1; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(FULL, amax, off));
+            const float d = __fdiv_rn(amax, 127.0f);
+            const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+            const int q = fused_q8(v, id);
+            int sum = q;
+#pragma unroll
+            for (int off = 16; off >= 1; off /= 2) sum += __shfl_xor_sync(FULL, sum, off);
+            uint8_t *blk = ar + (size_t)ib * CB_A32;
+            blk[CB_A32_QS + lane] = (uint8_t)(int8_t)q;
+            if (lane == 0) {
+                *(float *)blk = d;
+                *(int32_t *)(blk + CB_A32_SUM) = sum;
+            }
+        }
+    } else {
+        const int j = threadIdx.x;
+        for (int64_t ib = 0; ib < n / 256; ib++) {
+            const float v = row[ib * 256 + j];
+            float amax = fabsf(v);
+#pragma unroll
+            for (int off = 16; off >= 1; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(FULL, amax, off));
+            if (lane == 0) wmax[warp] = amax;
+            __syncthreads();
+            amax = wmax[0];
+#pragma unroll
+            for (int i = 1; i < 8; i++) amax = fmaxf(amax, wmax[i]);
+            __syncthreads(); /* wmax is rewritten by the next super-block */
+            const float d = __fdiv_rn(amax, 127.0f);
+            const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+            const int q = fused_q8(v, id);
+            int sum = q;
+#pragma unroll
+            for (int off = 8; off >= 1; off /= 2) sum += __shfl_xor_sync(FULL, sum, off);
+            uint8_t *blk = ar + (size_t)ib * CB_AK;
+            blk[CB_AK_QS + j] = (uint8_t)(int8_t)q;
+            if (j % 16 == 0) *(int16_t *)(blk + CB_AK_BS + 2 * (j / 16)) = (int16_t)sum;
+            if (j == 0) *(float *)blk = d;
+        }
+    }
+}
+
+extern "C" hm_status cuda_fused_norm_quant(const cuda_fused_norm_args *a, void *stream,
+                                           hm_error *err) {
+    if (!a) return hm_error_set(err, HM_ERR_ARG, "cuda_fused_norm_quant: missing arguments");
+    if (a->n < 1 || a->n > CUDA_FUSED_NORM_MAX || a->n_tok < 0 || a->n_tok > 0x7fffffff)
+        return hm_error_set(err, HM_ERR_ARG,
+                            "cuda_fused_norm_quant: bad shape (%lld rows of %lld, at most %d)",
+                            (long long)a->n_tok, (long long)a->n, CUDA_FUSED_NORM_MAX);
+    if (a->ey && (a->add || !a->gw || a->n_used < 1 ||
+                  (a->ey_bias && (!a->ids || a->n_expert < 1))))
+        return hm_error_set(err, HM_ERR_ARG,
+                            "cuda_fused_norm_quant: combine needs gw, n_used >= 1 and no add "
+                            "(a bias needs ids and n_expert >= 1)");
+    norm_k A;
+    memset(&A, 0, sizeof(A));
+    A.x = a->x;
+    A.add = a->add;
+    A.ey = a->ey;
+    A.gw = a->gw;
+    A.ids = a->ids;
+    A.n_used = a->n_used;
+    A.eb = a->ey ? a->ey_bias : NULL;
+    A.n_expert = a->n_expert;
+    A.w = a->norm_w;
+    A.eps = a->eps;
+    A.xn = a->xn;
+    A.n = a->n;
+    int B = 0;
+    if (a->xn && a->act) {
+        const quant_act at = quant_act_for(a->wtype);
+        if (at == QUANT_ACT_COUNT)
+            return hm_error_set(err, HM_ERR_UNSUPPORTED,
+                                "cuda_fused_norm_quant: unsupported weight type %s",
+                                hm_type_name(a->wtype));
+        B = at == QUANT_ACT_Q8_32 ? 32 : at == QUANT_ACT_Q8_K ? 256 : 0;
+        if (B && a->n % B)
+            return hm_error_set(err, HM_ERR_ARG,
+                                "cuda_fused_norm_quant: %lld is not a multiple of %s's "
+                                "activation block (%d)",
+                                (long long)a->n, hm_type_name(a->wtype), B);
+        A.act = (uint8_t *)a->act;
+        A.act_bytes = quant_act_row_size(at, a->n);
+    }
+    if (a->n_tok == 0 || (!a->xn && !a->add && !a->ey)) return HM_OK;
+    const size_t smem = (size_t)a->n * sizeof(float);
+    const cudaStream_t st = (cudaStream_t)stream;
+    const unsigned grid = (unsigned)a->n_tok;
+    if (B == 32) k_fused_norm<32><<<grid, FN_THREADS, smem, st>>>(A);
+    else if (B == 256) k_fused_norm<256><<<grid, FN_THREADS, smem, st>>>(A);
+    else k_fused_norm<0><<<grid, FN_THREADS, smem, st>>>(A);
+    return fused_launched("k_fused_norm", err);
+}
+
+/* ------------------------------------------------------------ q/k norm + RoPE + KV store */
+
+/* cuda_ops.cu's rope_consts and rope_prepare (same host double arithmetic) */
+typedef struct {
+    int n_pairs, neox, yarn;
+    double freq_scale, mscale;
+    const float *table; /* [n_table][n_pairs][2] or NULL */
+    int64_t n_table;
+    double inv[FQ_MAX_PAIRS];
+    double mix[FQ_MAX_PAIRS];
+} fq_rope;
+
+static double fq_corr_dim(int n_dims, int n_ctx_orig, double beta, double base) {
+    return n_dims * log((double)n_ctx_orig / (beta * 2.0 * M_PI)) / (2.0 * log(base));
+}
+
+static hm_status fq_rope_prepare(const cpu_rope_params *p, int head_dim, fq_rope *rc,
+                                 hm_error *err) {
+    if (p->mode != CPU_ROPE_NORM && p->mode != CPU_ROPE_NEOX)
+        return hm_error_set(err, HM_ERR_ARG, "cuda_fused_qk_rope_store: unknown rope mode");
+    if (p->n_dims <= 0 || p->n_dims % 2 || p->n_dims > head_dim || p->n_dims > 2 * FQ_MAX_PAIRS)
+        return hm_error_set(err, HM_ERR_ARG,
+                            "cuda_fused_qk_rope_store: n_dims %d must be even and <= %d",
+                            p->n_dims, head_dim);
+    if (!(p->freq_base > 0.0f) || !(p->freq_scale > 0.0f))
+        return hm_error_set(err, HM_ERR_ARG,
+                            "cuda_fused_qk_rope_store: freq_base and freq_scale must be > 0");
+    memset(rc, 0, sizeof(*rc));
+    rc->n_pairs = p->n_dims / 2;
+    rc->neox = p->mode == CPU_ROPE_NEOX;
+    rc->yarn = p->ext_factor != 0.0f;
+    rc->freq_scale = (double)p->freq_scale;
+    rc->mscale = p->attn_factor;
+    double lo = 0.0, hi = 0.0;
+    if (rc->yarn) {
+        if (p->n_ctx_orig <= 0 || !(p->beta_fast > 0.0f) || !(p->beta_slow > 0.0f))
+            return hm_error_set(err, HM_ERR_ARG,
+                                "cuda_fused_qk_rope_store: YaRN needs n_ctx_orig > 0 and "
+                                "positive betas");
+        lo = fq_corr_dim(p->n_dims, p->n_ctx_orig, p->beta_fast, p->freq_base);
+        hi = fq_corr_dim(p->n_dims, p->n_ctx_orig, p->beta_slow, p->freq_base);
+        if (p->yarn_truncate) {
+            lo = floor(lo);
+            hi = ceil(hi);
+        }
+        lo = fmax(0.0, lo);
+        hi = fmin((double)(p->n_dims - 1), hi);
+        rc->mscale = (double)p->attn_factor * (1.0 + 0.1 * log(1.0 / (double)p->freq_scale));
+    }
+    for (int i = 0; i < rc->n_pairs; i++) {
+        rc->inv[i] = pow((double)p->freq_base, -2.0 * i / p->n_dims);
+        double y = ((double)i - lo) / fmax(0.001, hi - lo);
+        rc->mix[i] = (1.0 - fmin(1.0, fmax(0.0, y))) * p->ext_factor;
+    }
+    return HM_OK;
+}
+
+/* cuda_attn.cu's kv_f32_to_f16 (hm_f32_to_fp16) */
+static __device__ __forceinline__ uint16_t fq_f16(float f) {
+    const uint32_t x = __float_as_uint(f);
+    const uint32_t sign = (x >> 16) & 0x8000u;
+    const uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u));
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
+    if (ax < 0x38800000u) {
+        const float v = __fmul_rn(__uint_as_float(ax), 16777216.0f);
+        uint32_t m = (uint32_t)v;
+        const float rem = __fsub_rn(v, (float)m);
+        if (rem > 0.5f || (rem == 0.5f && (m & 1u))) m++;
+        return (uint16_t)(sign | m);
+    }
+    const uint32_t r = ax + 0x0fffu + ((ax >> 13) & 1u);
+    return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
+}
+
+typedef struct {
+    float *q, *k;
+    const float *v;
+    int n_head, n_kv, hd, qk_norm;
+    const float *q_norm, *k_norm;
+    float eps;
+    const int32_t *pos;
+    uint16_t *kc, *vc;
+    int64_t n_ctx;
+    fq_rope rc;
+} qk_k;
+
+/* grid (n_tok, n_head + n_head_kv) */
+__global__ void __launch_bounds__(FQ_THREADS) k_fused_qk(const qk_k A) {
+    __shared__ float buf[FQ_MAX_HD];
+    __shared__ float s_scale;
+    const int64_t t = blockIdx.x;
+    const int h = blockIdx.y, hd = A.hd;
+    const bool isq = h < A.n_head;
+    const int hk = h - A.n_head;
+    float *x = isq ? A.q + (t * A.n_head + h) * hd : A.k + (t * A.n_kv + hk) * hd;
+    for (int i = threadIdx.x; i < hd; i += FQ_THREADS) buf[i] = x[i];
+    __syncthreads();
+    if (A.qk_norm) {
+        if (threadIdx.x < 32) fused_rms_scale(buf, hd, A.eps, &s_scale);
+        __syncthreads();
+        const float s = s_scale;
+        const float *w = isq ? A.q_norm : A.k_norm;
+        for (int i = threadIdx.x; i < hd; i += FQ_THREADS) {
+            const float v = __fmul_rn(buf[i], s);
+            buf[i] = w ? __fmul_rn(v, w[i]) : v;
+        }
+        __syncthreads();
+    }
+    const int32_t p = A.pos[t];
+    const fq_rope &rc = A.rc;
+    for (int i = threadIdx.x; i < rc.n_pairs; i += FQ_THREADS) { /* rope_kernel */
+        float c, s;
+        if (rc.table && p >= 0 && p < rc.n_table) {
+            const float *cs = rc.table + ((int64_t)p * rc.n_pairs + i) * 2;
+            c = cs[0];
+            s = cs[1];
+        } else {
+            const double theta_extrap = __dmul_rn((double)p, rc.inv[i]);
+            double theta = __dmul_rn(rc.freq_scale, theta_extrap);
+            if (rc.yarn)
+                theta = __dadd_rn(__dmul_rn(theta, __dsub_rn(1.0, rc.mix[i])),
+                                  __dmul_rn(theta_extrap, rc.mix[i]));
+            c = __double2float_rn(__dmul_rn(cos(theta), rc.mscale));
+            s = __double2float_rn(__dmul_rn(sin(theta), rc.mscale));
+        }
+        const int i0 = rc.neox ? i : 2 * i, i1 = rc.neox ? i + rc.n_pairs : 2 * i + 1;
+        const float x0 = buf[i0], x1 = buf[i1];
+        buf[i0] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+        buf[i1] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+    }
+    __syncthreads();
+    const bool store = !isq && p >= 0 && (int64_t)p < A.n_ctx;
+    const int64_t row = (int64_t)A.n_kv * hd;
+    const size_t off = (size_t)p * row + (size_t)hk * hd;
+    const float *vr = A.v + (t * A.n_kv + hk) * hd;
+    for (int i = threadIdx.x; i < hd; i += FQ_THREADS) {
+        x[i] = buf[i];
+        if (store) {
+            A.kc[off + i] = fq_f16(buf[i]);
+            A.vc[off + i] = fq_f16(vr[i]);
+        }
+    }
+}
+
+extern "C" hm_status cuda_fused_qk_rope_store(const cuda_fused_qk_args *a, void *stream,
+                                              hm_error *err) {
+    if (!a) return hm_error_set(err, HM_ERR_ARG, "cuda_fused_qk_rope_store: missing arguments");
+    if (a->n_head < 1 || a->n_head_kv < 1 || a->head_dim < 2 || a->head_dim > FQ_MAX_HD ||
+        a->n_tok < 0 || a->n_tok > 0x7fffffff || a->n_head + a->n_head_kv > 65535 ||
+        a->n_ctx <= 0)
+        return hm_error_set(err, HM_ERR_ARG,
+                            "cuda_fused_qk_rope_store: bad shape (%lld tokens, %d + %d heads of "
+                            "%d, n_ctx %lld)",
+                            (long long)a->n_tok, a->n_head, a->n_head_kv, a->head_dim,
+                            (long long)a->n_ctx);
+    qk_k A;
+    hm_status st = fq_rope_prepare(&a->rope.p, a->head_dim, &A.rc, err);
+    if (st != HM_OK) return st;
+    if (a->rope.d_table && a->rope.n_table > 0) {
+        A.rc.table = a->rope.d_table;
+        A.rc.n_table = a->rope.n_table;
+    }
+    A.q = a->q;
+    A.k = a->k;
+    A.v = a->v;
+    A.n_head = a->n_head;
+    A.n_kv = a->n_head_kv;
+    A.hd = a->head_dim;
+    A.qk_norm = a->qk_norm;
+    A.q_norm = a->q_norm;
+    A.k_norm = a->k_norm;
+    A.eps = a->eps;
+    A.pos = a->d_pos;
+    A.kc = a->k_cache;
+    A.vc = a->v_cache;
+    A.n_ctx = a->n_ctx;
+    if (a->n_tok == 0) return HM_OK;
+    if (!a->q || !a->k || !a->v || !a->d_pos || !a->k_cache || !a->v_cache)
+        return hm_error_set(err, HM_ERR_ARG, "cuda_fused_qk_rope_store: missing buffers");
+    k_fused_qk<<<dim3((unsigned)a->n_tok, (unsigned)(a->n_head + a->n_head_kv)), FQ_THREADS, 0,
+                 (cudaStream_t)stream>>>(A);
+    return fused_launched("k_fused_qk", err);
+}

@@ -1,0 +1,112 @@
+/* cuda_fused.h - fused decode kernels: each one launch does the work of a fixed sequence of the
+ * cuda_ops.h / cuda_quant.h / cuda_attn.h launchers, with the SAME output bytes.
+ *
+ * DESIGN: the decode step (n_tok <= 8) is one CUDA graph replay of ~25 small kernels per
+ * layer, so the per-node cost dominates; these launchers merge neighbours of that sequence.
+ * Each function states the unfused sequence it replaces; every float operation is the same
+ * _rn intrinsic in the same order as there (reductions keep their chains and trees), so the
+ * outputs are byte-identical (tests/cuda/test_cuda_fused.c compares each against the unfused
+ * sequence on random inputs). Launchers only enqueue on `stream` (no sync, no allocation, no
+ * copy to the host: graph-capturable); positions and expert ids are read from device memory.
+ * Returns HM_ERR_ARG / HM_ERR_UNSUPPORTED for host-side argument problems, HM_ERR_CUDA naming
+ * the kernel when a launch fails. Device pointers are plain pointers; stream is a
+ * cudaStream_t. Called from .cu files and CUDA-build tests only (no stubs in cuda_none.c).
+ */
+#ifndef HM_CUDA_CUDA_FUSED_H
+#define HM_CUDA_CUDA_FUSED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "base/status.h"
+#include "cuda/cuda_ops.h"
+
+/* Which fusions the engine's decode path (n_tok <= CUDA_ENGINE_MATVEC_MAX_TOK) uses; set one
+ * to 0 to get that part of the unfused sequence back (cuda_engine_forward.cu). */
+#define CUDA_FUSE_NORM_QUANT 0     /* rmsnorm + activation quantisation */
+#define CUDA_FUSE_MULTI_MATVEC 0   /* q, k, v (same type) in one launch; biases in the epilogue */
+#define CUDA_FUSE_QK_ROPE_STORE 0  /* per-head q/k norm + RoPE + KV store */
+#define CUDA_FUSE_RESIDUAL 0       /* residual add (and the MoE combine) into the next norm */
+
+/* Rows up to this length fit cuda_fused_norm_quant's shared-memory row (44 KiB). */
+#define CUDA_FUSED_NORM_MAX 11264
+
+/* ------------------------------------------------------------ residual + rmsnorm + quantise */
+
+typedef struct {
+    float *x;           /* [n_tok][n] residual stream (written only when add or ey is set) */
+    const float *add;   /* [n_tok][n] or NULL: first x = x + add (cuda_add(x, add, x)) */
+    const float *ey;    /* [n_tok][n_used][n] or NULL: first x = x + combine, where combine =
+                         * cuda_moe_combine(ey, gw, ids) (add must be NULL then) */
+    const float *gw;    /* [n_tok][n_used] gating weights (with ey) */
+    const int32_t *ids; /* [n_tok][n_used] or NULL (with ey; slots with id < 0 skipped) */
+    int n_used;
+    const float *ey_bias; /* [n_expert][n] or NULL (with ey and ids): each slot's row is first
+                           * ey + ey_bias[id] (cuda_moe_add_bias(ey, ey_bias, ids, ...), which
+                           * leaves slots with id outside [0, n_expert) as they are); ey itself
+                           * is not written */
+    int n_expert;
+    const float *norm_w; /* [n] or NULL (cuda_rmsnorm's w) */
+    float eps;
+    float *xn;     /* [n_tok][n] = cuda_rmsnorm(x, norm_w), or NULL: no norm, no quantisation */
+    uint32_t wtype; /* the weight type the activation rows are for */
+    void *act;     /* [n_tok] rows of cuda_act_row_bytes(wtype, n) = cuda_quantize_act(wtype, xn),
+                    * or NULL; nothing is written for float types (use xn itself) */
+    int64_t n_tok, n; /* 1 <= n <= CUDA_FUSED_NORM_MAX */
+} cuda_fused_norm_args;
+
+/* = [(ey_bias) cuda_moe_add_bias(ey, ey_bias, ids, n_tok, n_used, n, n_expert);
+ *    cuda_moe_combine(ey, gw, ids) -> tmp; cuda_add(x, tmp, x)] or [cuda_add(x, add, x)];
+ *   cuda_rmsnorm(x, norm_w, xn, n_tok, n, eps); cuda_quantize_act(wtype, xn, n, n_tok, act)
+ * in one launch (one block per token). Bytes of x, xn and act equal the sequence's. */
+hm_status cuda_fused_norm_quant(const cuda_fused_norm_args *a, void *stream, hm_error *err);
+
+/* ------------------------------------------------------------ several products, one launch */
+
+#define CUDA_MULTI_MAX 4
+
+typedef struct {
+    const void *w;     /* [n_rows] rows of k elements of the shared wtype */
+    int64_t n_rows;
+    const float *bias; /* [n_rows] or NULL */
+    float *y;          /* [n_tok][n_rows] */
+} cuda_multi_mat;
+
+/* For each i < n_mat: cuda_matvec(wtype, m[i].w, m[i].n_rows, k, act, n_tok, m[i].y), then
+ * (bias) cuda_add_bias(m[i].y, m[i].bias, n_tok, m[i].n_rows), all in one launch; every matrix
+ * has the same type and k and reads the same activation rows (cuda_quantize_act of wtype). */
+hm_status cuda_matvec_multi(uint32_t wtype, int64_t k, const void *act, int64_t n_tok,
+                            const cuda_multi_mat *m, int n_mat, void *stream, hm_error *err);
+
+/* ------------------------------------------------------------ q/k norm + RoPE + KV store */
+
+typedef struct {
+    float *q;          /* [n_tok][n_head][head_dim] (normed and roped in place) */
+    float *k;          /* [n_tok][n_head_kv][head_dim] (normed and roped in place) */
+    const float *v;    /* [n_tok][n_head_kv][head_dim] */
+    int n_head, n_head_kv, head_dim; /* head_dim <= 256 */
+    int64_t n_tok;
+    int qk_norm;       /* 1: per-head rmsnorm of q and k first (HM_QKNORM_HEAD) */
+    const float *q_norm, *k_norm; /* [head_dim] or NULL (the rmsnorm weights) */
+    float eps;
+    const int32_t *d_pos; /* [n_tok] device positions */
+    cuda_rope_args rope;
+    uint16_t *k_cache, *v_cache; /* f16 bits [n_ctx][n_head_kv][head_dim] */
+    int64_t n_ctx;
+} cuda_fused_qk_args;
+
+/* = (qk_norm) cuda_rmsnorm(q, q_norm, q, n_tok * n_head, head_dim, eps) and the same for k;
+ *   cuda_rope_qk(q, n_head, k, n_head_kv, n_tok, head_dim, d_pos, &rope);
+ *   cuda_kv_store(k_cache, v_cache, n_ctx, n_head_kv, head_dim, k, v, n_tok, d_pos)
+ * in one launch (one block per token and head). Same bytes in q, k and the caches. */
+hm_status cuda_fused_qk_rope_store(const cuda_fused_qk_args *a, void *stream, hm_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,461 @@
+/* Fused decode kernels (cuda_fused.h) against the unfused launcher sequences they replace, BYTE
+ * FOR BYTE on random inputs:
+ *   cuda_fused_norm_quant   = [moe_add_bias; moe_combine; add] or [add]; rmsnorm; quantize_act
+ *                             (f32 / q8_32 / q8_K activations, with and without ids, bias,
+ *                             norm weights; residual-only mode)
+ *   cuda_matvec_multi       = cuda_matvec per matrix + cuda_add_bias (6 weight types, row
+ *                             counts not multiples of the CTA's 4 rows, 1..8 tokens)
+ *   cuda_fused_qk_rope_store = per-head rmsnorm of q and k; cuda_rope_qk; cuda_kv_store (norm /
+ *                             neox / partial / YaRN rope, positions inside and beyond the rope
+ *                             table, beyond n_ctx and negative)
+ * Without a GPU: the host-side argument checks and, in a CUDA build, launches that fail cleanly
+ * with HM_ERR_CUDA naming the kernel. */
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/ops.h"
+#include "cuda/cuda_attn.h"
+#include "cuda/cuda_fused.h"
+#include "cuda/cuda_ops.h"
+#include "cuda/cuda_quant.h"
+#include "cuda_test_util.h"
+#include "harness.h"
+#include "quant/qtypes.h"
+#include "quant/quant.h"
+
+#ifdef HOTMOE_HAVE_CUDA
+/* first byte where a and b differ, or -1 */
+static int64_t diff_at(const void *a, const void *b, size_t n) {
+    const uint8_t *x = a, *y = b;
+    for (size_t i = 0; i < n; i++)
+        if (x[i] != y[i]) return (int64_t)i;
+    return -1;
+}
+
+/* device buffers a and b (n bytes) must hold the same bytes */
+static void same_dev(const void *a, const void *b, size_t n, const char *what, int cfg) {
+    uint8_t *x = malloc(n ? n : 1), *y = malloc(n ? n : 1);
+    HM_REQUIRE(x && y);
+    HM_REQUIRE(tu_get(x, a, n) && tu_get(y, b, n));
+    const int64_t d = diff_at(x, y, n);
+    HM_CHECK_MSG(d < 0, "config %d: %s differs at byte %lld of %zu", cfg, what, (long long)d, n);
+    free(x);
+    free(y);
+}
+
+/* wide-range values with zeros and a few large ones */
+static void fill_mix(uint64_t *s, float *x, int64_t n, float scale) {
+    for (int64_t i = 0; i < n; i++) {
+        const float u = tu_unit(s), v = tu_unit(s);
+        x[i] = scale * u * expf(2.0f * v);
+        const uint64_t r = tu_next(s) % 97;
+        if (r == 0) x[i] = 0.0f;
+        if (r == 1) x[i] = -0.0f;
+        if (r == 2) x[i] = 300.0f * u;
+    }
+}
+#endif
+
+/* ---- every build ---- */
+
+static void test_host(void) {
+#ifndef HOTMOE_HAVE_CUDA
+    HM_CHECK(!cuda_compiled());
+#else
+    hm_error err;
+    hm_error_clear(&err);
+    HM_CHECK(cuda_compiled());
+    HM_CHECK(cuda_fused_norm_quant(NULL, NULL, &err) == HM_ERR_ARG);
+    cuda_fused_norm_args a;
+    memset(&a, 0, sizeof(a));
+    a.n_tok = 1;
+    a.n = CUDA_FUSED_NORM_MAX + 1;
+    HM_CHECK(cuda_fused_norm_quant(&a, NULL, &err) == HM_ERR_ARG);
+    HM_CHECK_MSG(strstr(err.msg, "bad shape") != NULL, "%s", err.msg);
+    a.n = 2880;
+    a.xn = (float *)(uintptr_t)256;
+    a.act = (void *)(uintptr_t)256;
+    a.wtype = HM_TYPE_Q4_K; /* q8_K rows need n % 256 == 0 */
+    HM_CHECK(cuda_fused_norm_quant(&a, NULL, &err) == HM_ERR_ARG);
+    HM_CHECK_MSG(strstr(err.msg, "q4_K") != NULL, "%s", err.msg);
+    a.wtype = HM_TYPE_Q2_K; /* no activation format */
+    HM_CHECK(cuda_fused_norm_quant(&a, NULL, &err) == HM_ERR_UNSUPPORTED);
+    a.wtype = HM_TYPE_Q8_0;
+    a.ey = (const float *)(uintptr_t)256; /* combine without gating weights */
+    HM_CHECK(cuda_fused_norm_quant(&a, NULL, &err) == HM_ERR_ARG);
+
+    cuda_multi_mat m[CUDA_MULTI_MAX + 1];
+    memset(m, 0, sizeof(m));
+    HM_CHECK(cuda_matvec_multi(HM_TYPE_Q8_0, 64, NULL, 1, m, 0, NULL, &err) == HM_ERR_ARG);
+    HM_CHECK(cuda_matvec_multi(HM_TYPE_Q8_0, 64, NULL, 1, m, CUDA_MULTI_MAX + 1, NULL, &err) ==
+             HM_ERR_ARG);
+    HM_CHECK(cuda_matvec_multi(HM_TYPE_Q8_0, 48, NULL, 1, m, 1, NULL, &err) == HM_ERR_ARG);
+    HM_CHECK(cuda_matvec_multi(HM_TYPE_Q2_K, 256, NULL, 1, m, 1, NULL, &err) ==
+             HM_ERR_UNSUPPORTED);
+    m[0].n_rows = 8; /* rows without a matrix */
+    HM_CHECK(cuda_matvec_multi(HM_TYPE_Q8_0, 64, NULL, 1, m, 1, NULL, &err) == HM_ERR_ARG);
+
+    cuda_fused_qk_args q;
+    memset(&q, 0, sizeof(q));
+    q.n_head = 4;
+    q.n_head_kv = 2;
+    q.head_dim = 512; /* > 256 */
+    q.n_tok = 1;
+    q.n_ctx = 16;
+    q.rope.p = cpu_rope_default(CPU_ROPE_NEOX, 64, 10000.0f);
+    HM_CHECK(cuda_fused_qk_rope_store(&q, NULL, &err) == HM_ERR_ARG);
+    q.head_dim = 64;
+    q.rope.p.n_dims = 63;
+    HM_CHECK(cuda_fused_qk_rope_store(&q, NULL, &err) == HM_ERR_ARG);
+    HM_CHECK_MSG(strstr(err.msg, "n_dims 63") != NULL, "%s", err.msg);
+#endif
+}
+
+static void test_no_gpu_error(void) {
+#ifdef HOTMOE_HAVE_CUDA
+    cuda_device_info d[2];
+    int n = 0;
+    hm_error err;
+    if (cuda_device_query(d, 2, &n, &err) != HM_OK || n > 0) return; /* GPU tests cover it */
+    void *p = (void *)(uintptr_t)4096; /* never dereferenced: the launch itself fails */
+    hm_error_clear(&err);
+    cuda_fused_norm_args a;
+    memset(&a, 0, sizeof(a));
+    a.x = p;
+    a.xn = p;
+    a.act = p;
+    a.wtype = HM_TYPE_Q8_0;
+    a.n_tok = 2;
+    a.n = 64;
+    HM_CHECK(cuda_fused_norm_quant(&a, NULL, &err) == HM_ERR_CUDA);
+    HM_CHECK_MSG(strstr(err.msg, "k_fused_norm") != NULL, "%s", err.msg);
+    cuda_multi_mat m = {p, 8, NULL, p};
+    hm_error_clear(&err);
+    HM_CHECK(cuda_matvec_multi(HM_TYPE_Q8_0, 64, p, 1, &m, 1, NULL, &err) == HM_ERR_CUDA);
+    HM_CHECK_MSG(strstr(err.msg, "k_matvec_multi") != NULL, "%s", err.msg);
+    cuda_fused_qk_args q;
+    memset(&q, 0, sizeof(q));
+    q.q = q.k = p;
+    q.v = p;
+    q.n_head = 4;
+    q.n_head_kv = 2;
+    q.head_dim = 64;
+    q.n_tok = 1;
+    q.d_pos = p;
+    q.k_cache = q.v_cache = p;
+    q.n_ctx = 16;
+    q.rope.p = cpu_rope_default(CPU_ROPE_NEOX, 64, 10000.0f);
+    hm_error_clear(&err);
+    HM_CHECK(cuda_fused_qk_rope_store(&q, NULL, &err) == HM_ERR_CUDA);
+    HM_CHECK_MSG(strstr(err.msg, "k_fused_qk") != NULL, "%s", err.msg);
+#endif
+}
+
+#ifdef HOTMOE_HAVE_CUDA
+
+/* ---- GPU ---- */
+
+/* mode: 0 norm only, 1 + add, 2 + combine (ids, some skipped), 3 + combine with down bias,
+ * 4 + combine without ids, 5 residual (add) only (no norm) */
+static void norm_case(int cfg, uint32_t wtype, int64_t n, int64_t nt, int mode, int with_w) {
+    const int K = 4, NE = 16;
+    const float eps = 1e-6f;
+    uint64_t s = 1000 + (uint64_t)cfg;
+    float *hx = malloc(sizeof(float) * nt * n), *hadd = malloc(sizeof(float) * nt * n);
+    float *hey = malloc(sizeof(float) * nt * K * n), *hgw = malloc(sizeof(float) * nt * K);
+    float *hb = malloc(sizeof(float) * NE * n), *hw = malloc(sizeof(float) * n);
+    int32_t *hids = malloc(sizeof(int32_t) * nt * K);
+    HM_REQUIRE(hx && hadd && hey && hgw && hb && hw && hids);
+    fill_mix(&s, hx, nt * n, 2.0f);
+    fill_mix(&s, hadd, nt * n, 1.0f);
+    fill_mix(&s, hey, nt * K * n, 1.0f);
+    fill_mix(&s, hb, NE * n, 0.5f);
+    tu_fill(&s, hw, n, 1.5f);
+    for (int64_t i = 0; i < nt * K; i++) {
+        hgw[i] = 0.5f + 0.5f * tu_unit(&s);
+        hids[i] = (int32_t)(tu_next(&s) % NE);
+    }
+    hids[1] = -1;                 /* skipped slot */
+    if (nt * K > 6) hids[6] = NE; /* out of range: combined, no bias (as the launchers) */
+    const size_t xb = sizeof(float) * nt * n;
+    const size_t arow = cuda_act_row_bytes(wtype, n), ab = arow * nt;
+    float *x1 = tu_dev(hx, xb), *x2 = tu_dev(hx, xb), *add = tu_dev(hadd, xb);
+    float *ey1 = tu_dev(hey, xb * K), *ey2 = tu_dev(hey, xb * K), *gw = tu_dev(hgw, 4 * nt * K);
+    float *bias = tu_dev(hb, sizeof(float) * NE * n), *w = tu_dev(hw, sizeof(float) * n);
+    int32_t *ids = tu_dev(hids, 4 * nt * K);
+    float *xn1 = tu_dev(NULL, xb), *xn2 = tu_dev(NULL, xb), *proj = tu_dev(NULL, xb);
+    void *act1 = tu_dev(NULL, ab), *act2 = tu_dev(NULL, ab);
+    HM_REQUIRE(x1 && x2 && add && ey1 && ey2 && gw && bias && w && ids && xn1 && xn2 && proj &&
+               act1 && act2);
+    HM_REQUIRE(cudaMemset(act1, 0x5a, ab) == cudaSuccess && cudaMemset(act2, 0x5a, ab) == cudaSuccess);
+    hm_error err;
+    hm_error_clear(&err);
+    const bool combine = mode >= 2 && mode <= 4, norm = mode != 5;
+    const int32_t *cids = mode == 4 ? NULL : ids;
+    const bool f32 = arow == 4 * (size_t)n;
+    /* unfused */
+    hm_status st = HM_OK;
+    if (combine) {
+        if (mode == 3) st = cuda_moe_add_bias(ey1, bias, ids, nt, K, n, NE, NULL, &err);
+        if (st == HM_OK) st = cuda_moe_combine(ey1, gw, cids, nt, K, n, proj, NULL, &err);
+        if (st == HM_OK) st = cuda_add(x1, proj, x1, nt * n, NULL, &err);
+    } else if (mode == 1 || mode == 5) {
+        st = cuda_add(x1, add, x1, nt * n, NULL, &err);
+    }
+    if (st == HM_OK && norm) st = cuda_rmsnorm(x1, with_w ? w : NULL, xn1, nt, n, eps, NULL, &err);
+    if (st == HM_OK && norm && !f32) st = cuda_quantize_act(wtype, xn1, n, nt, act1, NULL, &err);
+    HM_CHECK_MSG(st == HM_OK, "config %d unfused: %s", cfg, err.msg);
+    /* fused */
+    cuda_fused_norm_args a;
+    memset(&a, 0, sizeof(a));
+    a.x = x2;
+    a.add = mode == 1 || mode == 5 ? add : NULL;
+    if (combine) {
+        a.ey = ey2;
+        a.gw = gw;
+        a.ids = cids;
+        a.n_used = K;
+        a.ey_bias = mode == 3 ? bias : NULL;
+        a.n_expert = NE;
+    }
+    a.norm_w = with_w ? w : NULL;
+    a.eps = eps;
+    a.xn = norm ? xn2 : NULL;
+    a.wtype = wtype;
+    a.act = act2;
+    a.n_tok = nt;
+    a.n = n;
+    st = cuda_fused_norm_quant(&a, NULL, &err);
+    HM_CHECK_MSG(st == HM_OK, "config %d fused: %s", cfg, err.msg);
+    same_dev(x1, x2, xb, "x", cfg);
+    if (norm) same_dev(xn1, xn2, xb, "xn", cfg);
+    same_dev(act1, act2, ab, "act", cfg); /* untouched (0x5a) for f32 types and mode 5 */
+    if (combine) { /* the fused kernel leaves ey as it was */
+        float *back = malloc(xb * K);
+        HM_REQUIRE(back && tu_get(back, ey2, xb * K));
+        HM_CHECK_MSG(diff_at(back, hey, xb * K) < 0, "config %d: ey written", cfg);
+        free(back);
+    }
+    void *bufs[] = {x1, x2, add, ey1, ey2, gw, bias, w, ids, xn1, xn2, proj, act1, act2};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) cudaFree(bufs[i]);
+    free(hx);
+    free(hadd);
+    free(hey);
+    free(hgw);
+    free(hb);
+    free(hw);
+    free(hids);
+}
+
+static void test_norm(void) {
+    const uint32_t types[] = {HM_TYPE_F16, HM_TYPE_Q8_0, HM_TYPE_Q4_K};
+    const int64_t ns[] = {2048, 2880, 256};
+    const int64_t nts[] = {1, 3, 8};
+    int cfg = 0;
+    for (int ti = 0; ti < 3; ti++)
+        for (int ni = 0; ni < 3; ni++) {
+            if (types[ti] == HM_TYPE_Q4_K && ns[ni] % 256) continue;
+            for (int mode = 0; mode < 6; mode++) {
+                const int64_t nt = nts[(ni + mode) % 3];
+                norm_case(cfg++, types[ti], ns[ni], nt, mode, (mode + ti) % 3 != 0);
+            }
+        }
+    printf("fused norm: %d configurations byte-identical\n", cfg);
+}
+
+/* random weight rows of type t: quantised random floats (random bytes if t has no quantiser) */
+static uint8_t *make_weights(uint64_t *s, uint32_t t, int64_t rows, int64_t k) {
+    const size_t rb = hm_row_size(t, k);
+    uint8_t *w = malloc(rb * rows);
+    float *f = malloc(sizeof(float) * k);
+    if (!w || !f) {
+        free(w);
+        free(f);
+        return NULL;
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        tu_fill(s, f, k, 1.0f);
+        if (quant_quantize_row(t, f, w + rb * r, k) != HM_OK)
+            for (size_t i = 0; i < rb; i++) w[rb * r + i] = (uint8_t)tu_next(s);
+    }
+    free(f);
+    return w;
+}
+
+static void test_multi(void) {
+    const uint32_t types[] = {HM_TYPE_Q4_K, HM_TYPE_Q6_K, HM_TYPE_Q8_0,
+                              HM_TYPE_MXFP4, HM_TYPE_F16, HM_TYPE_Q4_0};
+    const int64_t rows[3] = {517, 61, 66}, k = 1024;
+    const int64_t nts[] = {1, 2, 5, 8};
+    uint64_t s = 77;
+    int cfg = 0;
+    for (int ti = 0; ti < 6; ti++)
+        for (int ni = 0; ni < 4; ni++, cfg++) {
+            const uint32_t t = types[ti];
+            const int64_t nt = nts[ni];
+            const size_t arow = cuda_act_row_bytes(t, k);
+            float *hx = malloc(sizeof(float) * nt * k);
+            HM_REQUIRE(hx);
+            tu_fill(&s, hx, nt * k, 2.0f);
+            float *x = tu_dev(hx, sizeof(float) * nt * k);
+            void *act = tu_dev(NULL, arow * nt);
+            HM_REQUIRE(x && act);
+            hm_error err;
+            hm_error_clear(&err);
+            HM_CHECK(cuda_quantize_act(t, x, k, nt, act, NULL, &err) == HM_OK);
+            cuda_multi_mat m[3];
+            float *y1[3], *bias[3];
+            void *w[3];
+            for (int i = 0; i < 3; i++) {
+                uint8_t *hw = make_weights(&s, t, rows[i], k);
+                float *hb = malloc(sizeof(float) * rows[i]);
+                HM_REQUIRE(hw && hb);
+                tu_fill(&s, hb, rows[i], 1.0f);
+                w[i] = tu_dev(hw, hm_row_size(t, k) * rows[i]);
+                bias[i] = tu_dev(hb, sizeof(float) * rows[i]);
+                y1[i] = tu_dev(NULL, sizeof(float) * nt * rows[i]);
+                m[i].w = w[i];
+                m[i].n_rows = rows[i];
+                m[i].bias = (i + ni) % 2 ? bias[i] : NULL;
+                m[i].y = tu_dev(NULL, sizeof(float) * nt * rows[i]);
+                HM_REQUIRE(w[i] && bias[i] && y1[i] && m[i].y);
+                free(hw);
+                free(hb);
+                hm_status st = cuda_matvec(t, w[i], rows[i], k, act, nt, y1[i], NULL, &err);
+                if (st == HM_OK && m[i].bias)
+                    st = cuda_add_bias(y1[i], m[i].bias, nt, rows[i], NULL, &err);
+                HM_CHECK_MSG(st == HM_OK, "%s", err.msg);
+            }
+            const int n_mat = 1 + (ni + ti) % 3; /* 1, 2 or 3 matrices in one launch */
+            hm_status st = cuda_matvec_multi(t, k, act, nt, m, n_mat, NULL, &err);
+            HM_CHECK_MSG(st == HM_OK, "config %d: %s", cfg, err.msg);
+            for (int i = 0; i < n_mat; i++)
+                same_dev(y1[i], m[i].y, sizeof(float) * nt * rows[i], hm_type_name(t), cfg);
+            for (int i = 0; i < 3; i++) {
+                cudaFree(w[i]);
+                cudaFree(bias[i]);
+                cudaFree(y1[i]);
+                cudaFree(m[i].y);
+            }
+            cudaFree(x);
+            cudaFree(act);
+            free(hx);
+        }
+    printf("fused multi matvec: %d configurations byte-identical\n", cfg);
+}
+
+static cpu_rope_params qk_rope(int c, int hd) {
+    cpu_rope_params p;
+    if (c == 0) p = cpu_rope_default(CPU_ROPE_NEOX, hd, 1000000.0f);
+    else if (c == 1) p = cpu_rope_default(CPU_ROPE_NORM, hd / 2, 10000.0f);
+    else {
+        p = cpu_rope_default(CPU_ROPE_NEOX, hd, 150000.0f);
+        p.freq_scale = 1.0f / 32.0f;
+        p.ext_factor = 1.0f;
+        p.n_ctx_orig = 4096;
+        p.yarn_truncate = c == 3;
+    }
+    return p;
+}
+
+static void test_qk(void) {
+    const int64_t n_ctx = 64, n_table = 40, nt_max = 8;
+    /* distinct positions: in the table, beyond it, beyond n_ctx (not stored), negative */
+    const int32_t hpos[8] = {0, 39, 40, 63, 64, 70, -1, 17};
+    int cfg = 0;
+    for (int hd = 64; hd <= 128; hd += 64)
+        for (int c = 0; c < 4; c++)
+            for (int norm = 0; norm < 3; norm++, cfg++) {
+                const int nh = norm == 1 ? 4 : 8, nkv = norm == 1 ? 4 : 2;
+                const int64_t nt = cfg % 2 ? nt_max : 3;
+                uint64_t s = 500 + (uint64_t)cfg;
+                const size_t qb = sizeof(float) * nt * nh * hd, kb = sizeof(float) * nt * nkv * hd;
+                const size_t cb = 2 * (size_t)n_ctx * nkv * hd;
+                float *hq = malloc(qb), *hk = malloc(kb), *hv = malloc(kb);
+                float *hqn = malloc(sizeof(float) * hd), *hkn = malloc(sizeof(float) * hd);
+                uint16_t *hc = malloc(cb);
+                cpu_rope_params p = qk_rope(c, hd);
+                float *htab = malloc(sizeof(float) * n_table * p.n_dims);
+                HM_REQUIRE(hq && hk && hv && hqn && hkn && hc && htab);
+                fill_mix(&s, hq, nt * nh * hd, 2.0f);
+                fill_mix(&s, hk, nt * nkv * hd, 2.0f);
+                fill_mix(&s, hv, nt * nkv * hd, 2.0f);
+                tu_fill(&s, hqn, hd, 1.5f);
+                tu_fill(&s, hkn, hd, 1.5f);
+                for (size_t i = 0; i < cb / 2; i++) hc[i] = (uint16_t)tu_next(&s);
+                hm_error err;
+                hm_error_clear(&err);
+                HM_CHECK(cuda_rope_table_fill(&p, n_table, htab, &err) == HM_OK);
+                float *q1 = tu_dev(hq, qb), *q2 = tu_dev(hq, qb), *k1 = tu_dev(hk, kb);
+                float *k2 = tu_dev(hk, kb), *v = tu_dev(hv, kb), *qn = tu_dev(hqn, 4 * hd);
+                float *kn = tu_dev(hkn, 4 * hd), *tab = tu_dev(htab, 4 * n_table * p.n_dims);
+                uint16_t *kc1 = tu_dev(hc, cb), *vc1 = tu_dev(hc, cb);
+                uint16_t *kc2 = tu_dev(hc, cb), *vc2 = tu_dev(hc, cb);
+                int32_t *pos = tu_dev(hpos, sizeof(int32_t) * nt);
+                HM_REQUIRE(q1 && q2 && k1 && k2 && v && qn && kn && tab && kc1 && vc1 && kc2 &&
+                           vc2 && pos);
+                const bool w = norm != 2; /* norm 2: per-head norm without weights */
+                cuda_rope_args ra = {p, tab, n_table};
+                hm_status st = HM_OK;
+                if (norm) {
+                    st = cuda_rmsnorm(q1, w ? qn : NULL, q1, nt * nh, hd, 1e-6f, NULL, &err);
+                    if (st == HM_OK)
+                        st = cuda_rmsnorm(k1, w ? kn : NULL, k1, nt * nkv, hd, 1e-6f, NULL, &err);
+                }
+                if (st == HM_OK) st = cuda_rope_qk(q1, nh, k1, nkv, nt, hd, pos, &ra, NULL, &err);
+                if (st == HM_OK)
+                    st = cuda_kv_store(kc1, vc1, n_ctx, nkv, hd, k1, v, nt, pos, NULL, &err);
+                HM_CHECK_MSG(st == HM_OK, "config %d unfused: %s", cfg, err.msg);
+                cuda_fused_qk_args a;
+                memset(&a, 0, sizeof(a));
+                a.q = q2;
+                a.k = k2;
+                a.v = v;
+                a.n_head = nh;
+                a.n_head_kv = nkv;
+                a.head_dim = hd;
+                a.n_tok = nt;
+                a.qk_norm = norm != 0;
+                a.q_norm = w ? qn : NULL;
+                a.k_norm = w ? kn : NULL;
+                a.eps = 1e-6f;
+                a.d_pos = pos;
+                a.rope = ra;
+                a.k_cache = kc2;
+                a.v_cache = vc2;
+                a.n_ctx = n_ctx;
+                st = cuda_fused_qk_rope_store(&a, NULL, &err);
+                HM_CHECK_MSG(st == HM_OK, "config %d fused: %s", cfg, err.msg);
+                same_dev(q1, q2, qb, "q", cfg);
+                same_dev(k1, k2, kb, "k", cfg);
+                same_dev(kc1, kc2, cb, "k cache", cfg);
+                same_dev(vc1, vc2, cb, "v cache", cfg);
+                void *bufs[] = {q1, q2, k1, k2, v, qn, kn, tab, kc1, vc1, kc2, vc2, pos};
+                for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) cudaFree(bufs[i]);
+                free(hq);
+                free(hk);
+                free(hv);
+                free(hqn);
+                free(hkn);
+                free(hc);
+                free(htab);
+            }
+    printf("fused q/k norm + rope + kv store: %d configurations byte-identical\n", cfg);
+}
+
+#endif
+
+static void test_gpu(void) {
+    if (!tu_have_gpu()) return;
+#ifdef HOTMOE_HAVE_CUDA
+    test_norm();
+    test_multi();
+    test_qk();
+#endif
+}
+
+HM_TEST_MAIN(test_host, test_no_gpu_error, test_gpu)
