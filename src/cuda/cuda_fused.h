@@ -28,7 +28,7 @@ extern "C" {
 /* Which fusions the engine's decode path (n_tok <= CUDA_ENGINE_MATVEC_MAX_TOK) uses; set one
  * to 0 to get that part of the unfused sequence back (cuda_engine_forward.cu). */
 #define CUDA_FUSE_NORM_QUANT 1     /* rmsnorm + activation quantisation */
-#define CUDA_FUSE_MULTI_MATVEC 0   /* q, k, v (same type) in one launch; biases in the epilogue */
+#define CUDA_FUSE_MULTI_MATVEC 1   /* q, k, v (same type) in one launch; biases in the epilogue */
 #define CUDA_FUSE_QK_ROPE_STORE 0  /* per-head q/k norm + RoPE + KV store */
 #define CUDA_FUSE_RESIDUAL 0       /* residual add (and the MoE combine) into the next norm */
 
