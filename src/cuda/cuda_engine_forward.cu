@@ -409,14 +409,23 @@ static hm_status moe_block(cuda_engine *e, int il, int n, fwd_defer *dfr, hm_err
     } else {
         st = norm_step(e, n, dfr, &L->ffn_norm, L->router.type, &ract, err);
     }
-    if (st == HM_OK)
-        st = cuda_matvec(L->router.type, L->router.d, L->router.ne[1], E, ract, n, e->router,
-                         e->stream, err);
     cpu_gate_mode gm = d->gating == HM_GATING_TOPK_SOFTMAX ? CPU_GATE_TOPK_SOFTMAX
                                                            : CPU_GATE_SOFTMAX_TOPK;
-    if (st == HM_OK)
-        st = cuda_router(e->router, (const float *)L->router_b.d, n, (int)hp->n_expert, K, gm,
-                         d->gating == HM_GATING_SOFTMAX_TOPK_NORM, e->ids, e->gw, e->stream, err);
+    const int renorm = d->gating == HM_GATING_SOFTMAX_TOPK_NORM;
+    if (st == HM_OK && fz && CUDA_FUSE_ROUTER && L->router.type == HM_TYPE_F32 &&
+        L->router.ne[1] == hp->n_expert && hp->n_expert <= CUDA_FUSED_ROUTER_MAX) {
+        /* logits and top-k in one launch (f32 router: ract is xn) */
+        st = cuda_fused_router((const float *)L->router.d, hp->n_expert, E, (const float *)ract,
+                               n, (const float *)L->router_b.d, K, gm, renorm, e->router, e->ids,
+                               e->gw, e->stream, err);
+    } else {
+        if (st == HM_OK)
+            st = cuda_matvec(L->router.type, L->router.d, L->router.ne[1], E, ract, n,
+                             e->router, e->stream, err);
+        if (st == HM_OK)
+            st = cuda_router(e->router, (const float *)L->router_b.d, n, (int)hp->n_expert, K,
+                             gm, renorm, e->ids, e->gw, e->stream, err);
+    }
     /* decode without a shared expert: the combine (and down bias) go into the next norm */
     const bool defer = fz && CUDA_FUSE_RESIDUAL && !d->shared_expert;
     if (st == HM_OK) st = experts(e, L, n, xact, defer, err);

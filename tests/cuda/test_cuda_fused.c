@@ -8,6 +8,8 @@
  *   cuda_fused_qk_rope_store = per-head rmsnorm of q and k; cuda_rope_qk; cuda_kv_store (norm /
  *                             neox / partial / YaRN rope, positions inside and beyond the rope
  *                             table, beyond n_ctx and negative)
+ *   cuda_fused_router       = cuda_matvec (f32) + cuda_router (both gating modes, bias, renorm,
+ *                             tied logits, more experts than the cluster has warps)
  * Without a GPU: the host-side argument checks and, in a CUDA build, launches that fail cleanly
  * with HM_ERR_CUDA naming the kernel. */
 #include <math.h>
@@ -112,6 +114,10 @@ static void test_host(void) {
     q.rope.p.n_dims = 63;
     HM_CHECK(cuda_fused_qk_rope_store(&q, NULL, &err) == HM_ERR_ARG);
     HM_CHECK_MSG(strstr(err.msg, "n_dims 63") != NULL, "%s", err.msg);
+    HM_CHECK(cuda_fused_router(NULL, 8, 64, NULL, 1, NULL, 0, CPU_GATE_SOFTMAX_TOPK, 0, NULL, NULL,
+                               NULL, NULL, &err) == HM_ERR_ARG);
+    HM_CHECK(cuda_fused_router(NULL, CUDA_FUSED_ROUTER_MAX + 1, 64, NULL, 1, NULL, 2,
+                               CPU_GATE_SOFTMAX_TOPK, 0, NULL, NULL, NULL, NULL, &err) == HM_ERR_ARG);
 #endif
 }
 
@@ -152,6 +158,10 @@ static void test_no_gpu_error(void) {
     hm_error_clear(&err);
     HM_CHECK(cuda_fused_qk_rope_store(&q, NULL, &err) == HM_ERR_CUDA);
     HM_CHECK_MSG(strstr(err.msg, "k_fused_qk") != NULL, "%s", err.msg);
+    hm_error_clear(&err);
+    HM_CHECK(cuda_fused_router(p, 8, 64, p, 1, NULL, 2, CPU_GATE_SOFTMAX_TOPK, 1, p, p, p, NULL,
+                               &err) == HM_ERR_CUDA);
+    HM_CHECK_MSG(strstr(err.msg, "k_fused_router") != NULL, "%s", err.msg);
 #endif
 }
 
@@ -447,6 +457,54 @@ static void test_qk(void) {
     printf("fused q/k norm + rope + kv store: %d configurations byte-identical\n", cfg);
 }
 
+static void test_router(void) {
+    /* qwen3-like, gpt-oss-like (bias, top-k then softmax), odd sizes, > 128 rows per cluster */
+    const int64_t nes[] = {128, 32, 60, 200}, ks[] = {2048, 2880, 256, 512};
+    const int kus[] = {8, 4, 4, 6};
+    const int64_t nts[] = {1, 3, 8};
+    int cfg = 0;
+    for (int c = 0; c < 4; c++)
+        for (int ni = 0; ni < 3; ni++, cfg++) {
+            const int64_t ne = nes[c], k = ks[c], nt = nts[ni];
+            const int ku = kus[c];
+            const cpu_gate_mode mode = c == 1 ? CPU_GATE_TOPK_SOFTMAX : CPU_GATE_SOFTMAX_TOPK;
+            const int renorm = c == 0 || (c == 3 && ni == 1);
+            uint64_t s = 900 + (uint64_t)cfg;
+            float *hw = malloc(sizeof(float) * ne * k), *hx = malloc(sizeof(float) * nt * k);
+            float *hb = malloc(sizeof(float) * ne);
+            HM_REQUIRE(hw && hx && hb);
+            tu_fill(&s, hw, ne * k, 0.05f);
+            for (int64_t r = 3; r + 1 < ne; r += 7) /* equal rows: tied logits, id order */
+                memcpy(hw + (r + 1) * k, hw + r * k, sizeof(float) * k);
+            tu_fill(&s, hx, nt * k, 1.0f);
+            tu_fill(&s, hb, ne, 0.5f);
+            float *w = tu_dev(hw, sizeof(float) * ne * k), *x = tu_dev(hx, sizeof(float) * nt * k);
+            float *b = c == 1 || c == 2 ? tu_dev(hb, sizeof(float) * ne) : NULL;
+            float *l1 = tu_dev(NULL, sizeof(float) * nt * ne), *l2 = tu_dev(NULL, sizeof(float) * nt * ne);
+            float *g1 = tu_dev(NULL, sizeof(float) * nt * ku), *g2 = tu_dev(NULL, sizeof(float) * nt * ku);
+            int32_t *i1 = tu_dev(NULL, 4 * nt * ku), *i2 = tu_dev(NULL, 4 * nt * ku);
+            HM_REQUIRE(w && x && l1 && l2 && g1 && g2 && i1 && i2 && (b || (c != 1 && c != 2)));
+            hm_error err;
+            hm_error_clear(&err);
+            hm_status st = cuda_matvec(HM_TYPE_F32, w, ne, k, x, nt, l1, NULL, &err);
+            if (st == HM_OK)
+                st = cuda_router(l1, b, nt, (int)ne, ku, mode, renorm, i1, g1, NULL, &err);
+            HM_CHECK_MSG(st == HM_OK, "config %d unfused: %s", cfg, err.msg);
+            st = cuda_fused_router(w, ne, k, x, nt, b, ku, mode, renorm, l2, i2, g2, NULL, &err);
+            HM_CHECK_MSG(st == HM_OK, "config %d fused: %s", cfg, err.msg);
+            same_dev(l1, l2, sizeof(float) * nt * ne, "router logits", cfg);
+            same_dev(i1, i2, 4 * nt * ku, "router ids", cfg);
+            same_dev(g1, g2, sizeof(float) * nt * ku, "router weights", cfg);
+            void *bufs[] = {w, x, b, l1, l2, g1, g2, i1, i2};
+            for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+                if (bufs[i]) cudaFree(bufs[i]);
+            free(hw);
+            free(hx);
+            free(hb);
+        }
+    printf("fused router: %d configurations byte-identical\n", cfg);
+}
+
 #endif
 
 static void test_gpu(void) {
@@ -455,6 +513,7 @@ static void test_gpu(void) {
     test_norm();
     test_multi();
     test_qk();
+    test_router();
 #endif
 }
 

@@ -1,0 +1,151 @@
+/* cuda_fused_router.cu - the MoE router's logits product and its top-k selection in one
+ * launch (cuda_fused_router of cuda_fused.h).
+ *
+ * DESIGN: a thread-block cluster (sm_90) of FR_CLUSTER blocks per tile of NT <= 8 tokens. The
+ * cluster's FR_CLUSTER * FR_WARPS warps share the expert rows (warp-per-row row_dot of
+ * cuda_quant_internal.cuh on f32 weights, exactly k_matvec's arithmetic, so the logits are
+ * cuda_matvec's bytes) and write the logits to global memory; after a fence and the cluster
+ * barrier, block r of the cluster selects for token t0 + r with router_kernel's procedure
+ * (cuda_ops.cu, private there): score = logit (+ bias), softmax (tree max, thread 0's
+ * sequential sum) for softmax-then-top-k, ranks by (score desc, id asc) with NaN last, then
+ * thread 0's renormalisation or top-k softmax. Same bytes as cuda_matvec + cuda_router.
+ */
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include "cuda/cuda_quant_internal.cuh"
+
+extern "C" {
+#include "cuda/cuda_fused.h"
+}
+
+namespace cg = cooperative_groups;
+
+#define FR_CLUSTER 8 /* = the largest token tile */
+#define FR_THREADS 512
+#define FR_WARPS (FR_THREADS / 32)
+
+/* router_kernel's order: higher score first, equal scores lower id first, NaN last */
+static __device__ __forceinline__ bool fr_before(float a, int ia, float b, int ib) {
+    const bool an = a != a, bn = b != b;
+    if (an || bn) return an && bn ? ia < ib : bn;
+    if (a != b) return a > b;
+    return ia < ib;
+}
+
+template <int NT>
+__global__ void __cluster_dims__(FR_CLUSTER, 1, 1) __launch_bounds__(FR_THREADS)
+k_fused_router(const float *w, int n_expert, int64_t k, const float *x, int64_t n_tok,
+               const float *bias, int n_used, int mode, int renorm, float *logits,
+               int32_t *ids_out, float *w_out) {
+    __shared__ float sc[CUDA_FUSED_ROUTER_MAX];
+    __shared__ float red[FR_WARPS];
+    __shared__ float s_sum;
+    cg::cluster_group cl = cg::this_cluster();
+    const int rank = (int)cl.block_rank();
+    const int64_t t0 = (int64_t)(blockIdx.x / FR_CLUSTER) * NT;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    const uint8_t *a[NT];
+#pragma unroll
+    for (int i = 0; i < NT; i++) a[i] = (const uint8_t *)(x + min(t0 + i, n_tok - 1) * k);
+    for (int r = rank * FR_WARPS + warp; r < n_expert; r += FR_CLUSTER * FR_WARPS) {
+        float out[NT];
+        row_dot<cb_f32, NT>((const uint8_t *)(w + (int64_t)r * k), k, a, out);
+        if (lane == 0)
+#pragma unroll
+            for (int i = 0; i < NT; i++)
+                if (t0 + i < n_tok) logits[(t0 + i) * n_expert + r] = out[i];
+    }
+    __threadfence();
+    cl.sync();
+    const int64_t t = t0 + rank;
+    if (rank >= NT || t >= n_tok) return; /* block-uniform */
+    const float *l = logits + t * n_expert;
+    int32_t *ids = ids_out + t * n_used;
+    float *wo = w_out + t * n_used;
+    for (int e = threadIdx.x; e < n_expert; e += FR_THREADS)
+        sc[e] = bias ? __fadd_rn(l[e], bias[e]) : l[e];
+    __syncthreads();
+    if (mode == CPU_GATE_SOFTMAX_TOPK) {
+        float m = -INFINITY;
+        for (int e = threadIdx.x; e < n_expert; e += FR_THREADS) m = sc[e] > m ? sc[e] : m;
+        for (int o = 16; o > 0; o >>= 1) {
+            const float v = __shfl_down_sync(0xffffffffu, m, o);
+            m = v > m ? v : m;
+        }
+        if (lane == 0) red[warp] = m;
+        __syncthreads();
+        m = -INFINITY;
+        for (int i = 0; i < FR_WARPS; i++) m = red[i] > m ? red[i] : m;
+        for (int e = threadIdx.x; e < n_expert; e += FR_THREADS)
+            sc[e] = cm_expf(__fsub_rn(sc[e], m));
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            float sum = 0.0f;
+            for (int e = 0; e < n_expert; e++) sum = __fadd_rn(sum, sc[e]);
+            s_sum = sum;
+        }
+        __syncthreads();
+        for (int e = threadIdx.x; e < n_expert; e += FR_THREADS) sc[e] = __fdiv_rn(sc[e], s_sum);
+        __syncthreads();
+    }
+    for (int e = threadIdx.x; e < n_expert; e += FR_THREADS) {
+        const float v = sc[e];
+        int rk = 0;
+        for (int o = 0; o < n_expert && rk < n_used; o++) rk += fr_before(sc[o], o, v, e);
+        if (rk < n_used) {
+            ids[rk] = e;
+            wo[rk] = v;
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    if (mode == CPU_GATE_SOFTMAX_TOPK) {
+        if (renorm) {
+            float s = 0.0f;
+            for (int i = 0; i < n_used; i++) s = __fadd_rn(s, wo[i]);
+            for (int i = 0; i < n_used; i++) wo[i] = __fdiv_rn(wo[i], s);
+        }
+    } else {
+        const float m = wo[0];
+        float sum = 0.0f;
+        for (int i = 0; i < n_used; i++) {
+            wo[i] = cm_expf(__fsub_rn(wo[i], m));
+            sum = __fadd_rn(sum, wo[i]);
+        }
+        for (int i = 0; i < n_used; i++) wo[i] = __fdiv_rn(wo[i], sum);
+    }
+}
+
+extern "C" hm_status cuda_fused_router(const float *w, int64_t n_expert, int64_t k,
+                                       const float *x, int64_t n_tok, const float *bias,
+                                       int n_used, cpu_gate_mode mode, int renorm, float *logits,
+                                       int32_t *d_ids, float *d_weights, void *stream,
+                                       hm_error *err) {
+    if (n_expert < 1 || n_expert > CUDA_FUSED_ROUTER_MAX || n_used < 1 || n_used > n_expert ||
+        k < 1 || k > INT32_MAX)
+        return hm_error_set(err, HM_ERR_ARG,
+                            "cuda_fused_router: need 1 <= k (%d) <= n_expert (%lld) <= %d, "
+                            "row length %lld",
+                            n_used, (long long)n_expert, CUDA_FUSED_ROUTER_MAX, (long long)k);
+    if (mode != CPU_GATE_SOFTMAX_TOPK && mode != CPU_GATE_TOPK_SOFTMAX)
+        return hm_error_set(err, HM_ERR_ARG, "cuda_fused_router: unknown gating mode %d",
+                            (int)mode);
+    if (n_tok < 0 || n_tok / 8 > 65535)
+        return hm_error_set(err, HM_ERR_ARG, "cuda_fused_router: %lld tokens", (long long)n_tok);
+    if (n_tok == 0) return HM_OK;
+    if (!w || !x || !logits || !d_ids || !d_weights)
+        return hm_error_set(err, HM_ERR_ARG, "cuda_fused_router: NULL pointer");
+    const int nt = cq_tile(n_tok);
+    const unsigned grid = (unsigned)((n_tok + nt - 1) / nt) * FR_CLUSTER;
+    const cudaStream_t st = (cudaStream_t)stream;
+    const int ne = (int)n_expert, md = (int)mode;
+    switch (nt) {
+    case 1: k_fused_router<1><<<grid, FR_THREADS, 0, st>>>(w, ne, k, x, n_tok, bias, n_used, md, renorm, logits, d_ids, d_weights); break;
+    case 2: k_fused_router<2><<<grid, FR_THREADS, 0, st>>>(w, ne, k, x, n_tok, bias, n_used, md, renorm, logits, d_ids, d_weights); break;
+    case 4: k_fused_router<4><<<grid, FR_THREADS, 0, st>>>(w, ne, k, x, n_tok, bias, n_used, md, renorm, logits, d_ids, d_weights); break;
+    default: k_fused_router<8><<<grid, FR_THREADS, 0, st>>>(w, ne, k, x, n_tok, bias, n_used, md, renorm, logits, d_ids, d_weights); break;
+    }
+    return cq_launched(err, "k_fused_router");
+}
