@@ -64,8 +64,10 @@ k_fused_router(const float *w, int n_expert, int64_t k, const float *x, int64_t 
     const float *l = logits + t * n_expert;
     int32_t *ids = ids_out + t * n_used;
     float *wo = w_out + t * n_used;
-    for (int e = threadIdx.x; e < n_expert; e += FR_THREADS)
-        sc[e] = bias ? __fadd_rn(l[e], bias[e]) : l[e];
+    for (int e = threadIdx.x; e < n_expert; e += FR_THREADS) { /* other blocks' rows: L2 */
+        const float v = __ldcg(l + e);
+        sc[e] = bias ? __fadd_rn(v, bias[e]) : v;
+    }
     __syncthreads();
     if (mode == CPU_GATE_SOFTMAX_TOPK) {
         float m = -INFINITY;
