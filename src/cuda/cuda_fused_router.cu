@@ -2,9 +2,9 @@
  * launch (cuda_fused_router of cuda_fused.h).
  *
  * DESIGN: a thread-block cluster (sm_90) of FR_CLUSTER blocks per tile of NT <= 8 tokens. The
- * cluster's FR_CLUSTER * FR_WARPS warps share the expert rows (warp-per-row row_dot of
- * cuda_quant_internal.cuh on f32 weights, exactly k_matvec's arithmetic, so the logits are
- * cuda_matvec's bytes) and write the logits to global memory; after a fence and the cluster
+ * cluster's FR_CLUSTER * FR_WARPS warps share the expert rows (a warp per row, fr_dot: the
+ * f32 arithmetic of row_dot in cuda_quant_internal.cuh with deeper load prefetch, so the
+ * logits are cuda_matvec's bytes) and write the logits to global memory; after a fence and the cluster
  * barrier, block r of the cluster selects for token t0 + r with router_kernel's procedure
  * (cuda_ops.cu, private there): score = logit (+ bias), softmax (tree max, thread 0's
  * sequential sum) for softmax-then-top-k, ranks by (score desc, id asc) with NaN last, then
@@ -34,6 +34,44 @@ static __device__ __forceinline__ bool fr_before(float a, int ia, float b, int i
     return ia < ib;
 }
 
+/* row_dot<cb_f32, NT>'s arithmetic (lane l: fma over e = l, l + 32, ... in increasing order,
+ * then the __shfl_down tree 16..1; out valid in lane 0) with U elements per lane loaded before
+ * they are used, so a warp keeps U loads of its row in flight instead of row_dot's 4. */
+template <int NT>
+static __device__ __forceinline__ void fr_dot(const float *w, int64_t k, const float *const *x,
+                                              float *out) {
+    constexpr int U = NT <= 2 ? 16 : 8;
+    const int lane = threadIdx.x & 31;
+    float fin[NT];
+#pragma unroll
+    for (int i = 0; i < NT; i++) fin[i] = 0.0f;
+    int64_t e = lane;
+    for (; e + 32 * (U - 1) < k; e += 32 * U) { /* whole chunks: U loads, then U fmas */
+        float wv[U], xv[U][NT];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            wv[u] = __ldg(w + e + 32 * u);
+#pragma unroll
+            for (int i = 0; i < NT; i++) xv[u][i] = __ldg(x[i] + e + 32 * u);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int i = 0; i < NT; i++) fin[i] = __fmaf_rn(wv[u], xv[u][i], fin[i]);
+    }
+    for (; e < k; e += 32) { /* the rest, same order */
+        const float wv = __ldg(w + e);
+#pragma unroll
+        for (int i = 0; i < NT; i++) fin[i] = __fmaf_rn(wv, __ldg(x[i] + e), fin[i]);
+    }
+#pragma unroll
+    for (int off = 16; off >= 1; off /= 2)
+#pragma unroll
+        for (int i = 0; i < NT; i++) fin[i] = __fadd_rn(fin[i], __shfl_down_sync(CQ_FULL, fin[i], off));
+#pragma unroll
+    for (int i = 0; i < NT; i++) out[i] = fin[i];
+}
+
 template <int NT>
 __global__ void __cluster_dims__(FR_CLUSTER, 1, 1) __launch_bounds__(FR_THREADS)
 k_fused_router(const float *w, int n_expert, int64_t k, const float *x, int64_t n_tok,
@@ -46,12 +84,12 @@ k_fused_router(const float *w, int n_expert, int64_t k, const float *x, int64_t 
     const int rank = (int)cl.block_rank();
     const int64_t t0 = (int64_t)(blockIdx.x / FR_CLUSTER) * NT;
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-    const uint8_t *a[NT];
+    const float *a[NT];
 #pragma unroll
-    for (int i = 0; i < NT; i++) a[i] = (const uint8_t *)(x + min(t0 + i, n_tok - 1) * k);
+    for (int i = 0; i < NT; i++) a[i] = x + min(t0 + i, n_tok - 1) * k;
     for (int r = rank * FR_WARPS + warp; r < n_expert; r += FR_CLUSTER * FR_WARPS) {
         float out[NT];
-        row_dot<cb_f32, NT>((const uint8_t *)(w + (int64_t)r * k), k, a, out);
+        fr_dot<NT>(w + (int64_t)r * k, k, a, out);
         if (lane == 0)
 #pragma unroll
             for (int i = 0; i < NT; i++)
