@@ -28,6 +28,7 @@
 #ifndef HM_CUDA_CUDA_BLOCKS_CUH
 #define HM_CUDA_CUDA_BLOCKS_CUH
 
+#include <cuda_fp16.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,7 +39,7 @@ extern "C" {
 
 /* ---------------------------------------------------------------- conversions and loads */
 
-static __device__ __forceinline__ float cb_fp16(uint16_t h) {
+static __device__ __forceinline__ float cb_fp16_slow(uint16_t h) {
     const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     const uint32_t ex = (h >> 10) & 0x1fu, man = h & 0x3ffu;
     if (ex == 0x1f)
@@ -49,6 +50,13 @@ static __device__ __forceinline__ float cb_fp16(uint16_t h) {
         return sign ? -f : f;
     }
     return __uint_as_float(sign | ((ex + 112u) << 23) | (man << 13));
+}
+
+/* exact for every half; the hardware conversion is exact except that it does not keep NaN
+ * payloads the way hm_fp16_to_f32 does, so NaNs take the bit path */
+static __device__ __forceinline__ float cb_fp16(uint16_t h) {
+    if ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu)) return cb_fp16_slow(h);
+    return __half2float(__ushort_as_half(h));
 }
 
 static __device__ __forceinline__ float cb_bf16_to_f32(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }

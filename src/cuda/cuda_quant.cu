@@ -26,7 +26,7 @@
 
 /* y[t][r] for r of this warp, t in tile blockIdx.y (NT tokens; the last tile may be partial) */
 template <class T, int NT>
-__global__ void __launch_bounds__(CQ_WARPS * 32)
+__global__ void __launch_bounds__(CQ_WARPS * 32, 4)
 k_matvec(const uint8_t *w, size_t row_bytes, int64_t n_rows, int64_t k, const uint8_t *act,
          size_t act_bytes, int64_t n_tok, float *y) {
     const int64_t r = (int64_t)blockIdx.x * CQ_WARPS + threadIdx.x / 32;

@@ -41,31 +41,44 @@ static __device__ __forceinline__ void row_dot(const uint8_t *w, int64_t k, cons
         for (int gi = 0; gi < G; gi++)
 #pragma unroll
             for (int i = 0; i < NT; i++) acc[gi][i] = 0.0f;
+        /* A round of 32 blocks is G steps; steps run in chunks of GC whose loads (weights,
+         * scales, activations) are issued together before any shuffle, so a warp keeps GC
+         * block loads in flight. Blocks past the end are clamped to the last block (valid
+         * memory) and their update is skipped; a group's G lanes share the block, so the skip
+         * is uniform within the group. */
+        constexpr int GC = (8 / NT) < G ? ((8 / NT) > 0 ? 8 / NT : 1) : G;
         for (int b0 = 0; b0 < nb; b0 += 32) {
 #pragma unroll
-            for (int gi = 0; gi < G; gi++) {
-                if (b0 + gi * BPI >= nb) break; /* uniform over the warp */
-                const int b = b0 + gi * BPI + g;
-                const bool ok = b < nb;
-                const uint8_t *wb = w + (size_t)b * T::TS;
-                const size_t aoff = (size_t)b * T::ABS;
-                int s[NT], t[NT];
+            for (int gc = 0; gc < G; gc += GC) {
+                if (b0 + gc * BPI >= nb) break; /* uniform over the warp */
+                int s[GC][NT], t[GC][NT];
+                float d[GC], m[GC], da[GC][NT];
 #pragma unroll
-                for (int i = 0; i < NT; i++) s[i] = t[i] = 0;
-                if (ok) T::template part<NT>(wb, p, a, aoff, s, t);
-#pragma unroll
-                for (int off = G / 2; off >= 1; off /= 2)
+                for (int j = 0; j < GC; j++) {
+                    const int b = min(b0 + (gc + j) * BPI + g, nb - 1);
+                    const uint8_t *wb = w + (size_t)b * T::TS;
+                    const size_t aoff = (size_t)b * T::ABS;
+                    T::scale(wb, &d[j], &m[j]);
 #pragma unroll
                     for (int i = 0; i < NT; i++) {
-                        s[i] += __shfl_xor_sync(CQ_FULL, s[i], off);
-                        if (T::UPD != CB_UPD_SYM) t[i] += __shfl_xor_sync(CQ_FULL, t[i], off);
+                        da[j][i] = *(const float *)(a[i] + aoff);
+                        s[j][i] = t[j][i] = 0;
                     }
-                if (ok && p == 0) {
-                    float d, m;
-                    T::scale(wb, &d, &m);
+                    T::template part<NT>(wb, p, a, aoff, s[j], t[j]);
+                }
 #pragma unroll
-                    for (int i = 0; i < NT; i++)
-                        acc[gi][i] = cb_update<T>(acc[gi][i], d, m, *(const float *)(a[i] + aoff), s[i], t[i]);
+                for (int j = 0; j < GC; j++) {
+#pragma unroll
+                    for (int off = G / 2; off >= 1; off /= 2)
+#pragma unroll
+                        for (int i = 0; i < NT; i++) {
+                            s[j][i] += __shfl_xor_sync(CQ_FULL, s[j][i], off);
+                            if (T::UPD != CB_UPD_SYM) t[j][i] += __shfl_xor_sync(CQ_FULL, t[j][i], off);
+                        }
+                    if (b0 + (gc + j) * BPI + g < nb && p == 0)
+#pragma unroll
+                        for (int i = 0; i < NT; i++)
+                            acc[gc + j][i] = cb_update<T>(acc[gc + j][i], d[j], m[j], da[j][i], s[j][i], t[j][i]);
                 }
             }
         }

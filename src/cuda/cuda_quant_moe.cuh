@@ -8,6 +8,7 @@
 
 #define MOE_TILE 8
 #define MOE_ROWS_PER_WARP 2
+#define MOE_SMEM_IDS 1024 /* pairs whose ids are staged in shared memory */
 
 typedef struct {
     const uint8_t *w, *w2;   /* gate (or the only) weights, up weights (fused) */
@@ -62,15 +63,21 @@ static __device__ __forceinline__ void moe_tile(const moe_params &P, int e, cons
 }
 
 template <class T, bool FUSED>
-__global__ void __launch_bounds__(CQ_WARPS * 32) k_moe(const moe_params P) {
+__global__ void __launch_bounds__(CQ_WARPS * 32, 4) k_moe(const moe_params P) {
+    __shared__ int s_ids[MOE_SMEM_IDS]; /* the ids, when there are few enough */
     __shared__ int s_pairs[MOE_TILE];
     __shared__ int s_cnt;
     __shared__ int64_t s_next;
+    const bool in_smem = P.n_pairs <= MOE_SMEM_IDS;
+    if (in_smem)
+        for (int64_t q = threadIdx.x; q < P.n_pairs; q += blockDim.x) s_ids[q] = P.ids[q];
+    __syncthreads();
+#define MOE_ID(q) (in_smem ? s_ids[q] : P.ids[q])
     const int64_t p = blockIdx.x;
-    const int e = P.ids[p];
+    const int e = MOE_ID(p);
     if (e < 0 || e >= P.n_expert) return; /* uniform over the CTA */
     int dup = 0;
-    for (int64_t q = threadIdx.x; q < p; q += blockDim.x) dup |= P.ids[q] == e;
+    for (int64_t q = threadIdx.x; q < p; q += blockDim.x) dup |= MOE_ID(q) == e;
     if (__syncthreads_or(dup)) return;
     const int64_t r0 = (int64_t)blockIdx.y * (CQ_WARPS * MOE_ROWS_PER_WARP) + threadIdx.x / 32;
     for (int64_t start = p;;) {
@@ -78,7 +85,7 @@ __global__ void __launch_bounds__(CQ_WARPS * 32) k_moe(const moe_params P) {
             int c = 0;
             int64_t q = start;
             for (; q < P.n_pairs && c < MOE_TILE; q++)
-                if (P.ids[q] == e) s_pairs[c++] = (int)q;
+                if (MOE_ID(q) == e) s_pairs[c++] = (int)q;
             s_cnt = c;
             s_next = q;
         }
@@ -100,6 +107,7 @@ __global__ void __launch_bounds__(CQ_WARPS * 32) k_moe(const moe_params P) {
         }
         if (cnt < MOE_TILE || start >= P.n_pairs) break;
     }
+#undef MOE_ID
 }
 
 template <class T, bool FUSED>
