@@ -217,6 +217,7 @@ extern "C" hm_status cuda_fused_norm_quant(const cuda_fused_norm_args *a, void *
         A.act_bytes = quant_act_row_size(at, a->n);
     }
     if (a->n_tok == 0 || (!a->xn && !a->add && !a->ey)) return HM_OK;
+    if (!a->x) return hm_error_set(err, HM_ERR_ARG, "cuda_fused_norm_quant: missing x");
     const size_t smem = (size_t)a->n * sizeof(float);
     const cudaStream_t st = (cudaStream_t)stream;
     const unsigned grid = (unsigned)a->n_tok;
