@@ -27,7 +27,7 @@ typedef struct {
 } multi_k;
 
 template <class T, int NT>
-__global__ void __launch_bounds__(CQ_WARPS * 32)
+__global__ void __launch_bounds__(CQ_WARPS * 32, 4) /* as k_matvec */
 k_matvec_multi(const multi_k M, size_t row_bytes, int64_t k, const uint8_t *act,
                size_t act_bytes, int64_t n_tok) {
     int m = 0;
