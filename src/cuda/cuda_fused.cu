@@ -1,13 +1,15 @@
 /* cuda_fused.cu - residual + rmsnorm + activation quantisation, and per-head q/k norm + RoPE +
  * KV store, each in one launch (cuda_fused.h).
  *
- * DESIGN: k_fused_norm is one block (256 threads) per token: the threads form the row
- * (x, x + add, or x + the slot combine, in cuda_moe_combine's slot order) into shared memory
- * and write x back; lanes 0..3 of warp 0 run the four double chains of rmsnorm_kernel
+ * DESIGN: k_fused_norm is one block (1024 threads: few elements per thread, so few memory
+ * round trips) per token: the threads form the row (x, x + add, or x + the slot combine, in
+ * cuda_moe_combine's slot order, each group of FN_SLOTS slot loads issued before use) into
+ * shared memory and write x back; lanes 0..3 of warp 0 run the four double chains of rmsnorm_kernel
  * (element i into chain i mod 4, increasing i; combined (c0 + c1) + (c2 + c3)); every thread
  * scales its elements into xn and the shared row; then the row is quantised as k_quant_act
  * does it (q8_32: a warp per 32-element block; q8_K: the 8 warps on one 256-element
- * super-block at a time, amax through shared memory, bsums over 16-lane halves).
+ * super-block, FN_THREADS / 256 super-blocks per pass, amax through shared memory, bsums
+ * over 16-lane halves).
  * k_fused_qk is one block per (token, head) of q and k: the head row is staged in shared
  * memory, normed (rmsnorm_kernel's chains on head_dim), rotated pair by pair exactly as
  * rope_kernel (table cos/sin, or the device double formulas beyond the table), written back,
@@ -28,7 +30,8 @@ extern "C" {
 #include "cuda/cuda_quant.h"
 }
 
-#define FN_THREADS 256 /* = one q8_K super-block per pass */
+#define FN_THREADS 1024 /* a multiple of 256: whole q8_K super-blocks per pass */
+#define FN_SLOTS 8       /* MoE slots whose loads are issued together */
 #define FQ_THREADS 128
 #define FQ_MAX_HD 256
 #define FQ_MAX_PAIRS 512
@@ -84,6 +87,34 @@ typedef struct {
     int64_t n;
 } norm_k;
 
+/* x[t][i] + the slot combine of element i, slots in increasing order (cuda_moe_add_bias then
+ * moe_combine_kernel): the slots' loads are issued FN_SLOTS at a time, before any is used */
+static __device__ __forceinline__ float fused_combine(const norm_k &A, int64_t t, int64_t i,
+                                                      float x) {
+    const int64_t n = A.n;
+    float acc = 0.0f;
+    for (int s0 = 0; s0 < A.n_used; s0 += FN_SLOTS) {
+        float y[FN_SLOTS], b[FN_SLOTS], g[FN_SLOTS];
+        int32_t id[FN_SLOTS];
+#pragma unroll
+        for (int u = 0; u < FN_SLOTS; u++) {
+            const int64_t ts = t * A.n_used + s0 + u;
+            const bool in = s0 + u < A.n_used;
+            id[u] = !in ? -1 : A.ids ? A.ids[ts] : 0;
+            y[u] = in ? A.ey[ts * n + i] : 0.0f;
+            g[u] = in ? A.gw[ts] : 0.0f;
+            b[u] = A.eb && id[u] >= 0 && id[u] < A.n_expert ? A.eb[(int64_t)id[u] * n + i] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < FN_SLOTS; u++) {
+            if (id[u] < 0) continue; /* skipped slot, or past n_used */
+            const float v = A.eb && id[u] < A.n_expert ? __fadd_rn(y[u], b[u]) : y[u];
+            acc = __fadd_rn(acc, __fmul_rn(g[u], v));
+        }
+    }
+    return __fadd_rn(x, acc); /* cuda_add(x, combine) */
+}
+
 /* B = 0: no quantisation; 32: q8_32; 256: q8_K */
 template <int B>
 __global__ void __launch_bounds__(FN_THREADS) k_fused_norm(const norm_k A) {
@@ -95,16 +126,7 @@ __global__ void __launch_bounds__(FN_THREADS) k_fused_norm(const norm_k A) {
     for (int64_t i = threadIdx.x; i < n; i += FN_THREADS) {
         float v = xr[i];
         if (A.ey) {
-            float acc = 0.0f; /* moe_combine_kernel */
-            for (int s = 0; s < A.n_used; s++) {
-                const int64_t ts = t * A.n_used + s;
-                const int32_t id = A.ids ? A.ids[ts] : 0;
-                if (id < 0) continue;
-                float y = A.ey[ts * n + i];
-                if (A.eb && id < A.n_expert) y = __fadd_rn(y, A.eb[(int64_t)id * n + i]);
-                acc = __fadd_rn(acc, __fmul_rn(A.gw[ts], y));
-            }
-            v = __fadd_rn(v, acc);
+            v = fused_combine(A, t, i, v);
             xr[i] = v;
         } else if (A.add) {
             v = __fadd_rn(v, A.add[t * n + i]);
@@ -128,7 +150,7 @@ __global__ void __launch_bounds__(FN_THREADS) k_fused_norm(const norm_k A) {
     __syncthreads();
     uint8_t *ar = A.act + (size_t)t * A.act_bytes;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (B == 32) {
+    if (B == 32) { /* k_quant_act<32>: a warp per block */
         for (int64_t ib = warp; ib < n / 32; ib += FN_THREADS / 32) {
             const float v = row[ib * 32 + lane];
             float amax = fabsf(v);
@@ -147,19 +169,23 @@ __global__ void __launch_bounds__(FN_THREADS) k_fused_norm(const norm_k A) {
                 *(int32_t *)(blk + CB_A32_SUM) = sum;
             }
         }
-    } else {
-        const int j = threadIdx.x;
-        for (int64_t ib = 0; ib < n / 256; ib++) {
-            const float v = row[ib * 256 + j];
+    } else { /* k_quant_act<256>: 8 warps per super-block, FN_THREADS / 256 per pass */
+        const int sub = threadIdx.x >> 8, j = threadIdx.x & 255;
+        const int64_t nsb = n / 256;
+        for (int64_t ib0 = 0; ib0 < nsb; ib0 += FN_THREADS / 256) {
+            const int64_t ib = ib0 + sub;
+            const bool ok = ib < nsb; /* uniform over 8 warps */
+            const float v = ok ? row[ib * 256 + j] : 0.0f;
             float amax = fabsf(v);
 #pragma unroll
             for (int off = 16; off >= 1; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(FULL, amax, off));
             if (lane == 0) wmax[warp] = amax;
             __syncthreads();
-            amax = wmax[0];
+            amax = wmax[sub * 8];
 #pragma unroll
-            for (int i = 1; i < 8; i++) amax = fmaxf(amax, wmax[i]);
-            __syncthreads(); /* wmax is rewritten by the next super-block */
+            for (int i = 1; i < 8; i++) amax = fmaxf(amax, wmax[sub * 8 + i]);
+            __syncthreads(); /* wmax is rewritten by the next pass */
+            if (!ok) continue;
             const float d = __fdiv_rn(amax, 127.0f);
             const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
             const int q = fused_q8(v, id);
