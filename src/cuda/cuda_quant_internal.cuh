@@ -45,8 +45,9 @@ static __device__ __forceinline__ void row_dot(const uint8_t *w, int64_t k, cons
          * scales, activations) are issued together before any shuffle, so a warp keeps GC
          * block loads in flight. Blocks past the end are clamped to the last block (valid
          * memory) and their update is skipped; a group's G lanes share the block, so the skip
-         * is uniform within the group. */
-        constexpr int GC = (8 / NT) < G ? ((8 / NT) > 0 ? 8 / NT : 1) : G;
+         * is uniform within the group. 256-element (K-quant, iq4_xs) blocks keep GC = 1: their
+         * parts already load several words per lane (see bench/RESULTS.md for the measurement). */
+        constexpr int GC = T::BS == 256 ? 1 : (8 / NT) < G ? ((8 / NT) > 0 ? 8 / NT : 1) : G;
         for (int b0 = 0; b0 < nb; b0 += 32) {
 #pragma unroll
             for (int gc = 0; gc < G; gc += GC) {
