@@ -46,7 +46,8 @@ static __device__ __forceinline__ void row_dot(const uint8_t *w, int64_t k, cons
          * block loads in flight. Blocks past the end are clamped to the last block (valid
          * memory) and their update is skipped; a group's G lanes share the block, so the skip
          * is uniform within the group. 256-element (K-quant, iq4_xs) blocks keep GC = 1: their
-         * parts already load several words per lane (batching them was slower on the H100: bench/RESULTS.md, "256-element blocks unbatched"). */
+         * parts already load several words per lane (batching them was slower on the H100:
+         * bench/RESULTS.md, "256-element blocks unbatched"). */
         constexpr int GC = T::BS == 256 ? 1 : (8 / NT) < G ? ((8 / NT) > 0 ? 8 / NT : 1) : G;
         for (int b0 = 0; b0 < nb; b0 += 32) {
 #pragma unroll
