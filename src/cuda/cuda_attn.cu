@@ -62,25 +62,6 @@ extern "C" size_t cuda_kv_bytes(int64_t n_ctx, int n_head_kv, int head_dim) {
     return (size_t)n_ctx * (size_t)n_head_kv * (size_t)head_dim * 2;
 }
 
-/* hm_f32_to_fp16 (quant/fp16.h), operation for operation: round to nearest even, >= 65520 to
- * inf, NaN to the quiet NaN 0x7e00 with the sign. */
-static __device__ __forceinline__ uint16_t kv_f32_to_f16(float f) {
-    const uint32_t x = __float_as_uint(f);
-    const uint32_t sign = (x >> 16) & 0x8000u;
-    const uint32_t ax = x & 0x7fffffffu;
-    if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u));
-    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
-    if (ax < 0x38800000u) {
-        const float v = __fmul_rn(__uint_as_float(ax), 16777216.0f);
-        uint32_t m = (uint32_t)v;
-        const float rem = __fsub_rn(v, (float)m);
-        if (rem > 0.5f || (rem == 0.5f && (m & 1u))) m++;
-        return (uint16_t)(sign | m);
-    }
-    const uint32_t r = ax + 0x0fffu + ((ax >> 13) & 1u);
-    return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
-}
-
 __global__ void kv_store_kernel(uint16_t *kc, uint16_t *vc, int64_t n_ctx, int64_t row,
                                 const float *k, const float *v, int64_t n_tok, const int32_t *pos) {
     const int64_t total = n_tok * row;
@@ -89,8 +70,8 @@ __global__ void kv_store_kernel(uint16_t *kc, uint16_t *vc, int64_t n_ctx, int64
         const int64_t t = i / row, e = i % row;
         const int64_t p = pos[t];
         if (p < 0 || p >= n_ctx) continue;
-        kc[p * row + e] = kv_f32_to_f16(k[i]);
-        vc[p * row + e] = kv_f32_to_f16(v[i]);
+        kc[p * row + e] = cm_f32_to_f16(k[i]);
+        vc[p * row + e] = cm_f32_to_f16(v[i]);
     }
 }
 

@@ -14,9 +14,8 @@
  * memory, normed (rmsnorm_kernel's chains on head_dim), rotated pair by pair exactly as
  * rope_kernel (table cos/sin, or the device double formulas beyond the table), written back,
  * and for k heads stored with the v head into the f16 caches (kv_store_kernel's conversion).
- * The rope constants and the f16 conversion are private copies of cuda_ops.cu's rope_prepare
- * and cuda_attn.cu's kv_f32_to_f16 (static there); the byte test against those launchers
- * keeps them in step.
+ * The rope constants and rotation (cuda_rope.cuh) and the f16 conversion (cuda_math.cuh) are
+ * the same code the unfused launchers use.
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -24,6 +23,7 @@
 
 #include "cuda/cuda_blocks.cuh"
 #include "cuda/cuda_math.cuh"
+#include "cuda/cuda_rope.cuh"
 
 extern "C" {
 #include "cuda/cuda_fused.h"
@@ -34,7 +34,6 @@ extern "C" {
 #define FN_SLOTS 8       /* MoE slots whose loads are issued together */
 #define FQ_THREADS 128
 #define FQ_MAX_HD 256
-#define FQ_MAX_PAIRS 512
 #define FULL 0xffffffffu
 
 static hm_status fused_launched(const char *kernel, hm_error *err) {
@@ -255,79 +254,6 @@ extern "C" hm_status cuda_fused_norm_quant(const cuda_fused_norm_args *a, void *
 
 /* ------------------------------------------------------------ q/k norm + RoPE + KV store */
 
-/* cuda_ops.cu's rope_consts and rope_prepare (same host double arithmetic) */
-typedef struct {
-    int n_pairs, neox, yarn;
-    double freq_scale, mscale;
-    const float *table; /* [n_table][n_pairs][2] or NULL */
-    int64_t n_table;
-    double inv[FQ_MAX_PAIRS];
-    double mix[FQ_MAX_PAIRS];
-} fq_rope;
-
-static double fq_corr_dim(int n_dims, int n_ctx_orig, double beta, double base) {
-    return n_dims * log((double)n_ctx_orig / (beta * 2.0 * M_PI)) / (2.0 * log(base));
-}
-
-static hm_status fq_rope_prepare(const cpu_rope_params *p, int head_dim, fq_rope *rc,
-                                 hm_error *err) {
-    if (p->mode != CPU_ROPE_NORM && p->mode != CPU_ROPE_NEOX)
-        return hm_error_set(err, HM_ERR_ARG, "cuda_fused_qk_rope_store: unknown rope mode");
-    if (p->n_dims <= 0 || p->n_dims % 2 || p->n_dims > head_dim || p->n_dims > 2 * FQ_MAX_PAIRS)
-        return hm_error_set(err, HM_ERR_ARG,
-                            "cuda_fused_qk_rope_store: n_dims %d must be even and <= %d",
-                            p->n_dims, head_dim);
-    if (!(p->freq_base > 0.0f) || !(p->freq_scale > 0.0f))
-        return hm_error_set(err, HM_ERR_ARG,
-                            "cuda_fused_qk_rope_store: freq_base and freq_scale must be > 0");
-    memset(rc, 0, sizeof(*rc));
-    rc->n_pairs = p->n_dims / 2;
-    rc->neox = p->mode == CPU_ROPE_NEOX;
-    rc->yarn = p->ext_factor != 0.0f;
-    rc->freq_scale = (double)p->freq_scale;
-    rc->mscale = p->attn_factor;
-    double lo = 0.0, hi = 0.0;
-    if (rc->yarn) {
-        if (p->n_ctx_orig <= 0 || !(p->beta_fast > 0.0f) || !(p->beta_slow > 0.0f))
-            return hm_error_set(err, HM_ERR_ARG,
-                                "cuda_fused_qk_rope_store: YaRN needs n_ctx_orig > 0 and "
-                                "positive betas");
-        lo = fq_corr_dim(p->n_dims, p->n_ctx_orig, p->beta_fast, p->freq_base);
-        hi = fq_corr_dim(p->n_dims, p->n_ctx_orig, p->beta_slow, p->freq_base);
-        if (p->yarn_truncate) {
-            lo = floor(lo);
-            hi = ceil(hi);
-        }
-        lo = fmax(0.0, lo);
-        hi = fmin((double)(p->n_dims - 1), hi);
-        rc->mscale = (double)p->attn_factor * (1.0 + 0.1 * log(1.0 / (double)p->freq_scale));
-    }
-    for (int i = 0; i < rc->n_pairs; i++) {
-        rc->inv[i] = pow((double)p->freq_base, -2.0 * i / p->n_dims);
-        double y = ((double)i - lo) / fmax(0.001, hi - lo);
-        rc->mix[i] = (1.0 - fmin(1.0, fmax(0.0, y))) * p->ext_factor;
-    }
-    return HM_OK;
-}
-
-/* cuda_attn.cu's kv_f32_to_f16 (hm_f32_to_fp16) */
-static __device__ __forceinline__ uint16_t fq_f16(float f) {
-    const uint32_t x = __float_as_uint(f);
-    const uint32_t sign = (x >> 16) & 0x8000u;
-    const uint32_t ax = x & 0x7fffffffu;
-    if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u));
-    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
-    if (ax < 0x38800000u) {
-        const float v = __fmul_rn(__uint_as_float(ax), 16777216.0f);
-        uint32_t m = (uint32_t)v;
-        const float rem = __fsub_rn(v, (float)m);
-        if (rem > 0.5f || (rem == 0.5f && (m & 1u))) m++;
-        return (uint16_t)(sign | m);
-    }
-    const uint32_t r = ax + 0x0fffu + ((ax >> 13) & 1u);
-    return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
-}
-
 typedef struct {
     float *q, *k;
     const float *v;
@@ -337,7 +263,7 @@ typedef struct {
     const int32_t *pos;
     uint16_t *kc, *vc;
     int64_t n_ctx;
-    fq_rope rc;
+    cr_consts rc;
 } qk_k;
 
 /* grid (n_tok, n_head + n_head_kv) */
@@ -363,27 +289,8 @@ __global__ void __launch_bounds__(FQ_THREADS) k_fused_qk(const qk_k A) {
         __syncthreads();
     }
     const int32_t p = A.pos[t];
-    const fq_rope &rc = A.rc;
-    for (int i = threadIdx.x; i < rc.n_pairs; i += FQ_THREADS) { /* rope_kernel */
-        float c, s;
-        if (rc.table && p >= 0 && p < rc.n_table) {
-            const float *cs = rc.table + ((int64_t)p * rc.n_pairs + i) * 2;
-            c = cs[0];
-            s = cs[1];
-        } else {
-            const double theta_extrap = __dmul_rn((double)p, rc.inv[i]);
-            double theta = __dmul_rn(rc.freq_scale, theta_extrap);
-            if (rc.yarn)
-                theta = __dadd_rn(__dmul_rn(theta, __dsub_rn(1.0, rc.mix[i])),
-                                  __dmul_rn(theta_extrap, rc.mix[i]));
-            c = __double2float_rn(__dmul_rn(cos(theta), rc.mscale));
-            s = __double2float_rn(__dmul_rn(sin(theta), rc.mscale));
-        }
-        const int i0 = rc.neox ? i : 2 * i, i1 = rc.neox ? i + rc.n_pairs : 2 * i + 1;
-        const float x0 = buf[i0], x1 = buf[i1];
-        buf[i0] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-        buf[i1] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
-    }
+    const cr_consts &rc = A.rc;
+    for (int i = threadIdx.x; i < rc.n_pairs; i += FQ_THREADS) cr_rotate(rc, p, i, buf);
     __syncthreads();
     const bool store = !isq && p >= 0 && (int64_t)p < A.n_ctx;
     const int64_t row = (int64_t)A.n_kv * hd;
@@ -392,8 +299,8 @@ __global__ void __launch_bounds__(FQ_THREADS) k_fused_qk(const qk_k A) {
     for (int i = threadIdx.x; i < hd; i += FQ_THREADS) {
         x[i] = buf[i];
         if (store) {
-            A.kc[off + i] = fq_f16(buf[i]);
-            A.vc[off + i] = fq_f16(vr[i]);
+            A.kc[off + i] = cm_f32_to_f16(buf[i]);
+            A.vc[off + i] = cm_f32_to_f16(vr[i]);
         }
     }
 }
@@ -410,7 +317,7 @@ extern "C" hm_status cuda_fused_qk_rope_store(const cuda_fused_qk_args *a, void 
                             (long long)a->n_tok, a->n_head, a->n_head_kv, a->head_dim,
                             (long long)a->n_ctx);
     qk_k A;
-    hm_status st = fq_rope_prepare(&a->rope.p, a->head_dim, &A.rc, err);
+    hm_status st = cr_prepare("cuda_fused_qk_rope_store", &a->rope.p, a->head_dim, &A.rc, err);
     if (st != HM_OK) return st;
     if (a->rope.d_table && a->rope.n_table > 0) {
         A.rc.table = a->rope.d_table;

@@ -1,5 +1,5 @@
 /* cuda_math.cuh - device versions of hm_expf, hm_sigmoidf, hm_siluf (src/cpu/ops_math.h) and
- * the expert activations of docs/OPS.md, bit-identical to the CPU's.
+ * the expert activations of docs/OPS.md, bit-identical to the CPU's, and hm_f32_to_fp16.
  *
  * DESIGN: the CPU recipe uses only IEEE single multiplies, adds and one divide, each rounded to
  * nearest-even and never contracted; here every operation is the matching _rn intrinsic, so the
@@ -56,6 +56,25 @@ static __device__ __forceinline__ float cm_swiglu_oai(float g, float u, float al
     g = g > limit ? limit : g;
     u = u > limit ? limit : (u < -limit ? -limit : u);
     return __fmul_rn(__fmul_rn(g, cm_sigmoidf(__fmul_rn(g, alpha))), __fadd_rn(u, 1.0f));
+}
+
+/* hm_f32_to_fp16 (quant/fp16.h), operation for operation: round to nearest even, >= 65520 to
+ * inf, NaN to the quiet NaN 0x7e00 with the sign. */
+static __device__ __forceinline__ uint16_t cm_f32_to_f16(float f) {
+    const uint32_t x = __float_as_uint(f);
+    const uint32_t sign = (x >> 16) & 0x8000u;
+    const uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u));
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
+    if (ax < 0x38800000u) {
+        const float v = __fmul_rn(__uint_as_float(ax), 16777216.0f);
+        uint32_t m = (uint32_t)v;
+        const float rem = __fsub_rn(v, (float)m);
+        if (rem > 0.5f || (rem == 0.5f && (m & 1u))) m++;
+        return (uint16_t)(sign | m);
+    }
+    const uint32_t r = ax + 0x0fffu + ((ax >> 13) & 1u);
+    return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
 }
 
 #endif

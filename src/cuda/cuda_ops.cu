@@ -20,11 +20,11 @@ extern "C" {
 #include "cuda/cuda_ops.h"
 }
 #include "cuda/cuda_math.cuh"
+#include "cuda/cuda_rope.cuh"
 
 #define OPS_THREADS 256
 #define OPS_MAX_BLOCKS 4096
 #define ROUTER_MAX_EXPERTS 4096
-#define ROPE_MAX_PAIRS 512
 #define NORM_CHUNK 2048 /* floats of a row staged in shared memory at a time */
 
 static hm_status ops_launched(const char *kernel, hm_error *err) {
@@ -334,97 +334,24 @@ extern "C" hm_status cuda_router(const float *logits, const float *bias, int64_t
 
 /* ------------------------------------------------------------------ RoPE */
 
-/* Per-launch constants, computed on the host in double exactly as cpu_rope does (passed by
- * value: 8 KiB of kernel parameters, allowed on sm_70+ with CUDA >= 12.1). */
-typedef struct {
-    int n_pairs, neox, yarn;
-    double freq_scale, mscale;
-    const float *table; /* [n_table][n_pairs][2] or NULL */
-    int64_t n_table;
-    double inv[ROPE_MAX_PAIRS]; /* freq_base^(-2i/n_dims) */
-    double mix[ROPE_MAX_PAIRS]; /* YaRN ramp * ext_factor */
-} rope_consts;
 
 /* grid (n_tok, n_head + n_head_kv); threads over pairs */
 __global__ void rope_kernel(float *q, int n_head, float *k, int n_head_kv, int head_dim,
-                            const int32_t *pos, const rope_consts rc) {
+                            const int32_t *pos, const cr_consts rc) {
     const int64_t t = blockIdx.x;
     const int h = blockIdx.y;
     float *x = h < n_head ? q + (t * n_head + h) * head_dim
                           : k + (t * n_head_kv + (h - n_head)) * head_dim;
     const int32_t p = pos[t];
-    for (int i = threadIdx.x; i < rc.n_pairs; i += blockDim.x) {
-        float c, s;
-        if (rc.table && p >= 0 && p < rc.n_table) {
-            const float *cs = rc.table + ((int64_t)p * rc.n_pairs + i) * 2;
-            c = cs[0];
-            s = cs[1];
-        } else {
-            const double theta_extrap = __dmul_rn((double)p, rc.inv[i]);
-            double theta = __dmul_rn(rc.freq_scale, theta_extrap);
-            if (rc.yarn)
-                theta = __dadd_rn(__dmul_rn(theta, __dsub_rn(1.0, rc.mix[i])),
-                                  __dmul_rn(theta_extrap, rc.mix[i]));
-            c = __double2float_rn(__dmul_rn(cos(theta), rc.mscale));
-            s = __double2float_rn(__dmul_rn(sin(theta), rc.mscale));
-        }
-        const int i0 = rc.neox ? i : 2 * i, i1 = rc.neox ? i + rc.n_pairs : 2 * i + 1;
-        const float x0 = x[i0], x1 = x[i1];
-        x[i0] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-        x[i1] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
-    }
-}
-
-static double yarn_corr_dim(int n_dims, int n_ctx_orig, double beta, double base) {
-    return n_dims * log((double)n_ctx_orig / (beta * 2.0 * M_PI)) / (2.0 * log(base));
-}
-
-/* cpu_rope's argument checks and constants */
-static hm_status rope_prepare(const cpu_rope_params *p, int head_dim, rope_consts *rc,
-                              hm_error *err) {
-    if (!p || (p->mode != CPU_ROPE_NORM && p->mode != CPU_ROPE_NEOX))
-        return hm_error_set(err, HM_ERR_ARG, "cuda_rope: unknown mode");
-    if (p->n_dims <= 0 || p->n_dims % 2 || p->n_dims > head_dim || p->n_dims > 2 * ROPE_MAX_PAIRS)
-        return hm_error_set(err, HM_ERR_ARG, "cuda_rope: n_dims %d must be even and in [2, %d]",
-                            p->n_dims, head_dim < 2 * ROPE_MAX_PAIRS ? head_dim : 2 * ROPE_MAX_PAIRS);
-    if (!(p->freq_base > 0.0f) || !(p->freq_scale > 0.0f))
-        return hm_error_set(err, HM_ERR_ARG, "cuda_rope: freq_base %g and freq_scale %g must be > 0",
-                            (double)p->freq_base, (double)p->freq_scale);
-    memset(rc, 0, sizeof(*rc));
-    rc->n_pairs = p->n_dims / 2;
-    rc->neox = p->mode == CPU_ROPE_NEOX;
-    rc->yarn = p->ext_factor != 0.0f;
-    rc->freq_scale = (double)p->freq_scale;
-    rc->mscale = p->attn_factor;
-    double lo = 0.0, hi = 0.0;
-    if (rc->yarn) {
-        if (p->n_ctx_orig <= 0 || !(p->beta_fast > 0.0f) || !(p->beta_slow > 0.0f))
-            return hm_error_set(err, HM_ERR_ARG,
-                                "cuda_rope: YaRN needs n_ctx_orig > 0 and positive betas");
-        lo = yarn_corr_dim(p->n_dims, p->n_ctx_orig, p->beta_fast, p->freq_base);
-        hi = yarn_corr_dim(p->n_dims, p->n_ctx_orig, p->beta_slow, p->freq_base);
-        if (p->yarn_truncate) {
-            lo = floor(lo);
-            hi = ceil(hi);
-        }
-        lo = fmax(0.0, lo);
-        hi = fmin((double)(p->n_dims - 1), hi);
-        rc->mscale = (double)p->attn_factor * (1.0 + 0.1 * log(1.0 / (double)p->freq_scale));
-    }
-    for (int i = 0; i < rc->n_pairs; i++) {
-        rc->inv[i] = pow((double)p->freq_base, -2.0 * i / p->n_dims);
-        double y = ((double)i - lo) / fmax(0.001, hi - lo);
-        rc->mix[i] = (1.0 - fmin(1.0, fmax(0.0, y))) * p->ext_factor;
-    }
-    return HM_OK;
+    for (int i = threadIdx.x; i < rc.n_pairs; i += blockDim.x) cr_rotate(rc, p, i, x);
 }
 
 extern "C" hm_status cuda_rope_qk(float *q, int n_head, float *k, int n_head_kv, int64_t n_tok,
                                   int head_dim, const int32_t *d_pos, const cuda_rope_args *a,
                                   void *stream, hm_error *err) {
     if (!a) return hm_error_set(err, HM_ERR_ARG, "cuda_rope: missing arguments");
-    rope_consts rc;
-    hm_status st = rope_prepare(&a->p, head_dim, &rc, err);
+    cr_consts rc;
+    hm_status st = cr_prepare("cuda_rope", &a->p, head_dim, &rc, err);
     if (st != HM_OK) return st;
     if (n_tok < 0 || n_head < 0 || n_head_kv < 0 || n_tok > 0x7fffffff ||
         n_head + (k ? n_head_kv : 0) > 65535)
