@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "base/json.h"
+#include "cli/cli_tracer.h"
 #include "cli/commands.h"
 #include "cli/engine.h"
 #include "quant/qtypes.h"
@@ -211,9 +212,14 @@ int cmd_bench(int argc, char **argv) {
     };
     const cli_args_def def = {"bench", "-m MODEL [options]",
                               "Prompt processing (ppN) and generation (tgN) speed in tokens/s, "
-                              "mean ± sd over repetitions (like llama-bench).",
+                              "mean ± sd over repetitions (like llama-bench). Expert usage "
+                              "tracer: --expert-trace-stats, --expert-trace-names, "
+                              "--expert-trace-per-layer, --expert-trace-output FILE (or "
+                              "LLAMA_EXPERT_TRACE_*).",
                               CLI_ARGS_MODEL | CLI_ARGS_CONTEXT | CLI_ARGS_THREADS, extra,
                               sizeof(extra) / sizeof(extra[0])};
+    moe_tracer_config tc;
+    if (cli_tracer_args("bench", &tc, &argc, argv)) return 2;
     cli_common_args a;
     int rc = cli_args_parse(&def, argc, argv, &a);
     if (rc != CLI_ARGS_CONTINUE) return rc;
@@ -236,9 +242,16 @@ int cmd_bench(int argc, char **argv) {
         n_ctx_default = BENCH_AUDIT_TOKENS + 1;
     cli_engine e;
     if (cli_engine_open(&e, "bench", &a, 0, n_ctx_default)) return 1;
+    moe_tracer *tr = NULL;
+    if (cli_tracer_attach(&e, &tc, a.model, &tr)) {
+        cli_engine_close(&e);
+        return 1;
+    }
+    if (tr) moe_tracer_add_prompt(tr);
     if (hm_context_n_ctx(e.ctx) < need) {
         fprintf(stderr, "hotmoe bench: context %d is smaller than the test (%d tokens); raise -c\n",
                 hm_context_n_ctx(e.ctx), need);
+        cli_tracer_finish(&e, tr);
         cli_engine_close(&e);
         return 1;
     }
@@ -323,6 +336,7 @@ int cmd_bench(int argc, char **argv) {
     }
     free(toks);
     free(logits);
+    int tr_rc = cli_tracer_finish(&e, tr);
     cli_engine_close(&e);
-    return st ? 1 : 0;
+    return st || tr_rc ? 1 : 0;
 }

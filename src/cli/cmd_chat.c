@@ -21,6 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/cli_tracer.h"
 #include "cli/commands.h"
 #include "cli/engine.h"
 #include "tokenizer/chat.h"
@@ -331,10 +332,15 @@ int cmd_chat(int argc, char **argv) {
     };
     const cli_args_def def = {"chat", "-m MODEL [-sys TEXT] [options]",
                               "Interactive chat: type a message and Enter (end a line with \\ to "
-                              "continue it); Ctrl-D or /exit quits.",
+                              "continue it); Ctrl-D or /exit quits. Expert usage tracer: "
+                              "--expert-trace-stats, --expert-trace-names, "
+                              "--expert-trace-per-layer, --expert-trace-output FILE (or "
+                              "LLAMA_EXPERT_TRACE_*).",
                               CLI_ARGS_MODEL | CLI_ARGS_CONTEXT | CLI_ARGS_THREADS |
                                   CLI_ARGS_SAMPLING,
                               extra, sizeof(extra) / sizeof(extra[0])};
+    moe_tracer_config tc;
+    if (cli_tracer_args("chat", &tc, &argc, argv)) return 2;
     cli_common_args a;
     int rc = cli_args_parse(&def, argc, argv, &a);
     if (rc != CLI_ARGS_CONTINUE) return rc;
@@ -392,6 +398,8 @@ int cmd_chat(int argc, char **argv) {
     s.id_end = find_tok(e.vocab, "<|end|>");
     msg_list msgs = {0};
     int status = 0;
+    moe_tracer *tr = NULL;
+    if (cli_tracer_attach(&e, &tc, a.model, &tr)) status = 1;
     hm_gen_set_max(e.gen, n_predict);
     if (system && !msgs_push(&msgs, "system", system, strlen(system))) {
         fprintf(stderr, "hotmoe chat: out of memory\n");
@@ -424,6 +432,7 @@ int cmd_chat(int argc, char **argv) {
             turn--;
             continue;
         }
+        if (tr) moe_tracer_add_prompt(tr); /* each user turn is one prompt */
         bool ok = msgs_push(&msgs, "user", user, ulen);
         free(user);
         if (!ok) {
@@ -472,6 +481,7 @@ int cmd_chat(int argc, char **argv) {
     msgs_free(&msgs);
     tok_ids_free(&s.cached);
     chat_template_free(&tmpl);
+    if (cli_tracer_finish(&e, tr)) status = 1;
     cli_engine_close(&e);
     return status;
 }

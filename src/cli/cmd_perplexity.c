@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/cli_tracer.h"
 #include "cli/commands.h"
 #include "cli/engine.h"
 
@@ -46,9 +47,14 @@ int cmd_perplexity(int argc, char **argv) {
     };
     const cli_args_def def = {"perplexity", "-m MODEL -f FILE [-c N] [-b N] [options]",
                               "Perplexity of a text as llama-perplexity computes it: chunks of -c "
-                              "tokens (default 512), the second half of each scored.",
+                              "tokens (default 512), the second half of each scored. Expert usage "
+                              "tracer: --expert-trace-stats, --expert-trace-names, "
+                              "--expert-trace-per-layer, --expert-trace-output FILE (or "
+                              "LLAMA_EXPERT_TRACE_*).",
                               CLI_ARGS_MODEL | CLI_ARGS_FILE | CLI_ARGS_CONTEXT | CLI_ARGS_THREADS,
                               extra, sizeof(extra) / sizeof(extra[0])};
+    moe_tracer_config tc;
+    if (cli_tracer_args("perplexity", &tc, &argc, argv)) return 2;
     cli_common_args a;
     int rc = cli_args_parse(&def, argc, argv, &a);
     if (rc != CLI_ARGS_CONTINUE) return rc;
@@ -69,6 +75,9 @@ int cmd_perplexity(int argc, char **argv) {
     tok_ids toks = {0};
     float *logits = NULL;
     int status = 1;
+    moe_tracer *tr = NULL;
+    if (cli_tracer_attach(&e, &tc, a.model, &tr)) goto done;
+    if (tr) moe_tracer_add_prompt(tr);
     double t0 = cli_now();
     if (tok_encode(e.vocab, text, text_len, TOK_ENCODE_ADD_SPECIAL, &toks, &err) != HM_OK) {
         fprintf(stderr, "hotmoe perplexity: %s: %s\n", a.file, err.msg);
@@ -133,6 +142,7 @@ int cmd_perplexity(int argc, char **argv) {
     fprintf(stderr, "hotmoe perplexity: %ld tokens scored in %.2f s\n", count, cli_now() - t_start);
     status = 0;
 done:
+    if (cli_tracer_finish(&e, tr)) status = 1;
     free(logits);
     tok_ids_free(&toks);
     cli_engine_close(&e);

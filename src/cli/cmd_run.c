@@ -12,7 +12,7 @@
 
 #include "cli/commands.h"
 #include "cli/engine.h"
-#include "moe/tracer.h"
+#include "cli/cli_tracer.h"
 
 #define CMD "run"
 
@@ -40,31 +40,9 @@ int cmd_run(int argc, char **argv) {
     /* tracer flags out, the rest to the common parser */
     hm_error err = {0};
     moe_tracer_config tc;
-    moe_tracer_config_init(&tc);
-    if (moe_tracer_config_from_env(&tc, &err) != HM_OK) {
-        fprintf(stderr, "hotmoe " CMD ": %s\n", err.msg);
-        return 2;
-    }
-    char **args = malloc(sizeof(char *) * (size_t)(argc + 1));
-    if (!args) return 1;
-    int n_rest = 0;
-    for (int i = 0; i < argc; i++) {
-        int used = i ? moe_tracer_config_parse_arg(&tc, argc, argv, i, &err) : 0;
-        if (used < 0) {
-            fprintf(stderr, "hotmoe " CMD ": %s\n", err.msg);
-            free(args);
-            return 2;
-        }
-        if (used > 0) {
-            i += used - 1;
-            continue;
-        }
-        args[n_rest++] = argv[i];
-    }
-    args[n_rest] = NULL;
+    if (cli_tracer_args(CMD, &tc, &argc, argv)) return 2;
     cli_common_args a;
-    int rc = cli_args_parse(&def, n_rest, args, &a);
-    free(args); /* the strings a points to are argv's */
+    int rc = cli_args_parse(&def, argc, argv, &a);
     if (rc != CLI_ARGS_CONTINUE) return rc;
     if (!a.prompt && !a.file) {
         fprintf(stderr, "hotmoe " CMD ": no prompt given (-p TEXT or -f FILE)\n");
@@ -76,18 +54,11 @@ int cmd_run(int argc, char **argv) {
     if (cli_engine_open(&e, CMD, &a, what, 0)) return 1;
     int ret = 1;
     moe_tracer *tr = NULL;
-    if (moe_tracer_config_enabled(&tc)) {
-        const hm_hparams *hp = hm_model_hparams(e.model);
-        if (moe_tracer_init(&tr, &tc, (int)hp->n_layer, (int)hp->n_expert,
-                            (int)hp->n_expert_used, &err) != HM_OK) {
-            fprintf(stderr, "hotmoe " CMD ": %s\n", err.msg);
-            cli_engine_close(&e);
-            return 1;
-        }
-        moe_tracer_set_model_info(tr, hm_model_arch(e.model)->name, NULL, a.model, NULL);
-        moe_tracer_add_prompt(tr);
-        hm_context_set_tracer(e.ctx, tr);
+    if (cli_tracer_attach(&e, &tc, a.model, &tr)) {
+        cli_engine_close(&e);
+        return 1;
     }
+    if (tr) moe_tracer_add_prompt(tr);
     tok_ids ids = {0};
     tok_stream ts;
     tok_stream_init(&ts, e.vocab, TOK_DECODE_REPLACE_INVALID);
@@ -169,12 +140,10 @@ int cmd_run(int argc, char **argv) {
             e.n_threads);
     if (audit) cli_engine_print_audit(&e, e.gen);
     ret = 0;
-    if (tr && moe_tracer_finish(tr, &err) != HM_OK) {
-        fprintf(stderr, "hotmoe " CMD ": %s\n", err.msg);
-        ret = 1;
-    }
+    if (cli_tracer_finish(&e, tr)) ret = 1;
+    tr = NULL;
 done:
-    moe_tracer_free(tr);
+    cli_tracer_finish(&e, tr);
     free(text);
     tok_stream_free(&ts);
     tok_ids_free(&ids);

@@ -2,7 +2,8 @@
 # learn.sh - `hotmoe learn` as a user runs it: a learn file from a prompt file on a forged tiny
 # model (schema fields, per-layer hits = tokens x n_expert_used, prompts counted, blank lines
 # skipped), identical files for 1 and 2 threads and for repeated runs, the tracer summary with
-# --expert-trace-stats, and usage/input errors answered with one line and exit codes 2/1.
+# --expert-trace-stats, and usage/input errors answered with one line and exit codes 2/1; the
+# tracer flags on run, chat, bench and perplexity (summary, JSON/CSV output, bad flag).
 #   bash tests/cli/learn.sh HOTMOE_BIN TMPDIR      (run from the repository root)
 set -u
 bin=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
@@ -70,5 +71,25 @@ expect "unwritable output: exit 1" test $? -eq 1
 expect "unwritable output: named" grep -q "/nonexistent-dir/x.json" "$tmp/err"
 "$bin" learn -m "$tmp/nomodel.gguf" -f "$tmp/p.txt" -o "$tmp/x.json" 2>"$tmp/err"
 expect "missing model: exit 1" test $? -eq 1
+
+# ---- the tracer flags on the other inference commands ----
+"$bin" run -m "$tmp/m.gguf" -p "The ferry left" -n 4 -t 1 --expert-trace-stats >/dev/null 2>"$tmp/err"
+expect "run --expert-trace-stats: exit 0" test $? -eq 0
+expect "run: summary" grep -q "Expert Usage Statistics" "$tmp/err"
+printf 'hello\nhow are you\n' | "$bin" chat -m "$tmp/m.gguf" -n 4 -t 1 \
+  --expert-trace-output "$tmp/chat.json" >/dev/null 2>"$tmp/err"
+expect "chat --expert-trace-output: exit 0" test $? -eq 0
+expect "chat: two user turns are two prompts" grep -q '"prompts": 2' "$tmp/chat.json"
+"$bin" bench -m "$tmp/m.gguf" -r 1 -p 8 -n 4 -t 1 --expert-trace-output "$tmp/bench.csv" \
+  >/dev/null 2>"$tmp/err"
+expect "bench --expert-trace-output: exit 0" test $? -eq 0
+expect "bench: CSV header" grep -q "^layer,expert,hits,calls,tokens" "$tmp/bench.csv"
+LLAMA_EXPERT_TRACE_STATS=1 "$bin" perplexity -m "$tmp/m.gguf" -f "$tmp/p.txt" -c 8 -t 1 \
+  >/dev/null 2>"$tmp/err"
+expect "perplexity with LLAMA_EXPERT_TRACE_STATS=1: exit 0" test $? -eq 0
+expect "perplexity: summary" grep -q "Expert Usage Statistics" "$tmp/err"
+"$bin" bench -m "$tmp/m.gguf" --expert-trace-bogus >/dev/null 2>"$tmp/err"
+expect "bench bad tracer flag: exit 2" test $? -eq 2
+expect "bench bad tracer flag: named" grep -q "expert-trace-bogus" "$tmp/err"
 
 cli_summary learn.sh
