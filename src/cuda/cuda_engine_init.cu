@@ -291,18 +291,7 @@ static hm_status upload_all(cuda_engine *e, cudaStream_t s, hm_error *err) {
 
 /* The rope parameters of the model, as model_forward.c builds them. */
 extern "C" cpu_rope_params cuda_engine_rope_params(const cuda_engine *e) {
-    const hm_hparams *hp = &e->hp;
-    cpu_rope_params rp = cpu_rope_default(e->desc->rope == HM_ROPE_NEOX ? CPU_ROPE_NEOX
-                                                                         : CPU_ROPE_NORM,
-                                          (int)hp->n_rot, hp->rope_base);
-    rp.freq_scale = hp->rope_freq_scale;
-    rp.ext_factor = hp->yarn_ext_factor;
-    rp.attn_factor = hp->yarn_attn_factor;
-    rp.n_ctx_orig = (int)hp->rope_orig_ctx;
-    rp.beta_fast = hp->yarn_beta_fast;
-    rp.beta_slow = hp->yarn_beta_slow;
-    rp.yarn_truncate = hp->yarn_truncate;
-    return rp;
+    return hm_model_rope_params(e->m);
 }
 
 /* cos/sin of every position 0..n_ctx-1, computed by the CPU's rope (bit-identical rotations). */

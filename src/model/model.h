@@ -31,6 +31,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "cpu/ops.h"
 #include "gguf/gguf.h"
 
 /* ---- architectures ---- */
@@ -187,6 +188,8 @@ const hm_tensor *hm_model_tok_embd(const hm_model *m);    /* {n_embd, n_vocab} *
 const hm_tensor *hm_model_output_norm(const hm_model *m); /* {n_embd} f32 */
 const hm_tensor *hm_model_output(const hm_model *m);      /* {n_embd, n_vocab} */
 uint64_t hm_model_weight_bytes(const hm_model *m); /* tensor data bytes */
+/* The RoPE of every layer (kind, dimensions, base, YaRN) as cpu_rope takes it. */
+cpu_rope_params hm_model_rope_params(const hm_model *m);
 
 /* ---- the expert FFN interface ---- */
 

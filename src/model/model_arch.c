@@ -7,7 +7,7 @@
  */
 #include <string.h>
 
-#include "model/model.h"
+#include "model/model_internal.h"
 
 static const hm_arch_desc k_archs[HM_ARCH_COUNT] = {
     [HM_ARCH_QWEN3MOE] = {.arch = HM_ARCH_QWEN3MOE, .name = "qwen3moe", .qk_norm = HM_QKNORM_HEAD,
@@ -43,3 +43,18 @@ const hm_arch_desc *hm_arch_get(hm_arch arch) {
 }
 
 const char *hm_arch_supported_list(void) { return "qwen3moe, llama, olmoe, gpt-oss, qwen2moe"; }
+
+cpu_rope_params hm_model_rope_params(const hm_model *m) {
+    const hm_hparams *hp = &m->hp;
+    cpu_rope_params rp = cpu_rope_default(m->desc->rope == HM_ROPE_NEOX ? CPU_ROPE_NEOX
+                                                                        : CPU_ROPE_NORM,
+                                          (int)hp->n_rot, hp->rope_base);
+    rp.freq_scale = hp->rope_freq_scale;
+    rp.ext_factor = hp->yarn_ext_factor;
+    rp.attn_factor = hp->yarn_attn_factor;
+    rp.n_ctx_orig = (int)hp->rope_orig_ctx;
+    rp.beta_fast = hp->yarn_beta_fast;
+    rp.beta_slow = hp->yarn_beta_slow;
+    rp.yarn_truncate = hp->yarn_truncate;
+    return rp;
+}

@@ -158,17 +158,6 @@ hm_status hm_context_init(const hm_model *m, const hm_context_params *params, hm
     hm_status st = resolve_params(m, params, &p, err);
     if (st != HM_OK) return st;
     const hm_hparams *hp = &m->hp;
-    if (p.check_ram) {
-        uint64_t need = hm_model_weight_bytes(m) + hm_context_bytes(m, &p), ram = hm_ram_bytes();
-        if (ram && need > ram) {
-            char b1[32], b2[32], b3[32], b4[32];
-            return hm_error_set(err, HM_ERR_NOMEM, "model needs %s of RAM (weights %s + KV cache "
-                                "and buffers %s for -c %d) but this machine has %s",
-                                hm_bytes_str(need, b1), hm_bytes_str(hm_model_weight_bytes(m), b2),
-                                hm_bytes_str(hm_context_bytes(m, &p), b3), p.n_ctx,
-                                hm_bytes_str(ram, b4));
-        }
-    }
     hm_context *c = calloc(1, sizeof(*c));
     if (!c) return hm_error_set(err, HM_ERR_NOMEM, "out of memory (context)");
     c->m = m;
@@ -181,6 +170,21 @@ hm_status hm_context_init(const hm_model *m, const hm_context_params *params, hm
         if (st != HM_OK) {
             free(c);
             return st;
+        }
+    }
+    /* RAM for the weights (mapped) and, on the CPU path, the KV cache and buffers; a context
+     * on the GPU keeps those in VRAM (its admission control checked them) */
+    if (p.check_ram) {
+        const uint64_t ctx_bytes = c->gpu ? 0 : hm_context_bytes(m, &p);
+        uint64_t need = hm_model_weight_bytes(m) + ctx_bytes, ram = hm_ram_bytes();
+        if (ram && need > ram) {
+            char b1[32], b2[32], b3[32], b4[32];
+            hm_context_free(c);
+            return hm_error_set(err, HM_ERR_NOMEM, "model needs %s of RAM (weights %s + KV cache "
+                                "and buffers %s for -c %d) but this machine has %s",
+                                hm_bytes_str(need, b1), hm_bytes_str(hm_model_weight_bytes(m), b2),
+                                hm_bytes_str(ctx_bytes, b3), p.n_ctx,
+                                hm_bytes_str(ram, b4));
         }
     }
     st = tp_init(p.n_threads, &c->pool, err);

@@ -167,15 +167,7 @@ static hm_status attention_block(hm_context *c, int il, int n, hm_error *err) {
         cpu_rmsnorm(pq, c->q, L->q_norm.data, c->q, n, (int64_t)nh * hd, hp->rms_eps);
         cpu_rmsnorm(pq, c->k, L->k_norm.data, c->k, n, (int64_t)nkv * hd, hp->rms_eps);
     }
-    cpu_rope_params rp = cpu_rope_default(d->rope == HM_ROPE_NEOX ? CPU_ROPE_NEOX : CPU_ROPE_NORM,
-                                          (int)hp->n_rot, hp->rope_base);
-    rp.freq_scale = hp->rope_freq_scale;
-    rp.ext_factor = hp->yarn_ext_factor;
-    rp.attn_factor = hp->yarn_attn_factor;
-    rp.n_ctx_orig = (int)hp->rope_orig_ctx;
-    rp.beta_fast = hp->yarn_beta_fast;
-    rp.beta_slow = hp->yarn_beta_slow;
-    rp.yarn_truncate = hp->yarn_truncate;
+    const cpu_rope_params rp = hm_model_rope_params(m);
     st = cpu_rope(pq, c->q, n, nh, hd, c->pos, &rp, err);
     if (st == HM_OK) st = cpu_rope(pq, c->k, n, nkv, hd, c->pos, &rp, err);
     if (st != HM_OK) return st;
