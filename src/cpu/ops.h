@@ -131,6 +131,14 @@ cpu_rope_params cpu_rope_default(cpu_rope_mode mode, int n_dims, float freq_base
 hm_status cpu_rope(tp_pool *pool, float *x, int64_t n_tok, int n_head, int head_dim,
                    const int32_t *pos, const cpu_rope_params *p, hm_error *err);
 
+/* cpu_rope in two steps, for a forward pass that rotates q and k of every layer at the same
+ * positions: cpu_rope_table writes each token's c, s (cs: [n_tok][n_dims / 2][2]) once, and
+ * cpu_rope_with_table rotates with them. Same bits as cpu_rope; same argument checks. */
+hm_status cpu_rope_table(const cpu_rope_params *p, int head_dim, const int32_t *pos,
+                         int64_t n_tok, float *cs, hm_error *err);
+hm_status cpu_rope_with_table(tp_pool *pool, float *x, int64_t n_tok, int n_head, int head_dim,
+                              const float *cs, const cpu_rope_params *p, hm_error *err);
+
 /* ------------------------------------------------------------------ KV cache and attention */
 
 /* One layer's K and V cache, a ring of n_slots rows: position p lives in slot p % n_slots.

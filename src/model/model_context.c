@@ -222,6 +222,7 @@ hm_status hm_context_init(const hm_model *m, const hm_context_params *params, hm
     ALLOC(c->attn, nu * nq);
     ALLOC(c->proj, nu * E);
     ALLOC(c->pos, nu);
+    ALLOC(c->rope_cs, nu * (hp->n_rot > 0 ? hp->n_rot : 1));
     ALLOC(c->router, nu * hp->n_expert);
     ALLOC(c->ids, nu * K);
     ALLOC(c->gw, nu * K);
@@ -258,9 +259,9 @@ void hm_context_free(hm_context *c) {
         for (int il = 0; il < c->m->hp.n_layer; il++) cpu_kv_free(&c->kv[il]);
     free(c->kv);
     tp_free(c->pool);
-    void *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->attn, c->proj, c->pos, c->router, c->ids,
-                    c->gw, c->eg, c->eu, c->ey, c->sg, c->su, c->sgate, c->mm_scratch,
-                    c->attn_scratch};
+    void *bufs[] = {c->x,      c->xn,     c->q,  c->k,         c->v,   c->attn, c->proj,
+                    c->pos,    c->rope_cs, c->router, c->ids, c->gw, c->eg,   c->eu,
+                    c->ey,     c->sg,      c->su, c->sgate,     c->mm_scratch, c->attn_scratch};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]);
     free(c);
 }

@@ -168,8 +168,8 @@ static hm_status attention_block(hm_context *c, int il, int n, hm_error *err) {
         cpu_rmsnorm(pq, c->k, L->k_norm.data, c->k, n, (int64_t)nkv * hd, hp->rms_eps);
     }
     const cpu_rope_params rp = hm_model_rope_params(m);
-    st = cpu_rope(pq, c->q, n, nh, hd, c->pos, &rp, err);
-    if (st == HM_OK) st = cpu_rope(pq, c->k, n, nkv, hd, c->pos, &rp, err);
+    st = cpu_rope_with_table(pq, c->q, n, nh, hd, c->rope_cs, &rp, err);
+    if (st == HM_OK) st = cpu_rope_with_table(pq, c->k, n, nkv, hd, c->rope_cs, &rp, err);
     if (st != HM_OK) return st;
 
     cpu_attn_args a = {.n_head = nh, .n_tok = n, .pos0 = c->pos[0],
@@ -248,6 +248,9 @@ hm_status model_forward_ubatch(hm_context *c, const int32_t *tokens, int n, int 
         if (st != HM_OK)
             return hm_error_set(err, st, "cannot read row %d of %s", tokens[t], m->tok_embd.name);
     }
+    /* every layer rotates q and k at these positions: their cos/sin once */
+    const cpu_rope_params rp = hm_model_rope_params(m);
+    st = cpu_rope_table(&rp, (int)hp->head_dim_k, c->pos, n, c->rope_cs, err);
     for (int il = 0; il < hp->n_layer && st == HM_OK; il++) {
         st = attention_block(c, il, n, err);
         if (st == HM_OK) st = moe_block(c, il, n, err);

@@ -39,6 +39,7 @@ struct hm_context {
     float *attn;     /* [nu][n_head * hd_v] attention output (before wo) */
     float *proj;     /* [nu][n_embd] output of wo / of the MoE block */
     int32_t *pos;    /* [nu] positions of the ubatch's tokens */
+    float *rope_cs;  /* [nu][n_rot / 2][2] cos, sin of each token's angles (every layer's rope) */
     void *attn_scratch;   /* cpu_attention scratch */
     size_t attn_scratch_size;
     float *router;   /* [nu][n_expert] router logits */

@@ -269,6 +269,14 @@ static double rope_case(int neox, int hd, int n_dims, double base, int yarn, int
     memcpy(x3, x0, (size_t)n_tok * n_head * hd * sizeof(float));
     cpu_rope(pools[2], x3, n_tok, n_head, hd, pos, &p, NULL);
     if (memcmp(x3, x, (size_t)n_tok * n_head * hd * sizeof(float))) maxe = 1e9;
+    /* the two-step form (cos/sin table once, then rotation) gives the same bytes */
+    float *cs = malloc((size_t)n_tok * (size_t)n_dims * sizeof(float));
+    memcpy(x3, x0, (size_t)n_tok * n_head * hd * sizeof(float));
+    if (cpu_rope_table(&p, hd, pos, n_tok, cs, NULL) != HM_OK ||
+        cpu_rope_with_table(pools[2], x3, n_tok, n_head, hd, cs, &p, NULL) != HM_OK ||
+        memcmp(x3, x, (size_t)n_tok * n_head * hd * sizeof(float)))
+        maxe = 1e9;
+    free(cs);
     cpu_rope(NULL, x0, n_tok, n_head, hd, pos, &p, NULL);
     if (memcmp(x0, x, (size_t)n_tok * n_head * hd * sizeof(float))) maxe = 1e9;
     if (out_copy) memcpy(out_copy, x, (size_t)n_tok * n_head * hd * sizeof(float));
