@@ -18,6 +18,7 @@
  */
 #include "cpu/matmul.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,13 @@ enum { MM_NR = 16, MM_TOK_TILE = 16, MM_ROW_ALIGN = 4, MM_MAX_CHUNK = 256 };
  * job starts (a decode step's one row, or its n_used expert rows): cheaper than the barrier
  * that a parallel quantisation phase needs. */
 enum { MM_INLINE_ACT = 16384 };
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define MM_RELAX() _mm_pause()
+#else
+#define MM_RELAX() ((void)0)
+#endif
 
 typedef struct {
     quant_dot_tile_fn dot;
@@ -272,16 +280,16 @@ hm_status cpu_moe_matmul(tp_pool *pool, const quant_kernels *kern, const cpu_moe
     return cpu_moe_matmul_pair(pool, kern, a, NULL, NULL, NULL, scratch, scratch_size, err);
 }
 
-hm_status cpu_moe_matmul_pair(tp_pool *pool, const quant_kernels *kern, const cpu_moe_args *a,
-                              const cpu_moe_args *b, cpu_moe_post_fn post, void *post_ctx,
-                              void *scratch, size_t scratch_size, hm_error *err) {
-    moe_job j;
-    memset(&j, 0, sizeof(j));
-    kern = mm_default_kern(kern);
-    hm_status st = mm_kern_init(kern, a->wtype, a->k, &j.mk, err);
+/* Kernels, pair compatibility, layout and expert ids of a grouped product (j: mk, mkb, b,
+ * wexpb, post). */
+static hm_status moe_check(const quant_kernels *kern, const cpu_moe_args *a,
+                           const cpu_moe_args *b, cpu_moe_post_fn post, void *post_ctx,
+                           moe_job *j, moe_layout *l, hm_error *err) {
+    memset(j, 0, sizeof(*j));
+    hm_status st = mm_kern_init(kern, a->wtype, a->k, &j->mk, err);
     if (st != HM_OK) return st;
     if (b) {
-        st = mm_kern_init(kern, b->wtype, b->k, &j.mkb, err);
+        st = mm_kern_init(kern, b->wtype, b->k, &j->mkb, err);
         if (st != HM_OK) return st;
         if (b->k != a->k || b->n_rows != a->n_rows || b->n_expert != a->n_expert ||
             b->x != a->x || b->x_per_slot != a->x_per_slot || b->ids != a->ids ||
@@ -289,13 +297,12 @@ hm_status cpu_moe_matmul_pair(tp_pool *pool, const quant_kernels *kern, const cp
             quant_act_for(b->wtype) != quant_act_for(a->wtype))
             return hm_error_set(err, HM_ERR_ARG, "moe matmul: the two products of a pair must "
                                 "share inputs, shapes and activation format");
-        j.b = b;
-        j.wexpb = j.mkb.wrow * (size_t)b->n_rows;
+        j->b = b;
+        j->wexpb = j->mkb.wrow * (size_t)b->n_rows;
     }
-    j.post = post;
-    j.post_ctx = post_ctx;
-    moe_layout l;
-    if (a->n_rows <= 0 || !moe_layout_get(a, &l))
+    j->post = post;
+    j->post_ctx = post_ctx;
+    if (a->n_rows <= 0 || !moe_layout_get(a, l))
         return hm_error_set(err, HM_ERR_ARG, "moe matmul: empty product (%lld experts, %lld rows, %lld tokens, %d used)",
                             (long long)a->n_expert, (long long)a->n_rows, (long long)a->n_tok, a->n_used);
     const int64_t np = a->n_tok * a->n_used;
@@ -306,6 +313,46 @@ hm_status cpu_moe_matmul_pair(tp_pool *pool, const quant_kernels *kern, const cp
             return hm_error_set(err, HM_ERR_RANGE, "moe matmul: token %lld slot %lld selects expert %d of %lld",
                                 (long long)(p / a->n_used), (long long)(p % a->n_used), a->ids[p],
                                 (long long)a->n_expert);
+    return HM_OK;
+}
+
+/* Points j into scratch s (layout l), groups the pairs by expert (counting sort; skipped slots,
+ * id < 0, drop out) and numbers the work items. */
+static void moe_plan(moe_job *j, const cpu_moe_args *a, const moe_layout *l, uint8_t *s, int nth) {
+    const int64_t np = a->n_tok * a->n_used;
+    j->a = a;
+    j->act = s + l->act;
+    j->pairs = (int32_t *)(void *)(s + l->pairs);
+    j->off = (int64_t *)(void *)(s + l->counts);
+    j->item0 = (int64_t *)(void *)(s + l->items);
+    j->wexp = j->mk.wrow * (size_t)a->n_rows;
+    memset(j->off, 0, ((size_t)a->n_expert + 1) * sizeof(int64_t));
+    for (int64_t p = 0; p < np; p++)
+        if (a->ids[p] >= 0) j->off[a->ids[p] + 1]++;
+    int64_t active_rows = 0;
+    for (int64_t e = 0; e < a->n_expert; e++) {
+        if (j->off[e + 1]) active_rows += a->n_rows;
+        j->off[e + 1] += j->off[e];
+    }
+    j->n_pairs = j->off[a->n_expert];
+    int64_t *fill = j->item0; /* reused as insertion cursors, then overwritten */
+    memcpy(fill, j->off, ((size_t)a->n_expert + 1) * sizeof(int64_t));
+    for (int64_t p = 0; p < np; p++)
+        if (a->ids[p] >= 0) j->pairs[fill[a->ids[p]]++] = (int32_t)p;
+    j->chunk = mm_chunk_rows(j->b ? 2 * active_rows : active_rows, nth);
+    const int64_t per_expert = (a->n_rows + j->chunk - 1) / j->chunk;
+    j->item0[0] = 0;
+    for (int64_t e = 0; e < a->n_expert; e++)
+        j->item0[e + 1] = j->item0[e] + (j->off[e + 1] > j->off[e] ? per_expert : 0);
+}
+
+hm_status cpu_moe_matmul_pair(tp_pool *pool, const quant_kernels *kern, const cpu_moe_args *a,
+                              const cpu_moe_args *b, cpu_moe_post_fn post, void *post_ctx,
+                              void *scratch, size_t scratch_size, hm_error *err) {
+    moe_job j;
+    moe_layout l;
+    hm_status st = moe_check(mm_default_kern(kern), a, b, post, post_ctx, &j, &l, err);
+    if (st != HM_OK) return st;
     void *own = NULL;
     if (!scratch) {
         scratch = own = malloc(l.total);
@@ -313,38 +360,108 @@ hm_status cpu_moe_matmul_pair(tp_pool *pool, const quant_kernels *kern, const cp
     } else if (scratch_size < l.total) {
         return hm_error_set(err, HM_ERR_ARG, "moe matmul: scratch of %zu bytes, %zu needed", scratch_size, l.total);
     }
+    moe_plan(&j, a, &l, scratch, tp_size(pool));
+    if (j.n_pairs > 0) {
+        tp_run_items(j.n_pairs * a->k <= MM_INLINE_ACT ? NULL : pool, moe_act_item, &j, j.n_pairs);
+        tp_run_items(pool, moe_item, &j, j.item0[a->n_expert]);
+    }
+    free(own);
+    return HM_OK;
+}
+
+/* ---- the whole expert FFN in one job ---- */
+
+typedef struct {
+    moe_job gu, dn;       /* gate/up pair (with its post) and down */
+    atomic_llong *done;   /* [n_expert] gate/up items finished */
+    atomic_int *ready;    /* [n_expert] 1 once the expert's down inputs are quantised */
+    int64_t per_expert;   /* gate/up items of a selected expert */
+} ffn_job;
+
+static int64_t item_expert(const int64_t *item0, int64_t n_expert, int64_t it) {
+    int64_t lo = 0, hi = n_expert; /* expert e with item0[e] <= it < item0[e + 1] */
+    while (hi - lo > 1) {
+        int64_t mid = (lo + hi) / 2;
+        if (item0[mid] <= it) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+static void ffn_item(void *ctx, int64_t it, int ith) {
+    ffn_job *f = ctx;
+    const int64_t n_expert = f->gu.a->n_expert, G = f->gu.item0[n_expert];
+    if (it < G) {
+        moe_item(&f->gu, it, ith);
+        const int64_t e = item_expert(f->gu.item0, n_expert, it);
+        if (atomic_fetch_add_explicit(&f->done[e], 1, memory_order_acq_rel) + 1 == f->per_expert) {
+            /* the expert's last gate/up item: every activation row of its pairs is complete */
+            for (int64_t g = f->dn.off[e]; g < f->dn.off[e + 1]; g++) moe_act_item(&f->dn, g, ith);
+            atomic_store_explicit(&f->ready[e], 1, memory_order_release);
+        }
+        return;
+    }
+    /* a down item: its expert's gate/up items were all claimed before it (one counter, claimed
+     * in order), so they complete; wait for them */
+    const int64_t id = it - G, e = item_expert(f->dn.item0, n_expert, id);
+    while (!atomic_load_explicit(&f->ready[e], memory_order_acquire)) MM_RELAX();
+    moe_item(&f->dn, id, ith);
+}
+
+static size_t ffn_scratch(const moe_layout *lg, const moe_layout *ld, int64_t n_expert,
+                          size_t *o_dn, size_t *o_done, size_t *o_ready) {
+    *o_dn = lg->total;
+    *o_done = mm_align(*o_dn + ld->total);
+    *o_ready = mm_align(*o_done + (size_t)n_expert * sizeof(atomic_llong));
+    return mm_align(*o_ready + (size_t)n_expert * sizeof(atomic_int));
+}
+
+size_t cpu_moe_ffn_scratch_size(const cpu_moe_args *gate, const cpu_moe_args *down) {
+    moe_layout lg, ld;
+    if (!moe_layout_get(gate, &lg) || !moe_layout_get(down, &ld)) return 0;
+    size_t a, b, c;
+    return ffn_scratch(&lg, &ld, gate->n_expert, &a, &b, &c);
+}
+
+hm_status cpu_moe_ffn(tp_pool *pool, const quant_kernels *kern, const cpu_moe_args *gate,
+                      const cpu_moe_args *up, cpu_moe_post_fn post, void *post_ctx,
+                      const cpu_moe_args *down, void *scratch, size_t scratch_size,
+                      hm_error *err) {
+    kern = mm_default_kern(kern);
+    ffn_job f;
+    moe_layout lg, ld;
+    hm_status st = moe_check(kern, gate, up, post, post_ctx, &f.gu, &lg, err);
+    if (st == HM_OK) st = moe_check(kern, down, NULL, NULL, NULL, &f.dn, &ld, err);
+    if (st != HM_OK) return st;
+    if (!down->x_per_slot || down->x != gate->y || down->ids != gate->ids ||
+        down->n_tok != gate->n_tok || down->n_used != gate->n_used ||
+        down->n_expert != gate->n_expert || down->k != gate->n_rows)
+        return hm_error_set(err, HM_ERR_ARG, "moe ffn: down must read the gate product per slot "
+                            "(same ids, tokens, experts; k = the gate's rows)");
+    size_t o_dn, o_done, o_ready;
+    const size_t need = ffn_scratch(&lg, &ld, gate->n_expert, &o_dn, &o_done, &o_ready);
+    void *own = NULL;
+    if (!scratch) {
+        scratch = own = malloc(need);
+        if (!own) return hm_error_set(err, HM_ERR_NOMEM, "moe ffn: out of memory (%zu bytes)", need);
+    } else if (scratch_size < need) {
+        return hm_error_set(err, HM_ERR_ARG, "moe ffn: scratch of %zu bytes, %zu needed", scratch_size, need);
+    }
     uint8_t *s = scratch;
-    j.a = a;
-    j.act = s + l.act;
-    j.pairs = (int32_t *)(void *)(s + l.pairs);
-    j.off = (int64_t *)(void *)(s + l.counts);
-    j.item0 = (int64_t *)(void *)(s + l.items);
-    j.wexp = j.mk.wrow * (size_t)a->n_rows;
-    /* counting sort of (token, slot) pairs by expert; skipped slots (id < 0) drop out */
-    memset(j.off, 0, ((size_t)a->n_expert + 1) * sizeof(int64_t));
-    for (int64_t p = 0; p < np; p++)
-        if (a->ids[p] >= 0) j.off[a->ids[p] + 1]++;
-    int64_t active_rows = 0;
-    for (int64_t e = 0; e < a->n_expert; e++) {
-        if (j.off[e + 1]) active_rows += a->n_rows;
-        j.off[e + 1] += j.off[e];
+    moe_plan(&f.gu, gate, &lg, s, tp_size(pool));
+    moe_plan(&f.dn, down, &ld, s + o_dn, tp_size(pool));
+    f.done = (atomic_llong *)(void *)(s + o_done);
+    f.ready = (atomic_int *)(void *)(s + o_ready);
+    for (int64_t e = 0; e < gate->n_expert; e++) {
+        atomic_init(&f.done[e], 0);
+        atomic_init(&f.ready[e], 0);
     }
-    j.n_pairs = j.off[a->n_expert];
-    if (j.n_pairs == 0) {
-        free(own);
-        return HM_OK;
+    f.per_expert = (gate->n_rows + f.gu.chunk - 1) / f.gu.chunk;
+    if (f.gu.n_pairs > 0) {
+        tp_run_items(f.gu.n_pairs * gate->k <= MM_INLINE_ACT ? NULL : pool, moe_act_item, &f.gu,
+                     f.gu.n_pairs);
+        tp_run_items(pool, ffn_item, &f, f.gu.item0[gate->n_expert] + f.dn.item0[down->n_expert]);
     }
-    int64_t *fill = j.item0; /* reused as insertion cursors, then overwritten */
-    memcpy(fill, j.off, ((size_t)a->n_expert + 1) * sizeof(int64_t));
-    for (int64_t p = 0; p < np; p++)
-        if (a->ids[p] >= 0) j.pairs[fill[a->ids[p]]++] = (int32_t)p;
-    j.chunk = mm_chunk_rows(b ? 2 * active_rows : active_rows, tp_size(pool));
-    const int64_t per_expert = (a->n_rows + j.chunk - 1) / j.chunk;
-    j.item0[0] = 0;
-    for (int64_t e = 0; e < a->n_expert; e++)
-        j.item0[e + 1] = j.item0[e] + (j.off[e + 1] > j.off[e] ? per_expert : 0);
-    tp_run_items(j.n_pairs * a->k <= MM_INLINE_ACT ? NULL : pool, moe_act_item, &j, j.n_pairs);
-    tp_run_items(pool, moe_item, &j, j.item0[a->n_expert]);
     free(own);
     return HM_OK;
 }

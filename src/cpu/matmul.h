@@ -84,4 +84,16 @@ hm_status cpu_moe_matmul_pair(tp_pool *pool, const quant_kernels *kern, const cp
                               const cpu_moe_args *b, cpu_moe_post_fn post, void *post_ctx,
                               void *scratch, size_t scratch_size, hm_error *err);
 
+/* The expert FFN of a few tokens in one pool job (decode: one job instead of two): the gate/up
+ * pair as cpu_moe_matmul_pair (post writes the activation into gate->y), then the down product
+ * of each expert as soon as all of that expert's gate/up rows are done — the thread finishing
+ * an expert's last gate/up item quantises its down inputs, so no barrier separates the phases.
+ * down must read gate->y per slot (x_per_slot 1, same ids, k = gate->n_rows). Results are those
+ * of cpu_moe_matmul_pair followed by cpu_moe_matmul(down). */
+size_t cpu_moe_ffn_scratch_size(const cpu_moe_args *gate, const cpu_moe_args *down);
+hm_status cpu_moe_ffn(tp_pool *pool, const quant_kernels *kern, const cpu_moe_args *gate,
+                      const cpu_moe_args *up, cpu_moe_post_fn post, void *post_ctx,
+                      const cpu_moe_args *down, void *scratch, size_t scratch_size,
+                      hm_error *err);
+
 #endif

@@ -116,6 +116,17 @@ static size_t mm_scratch_max(const hm_model *m, int64_t nu) {
             if (s > mx) mx = s;
         }
         const hm_tensor *ex[] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+        { /* the one-job expert FFN of decode-sized batches (model_forward.c: up to 4 tokens) */
+            const int64_t nf = nu < 4 ? nu : 4;
+            cpu_moe_args g = {.wtype = L->gate_exps.type, .n_expert = hp->n_expert,
+                              .n_rows = L->gate_exps.ne[1], .k = L->gate_exps.ne[0],
+                              .n_tok = nf, .n_used = (int)hp->n_expert_used};
+            cpu_moe_args dn = {.wtype = L->down_exps.type, .n_expert = hp->n_expert,
+                               .n_rows = L->down_exps.ne[1], .k = L->down_exps.ne[0],
+                               .x_per_slot = 1, .n_tok = nf, .n_used = (int)hp->n_expert_used};
+            s = cpu_moe_ffn_scratch_size(&g, &dn);
+            if (s > mx) mx = s;
+        }
         for (int i = 0; i < 3; i++) {
             cpu_moe_args a = {.wtype = ex[i]->type, .w = ex[i]->data, .n_expert = hp->n_expert,
                               .n_rows = ex[i]->ne[1], .k = ex[i]->ne[0], .x_per_slot = i == 2,

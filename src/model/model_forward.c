@@ -28,6 +28,9 @@
  * and the results do not depend on the thread count. */
 enum { FWD_INLINE_ELEMS = 65536 };
 
+/* Up to this many tokens the expert FFN is one pool job (cpu_moe_ffn), above it two. */
+enum { FWD_FFN_ONE_JOB = 4 };
+
 static tp_pool *op_pool(const hm_context *c, int64_t elems) {
     return elems <= FWD_INLINE_ELEMS ? NULL : c->pool;
 }
@@ -118,12 +121,27 @@ hm_status hm_moe_exec_cpu(void *impl, const hm_model *m, const hm_moe_job *job,
     cpu_moe_args b = a;
     b.wtype = L->up_exps.type, b.w = L->up_exps.data, b.y = c->eu;
     const bool oai = m->desc->swiglu == HM_SWIGLU_OAI;
+    cpu_moe_args d = a; /* down: slot s of token t reads its own activation eg[t][s] */
+    d.wtype = L->down_exps.type, d.w = L->down_exps.data, d.n_rows = E, d.k = F;
+    d.x = c->eg, d.x_per_slot = 1, d.y = job->y;
     hm_status st;
-    if (quant_act_for(a.wtype) == quant_act_for(b.wtype) &&
-        (!L->gate_exps_b.data || L->up_exps_b.data)) {
+    const bool pair = quant_act_for(a.wtype) == quant_act_for(b.wtype) &&
+                      (!L->gate_exps_b.data || L->up_exps_b.data);
+    moe_post_ctx pc = {.L = L, .ids = job->ids, .eg = c->eg, .eu = c->eu, .F = F, .oai = oai,
+                        .simd = cpu_act_simd()};
+    if (pair && n <= FWD_FFN_ONE_JOB) {
+        /* decode: gate/up, activation and down in one pool job */
+        size_t need = cpu_moe_ffn_scratch_size(&a, &d);
+        bool fits = need <= c->mm_scratch_size;
+        st = cpu_moe_ffn(c->pool, c->kern, &a, &b, moe_post_gate_up, &pc, &d,
+                         fits ? c->mm_scratch : NULL, fits ? c->mm_scratch_size : 0, err);
+        if (st == HM_OK && L->down_exps_b.data)
+            cpu_moe_add_bias(op_pool(c, n * K * E), job->y, L->down_exps_b.data, job->ids, n, K,
+                             E);
+        return st;
+    }
+    if (pair) {
         /* one job: gate and up rows of each chunk, then their biases and activation */
-        moe_post_ctx pc = {.L = L, .ids = job->ids, .eg = c->eg, .eu = c->eu, .F = F, .oai = oai,
-                            .simd = cpu_act_simd()};
         size_t need = cpu_moe_scratch_size(&a);
         bool fits = need <= c->mm_scratch_size;
         st = cpu_moe_matmul_pair(c->pool, c->kern, &a, &b, moe_post_gate_up, &pc,
@@ -140,10 +158,7 @@ hm_status hm_moe_exec_cpu(void *impl, const hm_model *m, const hm_moe_job *job,
         if (oai) cpu_swiglu_oai(c->pool, c->eg, c->eu, c->eg, n * K * F, 1.702f, 7.0f);
         else cpu_swiglu(c->pool, c->eg, c->eu, c->eg, n * K * F);
     }
-    /* down: slot s of token t reads its own activation eg[t][s] */
-    a.wtype = L->down_exps.type, a.w = L->down_exps.data, a.n_rows = E, a.k = F;
-    a.x = c->eg, a.x_per_slot = 1, a.y = job->y;
-    st = moe_matmul(c, &a, err);
+    st = moe_matmul(c, &d, err);
     if (st == HM_OK && L->down_exps_b.data)
         cpu_moe_add_bias(op_pool(c, n * K * E), job->y, L->down_exps_b.data, job->ids, n, K, E);
     return st;

@@ -1,7 +1,8 @@
 /* test_matmul.c - cpu_matmul and cpu_moe_matmul equal, bit for bit, quant_dot_ref of every
  * (row, token) pair, with 1, 2 and 3 threads, batches 1..70, the best kernel table and the
  * reference table; skipped MoE slots are left untouched; bad ids and types are refused; the
- * fused forms (cpu_matmul_multi, cpu_moe_matmul_pair with a post step) equal the single products. */
+ * fused forms (cpu_matmul_multi, cpu_moe_matmul_pair with a post step, the one-job expert FFN
+ * cpu_moe_ffn) equal the single products. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -245,4 +246,58 @@ static void test_multi(void) {
     }
 }
 
-HM_TEST_MAIN(test_matmul_all, test_matmul_errors, test_moe, test_multi)
+/* cpu_moe_ffn (gate/up + post + down in one job) gives exactly the two-job results. */
+enum { FFN_F = 256 };
+static void post_mix_f(void *ctx, int64_t p, int64_t r0, int64_t r1) {
+    float **ab = ctx; /* a[p][r] = a[p][r] * 2 + b[p][r], rows [r0, r1) of FFN_F */
+    for (int64_t r = r0; r < r1; r++)
+        ab[0][p * FFN_F + r] = ab[0][p * FFN_F + r] * 2.0f + ab[1][p * FFN_F + r];
+}
+
+static void test_moe_ffn(void) {
+    static const uint32_t tdown[2] = {HM_TYPE_Q4_K, HM_TYPE_Q8_0};
+    const int64_t ne = 6, E = 512, F = FFN_F, used = 3;
+    hm_error err;
+    int bad = 0, runs = 0;
+    for (int th = 1; th <= 8; th += th < 3 ? 1 : 5) { /* 1, 2, 3 and an oversubscribed 8 */
+        tp_pool *pool = NULL;
+        HM_REQUIRE(tp_init(th, &pool, NULL) == HM_OK);
+        for (int64_t n_tok = 1; n_tok <= 5; n_tok += 2)
+            for (int td = 0; td < 2; td++) {
+                const int64_t np = n_tok * used;
+                float *x = make_x(n_tok * E);
+                uint8_t *wg = make_weights(HM_TYPE_Q4_K, ne * F, E), *wu = make_weights(HM_TYPE_Q4_K, ne * F, E);
+                uint8_t *wd = make_weights(tdown[td], ne * E, F);
+                int32_t *ids = malloc(sizeof(int32_t) * (size_t)np);
+                for (int64_t q = 0; q < np; q++) ids[q] = q == 1 ? -1 : (int32_t)(rnd() % ne);
+                float *ga = calloc((size_t)(np * F), sizeof(float)), *gb = calloc((size_t)(np * F), sizeof(float));
+                float *fa = calloc((size_t)(np * F), sizeof(float)), *fb = calloc((size_t)(np * F), sizeof(float));
+                float *want = calloc((size_t)(np * E), sizeof(float)), *got = calloc((size_t)(np * E), sizeof(float));
+                cpu_moe_args g = {.wtype = HM_TYPE_Q4_K, .w = wg, .n_expert = ne, .n_rows = F, .k = E,
+                                  .x = x, .ids = ids, .n_tok = n_tok, .n_used = (int)used, .y = ga};
+                cpu_moe_args u = g;
+                u.w = wu, u.y = gb;
+                cpu_moe_args d = {.wtype = tdown[td], .w = wd, .n_expert = ne, .n_rows = E, .k = F,
+                                  .x = ga, .x_per_slot = 1, .ids = ids, .n_tok = n_tok,
+                                  .n_used = (int)used, .y = want};
+                float *ab[2] = {ga, gb};
+                HM_REQUIRE(cpu_moe_matmul_pair(pool, NULL, &g, &u, post_mix_f, ab, NULL, 0, &err) == HM_OK);
+                HM_REQUIRE(cpu_moe_matmul(pool, NULL, &d, NULL, 0, &err) == HM_OK);
+                g.y = fa, u.y = fb, d.x = fa, d.y = got;
+                float *fab[2] = {fa, fb};
+                HM_CHECK_MSG(cpu_moe_ffn(pool, NULL, &g, &u, post_mix_f, fab, &d, NULL, 0, &err) == HM_OK,
+                             "%s", err.msg);
+                bad += memcmp(fa, ga, sizeof(float) * (size_t)(np * F)) != 0 ||
+                       memcmp(got, want, sizeof(float) * (size_t)(np * E)) != 0;
+                runs++;
+                d.x = ga; /* down must read the gate product */
+                HM_CHECK(cpu_moe_ffn(pool, NULL, &g, &u, post_mix_f, fab, &d, NULL, 0, &err) == HM_ERR_ARG);
+                free(x); free(wg); free(wu); free(wd); free(ids);
+                free(ga); free(gb); free(fa); free(fb); free(want); free(got);
+            }
+        tp_free(pool);
+    }
+    HM_CHECK_MSG(bad == 0, "moe ffn differs from the two-job products in %d of %d runs", bad, runs);
+}
+
+HM_TEST_MAIN(test_matmul_all, test_matmul_errors, test_moe, test_multi, test_moe_ffn)
