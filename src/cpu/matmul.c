@@ -18,6 +18,7 @@
  */
 #include "cpu/matmul.h"
 
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -404,7 +405,9 @@ static void ffn_item(void *ctx, int64_t it, int ith) {
     /* a down item: its expert's gate/up items were all claimed before it (one counter, claimed
      * in order), so they complete; wait for them */
     const int64_t id = it - G, e = item_expert(f->dn.item0, n_expert, id);
-    while (!atomic_load_explicit(&f->ready[e], memory_order_acquire)) MM_RELAX();
+    for (int spins = 0; !atomic_load_explicit(&f->ready[e], memory_order_acquire);)
+        if (++spins < 256) MM_RELAX();
+        else sched_yield(); /* more threads than cores: let the holder of the item run */
     moe_item(&f->dn, id, ith);
 }
 
