@@ -1,4 +1,4 @@
-/* cuda_test_util.h - small helpers shared by test_cuda_ops.c and test_cuda_attn.c: a seeded
+/* cuda_test_util.h - small helpers shared by the tests/cuda programs: a seeded
  * generator, the GPU presence rule of the CUDA tests (no GPU: GPU checks are skipped with a
  * line, unless HOTMOE_EXPECT_GPU=1, which makes their absence a failure) and device buffers
  * (CUDA builds only). */
@@ -30,7 +30,13 @@ static inline void tu_fill(uint64_t *s, float *x, int64_t n, float scale) {
     for (int64_t i = 0; i < n; i++) x[i] = tu_unit(s) * scale;
 }
 
-/* 1 when GPU checks can run; otherwise prints the skip line once and checks that no GPU was
+/* HOTMOE_EXPECT_GPU=1: the GPU machine's run, where a missing device is a failure. */
+static inline int tu_expect_gpu(void) {
+    const char *e = getenv("HOTMOE_EXPECT_GPU");
+    return e && e[0] == '1';
+}
+
+/* 1 when GPU checks can run; otherwise prints the skip line and checks that no GPU was
  * required. */
 static inline int tu_have_gpu(void) {
     cuda_device_info d[4];
@@ -39,8 +45,7 @@ static inline int tu_have_gpu(void) {
     hm_error_clear(&err);
     HM_CHECK_MSG(cuda_device_query(d, 4, &n, &err) == HM_OK, "%s", err.msg);
     if (n > 0) return 1;
-    const char *e = getenv("HOTMOE_EXPECT_GPU");
-    HM_CHECK_MSG(!(e && e[0] == '1'), "HOTMOE_EXPECT_GPU=1 but no CUDA device (compiled: %d)",
+    HM_CHECK_MSG(!tu_expect_gpu(), "HOTMOE_EXPECT_GPU=1 but no CUDA device (compiled: %d)",
                  cuda_compiled());
     printf("no CUDA device: GPU checks not run\n");
     return 0;

@@ -36,6 +36,7 @@
 #include "cuda/cuda_decode.h"
 #include "cuda/cuda_device.h"
 #include "harness.h"
+#include "cuda_test_util.h"
 #include "model/generate.h"
 #include "model/model.h"
 #include "sample/sample.h"
@@ -53,11 +54,6 @@ static bool have_gpu(void) {
     int n = 0;
     hm_error err;
     return cuda_device_query(d, 4, &n, &err) == HM_OK && n > 0;
-}
-
-static bool expect_gpu(void) {
-    const char *s = getenv("HOTMOE_EXPECT_GPU");
-    return s && s[0] == '1';
 }
 
 /* forges each preset once per run (f32) to HOTMOE_TMP/cudadec-<preset>-f32.gguf */
@@ -379,7 +375,7 @@ static void no_gpu_checks(void) {
     HM_CHECK(hm_context_init(m, &cp, &c, &err) != HM_OK && c == NULL && err.msg[0]);
     hm_model_free(m);
     printf("no CUDA device: GPU checks not run\n");
-    HM_CHECK_MSG(!expect_gpu(), "HOTMOE_EXPECT_GPU=1 but no CUDA device");
+    HM_CHECK_MSG(!tu_expect_gpu(), "HOTMOE_EXPECT_GPU=1 but no CUDA device");
 }
 
 static void gpu_preset(const char *preset) {

@@ -24,6 +24,7 @@
 #include "cuda/cuda_device.h"
 #include "cuda/cuda_engine.h"
 #include "harness.h"
+#include "cuda_test_util.h"
 #include "model/model.h"
 #include "quant/qtypes.h"
 
@@ -45,11 +46,6 @@ static bool have_gpu(void) {
     int n = 0;
     hm_error err;
     return cuda_device_query(d, 4, &n, &err) == HM_OK && n > 0;
-}
-
-static bool expect_gpu(void) {
-    const char *s = getenv("HOTMOE_EXPECT_GPU");
-    return s && s[0] == '1';
 }
 
 static bool forged(const char *preset, forge_mix mix, char *path, size_t cap) {
@@ -155,7 +151,7 @@ static void test_fallback_and_admission(void) {
     int32_t ids[N_PROMPT];
     prompt_ids(ids, N_PROMPT, 11);
     const bool gpu = have_gpu();
-    if (expect_gpu()) HM_CHECK_MSG(gpu, "HOTMOE_EXPECT_GPU=1 but no CUDA device");
+    if (tu_expect_gpu()) HM_CHECK_MSG(gpu, "HOTMOE_EXPECT_GPU=1 but no CUDA device");
 
     /* the CPU reference */
     hm_context_params cp = ctx_params(0, false);
@@ -333,7 +329,7 @@ static void compare_model(const char *preset, forge_mix mix, cmp_result *r) {
 
 static void test_gpu_matches_cpu(void) {
     if (!have_gpu()) {
-        HM_CHECK_MSG(!expect_gpu(), "HOTMOE_EXPECT_GPU=1 but no CUDA device");
+        HM_CHECK_MSG(!tu_expect_gpu(), "HOTMOE_EXPECT_GPU=1 but no CUDA device");
         return;
     }
     static const char *presets[] = {"tiny-qwen3moe", "tiny-mixtral", "tiny-olmoe",

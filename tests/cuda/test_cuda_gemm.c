@@ -22,6 +22,7 @@
 #include "cuda/cuda_device.h"
 #include "cuda/cuda_gemm.h"
 #include "harness.h"
+#include "cuda_test_util.h"
 #include "quant/fp16.h"
 #include "quant/quant.h"
 
@@ -49,11 +50,6 @@ static int gpu_count(void) {
     hm_error err;
     if (cuda_device_query(d, 4, &n, &err) != HM_OK) return 0;
     return n;
-}
-
-static int expect_gpu(void) {
-    const char *e = getenv("HOTMOE_EXPECT_GPU");
-    return e && e[0] == '1';
 }
 
 /* ---- host-only checks (every build) ---- */
@@ -91,7 +87,7 @@ static void test_planning(void) {
 
 static void test_errors(void) {
     int n = gpu_count();
-    if (expect_gpu()) HM_CHECK_MSG(n >= 1, "HOTMOE_EXPECT_GPU=1 but no device");
+    if (tu_expect_gpu()) HM_CHECK_MSG(n >= 1, "HOTMOE_EXPECT_GPU=1 but no device");
 #ifdef HOTMOE_HAVE_CUDA
     hm_error err;
     _Alignas(16) char dummy[64];

@@ -19,61 +19,7 @@
 #include "cuda/cuda_quant.h"
 #include "harness.h"
 
-#ifdef HOTMOE_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
-
-/* 1 when GPU checks can run; otherwise prints the skip line and checks that no GPU was
- * required (HOTMOE_EXPECT_GPU=1 makes the absence a failure). */
-static int tu_have_gpu(void) {
-    cuda_device_info d[4];
-    int n = 0;
-    hm_error err;
-    hm_error_clear(&err);
-    HM_CHECK_MSG(cuda_device_query(d, 4, &n, &err) == HM_OK, "%s", err.msg);
-    if (n > 0) return 1;
-    const char *e = getenv("HOTMOE_EXPECT_GPU");
-    HM_CHECK_MSG(!(e && e[0] == '1'), "HOTMOE_EXPECT_GPU=1 but no CUDA device (compiled: %d)",
-                 cuda_compiled());
-    printf("no CUDA device: GPU checks not run\n");
-    return 0;
-}
-
-#ifdef HOTMOE_HAVE_CUDA
-static uint64_t tu_next(uint64_t *s) {
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
-/* uniform in [-scale, scale) */
-static void tu_fill(uint64_t *s, float *x, int64_t n, float scale) {
-    for (int64_t i = 0; i < n; i++)
-        x[i] = (float)((double)(tu_next(s) >> 11) * 0x1p-52 - 1.0) * scale;
-}
-
-/* device copy of n bytes of h (h NULL: uninitialised); NULL on failure */
-static void *tu_dev(const void *h, size_t n) {
-    void *d = NULL;
-    if (cudaMalloc(&d, n ? n : 1) != cudaSuccess) return NULL;
-    if (h && n && cudaMemcpy(d, h, n, cudaMemcpyHostToDevice) != cudaSuccess) {
-        cudaFree(d);
-        return NULL;
-    }
-    return d;
-}
-
-/* waits for the device, then copies n bytes back; 1 on success */
-static int tu_get(void *h, const void *d, size_t n) {
-    if (cudaDeviceSynchronize() != cudaSuccess) return 0;
-    return cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost) == cudaSuccess;
-}
-
-static int tu_put(void *d, const void *h, size_t n) {
-    return cudaMemcpy(d, h, n, cudaMemcpyHostToDevice) == cudaSuccess;
-}
-#endif
+#include "cuda_test_util.h"
 
 static const uint32_t k_types[] = {HM_TYPE_F32,  HM_TYPE_F16,   HM_TYPE_BF16, HM_TYPE_Q8_0,
                                    HM_TYPE_Q4_0, HM_TYPE_Q4_1,  HM_TYPE_Q5_0, HM_TYPE_Q5_1,

@@ -15,6 +15,7 @@
 #include "cuda/cuda_device.h"
 #include "cuda/cuda_sample.h"
 #include "harness.h"
+#include "cuda_test_util.h"
 #include "sample/sample.h"
 
 #ifdef HOTMOE_HAVE_CUDA
@@ -27,18 +28,6 @@ static double rnd_unit(void) { return (double)(rnd_u64() >> 11) * 0x1.0p-53; }
 static double rnd_normal(void) {
     double u = rnd_unit(), v = rnd_unit();
     return sqrt(-2.0 * log(u + 1e-300)) * cos(6.283185307179586 * v);
-}
-
-static int gpu_available(void) {
-    cuda_device_info d[4];
-    int n = 0;
-    hm_error err;
-    hm_error_clear(&err);
-    if (cuda_device_query(d, 4, &n, &err) != HM_OK) n = 0;
-    const char *expect = getenv("HOTMOE_EXPECT_GPU");
-    if (expect && expect[0] == '1') HM_CHECK_MSG(n >= 1, "HOTMOE_EXPECT_GPU=1 but no device");
-    if (n == 0) printf("no CUDA device: GPU checks not run\n");
-    return n > 0;
 }
 
 /* The early stop of cuda_sample.cu: hm_expf(x) < 2^-26 for every float x < CUDA_SAMPLER_TAIL_X
@@ -81,7 +70,7 @@ static void test_errors(void) {
     hm_error_clear(&err);
     st = cuda_sampler_init(&p, 0, NULL, &s, &err);
     HM_CHECK(st == (cuda_compiled() ? HM_ERR_ARG : HM_ERR_UNSUPPORTED) && err.msg[0]);
-    if (!gpu_available()) {
+    if (!tu_have_gpu()) {
         hm_error_clear(&err);
         p = sample_params_default();
         st = cuda_sampler_init(&p, 100, NULL, &s, &err);
@@ -200,7 +189,7 @@ static int pick_both(sample_state *cs, cuda_sampler *gs, const float *l, uint64_
 
 /* Every configuration x vocabulary size x row kind, several rows each. */
 static void test_rows(void) {
-    if (!gpu_available()) return;
+    if (!tu_have_gpu()) return;
     static const int32_t vocab[] = {1, 2, 3, 17, 1000, 5000, 151936};
     const int nv = (int)(sizeof(vocab) / sizeof(vocab[0]));
     float *l = malloc(151936 * sizeof(float));
@@ -244,7 +233,7 @@ static void test_rows(void) {
  * gets the state through accept_host (the whole token list) + set_draws and must continue
  * identically. */
 static void test_loop(void) {
-    if (!gpu_available()) return;
+    if (!tu_have_gpu()) return;
     static const int cfgs[] = {2, 15, 16, 23, 1, 7};
     const int32_t n = 151936;
     float *base = malloc((size_t)n * sizeof(float)), *l = malloc((size_t)n * sizeof(float));
@@ -308,7 +297,7 @@ static void test_loop(void) {
 /* One pick captured into a CUDA graph, replayed on fresh logits (same tokens as the CPU), then
  * replayed 2000 times on one row to time it (n = 151936). */
 static void test_graph(void) {
-    if (!gpu_available()) return;
+    if (!tu_have_gpu()) return;
     static const int cfgs[] = {0, 2, 7, 9, 15, 11};
     static const char *names[] = {"greedy", "defaults k40 p.95 m.05", "top-p .9 (k off)",
                                   "min-p .05 (k off)", "defaults + penalties", "pure draw (all off)"};
