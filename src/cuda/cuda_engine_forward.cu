@@ -204,7 +204,7 @@ static hm_status attention_block(cuda_engine *e, int il, int n, fwd_defer *dfr, 
     if (st != HM_OK) return st;
     cuda_rope_args ra;
     memset(&ra, 0, sizeof(ra));
-    ra.p = cuda_engine_rope_params(e);
+    ra.p = hm_model_rope_params(e->m);
     ra.d_table = e->d_rope;
     ra.n_table = e->p.n_ctx;
     const bool fqk = fz && CUDA_FUSE_QK_ROPE_STORE && e->desc->qk_norm != HM_QKNORM_FULL &&

@@ -289,14 +289,9 @@ static hm_status upload_all(cuda_engine *e, cudaStream_t s, hm_error *err) {
     return st;
 }
 
-/* The rope parameters of the model, as model_forward.c builds them. */
-extern "C" cpu_rope_params cuda_engine_rope_params(const cuda_engine *e) {
-    return hm_model_rope_params(e->m);
-}
-
 /* cos/sin of every position 0..n_ctx-1, computed by the CPU's rope (bit-identical rotations). */
 static hm_status rope_table_upload(cuda_engine *e, hm_error *err) {
-    cpu_rope_params rp = cuda_engine_rope_params(e);
+    cpu_rope_params rp = hm_model_rope_params(e->m);
     size_t bytes = sizeof(float) * (size_t)e->p.n_ctx * (size_t)(e->hp.n_rot / 2) * 2;
     if (!bytes) return HM_OK;
     float *t = (float *)malloc(bytes);

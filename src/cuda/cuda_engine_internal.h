@@ -115,8 +115,6 @@ hm_status cuda_engine_enqueue_step(cuda_engine *e, const int32_t *d_tokens, int 
                                    hm_error *err);
 /* Host: *d_pos = pos (through pinned memory, enqueued). */
 hm_status cuda_engine_set_pos(cuda_engine *e, int pos, hm_error *err);
-/* The rope parameters of the model (as model_forward.c builds them). */
-cpu_rope_params cuda_engine_rope_params(const cuda_engine *e);
 /* The one place the engine waits for its stream (counted in n_host_syncs). */
 hm_status cuda_engine_sync(cuda_engine *e, hm_error *err);
 
