@@ -14,6 +14,7 @@
 #include "cpu/ops.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "cpu/ops_internal.h"
@@ -105,10 +106,11 @@ static void rope_worker(void *ctx, int ith, int nth) {
     }
 }
 
-/* Checks p and fills j's constants (inv, mix, mscale); j->x, table, table_out left to the caller. */
+/* Checks p and, when angles, fills j's constants (inv, mix, mscale); j->x, table, table_out
+ * are left to the caller. */
 static hm_status rope_prepare(rope_job *j, double *inv, double *mix, int64_t n_tok, int n_head,
                               int head_dim, const int32_t *pos, const cpu_rope_params *p,
-                              hm_error *err) {
+                              bool angles, hm_error *err) {
     if (!p || (p->mode != CPU_ROPE_NORM && p->mode != CPU_ROPE_NEOX))
         return hm_error_set(err, HM_ERR_ARG, "rope: unknown mode");
     if (p->n_dims <= 0 || p->n_dims % 2 || p->n_dims > head_dim || p->n_dims > 2 * ROPE_MAX_PAIRS)
@@ -119,6 +121,7 @@ static hm_status rope_prepare(rope_job *j, double *inv, double *mix, int64_t n_t
                             (double)p->freq_base, (double)p->freq_scale);
     if (n_tok < 0 || n_head < 0) return hm_error_set(err, HM_ERR_ARG, "rope: negative shape");
     *j = (rope_job){NULL, n_tok, n_head, head_dim, pos, *p, p->attn_factor, inv, mix, NULL, NULL};
+    if (!angles) return HM_OK;
     double lo = 0.0, hi = 0.0;
     if (p->ext_factor != 0.0f) {
         if (p->n_ctx_orig <= 0 || !(p->beta_fast > 0.0f) || !(p->beta_slow > 0.0f))
@@ -142,36 +145,33 @@ static hm_status rope_prepare(rope_job *j, double *inv, double *mix, int64_t n_t
     return HM_OK;
 }
 
-hm_status cpu_rope(tp_pool *pool, float *x, int64_t n_tok, int n_head, int head_dim,
-                   const int32_t *pos, const cpu_rope_params *p, hm_error *err) {
+/* One rope job: rotate x (if given) with the angles of pos, or with table (then no angle is
+ * computed and only p's checks run), and/or write each token's cos/sin to table_out. */
+static hm_status rope_run(tp_pool *pool, float *x, int64_t n_tok, int n_head, int head_dim,
+                          const int32_t *pos, const float *table, float *table_out,
+                          const cpu_rope_params *p, hm_error *err) {
     double inv[ROPE_MAX_PAIRS], mix[ROPE_MAX_PAIRS];
     rope_job j;
-    hm_status st = rope_prepare(&j, inv, mix, n_tok, n_head, head_dim, pos, p, err);
+    hm_status st = rope_prepare(&j, inv, mix, n_tok, n_head, head_dim, pos, p, !table, err);
     if (st != HM_OK || n_tok == 0 || n_head == 0) return st;
     j.x = x;
-    ops_run(pool, rope_worker, &j, n_tok * n_head * p->n_dims, 16384);
+    j.table = table;
+    j.table_out = table_out;
+    ops_run(x ? pool : NULL, rope_worker, &j, n_tok * n_head * p->n_dims, 16384);
     return HM_OK;
+}
+
+hm_status cpu_rope(tp_pool *pool, float *x, int64_t n_tok, int n_head, int head_dim,
+                   const int32_t *pos, const cpu_rope_params *p, hm_error *err) {
+    return rope_run(pool, x, n_tok, n_head, head_dim, pos, NULL, NULL, p, err);
 }
 
 hm_status cpu_rope_table(const cpu_rope_params *p, int head_dim, const int32_t *pos,
                          int64_t n_tok, float *cs, hm_error *err) {
-    double inv[ROPE_MAX_PAIRS], mix[ROPE_MAX_PAIRS];
-    rope_job j;
-    hm_status st = rope_prepare(&j, inv, mix, n_tok, 1, head_dim, pos, p, err);
-    if (st != HM_OK || n_tok == 0) return st;
-    j.table_out = cs;
-    rope_worker(&j, 0, 1);
-    return HM_OK;
+    return rope_run(NULL, NULL, n_tok, 1, head_dim, pos, NULL, cs, p, err);
 }
 
 hm_status cpu_rope_with_table(tp_pool *pool, float *x, int64_t n_tok, int n_head, int head_dim,
                               const float *cs, const cpu_rope_params *p, hm_error *err) {
-    double inv[ROPE_MAX_PAIRS], mix[ROPE_MAX_PAIRS];
-    rope_job j;
-    hm_status st = rope_prepare(&j, inv, mix, n_tok, n_head, head_dim, NULL, p, err);
-    if (st != HM_OK || n_tok == 0 || n_head == 0) return st;
-    j.x = x;
-    j.table = cs;
-    ops_run(pool, rope_worker, &j, n_tok * n_head * p->n_dims, 16384);
-    return HM_OK;
+    return rope_run(pool, x, n_tok, n_head, head_dim, NULL, cs, NULL, p, err);
 }
