@@ -45,10 +45,12 @@ __global__ void k_positions(const int32_t *d_pos, int32_t *positions, int n) {
 
 __global__ void k_advance(int32_t *d_pos, int n) { *d_pos += n; }
 
-/* Whether the product of w with n tokens goes to the tensor cores. */
+/* Whether the product of w with n tokens goes to the tensor cores. f32 weights never do: the
+ * GEMM rounds its inputs to f16, and whoever keeps f32 weights asked for f32 arithmetic (the
+ * f32 goldens' bar); their prompts run through the f32 matvec kernels. */
 static bool use_gemm(const cuda_engine *e, const cuda_tensor *w, int64_t n) {
-    return e->use_gemm && n > CUDA_ENGINE_MATVEC_MAX_TOK && cuda_gemm_supported(w->type) &&
-           w->ne[0] % 32 == 0;
+    return e->use_gemm && n > CUDA_ENGINE_MATVEC_MAX_TOK && w->type != HM_TYPE_F32 &&
+           cuda_gemm_supported(w->type) && w->ne[0] % 32 == 0;
 }
 
 /* Decode-sized steps (the matvec path) use the fused kernels. */

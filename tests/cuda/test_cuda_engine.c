@@ -31,13 +31,12 @@
 #define N_PROMPT 21  /* > 2 x tiny-gpt-oss's window of 8 */
 #define N_GEN 256
 #define N_CTX 320
-/* max |gpu - cpu| / std(cpu logits). f32 weights: the prompt path rounds GEMM inputs to f16
- * (measured <= 1.7e-3), the decode path differs only in attention's summation order (measured
- * <= 6.3e-4). Quantised weights: activations are re-quantised (q8) at every product, so those
+/* max |gpu - cpu| / std(cpu logits). f32 weights: prompts and decode run f32 matvecs (never
+ * the f16 GEMMs) and differ only in attention's summation order (decode measured <= 6.3e-4). Quantised weights: activations are re-quantised (q8) at every product, so those
  * last-bit attention differences flip roundings and, at near-ties, routing choices; measured up
  * to 0.22 (tiny-gpt-oss q4_k_m) on the H100 — while the argmax agrees at >= 276 of 277 positions
  * and position 0 (no attention mixing) is bit-identical (checked below). */
-#define PROMPT_TOL_F32 5e-3
+#define PROMPT_TOL_F32 2e-3
 #define DECODE_TOL_F32 2e-3
 #define TOL_QUANT 0.5
 
