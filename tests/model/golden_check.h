@@ -20,8 +20,10 @@
  *     93.7%..98.5%. Measured at commit time: printed below, figures in golden/README.md.
  *   - on the GPU (check_one_on with gpu = true: -ngl 99 --gpu-strict, f16 KV cache, tensor-core
  *     prompt GEMMs; tests/cuda/test_cuda_golden.c): the quantised bar for every file — top-1
- *     >= 99% and NLL sum within 0.1% — and for f32 files max |logit - golden| < 5e-3 x std
- *     (the GPU's stated tolerance against the CPU, docs/GPU.md).
+ *     >= 99% and NLL sum within 0.1% — and for f32 files max |logit - golden| below 5e-3 x std
+ *     (the GPU's stated tolerance against the CPU, docs/GPU.md) plus the CPU's own distance
+ *     when it runs with the same f16 K/V cache (a near-tie routing choice can flip on f16 K/V
+ *     alone: 0.155 x std on tiny-qwen3moe f32, prompt 3, on the CPU and the GPU alike).
  * The figures are printed so a run documents them. */
 #ifndef HM_TESTS_MODEL_GOLDEN_CHECK_H
 #define HM_TESTS_MODEL_GOLDEN_CHECK_H
@@ -201,6 +203,19 @@ static inline void check_one_on(const char *file, bool f32_weights, bool gpu) {
     }
     hm_context *c = NULL;
     HM_REQUIRE(hm_context_init(m, &cp, &c, &err) == HM_OK);
+    /* GPU, f32 files: the CPU with the GPU's f16 cache, whose distance to the golden the GPU
+     * may reach (f16 K/V can flip a near-tie routing choice: tiny-qwen3moe p3 is 0.155 x std
+     * from the golden on the CPU with f16 K/V, 3e-4 with f32) */
+    hm_context *c16 = NULL;
+    float *lg16 = NULL;
+    if (gpu && f32) {
+        hm_context_params cp16 = cp;
+        cp16.n_gpu_layers = 0;
+        cp16.gpu_strict = false;
+        HM_REQUIRE(hm_context_init(m, &cp16, &c16, &err) == HM_OK);
+        lg16 = malloc((size_t)256 * (size_t)V * sizeof(float));
+        HM_REQUIRE(lg16);
+    }
 
     float *lg = malloc((size_t)256 * (size_t)V * sizeof(float)); /* n_ctx rows */
     HM_REQUIRE(lg);
@@ -231,8 +246,18 @@ static inline void check_one_on(const char *file, bool f32_weights, bool gpu) {
                 if (!(d <= md)) md = d;
             }
             if (md / sd > worst || md != md) worst = md / sd;
-            HM_CHECK_MSG(md < f32_bar * sd, "%s p%d: max|diff| %.3g = %.3g x std", file, k, md,
-                         md / sd);
+            double md16 = 0; /* the CPU with an f16 cache, GPU runs only */
+            if (c16) {
+                hm_context_reset(c16);
+                HM_REQUIRE(hm_decode(c16, ids, (int)n, 0, lg16, HM_LOGITS_ALL, &err) == HM_OK);
+                for (int64_t i = 0; i < nl; i++) {
+                    double d = fabs((double)lg16[i] - (double)ref[i]);
+                    if (!(d <= md16)) md16 = d;
+                }
+            }
+            HM_CHECK_MSG(md < md16 + f32_bar * sd,
+                         "%s p%d: max|diff| %.3g = %.3g x std (cpu with f16 K/V: %.3g x std)",
+                         file, k, md, md / sd, md16 / sd);
         }
         /* greedy continuation on the KV cache (checked where the arithmetic is exact) */
         int32_t tok = argmax(lg + (n - 1) * V, V);
@@ -281,7 +306,9 @@ static inline void check_one_on(const char *file, bool f32_weights, bool gpu) {
     printf("\n");
     fflush(stdout);
     free(lg);
+    free(lg16);
     hm_context_free(c);
+    hm_context_free(c16);
     hm_model_free(m);
     golden_close(&g);
 }
