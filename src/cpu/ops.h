@@ -9,8 +9,9 @@
  * thread count (pool NULL = single thread). Float arithmetic is single IEEE operations without
  * contraction (-ffp-contract=off), so a GPU version can reproduce the elementwise ops bit for bit
  * using __fmul_rn/__fadd_rn/__fdiv_rn and the exp of ops_math.h. Reductions:
- *   - sums of squares (rmsnorm) accumulate (double)x*x in double, 4 partial sums (element
- *     i into sum i mod 4, in increasing i), combined as (s0 + s1) + (s2 + s3);
+ *   - sums of squares (rmsnorm) accumulate (double)x*x in double, 32 partial sums (element
+ *     i into sum i mod 32, in increasing i), combined by the halving tree c[l] += c[l + w]
+ *     for w = 16, 8, 4, 2, 1 (a GPU warp's lanes and shuffle tree);
  *   - attention scores are dot8(k, q): the cached K row dequantised exactly to f32 (f16
  *     widened, q8_0 as (float)q * d), q in f32; 8 lanes, acc[l] = fmaf(k[i], q[i], acc[l])
  *     for i ascending with l = i mod 8 (acc starting at +0), then acc[l] += acc[l + 4] (l < 4),

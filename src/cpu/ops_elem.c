@@ -145,14 +145,17 @@ typedef struct {
     float eps;
 } row_job;
 
+/* 32 double chains (element i into chain i mod 32) so that a GPU warp runs them as its lanes;
+ * (double)x * x is exact, so only the adds round */
 static void rmsnorm_row(const float *x, const float *w, float *y, int64_t n, float eps) {
-    double s4[4] = {0.0, 0.0, 0.0, 0.0};
+    double c[32] = {0.0};
     int64_t k = 0;
-    for (; k + 4 <= n; k += 4)
-        for (int l = 0; l < 4; l++) s4[l] += (double)x[k + l] * (double)x[k + l];
-    for (int l = 0; k < n; k++, l++) s4[l] += (double)x[k] * (double)x[k];
-    double sum = (s4[0] + s4[1]) + (s4[2] + s4[3]);
-    float mean = (float)(sum / (double)n);
+    for (; k + 32 <= n; k += 32)
+        for (int l = 0; l < 32; l++) c[l] += (double)x[k + l] * (double)x[k + l];
+    for (int l = 0; k < n; k++, l++) c[l] += (double)x[k] * (double)x[k];
+    for (int w2 = 16; w2 >= 1; w2 /= 2)
+        for (int l = 0; l < w2; l++) c[l] += c[l + w2];
+    float mean = (float)(c[0] / (double)n);
     float s = 1.0f / sqrtf(mean + eps);
     if (w)
         for (int64_t i = 0; i < n; i++) y[i] = (x[i] * s) * w[i];

@@ -10,9 +10,12 @@
  * each of its rows (q rows live in shared memory, broadcast reads), applies scale and the
  * causal/window mask, then the warp does the online-softmax update (tile max and sum by
  * shuffles) and accumulates P.V with the probabilities shuffled from their lanes.
- * Splits (grid.z = S > 1, decode): each block covers part s of the block's visible range
- * [lo, hi] (read from d_pos at run time), writes (m, l, acc) to scratch, and attn_combine_kernel
- * merges the S parts with the sink. S = 1 (prompt batches): the block finalises directly.
+ * Splits (grid.z = S > 1, decode): the blocks of one query tile take S_eff = min(S, tiles of
+ * ATT_BK in the tile's visible range [lo, hi]) parts (read from d_pos at run time, so a short
+ * context runs one block per kv head and the others return at once); each writes (m, l, acc)
+ * to scratch, and the last of them to arrive (a counter per tile in the scratch, reset by that
+ * block) merges the S_eff parts with the sink in a fixed order. S_eff = 1 (and prompt
+ * batches): the block finalises directly.
  * Exp is cm_expf (hm_expf's recipe); the sink joins the max and the denominator as on the CPU.
  */
 #include <cuda_fp16.h>
@@ -101,6 +104,14 @@ typedef struct {
     float scale;
 } attn_plan;
 
+/* floats of the partials in the scratch; the tile counters (ints) follow them */
+static __host__ __device__ __forceinline__ size_t attn_part_floats(const attn_plan &P) {
+    return (size_t)P.n_tok * P.n_head * P.n_split * (size_t)(P.hd + 2);
+}
+static size_t attn_counters(const attn_plan &P) {
+    return (size_t)((P.n_tok + P.nt - 1) / P.nt) * (size_t)(P.n_kv * P.n_hchunk);
+}
+
 template <int HD> struct attn_cfg {
     static const int RMAX = HD <= 128 ? 64 : 32; /* rows per block */
     static const int RPW = RMAX / ATT_WARPS;     /* rows per warp */
@@ -124,7 +135,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
     float *Vs = Ks + (size_t)ATT_BK * (hd + 1);   /* [ATT_BK][hd] */
     int *rlo = (int *)(Vs + (size_t)ATT_BK * hd); /* [rows] first visible position */
     int *rhi = rlo + P.rows;                      /* [rows] last visible position */
-    __shared__ int s_range[2];
+    __shared__ int s_range[3]; /* begin, end (exclusive), S_eff */
+    __shared__ int s_last;
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t t0 = (int64_t)blockIdx.x * P.nt;
@@ -162,13 +174,17 @@ __global__ void __launch_bounds__(ATT_THREADS)
                 hi = rhi[r] > hi ? rhi[r] : hi;
             }
         if (hi < 0) lo = 0;
-        /* part blockIdx.z of S of [lo, hi] */
+        /* part blockIdx.z of S_eff of [lo, hi]: at least a tile of positions per part */
         const int64_t len = (int64_t)hi - lo + 1, s = blockIdx.z;
-        s_range[0] = (int)(lo + len * s / P.n_split);
-        s_range[1] = (int)(lo + len * (s + 1) / P.n_split); /* exclusive */
+        int64_t se = (len + ATT_BK - 1) / ATT_BK;
+        se = se < 1 ? 1 : se > P.n_split ? P.n_split : se;
+        s_range[0] = (int)(lo + len * s / se);
+        s_range[1] = (int)(lo + len * (s + 1) / se); /* exclusive */
+        s_range[2] = (int)se;
     }
     __syncthreads();
-    const int k_begin = s_range[0], k_end = s_range[1];
+    const int k_begin = s_range[0], k_end = s_range[1], n_part = s_range[2];
+    if ((int)blockIdx.z >= n_part) return; /* block-uniform */
 
     float m[C::RPW], l[C::RPW], acc[C::RPW][C::DPL];
 #pragma unroll
@@ -263,14 +279,14 @@ __global__ void __launch_bounds__(ATT_THREADS)
         }
     }
 
-    /* write: final output (S = 1) or the partial (m, l, acc) */
+    /* write: final output (one part) or the partial (m, l, acc) */
 #pragma unroll
     for (int j = 0; j < C::RPW; j++) {
         const int r = warp + ATT_WARPS * j;
         if (r >= P.rows || rlo[r] > rhi[r]) continue;
         const int64_t t = t0 + r / P.hb;
         const int h = hq0 + r % P.hb;
-        if (P.n_split == 1) {
+        if (n_part == 1) {
             float mf = m[j], den = l[j];
             if (sinks) {
                 const float sk = sinks[h];
@@ -299,32 +315,61 @@ __global__ void __launch_bounds__(ATT_THREADS)
             }
         }
     }
-}
+    if (n_part == 1) return;
 
-/* one block per (token, head): out = sum_s acc_s e^(m_s - M) / (sum_s l_s e^(m_s - M) + sink) */
-__global__ void attn_combine_kernel(const attn_plan P, const float *part, const float *sinks,
-                                    float *out) {
-    const int64_t th = blockIdx.x; /* t * n_head + h */
-    const int h = (int)(th % P.n_head), hd = P.hd, S = P.n_split;
-    const float *pp = part + th * S * (size_t)(hd + 2);
-    float M = -INFINITY;
-    for (int s = 0; s < S; s++) M = fmaxf(M, pp[s * (hd + 2)]);
-    if (sinks) M = fmaxf(M, sinks[h]);
-    float den = 0.0f;
-    for (int s = 0; s < S; s++) {
-        const float ms = pp[s * (hd + 2)];
-        if (ms == -INFINITY) continue;
-        den = __fadd_rn(den, __fmul_rn(pp[s * (hd + 2) + 1], cm_expf(__fsub_rn(ms, M))));
+    /* the last part of this tile to finish merges all parts */
+    int *cnt = (int *)(part + attn_part_floats(P)) + blockIdx.x * gridDim.y + blockIdx.y;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        s_last = atomicAdd(cnt, 1) == n_part - 1;
+        if (s_last) *cnt = 0; /* ready for the next launch */
     }
-    if (sinks) den = __fadd_rn(den, cm_expf(__fsub_rn(sinks[h], M)));
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float a = 0.0f;
-        for (int s = 0; s < S; s++) {
-            const float ms = pp[s * (hd + 2)];
-            if (ms == -INFINITY) continue;
-            a = __fmaf_rn(pp[s * (hd + 2) + 2 + d], cm_expf(__fsub_rn(ms, M)), a);
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    for (int j = 0; j < C::RPW; j++) {
+        const int r = warp + ATT_WARPS * j;
+        if (r >= P.rows || rlo[r] > rhi[r]) continue;
+        const int64_t t = t0 + r / P.hb;
+        const int h = hq0 + r % P.hb;
+        const float *pp = part + (t * P.n_head + h) * P.n_split * (size_t)(hd + 2);
+        /* parts s = lane and s = lane + 32 (n_part <= ATT_MAX_SPLITS = 64) */
+        float ms[2], f[2], den = 0.0f;
+        float M = sinks ? sinks[h] : -INFINITY;
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int sp = lane + 32 * u;
+            ms[u] = sp < n_part ? __ldcg(pp + sp * (hd + 2)) : -INFINITY;
+            M = fmaxf(M, ms[u]);
         }
-        out[th * hd + d] = __fdiv_rn(a, den);
+        for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int sp = lane + 32 * u;
+            f[u] = ms[u] == -INFINITY ? 0.0f : cm_expf(__fsub_rn(ms[u], M));
+            if (f[u] != 0.0f) den = __fmaf_rn(__ldcg(pp + sp * (hd + 2) + 1), f[u], den);
+        }
+        for (int o = 16; o > 0; o >>= 1) den = __fadd_rn(den, __shfl_xor_sync(0xffffffffu, den, o));
+        if (sinks) den = __fadd_rn(den, cm_expf(__fsub_rn(sinks[h], M)));
+        float a[C::DPL];
+#pragma unroll
+        for (int dd = 0; dd < C::DPL; dd++) a[dd] = 0.0f;
+        for (int sp = 0; sp < n_part; sp++) {
+            const float fs = __shfl_sync(0xffffffffu, sp < 32 ? f[0] : f[1], sp & 31);
+            if (fs == 0.0f) continue; /* warp-uniform */
+#pragma unroll
+            for (int dd = 0; dd < C::DPL; dd++) {
+                const int d = lane + 32 * dd;
+                if (d < hd) a[dd] = __fmaf_rn(__ldcg(pp + sp * (hd + 2) + 2 + d), fs, a[dd]);
+            }
+        }
+        float *o = out + (t * P.n_head + h) * hd;
+#pragma unroll
+        for (int dd = 0; dd < C::DPL; dd++) {
+            const int d = lane + 32 * dd;
+            if (d < hd) o[d] = __fdiv_rn(a[dd], den);
+        }
     }
 }
 
@@ -367,7 +412,7 @@ static hm_status attn_make_plan(const cuda_attn_args *a, attn_plan *P, hm_error 
 extern "C" size_t cuda_attention_scratch_size(const cuda_attn_args *a) {
     attn_plan P;
     if (attn_make_plan(a, &P, NULL) != HM_OK || P.n_split == 1) return 0;
-    return (size_t)a->n_tok * a->n_head * P.n_split * (size_t)(a->head_dim + 2) * sizeof(float);
+    return attn_part_floats(P) * sizeof(float) + attn_counters(P) * sizeof(int);
 }
 
 template <int HD>
@@ -402,9 +447,5 @@ extern "C" hm_status cuda_attention(const cuda_attn_args *a, void *stream, hm_er
     if (P.hd <= 64) st = attn_launch<64>(&P, a, s, err);
     else if (P.hd <= 128) st = attn_launch<128>(&P, a, s, err);
     else st = attn_launch<256>(&P, a, s, err);
-    if (st != HM_OK || P.n_split == 1) return st;
-    const int threads = P.hd < 128 ? 64 : 128;
-    attn_combine_kernel<<<(unsigned)(P.n_tok * P.n_head), threads, 0, s>>>(
-        P, (const float *)a->scratch, a->d_sinks, a->out);
-    return attn_launched("attn_combine_kernel", err);
+    return st;
 }

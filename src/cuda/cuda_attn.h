@@ -68,7 +68,8 @@ typedef struct {
     const uint16_t *v_cache; /* [n_ctx][n_head_kv][head_dim] f16 bits */
     float *out;              /* [n_tok][n_head][head_dim] f32 device */
     void *scratch;           /* cuda_attention_scratch_size bytes of device memory (or NULL
-                                when that size is 0) */
+                                when that size is 0), zeroed once before the first call (its
+                                tile counters are left at zero by every call) */
 } cuda_attn_args;
 
 /* Device scratch cuda_attention needs for these shapes (0 when the batch is not split: batches

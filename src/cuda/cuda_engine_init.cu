@@ -371,6 +371,7 @@ extern "C" hm_status cuda_engine_init(const hm_model *m, const cuda_engine_param
     CUDA_TRY(cudaMalloc(&e->kv_arena, kvb ? kvb : 1), "KV cache");
     CUDA_TRY(cudaMalloc(&e->scratch_arena, sb ? sb : 1), "scratch");
     CUDA_TRY(cudaMemsetAsync(e->kv_arena, 0, kvb, s), "KV cache");
+    CUDA_TRY(cudaMemsetAsync(e->scratch_arena, 0, sb, s), "scratch"); /* attention counters */
     layout_scratch(m, p, e, (char *)e->scratch_arena);
     {
         char *kvp = (char *)e->kv_arena;

@@ -4,14 +4,13 @@
  * DESIGN: k_fused_norm is one block (1024 threads: few elements per thread, so few memory
  * round trips) per token: the threads form the row (x, x + add, or x + the slot combine, in
  * cuda_moe_combine's slot order, each group of FN_SLOTS slot loads issued before use) into
- * shared memory and write x back; lanes 0..3 of warp 0 run the four double chains of rmsnorm_kernel
- * (element i into chain i mod 4, increasing i; combined (c0 + c1) + (c2 + c3)); every thread
- * scales its elements into xn and the shared row; then the row is quantised as k_quant_act
+ * shared memory and write x back; warp 0 computes the rmsnorm scale (cm_rms_scale: the
+ * CPU's 32 double chains and tree); every thread scales its elements into xn and the shared row; then the row is quantised as k_quant_act
  * does it (q8_32: a warp per 32-element block; q8_K: the 8 warps on one 256-element
  * super-block, FN_THREADS / 256 super-blocks per pass, amax through shared memory, bsums
  * over 16-lane halves).
  * k_fused_qk is one block per (token, head) of q and k: the head row is staged in shared
- * memory, normed (rmsnorm_kernel's chains on head_dim), rotated pair by pair exactly as
+ * memory, normed (cm_rms_scale on head_dim), rotated pair by pair exactly as
  * rope_kernel (table cos/sin, or the device double formulas beyond the table), written back,
  * and for k heads stored with the v head into the f16 caches (kv_store_kernel's conversion).
  * The rope constants and rotation (cuda_rope.cuh) and the f16 conversion (cuda_math.cuh) are
@@ -44,27 +43,6 @@ static hm_status fused_launched(const char *kernel, hm_error *err) {
 }
 
 /* ------------------------------------------------------------ norm + quantise */
-
-/* lanes 0..3 of the calling warp 0: rmsnorm_kernel's scale of row[0..n) into *out */
-static __device__ __forceinline__ void fused_rms_scale(const float *row, int64_t n, float eps,
-                                                       float *out) {
-    double acc = 0.0; /* chain threadIdx.x (< 4) */
-    if (threadIdx.x < 4) {
-#pragma unroll 8
-        for (int64_t i = threadIdx.x; i < n; i += 4) {
-            const double v = (double)row[i];
-            acc = __dadd_rn(acc, __dmul_rn(v, v));
-        }
-    }
-    const double s1 = __shfl_down_sync(FULL, acc, 1);
-    const double s2 = __shfl_down_sync(FULL, acc, 2);
-    const double s3 = __shfl_down_sync(FULL, acc, 3);
-    if (threadIdx.x == 0) {
-        const double sum = __dadd_rn(__dadd_rn(acc, s1), __dadd_rn(s2, s3));
-        const float mean = __double2float_rn(__ddiv_rn(sum, (double)n));
-        *out = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
-    }
-}
 
 /* k_quant_act's rounding of v * id to a signed byte */
 static __device__ __forceinline__ int fused_q8(float v, float id) {
@@ -135,7 +113,10 @@ __global__ void __launch_bounds__(FN_THREADS) k_fused_norm(const norm_k A) {
     }
     if (!A.xn) return;
     __syncthreads();
-    if (threadIdx.x < 32) fused_rms_scale(row, n, A.eps, &s_scale);
+    if (threadIdx.x < 32) {
+        const float r = cm_rms_scale(row, n, A.eps);
+        if (threadIdx.x == 0) s_scale = r;
+    }
     __syncthreads();
     const float sc = s_scale;
     float *xnr = A.xn + t * n;
@@ -278,7 +259,10 @@ __global__ void __launch_bounds__(FQ_THREADS) k_fused_qk(const qk_k A) {
     for (int i = threadIdx.x; i < hd; i += FQ_THREADS) buf[i] = x[i];
     __syncthreads();
     if (A.qk_norm) {
-        if (threadIdx.x < 32) fused_rms_scale(buf, hd, A.eps, &s_scale);
+        if (threadIdx.x < 32) {
+            const float r = cm_rms_scale(buf, hd, A.eps);
+            if (threadIdx.x == 0) s_scale = r;
+        }
         __syncthreads();
         const float s = s_scale;
         const float *w = isq ? A.q_norm : A.k_norm;

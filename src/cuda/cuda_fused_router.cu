@@ -40,7 +40,7 @@ static __device__ __forceinline__ bool fr_before(float a, int ia, float b, int i
 template <int NT>
 static __device__ __forceinline__ void fr_dot(const float *w, int64_t k, const float *const *x,
                                               float *out) {
-    constexpr int U = NT <= 2 ? 16 : 8;
+    constexpr int U = NT == 1 ? 32 : NT == 2 ? 16 : 8; /* a k = 2048 row in two rounds */
     const int lane = threadIdx.x & 31;
     float fin[NT];
 #pragma unroll

@@ -1,5 +1,6 @@
 /* cuda_math.cuh - device versions of hm_expf, hm_sigmoidf, hm_siluf (src/cpu/ops_math.h) and
- * the expert activations of docs/OPS.md, bit-identical to the CPU's, and hm_f32_to_fp16.
+ * the expert activations of docs/OPS.md, bit-identical to the CPU's, hm_f32_to_fp16, and the
+ * rmsnorm scale (docs/OPS.md) as one warp computes it.
  *
  * DESIGN: the CPU recipe uses only IEEE single multiplies, adds and one divide, each rounded to
  * nearest-even and never contracted; here every operation is the matching _rn intrinsic, so the
@@ -75,6 +76,20 @@ static __device__ __forceinline__ uint16_t cm_f32_to_f16(float f) {
     }
     const uint32_t r = ax + 0x0fffu + ((ax >> 13) & 1u);
     return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
+}
+
+/* docs/OPS.md's rmsnorm scale 1 / sqrt(mean(x^2) + eps) of row[0..n), by one whole warp: lane l
+ * runs double chain l (elements l, l + 32, ... in increasing order), chains combine by the
+ * halving tree c[l] += c[l + w], w = 16, 8, 4, 2, 1 (cpu_rmsnorm's order). Valid in lane 0. */
+static __device__ __forceinline__ float cm_rms_scale(const float *row, int64_t n, float eps) {
+    double acc = 0.0;
+    for (int64_t i = threadIdx.x & 31; i < n; i += 32) {
+        const double v = (double)row[i];
+        acc = __dadd_rn(acc, __dmul_rn(v, v));
+    }
+    for (int o = 16; o > 0; o >>= 1) acc = __dadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, o));
+    const float mean = __double2float_rn(__ddiv_rn(acc, (double)n));
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
 }
 
 #endif

@@ -5,8 +5,8 @@
  * grid-stride loop with one thread per element and the op as a template parameter (one body,
  * no per-op copies). Every float operation is the _rn intrinsic of the CPU's operation
  * (docs/OPS.md), exp/sigmoid/silu come from cuda_math.cuh (hm_expf's recipe), so each output
- * has the CPU's bits. Reductions keep the CPU's order: the RMS norm's four double partial sums
- * are four sequential chains (one lane each, the row staged through shared memory), the
+ * has the CPU's bits. Reductions keep the CPU's order: the RMS norm's 32 double chains are
+ * the 32 lanes of a warp, combined by the CPU's halving tree (cm_rms_scale), the
  * router's softmax sum is one sequential chain per token; only max (exact in any order) is a
  * tree. Top-k is a rank computation (rank of e = experts ordered before it by (score desc,
  * id asc)), which equals the CPU's insertion list.
@@ -25,7 +25,6 @@ extern "C" {
 #define OPS_THREADS 256
 #define OPS_MAX_BLOCKS 4096
 #define ROUTER_MAX_EXPERTS 4096
-#define NORM_CHUNK 2048 /* floats of a row staged in shared memory at a time */
 
 static hm_status ops_launched(const char *kernel, hm_error *err) {
     cudaError_t e = cudaGetLastError();
@@ -191,36 +190,16 @@ extern "C" hm_status cuda_shexp_combine(float *out, const float *sh, const float
     return ops_launched("shexp_combine_kernel", err);
 }
 
-/* One block per row. The row passes through shared memory in chunks; lanes 0..3 of warp 0
- * extend the four double chains (element i into chain i mod 4, increasing i), then every
- * thread scales its elements. */
+/* One block per row: warp 0 computes the scale (cm_rms_scale), then every thread scales its
+ * elements. */
 __global__ void rmsnorm_kernel(const float *x, const float *w, float *y, int64_t n, float eps) {
-    __shared__ float buf[NORM_CHUNK];
     __shared__ float s_scale;
     const int64_t r = blockIdx.x;
     const float *xr = x + r * n;
     float *yr = y + r * n;
-    double acc = 0.0; /* chain threadIdx.x (< 4) */
-    for (int64_t c0 = 0; c0 < n; c0 += NORM_CHUNK) {
-        const int len = (int)(n - c0 < NORM_CHUNK ? n - c0 : NORM_CHUNK);
-        __syncthreads();
-        for (int i = threadIdx.x; i < len; i += blockDim.x) buf[i] = xr[c0 + i];
-        __syncthreads();
-        if (threadIdx.x < 4) {
-            /* NORM_CHUNK % 4 == 0, so chunk element i has global index = i (mod 4) */
-            for (int i = threadIdx.x; i < len; i += 4) {
-                const double v = (double)buf[i];
-                acc = __dadd_rn(acc, __dmul_rn(v, v));
-            }
-        }
-    }
-    const double s1 = __shfl_down_sync(0xffffffffu, acc, 1);
-    const double s2 = __shfl_down_sync(0xffffffffu, acc, 2);
-    const double s3 = __shfl_down_sync(0xffffffffu, acc, 3);
-    if (threadIdx.x == 0) {
-        const double sum = __dadd_rn(__dadd_rn(acc, s1), __dadd_rn(s2, s3));
-        const float mean = __double2float_rn(__ddiv_rn(sum, (double)n));
-        s_scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+    if (threadIdx.x < 32) {
+        const float sc = cm_rms_scale(xr, n, eps);
+        if (threadIdx.x == 0) s_scale = sc;
     }
     __syncthreads();
     const float s = s_scale;

@@ -32,8 +32,8 @@ extern "C" {
 /* ------------------------------------------------------------------ norms and elementwise */
 
 /* = cpu_rmsnorm: y[r][i] = (x[r][i] * s_r) * w[i] (w NULL: x * s_r), s_r from the double
- * 4-partial sum of squares. x, y: [n_rows][n]; w: [n]. One block per row; the double sums are
- * sequential chains as on the CPU (n/4 dependent adds each: ~5 us for n = 4096). */
+ * sum of squares in 32 chains (docs/OPS.md). x, y: [n_rows][n]; w: [n]. One block per row;
+ * the chains are the lanes of one warp (n/32 dependent adds each). */
 hm_status cuda_rmsnorm(const float *x, const float *w, float *y, int64_t n_rows, int64_t n,
                        float eps, void *stream, hm_error *err);
 

@@ -16,92 +16,122 @@ extern "C" {
 #define CQ_FULL 0xffffffffu
 #define CQ_WARPS 4 /* warps (rows in flight) per CTA */
 
-/* ---------------------------------------------------------------- one row, NT tokens */
+/* ---------------------------------------------------------------- NR rows, NT tokens */
 
-/* out[i] (valid in lane 0) = dot(row w of k elements, activation row a[i]), i < NT */
-template <class T, int NT>
-static __device__ __forceinline__ void row_dot(const uint8_t *w, int64_t k, const uint8_t *const *a, float *out) {
+/* out[r][i] (valid in lane 0) = dot(row w[r] of k elements, activation row a[i]), r < NR,
+ * i < NT. The NR rows are independent (each has its own spec lanes and tree); a warp issues the
+ * loads of all NR rows' blocks of a step together, so it keeps NR times the bytes in flight. */
+template <class T, int NT, int NR>
+static __device__ __forceinline__ void rows_dot(const uint8_t *const *w, int64_t k, const uint8_t *const *a,
+                                                float (*out)[NT]) {
     const int lane = threadIdx.x & 31;
-    float fin[NT];
+    float fin[NR][NT];
     if constexpr (T::UPD == CB_UPD_FLOAT) {
 #pragma unroll
-        for (int i = 0; i < NT; i++) fin[i] = 0.0f;
+        for (int r = 0; r < NR; r++)
+#pragma unroll
+            for (int i = 0; i < NT; i++) fin[r][i] = 0.0f;
 #pragma unroll 4
         for (int64_t e = lane; e < k; e += 32) {
-            const float wv = T::deq(w, (int)e);
 #pragma unroll
-            for (int i = 0; i < NT; i++) fin[i] = __fmaf_rn(wv, ((const float *)a[i])[e], fin[i]);
+            for (int r = 0; r < NR; r++) {
+                const float wv = T::deq(w[r], (int)e);
+#pragma unroll
+                for (int i = 0; i < NT; i++) fin[r][i] = __fmaf_rn(wv, ((const float *)a[i])[e], fin[r][i]);
+            }
         }
     } else {
         constexpr int G = T::G, BPI = 32 / G;
         const int g = lane / G, p = lane % G;
         const int nb = (int)(k / T::BS);
-        float acc[G][NT];
+        float acc[NR][G][NT];
 #pragma unroll
-        for (int gi = 0; gi < G; gi++)
+        for (int r = 0; r < NR; r++)
 #pragma unroll
-            for (int i = 0; i < NT; i++) acc[gi][i] = 0.0f;
+            for (int gi = 0; gi < G; gi++)
+#pragma unroll
+                for (int i = 0; i < NT; i++) acc[r][gi][i] = 0.0f;
         /* A round of 32 blocks is G steps; steps run in chunks of GC whose loads (weights,
-         * scales, activations) are issued together before any shuffle, so a warp keeps GC
+         * scales, activations) are issued together before any shuffle, so a warp keeps GC x NR
          * block loads in flight. Blocks past the end are clamped to the last block (valid
          * memory) and their update is skipped; a group's G lanes share the block, so the skip
-         * is uniform within the group. 256-element (K-quant, iq4_xs) blocks keep GC = 1: their
-         * parts already load several words per lane (batching them was slower on the H100:
-         * bench/RESULTS.md, "256-element blocks unbatched"). */
-        constexpr int GC = T::BS == 256 ? 1 : (8 / NT) < G ? ((8 / NT) > 0 ? 8 / NT : 1) : G;
+         * is uniform within the group. 256-element (K-quant, iq4_xs) blocks take GC = 2 for one
+         * row and one token (a k = 2048 row in one chunk), else 1: their parts already load
+         * several words per lane (batching 8 was slower on the H100: bench/RESULTS.md,
+         * "256-element blocks unbatched"). */
+        constexpr int GQ = 8 / (NT * NR) > 0 ? 8 / (NT * NR) : 1;
+        constexpr int GC = T::BS == 256 ? (NT * NR == 1 ? 2 : 1) : GQ < G ? GQ : G;
         for (int b0 = 0; b0 < nb; b0 += 32) {
 #pragma unroll
             for (int gc = 0; gc < G; gc += GC) {
                 if (b0 + gc * BPI >= nb) break; /* uniform over the warp */
-                int s[GC][NT], t[GC][NT];
-                float d[GC], m[GC], da[GC][NT];
+                int s[GC][NR][NT], t[GC][NR][NT];
+                float d[GC][NR], m[GC][NR], da[GC][NT];
 #pragma unroll
                 for (int j = 0; j < GC; j++) {
                     const int b = min(b0 + (gc + j) * BPI + g, nb - 1);
-                    const uint8_t *wb = w + (size_t)b * T::TS;
                     const size_t aoff = (size_t)b * T::ABS;
-                    T::scale(wb, &d[j], &m[j]);
 #pragma unroll
-                    for (int i = 0; i < NT; i++) {
-                        da[j][i] = *(const float *)(a[i] + aoff);
-                        s[j][i] = t[j][i] = 0;
+                    for (int i = 0; i < NT; i++) da[j][i] = *(const float *)(a[i] + aoff);
+#pragma unroll
+                    for (int r = 0; r < NR; r++) {
+                        const uint8_t *wb = w[r] + (size_t)b * T::TS;
+                        T::scale(wb, &d[j][r], &m[j][r]);
+#pragma unroll
+                        for (int i = 0; i < NT; i++) s[j][r][i] = t[j][r][i] = 0;
+                        T::template part<NT>(wb, p, a, aoff, s[j][r], t[j][r]);
                     }
-                    T::template part<NT>(wb, p, a, aoff, s[j], t[j]);
                 }
 #pragma unroll
-                for (int j = 0; j < GC; j++) {
+                for (int j = 0; j < GC; j++)
 #pragma unroll
-                    for (int off = G / 2; off >= 1; off /= 2)
+                    for (int r = 0; r < NR; r++) {
 #pragma unroll
-                        for (int i = 0; i < NT; i++) {
-                            s[j][i] += __shfl_xor_sync(CQ_FULL, s[j][i], off);
-                            if (T::UPD != CB_UPD_SYM) t[j][i] += __shfl_xor_sync(CQ_FULL, t[j][i], off);
-                        }
-                    if (b0 + (gc + j) * BPI + g < nb && p == 0)
+                        for (int off = G / 2; off >= 1; off /= 2)
 #pragma unroll
-                        for (int i = 0; i < NT; i++)
-                            acc[gc + j][i] = cb_update<T>(acc[gc + j][i], d[j], m[j], da[j][i], s[j][i], t[j][i]);
-                }
+                            for (int i = 0; i < NT; i++) {
+                                s[j][r][i] += __shfl_xor_sync(CQ_FULL, s[j][r][i], off);
+                                if (T::UPD != CB_UPD_SYM) t[j][r][i] += __shfl_xor_sync(CQ_FULL, t[j][r][i], off);
+                            }
+                        if (b0 + (gc + j) * BPI + g < nb && p == 0)
+#pragma unroll
+                            for (int i = 0; i < NT; i++)
+                                acc[r][gc + j][i] =
+                                    cb_update<T>(acc[r][gc + j][i], d[j][r], m[j][r], da[j][i], s[j][r][i], t[j][r][i]);
+                    }
             }
         }
         /* spec lane l = gi*BPI + g lives in physical lane g*G, slot gi */
         const int src = (lane % BPI) * G, slot = lane / BPI;
 #pragma unroll
-        for (int i = 0; i < NT; i++) fin[i] = 0.0f;
+        for (int r = 0; r < NR; r++) {
 #pragma unroll
-        for (int gi = 0; gi < G; gi++)
+            for (int i = 0; i < NT; i++) fin[r][i] = 0.0f;
 #pragma unroll
-            for (int i = 0; i < NT; i++) {
-                const float v = __shfl_sync(CQ_FULL, acc[gi][i], src);
-                if (slot == gi) fin[i] = v;
-            }
+            for (int gi = 0; gi < G; gi++)
+#pragma unroll
+                for (int i = 0; i < NT; i++) {
+                    const float v = __shfl_sync(CQ_FULL, acc[r][gi][i], src);
+                    if (slot == gi) fin[r][i] = v;
+                }
+        }
     }
 #pragma unroll
     for (int off = 16; off >= 1; off /= 2)
 #pragma unroll
-        for (int i = 0; i < NT; i++) fin[i] = __fadd_rn(fin[i], __shfl_down_sync(CQ_FULL, fin[i], off));
+        for (int r = 0; r < NR; r++)
 #pragma unroll
-    for (int i = 0; i < NT; i++) out[i] = fin[i];
+            for (int i = 0; i < NT; i++) fin[r][i] = __fadd_rn(fin[r][i], __shfl_down_sync(CQ_FULL, fin[r][i], off));
+#pragma unroll
+    for (int r = 0; r < NR; r++)
+#pragma unroll
+        for (int i = 0; i < NT; i++) out[r][i] = fin[r][i];
+}
+
+/* out[i] (valid in lane 0) = dot(row w of k elements, activation row a[i]), i < NT */
+template <class T, int NT>
+static __device__ __forceinline__ void row_dot(const uint8_t *w, int64_t k, const uint8_t *const *a, float *out) {
+    rows_dot<T, NT, 1>(&w, k, a, (float(*)[NT])out);
 }
 
 /* ---------------------------------------------------------------- host helpers */

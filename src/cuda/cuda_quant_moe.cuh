@@ -36,10 +36,21 @@ static __device__ __forceinline__ void moe_tile(const moe_params &P, int e, cons
     }
     const size_t wrow = ((size_t)e * (size_t)P.n_rows + (size_t)r) * P.row_bytes;
     float g[NT];
-    row_dot<T, NT>(P.w + wrow, P.k, a, g);
     if (FUSED) {
         float u[NT];
-        row_dot<T, NT>(P.w2 + wrow, P.k, a, u);
+        if constexpr (NT <= 2) { /* gate and up rows' loads in flight together */
+            const uint8_t *ws[2] = {P.w + wrow, P.w2 + wrow};
+            float o[2][NT];
+            rows_dot<T, NT, 2>(ws, P.k, a, o);
+#pragma unroll
+            for (int i = 0; i < NT; i++) {
+                g[i] = o[0][i];
+                u[i] = o[1][i];
+            }
+        } else {
+            row_dot<T, NT>(P.w + wrow, P.k, a, g);
+            row_dot<T, NT>(P.w2 + wrow, P.k, a, u);
+        }
         if ((threadIdx.x & 31) == 0) {
             const int64_t bi = (int64_t)e * P.n_rows + r;
             const float bg = P.b1 ? P.b1[bi] : 0.0f, bu = P.b2 ? P.b2[bi] : 0.0f;
@@ -53,17 +64,21 @@ static __device__ __forceinline__ void moe_tile(const moe_params &P, int e, cons
                     P.glu == CUDA_GLU_OAI ? cm_swiglu_oai(gv, uv, P.alpha, P.limit) : cm_swiglu(gv, uv);
             }
         }
-    } else if ((threadIdx.x & 31) == 0) {
+    } else {
+        row_dot<T, NT>(P.w + wrow, P.k, a, g);
+        if ((threadIdx.x & 31) == 0)
 #pragma unroll
-        for (int i = 0; i < NT; i++) {
-            if (i >= cnt) break;
-            P.y[(int64_t)pairs[i] * P.n_rows + r] = g[i];
-        }
+            for (int i = 0; i < NT; i++) {
+                if (i >= cnt) break;
+                P.y[(int64_t)pairs[i] * P.n_rows + r] = g[i];
+            }
     }
 }
 
-template <class T, bool FUSED>
-__global__ void __launch_bounds__(CQ_WARPS * 32, 4) k_moe(const moe_params P) {
+/* NTM: the most pairs of one expert computed together (1 when every token is alone: a
+ * decode step, whose kernel then needs far fewer registers and runs more warps per SM) */
+template <class T, bool FUSED, int NTM>
+__global__ void __launch_bounds__(CQ_WARPS * 32, NTM == 1 ? (FUSED ? 6 : 8) : 4) k_moe(const moe_params P) {
     __shared__ int s_ids[MOE_SMEM_IDS]; /* the ids, when there are few enough */
     __shared__ int s_pairs[MOE_TILE];
     __shared__ int s_cnt;
@@ -84,28 +99,28 @@ __global__ void __launch_bounds__(CQ_WARPS * 32, 4) k_moe(const moe_params P) {
         if (threadIdx.x == 0) {
             int c = 0;
             int64_t q = start;
-            for (; q < P.n_pairs && c < MOE_TILE; q++)
+            for (; q < P.n_pairs && c < NTM; q++)
                 if (MOE_ID(q) == e) s_pairs[c++] = (int)q;
             s_cnt = c;
             s_next = q;
         }
         __syncthreads();
         const int cnt = s_cnt;
-        int pairs[MOE_TILE];
+        int pairs[NTM];
 #pragma unroll
-        for (int i = 0; i < MOE_TILE; i++) pairs[i] = s_pairs[i < cnt ? i : 0];
+        for (int i = 0; i < NTM; i++) pairs[i] = s_pairs[i < cnt ? i : 0];
         start = s_next;
         __syncthreads(); /* s_pairs may be overwritten from here */
         if (cnt == 0) break;
         for (int j = 0; j < MOE_ROWS_PER_WARP; j++) {
             const int64_t r = r0 + (int64_t)j * CQ_WARPS;
             if (r >= P.n_rows) break; /* uniform over the warp */
-            if (cnt == 1) moe_tile<T, 1, FUSED>(P, e, pairs, cnt, r);
+            if (NTM == 1 || cnt == 1) moe_tile<T, 1, FUSED>(P, e, pairs, cnt, r);
             else if (cnt == 2) moe_tile<T, 2, FUSED>(P, e, pairs, cnt, r);
             else if (cnt <= 4) moe_tile<T, 4, FUSED>(P, e, pairs, cnt, r);
             else moe_tile<T, 8, FUSED>(P, e, pairs, cnt, r);
         }
-        if (cnt < MOE_TILE || start >= P.n_pairs) break;
+        if (cnt < NTM || start >= P.n_pairs) break;
     }
 #undef MOE_ID
 }
@@ -117,7 +132,9 @@ static void launch_moe(const moe_params *P, cudaStream_t st) {
     q.act_bytes = T::ACT == QUANT_ACT_F32 ? (size_t)q.k * 4 : (size_t)(q.k / T::BS) * T::ABS;
     const int rows_per_cta = CQ_WARPS * MOE_ROWS_PER_WARP;
     const dim3 grid((unsigned)q.n_pairs, (unsigned)((q.n_rows + rows_per_cta - 1) / rows_per_cta));
-    k_moe<T, FUSED><<<grid, CQ_WARPS * 32, 0, st>>>(q);
+    /* one pair per token (n_pairs <= n_used): no expert can have two */
+    if (q.n_pairs <= q.n_used) k_moe<T, FUSED, 1><<<grid, CQ_WARPS * 32, 0, st>>>(q);
+    else k_moe<T, FUSED, MOE_TILE><<<grid, CQ_WARPS * 32, 0, st>>>(q);
 }
 
 

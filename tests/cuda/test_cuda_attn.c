@@ -135,7 +135,7 @@ static void run_case(const att_case *c) {
                              .k_cache = dkc, .v_cache = dvc, .out = dout};
         size_t scr = cuda_attention_scratch_size(&ga);
         ga.scratch = scr ? tu_dev(NULL, scr) : NULL;
-        HM_REQUIRE(!scr || ga.scratch);
+        HM_REQUIRE(!scr || (ga.scratch && cudaMemset(ga.scratch, 0, scr) == cudaSuccess));
         HM_CHECK_MSG(cuda_attention(&ga, NULL, &err) == HM_OK, "%s: %s", c->name, err.msg);
         HM_REQUIRE(tu_get(got, dout, nq * 4));
         /* the same call again: same bytes */
@@ -202,6 +202,7 @@ static void time_shape(const char *name, int n_head, int n_kv, int hd, int64_t n
                         .v_cache = dvc, .out = dout};
     size_t scr = cuda_attention_scratch_size(&a);
     a.scratch = scr ? tu_dev(NULL, scr) : NULL;
+    HM_REQUIRE(!scr || (a.scratch && cudaMemset(a.scratch, 0, scr) == cudaSuccess));
     HM_CHECK(cuda_attention(&a, NULL, &err) == HM_OK);
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
