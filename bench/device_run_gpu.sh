@@ -49,15 +49,17 @@ grep -hE '^(GPU|gpu|max|rms|tolerance)' $OUT/ctest.txt | head -40
 
 echo "== compute-sanitizer =="
 cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+mkdir -p $OUT/cs
 for p in tiny-qwen3moe:q4_k_m tiny-mixtral:q8_0 tiny-olmoe:f32 tiny-gpt-oss:mxfp4 tiny-qwen2moe:q4_k_m; do
   pre=${p%%:*} ty=${p##*:}
   $b/hotmoe forge --preset $pre --type $ty --no-hf -q -o $m/$pre.gguf >/dev/null 2>&1
   for tool in memcheck racecheck; do
     $cs --tool $tool --error-exitcode 3 $b/hotmoe run -m $m/$pre.gguf -ngl 99 --gpu-strict \
-      -p "the quick brown fox" -n 24 --temp 0 >$OUT/cs_${tool}_$pre.txt 2>&1
-    echo "$tool $pre $ty: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $OUT/cs_${tool}_$pre.txt | tr '\n' ' '))"
+      -p "the quick brown fox" -n 24 --temp 0 >$OUT/cs/${tool}_$pre.txt 2>&1
+    echo "$tool $pre $ty: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $OUT/cs/${tool}_$pre.txt | tr '\n' ' '))"
   done
 done
+tar czf $OUT/sanitizer_logs.tgz -C $OUT cs && rm -rf $OUT/cs # (few files come back from the device)
 [ "${2:-}" = quick ] && exit 0
 
 echo "== GPU kernels =="

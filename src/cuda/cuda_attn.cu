@@ -17,6 +17,9 @@
  * block) merges the S_eff parts with the sink in a fixed order. S_eff = 1 (and prompt
  * batches): the block finalises directly.
  * Exp is cm_expf (hm_expf's recipe); the sink joins the max and the denominator as on the CPU.
+ * One-token decode with head_dim 64 or 128 and 1, 2, 4 or 8 heads per kv head (every preset)
+ * takes attn_decode_kernel instead (below): warps own positions rather than query rows, so no
+ * block-wide barrier per tile and few registers.
  */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -104,12 +107,70 @@ typedef struct {
     float scale;
 } attn_plan;
 
-/* floats of the partials in the scratch; the tile counters (ints) follow them */
-static __host__ __device__ __forceinline__ size_t attn_part_floats(const attn_plan &P) {
+/* Scratch: ATT_TARGET_BLOCKS tile counters (ints, at a fixed place for every batch shape: a
+ * batch is split only when it has fewer than ATT_TARGET_BLOCKS / 2 tiles), then the partials
+ * [n_tok][n_head][n_split][hd + 2] (m, l, acc). */
+#define ATT_COUNTER_BYTES (ATT_TARGET_BLOCKS * sizeof(int))
+static size_t attn_part_floats(const attn_plan &P) {
     return (size_t)P.n_tok * P.n_head * P.n_split * (size_t)(P.hd + 2);
 }
-static size_t attn_counters(const attn_plan &P) {
-    return (size_t)((P.n_tok + P.nt - 1) / P.nt) * (size_t)(P.n_kv * P.n_hchunk);
+
+/* Called by every block of a split tile after its partials are written: true in the block that
+ * arrived last (which resets the counter for the next launch). */
+static __device__ __forceinline__ bool attn_arrive_last(int *cnt, int n_part) {
+    __shared__ int s_last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        s_last = atomicAdd(cnt, 1) == n_part - 1;
+        if (s_last) *cnt = 0;
+    }
+    __syncthreads();
+    if (s_last) __threadfence();
+    return s_last;
+}
+
+/* One warp: out[0..hd) of query row (t, h) from its n_part (<= 64) partials pp[s][hd + 2] and the
+ * sink, in a fixed order (max and denominator by xor trees over s = lane, lane + 32; the
+ * accumulators by increasing s). */
+template <int DPL>
+static __device__ __forceinline__ void attn_merge_row(const float *pp, int n_part, int hd,
+                                                      const float *sink, float *o) {
+    const int lane = threadIdx.x & 31;
+    float ms[2], f[2], den = 0.0f;
+    float M = sink ? *sink : -INFINITY;
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        const int sp = lane + 32 * u;
+        ms[u] = sp < n_part ? __ldcg(pp + sp * (hd + 2)) : -INFINITY;
+        M = fmaxf(M, ms[u]);
+    }
+    for (int off = 16; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        const int sp = lane + 32 * u;
+        f[u] = ms[u] == -INFINITY ? 0.0f : cm_expf(__fsub_rn(ms[u], M));
+        if (f[u] != 0.0f) den = __fmaf_rn(__ldcg(pp + sp * (hd + 2) + 1), f[u], den);
+    }
+    for (int off = 16; off > 0; off >>= 1) den = __fadd_rn(den, __shfl_xor_sync(0xffffffffu, den, off));
+    if (sink) den = __fadd_rn(den, cm_expf(__fsub_rn(*sink, M)));
+    float a[DPL];
+#pragma unroll
+    for (int dd = 0; dd < DPL; dd++) a[dd] = 0.0f;
+    for (int sp = 0; sp < n_part; sp++) {
+        const float fs = __shfl_sync(0xffffffffu, sp < 32 ? f[0] : f[1], sp & 31);
+        if (fs == 0.0f) continue; /* warp-uniform */
+#pragma unroll
+        for (int dd = 0; dd < DPL; dd++) {
+            const int d = lane + 32 * dd;
+            if (d < hd) a[dd] = __fmaf_rn(__ldcg(pp + sp * (hd + 2) + 2 + d), fs, a[dd]);
+        }
+    }
+#pragma unroll
+    for (int dd = 0; dd < DPL; dd++) {
+        const int d = lane + 32 * dd;
+        if (d < hd) o[d] = __fdiv_rn(a[dd], den);
+    }
 }
 
 template <int HD> struct attn_cfg {
@@ -126,8 +187,9 @@ static size_t attn_smem_bytes(int hd, int rows) {
 template <int HD>
 __global__ void __launch_bounds__(ATT_THREADS)
     attn_kernel(const attn_plan P, const float *q, const uint16_t *kc, const uint16_t *vc,
-                const int32_t *pos, const float *sinks, float *out, float *part) {
+                const int32_t *pos, const float *sinks, float *out, void *scratch) {
     typedef attn_cfg<HD> C;
+    float *part = (float *)((char *)scratch + ATT_COUNTER_BYTES);
     extern __shared__ float smem[];
     const int hd = P.hd;
     float *Qs = smem;                             /* [rows][hd] */
@@ -136,7 +198,6 @@ __global__ void __launch_bounds__(ATT_THREADS)
     int *rlo = (int *)(Vs + (size_t)ATT_BK * hd); /* [rows] first visible position */
     int *rhi = rlo + P.rows;                      /* [rows] last visible position */
     __shared__ int s_range[3]; /* begin, end (exclusive), S_eff */
-    __shared__ int s_last;
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t t0 = (int64_t)blockIdx.x * P.nt;
@@ -318,59 +379,187 @@ __global__ void __launch_bounds__(ATT_THREADS)
     if (n_part == 1) return;
 
     /* the last part of this tile to finish merges all parts */
-    int *cnt = (int *)(part + attn_part_floats(P)) + blockIdx.x * gridDim.y + blockIdx.y;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        s_last = atomicAdd(cnt, 1) == n_part - 1;
-        if (s_last) *cnt = 0; /* ready for the next launch */
-    }
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();
+    if (!attn_arrive_last((int *)scratch + blockIdx.x * gridDim.y + blockIdx.y, n_part)) return;
     for (int j = 0; j < C::RPW; j++) {
         const int r = warp + ATT_WARPS * j;
         if (r >= P.rows || rlo[r] > rhi[r]) continue;
         const int64_t t = t0 + r / P.hb;
         const int h = hq0 + r % P.hb;
-        const float *pp = part + (t * P.n_head + h) * P.n_split * (size_t)(hd + 2);
-        /* parts s = lane and s = lane + 32 (n_part <= ATT_MAX_SPLITS = 64) */
-        float ms[2], f[2], den = 0.0f;
-        float M = sinks ? sinks[h] : -INFINITY;
+        attn_merge_row<C::DPL>(part + (t * P.n_head + h) * P.n_split * (size_t)(hd + 2), n_part,
+                               hd, sinks ? sinks + h : NULL, out + (t * P.n_head + h) * hd);
+    }
+}
+
+/* ------------------------------------------------------------------ decode (one token) */
+
+/* attn_decode_kernel<HD, NREP>: one query token, grid (kv head g, part s), 4 warps. The NREP
+ * query heads of the group are staged in shared memory. Warp w takes chunks of 32 positions
+ * w, w + 4, ... of the part: lane i scores position i of the chunk against every head (its K
+ * row read as 16-byte pieces), the warp does the online-softmax update per head, then lane i
+ * accumulates output dims [DPL i, DPL i + DPL) from the chunk's V rows (coalesced rows, the
+ * probabilities shuffled from their lanes). The 4 warps' (m, l, acc) merge in shared memory
+ * in warp order, then the block finalises (one part) or writes its partial and the last part
+ * merges (attn_merge_row). Every order is fixed: same bytes on every run. */
+template <int HD, int NREP>
+__global__ void __launch_bounds__(ATT_THREADS)
+    attn_decode_kernel(const attn_plan P, const float *q, const uint16_t *kc, const uint16_t *vc,
+                       const int32_t *pos, const float *sinks, float *out, void *scratch) {
+    constexpr int DPL = HD / 32, NP = HD / 8; /* output dims per lane, 16-byte pieces per row */
+    __shared__ float Qs[NREP][HD];
+    __shared__ float Wm[ATT_WARPS][NREP], Wl[ATT_WARPS][NREP];
+    __shared__ float Wa[ATT_WARPS][NREP][HD];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = blockIdx.x, h0 = g * NREP;
+    int64_t p = pos[0];
+    if (p > P.n_ctx - 1) p = P.n_ctx - 1;
+    if (p < 0) return; /* nothing visible: the output row is not written (as attn_kernel) */
+    const int lo = P.window > 0 && p - P.window + 1 > 0 ? (int)(p - P.window + 1) : 0;
+    const int64_t len = p - lo + 1;
+    int64_t se = (len + ATT_BK - 1) / ATT_BK;
+    const int n_part = (int)(se < 1 ? 1 : se > P.n_split ? P.n_split : se);
+    if ((int)blockIdx.y >= n_part) return;
+    const int k_begin = (int)(lo + len * blockIdx.y / n_part);
+    const int k_end = (int)(lo + len * (blockIdx.y + 1) / n_part);
+
+    for (int i = threadIdx.x; i < NREP * HD; i += ATT_THREADS) Qs[i / HD][i % HD] = q[(int64_t)h0 * HD + i];
+    __syncthreads();
+
+    const int row = P.n_kv * HD; /* halves per cache row */
+    float m[NREP], l[NREP], acc[NREP][DPL];
 #pragma unroll
-        for (int u = 0; u < 2; u++) {
-            const int sp = lane + 32 * u;
-            ms[u] = sp < n_part ? __ldcg(pp + sp * (hd + 2)) : -INFINITY;
-            M = fmaxf(M, ms[u]);
+    for (int r = 0; r < NREP; r++) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+#pragma unroll
+        for (int dd = 0; dd < DPL; dd++) acc[r][dd] = 0.0f;
+    }
+    for (int c0 = k_begin + ATT_BK * warp; c0 < k_end; c0 += ATT_BK * ATT_WARPS) {
+        const int pk = c0 + lane;
+        const bool vis = pk < k_end;
+        float sc[NREP];
+#pragma unroll
+        for (int r = 0; r < NREP; r++) sc[r] = 0.0f;
+        const uint4 *kr = (const uint4 *)(kc + (size_t)(vis ? pk : c0) * row + (size_t)g * HD);
+#pragma unroll
+        for (int j = 0; j < NP; j++) {
+            const uint4 raw = kr[j];
+            const __half2 *h2 = (const __half2 *)&raw;
+            float kf[8];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const float2 f2 = __half22float2(h2[i]);
+                kf[2 * i] = f2.x;
+                kf[2 * i + 1] = f2.y;
+            }
+#pragma unroll
+            for (int r = 0; r < NREP; r++)
+#pragma unroll
+                for (int i = 0; i < 8; i++) sc[r] = __fmaf_rn(Qs[r][8 * j + i], kf[i], sc[r]);
         }
-        for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+        float pr[NREP];
 #pragma unroll
-        for (int u = 0; u < 2; u++) {
-            const int sp = lane + 32 * u;
-            f[u] = ms[u] == -INFINITY ? 0.0f : cm_expf(__fsub_rn(ms[u], M));
-            if (f[u] != 0.0f) den = __fmaf_rn(__ldcg(pp + sp * (hd + 2) + 1), f[u], den);
+        for (int r = 0; r < NREP; r++) {
+            const float sv = vis ? __fmul_rn(sc[r], P.scale) : -INFINITY;
+            float mt = sv;
+            for (int o = 16; o > 0; o >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o));
+            const float mn = fmaxf(m[r], mt); /* finite: position c0 is visible */
+            const float alpha = cm_expf(__fsub_rn(m[r], mn));
+            const float e = vis ? cm_expf(__fsub_rn(sv, mn)) : 0.0f;
+            float es = e;
+            for (int o = 16; o > 0; o >>= 1) es = __fadd_rn(es, __shfl_xor_sync(0xffffffffu, es, o));
+            l[r] = __fadd_rn(__fmul_rn(l[r], alpha), es);
+            m[r] = mn;
+#pragma unroll
+            for (int dd = 0; dd < DPL; dd++) acc[r][dd] = __fmul_rn(acc[r][dd], alpha);
+            pr[r] = e;
         }
-        for (int o = 16; o > 0; o >>= 1) den = __fadd_rn(den, __shfl_xor_sync(0xffffffffu, den, o));
-        if (sinks) den = __fadd_rn(den, cm_expf(__fsub_rn(sinks[h], M)));
-        float a[C::DPL];
+        const int nk = k_end - c0 < ATT_BK ? k_end - c0 : ATT_BK;
+        for (int j = 0; j < nk; j++) {
+            const uint16_t *vr = vc + (size_t)(c0 + j) * row + (size_t)g * HD + DPL * lane;
+            float vf[DPL];
+            if constexpr (DPL == 4) {
+                const uint2 raw = *(const uint2 *)vr;
+                const float2 a = __half22float2(*(const __half2 *)&raw.x);
+                const float2 b = __half22float2(*(const __half2 *)&raw.y);
+                vf[0] = a.x; vf[1] = a.y; vf[2] = b.x; vf[3] = b.y;
+            } else {
+                const float2 a = __half22float2(*(const __half2 *)vr);
+                vf[0] = a.x; vf[1] = a.y;
+            }
 #pragma unroll
-        for (int dd = 0; dd < C::DPL; dd++) a[dd] = 0.0f;
-        for (int sp = 0; sp < n_part; sp++) {
-            const float fs = __shfl_sync(0xffffffffu, sp < 32 ? f[0] : f[1], sp & 31);
-            if (fs == 0.0f) continue; /* warp-uniform */
+            for (int r = 0; r < NREP; r++) {
+                const float e = __shfl_sync(0xffffffffu, pr[r], j);
 #pragma unroll
-            for (int dd = 0; dd < C::DPL; dd++) {
-                const int d = lane + 32 * dd;
-                if (d < hd) a[dd] = __fmaf_rn(__ldcg(pp + sp * (hd + 2) + 2 + d), fs, a[dd]);
+                for (int dd = 0; dd < DPL; dd++) acc[r][dd] = __fmaf_rn(e, vf[dd], acc[r][dd]);
             }
         }
-        float *o = out + (t * P.n_head + h) * hd;
+    }
+    /* merge the 4 warps (a warp with no chunk has m = -inf, l = 0) */
 #pragma unroll
-        for (int dd = 0; dd < C::DPL; dd++) {
-            const int d = lane + 32 * dd;
-            if (d < hd) o[d] = __fdiv_rn(a[dd], den);
+    for (int r = 0; r < NREP; r++) {
+        if (lane == 0) {
+            Wm[warp][r] = m[r];
+            Wl[warp][r] = l[r];
+        }
+#pragma unroll
+        for (int dd = 0; dd < DPL; dd++) Wa[warp][r][DPL * lane + dd] = acc[r][dd];
+    }
+    __syncthreads();
+    const bool one = n_part == 1;
+    float *part = (float *)((char *)scratch + ATT_COUNTER_BYTES);
+    for (int i = threadIdx.x; i < NREP * HD; i += ATT_THREADS) {
+        const int r = i / HD, d = i % HD, h = h0 + r;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < ATT_WARPS; w++) M = fmaxf(M, Wm[w][r]);
+        const float mf = one && sinks ? fmaxf(M, sinks[h]) : M;
+        float den = 0.0f, a = 0.0f;
+#pragma unroll
+        for (int w = 0; w < ATT_WARPS; w++) {
+            if (Wm[w][r] == -INFINITY) continue;
+            const float f = cm_expf(__fsub_rn(Wm[w][r], mf));
+            den = __fmaf_rn(Wl[w][r], f, den);
+            a = __fmaf_rn(Wa[w][r][d], f, a);
+        }
+        if (one) {
+            if (sinks) den = __fadd_rn(den, cm_expf(__fsub_rn(sinks[h], mf)));
+            out[(int64_t)h * HD + d] = __fdiv_rn(a, den);
+        } else {
+            float *pp = part + ((int64_t)h * P.n_split + blockIdx.y) * (HD + 2);
+            if (d == 0) {
+                pp[0] = M;
+                pp[1] = den;
+            }
+            pp[2 + d] = a;
         }
     }
+    if (one || !attn_arrive_last((int *)scratch + g, n_part)) return;
+    for (int r = warp; r < NREP; r += ATT_WARPS)
+        attn_merge_row<DPL>(part + (int64_t)(h0 + r) * P.n_split * (HD + 2), n_part, HD,
+                            sinks ? sinks + h0 + r : NULL, out + (int64_t)(h0 + r) * HD);
+}
+
+template <int HD, int NREP>
+static hm_status attn_decode_launch(const attn_plan *P, const cuda_attn_args *a, cudaStream_t s,
+                                    hm_error *err) {
+    attn_decode_kernel<HD, NREP><<<dim3((unsigned)P->n_kv, (unsigned)P->n_split), ATT_THREADS, 0, s>>>(
+        *P, a->q, a->k_cache, a->v_cache, a->d_pos, a->d_sinks, a->out, a->scratch);
+    return attn_launched("attn_decode_kernel", err);
+}
+
+/* the decode kernel's shapes: one token, head_dim 64 or 128, 1, 2, 4 or 8 heads per kv head */
+static bool attn_decode_fits(const attn_plan *P) {
+    return P->n_tok == 1 && (P->hd == 64 || P->hd == 128) &&
+           (P->n_rep == 1 || P->n_rep == 2 || P->n_rep == 4 || P->n_rep == 8);
+}
+
+static hm_status attn_decode(const attn_plan *P, const cuda_attn_args *a, cudaStream_t s,
+                             hm_error *err) {
+#define ATT_DEC(HDV, NRV) if (P->hd == HDV && P->n_rep == NRV) return attn_decode_launch<HDV, NRV>(P, a, s, err)
+    ATT_DEC(64, 1); ATT_DEC(64, 2); ATT_DEC(64, 4); ATT_DEC(64, 8);
+    ATT_DEC(128, 1); ATT_DEC(128, 2); ATT_DEC(128, 4); ATT_DEC(128, 8);
+#undef ATT_DEC
+    return hm_error_set(err, HM_ERR_ARG, "cuda_attention: no decode kernel for this shape");
 }
 
 static hm_status attn_make_plan(const cuda_attn_args *a, attn_plan *P, hm_error *err) {
@@ -412,7 +601,7 @@ static hm_status attn_make_plan(const cuda_attn_args *a, attn_plan *P, hm_error 
 extern "C" size_t cuda_attention_scratch_size(const cuda_attn_args *a) {
     attn_plan P;
     if (attn_make_plan(a, &P, NULL) != HM_OK || P.n_split == 1) return 0;
-    return attn_part_floats(P) * sizeof(float) + attn_counters(P) * sizeof(int);
+    return ATT_COUNTER_BYTES + attn_part_floats(P) * sizeof(float);
 }
 
 template <int HD>
@@ -427,7 +616,7 @@ static hm_status attn_launch(const attn_plan *P, const cuda_attn_args *a, cudaSt
     const dim3 grid((unsigned)((P->n_tok + P->nt - 1) / P->nt), (unsigned)(P->n_kv * P->n_hchunk),
                     (unsigned)P->n_split);
     attn_kernel<HD><<<grid, ATT_THREADS, smem, s>>>(*P, a->q, a->k_cache, a->v_cache, a->d_pos,
-                                                    a->d_sinks, a->out, (float *)a->scratch);
+                                                    a->d_sinks, a->out, a->scratch);
     return attn_launched("attn_kernel", err);
 }
 
@@ -444,6 +633,7 @@ extern "C" hm_status cuda_attention(const cuda_attn_args *a, void *stream, hm_er
     if ((unsigned)P.n_kv * P.n_hchunk > 65535)
         return hm_error_set(err, HM_ERR_ARG, "cuda_attention: too many heads");
     cudaStream_t s = (cudaStream_t)stream;
+    if (attn_decode_fits(&P)) return attn_decode(&P, a, s, err);
     if (P.hd <= 64) st = attn_launch<64>(&P, a, s, err);
     else if (P.hd <= 128) st = attn_launch<128>(&P, a, s, err);
     else st = attn_launch<256>(&P, a, s, err);

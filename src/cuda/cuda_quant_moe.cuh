@@ -75,10 +75,25 @@ static __device__ __forceinline__ void moe_tile(const moe_params &P, int e, cons
     }
 }
 
+/* decode (one pair): rows r and r + CQ_WARPS of the plain product, their loads in flight
+ * together */
+template <class T>
+static __device__ __forceinline__ void moe_plain_rows2(const moe_params &P, int e, int pair, int64_t r) {
+    const uint8_t *a[1] = {P.act + (size_t)(P.x_per_slot ? pair : pair / P.n_used) * P.act_bytes};
+    const size_t w0 = ((size_t)e * (size_t)P.n_rows + (size_t)r) * P.row_bytes;
+    const uint8_t *ws[2] = {P.w + w0, P.w + w0 + CQ_WARPS * P.row_bytes};
+    float o[2][1];
+    rows_dot<T, 1, 2>(ws, P.k, a, o);
+    if ((threadIdx.x & 31) == 0) {
+        P.y[(int64_t)pair * P.n_rows + r] = o[0][0];
+        P.y[(int64_t)pair * P.n_rows + r + CQ_WARPS] = o[1][0];
+    }
+}
+
 /* NTM: the most pairs of one expert computed together (1 when every token is alone: a
  * decode step, whose kernel then needs far fewer registers and runs more warps per SM) */
 template <class T, bool FUSED, int NTM>
-__global__ void __launch_bounds__(CQ_WARPS * 32, NTM == 1 ? (FUSED ? 6 : 8) : 4) k_moe(const moe_params P) {
+__global__ void __launch_bounds__(CQ_WARPS * 32, NTM == 1 ? 6 : 4) k_moe(const moe_params P) {
     __shared__ int s_ids[MOE_SMEM_IDS]; /* the ids, when there are few enough */
     __shared__ int s_pairs[MOE_TILE];
     __shared__ int s_cnt;
@@ -112,6 +127,12 @@ __global__ void __launch_bounds__(CQ_WARPS * 32, NTM == 1 ? (FUSED ? 6 : 8) : 4)
         start = s_next;
         __syncthreads(); /* s_pairs may be overwritten from here */
         if (cnt == 0) break;
+        if constexpr (NTM == 1 && !FUSED && MOE_ROWS_PER_WARP == 2)
+            if (r0 + CQ_WARPS < P.n_rows) { /* uniform over the warp */
+                moe_plain_rows2<T>(P, e, pairs[0], r0);
+                if (start >= P.n_pairs) break;
+                continue;
+            }
         for (int j = 0; j < MOE_ROWS_PER_WARP; j++) {
             const int64_t r = r0 + (int64_t)j * CQ_WARPS;
             if (r >= P.n_rows) break; /* uniform over the warp */

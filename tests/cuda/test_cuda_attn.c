@@ -70,6 +70,9 @@ static const att_case k_cases[] = {
     {"hd80", 6, 2, 80, 0, 0, 300, {37, 64}, 5, 2},
     {"rep16", 32, 2, 64, 0, 1, 256, {130}, 3, 1},
     {"rep128", 128, 1, 64, 0, 0, 128, {20}, 2, 1},
+    /* the decode kernel's qwen3 / gpt-oss shapes: 8 heads per kv head, 32 merged parts */
+    {"rep8_long", 16, 2, 128, 0, 0, 4096, {512, 512, 512, 512}, 6, 1},
+    {"rep8_swa_sinks", 64, 8, 64, 128, 1, 1024, {300}, 6, 1},
 };
 
 /* max |a - b| / std(a) */
