@@ -46,3 +46,10 @@ for name, a in sorted(agg.items(), key=lambda x: -x[1][1]):
     print(f"{100*a[1]/tt:5.1f}% {a[1]/1e3:9.1f} us {a[0]:5d} x {a[1]/a[0]/1e3:7.2f} us {a[2]/1e6:8.2f} MB {a[2]/max(a[1],1):7.1f} GB/s  {name}")
 PY
 head -3 $OUT/ncu_err_$pre.txt
+# stall reasons of the named kernels (DETAIL: a regex of kernel names), one launch each
+if [ -n "${DETAIL:-}" ]; then
+  ncu --graph-profiling node -k "regex:$DETAIL" --launch-skip 200 --launch-count ${DETAIL_N:-2} \
+    --section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy \
+    $b/hotmoe run -m $f -ngl 99 --gpu-strict -p "the quick brown fox" -n 40 --temp 0 2>/dev/null \
+    | grep -vE "^==PROF==|^\s*$|----" | grep -E "k_|Duration|Throughput|Stall|stall|Warp Cycles|Issued|Occupancy|Registers|Block Size|Grid Size|cycles|Achieved" | head -${DETAIL_LINES:-80}
+fi

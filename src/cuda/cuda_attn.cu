@@ -37,6 +37,7 @@ extern "C" {
 #define ATT_TARGET_BLOCKS 264    /* decode: split until about this many blocks (2 per SM) */
 #define ATT_MIN_SPLIT_LEN 128    /* ... but no split shorter than this at full context */
 #define ATT_MAX_SPLITS 64
+#define ATT_VG 8                 /* decode kernel: V rows whose loads are issued together */
 
 static hm_status attn_launched(const char *kernel, hm_error *err) {
     cudaError_t e = cudaGetLastError();
@@ -473,25 +474,34 @@ __global__ void __launch_bounds__(ATT_THREADS)
             for (int dd = 0; dd < DPL; dd++) acc[r][dd] = __fmul_rn(acc[r][dd], alpha);
             pr[r] = e;
         }
+        /* V rows in groups of ATT_VG, their loads issued together (rows past k_end read row
+         * k_end - 1, valid memory, with probability 0) */
         const int nk = k_end - c0 < ATT_BK ? k_end - c0 : ATT_BK;
-        for (int j = 0; j < nk; j++) {
-            const uint16_t *vr = vc + (size_t)(c0 + j) * row + (size_t)g * HD + DPL * lane;
-            float vf[DPL];
-            if constexpr (DPL == 4) {
-                const uint2 raw = *(const uint2 *)vr;
-                const float2 a = __half22float2(*(const __half2 *)&raw.x);
-                const float2 b = __half22float2(*(const __half2 *)&raw.y);
-                vf[0] = a.x; vf[1] = a.y; vf[2] = b.x; vf[3] = b.y;
-            } else {
-                const float2 a = __half22float2(*(const __half2 *)vr);
-                vf[0] = a.x; vf[1] = a.y;
+        for (int j0 = 0; j0 < nk; j0 += ATT_VG) {
+            float vf[ATT_VG][DPL];
+#pragma unroll
+            for (int jj = 0; jj < ATT_VG; jj++) {
+                const int pj = min(c0 + j0 + jj, k_end - 1);
+                const uint16_t *vr = vc + (size_t)pj * row + (size_t)g * HD + DPL * lane;
+                if constexpr (DPL == 4) {
+                    const uint2 raw = *(const uint2 *)vr;
+                    const float2 a = __half22float2(*(const __half2 *)&raw.x);
+                    const float2 b = __half22float2(*(const __half2 *)&raw.y);
+                    vf[jj][0] = a.x; vf[jj][1] = a.y; vf[jj][2] = b.x; vf[jj][3] = b.y;
+                } else {
+                    const float2 a = __half22float2(*(const __half2 *)vr);
+                    vf[jj][0] = a.x; vf[jj][1] = a.y;
+                }
             }
 #pragma unroll
-            for (int r = 0; r < NREP; r++) {
-                const float e = __shfl_sync(0xffffffffu, pr[r], j);
+            for (int jj = 0; jj < ATT_VG; jj++)
 #pragma unroll
-                for (int dd = 0; dd < DPL; dd++) acc[r][dd] = __fmaf_rn(e, vf[dd], acc[r][dd]);
-            }
+                for (int r = 0; r < NREP; r++) {
+                    const float e = __shfl_sync(0xffffffffu, pr[r], j0 + jj);
+                    if (j0 + jj < nk)
+#pragma unroll
+                        for (int dd = 0; dd < DPL; dd++) acc[r][dd] = __fmaf_rn(e, vf[jj][dd], acc[r][dd]);
+                }
         }
     }
     /* merge the 4 warps (a warp with no chunk has m = -inf, l = 0) */

@@ -132,8 +132,9 @@ k_fused_router(const float *w, int n_expert, int64_t k, const float *x, int64_t 
     }
     for (int e = threadIdx.x; e < n_expert; e += FR_THREADS) {
         const float v = sc[e];
-        int rk = 0;
-        for (int o = 0; o < n_expert && rk < n_used; o++) rk += fr_before(sc[o], o, v, e);
+        int rk = 0; /* no early exit: independent iterations pipeline */
+#pragma unroll 8
+        for (int o = 0; o < n_expert; o++) rk += fr_before(sc[o], o, v, e);
         if (rk < n_used) {
             ids[rk] = e;
             wo[rk] = v;
