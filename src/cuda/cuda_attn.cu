@@ -174,6 +174,26 @@ static __device__ __forceinline__ void attn_merge_row(const float *pp, int n_par
     }
 }
 
+/* One warp, one query row, one tile of 32 positions: s is this lane's scaled score (-inf where
+ * not visible). Updates the running max m and denominator l, rescales acc, and returns this
+ * lane's probability (0 where not visible, or while nothing has been visible). */
+template <int DPL>
+static __device__ __forceinline__ float attn_online_step(float s, float &m, float &l, float *acc) {
+    float mt = s;
+    for (int o = 16; o > 0; o >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o));
+    const float mn = fmaxf(m, mt);
+    if (mn == -INFINITY) return 0.0f; /* warp-uniform */
+    const float alpha = cm_expf(__fsub_rn(m, mn));
+    const float e = s == -INFINITY ? 0.0f : cm_expf(__fsub_rn(s, mn));
+    float es = e;
+    for (int o = 16; o > 0; o >>= 1) es = __fadd_rn(es, __shfl_xor_sync(0xffffffffu, es, o));
+    l = __fadd_rn(__fmul_rn(l, alpha), es);
+    m = mn;
+#pragma unroll
+    for (int dd = 0; dd < DPL; dd++) acc[dd] = __fmul_rn(acc[dd], alpha);
+    return e;
+}
+
 template <int HD> struct attn_cfg {
     static const int RMAX = HD <= 128 ? 64 : 32; /* rows per block */
     static const int RPW = RMAX / ATT_WARPS;     /* rows per warp */
@@ -308,20 +328,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
             pr[j] = 0.0f;
             if (r >= P.rows) continue;
             const bool vis = p < k_end && p >= rlo[r] && p <= rhi[r];
-            const float s = vis ? __fmul_rn(sc[j], P.scale) : -INFINITY;
-            float mt = s;
-            for (int o = 16; o > 0; o >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o));
-            const float mn = fmaxf(m[j], mt);
-            if (mn == -INFINITY) continue; /* nothing visible yet */
-            const float alpha = cm_expf(__fsub_rn(m[j], mn));
-            const float e = vis ? cm_expf(__fsub_rn(s, mn)) : 0.0f;
-            float es = e;
-            for (int o = 16; o > 0; o >>= 1) es = __fadd_rn(es, __shfl_xor_sync(0xffffffffu, es, o));
-            l[j] = __fadd_rn(__fmul_rn(l[j], alpha), es);
-            m[j] = mn;
-#pragma unroll
-            for (int dd = 0; dd < C::DPL; dd++) acc[j][dd] = __fmul_rn(acc[j][dd], alpha);
-            pr[j] = e;
+            pr[j] = attn_online_step<C::DPL>(vis ? __fmul_rn(sc[j], P.scale) : -INFINITY, m[j], l[j], acc[j]);
         }
         /* P.V */
         const int nk = k_end - k0 < ATT_BK ? k_end - k0 : ATT_BK;
@@ -460,19 +467,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
         float pr[NREP];
 #pragma unroll
         for (int r = 0; r < NREP; r++) {
-            const float sv = vis ? __fmul_rn(sc[r], P.scale) : -INFINITY;
-            float mt = sv;
-            for (int o = 16; o > 0; o >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o));
-            const float mn = fmaxf(m[r], mt); /* finite: position c0 is visible */
-            const float alpha = cm_expf(__fsub_rn(m[r], mn));
-            const float e = vis ? cm_expf(__fsub_rn(sv, mn)) : 0.0f;
-            float es = e;
-            for (int o = 16; o > 0; o >>= 1) es = __fadd_rn(es, __shfl_xor_sync(0xffffffffu, es, o));
-            l[r] = __fadd_rn(__fmul_rn(l[r], alpha), es);
-            m[r] = mn;
-#pragma unroll
-            for (int dd = 0; dd < DPL; dd++) acc[r][dd] = __fmul_rn(acc[r][dd], alpha);
-            pr[r] = e;
+            pr[r] = attn_online_step<DPL>(vis ? __fmul_rn(sc[r], P.scale) : -INFINITY, m[r], l[r], acc[r]);
         }
         /* V rows in groups of ATT_VG, their loads issued together (rows past k_end read row
          * k_end - 1, valid memory, with probability 0) */
