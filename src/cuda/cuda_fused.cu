@@ -22,6 +22,7 @@
 
 #include "cuda/cuda_blocks.cuh"
 #include "cuda/cuda_math.cuh"
+#include "cuda/cuda_quant_internal.cuh"
 #include "cuda/cuda_rope.cuh"
 
 extern "C" {
@@ -43,12 +44,6 @@ static hm_status fused_launched(const char *kernel, hm_error *err) {
 }
 
 /* ------------------------------------------------------------ norm + quantise */
-
-/* k_quant_act's rounding of v * id to a signed byte */
-static __device__ __forceinline__ int fused_q8(float v, float id) {
-    const float r = rintf(__fmul_rn(v, id));
-    return r != r ? 0 : r > 127.0f ? 127 : r < -127.0f ? -127 : (int)r;
-}
 
 typedef struct {
     float *x;
@@ -138,7 +133,7 @@ __global__ void __launch_bounds__(FN_THREADS) k_fused_norm(const norm_k A) {
             for (int off = 16; off >= 1; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(FULL, amax, off));
             const float d = __fdiv_rn(amax, 127.0f);
             const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-            const int q = fused_q8(v, id);
+            const int q = cq_q8(v, id);
             int sum = q;
 #pragma unroll
             for (int off = 16; off >= 1; off /= 2) sum += __shfl_xor_sync(FULL, sum, off);
@@ -168,7 +163,7 @@ __global__ void __launch_bounds__(FN_THREADS) k_fused_norm(const norm_k A) {
             if (!ok) continue;
             const float d = __fdiv_rn(amax, 127.0f);
             const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-            const int q = fused_q8(v, id);
+            const int q = cq_q8(v, id);
             int sum = q;
 #pragma unroll
             for (int off = 8; off >= 1; off /= 2) sum += __shfl_xor_sync(FULL, sum, off);

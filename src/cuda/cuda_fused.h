@@ -31,7 +31,9 @@ extern "C" {
 #define CUDA_FUSE_MULTI_MATVEC 1   /* q, k, v (same type) in one launch; biases in the epilogue */
 #define CUDA_FUSE_QK_ROPE_STORE 1  /* per-head q/k norm + RoPE + KV store */
 #define CUDA_FUSE_RESIDUAL 1       /* residual add (and the MoE combine) into the next norm */
+#ifndef CUDA_FUSE_ROUTER
 #define CUDA_FUSE_ROUTER 1         /* f32 router logits + top-k in one (cluster) launch */
+#endif
 
 /* Rows up to this length fit cuda_fused_norm_quant's shared-memory row (44 KiB). */
 #define CUDA_FUSED_NORM_MAX 11264

@@ -96,8 +96,7 @@ __global__ void __launch_bounds__(256) k_quant_act(const float *x, int64_t k, in
     if (!in) return;
     const float d = __fdiv_rn(amax, 127.0f);
     const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-    const float r = rintf(__fmul_rn(v, id));
-    const int q = r != r ? 0 : r > 127.0f ? 127 : r < -127.0f ? -127 : (int)r;
+    const int q = cq_q8(v, id);
     const int64_t row = e / k, ib = (e % k) / B, j = e % B;
     uint8_t *blk = act + (size_t)row * act_bytes + (size_t)ib * (B == 32 ? CB_A32 : CB_AK);
     if (B == 32) {
