@@ -381,8 +381,7 @@ static hm_status experts(cuda_engine *e, const cuda_layer *L, int n, const void 
         d.n_tok = n;
         d.n_used = K;
         d.y = e->ey;
-        if (n == 1) d.x = e->eg; /* one token: the kernel quantises its pair's row itself */
-        else st = quantize(e, d.wtype, e->eg, F, (int64_t)n * K, &d.act, err);
+        st = quantize(e, d.wtype, e->eg, F, (int64_t)n * K, &d.act, err);
         if (st == HM_OK) st = cuda_moe_matvec(&d, e->stream, err);
     }
     if (st == HM_OK && L->down_exps_b.d && !defer_down_bias)

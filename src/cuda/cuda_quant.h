@@ -60,9 +60,6 @@ typedef struct {
     int64_t n_expert, n_rows, k;
     const void *act;       /* activation rows (cuda_quantize_act of the inputs):
                             * x_per_slot ? [n_tok][n_used] : [n_tok] */
-    const float *x;        /* or NULL; with n_tok == 1 only (cuda_moe_matvec): the f32 input
-                            * rows themselves, quantised inside the kernel (cuda_quantize_act's
-                            * bytes; one launch fewer per decode step), act unused */
     int x_per_slot;        /* 0: every slot of token t reads act row t; 1: its own row */
     const int32_t *ids;    /* [n_tok][n_used] selected experts, in device memory */
     int64_t n_tok;

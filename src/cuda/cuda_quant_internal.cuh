@@ -142,66 +142,6 @@ static __device__ __forceinline__ int cq_q8(float v, float id) {
     return r != r ? 0 : r > 127.0f ? 127 : r < -127.0f ? -127 : (int)r;
 }
 
-/* The whole CTA (CQ_WARPS warps) quantises one row x[0..k) into act: cuda_quantize_act's bytes
- * (B = 32: q8_32, a warp per block; B = 256: q8_K, thread t takes elements t and t + 128 of a
- * super-block). Ends with a barrier; act may be shared memory. */
-template <int B>
-static __device__ __forceinline__ void cq_quant_row_cta(const float *x, int64_t k, uint8_t *act) {
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    if (B == 32) {
-        for (int64_t ib = warp; ib < k / 32; ib += CQ_WARPS) {
-            const float v = x[ib * 32 + lane];
-            float amax = fabsf(v);
-#pragma unroll
-            for (int off = 16; off >= 1; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(CQ_FULL, amax, off));
-            const float d = __fdiv_rn(amax, 127.0f);
-            const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-            const int q = cq_q8(v, id);
-            int sum = q;
-#pragma unroll
-            for (int off = 16; off >= 1; off /= 2) sum += __shfl_xor_sync(CQ_FULL, sum, off);
-            uint8_t *blk = act + (size_t)ib * CB_A32;
-            blk[CB_A32_QS + lane] = (uint8_t)(int8_t)q;
-            if (lane == 0) {
-                *(float *)blk = d;
-                *(int32_t *)(blk + CB_A32_SUM) = sum;
-            }
-        }
-    } else {
-        static_assert(CQ_WARPS * 32 == 128, "q8_K rows: two elements per thread");
-        __shared__ float wm[2][CQ_WARPS];
-        for (int64_t sb = 0; sb < k / 256; sb++) {
-            const float v0 = x[sb * 256 + tid], v1 = x[sb * 256 + tid + 128];
-            float amax = fmaxf(fabsf(v0), fabsf(v1));
-#pragma unroll
-            for (int off = 16; off >= 1; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(CQ_FULL, amax, off));
-            if (lane == 0) wm[sb & 1][warp] = amax; /* double buffered: one barrier a block */
-            __syncthreads();
-            amax = wm[sb & 1][0];
-#pragma unroll
-            for (int i = 1; i < CQ_WARPS; i++) amax = fmaxf(amax, wm[sb & 1][i]);
-            const float d = __fdiv_rn(amax, 127.0f);
-            const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-            const int q0 = cq_q8(v0, id), q1 = cq_q8(v1, id);
-            int s0 = q0, s1 = q1;
-#pragma unroll
-            for (int off = 8; off >= 1; off /= 2) {
-                s0 += __shfl_xor_sync(CQ_FULL, s0, off);
-                s1 += __shfl_xor_sync(CQ_FULL, s1, off);
-            }
-            uint8_t *blk = act + (size_t)sb * CB_AK;
-            blk[CB_AK_QS + tid] = (uint8_t)(int8_t)q0;
-            blk[CB_AK_QS + tid + 128] = (uint8_t)(int8_t)q1;
-            if (tid % 16 == 0) {
-                *(int16_t *)(blk + CB_AK_BS + 2 * (tid / 16)) = (int16_t)s0;
-                *(int16_t *)(blk + CB_AK_BS + 2 * (8 + tid / 16)) = (int16_t)s1;
-            }
-            if (tid == 0) *(float *)blk = d;
-        }
-    }
-    __syncthreads();
-}
-
 /* ---------------------------------------------------------------- host helpers */
 
 static inline hm_status cq_launched(hm_error *err, const char *kernel) {

@@ -24,14 +24,8 @@ static hm_status moe_check(const cuda_moe_args *a, const char *fn, hm_error *err
         a->n_tok * a->n_used > INT32_MAX || a->n_rows / (CQ_WARPS * MOE_ROWS_PER_WARP) > 65535)
         return hm_error_set(err, HM_ERR_ARG, "%s: bad shape (%lld experts, %lld rows, %lld tokens, %d used)", fn,
                             (long long)a->n_expert, (long long)a->n_rows, (long long)a->n_tok, a->n_used);
-    if (a->n_rows > 0 && a->n_tok > 0 && (!a->w || !(a->act || a->x) || !a->ids))
+    if (a->n_rows > 0 && a->n_tok > 0 && (!a->w || !a->act || !a->ids))
         return hm_error_set(err, HM_ERR_ARG, "%s: NULL pointer", fn);
-    if (a->x && a->n_tok > 1)
-        return hm_error_set(err, HM_ERR_ARG, "%s: f32 input rows (x) need n_tok == 1, not %lld", fn,
-                            (long long)a->n_tok);
-    if (a->x && quant_act_row_size(quant_act_for(a->wtype), a->k) > 48 * 1024)
-        return hm_error_set(err, HM_ERR_ARG, "%s: k = %lld too long for in-kernel quantisation", fn,
-                            (long long)a->k);
     return HM_OK;
 }
 
@@ -40,7 +34,6 @@ static moe_params moe_params_of(const cuda_moe_args *a) {
     P.w = (const uint8_t *)a->w;
     P.n_expert = a->n_expert, P.n_rows = a->n_rows, P.k = a->k;
     P.act = (const uint8_t *)a->act;
-    P.xf = a->x;
     P.x_per_slot = a->x_per_slot;
     P.ids = a->ids;
     P.n_pairs = a->n_tok * a->n_used;

@@ -16,8 +16,6 @@ typedef struct {
     int64_t n_expert, n_rows, k;
     const uint8_t *act;      /* activation rows */
     size_t act_bytes;
-    const float *xf;         /* or NULL: f32 rows [pair or token][k] the CTA quantises itself
-                              * (NTM == 1 only) into shared memory, replacing act */
     int x_per_slot;
     const int32_t *ids;      /* [n_pairs] */
     int64_t n_pairs;
@@ -28,17 +26,14 @@ typedef struct {
     float alpha, limit;
 } moe_params;
 
-/* the activation row of pair q: act's row, or (in) the CTA's own quantisation of it */
-static __device__ __forceinline__ const uint8_t *moe_act(const moe_params &P, int q, const uint8_t *in) {
-    return in ? in : P.act + (size_t)(P.x_per_slot ? q : q / P.n_used) * P.act_bytes;
-}
-
 template <class T, int NT, bool FUSED>
-static __device__ __forceinline__ void moe_tile(const moe_params &P, int e, const int *pairs, int cnt, int64_t r,
-                                                const uint8_t *in) {
+static __device__ __forceinline__ void moe_tile(const moe_params &P, int e, const int *pairs, int cnt, int64_t r) {
     const uint8_t *a[NT];
 #pragma unroll
-    for (int i = 0; i < NT; i++) a[i] = moe_act(P, pairs[i < cnt ? i : cnt - 1], NT == 1 ? in : NULL);
+    for (int i = 0; i < NT; i++) {
+        const int q = pairs[i < cnt ? i : cnt - 1];
+        a[i] = P.act + (size_t)(P.x_per_slot ? q : q / P.n_used) * P.act_bytes;
+    }
     const size_t wrow = ((size_t)e * (size_t)P.n_rows + (size_t)r) * P.row_bytes;
     float g[NT];
     if (FUSED) {
@@ -83,9 +78,8 @@ static __device__ __forceinline__ void moe_tile(const moe_params &P, int e, cons
 /* decode (one pair): rows r and r + CQ_WARPS of the plain product, their loads in flight
  * together */
 template <class T>
-static __device__ __forceinline__ void moe_plain_rows2(const moe_params &P, int e, int pair, int64_t r,
-                                                       const uint8_t *in) {
-    const uint8_t *a[1] = {moe_act(P, pair, in)};
+static __device__ __forceinline__ void moe_plain_rows2(const moe_params &P, int e, int pair, int64_t r) {
+    const uint8_t *a[1] = {P.act + (size_t)(P.x_per_slot ? pair : pair / P.n_used) * P.act_bytes};
     const size_t w0 = ((size_t)e * (size_t)P.n_rows + (size_t)r) * P.row_bytes;
     const uint8_t *ws[2] = {P.w + w0, P.w + w0 + CQ_WARPS * P.row_bytes};
     float o[2][1];
@@ -100,7 +94,6 @@ static __device__ __forceinline__ void moe_plain_rows2(const moe_params &P, int 
  * decode step, whose kernel then needs far fewer registers and runs more warps per SM) */
 template <class T, bool FUSED, int NTM>
 __global__ void __launch_bounds__(CQ_WARPS * 32, NTM == 1 ? 6 : 4) k_moe(const moe_params P) {
-    extern __shared__ __align__(16) uint8_t s_act[]; /* with P.xf: the current pair's row */
     __shared__ int s_ids[MOE_SMEM_IDS]; /* the ids, when there are few enough */
     __shared__ int s_pairs[MOE_TILE];
     __shared__ int s_cnt;
@@ -117,8 +110,6 @@ __global__ void __launch_bounds__(CQ_WARPS * 32, NTM == 1 ? 6 : 4) k_moe(const m
     for (int64_t q = threadIdx.x; q < p; q += blockDim.x) dup |= MOE_ID(q) == e;
     if (__syncthreads_or(dup)) return;
     const int64_t r0 = (int64_t)blockIdx.y * (CQ_WARPS * MOE_ROWS_PER_WARP) + threadIdx.x / 32;
-    const uint8_t *in = NULL;
-    int in_pair = -1;
     for (int64_t start = p;;) {
         if (threadIdx.x == 0) {
             int c = 0;
@@ -136,27 +127,19 @@ __global__ void __launch_bounds__(CQ_WARPS * 32, NTM == 1 ? 6 : 4) k_moe(const m
         start = s_next;
         __syncthreads(); /* s_pairs may be overwritten from here */
         if (cnt == 0) break;
-        if constexpr (NTM == 1 && T::ACT != QUANT_ACT_F32)
-            if (P.xf && pairs[0] != in_pair) { /* uniform over the CTA */
-                const int q = pairs[0];
-                cq_quant_row_cta<T::BS == 256 ? 256 : 32>(P.xf + (size_t)(P.x_per_slot ? q : q / P.n_used) * P.k,
-                                                          P.k, s_act);
-                in = s_act;
-                in_pair = q;
-            }
         if constexpr (NTM == 1 && !FUSED && MOE_ROWS_PER_WARP == 2)
             if (r0 + CQ_WARPS < P.n_rows) { /* uniform over the warp */
-                moe_plain_rows2<T>(P, e, pairs[0], r0, in);
+                moe_plain_rows2<T>(P, e, pairs[0], r0);
                 if (start >= P.n_pairs) break;
                 continue;
             }
         for (int j = 0; j < MOE_ROWS_PER_WARP; j++) {
             const int64_t r = r0 + (int64_t)j * CQ_WARPS;
             if (r >= P.n_rows) break; /* uniform over the warp */
-            if (NTM == 1 || cnt == 1) moe_tile<T, 1, FUSED>(P, e, pairs, cnt, r, in);
-            else if (cnt == 2) moe_tile<T, 2, FUSED>(P, e, pairs, cnt, r, NULL);
-            else if (cnt <= 4) moe_tile<T, 4, FUSED>(P, e, pairs, cnt, r, NULL);
-            else moe_tile<T, 8, FUSED>(P, e, pairs, cnt, r, NULL);
+            if (NTM == 1 || cnt == 1) moe_tile<T, 1, FUSED>(P, e, pairs, cnt, r);
+            else if (cnt == 2) moe_tile<T, 2, FUSED>(P, e, pairs, cnt, r);
+            else if (cnt <= 4) moe_tile<T, 4, FUSED>(P, e, pairs, cnt, r);
+            else moe_tile<T, 8, FUSED>(P, e, pairs, cnt, r);
         }
         if (cnt < NTM || start >= P.n_pairs) break;
     }
@@ -170,13 +153,8 @@ static void launch_moe(const moe_params *P, cudaStream_t st) {
     q.act_bytes = T::ACT == QUANT_ACT_F32 ? (size_t)q.k * 4 : (size_t)(q.k / T::BS) * T::ABS;
     const int rows_per_cta = CQ_WARPS * MOE_ROWS_PER_WARP;
     const dim3 grid((unsigned)q.n_pairs, (unsigned)((q.n_rows + rows_per_cta - 1) / rows_per_cta));
-    if (q.xf && T::ACT == QUANT_ACT_F32) { /* float weights read f32 rows: x is the activation */
-        q.act = (const uint8_t *)q.xf;
-        q.xf = NULL;
-    }
-    /* one token (n_pairs <= n_used): pairs one at a time (cuda_moe_matvec allows xf only then) */
-    const size_t smem = q.xf ? q.act_bytes : 0;
-    if (q.n_pairs <= q.n_used) k_moe<T, FUSED, 1><<<grid, CQ_WARPS * 32, smem, st>>>(q);
+    /* one pair per token (n_pairs <= n_used): no expert can have two */
+    if (q.n_pairs <= q.n_used) k_moe<T, FUSED, 1><<<grid, CQ_WARPS * 32, 0, st>>>(q);
     else k_moe<T, FUSED, MOE_TILE><<<grid, CQ_WARPS * 32, 0, st>>>(q);
 }
 
