@@ -123,7 +123,6 @@ k_fused_router(const float *w, int n_expert, int64_t k, const float *x, int64_t 
         __syncthreads();
         if (threadIdx.x == 0) {
             float sum = 0.0f;
-#pragma unroll 8
             for (int e = 0; e < n_expert; e++) sum = __fadd_rn(sum, sc[e]);
             s_sum = sum;
         }

@@ -83,7 +83,6 @@ static __device__ __forceinline__ uint16_t cm_f32_to_f16(float f) {
  * halving tree c[l] += c[l + w], w = 16, 8, 4, 2, 1 (cpu_rmsnorm's order). Valid in lane 0. */
 static __device__ __forceinline__ float cm_rms_scale(const float *row, int64_t n, float eps) {
     double acc = 0.0;
-#pragma unroll 8
     for (int64_t i = threadIdx.x & 31; i < n; i += 32) {
         const double v = (double)row[i];
         acc = __dadd_rn(acc, __dmul_rn(v, v));

@@ -260,7 +260,6 @@ __global__ void router_kernel(const float *logits, const float *bias, int n_expe
         __shared__ float s_sum;
         if (threadIdx.x == 0) {
             float sum = 0.0f;
-#pragma unroll 8
             for (int e = 0; e < n_expert; e++) sum = __fadd_rn(sum, sc[e]);
             s_sum = sum;
         }
@@ -270,9 +269,8 @@ __global__ void router_kernel(const float *logits, const float *bias, int n_expe
     }
     for (int e = threadIdx.x; e < n_expert; e += blockDim.x) {
         const float v = sc[e];
-        int rank = 0; /* no early exit: independent iterations pipeline */
-#pragma unroll 8
-        for (int o = 0; o < n_expert; o++) rank += router_before(sc[o], o, v, e);
+        int rank = 0;
+        for (int o = 0; o < n_expert && rank < k; o++) rank += router_before(sc[o], o, v, e);
         if (rank < k) {
             ids[rank] = e;
             w[rank] = v;
