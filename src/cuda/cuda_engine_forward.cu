@@ -143,6 +143,7 @@ static hm_status norm_step(cuda_engine *e, int n, fwd_defer *d, const cuda_tenso
         a.act = norm && act && !f32 ? e->act : NULL;
         a.n_tok = n;
         a.n = E;
+        a.d_sync = e->norm_sync;
         memset(d, 0, sizeof(*d));
         hm_status st = cuda_fused_norm_quant(&a, e->stream, err);
         if (st == HM_OK && norm && act) *act = f32 ? (const void *)e->xn : e->act;
@@ -494,6 +495,7 @@ extern "C" hm_status cuda_engine_enqueue_logits(cuda_engine *e, int row0, int n_
         a.act = arow == 4 * (size_t)E ? NULL : e->act;
         a.n_tok = n_rows;
         a.n = E;
+        a.d_sync = e->norm_sync;
         hm_status st = cuda_fused_norm_quant(&a, e->stream, err);
         if (st == HM_OK)
             st = linear(e, &e->output, NULL, e->xn, n_rows, e->d_logits,

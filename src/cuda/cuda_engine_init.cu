@@ -136,6 +136,7 @@ static size_t layout_scratch(const hm_model *m, const cuda_engine_params *p, cud
         {e ? (void **)&e->act : NULL, act},
         {e ? (void **)&e->gemm_scratch : NULL, gemm},
         {e ? (void **)&e->attn_scratch : NULL, attn},
+        {e ? (void **)&e->norm_sync : NULL, sizeof(int) * 2 * (size_t)nu},
         {e ? (void **)&e->d_rope : NULL, sizeof(float) * (size_t)(p->n_ctx * (hp->n_rot / 2) * 2)},
         {e ? (void **)&e->d_pos : NULL, sizeof(int32_t)},
         {e ? (void **)&e->d_positions : NULL, sizeof(int32_t) * (size_t)nu},
@@ -371,7 +372,7 @@ extern "C" hm_status cuda_engine_init(const hm_model *m, const cuda_engine_param
     CUDA_TRY(cudaMalloc(&e->kv_arena, kvb ? kvb : 1), "KV cache");
     CUDA_TRY(cudaMalloc(&e->scratch_arena, sb ? sb : 1), "scratch");
     CUDA_TRY(cudaMemsetAsync(e->kv_arena, 0, kvb, s), "KV cache");
-    CUDA_TRY(cudaMemsetAsync(e->scratch_arena, 0, sb, s), "scratch"); /* attention counters */
+    CUDA_TRY(cudaMemsetAsync(e->scratch_arena, 0, sb, s), "scratch"); /* attention, norm sync */
     layout_scratch(m, p, e, (char *)e->scratch_arena);
     {
         char *kvp = (char *)e->kv_arena;

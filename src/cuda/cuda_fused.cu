@@ -9,6 +9,12 @@
  * does it (q8_32: a warp per 32-element block; q8_K: the 8 warps on one 256-element
  * super-block, FN_THREADS / 256 super-blocks per pass, amax through shared memory, bsums
  * over 16-lane halves).
+ * k_fused_norm_mb spreads a decode row over blocks of FM_SLICE elements (with a sync area):
+ * block s combines and writes back its slice of x, all blocks of the row meet at a barrier
+ * (arrival counter + generation, the last arrival resets the counter: all blocks of a launch
+ * are resident, at most FM_MAX_BLOCKS), then every block reads the whole new row from L2 for
+ * the scale (warp 0, cm_rms_scale) and normalises and quantises its own slice (one q8_K
+ * super-block, or eight q8_32 blocks). Same operations on the same values: the same bytes.
  * k_fused_qk is one block per (token, head) of q and k: the head row is staged in shared
  * memory, normed (cm_rms_scale on head_dim), rotated pair by pair exactly as
  * rope_kernel (table cos/sin, or the device double formulas beyond the table), written back,
@@ -32,6 +38,8 @@ extern "C" {
 
 #define FN_THREADS 1024 /* a multiple of 256: whole q8_K super-blocks per pass */
 #define FN_SLOTS 8       /* MoE slots whose loads are issued together */
+#define FM_SLICE 256     /* k_fused_norm_mb: elements (threads) per block */
+#define FM_MAX_BLOCKS 264 /* ... and at most this many blocks (2 per SM: all resident) */
 #define FQ_THREADS 128
 #define FQ_MAX_HD 256
 #define FULL 0xffffffffu
@@ -57,6 +65,7 @@ typedef struct {
     uint8_t *act;
     size_t act_bytes;
     int64_t n;
+    int *sync; /* k_fused_norm_mb: [n_tok][2] arrival counter, generation */
 } norm_k;
 
 /* x[t][i] + the slot combine of element i, slots in increasing order (cuda_moe_add_bias then
@@ -175,6 +184,95 @@ __global__ void __launch_bounds__(FN_THREADS) k_fused_norm(const norm_k A) {
     }
 }
 
+/* all gridDim.y blocks of row blockIdx.x meet here (see the DESIGN note) */
+static __device__ __forceinline__ void fm_row_barrier(int *sync) {
+    __threadfence(); /* every thread's writes of x, before the arrival */
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        volatile int *gen = sync + 1;
+        const int g = *gen;
+        __threadfence();
+        if (atomicAdd(sync, 1) == (int)gridDim.y - 1) {
+            *(volatile int *)sync = 0;
+            __threadfence();
+            atomicAdd(sync + 1, 1);
+        } else {
+            while (*gen == g) {
+            }
+        }
+        __threadfence();
+    }
+    __syncthreads();
+}
+
+/* B = 0: no quantisation; 32: q8_32; 256: q8_K. grid (n_tok, ceil(n / FM_SLICE)). */
+template <int B>
+__global__ void __launch_bounds__(FM_SLICE) k_fused_norm_mb(const norm_k A) {
+    extern __shared__ float row[]; /* [n] */
+    __shared__ float s_scale;
+    __shared__ float wmax[FM_SLICE / 32];
+    const int64_t t = blockIdx.x, n = A.n;
+    const int64_t i = (int64_t)blockIdx.y * FM_SLICE + threadIdx.x;
+    const bool in = i < n;
+    float *xr = A.x + t * n;
+    float v = in ? xr[i] : 0.0f;
+    if (in && A.ey) {
+        v = fused_combine(A, t, i, v);
+        xr[i] = v;
+    } else if (in && A.add) {
+        v = __fadd_rn(v, A.add[t * n + i]);
+        xr[i] = v;
+    }
+    if (!A.xn) return; /* block-uniform */
+    fm_row_barrier(A.sync + 2 * t);
+    for (int64_t j = threadIdx.x; j < n; j += FM_SLICE) row[j] = __ldcg(xr + j);
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        const float r = cm_rms_scale(row, n, A.eps);
+        if (threadIdx.x == 0) s_scale = r;
+    }
+    __syncthreads();
+    const float sv = __fmul_rn(v, s_scale);
+    const float y = in && A.w ? __fmul_rn(sv, A.w[i]) : sv;
+    if (in) A.xn[t * n + i] = y;
+    if (B == 0) return;
+    uint8_t *ar = A.act + (size_t)t * A.act_bytes;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float amax = in ? fabsf(y) : 0.0f;
+#pragma unroll
+    for (int off = 16; off >= 1; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(FULL, amax, off));
+    if (B == 256) { /* the slice is one super-block (n % 256 == 0) */
+        if (lane == 0) wmax[warp] = amax;
+        __syncthreads();
+        amax = wmax[0];
+#pragma unroll
+        for (int w = 1; w < FM_SLICE / 32; w++) amax = fmaxf(amax, wmax[w]);
+    }
+    if (!in) return; /* whole q8_32 blocks: n % 32 == 0 */
+    const float d = __fdiv_rn(amax, 127.0f);
+    const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+    const int q = cq_q8(y, id);
+    int sum = q;
+    if (B == 32) {
+#pragma unroll
+        for (int off = 16; off >= 1; off /= 2) sum += __shfl_xor_sync(FULL, sum, off);
+        uint8_t *blk = ar + (size_t)(i / 32) * CB_A32;
+        blk[CB_A32_QS + lane] = (uint8_t)(int8_t)q;
+        if (lane == 0) {
+            *(float *)blk = d;
+            *(int32_t *)(blk + CB_A32_SUM) = sum;
+        }
+    } else {
+#pragma unroll
+        for (int off = 8; off >= 1; off /= 2) sum += __shfl_xor_sync(FULL, sum, off);
+        uint8_t *blk = ar + (size_t)blockIdx.y * CB_AK;
+        const int j = threadIdx.x;
+        blk[CB_AK_QS + j] = (uint8_t)(int8_t)q;
+        if (j % 16 == 0) *(int16_t *)(blk + CB_AK_BS + 2 * (j / 16)) = (int16_t)sum;
+        if (j == 0) *(float *)blk = d;
+    }
+}
+
 extern "C" hm_status cuda_fused_norm_quant(const cuda_fused_norm_args *a, void *stream,
                                            hm_error *err) {
     if (!a) return hm_error_set(err, HM_ERR_ARG, "cuda_fused_norm_quant: missing arguments");
@@ -221,6 +319,15 @@ extern "C" hm_status cuda_fused_norm_quant(const cuda_fused_norm_args *a, void *
     if (!a->x) return hm_error_set(err, HM_ERR_ARG, "cuda_fused_norm_quant: missing x");
     const size_t smem = (size_t)a->n * sizeof(float);
     const cudaStream_t st = (cudaStream_t)stream;
+    const int64_t nb = (a->n + FM_SLICE - 1) / FM_SLICE;
+    if (a->d_sync && a->n_tok * nb <= FM_MAX_BLOCKS) { /* a row over nb blocks */
+        A.sync = a->d_sync;
+        const dim3 g((unsigned)a->n_tok, (unsigned)nb);
+        if (B == 32) k_fused_norm_mb<32><<<g, FM_SLICE, smem, st>>>(A);
+        else if (B == 256) k_fused_norm_mb<256><<<g, FM_SLICE, smem, st>>>(A);
+        else k_fused_norm_mb<0><<<g, FM_SLICE, smem, st>>>(A);
+        return fused_launched("k_fused_norm_mb", err);
+    }
     const unsigned grid = (unsigned)a->n_tok;
     if (B == 32) k_fused_norm<32><<<grid, FN_THREADS, smem, st>>>(A);
     else if (B == 256) k_fused_norm<256><<<grid, FN_THREADS, smem, st>>>(A);

@@ -219,38 +219,46 @@ static void norm_case(int cfg, uint32_t wtype, int64_t n, int64_t nt, int mode, 
     if (st == HM_OK && norm) st = cuda_rmsnorm(x1, with_w ? w : NULL, xn1, nt, n, eps, NULL, &err);
     if (st == HM_OK && norm && !f32) st = cuda_quantize_act(wtype, xn1, n, nt, act1, NULL, &err);
     HM_CHECK_MSG(st == HM_OK, "config %d unfused: %s", cfg, err.msg);
-    /* fused */
-    cuda_fused_norm_args a;
-    memset(&a, 0, sizeof(a));
-    a.x = x2;
-    a.add = mode == 1 || mode == 5 ? add : NULL;
-    if (combine) {
-        a.ey = ey2;
-        a.gw = gw;
-        a.ids = cids;
-        a.n_used = K;
-        a.ey_bias = mode == 3 ? bias : NULL;
-        a.n_expert = NE;
+    /* fused: one block per row (rep 0), then a row over several blocks twice on one sync area
+     * (its counters must be left ready for the next call) */
+    int *sync = tu_dev(NULL, sizeof(int) * 2 * nt);
+    HM_REQUIRE(sync && cudaMemset(sync, 0, sizeof(int) * 2 * nt) == cudaSuccess);
+    for (int rep = 0; rep < 3; rep++) {
+        HM_REQUIRE(tu_put(x2, hx, xb) && tu_put(ey2, hey, xb * K) &&
+                   cudaMemset(xn2, 0, xb) == cudaSuccess && cudaMemset(act2, 0x5a, ab) == cudaSuccess);
+        cuda_fused_norm_args a;
+        memset(&a, 0, sizeof(a));
+        a.d_sync = rep ? sync : NULL;
+        a.x = x2;
+        a.add = mode == 1 || mode == 5 ? add : NULL;
+        if (combine) {
+            a.ey = ey2;
+            a.gw = gw;
+            a.ids = cids;
+            a.n_used = K;
+            a.ey_bias = mode == 3 ? bias : NULL;
+            a.n_expert = NE;
+        }
+        a.norm_w = with_w ? w : NULL;
+        a.eps = eps;
+        a.xn = norm ? xn2 : NULL;
+        a.wtype = wtype;
+        a.act = act2;
+        a.n_tok = nt;
+        a.n = n;
+        st = cuda_fused_norm_quant(&a, NULL, &err);
+        HM_CHECK_MSG(st == HM_OK, "config %d fused (rep %d): %s", cfg, rep, err.msg);
+        same_dev(x1, x2, xb, "x", cfg);
+        if (norm) same_dev(xn1, xn2, xb, "xn", cfg);
+        same_dev(act1, act2, ab, "act", cfg); /* untouched (0x5a) for f32 types and mode 5 */
+        if (combine) { /* the fused kernel leaves ey as it was */
+            float *back = malloc(xb * K);
+            HM_REQUIRE(back && tu_get(back, ey2, xb * K));
+            HM_CHECK_MSG(diff_at(back, hey, xb * K) < 0, "config %d: ey written", cfg);
+            free(back);
+        }
     }
-    a.norm_w = with_w ? w : NULL;
-    a.eps = eps;
-    a.xn = norm ? xn2 : NULL;
-    a.wtype = wtype;
-    a.act = act2;
-    a.n_tok = nt;
-    a.n = n;
-    st = cuda_fused_norm_quant(&a, NULL, &err);
-    HM_CHECK_MSG(st == HM_OK, "config %d fused: %s", cfg, err.msg);
-    same_dev(x1, x2, xb, "x", cfg);
-    if (norm) same_dev(xn1, xn2, xb, "xn", cfg);
-    same_dev(act1, act2, ab, "act", cfg); /* untouched (0x5a) for f32 types and mode 5 */
-    if (combine) { /* the fused kernel leaves ey as it was */
-        float *back = malloc(xb * K);
-        HM_REQUIRE(back && tu_get(back, ey2, xb * K));
-        HM_CHECK_MSG(diff_at(back, hey, xb * K) < 0, "config %d: ey written", cfg);
-        free(back);
-    }
-    void *bufs[] = {x1, x2, add, ey1, ey2, gw, bias, w, ids, xn1, xn2, proj, act1, act2};
+    void *bufs[] = {x1, x2, add, ey1, ey2, gw, bias, w, ids, xn1, xn2, proj, act1, act2, sync};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) cudaFree(bufs[i]);
     free(hx);
     free(hadd);
