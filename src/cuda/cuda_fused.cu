@@ -1,20 +1,16 @@
 /* cuda_fused.cu - residual + rmsnorm + activation quantisation, and per-head q/k norm + RoPE +
  * KV store, each in one launch (cuda_fused.h).
  *
- * DESIGN: k_fused_norm is one block (1024 threads: few elements per thread, so few memory
- * round trips) per token: the threads form the row (x, x + add, or x + the slot combine, in
- * cuda_moe_combine's slot order, each group of FN_SLOTS slot loads issued before use) into
- * shared memory and write x back; warp 0 computes the rmsnorm scale (cm_rms_scale: the
- * CPU's 32 double chains and tree); every thread scales its elements into xn and the shared row; then the row is quantised as k_quant_act
- * does it (q8_32: a warp per 32-element block; q8_K: the 8 warps on one 256-element
- * super-block, FN_THREADS / 256 super-blocks per pass, amax through shared memory, bsums
- * over 16-lane halves).
- * k_fused_norm_mb spreads a decode row over blocks of FM_SLICE elements (with a sync area):
- * block s combines and writes back its slice of x, all blocks of the row meet at a barrier
- * (arrival counter + generation, the last arrival resets the counter: all blocks of a launch
- * are resident, at most FM_MAX_BLOCKS), then every block reads the whole new row from L2 for
- * the scale (warp 0, cm_rms_scale) and normalises and quantises its own slice (one q8_K
- * super-block, or eight q8_32 blocks). Same operations on the same values: the same bytes.
+ * DESIGN: k_fused_norm_mb spreads a row over blocks of FM_SLICE elements, one thread each:
+ * block s forms its slice of the row (x, x + add, or x + the slot combine in cuda_moe_combine's
+ * slot order, FN_SLOTS slot loads issued before use) and writes it back to x; the blocks of
+ * the row meet at a barrier (arrival counter + generation in the caller's sync area, the last
+ * arrival resets the counter; a launch has at most FM_MAX_BLOCKS blocks, all resident, and
+ * longer batches take several launches); then every block reads the whole new row from L2,
+ * warp 0 computes the rmsnorm scale (cm_rms_scale: the CPU's 32 double chains and tree), and
+ * the block normalises its slice into xn and quantises it as k_quant_act does
+ * (cq_quant_block: one q8_K super-block, or eight q8_32 blocks). Same operations on the same
+ * values: the unfused sequence's bytes.
  * k_fused_qk is one block per (token, head) of q and k: the head row is staged in shared
  * memory, normed (cm_rms_scale on head_dim), rotated pair by pair exactly as
  * rope_kernel (table cos/sin, or the device double formulas beyond the table), written back,
@@ -36,7 +32,6 @@ extern "C" {
 #include "cuda/cuda_quant.h"
 }
 
-#define FN_THREADS 1024 /* a multiple of 256: whole q8_K super-blocks per pass */
 #define FN_SLOTS 8       /* MoE slots whose loads are issued together */
 #define FM_SLICE 256     /* k_fused_norm_mb: elements (threads) per block */
 #define FM_MAX_BLOCKS 264 /* ... and at most this many blocks (2 per SM: all resident) */
@@ -65,7 +60,8 @@ typedef struct {
     uint8_t *act;
     size_t act_bytes;
     int64_t n;
-    int *sync; /* k_fused_norm_mb: [n_tok][2] arrival counter, generation */
+    int *sync;  /* [n_tok][2] arrival counter, generation */
+    int64_t t0; /* first token of the launch */
 } norm_k;
 
 /* x[t][i] + the slot combine of element i, slots in increasing order (cuda_moe_add_bias then
@@ -96,94 +92,6 @@ static __device__ __forceinline__ float fused_combine(const norm_k &A, int64_t t
     return __fadd_rn(x, acc); /* cuda_add(x, combine) */
 }
 
-/* B = 0: no quantisation; 32: q8_32; 256: q8_K */
-template <int B>
-__global__ void __launch_bounds__(FN_THREADS) k_fused_norm(const norm_k A) {
-    extern __shared__ float row[]; /* [n] */
-    __shared__ float s_scale;
-    __shared__ float wmax[FN_THREADS / 32];
-    const int64_t t = blockIdx.x, n = A.n;
-    float *xr = A.x + t * n;
-    for (int64_t i = threadIdx.x; i < n; i += FN_THREADS) {
-        float v = xr[i];
-        if (A.ey) {
-            v = fused_combine(A, t, i, v);
-            xr[i] = v;
-        } else if (A.add) {
-            v = __fadd_rn(v, A.add[t * n + i]);
-            xr[i] = v;
-        }
-        row[i] = v;
-    }
-    if (!A.xn) return;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        const float r = cm_rms_scale(row, n, A.eps);
-        if (threadIdx.x == 0) s_scale = r;
-    }
-    __syncthreads();
-    const float sc = s_scale;
-    float *xnr = A.xn + t * n;
-    for (int64_t i = threadIdx.x; i < n; i += FN_THREADS) {
-        const float v = __fmul_rn(row[i], sc);
-        const float y = A.w ? __fmul_rn(v, A.w[i]) : v;
-        xnr[i] = y;
-        row[i] = y;
-    }
-    if (B == 0) return;
-    __syncthreads();
-    uint8_t *ar = A.act + (size_t)t * A.act_bytes;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (B == 32) { /* k_quant_act<32>: a warp per block */
-        for (int64_t ib = warp; ib < n / 32; ib += FN_THREADS / 32) {
-            const float v = row[ib * 32 + lane];
-            float amax = fabsf(v);
-#pragma unroll
-            for (int off = 16; off >= 1; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(FULL, amax, off));
-            const float d = __fdiv_rn(amax, 127.0f);
-            const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-            const int q = cq_q8(v, id);
-            int sum = q;
-#pragma unroll
-            for (int off = 16; off >= 1; off /= 2) sum += __shfl_xor_sync(FULL, sum, off);
-            uint8_t *blk = ar + (size_t)ib * CB_A32;
-            blk[CB_A32_QS + lane] = (uint8_t)(int8_t)q;
-            if (lane == 0) {
-                *(float *)blk = d;
-                *(int32_t *)(blk + CB_A32_SUM) = sum;
-            }
-        }
-    } else { /* k_quant_act<256>: 8 warps per super-block, FN_THREADS / 256 per pass */
-        const int sub = threadIdx.x >> 8, j = threadIdx.x & 255;
-        const int64_t nsb = n / 256;
-        for (int64_t ib0 = 0; ib0 < nsb; ib0 += FN_THREADS / 256) {
-            const int64_t ib = ib0 + sub;
-            const bool ok = ib < nsb; /* uniform over 8 warps */
-            const float v = ok ? row[ib * 256 + j] : 0.0f;
-            float amax = fabsf(v);
-#pragma unroll
-            for (int off = 16; off >= 1; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(FULL, amax, off));
-            if (lane == 0) wmax[warp] = amax;
-            __syncthreads();
-            amax = wmax[sub * 8];
-#pragma unroll
-            for (int i = 1; i < 8; i++) amax = fmaxf(amax, wmax[sub * 8 + i]);
-            __syncthreads(); /* wmax is rewritten by the next pass */
-            if (!ok) continue;
-            const float d = __fdiv_rn(amax, 127.0f);
-            const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-            const int q = cq_q8(v, id);
-            int sum = q;
-#pragma unroll
-            for (int off = 8; off >= 1; off /= 2) sum += __shfl_xor_sync(FULL, sum, off);
-            uint8_t *blk = ar + (size_t)ib * CB_AK;
-            blk[CB_AK_QS + j] = (uint8_t)(int8_t)q;
-            if (j % 16 == 0) *(int16_t *)(blk + CB_AK_BS + 2 * (j / 16)) = (int16_t)sum;
-            if (j == 0) *(float *)blk = d;
-        }
-    }
-}
-
 /* all gridDim.y blocks of row blockIdx.x meet here (see the DESIGN note) */
 static __device__ __forceinline__ void fm_row_barrier(int *sync) {
     __threadfence(); /* every thread's writes of x, before the arrival */
@@ -211,7 +119,7 @@ __global__ void __launch_bounds__(FM_SLICE) k_fused_norm_mb(const norm_k A) {
     extern __shared__ float row[]; /* [n] */
     __shared__ float s_scale;
     __shared__ float wmax[FM_SLICE / 32];
-    const int64_t t = blockIdx.x, n = A.n;
+    const int64_t t = A.t0 + blockIdx.x, n = A.n;
     const int64_t i = (int64_t)blockIdx.y * FM_SLICE + threadIdx.x;
     const bool in = i < n;
     float *xr = A.x + t * n;
@@ -235,41 +143,11 @@ __global__ void __launch_bounds__(FM_SLICE) k_fused_norm_mb(const norm_k A) {
     const float sv = __fmul_rn(v, s_scale);
     const float y = in && A.w ? __fmul_rn(sv, A.w[i]) : sv;
     if (in) A.xn[t * n + i] = y;
-    if (B == 0) return;
-    uint8_t *ar = A.act + (size_t)t * A.act_bytes;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    float amax = in ? fabsf(y) : 0.0f;
-#pragma unroll
-    for (int off = 16; off >= 1; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(FULL, amax, off));
-    if (B == 256) { /* the slice is one super-block (n % 256 == 0) */
-        if (lane == 0) wmax[warp] = amax;
-        __syncthreads();
-        amax = wmax[0];
-#pragma unroll
-        for (int w = 1; w < FM_SLICE / 32; w++) amax = fmaxf(amax, wmax[w]);
-    }
-    if (!in) return; /* whole q8_32 blocks: n % 32 == 0 */
-    const float d = __fdiv_rn(amax, 127.0f);
-    const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-    const int q = cq_q8(y, id);
-    int sum = q;
-    if (B == 32) {
-#pragma unroll
-        for (int off = 16; off >= 1; off /= 2) sum += __shfl_xor_sync(FULL, sum, off);
-        uint8_t *blk = ar + (size_t)(i / 32) * CB_A32;
-        blk[CB_A32_QS + lane] = (uint8_t)(int8_t)q;
-        if (lane == 0) {
-            *(float *)blk = d;
-            *(int32_t *)(blk + CB_A32_SUM) = sum;
-        }
-    } else {
-#pragma unroll
-        for (int off = 8; off >= 1; off /= 2) sum += __shfl_xor_sync(FULL, sum, off);
-        uint8_t *blk = ar + (size_t)blockIdx.y * CB_AK;
-        const int j = threadIdx.x;
-        blk[CB_AK_QS + j] = (uint8_t)(int8_t)q;
-        if (j % 16 == 0) *(int16_t *)(blk + CB_AK_BS + 2 * (j / 16)) = (int16_t)sum;
-        if (j == 0) *(float *)blk = d;
+    if constexpr (B != 0) {
+        /* the slice is one q8_K super-block (n % 256 == 0), or whole q8_32 blocks (n % 32 == 0) */
+        uint8_t *ar = A.act + (size_t)t * A.act_bytes;
+        uint8_t *blk = B == 32 ? ar + (size_t)(i / 32) * CB_A32 : ar + (size_t)blockIdx.y * CB_AK;
+        cq_quant_block<B>(y, in, blk, wmax);
     }
 }
 
@@ -317,22 +195,22 @@ extern "C" hm_status cuda_fused_norm_quant(const cuda_fused_norm_args *a, void *
     }
     if (a->n_tok == 0 || (!a->xn && !a->add && !a->ey)) return HM_OK;
     if (!a->x) return hm_error_set(err, HM_ERR_ARG, "cuda_fused_norm_quant: missing x");
+    if (!a->d_sync) return hm_error_set(err, HM_ERR_ARG, "cuda_fused_norm_quant: no sync area (d_sync)");
     const size_t smem = (size_t)a->n * sizeof(float);
     const cudaStream_t st = (cudaStream_t)stream;
     const int64_t nb = (a->n + FM_SLICE - 1) / FM_SLICE;
-    if (a->d_sync && a->n_tok * nb <= FM_MAX_BLOCKS) { /* a row over nb blocks */
-        A.sync = a->d_sync;
-        const dim3 g((unsigned)a->n_tok, (unsigned)nb);
+    const int64_t per = FM_MAX_BLOCKS / nb > 0 ? FM_MAX_BLOCKS / nb : 1; /* rows per launch */
+    A.sync = a->d_sync;
+    for (A.t0 = 0; A.t0 < a->n_tok; A.t0 += per) { /* every block of a launch is resident */
+        const int64_t rows = a->n_tok - A.t0 < per ? a->n_tok - A.t0 : per;
+        const dim3 g((unsigned)rows, (unsigned)nb);
         if (B == 32) k_fused_norm_mb<32><<<g, FM_SLICE, smem, st>>>(A);
         else if (B == 256) k_fused_norm_mb<256><<<g, FM_SLICE, smem, st>>>(A);
         else k_fused_norm_mb<0><<<g, FM_SLICE, smem, st>>>(A);
-        return fused_launched("k_fused_norm_mb", err);
+        const hm_status r = fused_launched("k_fused_norm_mb", err);
+        if (r != HM_OK) return r;
     }
-    const unsigned grid = (unsigned)a->n_tok;
-    if (B == 32) k_fused_norm<32><<<grid, FN_THREADS, smem, st>>>(A);
-    else if (B == 256) k_fused_norm<256><<<grid, FN_THREADS, smem, st>>>(A);
-    else k_fused_norm<0><<<grid, FN_THREADS, smem, st>>>(A);
-    return fused_launched("k_fused_norm", err);
+    return HM_OK;
 }
 
 /* ------------------------------------------------------------ q/k norm + RoPE + KV store */

@@ -60,15 +60,15 @@ typedef struct {
     void *act;     /* [n_tok] rows of cuda_act_row_bytes(wtype, n) = cuda_quantize_act(wtype, xn),
                     * or NULL; nothing is written for float types (use xn itself) */
     int64_t n_tok, n; /* 1 <= n <= CUDA_FUSED_NORM_MAX */
-    int *d_sync;   /* or NULL: 2 * n_tok ints of device memory zeroed once before the first call
-                    * (left consistent by every call): lets a row spread over several blocks */
+    int *d_sync;   /* 2 * n_tok ints of device memory zeroed once before the first call (left
+                    * consistent by every call): the row barrier of the blocks of one row */
 } cuda_fused_norm_args;
 
 /* = [(ey_bias) cuda_moe_add_bias(ey, ey_bias, ids, n_tok, n_used, n, n_expert);
  *    cuda_moe_combine(ey, gw, ids) -> tmp; cuda_add(x, tmp, x)] or [cuda_add(x, add, x)];
  *   cuda_rmsnorm(x, norm_w, xn, n_tok, n, eps); cuda_quantize_act(wtype, xn, n, n_tok, act)
- * in one launch (one block per token, or with d_sync one block per 256 elements of a row for
- * decode batches). Bytes of x, xn and act equal the sequence's. */
+ * in one launch (one block per 256 elements of a row; several launches past 264 blocks). Bytes
+ * of x, xn and act equal the sequence's. */
 hm_status cuda_fused_norm_quant(const cuda_fused_norm_args *a, void *stream, hm_error *err);
 
 /* ------------------------------------------------------------ several products, one launch */

@@ -78,44 +78,12 @@ extern "C" hm_status cuda_matvec(uint32_t wtype, const void *w, int64_t n_rows, 
 /* One thread per element; B = 32 (q8_32, a warp per block) or 256 (q8_K, a CTA per block). */
 template <int B>
 __global__ void __launch_bounds__(256) k_quant_act(const float *x, int64_t k, int64_t n_el, uint8_t *act, size_t act_bytes) {
+    __shared__ float wmax[8];
     const int64_t e = (int64_t)blockIdx.x * 256 + threadIdx.x;
-    const int lane = threadIdx.x & 31;
     const bool in = e < n_el; /* n_el is a multiple of B, so a whole block is in or out */
-    const float v = in ? x[e] : 0.0f;
-    float amax = fabsf(v);
-#pragma unroll
-    for (int off = 16; off >= 1; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(CQ_FULL, amax, off));
-    if (B == 256) {
-        __shared__ float wmax[8];
-        if (lane == 0) wmax[threadIdx.x / 32] = amax;
-        __syncthreads();
-        amax = wmax[0];
-#pragma unroll
-        for (int i = 1; i < 8; i++) amax = fmaxf(amax, wmax[i]);
-    }
-    if (!in) return;
-    const float d = __fdiv_rn(amax, 127.0f);
-    const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-    const int q = cq_q8(v, id);
-    const int64_t row = e / k, ib = (e % k) / B, j = e % B;
+    const int64_t row = e / k, ib = (e % k) / B;
     uint8_t *blk = act + (size_t)row * act_bytes + (size_t)ib * (B == 32 ? CB_A32 : CB_AK);
-    if (B == 32) {
-        int sum = q;
-#pragma unroll
-        for (int off = 16; off >= 1; off /= 2) sum += __shfl_xor_sync(CQ_FULL, sum, off);
-        blk[CB_A32_QS + j] = (uint8_t)(int8_t)q;
-        if (j == 0) {
-            *(float *)blk = d;
-            *(int32_t *)(blk + CB_A32_SUM) = sum;
-        }
-    } else {
-        int sum = q;
-#pragma unroll
-        for (int off = 8; off >= 1; off /= 2) sum += __shfl_xor_sync(CQ_FULL, sum, off);
-        blk[CB_AK_QS + j] = (uint8_t)(int8_t)q;
-        if (j % 16 == 0) *(int16_t *)(blk + CB_AK_BS + 2 * (j / 16)) = (int16_t)sum;
-        if (j == 0) *(float *)blk = d;
-    }
+    cq_quant_block<B>(in ? x[e] : 0.0f, in, blk, wmax);
 }
 
 extern "C" hm_status cuda_quantize_act(uint32_t wtype, const float *x, int64_t k, int64_t n_rows, void *act,

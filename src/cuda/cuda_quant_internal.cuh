@@ -142,6 +142,44 @@ static __device__ __forceinline__ int cq_q8(float v, float id) {
     return r != r ? 0 : r > 127.0f ? 127 : r < -127.0f ? -127 : (int)r;
 }
 
+/* cuda_quantize_act's bytes for one activation block at blk: B = 32, a whole warp (lane j holds
+ * element j); B = 256, a whole 256-thread CTA (thread j holds element j; wmax: 8 floats of
+ * shared memory). in: this thread's element exists (the same over each warp). */
+template <int B>
+static __device__ __forceinline__ void cq_quant_block(float v, bool in, uint8_t *blk, float *wmax) {
+    const int j = threadIdx.x & (B - 1), lane = threadIdx.x & 31;
+    float amax = in ? fabsf(v) : 0.0f;
+#pragma unroll
+    for (int off = 16; off >= 1; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(CQ_FULL, amax, off));
+    if (B == 256) {
+        if (lane == 0) wmax[threadIdx.x >> 5] = amax;
+        __syncthreads();
+        amax = wmax[0];
+#pragma unroll
+        for (int i = 1; i < 8; i++) amax = fmaxf(amax, wmax[i]);
+    }
+    if (!in) return;
+    const float d = __fdiv_rn(amax, 127.0f);
+    const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+    const int q = cq_q8(v, id);
+    int sum = q;
+    if (B == 32) {
+#pragma unroll
+        for (int off = 16; off >= 1; off /= 2) sum += __shfl_xor_sync(CQ_FULL, sum, off);
+        blk[CB_A32_QS + j] = (uint8_t)(int8_t)q;
+        if (j == 0) {
+            *(float *)blk = d;
+            *(int32_t *)(blk + CB_A32_SUM) = sum;
+        }
+    } else {
+#pragma unroll
+        for (int off = 8; off >= 1; off /= 2) sum += __shfl_xor_sync(CQ_FULL, sum, off);
+        blk[CB_AK_QS + j] = (uint8_t)(int8_t)q;
+        if (j % 16 == 0) *(int16_t *)(blk + CB_AK_BS + 2 * (j / 16)) = (int16_t)sum;
+        if (j == 0) *(float *)blk = d;
+    }
+}
+
 /* ---------------------------------------------------------------- host helpers */
 
 static inline hm_status cq_launched(hm_error *err, const char *kernel) {

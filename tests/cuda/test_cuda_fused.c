@@ -89,6 +89,10 @@ static void test_host(void) {
     a.wtype = HM_TYPE_Q8_0;
     a.ey = (const float *)(uintptr_t)256; /* combine without gating weights */
     HM_CHECK(cuda_fused_norm_quant(&a, NULL, &err) == HM_ERR_ARG);
+    a.ey = NULL;
+    a.x = (float *)(uintptr_t)256; /* no sync area */
+    HM_CHECK(cuda_fused_norm_quant(&a, NULL, &err) == HM_ERR_ARG);
+    HM_CHECK_MSG(strstr(err.msg, "d_sync") != NULL, "%s", err.msg);
 
     cuda_multi_mat m[CUDA_MULTI_MAX + 1];
     memset(m, 0, sizeof(m));
@@ -137,6 +141,7 @@ static void test_no_gpu_error(void) {
     a.wtype = HM_TYPE_Q8_0;
     a.n_tok = 2;
     a.n = 64;
+    a.d_sync = p;
     HM_CHECK(cuda_fused_norm_quant(&a, NULL, &err) == HM_ERR_CUDA);
     HM_CHECK_MSG(strstr(err.msg, "k_fused_norm") != NULL, "%s", err.msg);
     cuda_multi_mat m = {p, 8, NULL, p};
@@ -219,16 +224,15 @@ static void norm_case(int cfg, uint32_t wtype, int64_t n, int64_t nt, int mode, 
     if (st == HM_OK && norm) st = cuda_rmsnorm(x1, with_w ? w : NULL, xn1, nt, n, eps, NULL, &err);
     if (st == HM_OK && norm && !f32) st = cuda_quantize_act(wtype, xn1, n, nt, act1, NULL, &err);
     HM_CHECK_MSG(st == HM_OK, "config %d unfused: %s", cfg, err.msg);
-    /* fused: one block per row (rep 0), then a row over several blocks twice on one sync area
-     * (its counters must be left ready for the next call) */
+    /* fused, twice on one sync area (its counters must be left ready for the next call) */
     int *sync = tu_dev(NULL, sizeof(int) * 2 * nt);
     HM_REQUIRE(sync && cudaMemset(sync, 0, sizeof(int) * 2 * nt) == cudaSuccess);
-    for (int rep = 0; rep < 3; rep++) {
+    for (int rep = 0; rep < 2; rep++) {
         HM_REQUIRE(tu_put(x2, hx, xb) && tu_put(ey2, hey, xb * K) &&
                    cudaMemset(xn2, 0, xb) == cudaSuccess && cudaMemset(act2, 0x5a, ab) == cudaSuccess);
         cuda_fused_norm_args a;
         memset(&a, 0, sizeof(a));
-        a.d_sync = rep ? sync : NULL;
+        a.d_sync = sync;
         a.x = x2;
         a.add = mode == 1 || mode == 5 ? add : NULL;
         if (combine) {
@@ -282,6 +286,7 @@ static void test_norm(void) {
                 norm_case(cfg++, types[ti], ns[ni], nt, mode, (mode + ti) % 3 != 0);
             }
         }
+    norm_case(cfg++, HM_TYPE_Q4_K, 2048, 40, 2, 1); /* 320 blocks: two launches */
     printf("fused norm: %d configurations byte-identical\n", cfg);
 }
 
