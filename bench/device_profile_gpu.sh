@@ -4,6 +4,8 @@
 # the preset, generates N tokens, skips the first SKIP kernels (prompt, first steps) and
 # profiles COUNT kernels (about two decode steps), then sums time and bytes per kernel name.
 #   bash bench/device_profile_gpu.sh [preset:type] [SKIP] [COUNT]
+# DETAIL=regex adds ncu's speed-of-light, warp-state, launch, occupancy and source-counter
+# sections for those kernels (build with LINEINFO=1 for source lines in the stall table).
 set -uo pipefail
 spec=${1:-qwen3-30b-a3b:q4_k_m}
 skip=${2:-8000}
@@ -13,7 +15,8 @@ mkdir -p "$OUT"
 export PATH=$PATH:/usr/local/cuda/bin
 b=${b:-/tmp/hm-build}
 if [ ! -x $b/hotmoe ]; then
-  cmake -S . -B $b -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null || exit 1
+  li=""; [ -n "${LINEINFO:-}" ] && li="-DCMAKE_CUDA_FLAGS=-lineinfo"
+  cmake -S . -B $b -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 $li >/dev/null || exit 1
   cmake --build $b -j16 --target hotmoe >$OUT/build_prof.txt 2>&1 || { tail -30 $OUT/build_prof.txt; exit 1; }
 fi
 m=/tmp/models; mkdir -p $m
@@ -50,6 +53,7 @@ head -3 $OUT/ncu_err_$pre.txt
 if [ -n "${DETAIL:-}" ]; then
   ncu --graph-profiling node -k "regex:$DETAIL" --launch-skip 200 --launch-count ${DETAIL_N:-2} \
     --section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy \
+    --section SourceCounters \
     $b/hotmoe run -m $f -ngl 99 --gpu-strict -p "the quick brown fox" -n 40 --temp 0 2>/dev/null \
-    | grep -vE "^==PROF==|^\s*$|----" | grep -E "k_|Duration|Throughput|Stall|stall|Warp Cycles|Issued|Occupancy|Registers|Block Size|Grid Size|cycles|Achieved" | head -${DETAIL_LINES:-80}
+    | grep -vE "^==PROF==|^\s*$|----" | grep -E "k_|Duration|Throughput|Stall|stall|Warp Cycles|Issued|Occupancy|Registers|Block Size|Grid Size|cycles|Achieved|\.cu:|\.cuh:" | head -${DETAIL_LINES:-80}
 fi
