@@ -10,15 +10,17 @@
  * Attention is flash-attention style on CUDA cores: a block takes a tile of query rows (tokens
  * x query heads of one kv head, GQA broadcast h / (n_head / n_head_kv)), walks the visible K/V
  * rows in tiles of 32 positions held in shared memory as f32, with an online softmax (running
- * max and denominator, rescaled per tile). Decode-sized batches also split the visible range
- * across blocks (flash-decoding): the number of splits is fixed by the host from n_ctx and
- * n_tok, each split covers its share of the range read from d_pos, and a second kernel
- * combines the partial (max, sum, acc) triples with the sinks. Masking: token t at position
+ * max and denominator, rescaled per tile); one-token decode has its own kernel whose warps
+ * own 32-position chunks for all heads of a kv group. Decode-sized batches also split the
+ * visible range across blocks (flash-decoding): the host fixes the most splits from n_ctx and
+ * n_tok, the kernel uses one part per 32 visible positions up to that (read from d_pos), and
+ * the last part to finish merges the partial (max, sum, acc) triples with the sinks (a
+ * counter per tile in the scratch). Masking: token t at position
  * p = d_pos[t] sees q with p - window < q <= p (window <= 0: all q <= p), like cpu_attention.
  * gpt-oss sinks join the maximum and the denominator. Scores are (q.k) * scale.
  *
  * Numerics: not bit-identical to cpu_attention (different summation order: per-split online
- * softmax, single-accumulator dot products); tests/cuda/test_cuda_ops.c measures
+ * softmax, single-accumulator dot products); tests/cuda/test_cuda_attn.c measures
  * max |gpu - cpu| / std(cpu output) per call and requires it <= 1e-4 (it prints the worst
  * value per case).
  *
