@@ -7,8 +7,11 @@
  * thread 0 gathers the pairs of expert e in increasing order, up to 8 at a time, into shared
  * memory, and each warp computes its rows for that tile with row_dot<T, NT> (NT = 1, 2, 4 or 8,
  * padded with the last pair), so the expert's rows are streamed once per tile. Every output is
- * the canonical dot of one (row, activation) pair: bit-identical to cpu_moe_matmul. The fused
- * variant computes the gate and up rows of the same tile back to back, adds the optional
+ * the canonical dot of one (row, activation) pair: bit-identical to cpu_moe_matmul. A
+ * one-token step launches an instance with tiles of one pair (NTM = 1: 64-80 registers instead
+ * of 128, so more warps per SM); there a warp loads the gate and up rows (fused), or its two
+ * rows (plain), together (rows_dot with NR = 2). The fused variant computes the gate and up
+ * rows of the same tile, adds the optional
  * biases (g + b, one rounding, as cpu_moe_add_bias) and applies the activation with
  * cuda_math.cuh's bit-identical silu / gpt-oss swiglu (as moe_post_gate_up on the CPU).
  * Scanning for duplicates is O(n_tok * n_used) per CTA: meant for decode batches (n_tok <= 8);
