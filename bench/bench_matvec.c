@@ -2,6 +2,7 @@
  *
  *   bench_matvec [-t|--threads N] [--mib M] [--reps R] [--batch B] [--types q4_K,q8_0,...] [--json]
  *                [--split S]  (the matrix as S consecutive products: per-job overhead)
+ *                [--k K]  (row length, a multiple of the type's block: short expert rows)
  *                [--file PATH]
  *
  * 1. Read bandwidth: all N threads sum an M MiB buffer (16-byte loads, four independent
@@ -161,6 +162,7 @@ int main(int argc, char **argv) {
     const char *file = NULL; /* weights through an mmap of this file instead of anonymous memory */
     size_t mib = 1024;
     long split = 1;
+    long k_opt = 0; /* --k: row length instead of 2048 / 2880 */
     const char *types = "q4_K,q8_0,mxfp4,q6_K,q5_K,iq4_xs,q4_0,q4_1,q5_0,q5_1,iq4_nl,f16,bf16,f32";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -168,13 +170,14 @@ int main(int argc, char **argv) {
         if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && v) threads = atoi(argv[++i]);
         else if (!strcmp(a, "--mib") && v) mib = (size_t)atol(argv[++i]);
         else if (!strcmp(a, "--split") && v) split = atol(argv[++i]);
+        else if (!strcmp(a, "--k") && v) k_opt = atol(argv[++i]);
         else if (!strcmp(a, "--reps") && v) reps = atoi(argv[++i]);
         else if (!strcmp(a, "--batch") && v) max_batch = atoi(argv[++i]);
         else if (!strcmp(a, "--types") && v) types = argv[++i];
         else if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--file") && v) file = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [-t N] [--mib M] [--reps R] [--batch B] [--types a,b] [--json] [--file PATH] [--split S]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-t N] [--mib M] [--reps R] [--batch B] [--types a,b] [--json] [--file PATH] [--split S] [--k K]\n", argv[0]);
             return 2;
         }
     }
@@ -228,7 +231,13 @@ int main(int argc, char **argv) {
             fprintf(stderr, "bench_matvec: skipping unsupported type '%s'\n", name);
             continue;
         }
-        const int64_t k = hm_type_get((uint32_t)t)->block_size == 256 ? 2048 : 2880;
+        const int bs = hm_type_get((uint32_t)t)->block_size;
+        const int64_t k = k_opt > 0 ? k_opt : bs == 256 ? 2048 : 2880;
+        if (k % bs) {
+            fprintf(stderr, "bench_matvec: --k %ld is not a multiple of %s's block (%d), skipped\n",
+                    k_opt, name, bs);
+            continue;
+        }
         const size_t rs = hm_row_size((uint32_t)t, k);
         const int64_t rows = (int64_t)(size / rs);
         /* pattern: 64 quantised random rows */
