@@ -52,7 +52,10 @@ enum { SIMD_LANE_TC = 4 };
             simd_prefetch_w(wr + (size_t)b * (WSZ), 8 * (WSZ));                                \
             SIMD_LANE_GROUP1(ST, UNPACK, DOT, SCALE8, HAS_T, WSZ, ASZ, wr, a, b, 8, 1, acc);           \
         }                                                                                      \
-        if (b < nb) SIMD_LANE_GROUP1(ST, UNPACK, DOT, SCALE8, HAS_T, WSZ, ASZ, wr, a, b, (int)(nb - b), 0, acc); \
+        if (b < nb) { /* short rows (k = 768: 3 blocks) are all tail: prefetch it too */       \
+            simd_prefetch_w(wr + (size_t)b * (WSZ), (size_t)(nb - b) * (WSZ));                 \
+            SIMD_LANE_GROUP1(ST, UNPACK, DOT, SCALE8, HAS_T, WSZ, ASZ, wr, a, b, (int)(nb - b), 0, acc); \
+        }                                                                                      \
         return simd_tree(&acc);                                                                \
     }                                                                                          \
     static void NAME##_tile(int64_t n, const void *w, size_t w_stride, int nr, const void *act, \
