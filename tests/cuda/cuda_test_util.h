@@ -36,6 +36,15 @@ static inline int tu_expect_gpu(void) {
     return e && e[0] == '1';
 }
 
+/* CUDA devices present (0 when the query fails or the build has no CUDA), silently */
+static inline int tu_gpu_count(void) {
+    cuda_device_info d[4];
+    int n = 0;
+    hm_error err;
+    hm_error_clear(&err);
+    return cuda_device_query(d, 4, &n, &err) == HM_OK ? n : 0;
+}
+
 /* 1 when GPU checks can run; otherwise prints the skip line and checks that no GPU was
  * required. */
 static inline int tu_have_gpu(void) {

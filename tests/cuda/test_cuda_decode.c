@@ -49,13 +49,6 @@ static const char *k_presets[] = {"tiny-qwen3moe", "tiny-mixtral", "tiny-olmoe",
                                   "tiny-qwen2moe"};
 #define N_PRESETS (int)(sizeof(k_presets) / sizeof(k_presets[0]))
 
-static bool have_gpu(void) {
-    cuda_device_info d[4];
-    int n = 0;
-    hm_error err;
-    return cuda_device_query(d, 4, &n, &err) == HM_OK && n > 0;
-}
-
 /* forges each preset once per run (f32) to HOTMOE_TMP/cudadec-<preset>-f32.gguf */
 static hm_model *load_preset(const char *preset) {
     static bool done[N_PRESETS];
@@ -441,7 +434,7 @@ static void gpu_preset(const char *preset) {
 }
 
 static void test_gpu(void) {
-    if (!have_gpu()) {
+    if (tu_gpu_count() == 0) {
         no_gpu_checks();
         return;
     }

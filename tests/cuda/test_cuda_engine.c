@@ -40,13 +40,6 @@
 #define DECODE_TOL_F32 2e-3
 #define TOL_QUANT 0.5
 
-static bool have_gpu(void) {
-    cuda_device_info d[4];
-    int n = 0;
-    hm_error err;
-    return cuda_device_query(d, 4, &n, &err) == HM_OK && n > 0;
-}
-
 static bool forged(const char *preset, forge_mix mix, char *path, size_t cap) {
     char tag[128];
     snprintf(tag, sizeof(tag), "cudaeng-%s-%s", preset, forge_mix_name(mix));
@@ -149,7 +142,7 @@ static void test_fallback_and_admission(void) {
     const int64_t V = hm_model_hparams(m)->n_vocab;
     int32_t ids[N_PROMPT];
     prompt_ids(ids, N_PROMPT, 11);
-    const bool gpu = have_gpu();
+    const bool gpu = tu_gpu_count() > 0;
     if (tu_expect_gpu()) HM_CHECK_MSG(gpu, "HOTMOE_EXPECT_GPU=1 but no CUDA device");
 
     /* the CPU reference */
@@ -327,7 +320,7 @@ static void compare_model(const char *preset, forge_mix mix, cmp_result *r) {
 }
 
 static void test_gpu_matches_cpu(void) {
-    if (!have_gpu()) {
+    if (tu_gpu_count() == 0) {
         HM_CHECK_MSG(!tu_expect_gpu(), "HOTMOE_EXPECT_GPU=1 but no CUDA device");
         return;
     }

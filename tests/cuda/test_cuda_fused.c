@@ -127,10 +127,8 @@ static void test_host(void) {
 
 static void test_no_gpu_error(void) {
 #ifdef HOTMOE_HAVE_CUDA
-    cuda_device_info d[2];
-    int n = 0;
+    if (tu_gpu_count() > 0) return; /* GPU tests cover it */
     hm_error err;
-    if (cuda_device_query(d, 2, &n, &err) != HM_OK || n > 0) return; /* GPU tests cover it */
     void *p = (void *)(uintptr_t)4096; /* never dereferenced: the launch itself fails */
     hm_error_clear(&err);
     cuda_fused_norm_args a;

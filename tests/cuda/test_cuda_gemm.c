@@ -44,14 +44,6 @@ static uint64_t rng_next(uint64_t *s) {
     return *s;
 }
 
-static int gpu_count(void) {
-    cuda_device_info d[4];
-    int n = 0;
-    hm_error err;
-    if (cuda_device_query(d, 4, &n, &err) != HM_OK) return 0;
-    return n;
-}
-
 /* ---- host-only checks (every build) ---- */
 
 static void test_planning(void) {
@@ -86,7 +78,7 @@ static void test_planning(void) {
 }
 
 static void test_errors(void) {
-    int n = gpu_count();
+    int n = tu_gpu_count();
     if (tu_expect_gpu()) HM_CHECK_MSG(n >= 1, "HOTMOE_EXPECT_GPU=1 but no device");
 #ifdef HOTMOE_HAVE_CUDA
     hm_error err;
@@ -240,7 +232,7 @@ static void run_dense(uint32_t t, int64_t n_tok, int64_t n_rows, int64_t k, uint
 }
 
 static void test_dense(void) {
-    if (gpu_count() == 0) return;
+    if (tu_gpu_count() == 0) return;
     uint64_t seed = 12345;
     /* (n_tok, n_rows, k) pairs per type; k must be a multiple of the type's block */
     for (int i = 0; i < N_TYPES; i++) {
@@ -312,7 +304,7 @@ static void run_moe(uint32_t t, int64_t n_tok, int n_used, int64_t n_expert, int
 }
 
 static void test_moe(void) {
-    if (gpu_count() == 0) return;
+    if (tu_gpu_count() == 0) return;
     uint64_t seed = 999;
     /* few experts, many pairs each (several tiles per expert) */
     run_moe(HM_TYPE_Q4_K, 150, 4, 5, 70, 768, 0, &seed);
@@ -326,7 +318,7 @@ static void test_moe(void) {
 
 /* an all-skipped routing launches no work and writes nothing */
 static void test_moe_all_skipped(void) {
-    if (gpu_count() == 0) return;
+    if (tu_gpu_count() == 0) return;
     const int64_t n_tok = 20, n_rows = 64, k = 256;
     const int n_used = 3;
     uint64_t seed = 5;
