@@ -118,7 +118,7 @@ hm_status cuda_fused_qk_rope_store(const cuda_fused_qk_args *a, void *stream, hm
 /* = cuda_matvec(HM_TYPE_F32, w, n_expert, k, x, n_tok, logits);
  *   cuda_router(logits, bias, n_tok, n_expert, n_used, mode, renorm, d_ids, d_weights)
  * in one launch: a cluster of 8 blocks (sm_90) per tile of <= 8 tokens computes the logits
- * (a warp per expert row, as k_matvec), then block r of the cluster selects for token r of
+ * (a warp per expert row, as cuda_matvec), then block r of the cluster selects for token r of
  * the tile. w: [n_expert][k] f32; x: [n_tok][k] f32; bias: [n_expert] or NULL; logits:
  * [n_tok][n_expert] (written, scratch); d_ids, d_weights: [n_tok][n_used].
  * 1 <= n_used <= n_expert <= CUDA_FUSED_ROUTER_MAX. Same bytes as the two launches. */

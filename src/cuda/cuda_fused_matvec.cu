@@ -1,12 +1,12 @@
 /* cuda_fused_matvec.cu - several products of one weight type in one launch (cuda_matvec_multi
  * of cuda_fused.h), e.g. an attention layer's q, k and v against one quantised activation.
  *
- * DESIGN: k_matvec of cuda_quant.cu with a matrix index: the CTAs of the launch are the
- * concatenation of each matrix's CTAs (CQ_WARPS rows each), so a CTA finds its matrix by
- * comparing blockIdx.x with the matrices' first CTA (unrolled selects, no indexed parameter
- * memory). A warp computes its row with the same row_dot (cuda_quant_internal.cuh) and the same
- * token tiling (cq_tile), so each dot has cuda_matvec's bits; the optional bias is added in the
- * epilogue with the same __fadd_rn as cuda_add_bias.
+ * DESIGN: the matvec kernel (cuda_matvec is its one-matrix case): a warp per row, CQ_WARPS
+ * rows per CTA; the CTAs of a launch are the concatenation of each matrix's CTAs, so a CTA
+ * finds its matrix by comparing blockIdx.x with the matrices' first CTA (unrolled selects, no
+ * indexed parameter memory). A warp computes its row with row_dot (cuda_quant_internal.cuh)
+ * and the token tiling cq_tile; the optional bias is added in the epilogue with the same
+ * __fadd_rn as cuda_add_bias.
  */
 #include <cuda_runtime.h>
 #include <string.h>
@@ -27,7 +27,7 @@ typedef struct {
 } multi_k;
 
 template <class T, int NT>
-__global__ void __launch_bounds__(CQ_WARPS * 32, 4) /* as k_matvec */
+__global__ void __launch_bounds__(CQ_WARPS * 32, 4)
 k_matvec_multi(const multi_k M, size_t row_bytes, int64_t k, const uint8_t *act,
                size_t act_bytes, int64_t n_tok) {
     int m = 0;

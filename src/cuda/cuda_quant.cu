@@ -22,42 +22,11 @@
 
 #include "cuda/cuda_quant_internal.cuh"
 
+extern "C" {
+#include "cuda/cuda_fused.h"
+}
+
 /* ---------------------------------------------------------------- matvec */
-
-/* y[t][r] for r of this warp, t in tile blockIdx.y (NT tokens; the last tile may be partial) */
-template <class T, int NT>
-__global__ void __launch_bounds__(CQ_WARPS * 32, 4)
-k_matvec(const uint8_t *w, size_t row_bytes, int64_t n_rows, int64_t k, const uint8_t *act,
-         size_t act_bytes, int64_t n_tok, float *y) {
-    const int64_t r = (int64_t)blockIdx.x * CQ_WARPS + threadIdx.x / 32;
-    if (r >= n_rows) return;
-    const int64_t t0 = (int64_t)blockIdx.y * NT;
-    const uint8_t *a[NT];
-#pragma unroll
-    for (int i = 0; i < NT; i++) a[i] = act + (size_t)min(t0 + i, n_tok - 1) * act_bytes;
-    float out[NT];
-    row_dot<T, NT>(w + (size_t)r * row_bytes, k, a, out);
-    if ((threadIdx.x & 31) == 0)
-#pragma unroll
-        for (int i = 0; i < NT; i++)
-            if (t0 + i < n_tok) y[(t0 + i) * n_rows + r] = out[i];
-}
-
-template <class T>
-static void launch_matvec(const uint8_t *w, int64_t n_rows, int64_t k, const uint8_t *act, int64_t n_tok,
-                          float *y, cudaStream_t st) {
-    const size_t row_bytes = (size_t)(k / T::BS) * T::TS;
-    const size_t act_bytes = T::ACT == QUANT_ACT_F32 ? (size_t)k * 4 : (size_t)(k / T::BS) * T::ABS;
-    const int nt = cq_tile(n_tok);
-    const dim3 grid((unsigned)((n_rows + CQ_WARPS - 1) / CQ_WARPS), (unsigned)((n_tok + nt - 1) / nt));
-    const dim3 block(CQ_WARPS * 32);
-    switch (nt) {
-    case 1: k_matvec<T, 1><<<grid, block, 0, st>>>(w, row_bytes, n_rows, k, act, act_bytes, n_tok, y); break;
-    case 2: k_matvec<T, 2><<<grid, block, 0, st>>>(w, row_bytes, n_rows, k, act, act_bytes, n_tok, y); break;
-    case 4: k_matvec<T, 4><<<grid, block, 0, st>>>(w, row_bytes, n_rows, k, act, act_bytes, n_tok, y); break;
-    default: k_matvec<T, 8><<<grid, block, 0, st>>>(w, row_bytes, n_rows, k, act, act_bytes, n_tok, y); break;
-    }
-}
 
 extern "C" hm_status cuda_matvec(uint32_t wtype, const void *w, int64_t n_rows, int64_t k, const void *act,
                                  int64_t n_tok, float *y, void *stream, hm_error *err) {
@@ -68,9 +37,9 @@ extern "C" hm_status cuda_matvec(uint32_t wtype, const void *w, int64_t n_rows, 
                             (long long)n_tok);
     if (n_rows == 0 || n_tok == 0) return HM_OK;
     if (!w || !act || !y) return hm_error_set(err, HM_ERR_ARG, "cuda_matvec: NULL pointer");
-    CB_DISPATCH(wtype, launch_matvec, (const uint8_t *)w, n_rows, k, (const uint8_t *)act, n_tok, y,
-                (cudaStream_t)stream);
-    return cq_launched(err, "cuda_matvec");
+    /* the one-matrix case of the grouped launch (cuda_fused_matvec.cu): one kernel for both */
+    const cuda_multi_mat m = {w, n_rows, NULL, y};
+    return cuda_matvec_multi(wtype, k, act, n_tok, &m, 1, stream, err);
 }
 
 /* ---------------------------------------------------------------- activation quantisation */
