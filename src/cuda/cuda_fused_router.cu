@@ -4,17 +4,16 @@
  * DESIGN: a thread-block cluster (sm_90) of FR_CLUSTER blocks per tile of NT <= 8 tokens. The
  * cluster's FR_CLUSTER * FR_WARPS warps share the expert rows (a warp per row, fr_dot: the
  * f32 arithmetic of row_dot in cuda_quant_internal.cuh with deeper load prefetch, so the
- * logits are cuda_matvec's bytes) and write the logits to global memory; after a fence and the cluster
- * barrier, block r of the cluster selects for token t0 + r with router_kernel's procedure
- * (cuda_ops.cu, private there): score = logit (+ bias), softmax (tree max, thread 0's
- * sequential sum) for softmax-then-top-k, ranks by (score desc, id asc) with NaN last, then
- * thread 0's renormalisation or top-k softmax. Same bytes as cuda_matvec + cuda_router.
+ * logits are cuda_matvec's bytes) and write the logits to global memory; after a fence and
+ * the cluster barrier, block r of the cluster selects for token t0 + r with router_kernel's
+ * procedure (rt_select, cuda_router.cuh). Same bytes as cuda_matvec + cuda_router.
  */
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 #include <math.h>
 
 #include "cuda/cuda_quant_internal.cuh"
+#include "cuda/cuda_router.cuh"
 
 extern "C" {
 #include "cuda/cuda_fused.h"
@@ -25,14 +24,6 @@ namespace cg = cooperative_groups;
 #define FR_CLUSTER 8 /* = the largest token tile */
 #define FR_THREADS 512
 #define FR_WARPS (FR_THREADS / 32)
-
-/* router_kernel's order: higher score first, equal scores lower id first, NaN last */
-static __device__ __forceinline__ bool fr_before(float a, int ia, float b, int ib) {
-    const bool an = a != a, bn = b != b;
-    if (an || bn) return an && bn ? ia < ib : bn;
-    if (a != b) return a > b;
-    return ia < ib;
-}
 
 /* row_dot<cb_f32, NT>'s arithmetic (lane l: fma over e = l, l + 32, ... in increasing order,
  * then the __shfl_down tree 16..1; out valid in lane 0) with U elements per lane loaded before
@@ -79,7 +70,6 @@ k_fused_router(const float *w, int n_expert, int64_t k, const float *x, int64_t 
                int32_t *ids_out, float *w_out) {
     __shared__ float sc[CUDA_FUSED_ROUTER_MAX];
     __shared__ float red[FR_WARPS];
-    __shared__ float s_sum;
     cg::cluster_group cl = cg::this_cluster();
     const int rank = (int)cl.block_rank();
     const int64_t t0 = (int64_t)(blockIdx.x / FR_CLUSTER) * NT;
@@ -107,56 +97,7 @@ k_fused_router(const float *w, int n_expert, int64_t k, const float *x, int64_t 
         sc[e] = bias ? __fadd_rn(v, bias[e]) : v;
     }
     __syncthreads();
-    if (mode == CPU_GATE_SOFTMAX_TOPK) {
-        float m = -INFINITY;
-        for (int e = threadIdx.x; e < n_expert; e += FR_THREADS) m = sc[e] > m ? sc[e] : m;
-        for (int o = 16; o > 0; o >>= 1) {
-            const float v = __shfl_down_sync(0xffffffffu, m, o);
-            m = v > m ? v : m;
-        }
-        if (lane == 0) red[warp] = m;
-        __syncthreads();
-        m = -INFINITY;
-        for (int i = 0; i < FR_WARPS; i++) m = red[i] > m ? red[i] : m;
-        for (int e = threadIdx.x; e < n_expert; e += FR_THREADS)
-            sc[e] = cm_expf(__fsub_rn(sc[e], m));
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            float sum = 0.0f;
-            for (int e = 0; e < n_expert; e++) sum = __fadd_rn(sum, sc[e]);
-            s_sum = sum;
-        }
-        __syncthreads();
-        for (int e = threadIdx.x; e < n_expert; e += FR_THREADS) sc[e] = __fdiv_rn(sc[e], s_sum);
-        __syncthreads();
-    }
-    for (int e = threadIdx.x; e < n_expert; e += FR_THREADS) {
-        const float v = sc[e];
-        int rk = 0; /* no early exit: independent iterations pipeline */
-#pragma unroll 8
-        for (int o = 0; o < n_expert; o++) rk += fr_before(sc[o], o, v, e);
-        if (rk < n_used) {
-            ids[rk] = e;
-            wo[rk] = v;
-        }
-    }
-    __syncthreads();
-    if (threadIdx.x != 0) return;
-    if (mode == CPU_GATE_SOFTMAX_TOPK) {
-        if (renorm) {
-            float s = 0.0f;
-            for (int i = 0; i < n_used; i++) s = __fadd_rn(s, wo[i]);
-            for (int i = 0; i < n_used; i++) wo[i] = __fdiv_rn(wo[i], s);
-        }
-    } else {
-        const float m = wo[0];
-        float sum = 0.0f;
-        for (int i = 0; i < n_used; i++) {
-            wo[i] = cm_expf(__fsub_rn(wo[i], m));
-            sum = __fadd_rn(sum, wo[i]);
-        }
-        for (int i = 0; i < n_used; i++) wo[i] = __fdiv_rn(wo[i], sum);
-    }
+    rt_select(sc, red, n_expert, n_used, mode, renorm, ids, wo);
 }
 
 extern "C" hm_status cuda_fused_router(const float *w, int64_t n_expert, int64_t k,

@@ -21,6 +21,7 @@ extern "C" {
 }
 #include "cuda/cuda_math.cuh"
 #include "cuda/cuda_rope.cuh"
+#include "cuda/cuda_router.cuh"
 
 #define OPS_THREADS 256
 #define OPS_MAX_BLOCKS 4096
@@ -221,78 +222,17 @@ extern "C" hm_status cuda_rmsnorm(const float *x, const float *w, float *y, int6
 
 /* ------------------------------------------------------------------ router */
 
-/* a (id ia) sorts before b (id ib): higher score first, equal scores lower id first; a NaN
- * sorts after every number (the order stays total, so ranks are distinct). */
-static __device__ __forceinline__ bool router_before(float a, int ia, float b, int ib) {
-    const bool an = a != a, bn = b != b;
-    if (an || bn) return an && bn ? ia < ib : bn;
-    if (a != b) return a > b;
-    return ia < ib;
-}
-
-/* One block per token. sc: scores (then probabilities) in shared memory. The slots are
- * written to ids/weights by rank; thread 0 then does the order-dependent sums. */
+/* One block per token: the scores into shared memory, then rt_select (cuda_router.cuh). */
 __global__ void router_kernel(const float *logits, const float *bias, int n_expert, int k,
                               int mode, int renorm, int32_t *ids_out, float *w_out) {
     __shared__ float sc[ROUTER_MAX_EXPERTS];
     __shared__ float red[OPS_THREADS / 32];
     const int64_t t = blockIdx.x;
     const float *l = logits + t * n_expert;
-    int32_t *ids = ids_out + t * k;
-    float *w = w_out + t * k;
     for (int e = threadIdx.x; e < n_expert; e += blockDim.x)
         sc[e] = bias ? __fadd_rn(l[e], bias[e]) : l[e];
     __syncthreads();
-    if (mode == CPU_GATE_SOFTMAX_TOPK) {
-        /* max: order does not matter (the sign of a zero maximum does not change x - m) */
-        float m = -INFINITY;
-        for (int e = threadIdx.x; e < n_expert; e += blockDim.x) m = sc[e] > m ? sc[e] : m;
-        for (int o = 16; o > 0; o >>= 1) {
-            const float v = __shfl_down_sync(0xffffffffu, m, o);
-            m = v > m ? v : m;
-        }
-        if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
-        __syncthreads();
-        m = -INFINITY;
-        for (int i = 0; i < (int)(blockDim.x >> 5); i++) m = red[i] > m ? red[i] : m;
-        for (int e = threadIdx.x; e < n_expert; e += blockDim.x) sc[e] = cm_expf(__fsub_rn(sc[e], m));
-        __syncthreads();
-        __shared__ float s_sum;
-        if (threadIdx.x == 0) {
-            float sum = 0.0f;
-            for (int e = 0; e < n_expert; e++) sum = __fadd_rn(sum, sc[e]);
-            s_sum = sum;
-        }
-        __syncthreads();
-        for (int e = threadIdx.x; e < n_expert; e += blockDim.x) sc[e] = __fdiv_rn(sc[e], s_sum);
-        __syncthreads();
-    }
-    for (int e = threadIdx.x; e < n_expert; e += blockDim.x) {
-        const float v = sc[e];
-        int rank = 0;
-        for (int o = 0; o < n_expert && rank < k; o++) rank += router_before(sc[o], o, v, e);
-        if (rank < k) {
-            ids[rank] = e;
-            w[rank] = v;
-        }
-    }
-    __syncthreads();
-    if (threadIdx.x != 0) return;
-    if (mode == CPU_GATE_SOFTMAX_TOPK) {
-        if (renorm) {
-            float s = 0.0f;
-            for (int i = 0; i < k; i++) s = __fadd_rn(s, w[i]);
-            for (int i = 0; i < k; i++) w[i] = __fdiv_rn(w[i], s);
-        }
-    } else {
-        const float m = w[0];
-        float sum = 0.0f;
-        for (int i = 0; i < k; i++) {
-            w[i] = cm_expf(__fsub_rn(w[i], m));
-            sum = __fadd_rn(sum, w[i]);
-        }
-        for (int i = 0; i < k; i++) w[i] = __fdiv_rn(w[i], sum);
-    }
+    rt_select(sc, red, n_expert, k, mode, renorm, ids_out + t * k, w_out + t * k);
 }
 
 extern "C" hm_status cuda_router(const float *logits, const float *bias, int64_t n_tok,
