@@ -6,6 +6,8 @@
 #   bash bench/device_profile_gpu.sh [preset:type] [SKIP] [COUNT]
 # DETAIL=regex adds ncu's speed-of-light, warp-state, launch, occupancy and source-counter
 # sections for those kernels (build with LINEINFO=1 for source lines in the stall table).
+# NCU_EXTRA adds ncu flags, e.g. "--cache-control none --clock-control none": no cache flush
+# and free clocks between kernels, closer to the times inside the replayed graph.
 set -uo pipefail
 spec=${1:-qwen3-30b-a3b:q4_k_m}
 skip=${2:-8000}
@@ -24,7 +26,7 @@ pre=${spec%%:*} ty=${spec##*:}
 f=$m/$pre-$ty.gguf
 [ -f $f ] || $b/hotmoe forge --preset $pre --type $ty -o $f 2>&1 | tail -1
 csv=$OUT/ncu_$pre.csv
-ncu --graph-profiling node --launch-skip $skip --launch-count $count \
+ncu --graph-profiling node --launch-skip $skip --launch-count $count ${NCU_EXTRA:-} \
   --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum --csv --page raw \
   $b/hotmoe run -m $f -ngl 99 --gpu-strict -p "the quick brown fox" -n 40 --temp 0 \
   >$csv 2>$OUT/ncu_err_$pre.txt

@@ -29,6 +29,7 @@ extern "C" {
 #include "cuda/cuda_attn.h"
 #include "quant/qtypes.h"
 }
+#include "cuda/cuda_launch.cuh"
 #include "cuda/cuda_math.cuh"
 
 #define ATT_THREADS 128
@@ -71,6 +72,7 @@ extern "C" size_t cuda_kv_bytes(int64_t n_ctx, int n_head_kv, int head_dim) {
 
 __global__ void kv_store_kernel(uint16_t *kc, uint16_t *vc, int64_t n_ctx, int64_t row,
                                 const float *k, const float *v, int64_t n_tok, const int32_t *pos) {
+    cu_pdl_enter();
     const int64_t total = n_tok * row;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -92,7 +94,7 @@ extern "C" hm_status cuda_kv_store(uint16_t *k_cache, uint16_t *v_cache, int64_t
     const int64_t row = (int64_t)n_head_kv * head_dim, total = n_tok * row;
     int64_t blocks = (total + 255) / 256;
     if (blocks > 4096) blocks = 4096;
-    kv_store_kernel<<<(unsigned)blocks, 256, 0, (cudaStream_t)stream>>>(k_cache, v_cache, n_ctx,
+    cu_launch(kv_store_kernel, (unsigned)blocks, 256, 0, (cudaStream_t)stream, k_cache, v_cache, n_ctx,
                                                                         row, k, v, n_tok, d_pos);
     return attn_launched("kv_store_kernel", err);
 }
@@ -209,6 +211,7 @@ template <int HD>
 __global__ void __launch_bounds__(ATT_THREADS)
     attn_kernel(const attn_plan P, const float *q, const uint16_t *kc, const uint16_t *vc,
                 const int32_t *pos, const float *sinks, float *out, void *scratch) {
+    cu_pdl_enter();
     typedef attn_cfg<HD> C;
     float *part = (float *)((char *)scratch + ATT_COUNTER_BYTES);
     extern __shared__ float smem[];
@@ -412,6 +415,7 @@ template <int HD, int NREP>
 __global__ void __launch_bounds__(ATT_THREADS)
     attn_decode_kernel(const attn_plan P, const float *q, const uint16_t *kc, const uint16_t *vc,
                        const int32_t *pos, const float *sinks, float *out, void *scratch) {
+    cu_pdl_enter();
     constexpr int DPL = HD / 32, NP = HD / 8; /* output dims per lane, 16-byte pieces per row */
     __shared__ float Qs[NREP][HD];
     __shared__ float Wm[ATT_WARPS][NREP], Wl[ATT_WARPS][NREP];
@@ -547,7 +551,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
 template <int HD, int NREP>
 static hm_status attn_decode_launch(const attn_plan *P, const cuda_attn_args *a, cudaStream_t s,
                                     hm_error *err) {
-    attn_decode_kernel<HD, NREP><<<dim3((unsigned)P->n_kv, (unsigned)P->n_split), ATT_THREADS, 0, s>>>(
+    cu_launch(attn_decode_kernel<HD, NREP>, dim3((unsigned)P->n_kv, (unsigned)P->n_split), ATT_THREADS, 0, s, 
         *P, a->q, a->k_cache, a->v_cache, a->d_pos, a->d_sinks, a->out, a->scratch);
     return attn_launched("attn_decode_kernel", err);
 }
@@ -620,7 +624,7 @@ static hm_status attn_launch(const attn_plan *P, const cuda_attn_args *a, cudaSt
                             cudaGetErrorString(e));
     const dim3 grid((unsigned)((P->n_tok + P->nt - 1) / P->nt), (unsigned)(P->n_kv * P->n_hchunk),
                     (unsigned)P->n_split);
-    attn_kernel<HD><<<grid, ATT_THREADS, smem, s>>>(*P, a->q, a->k_cache, a->v_cache, a->d_pos,
+    cu_launch(attn_kernel<HD>, grid, ATT_THREADS, smem, s, *P, a->q, a->k_cache, a->v_cache, a->d_pos,
                                                     a->d_sinks, a->out, a->scratch);
     return attn_launched("attn_kernel", err);
 }

@@ -12,6 +12,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "cuda/cuda_launch.cuh"
+
 extern "C" {
 #include "cuda/cuda_decode.h"
 #include "cuda/cuda_engine_internal.h"
@@ -50,6 +52,7 @@ static hm_status launch_check(hm_error *err, const char *kernel) {
 
 __global__ void decode_commit_kernel(int32_t *d_token, uint32_t *d_step, ring_slot *ring,
                                      int depth) {
+    cu_pdl_enter();
     uint32_t s = *d_step;
     volatile ring_slot *r = ring + (s % (uint32_t)depth);
     int32_t t = *d_token;
@@ -60,10 +63,11 @@ __global__ void decode_commit_kernel(int32_t *d_token, uint32_t *d_step, ring_sl
     *d_step = s + 1u;
 }
 
-__global__ void decode_set_kernel(int32_t *p, int32_t v) { *p = v; }
+__global__ void decode_set_kernel(int32_t *p, int32_t v) {
+    cu_pdl_enter(); *p = v; }
 
 static hm_status set_scalar(cudaStream_t s, int32_t *p, int32_t v, hm_error *err) {
-    decode_set_kernel<<<1, 1, 0, s>>>(p, v);
+    cu_launch(decode_set_kernel, 1, 1, 0, s, p, v);
     return launch_check(err, "decode_set_kernel");
 }
 
@@ -89,7 +93,7 @@ static hm_status capture_step(cuda_decode *d, hm_error *err) {
     if (ce != cudaSuccess) return cuda_fail(err, ce, "cudaStreamBeginCapture");
     hm_status st = cuda_sampler_sample(d->smp, e->d_logits, &d->d_scal[0], s, err);
     if (st == HM_OK) {
-        decode_commit_kernel<<<1, 1, 0, s>>>(&d->d_scal[0], (uint32_t *)&d->d_scal[2], d->ring_d,
+        cu_launch(decode_commit_kernel, 1, 1, 0, s, &d->d_scal[0], (uint32_t *)&d->d_scal[2], d->ring_d,
                                              d->depth);
         st = launch_check(err, "decode_commit_kernel");
     }

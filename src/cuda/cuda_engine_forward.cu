@@ -19,6 +19,8 @@
 #include <cuda_runtime.h>
 #include <string.h>
 
+#include "cuda/cuda_launch.cuh"
+
 extern "C" {
 #include "cuda/cuda_attn.h"
 #include "cuda/cuda_engine_internal.h"
@@ -39,11 +41,13 @@ static hm_status launched(const char *what, hm_error *err) {
 }
 
 __global__ void k_positions(const int32_t *d_pos, int32_t *positions, int n) {
+    cu_pdl_enter();
     int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t < n) positions[t] = *d_pos + t;
 }
 
-__global__ void k_advance(int32_t *d_pos, int n) { *d_pos += n; }
+__global__ void k_advance(int32_t *d_pos, int n) {
+    cu_pdl_enter(); *d_pos += n; }
 
 /* Whether the product of w with n tokens goes to the tensor cores. f32 weights never do: the
  * GEMM rounds its inputs to f16, and whoever keeps f32 weights asked for f32 arithmetic (the
@@ -420,7 +424,7 @@ static hm_status moe_block(cuda_engine *e, int il, int n, fwd_defer *dfr, hm_err
         /* logits and top-k in one launch (f32 router: ract is xn) */
         st = cuda_fused_router((const float *)L->router.d, hp->n_expert, E, (const float *)ract,
                                n, (const float *)L->router_b.d, K, gm, renorm, e->router, e->ids,
-                               e->gw, e->stream, err);
+                               e->gw, e->router_sync, e->stream, err);
     } else {
         if (st == HM_OK)
             st = cuda_matvec(L->router.type, L->router.d, L->router.ne[1], E, ract, n,
@@ -462,7 +466,7 @@ extern "C" hm_status cuda_engine_enqueue_forward(cuda_engine *e, const int32_t *
     if (n_tok <= 0 || n_tok > e->p.n_ubatch)
         return hm_error_set(err, HM_ERR_ARG, "GPU: %d tokens in one step (1..%d)", n_tok,
                             e->p.n_ubatch);
-    k_positions<<<(n_tok + 127) / 128, 128, 0, S(e)>>>(e->d_pos, e->d_positions, n_tok);
+    cu_launch(k_positions, (n_tok + 127) / 128, 128, 0, S(e), e->d_pos, e->d_positions, n_tok);
     hm_status st = launched("k_positions", err);
     if (st == HM_OK)
         st = cuda_get_rows(e->tok_embd.type, e->tok_embd.d, e->tok_embd.row_size, d_tokens, n_tok,
@@ -509,7 +513,7 @@ extern "C" hm_status cuda_engine_enqueue_logits(cuda_engine *e, int row0, int n_
 }
 
 extern "C" hm_status cuda_engine_enqueue_advance(cuda_engine *e, int n, hm_error *err) {
-    k_advance<<<1, 1, 0, S(e)>>>(e->d_pos, n);
+    cu_launch(k_advance, 1, 1, 0, S(e), e->d_pos, n);
     return launched("k_advance", err);
 }
 

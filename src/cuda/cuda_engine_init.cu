@@ -137,6 +137,7 @@ static size_t layout_scratch(const hm_model *m, const cuda_engine_params *p, cud
         {e ? (void **)&e->gemm_scratch : NULL, gemm},
         {e ? (void **)&e->attn_scratch : NULL, attn},
         {e ? (void **)&e->norm_sync : NULL, sizeof(int) * 2 * (size_t)nu},
+        {e ? (void **)&e->router_sync : NULL, sizeof(int) * (size_t)(nu / 8 + 1)},
         {e ? (void **)&e->d_rope : NULL, sizeof(float) * (size_t)(p->n_ctx * (hp->n_rot / 2) * 2)},
         {e ? (void **)&e->d_pos : NULL, sizeof(int32_t)},
         {e ? (void **)&e->d_positions : NULL, sizeof(int32_t) * (size_t)nu},

@@ -84,6 +84,7 @@ struct cuda_engine {
     size_t gemm_scratch_bytes;
     void *attn_scratch; /* cuda_attention scratch (largest over n_tok <= nu) */
     int *norm_sync;     /* [2 * nu] cuda_fused_norm_args.d_sync (zeroed with the arena) */
+    int *router_sync;   /* [nu / 8 + 1] cuda_fused_router's d_sync (zeroed with the arena) */
     size_t attn_scratch_bytes;
     float *d_rope;      /* [n_ctx][n_rot/2][2] cos/sin table (cuda_rope_table_fill) */
     int32_t *d_pos;       /* device scalar: position of the next step's first token */

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "cuda/cuda_blocks.cuh"
+#include "cuda/cuda_launch.cuh"
 #include "cuda/cuda_math.cuh"
 #include "cuda/cuda_quant_internal.cuh"
 #include "cuda/cuda_rope.cuh"
@@ -116,6 +117,7 @@ static __device__ __forceinline__ void fm_row_barrier(int *sync) {
 /* B = 0: no quantisation; 32: q8_32; 256: q8_K. grid (n_tok, ceil(n / FM_SLICE)). */
 template <int B>
 __global__ void __launch_bounds__(FM_SLICE) k_fused_norm_mb(const norm_k A) {
+    cu_pdl_enter();
     extern __shared__ float row[]; /* [n] */
     __shared__ float s_scale;
     __shared__ float wmax[FM_SLICE / 32];
@@ -204,9 +206,9 @@ extern "C" hm_status cuda_fused_norm_quant(const cuda_fused_norm_args *a, void *
     for (A.t0 = 0; A.t0 < a->n_tok; A.t0 += per) { /* every block of a launch is resident */
         const int64_t rows = a->n_tok - A.t0 < per ? a->n_tok - A.t0 : per;
         const dim3 g((unsigned)rows, (unsigned)nb);
-        if (B == 32) k_fused_norm_mb<32><<<g, FM_SLICE, smem, st>>>(A);
-        else if (B == 256) k_fused_norm_mb<256><<<g, FM_SLICE, smem, st>>>(A);
-        else k_fused_norm_mb<0><<<g, FM_SLICE, smem, st>>>(A);
+        if (B == 32) cu_launch(k_fused_norm_mb<32>, g, FM_SLICE, smem, st, A);
+        else if (B == 256) cu_launch(k_fused_norm_mb<256>, g, FM_SLICE, smem, st, A);
+        else cu_launch(k_fused_norm_mb<0>, g, FM_SLICE, smem, st, A);
         const hm_status r = fused_launched("k_fused_norm_mb", err);
         if (r != HM_OK) return r;
     }
@@ -229,6 +231,7 @@ typedef struct {
 
 /* grid (n_tok, n_head + n_head_kv) */
 __global__ void __launch_bounds__(FQ_THREADS) k_fused_qk(const qk_k A) {
+    cu_pdl_enter();
     __shared__ float buf[FQ_MAX_HD];
     __shared__ float s_scale;
     const int64_t t = blockIdx.x;
@@ -304,7 +307,6 @@ extern "C" hm_status cuda_fused_qk_rope_store(const cuda_fused_qk_args *a, void 
     if (a->n_tok == 0) return HM_OK;
     if (!a->q || !a->k || !a->v || !a->d_pos || !a->k_cache || !a->v_cache)
         return hm_error_set(err, HM_ERR_ARG, "cuda_fused_qk_rope_store: missing buffers");
-    k_fused_qk<<<dim3((unsigned)a->n_tok, (unsigned)(a->n_head + a->n_head_kv)), FQ_THREADS, 0,
-                 (cudaStream_t)stream>>>(A);
+    cu_launch(k_fused_qk, dim3((unsigned)a->n_tok, (unsigned)(a->n_head + a->n_head_kv)), FQ_THREADS, 0, (cudaStream_t)stream, A);
     return fused_launched("k_fused_qk", err);
 }

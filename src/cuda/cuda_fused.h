@@ -32,7 +32,7 @@ extern "C" {
 #define CUDA_FUSE_QK_ROPE_STORE 1  /* per-head q/k norm + RoPE + KV store */
 #define CUDA_FUSE_RESIDUAL 1       /* residual add (and the MoE combine) into the next norm */
 #ifndef CUDA_FUSE_ROUTER
-#define CUDA_FUSE_ROUTER 1         /* f32 router logits + top-k in one (cluster) launch */
+#define CUDA_FUSE_ROUTER 1         /* f32 router logits + top-k in one launch */
 #endif
 
 /* Rows up to this length fit cuda_fused_norm_quant's shared-memory row (44 KiB). */
@@ -117,15 +117,16 @@ hm_status cuda_fused_qk_rope_store(const cuda_fused_qk_args *a, void *stream, hm
 
 /* = cuda_matvec(HM_TYPE_F32, w, n_expert, k, x, n_tok, logits);
  *   cuda_router(logits, bias, n_tok, n_expert, n_used, mode, renorm, d_ids, d_weights)
- * in one launch: a cluster of 8 blocks (sm_90) per tile of <= 8 tokens computes the logits
- * (a warp per expert row, as cuda_matvec), then block r of the cluster selects for token r of
- * the tile. w: [n_expert][k] f32; x: [n_tok][k] f32; bias: [n_expert] or NULL; logits:
- * [n_tok][n_expert] (written, scratch); d_ids, d_weights: [n_tok][n_used].
+ * in one launch: blocks of 4 warps per tile of <= 8 tokens compute the logits (a warp per
+ * expert row, as cuda_matvec); the tile's last block to finish selects for its tokens.
+ * w: [n_expert][k] f32; x: [n_tok][k] f32; bias: [n_expert] or NULL; logits:
+ * [n_tok][n_expert] (written, scratch); d_ids, d_weights: [n_tok][n_used]; d_sync:
+ * [(n_tok + 7) / 8] counters, zero before the call and zero again after it.
  * 1 <= n_used <= n_expert <= CUDA_FUSED_ROUTER_MAX. Same bytes as the two launches. */
 hm_status cuda_fused_router(const float *w, int64_t n_expert, int64_t k, const float *x,
                             int64_t n_tok, const float *bias, int n_used, cpu_gate_mode mode,
                             int renorm, float *logits, int32_t *d_ids, float *d_weights,
-                            void *stream, hm_error *err);
+                            int *d_sync, void *stream, hm_error *err);
 
 #ifdef __cplusplus
 }

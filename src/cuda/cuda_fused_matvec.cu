@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 #include <string.h>
 
+#include "cuda/cuda_launch.cuh"
 #include "cuda/cuda_quant_internal.cuh"
 
 extern "C" {
@@ -30,6 +31,7 @@ template <class T, int NT>
 __global__ void __launch_bounds__(CQ_WARPS * 32, 4)
 k_matvec_multi(const multi_k M, size_t row_bytes, int64_t k, const uint8_t *act,
                size_t act_bytes, int64_t n_tok) {
+    cu_pdl_enter();
     int m = 0;
 #pragma unroll
     for (int i = 1; i < CUDA_MULTI_MAX; i++)
@@ -74,10 +76,10 @@ static void launch_multi(const multi_k *M, unsigned n_blocks, int64_t k, const u
     const dim3 grid(n_blocks, (unsigned)((n_tok + nt - 1) / nt));
     const dim3 block(CQ_WARPS * 32);
     switch (nt) {
-    case 1: k_matvec_multi<T, 1><<<grid, block, 0, st>>>(*M, row_bytes, k, act, act_bytes, n_tok); break;
-    case 2: k_matvec_multi<T, 2><<<grid, block, 0, st>>>(*M, row_bytes, k, act, act_bytes, n_tok); break;
-    case 4: k_matvec_multi<T, 4><<<grid, block, 0, st>>>(*M, row_bytes, k, act, act_bytes, n_tok); break;
-    default: k_matvec_multi<T, 8><<<grid, block, 0, st>>>(*M, row_bytes, k, act, act_bytes, n_tok); break;
+    case 1: cu_launch(k_matvec_multi<T, 1>, grid, block, 0, st, *M, row_bytes, k, act, act_bytes, n_tok); break;
+    case 2: cu_launch(k_matvec_multi<T, 2>, grid, block, 0, st, *M, row_bytes, k, act, act_bytes, n_tok); break;
+    case 4: cu_launch(k_matvec_multi<T, 4>, grid, block, 0, st, *M, row_bytes, k, act, act_bytes, n_tok); break;
+    default: cu_launch(k_matvec_multi<T, 8>, grid, block, 0, st, *M, row_bytes, k, act, act_bytes, n_tok); break;
     }
 }
 

@@ -26,6 +26,7 @@ extern "C" {
 #include "quant/qtypes.h"
 }
 #include "cuda/cuda_gemm_deq.cuh"
+#include "cuda/cuda_launch.cuh"
 
 using namespace nvcuda;
 
@@ -126,6 +127,7 @@ template <int TYPE>
 __global__ void __launch_bounds__(THREADS)
 gemm_kernel(const uint8_t *w, size_t row_bytes, int64_t n_rows, int k, const __half *xh,
             int64_t n_tok, float *y) {
+    cu_pdl_enter();
     __shared__ __align__(128) smem_gemm sm;
     __shared__ int64_t a_row[BM], y_row[BM];
     const int64_t t0 = (int64_t)blockIdx.x * BM;
@@ -144,6 +146,7 @@ gemm_moe_kernel(const uint8_t *w, size_t row_bytes, size_t expert_bytes, int64_t
                 const __half *xh, int x_per_slot, int n_used, const int32_t *sorted,
                 const int32_t *t_exp, const int32_t *t_start, const int32_t *t_n,
                 const int32_t *n_tiles, float *y) {
+    cu_pdl_enter();
     const int tile = blockIdx.x;
     if (tile >= *n_tiles) return;
     __shared__ __align__(128) smem_gemm sm;
@@ -164,6 +167,7 @@ gemm_moe_kernel(const uint8_t *w, size_t row_bytes, size_t expert_bytes, int64_t
 __global__ void __launch_bounds__(ROUTE_THREADS)
 moe_route_kernel(const int32_t *ids, int n_pairs, int n_expert, int32_t *sorted, int32_t *t_exp,
                  int32_t *t_start, int32_t *t_n, int32_t *n_tiles) {
+    cu_pdl_enter();
     extern __shared__ int route_sh[];
     int *cnt = route_sh, *cur = route_sh + n_expert;
     __shared__ int scan_p[ROUTE_THREADS], scan_t[ROUTE_THREADS];
@@ -214,6 +218,7 @@ moe_route_kernel(const int32_t *ids, int n_pairs, int n_expert, int32_t *sorted,
 
 /* xh[i] = f16(x[i]) (round to nearest even), n a multiple of 4 */
 __global__ void to_f16_kernel(const float4 *x, __half2 *xh, int64_t n4) {
+    cu_pdl_enter();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4;
          i += (int64_t)gridDim.x * blockDim.x) {
         const float4 v = x[i];
@@ -231,7 +236,7 @@ hm_status launch_check(const char *what, hm_error *err) {
 hm_status to_f16(const float *x, int64_t n, __half *xh, cudaStream_t s, hm_error *err) {
     const int64_t n4 = n / 4;
     const int64_t blocks = n4 / 256 + 1;
-    to_f16_kernel<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, s>>>(
+    cu_launch(to_f16_kernel, (unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, s, 
         (const float4 *)x, (__half2 *)xh, n4);
     return launch_check("cuda_gemm to_f16_kernel", err);
 }
@@ -279,7 +284,7 @@ extern "C" hm_status cuda_gemm(uint32_t wtype, const void *w, int64_t n_rows, in
     switch (wtype) {
 #define X(T)                                                                                  \
     case T:                                                                                   \
-        gemm_kernel<T><<<grid, THREADS, 0, s>>>((const uint8_t *)w, row_bytes, n_rows, (int)k, \
+        cu_launch(gemm_kernel<T>, grid, THREADS, 0, s, (const uint8_t *)w, row_bytes, n_rows, (int)k, \
                                                 xh, n_tok, y);                                \
         break;
         GEMM_TYPES(X)
@@ -324,7 +329,7 @@ extern "C" hm_status cuda_gemm_moe(const cuda_gemm_moe_args *a, void *scratch,
     cudaStream_t s = (cudaStream_t)stream;
     st = to_f16(a->x, x_rows * a->k, xh, s, err);
     if (st != HM_OK) return st;
-    moe_route_kernel<<<1, ROUTE_THREADS, 2 * (size_t)a->n_expert * sizeof(int), s>>>(
+    cu_launch(moe_route_kernel, 1, ROUTE_THREADS, 2 * (size_t)a->n_expert * sizeof(int), s, 
         a->ids, (int)n_pairs, (int)a->n_expert, sorted, t_exp, t_start, t_n, n_tiles);
     st = launch_check("cuda_gemm_moe moe_route_kernel", err);
     if (st != HM_OK) return st;
@@ -334,7 +339,7 @@ extern "C" hm_status cuda_gemm_moe(const cuda_gemm_moe_args *a, void *scratch,
     switch (a->wtype) {
 #define X(T)                                                                                  \
     case T:                                                                                   \
-        gemm_moe_kernel<T><<<grid, THREADS, 0, s>>>(                                          \
+        cu_launch(gemm_moe_kernel<T>, grid, THREADS, 0, s,                                           \
             (const uint8_t *)a->w, row_bytes, expert_bytes, a->n_rows, (int)a->k, xh,         \
             a->x_per_slot, a->n_used, sorted, t_exp, t_start, t_n, n_tiles, a->y);            \
         break;

@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/cuda_launch.cuh"
+
 extern "C" {
 #include "cuda/cuda_ops.h"
 }
@@ -47,6 +49,7 @@ enum { EW_ADD, EW_SCALE, EW_SILU, EW_SIGMOID, EW_SWIGLU, EW_SWIGLU_OAI };
 
 template <int OP>
 __global__ void ew_kernel(const float *a, const float *b, float *y, int64_t n, float s, float t) {
+    cu_pdl_enter();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         float r;
@@ -65,7 +68,7 @@ static hm_status ew_launch(const char *name, const float *a, const float *b, flo
                            float s, float t, void *stream, hm_error *err) {
     if (n < 0) return hm_error_set(err, HM_ERR_ARG, "%s: negative length %lld", name, (long long)n);
     if (n == 0) return HM_OK;
-    ew_kernel<OP><<<ops_blocks(n), OPS_THREADS, 0, (cudaStream_t)stream>>>(a, b, y, n, s, t);
+    cu_launch(ew_kernel<OP>, ops_blocks(n), OPS_THREADS, 0, (cudaStream_t)stream, a, b, y, n, s, t);
     return ops_launched(name, err);
 }
 
@@ -103,6 +106,7 @@ extern "C" hm_status cuda_swiglu_oai(const float *gate, const float *up, float *
 
 /* x[r][i] += b[i] */
 __global__ void add_bias_kernel(float *x, const float *b, int64_t n_rows, int64_t n) {
+    cu_pdl_enter();
     const int64_t total = n_rows * n;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (int64_t)gridDim.x * blockDim.x)
@@ -113,7 +117,7 @@ extern "C" hm_status cuda_add_bias(float *x, const float *b, int64_t n_rows, int
                                    void *stream, hm_error *err) {
     if (n_rows < 0 || n < 0) return hm_error_set(err, HM_ERR_ARG, "cuda_add_bias: negative shape");
     if (n_rows == 0 || n == 0) return HM_OK;
-    add_bias_kernel<<<ops_blocks(n_rows * n), OPS_THREADS, 0, (cudaStream_t)stream>>>(x, b, n_rows,
+    cu_launch(add_bias_kernel, ops_blocks(n_rows * n), OPS_THREADS, 0, (cudaStream_t)stream, x, b, n_rows,
                                                                                       n);
     return ops_launched("add_bias_kernel", err);
 }
@@ -121,6 +125,7 @@ extern "C" hm_status cuda_add_bias(float *x, const float *b, int64_t n_rows, int
 /* y[row][i] += bias[ids[row]][i], row = t * n_used + s; ids outside [0, n_expert) skipped */
 __global__ void moe_add_bias_kernel(float *y, const float *bias, const int32_t *ids,
                                     int64_t n_rows, int64_t n, int n_expert) {
+    cu_pdl_enter();
     const int64_t total = n_rows * n;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -137,7 +142,7 @@ extern "C" hm_status cuda_moe_add_bias(float *y, const float *bias, const int32_
         return hm_error_set(err, HM_ERR_ARG, "cuda_moe_add_bias: bad shape or missing ids");
     const int64_t rows = n_tok * n_used;
     if (rows == 0 || n == 0) return HM_OK;
-    moe_add_bias_kernel<<<ops_blocks(rows * n), OPS_THREADS, 0, (cudaStream_t)stream>>>(
+    cu_launch(moe_add_bias_kernel, ops_blocks(rows * n), OPS_THREADS, 0, (cudaStream_t)stream, 
         y, bias, d_ids, rows, n, n_expert);
     return ops_launched("moe_add_bias_kernel", err);
 }
@@ -145,6 +150,7 @@ extern "C" hm_status cuda_moe_add_bias(float *y, const float *bias, const int32_
 /* out[t][i] = ((0 + w[t][0] * y[t][0][i]) + w[t][1] * y[t][1][i]) + ... in slot order */
 __global__ void moe_combine_kernel(const float *y, const float *w, const int32_t *ids,
                                    int64_t n_tok, int n_used, int64_t n, float *out) {
+    cu_pdl_enter();
     const int64_t total = n_tok * n;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -165,7 +171,7 @@ extern "C" hm_status cuda_moe_combine(const float *y, const float *w, const int3
     if (n_tok < 0 || n_used < 0 || n < 0)
         return hm_error_set(err, HM_ERR_ARG, "cuda_moe_combine: negative shape");
     if (n_tok == 0 || n == 0) return HM_OK;
-    moe_combine_kernel<<<ops_blocks(n_tok * n), OPS_THREADS, 0, (cudaStream_t)stream>>>(
+    cu_launch(moe_combine_kernel, ops_blocks(n_tok * n), OPS_THREADS, 0, (cudaStream_t)stream, 
         y, w, d_ids, n_tok, n_used, n, out);
     return ops_launched("moe_combine_kernel", err);
 }
@@ -173,6 +179,7 @@ extern "C" hm_status cuda_moe_combine(const float *y, const float *w, const int3
 /* out[t][i] = out[t][i] + sh[t][i] * sigmoid(gate[t]) */
 __global__ void shexp_combine_kernel(float *out, const float *sh, const float *gate,
                                      int64_t n_tok, int64_t n) {
+    cu_pdl_enter();
     const int64_t total = n_tok * n;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -186,7 +193,7 @@ extern "C" hm_status cuda_shexp_combine(float *out, const float *sh, const float
     if (n_tok < 0 || n < 0)
         return hm_error_set(err, HM_ERR_ARG, "cuda_shexp_combine: negative shape");
     if (n_tok == 0 || n == 0) return HM_OK;
-    shexp_combine_kernel<<<ops_blocks(n_tok * n), OPS_THREADS, 0, (cudaStream_t)stream>>>(
+    cu_launch(shexp_combine_kernel, ops_blocks(n_tok * n), OPS_THREADS, 0, (cudaStream_t)stream, 
         out, sh, gate, n_tok, n);
     return ops_launched("shexp_combine_kernel", err);
 }
@@ -194,6 +201,7 @@ extern "C" hm_status cuda_shexp_combine(float *out, const float *sh, const float
 /* One block per row: warp 0 computes the scale (cm_rms_scale), then every thread scales its
  * elements. */
 __global__ void rmsnorm_kernel(const float *x, const float *w, float *y, int64_t n, float eps) {
+    cu_pdl_enter();
     __shared__ float s_scale;
     const int64_t r = blockIdx.x;
     const float *xr = x + r * n;
@@ -216,7 +224,7 @@ extern "C" hm_status cuda_rmsnorm(const float *x, const float *w, float *y, int6
         return hm_error_set(err, HM_ERR_ARG, "cuda_rmsnorm: bad shape (%lld rows of %lld)",
                             (long long)n_rows, (long long)n);
     if (n_rows == 0 || n == 0) return HM_OK;
-    rmsnorm_kernel<<<(unsigned)n_rows, OPS_THREADS, 0, (cudaStream_t)stream>>>(x, w, y, n, eps);
+    cu_launch(rmsnorm_kernel, (unsigned)n_rows, OPS_THREADS, 0, (cudaStream_t)stream, x, w, y, n, eps);
     return ops_launched("rmsnorm_kernel", err);
 }
 
@@ -225,6 +233,7 @@ extern "C" hm_status cuda_rmsnorm(const float *x, const float *w, float *y, int6
 /* One block per token: the scores into shared memory, then rt_select (cuda_router.cuh). */
 __global__ void router_kernel(const float *logits, const float *bias, int n_expert, int k,
                               int mode, int renorm, int32_t *ids_out, float *w_out) {
+    cu_pdl_enter();
     __shared__ float sc[ROUTER_MAX_EXPERTS];
     __shared__ float red[OPS_THREADS / 32];
     const int64_t t = blockIdx.x;
@@ -246,7 +255,7 @@ extern "C" hm_status cuda_router(const float *logits, const float *bias, int64_t
     if (n_tok < 0 || n_tok > 0x7fffffff)
         return hm_error_set(err, HM_ERR_ARG, "cuda_router: bad token count %lld", (long long)n_tok);
     if (n_tok == 0) return HM_OK;
-    router_kernel<<<(unsigned)n_tok, OPS_THREADS, 0, (cudaStream_t)stream>>>(
+    cu_launch(router_kernel, (unsigned)n_tok, OPS_THREADS, 0, (cudaStream_t)stream, 
         logits, bias, n_expert, k, (int)mode, renorm, d_ids, d_weights);
     return ops_launched("router_kernel", err);
 }
@@ -257,6 +266,7 @@ extern "C" hm_status cuda_router(const float *logits, const float *bias, int64_t
 /* grid (n_tok, n_head + n_head_kv); threads over pairs */
 __global__ void rope_kernel(float *q, int n_head, float *k, int n_head_kv, int head_dim,
                             const int32_t *pos, const cr_consts rc) {
+    cu_pdl_enter();
     const int64_t t = blockIdx.x;
     const int h = blockIdx.y;
     float *x = h < n_head ? q + (t * n_head + h) * head_dim
@@ -283,7 +293,7 @@ extern "C" hm_status cuda_rope_qk(float *q, int n_head, float *k, int n_head_kv,
         rc.n_table = a->n_table;
     }
     const int threads = rc.n_pairs < 128 ? ((rc.n_pairs + 31) / 32) * 32 : 128;
-    rope_kernel<<<dim3((unsigned)n_tok, (unsigned)nh), threads, 0, (cudaStream_t)stream>>>(
+    cu_launch(rope_kernel, dim3((unsigned)n_tok, (unsigned)nh), threads, 0, (cudaStream_t)stream, 
         q, n_head, k, n_head_kv, head_dim, d_pos, rc);
     return ops_launched("rope_kernel", err);
 }

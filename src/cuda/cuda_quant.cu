@@ -20,6 +20,7 @@
  */
 #include <cuda_runtime.h>
 
+#include "cuda/cuda_launch.cuh"
 #include "cuda/cuda_quant_internal.cuh"
 
 extern "C" {
@@ -47,6 +48,7 @@ extern "C" hm_status cuda_matvec(uint32_t wtype, const void *w, int64_t n_rows, 
 /* One thread per element; B = 32 (q8_32, a warp per block) or 256 (q8_K, a CTA per block). */
 template <int B>
 __global__ void __launch_bounds__(256) k_quant_act(const float *x, int64_t k, int64_t n_el, uint8_t *act, size_t act_bytes) {
+    cu_pdl_enter();
     __shared__ float wmax[8];
     const int64_t e = (int64_t)blockIdx.x * 256 + threadIdx.x;
     const bool in = e < n_el; /* n_el is a multiple of B, so a whole block is in or out */
@@ -73,9 +75,9 @@ extern "C" hm_status cuda_quantize_act(uint32_t wtype, const float *x, int64_t k
     const size_t ab = quant_act_row_size(at, k);
     const unsigned grid = (unsigned)((n_el + 255) / 256);
     if (at == QUANT_ACT_Q8_32)
-        k_quant_act<32><<<grid, 256, 0, st>>>(x, k, n_el, (uint8_t *)act, ab);
+        cu_launch(k_quant_act<32>, grid, 256, 0, st, x, k, n_el, (uint8_t *)act, ab);
     else
-        k_quant_act<256><<<grid, 256, 0, st>>>(x, k, n_el, (uint8_t *)act, ab);
+        cu_launch(k_quant_act<256>, grid, 256, 0, st, x, k, n_el, (uint8_t *)act, ab);
     return cq_launched(err, "cuda_quantize_act");
 }
 
@@ -83,6 +85,7 @@ extern "C" hm_status cuda_quantize_act(uint32_t wtype, const float *x, int64_t k
 
 template <class T>
 __global__ void k_get_rows(const uint8_t *table, size_t row_size, const int32_t *ids, int64_t k, float *out) {
+    cu_pdl_enter();
     const int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     const int64_t i = blockIdx.y;
     if (j >= k) return;
@@ -96,7 +99,7 @@ template <class T>
 static void launch_get_rows(const uint8_t *table, size_t row_size, const int32_t *ids, int64_t n, int64_t k,
                             float *out, cudaStream_t st) {
     const dim3 grid((unsigned)((k + 255) / 256), (unsigned)n);
-    k_get_rows<T><<<grid, 256, 0, st>>>(table, row_size, ids, k, out);
+    cu_launch(k_get_rows<T>, grid, 256, 0, st, table, row_size, ids, k, out);
 }
 
 extern "C" hm_status cuda_get_rows(uint32_t wtype, const void *table, size_t row_size, const int32_t *d_ids,

@@ -4,6 +4,7 @@
 #ifndef HM_CUDA_CUDA_QUANT_MOE_CUH
 #define HM_CUDA_CUDA_QUANT_MOE_CUH
 
+#include "cuda/cuda_launch.cuh"
 #include "cuda/cuda_quant_internal.cuh"
 
 #define MOE_TILE 8
@@ -94,6 +95,7 @@ static __device__ __forceinline__ void moe_plain_rows2(const moe_params &P, int 
  * decode step, whose kernel then needs far fewer registers and runs more warps per SM) */
 template <class T, bool FUSED, int NTM>
 __global__ void __launch_bounds__(CQ_WARPS * 32, NTM == 1 ? 6 : 4) k_moe(const moe_params P) {
+    cu_pdl_enter();
     __shared__ int s_ids[MOE_SMEM_IDS]; /* the ids, when there are few enough */
     __shared__ int s_pairs[MOE_TILE];
     __shared__ int s_cnt;
@@ -154,8 +156,8 @@ static void launch_moe(const moe_params *P, cudaStream_t st) {
     const int rows_per_cta = CQ_WARPS * MOE_ROWS_PER_WARP;
     const dim3 grid((unsigned)q.n_pairs, (unsigned)((q.n_rows + rows_per_cta - 1) / rows_per_cta));
     /* one pair per token (n_pairs <= n_used): no expert can have two */
-    if (q.n_pairs <= q.n_used) k_moe<T, FUSED, 1><<<grid, CQ_WARPS * 32, 0, st>>>(q);
-    else k_moe<T, FUSED, MOE_TILE><<<grid, CQ_WARPS * 32, 0, st>>>(q);
+    if (q.n_pairs <= q.n_used) cu_launch(k_moe<T, FUSED, 1>, grid, CQ_WARPS * 32, 0, st, q);
+    else cu_launch(k_moe<T, FUSED, MOE_TILE>, grid, CQ_WARPS * 32, 0, st, q);
 }
 
 

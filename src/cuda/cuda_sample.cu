@@ -38,6 +38,8 @@
 
 #include <cub/device/device_radix_sort.cuh>
 
+#include "cuda/cuda_launch.cuh"
+
 extern "C" {
 #include "cuda/cuda_sample.h"
 #include "cuda/cuda_math.cuh"
@@ -159,6 +161,7 @@ static __device__ void smp_bitonic(unsigned long long *s, int npow2) {
 /* work = logits; then the last block applies the penalties (sample.c apply_penalties). */
 static __global__ void smp_pen_kernel(const float *logits, float *work, const int32_t *hist,
                                       smp_state *st, smp_params p) {
+    cu_pdl_enter();
     for (int32_t t = blockIdx.x * blockDim.x + threadIdx.x; t < p.n; t += gridDim.x * blockDim.x)
         work[t] = logits[t];
     if (!smp_last_block(&st->ticket_pen)) return;
@@ -183,6 +186,7 @@ static __global__ void smp_pen_kernel(const float *logits, float *work, const in
 static __global__ void smp_argmax_kernel(const float *l, float *pval, int32_t *pid, int32_t *pnan,
                                          int32_t *hist, smp_state *st, int32_t *d_token,
                                          smp_params p) {
+    cu_pdl_enter();
     float bv = -INFINITY;
     int32_t bi = 0x7fffffff;
     int nan = 0;
@@ -251,6 +255,7 @@ static __global__ void smp_argmax_kernel(const float *l, float *pval, int32_t *p
 /* top-k path, stage 1: block b sorts keys of tokens [b*SMP_CHUNK, ...) and keeps the first k */
 static __global__ void smp_topk_local_kernel(const float *l, unsigned long long *part,
                                              int32_t *pnan, smp_params p) {
+    cu_pdl_enter();
     __shared__ unsigned long long s[SMP_CHUNK];
     __shared__ int nan_any;
     if (threadIdx.x == 0) nan_any = 0;
@@ -278,6 +283,7 @@ static __global__ void smp_topk_local_kernel(const float *l, unsigned long long 
 /* full path, stage 1: radix keys and ids in id order, NaN flags */
 static __global__ void smp_keys_kernel(const float *l, uint32_t *kin, int32_t *iin, int32_t *pnan,
                                        smp_params p) {
+    cu_pdl_enter();
     __shared__ int nan_any;
     if (threadIdx.x == 0) nan_any = 0;
     __syncthreads();
@@ -460,6 +466,7 @@ static __global__ void smp_topk_final_kernel(const float *l, const unsigned long
                                              const int32_t *pnan, int32_t *hist, smp_state *st,
                                              int32_t *d_token, float *pre, smp_params p,
                                              int nblk) {
+    cu_pdl_enter();
     extern __shared__ unsigned long long s[]; /* [SMP_MERGE_CAP] */
     __shared__ smp_seq q;
     __shared__ int32_t cid[SMP_MERGE_CAP];
@@ -484,6 +491,7 @@ static __global__ void smp_full_final_kernel(const float *l, const int32_t *ids,
                                              const int32_t *pnan, int nblk, int32_t *hist,
                                              smp_state *st, int32_t *d_token, float *pre,
                                              smp_params p) {
+    cu_pdl_enter();
     __shared__ smp_seq q;
     __shared__ int nan_any;
     if (threadIdx.x == 0) nan_any = 0;
@@ -502,10 +510,12 @@ typedef struct {
 
 static __global__ void smp_accept_kernel(int32_t *hist, smp_state *st, smp_accept_args a,
                                          int32_t cap) {
+    cu_pdl_enter();
     for (int i = 0; i < a.n; i++) smp_hist_push(hist, st, cap, a.tok[i]);
 }
 
-static __global__ void smp_set_draws_kernel(smp_state *st, unsigned long long v) { st->step = v; }
+static __global__ void smp_set_draws_kernel(smp_state *st, unsigned long long v) {
+    cu_pdl_enter(); st->step = v; }
 
 /* ---- host API ---- */
 
@@ -663,14 +673,14 @@ extern "C" hm_status cuda_sampler_accept_host(cuda_sampler *s, const int32_t *to
         if (tokens[i] < 0 || tokens[i] >= s->kp.n) continue;
         a.tok[a.n++] = tokens[i];
         if (a.n == SMP_ACCEPT_BATCH) {
-            smp_accept_kernel<<<1, 1, 0, (cudaStream_t)stream>>>(s->d_hist, s->d_st, a, cap);
+            cu_launch(smp_accept_kernel, 1, 1, 0, (cudaStream_t)stream, s->d_hist, s->d_st, a, cap);
             hm_status st = smp_launched(err, "smp_accept_kernel");
             if (st != HM_OK) return st;
             a.n = 0;
         }
     }
     if (a.n > 0) {
-        smp_accept_kernel<<<1, 1, 0, (cudaStream_t)stream>>>(s->d_hist, s->d_st, a, cap);
+        cu_launch(smp_accept_kernel, 1, 1, 0, (cudaStream_t)stream, s->d_hist, s->d_st, a, cap);
         return smp_launched(err, "smp_accept_kernel");
     }
     return HM_OK;
@@ -678,7 +688,7 @@ extern "C" hm_status cuda_sampler_accept_host(cuda_sampler *s, const int32_t *to
 
 extern "C" hm_status cuda_sampler_set_draws(cuda_sampler *s, uint64_t n_draws, void *stream,
                                             hm_error *err) {
-    smp_set_draws_kernel<<<1, 1, 0, (cudaStream_t)stream>>>(s->d_st, (unsigned long long)n_draws);
+    cu_launch(smp_set_draws_kernel, 1, 1, 0, (cudaStream_t)stream, s->d_st, (unsigned long long)n_draws);
     return smp_launched(err, "smp_set_draws_kernel");
 }
 
@@ -689,31 +699,30 @@ extern "C" hm_status cuda_sampler_sample(cuda_sampler *s, const float *d_logits,
     const float *l = d_logits;
     hm_status st;
     if (s->pen_on) {
-        smp_pen_kernel<<<s->grid, SMP_GRID_THREADS, 0, cs>>>(d_logits, s->d_work, s->d_hist,
+        cu_launch(smp_pen_kernel, s->grid, SMP_GRID_THREADS, 0, cs, d_logits, s->d_work, s->d_hist,
                                                              s->d_st, p);
         if ((st = smp_launched(err, "smp_pen_kernel")) != HM_OK) return st;
         l = s->d_work;
     }
     if (s->path == SMP_PATH_GREEDY) {
-        smp_argmax_kernel<<<s->grid, SMP_GRID_THREADS, 0, cs>>>(l, s->d_pval, s->d_pid, s->d_nan,
+        cu_launch(smp_argmax_kernel, s->grid, SMP_GRID_THREADS, 0, cs, l, s->d_pval, s->d_pid, s->d_nan,
                                                                 s->d_hist, s->d_st, d_token, p);
         return smp_launched(err, "smp_argmax_kernel");
     }
     if (s->path == SMP_PATH_TOPK) {
-        smp_topk_local_kernel<<<s->grid_topk, SMP_FINAL_THREADS, 0, cs>>>(l, s->d_part, s->d_nan, p);
+        cu_launch(smp_topk_local_kernel, s->grid_topk, SMP_FINAL_THREADS, 0, cs, l, s->d_part, s->d_nan, p);
         if ((st = smp_launched(err, "smp_topk_local_kernel")) != HM_OK) return st;
-        smp_topk_final_kernel<<<1, SMP_FINAL_THREADS, SMP_MERGE_CAP * sizeof(unsigned long long),
-                                cs>>>(l, s->d_part, s->d_nan, s->d_hist, s->d_st, d_token,
+        cu_launch(smp_topk_final_kernel, 1, SMP_FINAL_THREADS, SMP_MERGE_CAP * sizeof(unsigned long long), cs, l, s->d_part, s->d_nan, s->d_hist, s->d_st, d_token,
                                       s->d_pre, p, s->grid_topk);
         return smp_launched(err, "smp_topk_final_kernel");
     }
-    smp_keys_kernel<<<s->grid, SMP_GRID_THREADS, 0, cs>>>(l, s->d_kin, s->d_iin, s->d_nan, p);
+    cu_launch(smp_keys_kernel, s->grid, SMP_GRID_THREADS, 0, cs, l, s->d_kin, s->d_iin, s->d_nan, p);
     if ((st = smp_launched(err, "smp_keys_kernel")) != HM_OK) return st;
     size_t bytes = s->cub_bytes;
     cudaError_t e = cub::DeviceRadixSort::SortPairs(s->d_cub, bytes, s->d_kin, s->d_kout, s->d_iin,
                                                     s->d_iout, p.n, 0, 32, cs);
     if (e != cudaSuccess) return smp_cuda_err(err, "device sampler: radix sort", e);
-    smp_full_final_kernel<<<1, SMP_FINAL_THREADS, 0, cs>>>(l, s->d_iout, s->d_nan, s->grid,
+    cu_launch(smp_full_final_kernel, 1, SMP_FINAL_THREADS, 0, cs, l, s->d_iout, s->d_nan, s->grid,
                                                            s->d_hist, s->d_st, d_token, s->d_pre,
                                                            p);
     return smp_launched(err, "smp_full_final_kernel");

@@ -119,9 +119,9 @@ static void test_host(void) {
     HM_CHECK(cuda_fused_qk_rope_store(&q, NULL, &err) == HM_ERR_ARG);
     HM_CHECK_MSG(strstr(err.msg, "n_dims 63") != NULL, "%s", err.msg);
     HM_CHECK(cuda_fused_router(NULL, 8, 64, NULL, 1, NULL, 0, CPU_GATE_SOFTMAX_TOPK, 0, NULL, NULL,
-                               NULL, NULL, &err) == HM_ERR_ARG);
+                               NULL, NULL, NULL, &err) == HM_ERR_ARG);
     HM_CHECK(cuda_fused_router(NULL, CUDA_FUSED_ROUTER_MAX + 1, 64, NULL, 1, NULL, 2,
-                               CPU_GATE_SOFTMAX_TOPK, 0, NULL, NULL, NULL, NULL, &err) == HM_ERR_ARG);
+                               CPU_GATE_SOFTMAX_TOPK, 0, NULL, NULL, NULL, NULL, NULL, &err) == HM_ERR_ARG);
 #endif
 }
 
@@ -162,8 +162,8 @@ static void test_no_gpu_error(void) {
     HM_CHECK(cuda_fused_qk_rope_store(&q, NULL, &err) == HM_ERR_CUDA);
     HM_CHECK_MSG(strstr(err.msg, "k_fused_qk") != NULL, "%s", err.msg);
     hm_error_clear(&err);
-    HM_CHECK(cuda_fused_router(p, 8, 64, p, 1, NULL, 2, CPU_GATE_SOFTMAX_TOPK, 1, p, p, p, NULL,
-                               &err) == HM_ERR_CUDA);
+    HM_CHECK(cuda_fused_router(p, 8, 64, p, 1, NULL, 2, CPU_GATE_SOFTMAX_TOPK, 1, p, p, p,
+                               (int *)p, NULL, &err) == HM_ERR_CUDA);
     HM_CHECK_MSG(strstr(err.msg, "k_fused_router") != NULL, "%s", err.msg);
 #endif
 }
@@ -274,7 +274,7 @@ static void norm_case(int cfg, uint32_t wtype, int64_t n, int64_t nt, int mode, 
 static void test_norm(void) {
     const uint32_t types[] = {HM_TYPE_F16, HM_TYPE_Q8_0, HM_TYPE_Q4_K};
     const int64_t ns[] = {2048, 2880, 256};
-    const int64_t nts[] = {1, 3, 8};
+    const int64_t nts[] = {1, 3, 8, 11};
     int cfg = 0;
     for (int ti = 0; ti < 3; ti++)
         for (int ni = 0; ni < 3; ni++) {
@@ -469,13 +469,13 @@ static void test_qk(void) {
 }
 
 static void test_router(void) {
-    /* qwen3-like, gpt-oss-like (bias, top-k then softmax), odd sizes, > 128 rows per cluster */
+    /* qwen3-like, gpt-oss-like (bias, top-k then softmax), odd sizes; 11 tokens: two tiles */
     const int64_t nes[] = {128, 32, 60, 200}, ks[] = {2048, 2880, 256, 512};
     const int kus[] = {8, 4, 4, 6};
-    const int64_t nts[] = {1, 3, 8};
+    const int64_t nts[] = {1, 3, 8, 11};
     int cfg = 0;
     for (int c = 0; c < 4; c++)
-        for (int ni = 0; ni < 3; ni++, cfg++) {
+        for (int ni = 0; ni < 4; ni++, cfg++) {
             const int64_t ne = nes[c], k = ks[c], nt = nts[ni];
             const int ku = kus[c];
             const cpu_gate_mode mode = c == 1 ? CPU_GATE_TOPK_SOFTMAX : CPU_GATE_SOFTMAX_TOPK;
@@ -494,19 +494,29 @@ static void test_router(void) {
             float *l1 = tu_dev(NULL, sizeof(float) * nt * ne), *l2 = tu_dev(NULL, sizeof(float) * nt * ne);
             float *g1 = tu_dev(NULL, sizeof(float) * nt * ku), *g2 = tu_dev(NULL, sizeof(float) * nt * ku);
             int32_t *i1 = tu_dev(NULL, 4 * nt * ku), *i2 = tu_dev(NULL, 4 * nt * ku);
-            HM_REQUIRE(w && x && l1 && l2 && g1 && g2 && i1 && i2 && (b || (c != 1 && c != 2)));
+            const int zero[2] = {0, 0};
+            int *sync = tu_dev(zero, sizeof(zero)); /* nt <= 16: two tiles of 8 */
+            HM_REQUIRE(w && x && l1 && l2 && g1 && g2 && i1 && i2 && sync &&
+                       (b || (c != 1 && c != 2)));
             hm_error err;
             hm_error_clear(&err);
             hm_status st = cuda_matvec(HM_TYPE_F32, w, ne, k, x, nt, l1, NULL, &err);
             if (st == HM_OK)
                 st = cuda_router(l1, b, nt, (int)ne, ku, mode, renorm, i1, g1, NULL, &err);
             HM_CHECK_MSG(st == HM_OK, "config %d unfused: %s", cfg, err.msg);
-            st = cuda_fused_router(w, ne, k, x, nt, b, ku, mode, renorm, l2, i2, g2, NULL, &err);
+            /* twice: the second call finds the counter rezeroed by the first */
+            for (int rep = 0; rep < 2 && st == HM_OK; rep++) {
+                if (rep) cudaMemset(i2, 0xff, 4 * nt * ku);
+                st = cuda_fused_router(w, ne, k, x, nt, b, ku, mode, renorm, l2, i2, g2, sync,
+                                       NULL, &err);
+            }
             HM_CHECK_MSG(st == HM_OK, "config %d fused: %s", cfg, err.msg);
+            int left[2] = {-1, -1};
+            HM_CHECK(tu_get(left, sync, sizeof(left)) && left[0] == 0 && left[1] == 0);
             same_dev(l1, l2, sizeof(float) * nt * ne, "router logits", cfg);
             same_dev(i1, i2, 4 * nt * ku, "router ids", cfg);
             same_dev(g1, g2, sizeof(float) * nt * ku, "router weights", cfg);
-            void *bufs[] = {w, x, b, l1, l2, g1, g2, i1, i2};
+            void *bufs[] = {w, x, b, l1, l2, g1, g2, i1, i2, sync};
             for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
                 if (bufs[i]) cudaFree(bufs[i]);
             free(hw);

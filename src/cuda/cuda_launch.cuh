@@ -1,0 +1,52 @@
+/* cuda_launch.cuh - every kernel launch of the CUDA backend, with programmatic dependent launch
+ * (PDL, sm_90).
+ *
+ * DESIGN: decode is ~12 small kernels per layer in one graph, so the gap between a kernel's
+ * last block and the next kernel's first (launch, block scheduling, prologue) is a large part of
+ * a token. With PDL a kernel may be launched while its predecessor on the stream still runs.
+ * Correctness rests on one rule: every kernel calls cu_pdl_enter() before it touches global
+ * memory. Its griddepcontrol.wait returns once the previous kernel has completed and its writes
+ * are visible (a no-op when launched without PDL), and only then does the kernel allow its own
+ * successor to launch (griddepcontrol.launch_dependents). So at most one kernel waits ahead of
+ * the running one, and each kernel completes after its predecessor: the chain orders every
+ * pair of kernels, as plain stream order does. CUDA_PDL=0 (build flag) turns it off.
+ */
+#ifndef HM_CUDA_CUDA_LAUNCH_CUH
+#define HM_CUDA_CUDA_LAUNCH_CUH
+
+#include "cuda/cuda_launch.cuh"
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#ifndef CUDA_PDL
+#define CUDA_PDL 1
+#endif
+
+/* First statement of every kernel (see DESIGN). */
+static __device__ __forceinline__ void cu_pdl_enter() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* cu_launch(kernel, grid, block, smem, stream, args...) with the PDL attribute; errors are left for
+ * cudaGetLastError as with <<<>>> (the callers' launch checks). */
+template <typename... P, typename... A>
+static inline void cu_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                             cudaStream_t stream, A &&...args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = CUDA_PDL;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
+}
+
+#endif
