@@ -220,22 +220,22 @@ SIMD_INLINE void simd_dot_iq4_xs(const simd_st_iq4xs *st, const uint8_t *ap, __m
     (void)pt;
 }
 
-/* ---- float factors of up to 8 blocks (SCALE8 of quant_simd_lanes.h) ----
+/* ---- float factors of 8 lanes (SCALE8 of quant_simd_lanes.h) ----
  * q4_K/q5_K/iq4_xs start with their fp16 d (q4_K/q5_K: then dmin), q6_K ends with it; q8_K
- * starts with its float d. Masked gathers read only the first cnt blocks, within each block. */
-SIMD_INLINE __m256i simd_kgather(const uint8_t *p, size_t stride, int cnt) {
-    const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-                                           _mm256_set1_epi32((int)stride));
-    if (cnt >= 8) return _mm256_i32gather_epi32((const int *)(const void *)p, idx, 1);
-    return _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)(const void *)p, idx,
-                                       _mm256_castps_si256(simd_lane_mask(cnt)), 1);
+ * starts with its float d. Lane i reads the weight block at byte offset wix[i] of w and the
+ * activation block at aix[i] of a (8 consecutive blocks of a row, or 4 blocks of 2 rows); masked
+ * gathers read only the lanes set in mask (full: all 8), each within its block. */
+SIMD_INLINE __m256i simd_kgather(const uint8_t *p, __m256i ix, __m256 mask, int full) {
+    if (full) return _mm256_i32gather_epi32((const int *)(const void *)p, ix, 1);
+    return _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)(const void *)p, ix,
+                                       _mm256_castps_si256(mask), 1);
 }
 
 /* d1 = d * da, d2 = -(dmin * da) */
-SIMD_INLINE void simd_scale8_k45(const uint8_t *w, size_t wsz, const uint8_t *a, int cnt, __m256 *d1,
-                                 __m256 *d2) {
-    const __m256i dd = simd_kgather(w, wsz, cnt); /* d | dmin << 16 */
-    const __m256 da = _mm256_castsi256_ps(simd_kgather(a, sizeof(block_q8_K), cnt));
+SIMD_INLINE void simd_scale8_k45(const uint8_t *w, __m256i wix, const uint8_t *a, __m256i aix,
+                                 __m256 mask, int full, __m256 *d1, __m256 *d2) {
+    const __m256i dd = simd_kgather(w, wix, mask, full); /* d | dmin << 16 */
+    const __m256 da = _mm256_castsi256_ps(simd_kgather(a, aix, mask, full));
     const __m256i lo = _mm256_and_si256(dd, _mm256_set1_epi32(0xffff));
     const __m256i pk = _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, _mm256_srli_epi32(dd, 16)), 0xd8);
     /* pk: [d0..d3 d4..d7 | dmin0..3 dmin4..7] */
@@ -246,22 +246,23 @@ SIMD_INLINE void simd_scale8_k45(const uint8_t *w, size_t wsz, const uint8_t *a,
 }
 
 /* d1 = d * da; d is the fp16 at byte off (HI = 0) or off + 2 (HI = 1) of each block */
-SIMD_INLINE void simd_scale8_d16(const uint8_t *w, size_t wsz, size_t off, int hi, const uint8_t *a,
-                                 int cnt, __m256 *d1, __m256 *d2) {
-    __m256i dd = simd_kgather(w + off, wsz, cnt);
+SIMD_INLINE void simd_scale8_d16(const uint8_t *w, __m256i wix, size_t off, int hi, const uint8_t *a,
+                                 __m256i aix, __m256 mask, int full, __m256 *d1, __m256 *d2) {
+    __m256i dd = simd_kgather(w + off, wix, mask, full);
     dd = hi ? _mm256_srli_epi32(dd, 16) : _mm256_and_si256(dd, _mm256_set1_epi32(0xffff));
-    const __m256 da = _mm256_castsi256_ps(simd_kgather(a, sizeof(block_q8_K), cnt));
+    const __m256 da = _mm256_castsi256_ps(simd_kgather(a, aix, mask, full));
     dd = _mm256_permute4x64_epi64(_mm256_packus_epi32(dd, dd), 0x08);
     *d1 = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(dd)), da);
     *d2 = _mm256_setzero_ps();
 }
 
 #define SIMD_QKA sizeof(block_q8_K)
-#define simd_scale8_q4_K(w, a, cnt, d1, d2) simd_scale8_k45(w, sizeof(block_q4_K), a, cnt, d1, d2)
-#define simd_scale8_q5_K(w, a, cnt, d1, d2) simd_scale8_k45(w, sizeof(block_q5_K), a, cnt, d1, d2)
-#define simd_scale8_q6_K(w, a, cnt, d1, d2) \
-    simd_scale8_d16(w, sizeof(block_q6_K), offsetof(block_q6_K, d) - 2, 1, a, cnt, d1, d2)
-#define simd_scale8_iq4_xs(w, a, cnt, d1, d2) simd_scale8_d16(w, sizeof(block_iq4_xs), 0, 0, a, cnt, d1, d2)
+#define simd_scale8_q4_K(w, wix, a, aix, mask, full, d1, d2) simd_scale8_k45(w, wix, a, aix, mask, full, d1, d2)
+#define simd_scale8_q5_K(w, wix, a, aix, mask, full, d1, d2) simd_scale8_k45(w, wix, a, aix, mask, full, d1, d2)
+#define simd_scale8_q6_K(w, wix, a, aix, mask, full, d1, d2) \
+    simd_scale8_d16(w, wix, offsetof(block_q6_K, d) - 2, 1, a, aix, mask, full, d1, d2)
+#define simd_scale8_iq4_xs(w, wix, a, aix, mask, full, d1, d2) \
+    simd_scale8_d16(w, wix, 0, 0, a, aix, mask, full, d1, d2)
 SIMD_LANE_TILE(simd_dot_q4_K, simd_st_k45, simd_unpack_q4_K, simd_dot_k45, simd_scale8_q4_K, 1, sizeof(block_q4_K), SIMD_QKA, 256)
 SIMD_LANE_TILE(simd_dot_q5_K, simd_st_k45, simd_unpack_q5_K, simd_dot_k45, simd_scale8_q5_K, 1, sizeof(block_q5_K), SIMD_QKA, 256)
 SIMD_LANE_TILE(simd_dot_q6_K, simd_st_q6, simd_unpack_q6_K, simd_dot_q6_K, simd_scale8_q6_K, 0, sizeof(block_q6_K), SIMD_QKA, 256)

@@ -151,7 +151,9 @@ static int check_tile(const quant_kernels *k, uint32_t t, int64_t n, int nr, int
 
 static void test_dot_lengths(void) {
     /* blocks per row: 1 block up to many, with non-multiples of 8 and 32 */
-    static const int64_t nbs[] = {1, 2, 3, 7, 8, 9, 16, 31, 32, 33, 37, 64, 90, 549};
+    /* (256-element types: 1-4 blocks are one two-row packed group; 9, 12, 35 end in a packed
+     * tail of 1, 4, 3 blocks after full groups, 35's into the lanes the first group used) */
+    static const int64_t nbs[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 16, 31, 32, 33, 35, 37, 64, 90, 549};
     const quant_kernels *tabs[QUANT_ISA_COUNT + 1];
     int ntab = tables(tabs);
     for (int ti_ = 0; ti_ < ntab; ti_++) {
@@ -164,9 +166,11 @@ static void test_dot_lengths(void) {
             for (size_t j = 0; j < sizeof(nbs) / sizeof(nbs[0]); j++) {
                 int64_t n = nbs[j] * unit;
                 if (bs != 32 && nbs[j] > 90) continue;  /* 549: the SIMD kernels' long-row (segment) path */
-                if (bs == 256 && nbs[j] > 33) continue; /* keep the test fast */
-                HM_CHECK_MSG(check_tile(k, t, n, 2, 1) == 0, "%s %s n=%lld", k->name,
-                             hm_type_name(t), (long long)n);
+                if (bs == 256 && nbs[j] > 35) continue; /* keep the test fast */
+                /* 2 and 3 rows: the matvec goes by row pairs, an odd row alone */
+                for (int nr = 2; nr <= 3; nr++)
+                    HM_CHECK_MSG(check_tile(k, t, n, nr, 1) == 0, "%s %s n=%lld nr=%d", k->name,
+                                 hm_type_name(t), (long long)n, nr);
             }
             if (bs == 1) {
                 static const int64_t ns[] = {5, 31, 33, 100, 32 * 37 + 3};
