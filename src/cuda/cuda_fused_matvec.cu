@@ -6,7 +6,9 @@
  * finds its matrix by comparing blockIdx.x with the matrices' first CTA (unrolled selects, no
  * indexed parameter memory). A warp computes its row with row_dot (cuda_quant_internal.cuh)
  * and the token tiling cq_tile; the optional bias is added in the epilogue with the same
- * __fadd_rn as cuda_add_bias.
+ * __fadd_rn as cuda_add_bias. Before waiting for the previous kernel (cu_pdl_enter), a warp
+ * asks L2 for its weight row: with programmatic dependent launch the CTAs are resident while
+ * the previous (usually latency-bound) kernel runs, so the weights stream in meanwhile.
  */
 #include <cuda_runtime.h>
 #include <string.h>
@@ -31,7 +33,6 @@ template <class T, int NT>
 __global__ void __launch_bounds__(CQ_WARPS * 32, 4)
 k_matvec_multi(const multi_k M, size_t row_bytes, int64_t k, const uint8_t *act,
                size_t act_bytes, int64_t n_tok) {
-    cu_pdl_enter();
     int m = 0;
 #pragma unroll
     for (int i = 1; i < CUDA_MULTI_MAX; i++)
@@ -51,6 +52,10 @@ k_matvec_multi(const multi_k M, size_t row_bytes, int64_t k, const uint8_t *act,
             b0 = M.blk0[i];
         }
     const int64_t r = (int64_t)(blockIdx.x - b0) * CQ_WARPS + threadIdx.x / 32;
+    if (r < n_rows) /* the row into L2 while the previous kernel finishes */
+        for (size_t o = (size_t)(threadIdx.x & 31) * 128; o < row_bytes; o += 32 * 128)
+            cu_prefetch_l2(w + (size_t)r * row_bytes + o);
+    cu_pdl_enter();
     if (r >= n_rows) return; /* whole warp */
     const int64_t t0 = (int64_t)blockIdx.y * NT;
     const uint8_t *a[NT];

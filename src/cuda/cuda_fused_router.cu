@@ -1,11 +1,15 @@
 /* cuda_fused_router.cu - the MoE router's logits product and its top-k selection in one
  * launch (cuda_fused_router of cuda_fused.h).
  *
- * DESIGN: the logits are a small product (qwen3: 128 rows of 8 KiB) that only streams at
- * bandwidth when many SMs keep loads in flight, so a tile of NT <= 8 tokens gets
- * ceil(n_expert / FR_WARPS) blocks of FR_WARPS warps, a warp per expert row (fr_dot: the f32
- * arithmetic of row_dot in cuda_quant_internal.cuh with deeper load prefetch, so the logits are
- * cuda_matvec's bytes). Each block writes its logits, fences and counts itself done on the
+ * DESIGN: the logits are a small product (qwen3: 128 rows of 8 KiB) that is all latency: it
+ * streams at bandwidth only when many SMs keep many loads in flight. A tile of NT <= 8 tokens
+ * gets ceil(n_expert / FR_WARPS) blocks of FR_WARPS warps, a warp per expert row. The rows go
+ * to shared memory in chunks by cp.async (no registers held, so a chunk's loads are all in
+ * flight at once), and the first chunk of weights is requested before the kernel waits for its
+ * predecessor (cu_pdl_wait: weights are never written by a kernel); the activations follow.
+ * The warp's arithmetic is row_dot<cb_f32, NT>'s (cuda_quant_internal.cuh: lane l fmas
+ * e = l, l + 32, ... in increasing order, then the shuffle tree), so the logits are
+ * cuda_matvec's bytes. Each block writes its logits, fences and counts itself done on the
  * tile's counter; the last block to arrive selects for the tile's tokens one after the other
  * with router_kernel's procedure (rt_select, cuda_router.cuh) and rezeroes the counter for the
  * next launch. Same bytes as cuda_matvec + cuda_router.
@@ -24,72 +28,82 @@ extern "C" {
 #define FR_WARPS 4 /* expert rows per block */
 #define FR_THREADS (FR_WARPS * 32)
 
-/* row_dot<cb_f32, NT>'s arithmetic (lane l: fma over e = l, l + 32, ... in increasing order,
- * then the __shfl_down tree 16..1; out valid in lane 0) with U elements per lane loaded before
- * they are used, so a warp keeps U loads of its row in flight instead of row_dot's 4. */
-template <int NT>
-static __device__ __forceinline__ void fr_dot(const float *w, int64_t k, const float *const *x,
-                                              float *out) {
-    constexpr int U = NT == 1 ? 32 : NT == 2 ? 16 : 8; /* a k = 2048 row in two rounds */
-    const int lane = threadIdx.x & 31;
-    float fin[NT];
-#pragma unroll
-    for (int i = 0; i < NT; i++) fin[i] = 0.0f;
-    int64_t e = lane;
-    for (; e + 32 * (U - 1) < k; e += 32 * U) { /* whole chunks: U loads, then U fmas */
-        float wv[U], xv[U][NT];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            wv[u] = __ldg(w + e + 32 * u);
-#pragma unroll
-            for (int i = 0; i < NT; i++) xv[u][i] = __ldg(x[i] + e + 32 * u);
-        }
-#pragma unroll
-        for (int u = 0; u < U; u++)
-#pragma unroll
-            for (int i = 0; i < NT; i++) fin[i] = __fmaf_rn(wv[u], xv[u][i], fin[i]);
-    }
-    for (; e < k; e += 32) { /* the rest, same order */
-        const float wv = __ldg(w + e);
-#pragma unroll
-        for (int i = 0; i < NT; i++) fin[i] = __fmaf_rn(wv, __ldg(x[i] + e), fin[i]);
-    }
-#pragma unroll
-    for (int off = 16; off >= 1; off /= 2)
-#pragma unroll
-        for (int i = 0; i < NT; i++) fin[i] = __fadd_rn(fin[i], __shfl_down_sync(CQ_FULL, fin[i], off));
-#pragma unroll
-    for (int i = 0; i < NT; i++) out[i] = fin[i];
+#define FR_SMEM_MAX (160 * 1024) /* dynamic shared memory for the staged chunks */
+
+static __device__ __forceinline__ void fr_cp4(float *dst, const float *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
+                 "l"(src));
 }
 
+static __device__ __forceinline__ void fr_cp16(float *dst, const float *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
+                 "l"(src));
+}
+
+static __device__ __forceinline__ void fr_cp_wait() {
+    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+}
+
+/* Elements [c0, c0 + n) of a row (src) to dst[0, n), by the `nt` threads numbered `id`, 16
+ * bytes at a time when vec (row and chunk 16-byte aligned, n % 4 == 0), else 4. */
+static __device__ __forceinline__ void fr_stage(float *dst, const float *src, int n, int id, int nt,
+                                                bool vec) {
+    if (vec)
+        for (int j = 4 * id; j < n; j += 4 * nt) fr_cp16(dst + j, src + j);
+    else
+        for (int j = id; j < n; j += nt) fr_cp4(dst + j, src + j);
+}
+
+/* smem: ws [FR_WARPS][ch] the warps' row chunks, then xs [NT][ch] the tokens' chunks */
 template <int NT>
 __global__ void __launch_bounds__(FR_THREADS)
-k_fused_router(const float *w, int n_expert, int64_t k, const float *x, int64_t n_tok,
+k_fused_router(const float *w, int n_expert, int64_t k, int ch, const float *x, int64_t n_tok,
                const float *bias, int n_used, int mode, int renorm, float *logits,
                int32_t *ids_out, float *w_out, int *sync) {
-    cu_pdl_enter();
+    extern __shared__ float fr_smem[];
     __shared__ float sc[CUDA_FUSED_ROUTER_MAX];
     __shared__ float red[FR_WARPS];
     __shared__ int s_last;
     const int64_t t0 = (int64_t)blockIdx.y * NT;
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-    const float *a[NT];
-#pragma unroll
-    for (int i = 0; i < NT; i++) a[i] = x + min(t0 + i, n_tok - 1) * k;
     const int r = blockIdx.x * FR_WARPS + warp;
-    if (r < n_expert) {
-        float out[NT];
-        fr_dot<NT>(w + (int64_t)r * k, k, a, out);
-        if (lane == 0)
+    const bool row = r < n_expert; /* warp-uniform */
+    float *ws = fr_smem + warp * ch, *xs = fr_smem + FR_WARPS * ch;
+    const float *wr = w + (int64_t)(row ? r : 0) * k;
+    const bool vec = k % 4 == 0 && ch % 4 == 0 && ((uintptr_t)w & 15) == 0 && ((uintptr_t)x & 15) == 0;
+    int n0 = (int)(k < ch ? k : ch);
+    if (row) fr_stage(ws, wr, n0, lane, 32, vec); /* weights: before the wait */
+    cu_pdl_enter();
+    float fin[NT];
 #pragma unroll
-            for (int i = 0; i < NT; i++)
-                if (t0 + i < n_tok) logits[(t0 + i) * n_expert + r] = out[i];
+    for (int i = 0; i < NT; i++) fin[i] = 0.0f;
+    for (int64_t c0 = 0; c0 < k; c0 += ch) {
+        const int n = (int)(k - c0 < ch ? k - c0 : ch);
+        if (c0 > 0 && row) fr_stage(ws, wr + c0, n, lane, 32, vec);
+#pragma unroll
+        for (int i = 0; i < NT; i++)
+            fr_stage(xs + i * ch, x + min(t0 + i, n_tok - 1) * k + c0, n, threadIdx.x, FR_THREADS, vec);
+        fr_cp_wait();
+        __syncthreads();
+        if (row)
+            for (int e = lane; e < n; e += 32) {
+                const float wv = ws[e];
+#pragma unroll
+                for (int i = 0; i < NT; i++) fin[i] = __fmaf_rn(wv, xs[i * ch + e], fin[i]);
+            }
+        __syncthreads(); /* before the next chunk overwrites the stage */
     }
+#pragma unroll
+    for (int off = 16; off >= 1; off /= 2)
+#pragma unroll
+        for (int i = 0; i < NT; i++) fin[i] = __fadd_rn(fin[i], __shfl_down_sync(CQ_FULL, fin[i], off));
+    if (row && lane == 0)
+#pragma unroll
+        for (int i = 0; i < NT; i++)
+            if (t0 + i < n_tok) logits[(t0 + i) * n_expert + r] = fin[i];
     __threadfence(); /* this block's logits before its count */
     __syncthreads();
-    if (threadIdx.x == 0) {
-        s_last = atomicAdd(&sync[blockIdx.y], 1) == (int)gridDim.x - 1;
-    }
+    if (threadIdx.x == 0) s_last = atomicAdd(&sync[blockIdx.y], 1) == (int)gridDim.x - 1;
     __syncthreads();
     if (!s_last) return; /* block-uniform */
     __threadfence(); /* the other blocks' logits after their counts */
@@ -105,6 +119,21 @@ k_fused_router(const float *w, int n_expert, int64_t k, const float *x, int64_t 
         __syncthreads(); /* sc and the slots are reused by the next token */
     }
     if (threadIdx.x == 0) sync[blockIdx.y] = 0;
+}
+
+template <int NT>
+static void fr_launch(dim3 grid, int64_t k, cudaStream_t st, const float *w, int ne, const float *x,
+                      int64_t n_tok, const float *bias, int n_used, int md, int renorm, float *logits,
+                      int32_t *d_ids, float *d_weights, int *d_sync) {
+    /* the chunk: the whole row when it fits, else the most 128-element pieces that fit */
+    int64_t ch = FR_SMEM_MAX / ((FR_WARPS + NT) * (int64_t)sizeof(float)) / 128 * 128;
+    if (k <= ch) ch = (k + 3) / 4 * 4;
+    const size_t smem = (size_t)(FR_WARPS + NT) * (size_t)ch * sizeof(float);
+    if (cudaFuncSetAttribute(k_fused_router<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)smem) != cudaSuccess)
+        return; /* the error stays for the launch check */
+    cu_launch(k_fused_router<NT>, grid, FR_THREADS, smem, st, w, ne, k, (int)ch, x, n_tok, bias,
+              n_used, md, renorm, logits, d_ids, d_weights, d_sync);
 }
 
 extern "C" hm_status cuda_fused_router(const float *w, int64_t n_expert, int64_t k,
@@ -131,10 +160,10 @@ extern "C" hm_status cuda_fused_router(const float *w, int64_t n_expert, int64_t
     const cudaStream_t st = (cudaStream_t)stream;
     const int ne = (int)n_expert, md = (int)mode;
     switch (nt) {
-    case 1: cu_launch(k_fused_router<1>, grid, FR_THREADS, 0, st, w, ne, k, x, n_tok, bias, n_used, md, renorm, logits, d_ids, d_weights, d_sync); break;
-    case 2: cu_launch(k_fused_router<2>, grid, FR_THREADS, 0, st, w, ne, k, x, n_tok, bias, n_used, md, renorm, logits, d_ids, d_weights, d_sync); break;
-    case 4: cu_launch(k_fused_router<4>, grid, FR_THREADS, 0, st, w, ne, k, x, n_tok, bias, n_used, md, renorm, logits, d_ids, d_weights, d_sync); break;
-    default: cu_launch(k_fused_router<8>, grid, FR_THREADS, 0, st, w, ne, k, x, n_tok, bias, n_used, md, renorm, logits, d_ids, d_weights, d_sync); break;
+    case 1: fr_launch<1>(grid, k, st, w, ne, x, n_tok, bias, n_used, md, renorm, logits, d_ids, d_weights, d_sync); break;
+    case 2: fr_launch<2>(grid, k, st, w, ne, x, n_tok, bias, n_used, md, renorm, logits, d_ids, d_weights, d_sync); break;
+    case 4: fr_launch<4>(grid, k, st, w, ne, x, n_tok, bias, n_used, md, renorm, logits, d_ids, d_weights, d_sync); break;
+    default: fr_launch<8>(grid, k, st, w, ne, x, n_tok, bias, n_used, md, renorm, logits, d_ids, d_weights, d_sync); break;
     }
     return cq_launched(err, "k_fused_router");
 }

@@ -236,7 +236,7 @@ hm_status launch_check(const char *what, hm_error *err) {
 hm_status to_f16(const float *x, int64_t n, __half *xh, cudaStream_t s, hm_error *err) {
     const int64_t n4 = n / 4;
     const int64_t blocks = n4 / 256 + 1;
-    cu_launch(to_f16_kernel, (unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, s, 
+    cu_launch(to_f16_kernel, (unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, s,
         (const float4 *)x, (__half2 *)xh, n4);
     return launch_check("cuda_gemm to_f16_kernel", err);
 }
@@ -329,7 +329,7 @@ extern "C" hm_status cuda_gemm_moe(const cuda_gemm_moe_args *a, void *scratch,
     cudaStream_t s = (cudaStream_t)stream;
     st = to_f16(a->x, x_rows * a->k, xh, s, err);
     if (st != HM_OK) return st;
-    cu_launch(moe_route_kernel, 1, ROUTE_THREADS, 2 * (size_t)a->n_expert * sizeof(int), s, 
+    cu_launch(moe_route_kernel, 1, ROUTE_THREADS, 2 * (size_t)a->n_expert * sizeof(int), s,
         a->ids, (int)n_pairs, (int)a->n_expert, sorted, t_exp, t_start, t_n, n_tiles);
     st = launch_check("cuda_gemm_moe moe_route_kernel", err);
     if (st != HM_OK) return st;

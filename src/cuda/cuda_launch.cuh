@@ -4,8 +4,10 @@
  * DESIGN: decode is ~12 small kernels per layer in one graph, so the gap between a kernel's
  * last block and the next kernel's first (launch, block scheduling, prologue) is a large part of
  * a token. With PDL a kernel may be launched while its predecessor on the stream still runs.
- * Correctness rests on one rule: every kernel calls cu_pdl_enter() before it touches global
- * memory. Its griddepcontrol.wait returns once the previous kernel has completed and its writes
+ * Correctness rests on one rule: every kernel calls cu_pdl_enter() before it touches memory
+ * that a kernel writes (weights, never written, may be requested before: a kernel's first
+ * loads then overlap its predecessor's tail), and no block exits before calling it. Its
+ * griddepcontrol.wait returns once the previous kernel has completed and its writes
  * are visible (a no-op when launched without PDL), and only then does the kernel allow its own
  * successor to launch (griddepcontrol.launch_dependents). So at most one kernel waits ahead of
  * the running one, and each kernel completes after its predecessor: the chain orders every
@@ -14,7 +16,6 @@
 #ifndef HM_CUDA_CUDA_LAUNCH_CUH
 #define HM_CUDA_CUDA_LAUNCH_CUH
 
-#include "cuda/cuda_launch.cuh"
 #include <cuda_runtime.h>
 
 #include <utility>
@@ -31,7 +32,12 @@ static __device__ __forceinline__ void cu_pdl_enter() {
 #endif
 }
 
-/* cu_launch(kernel, grid, block, smem, stream, args...) with the PDL attribute; errors are left for
+/* asks L2 for the 128-byte line at p (no register, no wait) */
+static __device__ __forceinline__ void cu_prefetch_l2(const void *p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+/* kernel<<<grid, block, smem, stream>>>(args...) with the PDL attribute; errors are left for
  * cudaGetLastError as with <<<>>> (the callers' launch checks). */
 template <typename... P, typename... A>
 static inline void cu_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,

@@ -142,7 +142,7 @@ extern "C" hm_status cuda_moe_add_bias(float *y, const float *bias, const int32_
         return hm_error_set(err, HM_ERR_ARG, "cuda_moe_add_bias: bad shape or missing ids");
     const int64_t rows = n_tok * n_used;
     if (rows == 0 || n == 0) return HM_OK;
-    cu_launch(moe_add_bias_kernel, ops_blocks(rows * n), OPS_THREADS, 0, (cudaStream_t)stream, 
+    cu_launch(moe_add_bias_kernel, ops_blocks(rows * n), OPS_THREADS, 0, (cudaStream_t)stream,
         y, bias, d_ids, rows, n, n_expert);
     return ops_launched("moe_add_bias_kernel", err);
 }
@@ -171,7 +171,7 @@ extern "C" hm_status cuda_moe_combine(const float *y, const float *w, const int3
     if (n_tok < 0 || n_used < 0 || n < 0)
         return hm_error_set(err, HM_ERR_ARG, "cuda_moe_combine: negative shape");
     if (n_tok == 0 || n == 0) return HM_OK;
-    cu_launch(moe_combine_kernel, ops_blocks(n_tok * n), OPS_THREADS, 0, (cudaStream_t)stream, 
+    cu_launch(moe_combine_kernel, ops_blocks(n_tok * n), OPS_THREADS, 0, (cudaStream_t)stream,
         y, w, d_ids, n_tok, n_used, n, out);
     return ops_launched("moe_combine_kernel", err);
 }
@@ -193,7 +193,7 @@ extern "C" hm_status cuda_shexp_combine(float *out, const float *sh, const float
     if (n_tok < 0 || n < 0)
         return hm_error_set(err, HM_ERR_ARG, "cuda_shexp_combine: negative shape");
     if (n_tok == 0 || n == 0) return HM_OK;
-    cu_launch(shexp_combine_kernel, ops_blocks(n_tok * n), OPS_THREADS, 0, (cudaStream_t)stream, 
+    cu_launch(shexp_combine_kernel, ops_blocks(n_tok * n), OPS_THREADS, 0, (cudaStream_t)stream,
         out, sh, gate, n_tok, n);
     return ops_launched("shexp_combine_kernel", err);
 }
@@ -255,7 +255,7 @@ extern "C" hm_status cuda_router(const float *logits, const float *bias, int64_t
     if (n_tok < 0 || n_tok > 0x7fffffff)
         return hm_error_set(err, HM_ERR_ARG, "cuda_router: bad token count %lld", (long long)n_tok);
     if (n_tok == 0) return HM_OK;
-    cu_launch(router_kernel, (unsigned)n_tok, OPS_THREADS, 0, (cudaStream_t)stream, 
+    cu_launch(router_kernel, (unsigned)n_tok, OPS_THREADS, 0, (cudaStream_t)stream,
         logits, bias, n_expert, k, (int)mode, renorm, d_ids, d_weights);
     return ops_launched("router_kernel", err);
 }
@@ -293,7 +293,7 @@ extern "C" hm_status cuda_rope_qk(float *q, int n_head, float *k, int n_head_kv,
         rc.n_table = a->n_table;
     }
     const int threads = rc.n_pairs < 128 ? ((rc.n_pairs + 31) / 32) * 32 : 128;
-    cu_launch(rope_kernel, dim3((unsigned)n_tok, (unsigned)nh), threads, 0, (cudaStream_t)stream, 
+    cu_launch(rope_kernel, dim3((unsigned)n_tok, (unsigned)nh), threads, 0, (cudaStream_t)stream,
         q, n_head, k, n_head_kv, head_dim, d_pos, rc);
     return ops_launched("rope_kernel", err);
 }
