@@ -18,8 +18,8 @@
  * batches): the block finalises directly.
  * Exp is cm_expf (hm_expf's recipe); the sink joins the max and the denominator as on the CPU.
  * One-token decode with head_dim 64 or 128 and 1, 2, 4 or 8 heads per kv head (every preset)
- * takes attn_decode_kernel instead (below): warps own positions rather than query rows, so no
- * block-wide barrier per tile and few registers.
+ * takes attn_decode_kernel instead (below): warps own heads and chunks of positions rather
+ * than query rows, so no block-wide barrier per tile and few registers.
  */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -404,23 +404,29 @@ __global__ void __launch_bounds__(ATT_THREADS)
 /* ------------------------------------------------------------------ decode (one token) */
 
 /* attn_decode_kernel<HD, NREP>: one query token, grid (kv head g, part s), 4 warps. The NREP
- * query heads of the group are staged in shared memory. Warp w takes chunks of 32 positions
- * w, w + 4, ... of the part: lane i scores position i of the chunk against every head (its K
- * row read as 16-byte pieces), the warp does the online-softmax update per head, then lane i
- * accumulates output dims [DPL i, DPL i + DPL) from the chunk's V rows (coalesced rows, the
- * probabilities shuffled from their lanes). The 4 warps' (m, l, acc) merge in shared memory
- * in warp order, then the block finalises (one part) or writes its partial and the last part
- * merges (attn_merge_row). Every order is fixed: same bytes on every run. */
+ * query heads of the group are staged in shared memory. The warps split the heads into
+ * NG = min(NREP, 4) groups of HPW heads, and each group's 4 / NG warps split the part's
+ * chunks of 32 positions (chunk c goes to warp group c mod 4 / NG): lane i scores position i
+ * of the chunk against the warp's heads (its K row read as 16-byte pieces), the warp does the
+ * online-softmax update per head, then lane i accumulates output dims [DPL i, DPL i + DPL)
+ * from the chunk's V rows (coalesced rows, the probabilities shuffled from their lanes; each
+ * lane asks L2 for its V row before the scores, so the V loads find it there). The warps of a
+ * head group merge (m, l, acc) in shared memory in chunk-group order, then the block finalises
+ * (one part) or writes its partial and the last part merges (attn_merge_row). Every order is
+ * fixed: same bytes on every run. */
 template <int HD, int NREP>
 __global__ void __launch_bounds__(ATT_THREADS)
     attn_decode_kernel(const attn_plan P, const float *q, const uint16_t *kc, const uint16_t *vc,
                        const int32_t *pos, const float *sinks, float *out, void *scratch) {
     cu_pdl_enter();
     constexpr int DPL = HD / 32, NP = HD / 8; /* output dims per lane, 16-byte pieces per row */
+    constexpr int NG = NREP < ATT_WARPS ? NREP : ATT_WARPS; /* head groups */
+    constexpr int HPW = NREP / NG, NPG = ATT_WARPS / NG;     /* heads per warp, chunk groups */
     __shared__ float Qs[NREP][HD];
-    __shared__ float Wm[ATT_WARPS][NREP], Wl[ATT_WARPS][NREP];
-    __shared__ float Wa[ATT_WARPS][NREP][HD];
+    __shared__ float Wm[ATT_WARPS][HPW], Wl[ATT_WARPS][HPW];
+    __shared__ float Wa[ATT_WARPS][HPW][HD];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int hg = warp % NG, cg = warp / NG; /* the warp's heads hg * HPW + r, chunk group */
     const int g = blockIdx.x, h0 = g * NREP;
     int64_t p = pos[0];
     if (p > P.n_ctx - 1) p = P.n_ctx - 1;
@@ -437,20 +443,24 @@ __global__ void __launch_bounds__(ATT_THREADS)
     __syncthreads();
 
     const int row = P.n_kv * HD; /* halves per cache row */
-    float m[NREP], l[NREP], acc[NREP][DPL];
+    float m[HPW], l[HPW], acc[HPW][DPL];
 #pragma unroll
-    for (int r = 0; r < NREP; r++) {
+    for (int r = 0; r < HPW; r++) {
         m[r] = -INFINITY;
         l[r] = 0.0f;
 #pragma unroll
         for (int dd = 0; dd < DPL; dd++) acc[r][dd] = 0.0f;
     }
-    for (int c0 = k_begin + ATT_BK * warp; c0 < k_end; c0 += ATT_BK * ATT_WARPS) {
+    for (int c0 = k_begin + ATT_BK * cg; c0 < k_end; c0 += ATT_BK * NPG) {
         const int pk = c0 + lane;
         const bool vis = pk < k_end;
-        float sc[NREP];
+        if (vis)
 #pragma unroll
-        for (int r = 0; r < NREP; r++) sc[r] = 0.0f;
+            for (int o = 0; o < HD; o += 64) /* 128-byte lines of this lane's V row */
+                cu_prefetch_l2(vc + (size_t)pk * row + (size_t)g * HD + o);
+        float sc[HPW];
+#pragma unroll
+        for (int r = 0; r < HPW; r++) sc[r] = 0.0f;
         const uint4 *kr = (const uint4 *)(kc + (size_t)(vis ? pk : c0) * row + (size_t)g * HD);
 #pragma unroll
         for (int j = 0; j < NP; j++) {
@@ -464,13 +474,13 @@ __global__ void __launch_bounds__(ATT_THREADS)
                 kf[2 * i + 1] = f2.y;
             }
 #pragma unroll
-            for (int r = 0; r < NREP; r++)
+            for (int r = 0; r < HPW; r++)
 #pragma unroll
-                for (int i = 0; i < 8; i++) sc[r] = __fmaf_rn(Qs[r][8 * j + i], kf[i], sc[r]);
+                for (int i = 0; i < 8; i++) sc[r] = __fmaf_rn(Qs[hg * HPW + r][8 * j + i], kf[i], sc[r]);
         }
-        float pr[NREP];
+        float pr[HPW];
 #pragma unroll
-        for (int r = 0; r < NREP; r++) {
+        for (int r = 0; r < HPW; r++) {
             pr[r] = attn_online_step<DPL>(vis ? __fmul_rn(sc[r], P.scale) : -INFINITY, m[r], l[r], acc[r]);
         }
         /* V rows in groups of ATT_VG, their loads issued together (rows past k_end read row
@@ -495,7 +505,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll
             for (int jj = 0; jj < ATT_VG; jj++)
 #pragma unroll
-                for (int r = 0; r < NREP; r++) {
+                for (int r = 0; r < HPW; r++) {
                     const float e = __shfl_sync(0xffffffffu, pr[r], j0 + jj);
                     if (j0 + jj < nk)
 #pragma unroll
@@ -503,9 +513,9 @@ __global__ void __launch_bounds__(ATT_THREADS)
                 }
         }
     }
-    /* merge the 4 warps (a warp with no chunk has m = -inf, l = 0) */
+    /* merge the chunk groups of each head (a warp with no chunk has m = -inf, l = 0) */
 #pragma unroll
-    for (int r = 0; r < NREP; r++) {
+    for (int r = 0; r < HPW; r++) {
         if (lane == 0) {
             Wm[warp][r] = m[r];
             Wl[warp][r] = l[r];
@@ -517,14 +527,16 @@ __global__ void __launch_bounds__(ATT_THREADS)
     const bool one = n_part == 1;
     float *part = (float *)((char *)scratch + ATT_COUNTER_BYTES);
     for (int i = threadIdx.x; i < NREP * HD; i += ATT_THREADS) {
-        const int r = i / HD, d = i % HD, h = h0 + r;
+        const int hr = i / HD, d = i % HD, h = h0 + hr;
+        const int wg = hr / HPW, r = hr % HPW; /* the head's warps: wg + NG * c, c < NPG */
         float M = -INFINITY;
 #pragma unroll
-        for (int w = 0; w < ATT_WARPS; w++) M = fmaxf(M, Wm[w][r]);
+        for (int c = 0; c < NPG; c++) M = fmaxf(M, Wm[wg + NG * c][r]);
         const float mf = one && sinks ? fmaxf(M, sinks[h]) : M;
         float den = 0.0f, a = 0.0f;
 #pragma unroll
-        for (int w = 0; w < ATT_WARPS; w++) {
+        for (int c = 0; c < NPG; c++) {
+            const int w = wg + NG * c;
             if (Wm[w][r] == -INFINITY) continue;
             const float f = cm_expf(__fsub_rn(Wm[w][r], mf));
             den = __fmaf_rn(Wl[w][r], f, den);
@@ -551,7 +563,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
 template <int HD, int NREP>
 static hm_status attn_decode_launch(const attn_plan *P, const cuda_attn_args *a, cudaStream_t s,
                                     hm_error *err) {
-    cu_launch(attn_decode_kernel<HD, NREP>, dim3((unsigned)P->n_kv, (unsigned)P->n_split), ATT_THREADS, 0, s, 
+    cu_launch(attn_decode_kernel<HD, NREP>, dim3((unsigned)P->n_kv, (unsigned)P->n_split), ATT_THREADS, 0, s,
         *P, a->q, a->k_cache, a->v_cache, a->d_pos, a->d_sinks, a->out, a->scratch);
     return attn_launched("attn_decode_kernel", err);
 }
