@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine: A/B decode speed of several builds in one call, on the H100 or (CPU=1)
+# on the host's 16 cores. Each variant is NAME=SRCDIR[:CUDA_FLAGS]; every variant is built
+# (hotmoe only, in parallel; CPU=1: -DHOTMOE_CUDA=OFF), then tg128 (`hotmoe bench -p 0 -n 128
+# -r 3` with `-ngl 99 --gpu-strict`, or `-t 16`) runs ROUNDS times per model, the variants
+# alternated inside each round so that clock, thermal and host-bandwidth drift hit all of them
+# alike (CPU=1 also measures the host read bandwidth once per round). Prints every run and the
+# mean per variant and model.
+#   bash bench/device_ab.sh base=.devrun/a new=.devrun/b nopdl=.devrun/b:-DCUDA_PDL=0
+# env: ROUNDS (2), MODELS ("q3 goss": the forged qwen3-30b-a3b q4_k_m, gpt-oss-20b mxfp4), CPU.
+set -uo pipefail
+OUT=${OUT:-/tmp/hotmoe-out}
+mkdir -p "$OUT"
+export PATH=$PATH:/usr/local/cuda/bin
+rounds=${ROUNDS:-2}
+models=${MODELS:-q3 goss}
+m=/tmp/models
+mkdir -p $m
+names=()
+j=$((16 / $#))
+for v in "$@"; do
+  name=${v%%=*} rest=${v#*=}
+  src=${rest%%:*} flags=""
+  [ "$rest" != "$src" ] && flags=${rest#*:}
+  names+=("$name")
+  cuda="-DCMAKE_CUDA_ARCHITECTURES=90"; tg=hotmoe
+  [ -n "${CPU:-}" ] && cuda="-DHOTMOE_CUDA=OFF" && tg="hotmoe bench_matvec"
+  (cmake -S "$src" -B /tmp/ab-$name -DCMAKE_BUILD_TYPE=Release $cuda \
+     "-DCMAKE_CUDA_FLAGS=$flags" >/dev/null &&
+   cmake --build /tmp/ab-$name -j$j --target $tg >$OUT/ab_build_$name.txt 2>&1) ||
+    { echo "build $name failed"; tail -20 $OUT/ab_build_$name.txt; } &
+done
+wait
+b=/tmp/ab-${names[0]}
+[ -f $m/q3.gguf ] || $b/hotmoe forge --preset qwen3-30b-a3b --type q4_k_m -o $m/q3.gguf 2>&1 | tail -1
+[ -f $m/goss.gguf ] || $b/hotmoe forge --preset gpt-oss-20b --type mxfp4 -o $m/goss.gguf 2>&1 | tail -1
+where="-ngl 99 --gpu-strict"
+[ -n "${CPU:-}" ] && where="-t 16"
+for f in $models; do
+  for r in $(seq $rounds); do
+    [ -n "${CPU:-}" ] && echo "$f read round $r: $($b/bench_matvec -t 16 --reps 3 --types q4_K |
+      grep -oE 'bandwidth at the start: [0-9.]+' | awk '{print $NF}')" | tee -a $OUT/ab.txt
+    for n in "${names[@]}"; do
+      v=$(/tmp/ab-$n/hotmoe bench -m $m/$f.gguf $where -r 3 -p 0 -n 128 2>&1 |
+          grep tg128 | awk -F'|' '{print $(NF-1)}' | awk '{print $1}')
+      echo "$f $n round $r: ${v:-failed}" | tee -a $OUT/ab.txt
+    done
+  done
+done
+echo "== means (tok/s) =="
+awk '{k=$1" "$2; s[k]+=$5; c[k]++} END {for (k in s) printf "%s %.2f\n", k, s[k]/c[k]}' $OUT/ab.txt | sort
