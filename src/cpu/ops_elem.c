@@ -4,9 +4,11 @@
  * contiguous ranges across the pool; no element depends on how the range was split, so the
  * result is the same for any thread count. Elementwise ops share one job type (an op code and
  * up to two inputs) so the threading code exists once; the switch sits outside the loops so
- * each loop is a plain vectorisable body; the activations (which need exp) go through the
- * AVX2 kernels of ops_elem_avx2.c where the CPU has AVX2 (bit-identical to the scalar loops).
- * Small inputs run on the calling thread.
+ * each loop is a plain vectorisable body; the activations (which need exp), the RMS norm's
+ * rows and the slot combine go through the AVX2 kernels of ops_elem_avx2.c where the CPU has
+ * AVX2 (bit-identical to the scalar loops; a decode step runs them on the calling thread while
+ * the pool waits, so their speed counts at every thread count). Small inputs run on the
+ * calling thread.
  */
 #include "cpu/ops.h"
 
@@ -143,6 +145,7 @@ typedef struct {
     int64_t n_rows, n;
     int n_used;
     float eps;
+    int simd;              /* rmsnorm, combine: ops_elem_avx2.c's rows (bit-identical) */
 } row_job;
 
 /* 32 double chains (element i into chain i mod 32) so that a GPU warp runs them as its lanes;
@@ -169,7 +172,8 @@ static void row_range(const row_job *j, int64_t r0, int64_t r1) {
         float *y = j->y + r * n;
         switch (j->op) {
         case ROW_RMSNORM:
-            rmsnorm_row(j->x + r * n, j->w, y, n, j->eps);
+            if (j->simd) ops_rmsnorm_row_avx2(j->x + r * n, j->w, y, n, j->eps);
+            else rmsnorm_row(j->x + r * n, j->w, y, n, j->eps);
             break;
         case ROW_BIAS:
             for (int64_t i = 0; i < n; i++) y[i] = y[i] + j->w[i];
@@ -182,6 +186,11 @@ static void row_range(const row_job *j, int64_t r0, int64_t r1) {
             break;
         }
         case ROW_COMBINE: { /* row r = token r */
+            if (j->simd) {
+                ops_combine_row_avx2(j->x + r * j->n_used * n, j->w + r * j->n_used,
+                                     j->ids ? j->ids + r * j->n_used : NULL, j->n_used, n, y);
+                break;
+            }
             for (int64_t i = 0; i < n; i++) y[i] = 0.0f;
             for (int s = 0; s < j->n_used; s++) {
                 int64_t ts = r * j->n_used + s;
@@ -210,23 +219,23 @@ static void row_run(tp_pool *pool, row_job *j, int64_t work) {
 
 void cpu_rmsnorm(tp_pool *pool, const float *x, const float *w, float *y, int64_t n_rows,
                  int64_t n, float eps) {
-    row_job j = {ROW_RMSNORM, x, w, y, NULL, n_rows, n, 0, eps};
+    row_job j = {ROW_RMSNORM, x, w, y, NULL, n_rows, n, 0, eps, hm_cpu_has_avx2()};
     row_run(pool, &j, n_rows * n);
 }
 
 void cpu_add_bias(tp_pool *pool, float *x, const float *b, int64_t n_rows, int64_t n) {
-    row_job j = {ROW_BIAS, NULL, b, x, NULL, n_rows, n, 0, 0};
+    row_job j = {ROW_BIAS, NULL, b, x, NULL, n_rows, n, 0, 0, 0};
     row_run(pool, &j, n_rows * n);
 }
 
 void cpu_moe_add_bias(tp_pool *pool, float *y, const float *bias, const int32_t *ids,
                       int64_t n_tok, int n_used, int64_t n) {
-    row_job j = {ROW_MOE_BIAS, NULL, bias, y, ids, n_tok * n_used, n, 0, 0};
+    row_job j = {ROW_MOE_BIAS, NULL, bias, y, ids, n_tok * n_used, n, 0, 0, 0};
     row_run(pool, &j, n_tok * n_used * n);
 }
 
 void cpu_moe_combine(tp_pool *pool, const float *y, const float *w, const int32_t *ids,
                      int64_t n_tok, int n_used, int64_t n, float *out) {
-    row_job j = {ROW_COMBINE, y, w, out, ids, n_tok, n, n_used, 0};
+    row_job j = {ROW_COMBINE, y, w, out, ids, n_tok, n, n_used, 0, hm_cpu_has_avx2()};
     row_run(pool, &j, n_tok * n_used * n);
 }

@@ -1,7 +1,9 @@
-/* ops_elem_avx2.c - AVX2 activations (SiLU, sigmoid, SwiGLU, gpt-oss SwiGLU) with exactly the
- * scalar operations of ops_elem.c / ops_math.h (hm_expf8, then IEEE add and divide), so the
- * results are bit-identical; chosen at run time on CPUs with AVX2. */
+/* ops_elem_avx2.c - AVX2 activations (SiLU, sigmoid, SwiGLU, gpt-oss SwiGLU), the RMS norm of a
+ * row and the slot combine of a token, with exactly the scalar operations of ops_elem.c /
+ * ops_math.h (hm_expf8, then IEEE add and divide; the norm's double chains lane by lane), so
+ * the results are bit-identical; chosen at run time on CPUs with AVX2. */
 #include <immintrin.h>
+#include <math.h>
 #include <stdint.h>
 
 #include "cpu/ops_internal.h"
@@ -63,4 +65,69 @@ void ops_act_avx2(int op, const float *a, const float *b, float *y, int64_t n, f
     }
     }
     for (; i < n; i++) y[i] = act1(op, a[i], b ? b[i] : 0.0f, alpha, limit);
+}
+
+void ops_rmsnorm_row_avx2(const float *x, const float *w, float *y, int64_t n, float eps) {
+    /* chain l = element index mod 32: register 2g holds chains 8g..8g+3, 2g+1 8g+4..8g+7 */
+    __m256d c[8];
+    for (int j = 0; j < 8; j++) c[j] = _mm256_setzero_pd();
+    int64_t k = 0;
+    for (; k + 32 <= n; k += 32)
+        for (int g = 0; g < 4; g++) {
+            const __m256 v = _mm256_loadu_ps(x + k + 8 * g);
+            const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+            const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+            c[2 * g] = _mm256_add_pd(c[2 * g], _mm256_mul_pd(lo, lo));
+            c[2 * g + 1] = _mm256_add_pd(c[2 * g + 1], _mm256_mul_pd(hi, hi));
+        }
+    double sum;
+    if (k == n) { /* the tree in registers: s = 16, 8, 4 whole registers, then 2 and 1 */
+        for (int j = 0; j < 4; j++) c[j] = _mm256_add_pd(c[j], c[j + 4]);
+        for (int j = 0; j < 2; j++) c[j] = _mm256_add_pd(c[j], c[j + 2]);
+        c[0] = _mm256_add_pd(c[0], c[1]);
+        const __m128d h = _mm_add_pd(_mm256_castpd256_pd128(c[0]), _mm256_extractf128_pd(c[0], 1));
+        sum = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+    } else {
+        double cc[32];
+        for (int j = 0; j < 8; j++) _mm256_storeu_pd(cc + 4 * j, c[j]);
+        for (int l = 0; k < n; k++, l++) cc[l] += (double)x[k] * (double)x[k];
+        for (int w2 = 16; w2 >= 1; w2 /= 2)
+            for (int l = 0; l < w2; l++) cc[l] += cc[l + w2];
+        sum = cc[0];
+    }
+    const float mean = (float)(sum / (double)n);
+    const float s = 1.0f / sqrtf(mean + eps);
+    const __m256 vs = _mm256_set1_ps(s);
+    int64_t i = 0;
+    if (w) {
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vs),
+                                                  _mm256_loadu_ps(w + i)));
+        for (; i < n; i++) y[i] = (x[i] * s) * w[i];
+    } else {
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vs));
+        for (; i < n; i++) y[i] = x[i] * s;
+    }
+}
+
+void ops_combine_row_avx2(const float *ys, const float *w, const int32_t *ids, int n_used,
+                          int64_t n, float *out) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 acc = _mm256_setzero_ps();
+        for (int s = 0; s < n_used; s++) {
+            if (ids && ids[s] < 0) continue;
+            acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(w[s]),
+                                                   _mm256_loadu_ps(ys + (int64_t)s * n + i)));
+        }
+        _mm256_storeu_ps(out + i, acc);
+    }
+    for (; i < n; i++) {
+        float acc = 0.0f;
+        for (int s = 0; s < n_used; s++) {
+            if (ids && ids[s] < 0) continue;
+            acc = acc + w[s] * ys[(int64_t)s * n + i];
+        }
+        out[i] = acc;
+    }
 }

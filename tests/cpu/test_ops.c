@@ -70,6 +70,104 @@ static void test_rmsnorm(void) {
     }
 }
 
+/* The definition in cpu/ops.h, element by element: 32 double chains (element i into chain
+ * i mod 32), the halving tree, (float)(sum / n), 1 / sqrtf(mean + eps), (x * s) * w. */
+static void ref_rmsnorm_row(const float *x, const float *w, float *y, int64_t n, float eps) {
+    double c[32] = {0.0};
+    for (int64_t i = 0; i < n; i++) c[i % 32] += (double)x[i] * (double)x[i];
+    for (int h = 16; h >= 1; h /= 2)
+        for (int l = 0; l < h; l++) c[l] += c[l + h];
+    const float s = 1.0f / sqrtf((float)(c[0] / (double)n) + eps);
+    for (int64_t i = 0; i < n; i++) y[i] = w ? (x[i] * s) * w[i] : x[i] * s;
+}
+
+/* Bytes of the (AVX2 where the CPU has it) norm against the scalar definition: whole 32-chain
+ * rows (the tree in registers), rows with a partial last group, with and without weights,
+ * in place. */
+static void test_rmsnorm_bits(void) {
+    static const int64_t ns[] = {128, 2048, 2880, 32, 8, 100, 4100, 1};
+    for (size_t c = 0; c < sizeof(ns) / sizeof(ns[0]); c++) {
+        const int64_t n = ns[c], rows = 3;
+        float *x = frand_vec(rows * n, -3, 3), *w = frand_vec(n, 0.5f, 1.5f);
+        x[0] = 1e-20f; /* tiny squares in a chain */
+        float *y = malloc((size_t)(rows * n) * sizeof(float)), *r = malloc((size_t)n * sizeof(float));
+        for (int wi = 0; wi < 2; wi++) {
+            cpu_rmsnorm(NULL, x, wi ? w : NULL, y, rows, n, 1e-6f);
+            int same = 1;
+            for (int64_t k = 0; k < rows; k++) {
+                ref_rmsnorm_row(x + k * n, wi ? w : NULL, r, n, 1e-6f);
+                same &= !memcmp(r, y + k * n, (size_t)n * sizeof(float));
+            }
+            HM_CHECK_MSG(same, "n %lld weights %d", (long long)n, wi);
+        }
+        cpu_rmsnorm(NULL, x, w, y, rows, n, 1e-6f);
+        cpu_rmsnorm(NULL, x, w, x, rows, n, 1e-6f); /* in place */
+        HM_CHECK_MSG(!memcmp(x, y, (size_t)(rows * n) * sizeof(float)), "n %lld in place", (long long)n);
+        free(x); free(w); free(y); free(r);
+    }
+    /* Rows whose result hangs on the chain tree: squares 16 * 3 + 4 * 2 + 2^-20 * 2 make the
+     * sum 32 (1.75 + 2^-24), a float tie of the mean (n = 32; n = 128 scales it by 1/4), two
+     * squares 2.25 * 2^-50 each fall below half an ulp of 56 alone but not together, and
+     * 1 / sqrtf tells 1.75 from the next float: the output shows whether the tiny chains meet
+     * before the big ones as the tree says. Chains drawn at random, 300 rows. */
+    float x32[128], y32[128], r32[128];
+    int differ = 0, sensitive = 0;
+    for (int trial = 0; trial < 300; trial++) {
+        const int64_t n = trial % 2 ? 128 : 32;
+        int ch[9];
+        for (int i = 0; i < 9; i++) {
+            int again;
+            do {
+                ch[i] = (int)(urand() * 32.0) % 32;
+                again = 0;
+                for (int j = 0; j < i; j++) again |= ch[j] == ch[i];
+            } while (again);
+        }
+        memset(x32, 0, sizeof(x32));
+        const float v[9] = {4.0f, 4.0f, 4.0f, 2.0f, 2.0f, 0x1p-10f, 0x1p-10f, 1.5f * 0x1p-25f,
+                            1.5f * 0x1p-25f};
+        for (int i = 0; i < 9; i++) x32[ch[i]] = v[i];
+        cpu_rmsnorm(NULL, x32, NULL, y32, 1, n, 0.0f);
+        ref_rmsnorm_row(x32, NULL, r32, n, 0.0f);
+        differ += memcmp(y32, r32, (size_t)n * sizeof(float)) != 0;
+        double seq = 0.0; /* another order: the plain sum */
+        for (int64_t i = 0; i < n; i++) seq += (double)x32[i] * (double)x32[i];
+        sensitive += 1.0f / sqrtf((float)(seq / (double)n)) != 1.0f / sqrtf((float)(56.0 / (double)n));
+    }
+    HM_CHECK_MSG(differ == 0, "%d of 300 tie rows differ from the definition", differ);
+    HM_CHECK_MSG(sensitive > 0, "the tie rows never depend on the summation order (test too weak)");
+}
+
+/* Slot combine bytes against the documented order, one token at a time (the decode shape:
+ * 8 slots of 2048, and lengths with a partial last 8-element group), a skipped slot included. */
+static void test_combine_bits(void) {
+    static const int64_t ns[] = {2048, 2880, 13, 1};
+    for (size_t c = 0; c < sizeof(ns) / sizeof(ns[0]); c++) {
+        const int64_t n = ns[c];
+        const int nu = 8;
+        float *ys = frand_vec(2 * nu * n, -2, 2), *w = frand_vec(2 * nu, -1, 1);
+        float *out = malloc((size_t)(2 * n) * sizeof(float)), *ref = malloc((size_t)(2 * n) * sizeof(float));
+        int32_t ids[16];
+        for (int i = 0; i < 2 * nu; i++) ids[i] = i == 3 ? -1 : i;
+        for (int with_ids = 0; with_ids < 2; with_ids++) {
+            const int32_t *id = with_ids ? ids : NULL;
+            cpu_moe_combine(NULL, ys, w, id, 2, nu, n, out);
+            for (int64_t t = 0; t < 2; t++)
+                for (int64_t i = 0; i < n; i++) {
+                    float acc = 0.0f;
+                    for (int sl = 0; sl < nu; sl++) {
+                        if (id && id[t * nu + sl] < 0) continue;
+                        acc = acc + w[t * nu + sl] * ys[(t * nu + sl) * n + i];
+                    }
+                    ref[t * n + i] = acc;
+                }
+            HM_CHECK_MSG(!memcmp(out, ref, (size_t)(2 * n) * sizeof(float)), "n %lld ids %d",
+                         (long long)n, with_ids);
+        }
+        free(ys); free(w); free(out); free(ref);
+    }
+}
+
 /* ------------------------------------------------------------------ elementwise */
 
 static void test_elementwise(void) {
@@ -406,4 +504,4 @@ static void test_cleanup(void) {
     }
 }
 
-HM_TEST_MAIN(test_rmsnorm, test_elementwise, test_rope, test_router, test_cleanup)
+HM_TEST_MAIN(test_rmsnorm, test_rmsnorm_bits, test_combine_bits, test_elementwise, test_rope, test_router, test_cleanup)
