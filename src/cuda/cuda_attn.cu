@@ -38,7 +38,7 @@ extern "C" {
 #define ATT_TARGET_BLOCKS 264    /* decode: split until about this many blocks (2 per SM) */
 #define ATT_MIN_SPLIT_LEN 128    /* ... but no split shorter than this at full context */
 #define ATT_MAX_SPLITS 64
-#define ATT_VG 8                 /* decode kernel: V rows whose loads are issued together */
+#define ATT_VG 16                /* decode kernel: V rows whose loads are issued together */
 
 static hm_status attn_launched(const char *kernel, hm_error *err) {
     cudaError_t e = cudaGetLastError();

@@ -96,6 +96,22 @@ static __device__ __forceinline__ void moe_plain_rows2(const moe_params &P, int 
 template <class T, bool FUSED, int NTM>
 __global__ void __launch_bounds__(CQ_WARPS * 32, NTM == 1 ? 6 : 4) k_moe(const moe_params P) {
     cu_pdl_enter();
+    if constexpr (NTM == 1) { /* decode: one token, distinct ids: a pair per CTA, no scan */
+        const int e = P.ids[blockIdx.x];
+        if (e < 0 || e >= P.n_expert) return; /* uniform over the CTA */
+        const int pair[1] = {(int)blockIdx.x};
+        const int64_t r0 = (int64_t)blockIdx.y * (CQ_WARPS * MOE_ROWS_PER_WARP) + threadIdx.x / 32;
+        if (!FUSED && MOE_ROWS_PER_WARP == 2 && r0 + CQ_WARPS < P.n_rows) {
+            moe_plain_rows2<T>(P, e, pair[0], r0);
+            return;
+        }
+        for (int j = 0; j < MOE_ROWS_PER_WARP; j++) {
+            const int64_t r = r0 + (int64_t)j * CQ_WARPS;
+            if (r >= P.n_rows) break; /* uniform over the warp */
+            moe_tile<T, 1, FUSED>(P, e, pair, 1, r);
+        }
+        return;
+    }
     __shared__ int s_ids[MOE_SMEM_IDS]; /* the ids, when there are few enough */
     __shared__ int s_pairs[MOE_TILE];
     __shared__ int s_cnt;
