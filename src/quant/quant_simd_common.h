@@ -196,11 +196,40 @@ SIMD_INLINE __m256i simd_quant32(const float *x, float id, int8_t *q) {
     return sum;
 }
 
-/* max |x[i]| over n (multiple of 8) floats. */
+/* simd_quant32 for q8_K: g[0], g[1] get the int32 partials of the first and last 16 quants. */
+SIMD_INLINE void simd_quant32_k(const float *x, float id, int8_t *q, __m256i g[2]) {
+    const __m256 vid = _mm256_set1_ps(id);
+    const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+    __m256i i[4];
+    for (int j = 0; j < 4; j++) {
+        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + 8 * j), vid);
+        v = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q)); /* NaN -> +0 */
+        v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
+        i[j] = _mm256_cvtps_epi32(v);
+    }
+    g[0] = _mm256_add_epi32(i[0], i[1]);
+    g[1] = _mm256_add_epi32(i[2], i[3]);
+    __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
+    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)q, p);
+}
+
+/* max |x[i]| over n (multiple of 8) floats (exact in any order: the inputs are finite). */
 SIMD_INLINE float simd_amax(const float *x, int n) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256 m = _mm256_setzero_ps();
-    for (int i = 0; i < n; i += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
+    int i = 0;
+    if (n % 32 == 0) { /* four independent chains instead of one long one */
+        __m256 m1 = m, m2 = m, m3 = m;
+        for (; i < n; i += 32) {
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
+            m1 = _mm256_max_ps(m1, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i + 8)));
+            m2 = _mm256_max_ps(m2, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i + 16)));
+            m3 = _mm256_max_ps(m3, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i + 24)));
+        }
+        m = _mm256_max_ps(_mm256_max_ps(m, m1), _mm256_max_ps(m2, m3));
+    }
+    for (; i < n; i += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
     __m128 q = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
     q = _mm_max_ps(q, _mm_movehl_ps(q, q));
     q = _mm_max_ss(q, _mm_movehdup_ps(q));
@@ -227,20 +256,13 @@ static void simd_act_q8_K(const float *x, void *dst, int64_t n) {
         float amax = simd_amax(xb, 256);
         float d = amax / 127.0f;
         float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-        int8_t qs[256];
-        for (int j = 0; j < 8; j++) simd_quant32(xb + 32 * j, id, qs + 32 * j);
-        memcpy(y[b].qs, qs, 256);
+        __m256i g[16]; /* g[i]: 8 int32 partials of qs[16i .. 16i+15] */
+        for (int j = 0; j < 8; j++) simd_quant32_k(xb + 32 * j, id, y[b].qs + 32 * j, &g[2 * j]);
         y[b].d = d;
-        /* bsums[j] = sum of qs[16j .. 16j+15] */
-        for (int j = 0; j < 8; j++) {
-            __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
-            __m256i s16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), q); /* 16 x int16 pairs */
-            __m256i s32 = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));  /* 8 x int32 quads */
-            __m128i a = _mm_hadd_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
-            a = _mm_hadd_epi32(a, a); /* [lo16, hi16, lo16, hi16] */
-            y[b].bsums[2 * j] = (int16_t)_mm_cvtsi128_si32(a);
-            y[b].bsums[2 * j + 1] = (int16_t)_mm_extract_epi32(a, 1);
-        }
+        /* bsums[i] = sum of qs[16i .. 16i+15] (|bsums| <= 16 * 127: packs does not saturate) */
+        const __m256i lo = simd_hsum8x8(g), hi = simd_hsum8x8(g + 8);
+        _mm256_storeu_si256((__m256i *)y[b].bsums,
+                            _mm256_permute4x64_epi64(_mm256_packs_epi32(lo, hi), 0xd8));
     }
 }
 
