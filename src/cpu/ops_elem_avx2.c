@@ -131,3 +131,27 @@ void ops_combine_row_avx2(const float *ys, const float *w, const int32_t *ids, i
         out[i] = acc;
     }
 }
+
+void ops_rope_neox_avx2(float *xt, int n_head, int head_dim, int n_pairs, const float *cs) {
+    /* c[i], s[i] of the [n_pairs][2] table, split once for every head */
+    float c[512], s[512];
+    for (int i = 0; i < n_pairs; i++) {
+        c[i] = cs[2 * i];
+        s[i] = cs[2 * i + 1];
+    }
+    for (int h = 0; h < n_head; h++) {
+        float *xa = xt + (int64_t)h * head_dim, *xb = xa + n_pairs;
+        int i = 0;
+        for (; i + 8 <= n_pairs; i += 8) {
+            const __m256 x0 = _mm256_loadu_ps(xa + i), x1 = _mm256_loadu_ps(xb + i);
+            const __m256 vc = _mm256_loadu_ps(c + i), vs = _mm256_loadu_ps(s + i);
+            _mm256_storeu_ps(xa + i, _mm256_sub_ps(_mm256_mul_ps(x0, vc), _mm256_mul_ps(x1, vs)));
+            _mm256_storeu_ps(xb + i, _mm256_add_ps(_mm256_mul_ps(x0, vs), _mm256_mul_ps(x1, vc)));
+        }
+        for (; i < n_pairs; i++) {
+            const float x0 = xa[i], x1 = xb[i];
+            xa[i] = x0 * c[i] - x1 * s[i];
+            xb[i] = x0 * s[i] + x1 * c[i];
+        }
+    }
+}

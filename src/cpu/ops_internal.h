@@ -47,4 +47,9 @@ void ops_rmsnorm_row_avx2(const float *x, const float *w, float *y, int64_t n, f
 void ops_combine_row_avx2(const float *ys, const float *w, const int32_t *ids, int n_used,
                           int64_t n, float *out);
 
+/* ops_rope.c's neox rotation of n_head heads of one token with cs [n_pairs][2] (c, s), n_pairs
+ * <= 512: xa[i] = x0 * c - x1 * s, xb[i] = x0 * s + x1 * c, vectorised over i (bit-identical;
+ * ops_elem_avx2.c; AVX2 only). */
+void ops_rope_neox_avx2(float *xt, int n_head, int head_dim, int n_pairs, const float *cs);
+
 #endif

@@ -382,6 +382,40 @@ static double rope_case(int neox, int hd, int n_dims, double base, int yarn, int
     return maxe;
 }
 
+/* Bytes of the table rotation (AVX2 for neox where the CPU has it) against the definition's
+ * float operations, (x0 * c - x1 * s, x0 * s + x1 * c), with the table's c and s: qwen3's
+ * heads (64 pairs), a partial rotation of 50 pairs (not a multiple of 8), and the norm order. */
+static void test_rope_table_bits(void) {
+    static const int shapes[][3] = {{CPU_ROPE_NEOX, 128, 128}, {CPU_ROPE_NEOX, 128, 100},
+                                    {CPU_ROPE_NORM, 128, 100}, {CPU_ROPE_NEOX, 64, 64}};
+    for (size_t c = 0; c < sizeof(shapes) / sizeof(shapes[0]); c++) {
+        const int mode = shapes[c][0], hd = shapes[c][1], nd = shapes[c][2], nh = 32, np = nd / 2;
+        cpu_rope_params p = cpu_rope_default((cpu_rope_mode)mode, nd, 1000000.0f);
+        const int32_t pos[2] = {7, 40001};
+        float cs[2 * 2 * 64];
+        hm_error err;
+        HM_REQUIRE(cpu_rope_table(&p, hd, pos, 2, cs, &err) == HM_OK);
+        float *x = frand_vec(2 * nh * hd, -2, 2), *ref = malloc((size_t)(2 * nh * hd) * sizeof(float));
+        memcpy(ref, x, (size_t)(2 * nh * hd) * sizeof(float));
+        for (int t = 0; t < 2; t++)
+            for (int h = 0; h < nh; h++) {
+                float *r = ref + (t * nh + h) * hd;
+                for (int i = 0; i < np; i++) {
+                    const float cc = cs[t * 2 * np + 2 * i], ss = cs[t * 2 * np + 2 * i + 1];
+                    float *r0 = mode == CPU_ROPE_NEOX ? r + i : r + 2 * i;
+                    float *r1 = mode == CPU_ROPE_NEOX ? r + np + i : r + 2 * i + 1;
+                    const float x0 = *r0, x1 = *r1;
+                    *r0 = x0 * cc - x1 * ss;
+                    *r1 = x0 * ss + x1 * cc;
+                }
+            }
+        HM_REQUIRE(cpu_rope_with_table(NULL, x, 2, nh, hd, cs, &p, &err) == HM_OK);
+        HM_CHECK_MSG(!memcmp(x, ref, (size_t)(2 * nh * hd) * sizeof(float)), "mode %d hd %d n_dims %d",
+                     mode, hd, nd);
+        free(x); free(ref);
+    }
+}
+
 static void test_rope(void) {
     HM_REQUIRE(pools_up());
     /* |x| <= 1; errors come from rounding cos/sin and the float rotation */
@@ -504,4 +538,4 @@ static void test_cleanup(void) {
     }
 }
 
-HM_TEST_MAIN(test_rmsnorm, test_rmsnorm_bits, test_combine_bits, test_elementwise, test_rope, test_router, test_cleanup)
+HM_TEST_MAIN(test_rmsnorm, test_rmsnorm_bits, test_combine_bits, test_elementwise, test_rope, test_rope_table_bits, test_router, test_cleanup)
