@@ -36,6 +36,11 @@ typedef struct {
 static void ew_range(const ew_job *j, int64_t i0, int64_t i1) {
     const float *a = j->a, *b = j->b;
     float *y = j->y;
+    if (j->simd && j->op <= EW_SCALE) { /* a plain loop does not vectorise at -O2 (aliasing) */
+        ops_arith_avx2(j->op == EW_ADD ? OPS_ARITH_ADD : j->op == EW_MUL ? OPS_ARITH_MUL : OPS_ARITH_SCALE,
+                       a + i0, b ? b + i0 : NULL, j->s, y + i0, i1 - i0);
+        return;
+    }
     if (j->simd && j->op >= EW_SILU) {
         static const int act[] = {[EW_SILU] = OPS_ACT_SILU, [EW_SIGMOID] = OPS_ACT_SIGMOID,
                                   [EW_SWIGLU] = OPS_ACT_SWIGLU, [EW_SWIGLU_OAI] = OPS_ACT_SWIGLU_OAI};
@@ -82,7 +87,7 @@ static void ew_worker(void *ctx, int ith, int nth) {
 
 static void ew_run(tp_pool *pool, ew_job *j) {
     if (j->n <= 0) return;
-    j->simd = j->op >= EW_SILU && hm_cpu_has_avx2();
+    j->simd = hm_cpu_has_avx2();
     int64_t min = j->op >= EW_SILU ? EW_MIN_PARALLEL_EXP : EW_MIN_PARALLEL;
     ops_run(pool, ew_worker, j, j->n, min);
 }

@@ -155,3 +155,24 @@ void ops_rope_neox_avx2(float *xt, int n_head, int head_dim, int n_pairs, const 
         }
     }
 }
+
+void ops_arith_avx2(int op, const float *a, const float *b, float s, float *y, int64_t n) {
+    int64_t i = 0;
+    const __m256 vs = _mm256_set1_ps(s);
+    switch (op) {
+    case OPS_ARITH_ADD:
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+        for (; i < n; i++) y[i] = a[i] + b[i];
+        break;
+    case OPS_ARITH_MUL:
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+        for (; i < n; i++) y[i] = a[i] * b[i];
+        break;
+    default:
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(a + i), vs));
+        for (; i < n; i++) y[i] = a[i] * s;
+        break;
+    }
+}

@@ -52,4 +52,9 @@ void ops_combine_row_avx2(const float *ys, const float *w, const int32_t *ids, i
  * ops_elem_avx2.c; AVX2 only). */
 void ops_rope_neox_avx2(float *xt, int n_head, int head_dim, int n_pairs, const float *cs);
 
+/* y[i] = a[i] + b[i], a[i] * b[i] or a[i] * s for i < n, one float operation each, 8 at a time
+ * (ops_elem_avx2.c; AVX2 only). y may be a (in place), not otherwise overlap a or b. */
+enum { OPS_ARITH_ADD, OPS_ARITH_MUL, OPS_ARITH_SCALE };
+void ops_arith_avx2(int op, const float *a, const float *b, float s, float *y, int64_t n);
+
 #endif

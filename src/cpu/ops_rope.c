@@ -4,7 +4,8 @@
  * DESIGN: for each token the cos/sin of its n_dims/2 angles are computed once (in double, see
  * ops.h for the formulas; rounded to float at the end) into a small stack table and applied to
  * every head of the token (or taken from a table cpu_rope_table filled once per batch, which a
- * forward pass reuses for q and k of every layer). Tokens are split across the pool; a token's rows depend only on its
+ * forward pass reuses for q and k of every layer; the neox rotation then goes 8 pairs at a time
+ * in ops_elem_avx2.c on AVX2 CPUs, same operations). Tokens are split across the pool; a token's rows depend only on its
  * position, so any split gives the same bits. YaRN follows llama.cpp's rope_yarn (ramp on the
  * pair index between the correction dims, mix of interpolated and extrapolated angles, mscale
  * 1 + 0.1 ln(factor)) which equals transformers' _compute_yarn_parameters when the correction
