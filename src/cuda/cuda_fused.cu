@@ -231,15 +231,28 @@ typedef struct {
 
 /* grid (n_tok, n_head + n_head_kv) */
 __global__ void __launch_bounds__(FQ_THREADS) k_fused_qk(const qk_k A) {
-    cu_pdl_enter();
     __shared__ float buf[FQ_MAX_HD];
     __shared__ float s_scale;
+    static_assert(FQ_MAX_HD <= 2 * FQ_THREADS, "two elements, one rope pair per thread");
     const int64_t t = blockIdx.x;
     const int h = blockIdx.y, hd = A.hd;
     const bool isq = h < A.n_head;
     const int hk = h - A.n_head;
+    const float *w = A.qk_norm ? (isq ? A.q_norm : A.k_norm) : NULL;
+    float wv[2]; /* the norm weights (never written by a kernel): before the wait */
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const int i = threadIdx.x + j * FQ_THREADS;
+        wv[j] = w && i < hd ? w[i] : 1.0f;
+    }
+    cu_pdl_enter();
     float *x = isq ? A.q + (t * A.n_head + h) * hd : A.k + (t * A.n_kv + hk) * hd;
+    const int32_t p = A.pos[t]; /* loaded with the row, then the rope pair's cos/sin */
     for (int i = threadIdx.x; i < hd; i += FQ_THREADS) buf[i] = x[i];
+    const cr_consts &rc = A.rc;
+    const bool pair = (int)threadIdx.x < rc.n_pairs; /* n_pairs <= hd / 2 <= FQ_THREADS */
+    float c = 0.0f, sn = 0.0f;
+    if (pair) cr_cos_sin(rc, p, threadIdx.x, c, sn);
     __syncthreads();
     if (A.qk_norm) {
         if (threadIdx.x < 32) {
@@ -248,16 +261,16 @@ __global__ void __launch_bounds__(FQ_THREADS) k_fused_qk(const qk_k A) {
         }
         __syncthreads();
         const float s = s_scale;
-        const float *w = isq ? A.q_norm : A.k_norm;
-        for (int i = threadIdx.x; i < hd; i += FQ_THREADS) {
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            const int i = threadIdx.x + j * FQ_THREADS;
+            if (i >= hd) break;
             const float v = __fmul_rn(buf[i], s);
-            buf[i] = w ? __fmul_rn(v, w[i]) : v;
+            buf[i] = w ? __fmul_rn(v, wv[j]) : v;
         }
         __syncthreads();
     }
-    const int32_t p = A.pos[t];
-    const cr_consts &rc = A.rc;
-    for (int i = threadIdx.x; i < rc.n_pairs; i += FQ_THREADS) cr_rotate(rc, p, i, buf);
+    if (pair) cr_apply(rc, threadIdx.x, c, sn, buf);
     __syncthreads();
     const bool store = !isq && p >= 0 && (int64_t)p < A.n_ctx;
     const int64_t row = (int64_t)A.n_kv * hd;

@@ -69,10 +69,10 @@ static inline hm_status cr_prepare(const char *who, const cpu_rope_params *p, in
     return HM_OK;
 }
 
-/* Rotates pair i of one head x at position p: cos/sin from the table when it covers p, else
- * computed in double with the CPU's operations. */
-static __device__ __forceinline__ void cr_rotate(const cr_consts &rc, int32_t p, int i, float *x) {
-    float c, s;
+/* cos and sin of pair i at position p: from the table when it covers p, else computed in
+ * double with the CPU's operations. */
+static __device__ __forceinline__ void cr_cos_sin(const cr_consts &rc, int32_t p, int i, float &c,
+                                                  float &s) {
     if (rc.table && p >= 0 && p < rc.n_table) {
         const float *cs = rc.table + ((int64_t)p * rc.n_pairs + i) * 2;
         c = cs[0];
@@ -86,10 +86,22 @@ static __device__ __forceinline__ void cr_rotate(const cr_consts &rc, int32_t p,
         c = __double2float_rn(__dmul_rn(cos(theta), rc.mscale));
         s = __double2float_rn(__dmul_rn(sin(theta), rc.mscale));
     }
+}
+
+/* Rotates pair i of one head x by (c, s) = cr_cos_sin(rc, p, i) */
+static __device__ __forceinline__ void cr_apply(const cr_consts &rc, int i, float c, float s,
+                                                float *x) {
     const int i0 = rc.neox ? i : 2 * i, i1 = rc.neox ? i + rc.n_pairs : 2 * i + 1;
     const float x0 = x[i0], x1 = x[i1];
     x[i0] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
     x[i1] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+}
+
+/* Rotates pair i of one head x at position p */
+static __device__ __forceinline__ void cr_rotate(const cr_consts &rc, int32_t p, int i, float *x) {
+    float c, s;
+    cr_cos_sin(rc, p, i, c, s);
+    cr_apply(rc, i, c, s, x);
 }
 
 #endif
