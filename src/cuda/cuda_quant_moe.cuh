@@ -145,12 +145,6 @@ __global__ void __launch_bounds__(CQ_WARPS * 32, NTM == 1 ? 6 : 4) k_moe(const m
         start = s_next;
         __syncthreads(); /* s_pairs may be overwritten from here */
         if (cnt == 0) break;
-        if constexpr (NTM == 1 && !FUSED && MOE_ROWS_PER_WARP == 2)
-            if (r0 + CQ_WARPS < P.n_rows) { /* uniform over the warp */
-                moe_plain_rows2<T>(P, e, pairs[0], r0);
-                if (start >= P.n_pairs) break;
-                continue;
-            }
         for (int j = 0; j < MOE_ROWS_PER_WARP; j++) {
             const int64_t r = r0 + (int64_t)j * CQ_WARPS;
             if (r >= P.n_rows) break; /* uniform over the warp */
