@@ -25,7 +25,9 @@ extern "C" {
 #include "cuda/cuda_fused.h"
 }
 
+#ifndef FR_WARPS
 #define FR_WARPS 4 /* expert rows per block */
+#endif
 #define FR_THREADS (FR_WARPS * 32)
 
 #define FR_SMEM_MAX (160 * 1024) /* dynamic shared memory for the staged chunks */

@@ -24,7 +24,7 @@ static hm_status moe_check(const cuda_moe_args *a, const char *fn, hm_error *err
     hm_status s = cq_check_k(err, fn, a->wtype, a->k);
     if (s != HM_OK) return s;
     if (a->n_expert <= 0 || a->n_rows < 0 || a->n_tok < 0 || a->n_used <= 0 ||
-        a->n_tok * a->n_used > INT32_MAX || a->n_rows / (CQ_WARPS * MOE_ROWS_PER_WARP) > 65535)
+        a->n_tok * a->n_used > INT32_MAX || a->n_rows / CQ_WARPS > 65535)
         return hm_error_set(err, HM_ERR_ARG, "%s: bad shape (%lld experts, %lld rows, %lld tokens, %d used)", fn,
                             (long long)a->n_expert, (long long)a->n_rows, (long long)a->n_tok, a->n_used);
     if (a->n_rows > 0 && a->n_tok > 0 && (!a->w || !a->act || !a->ids))

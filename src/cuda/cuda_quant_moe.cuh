@@ -76,19 +76,32 @@ static __device__ __forceinline__ void moe_tile(const moe_params &P, int e, cons
     }
 }
 
-/* decode (one pair): rows r and r + CQ_WARPS of the plain product, their loads in flight
+/* decode (one pair): rows r + j CQ_WARPS, j < R, of the plain product, their loads in flight
  * together */
-template <class T>
-static __device__ __forceinline__ void moe_plain_rows2(const moe_params &P, int e, int pair, int64_t r) {
+template <class T, int R>
+static __device__ __forceinline__ void moe_plain_rows(const moe_params &P, int e, int pair, int64_t r) {
     const uint8_t *a[1] = {P.act + (size_t)(P.x_per_slot ? pair : pair / P.n_used) * P.act_bytes};
     const size_t w0 = ((size_t)e * (size_t)P.n_rows + (size_t)r) * P.row_bytes;
-    const uint8_t *ws[2] = {P.w + w0, P.w + w0 + CQ_WARPS * P.row_bytes};
-    float o[2][1];
-    rows_dot<T, 1, 2>(ws, P.k, a, o);
-    if ((threadIdx.x & 31) == 0) {
-        P.y[(int64_t)pair * P.n_rows + r] = o[0][0];
-        P.y[(int64_t)pair * P.n_rows + r + CQ_WARPS] = o[1][0];
-    }
+    const uint8_t *ws[R];
+#pragma unroll
+    for (int j = 0; j < R; j++) ws[j] = P.w + w0 + (size_t)j * CQ_WARPS * P.row_bytes;
+    float o[R][1];
+    rows_dot<T, 1, R>(ws, P.k, a, o);
+    if ((threadIdx.x & 31) == 0)
+#pragma unroll
+        for (int j = 0; j < R; j++) P.y[(int64_t)pair * P.n_rows + r + j * CQ_WARPS] = o[j][0];
+}
+
+/* rows per warp of the one-token instance: gate/up row pairs one after the other, plain rows
+ * with their loads in flight together */
+#ifndef MOE_GU_ROWS
+#define MOE_GU_ROWS 1
+#endif
+#ifndef MOE_DOWN_ROWS
+#define MOE_DOWN_ROWS 2
+#endif
+template <bool FUSED, int NTM> static constexpr __host__ __device__ int moe_rows_per_warp() {
+    return NTM != 1 ? MOE_ROWS_PER_WARP : FUSED ? MOE_GU_ROWS : MOE_DOWN_ROWS;
 }
 
 /* NTM: the most pairs of one expert computed together (1 when every token is alone: a
@@ -100,12 +113,13 @@ __global__ void __launch_bounds__(CQ_WARPS * 32, NTM == 1 ? 6 : 4) k_moe(const m
         const int e = P.ids[blockIdx.x];
         if (e < 0 || e >= P.n_expert) return; /* uniform over the CTA */
         const int pair[1] = {(int)blockIdx.x};
-        const int64_t r0 = (int64_t)blockIdx.y * (CQ_WARPS * MOE_ROWS_PER_WARP) + threadIdx.x / 32;
-        if (!FUSED && MOE_ROWS_PER_WARP == 2 && r0 + CQ_WARPS < P.n_rows) {
-            moe_plain_rows2<T>(P, e, pair[0], r0);
+        constexpr int RPW = moe_rows_per_warp<FUSED, 1>();
+        const int64_t r0 = (int64_t)blockIdx.y * (CQ_WARPS * RPW) + threadIdx.x / 32;
+        if (!FUSED && r0 + (RPW - 1) * CQ_WARPS < P.n_rows) {
+            moe_plain_rows<T, RPW>(P, e, pair[0], r0);
             return;
         }
-        for (int j = 0; j < MOE_ROWS_PER_WARP; j++) {
+        for (int j = 0; j < RPW; j++) {
             const int64_t r = r0 + (int64_t)j * CQ_WARPS;
             if (r >= P.n_rows) break; /* uniform over the warp */
             moe_tile<T, 1, FUSED>(P, e, pair, 1, r);
@@ -163,10 +177,12 @@ static void launch_moe(const moe_params *P, cudaStream_t st) {
     moe_params q = *P;
     q.row_bytes = (size_t)(q.k / T::BS) * T::TS;
     q.act_bytes = T::ACT == QUANT_ACT_F32 ? (size_t)q.k * 4 : (size_t)(q.k / T::BS) * T::ABS;
-    const int rows_per_cta = CQ_WARPS * MOE_ROWS_PER_WARP;
-    const dim3 grid((unsigned)q.n_pairs, (unsigned)((q.n_rows + rows_per_cta - 1) / rows_per_cta));
     /* one pair per token (n_pairs <= n_used): no expert can have two */
-    if (q.n_pairs <= q.n_used) cu_launch(k_moe<T, FUSED, 1>, grid, CQ_WARPS * 32, 0, st, q);
+    const bool one = q.n_pairs <= q.n_used;
+    const int rows_per_cta =
+        CQ_WARPS * (one ? moe_rows_per_warp<FUSED, 1>() : moe_rows_per_warp<FUSED, MOE_TILE>());
+    const dim3 grid((unsigned)q.n_pairs, (unsigned)((q.n_rows + rows_per_cta - 1) / rows_per_cta));
+    if (one) cu_launch(k_moe<T, FUSED, 1>, grid, CQ_WARPS * 32, 0, st, q);
     else cu_launch(k_moe<T, FUSED, MOE_TILE>, grid, CQ_WARPS * 32, 0, st, q);
 }
 
