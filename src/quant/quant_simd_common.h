@@ -175,28 +175,9 @@ SIMD_INLINE int32_t simd_i32(const void *p) {
 /* ---- activation quantisation (docs/ARITHMETIC.md section 1) ---- */
 
 /* Quantises 32 floats with scale id into int8 at q (round half even under the default MXCSR,
- * clamped to +-127; NaN, i.e. 0 * inf when id = +inf, gives 0), returns their int32 partial
- * sums. Clamping the float before rounding is the same as after: the bounds are integers. */
-SIMD_INLINE __m256i simd_quant32(const float *x, float id, int8_t *q) {
-    const __m256 vid = _mm256_set1_ps(id);
-    const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
-    __m256i i[4];
-    for (int j = 0; j < 4; j++) {
-        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + 8 * j), vid);
-        v = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q)); /* NaN -> +0 */
-        v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
-        i[j] = _mm256_cvtps_epi32(v);
-    }
-    __m256i sum = _mm256_add_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3]));
-    __m256i p01 = _mm256_packs_epi32(i[0], i[1]); /* lanes interleaved per 128 bits */
-    __m256i p23 = _mm256_packs_epi32(i[2], i[3]);
-    __m256i p = _mm256_packs_epi16(p01, p23);
-    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256((__m256i *)q, p);
-    return sum;
-}
-
-/* simd_quant32 for q8_K: g[0], g[1] get the int32 partials of the first and last 16 quants. */
+ * clamped to +-127; NaN, i.e. 0 * inf when id = +inf, gives 0); g[0], g[1] get the int32
+ * partials of the first and last 16 quants (q8_K's sums). Clamping the float before rounding
+ * is the same as after: the bounds are integers. */
 SIMD_INLINE void simd_quant32_k(const float *x, float id, int8_t *q, __m256i g[2]) {
     const __m256 vid = _mm256_set1_ps(id);
     const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
@@ -212,6 +193,13 @@ SIMD_INLINE void simd_quant32_k(const float *x, float id, int8_t *q, __m256i g[2
     __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
     p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     _mm256_storeu_si256((__m256i *)q, p);
+}
+
+/* simd_quant32_k's quants, returning the int32 partial sums of all 32 */
+SIMD_INLINE __m256i simd_quant32(const float *x, float id, int8_t *q) {
+    __m256i g[2];
+    simd_quant32_k(x, id, q, g);
+    return _mm256_add_epi32(g[0], g[1]);
 }
 
 /* max |x[i]| over n (multiple of 8) floats (exact in any order: the inputs are finite). */
