@@ -469,8 +469,9 @@ static void test_qk(void) {
 }
 
 static void test_router(void) {
-    /* qwen3-like, gpt-oss-like (bias, top-k then softmax), odd sizes; 11 tokens: two tiles */
-    const int64_t nes[] = {128, 32, 60, 200}, ks[] = {2048, 2880, 256, 512};
+    /* qwen3-like, gpt-oss-like (bias, top-k then softmax), odd sizes (k = 250: rows staged 4
+     * bytes at a time); 11 tokens: two tiles */
+    const int64_t nes[] = {128, 32, 60, 200}, ks[] = {2048, 2880, 250, 512};
     const int kus[] = {8, 4, 4, 6};
     const int64_t nts[] = {1, 3, 8, 11};
     int cfg = 0;
