@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine: where a decode step's time goes inside the replayed graph. Builds
+# hotmoe (or reuses $b) and the CUPTI tracer bench/hm_trace.c, runs full-GPU tg128 under it,
+# and summarises the graph's kernels: per kernel name, the mean time from the previous kernel's
+# end to this one's end (the kernels complete in stream order, so these add up to the step) and
+# the mean start-to-end span (longer than that under programmatic dependent launch: a kernel
+# starts, and waits, while its predecessor runs).
+#   bash bench/device_trace_gpu.sh [preset:type] [STEPS]   (STEPS: last decode steps, 64)
+set -uo pipefail
+spec=${1:-qwen3-30b-a3b:q4_k_m}
+steps=${2:-64}
+OUT=${OUT:-/tmp/hotmoe-out}
+mkdir -p "$OUT"
+export PATH=$PATH:/usr/local/cuda/bin
+b=${b:-/tmp/hm-build}
+if [ ! -x $b/hotmoe ]; then
+  cmake -S . -B $b -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null || exit 1
+  cmake --build $b -j16 --target hotmoe >$OUT/build_trace.txt 2>&1 || { tail -30 $OUT/build_trace.txt; exit 1; }
+fi
+cu=$(dirname "$(dirname "$(command -v nvcc)")")
+lib=$(ls -d $cu/lib64 $cu/lib $cu/extras/CUPTI/lib64 2>/dev/null | head -1)
+gcc -O2 -shared -fPIC -I$cu/include -I$cu/extras/CUPTI/include bench/hm_trace.c \
+  -L$lib -L$cu/extras/CUPTI/lib64 -lcupti -Wl,-rpath,$lib:$cu/extras/CUPTI/lib64 \
+  -o /tmp/libhm_trace.so || exit 1
+m=/tmp/models; mkdir -p $m
+pre=${spec%%:*} ty=${spec##*:}
+f=$m/$pre-$ty.gguf
+[ -f $f ] || $b/hotmoe forge --preset $pre --type $ty -o $f 2>&1 | tail -1
+csv=$OUT/trace_$pre.csv
+CUDA_INJECTION64_PATH=/tmp/libhm_trace.so HM_TRACE_OUT=$csv \
+  $b/hotmoe bench -m $f -ngl 99 --gpu-strict -r 1 -p 0 -n 128 2>&1 | grep -E 'tg128|hm_trace'
+python3 - "$csv" "$steps" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.DictReader(open(sys.argv[1]))]
+g = [r for r in rows if r['graph_id'] != '0']
+g.sort(key=lambda r: int(r['end_ns']))
+if not g: sys.exit("no graph kernels traced")
+# a step starts with the sampler; take the last STEPS steps
+first = g[0]['name']
+starts = [i for i, r in enumerate(g) if r['name'] == first]
+steps = int(sys.argv[2])
+lo = starts[-steps - 1] if len(starts) > steps else starts[0]
+hi = starts[-1]
+sel = g[lo:hi]
+n_steps = sum(1 for r in sel if r['name'] == first)
+crit = collections.defaultdict(float); span = collections.defaultdict(float); cnt = collections.Counter()
+prev_end = int(g[lo - 1]['end_ns']) if lo > 0 else int(sel[0]['start_ns'])
+for r in sel:
+    s, e = int(r['start_ns']), int(r['end_ns'])
+    name = r['name'].split('(')[0][:60]
+    crit[name] += e - prev_end; span[name] += e - s; cnt[name] += 1
+    prev_end = e
+tot = sum(crit.values())
+print(f"{n_steps} decode steps, {len(sel)} kernels, {tot / n_steps / 1e3:.1f} us per step")
+print(f"{'share':>6} {'us/step':>8} {'n/step':>6} {'end-to-end us':>13} {'span us':>8}  kernel")
+for name, c in sorted(crit.items(), key=lambda x: -x[1]):
+    print(f"{100 * c / tot:5.1f}% {c / n_steps / 1e3:8.1f} {cnt[name] / n_steps:6.1f} "
+          f"{c / cnt[name] / 1e3:13.2f} {span[name] / cnt[name] / 1e3:8.2f}  {name}")
+PY
