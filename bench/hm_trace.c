@@ -6,7 +6,7 @@
  * DESIGN: the CUDA driver loads the library named by CUDA_INJECTION64_PATH and calls its
  * InitializeInjection(); that enables CUPTI's concurrent-kernel activity records, whose buffers
  * CUPTI fills asynchronously and hands back through the two callbacks below; an atexit handler
- * flushes them. Records go to HM_TRACE_OUT (default hm_trace.csv): start_ns,end_ns,graph_id,name
+ * flushes them. Records go to HM_TRACE_OUT (default hm_trace.csv): start_ns,end_ns,graph_id,"name"
  * in the order CUPTI delivers them (bench/device_trace_gpu.sh sorts and summarises).
  * Not part of the hotmoe build (it needs libcupti): the device script compiles it.
  */
@@ -42,7 +42,7 @@ static void CUPTIAPI trace_buffer_completed(CUcontext ctx, uint32_t stream, uint
             continue;
         const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)rec;
         if (g_trace.out)
-            fprintf(g_trace.out, "%llu,%llu,%u,%s\n", (unsigned long long)k->start,
+            fprintf(g_trace.out, "%llu,%llu,%u,\"%s\"\n", (unsigned long long)k->start,
                     (unsigned long long)k->end, k->graphId, k->name ? k->name : "?");
         g_trace.records++;
     }
