@@ -94,8 +94,8 @@ extern "C" hm_status cuda_kv_store(uint16_t *k_cache, uint16_t *v_cache, int64_t
     const int64_t row = (int64_t)n_head_kv * head_dim, total = n_tok * row;
     int64_t blocks = (total + 255) / 256;
     if (blocks > 4096) blocks = 4096;
-    cu_launch(kv_store_kernel, (unsigned)blocks, 256, 0, (cudaStream_t)stream, k_cache, v_cache, n_ctx,
-                                                                        row, k, v, n_tok, d_pos);
+    cu_launch(kv_store_kernel, (unsigned)blocks, 256, 0, (cudaStream_t)stream, k_cache, v_cache,
+              n_ctx, row, k, v, n_tok, d_pos);
     return attn_launched("kv_store_kernel", err);
 }
 
@@ -636,8 +636,8 @@ static hm_status attn_launch(const attn_plan *P, const cuda_attn_args *a, cudaSt
                             cudaGetErrorString(e));
     const dim3 grid((unsigned)((P->n_tok + P->nt - 1) / P->nt), (unsigned)(P->n_kv * P->n_hchunk),
                     (unsigned)P->n_split);
-    cu_launch(attn_kernel<HD>, grid, ATT_THREADS, smem, s, *P, a->q, a->k_cache, a->v_cache, a->d_pos,
-                                                    a->d_sinks, a->out, a->scratch);
+    cu_launch(attn_kernel<HD>, grid, ATT_THREADS, smem, s, *P, a->q, a->k_cache, a->v_cache,
+              a->d_pos, a->d_sinks, a->out, a->scratch);
     return attn_launched("attn_kernel", err);
 }
 

@@ -93,8 +93,8 @@ static hm_status capture_step(cuda_decode *d, hm_error *err) {
     if (ce != cudaSuccess) return cuda_fail(err, ce, "cudaStreamBeginCapture");
     hm_status st = cuda_sampler_sample(d->smp, e->d_logits, &d->d_scal[0], s, err);
     if (st == HM_OK) {
-        cu_launch(decode_commit_kernel, 1, 1, 0, s, &d->d_scal[0], (uint32_t *)&d->d_scal[2], d->ring_d,
-                                             d->depth);
+        cu_launch(decode_commit_kernel, 1, 1, 0, s, &d->d_scal[0], (uint32_t *)&d->d_scal[2],
+                  d->ring_d, d->depth);
         st = launch_check(err, "decode_commit_kernel");
     }
     if (st == HM_OK) st = cuda_engine_enqueue_step(e, &d->d_scal[0], 1, err);

@@ -320,6 +320,7 @@ extern "C" hm_status cuda_fused_qk_rope_store(const cuda_fused_qk_args *a, void 
     if (a->n_tok == 0) return HM_OK;
     if (!a->q || !a->k || !a->v || !a->d_pos || !a->k_cache || !a->v_cache)
         return hm_error_set(err, HM_ERR_ARG, "cuda_fused_qk_rope_store: missing buffers");
-    cu_launch(k_fused_qk, dim3((unsigned)a->n_tok, (unsigned)(a->n_head + a->n_head_kv)), FQ_THREADS, 0, (cudaStream_t)stream, A);
+    const dim3 grid((unsigned)a->n_tok, (unsigned)(a->n_head + a->n_head_kv));
+    cu_launch(k_fused_qk, grid, FQ_THREADS, 0, (cudaStream_t)stream, A);
     return fused_launched("k_fused_qk", err);
 }

@@ -72,7 +72,8 @@ k_fused_router(const float *w, int n_expert, int64_t k, int ch, const float *x, 
     const bool row = r < n_expert; /* warp-uniform */
     float *ws = fr_smem + warp * ch, *xs = fr_smem + FR_WARPS * ch;
     const float *wr = w + (int64_t)(row ? r : 0) * k;
-    const bool vec = k % 4 == 0 && ch % 4 == 0 && ((uintptr_t)w & 15) == 0 && ((uintptr_t)x & 15) == 0;
+    const bool vec =
+        k % 4 == 0 && ch % 4 == 0 && ((uintptr_t)w & 15) == 0 && ((uintptr_t)x & 15) == 0;
     int n0 = (int)(k < ch ? k : ch);
     if (row) fr_stage(ws, wr, n0, lane, 32, vec); /* weights: before the wait */
     cu_pdl_enter();
@@ -84,7 +85,8 @@ k_fused_router(const float *w, int n_expert, int64_t k, int ch, const float *x, 
         if (c0 > 0 && row) fr_stage(ws, wr + c0, n, lane, 32, vec);
 #pragma unroll
         for (int i = 0; i < NT; i++)
-            fr_stage(xs + i * ch, x + min(t0 + i, n_tok - 1) * k + c0, n, threadIdx.x, FR_THREADS, vec);
+            fr_stage(xs + i * ch, x + min(t0 + i, n_tok - 1) * k + c0, n, threadIdx.x, FR_THREADS,
+                     vec);
         fr_cp_wait();
         __syncthreads();
         if (row)

@@ -117,8 +117,8 @@ extern "C" hm_status cuda_add_bias(float *x, const float *b, int64_t n_rows, int
                                    void *stream, hm_error *err) {
     if (n_rows < 0 || n < 0) return hm_error_set(err, HM_ERR_ARG, "cuda_add_bias: negative shape");
     if (n_rows == 0 || n == 0) return HM_OK;
-    cu_launch(add_bias_kernel, ops_blocks(n_rows * n), OPS_THREADS, 0, (cudaStream_t)stream, x, b, n_rows,
-                                                                                      n);
+    cu_launch(add_bias_kernel, ops_blocks(n_rows * n), OPS_THREADS, 0, (cudaStream_t)stream, x, b,
+              n_rows, n);
     return ops_launched("add_bias_kernel", err);
 }
 
@@ -224,7 +224,8 @@ extern "C" hm_status cuda_rmsnorm(const float *x, const float *w, float *y, int6
         return hm_error_set(err, HM_ERR_ARG, "cuda_rmsnorm: bad shape (%lld rows of %lld)",
                             (long long)n_rows, (long long)n);
     if (n_rows == 0 || n == 0) return HM_OK;
-    cu_launch(rmsnorm_kernel, (unsigned)n_rows, OPS_THREADS, 0, (cudaStream_t)stream, x, w, y, n, eps);
+    cu_launch(rmsnorm_kernel, (unsigned)n_rows, OPS_THREADS, 0, (cudaStream_t)stream, x, w, y, n,
+              eps);
     return ops_launched("rmsnorm_kernel", err);
 }
 
