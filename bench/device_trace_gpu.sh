@@ -5,7 +5,9 @@
 # end to this one's end (the kernels complete in stream order, so these add up to the step) and
 # the mean start-to-end span (longer than that under programmatic dependent launch: a kernel
 # starts, and waits, while its predecessor runs).
-#   bash bench/device_trace_gpu.sh [preset:type] [STEPS]   (STEPS: last decode steps, 64)
+# Kernels outside the graph (prompt processing, e.g. PP=512 for a pp512 run first) are listed
+# after, end to end per kernel name.
+#   [PP=512] bash bench/device_trace_gpu.sh [preset:type] [STEPS]   (STEPS: last decode steps, 64)
 set -uo pipefail
 spec=${1:-qwen3-30b-a3b:q4_k_m}
 steps=${2:-64}
@@ -28,7 +30,7 @@ f=$m/$pre-$ty.gguf
 [ -f $f ] || $b/hotmoe forge --preset $pre --type $ty -o $f 2>&1 | tail -1
 csv=$OUT/trace_$pre.csv
 CUDA_INJECTION64_PATH=/tmp/libhm_trace.so HM_TRACE_OUT=$csv \
-  $b/hotmoe bench -m $f -ngl 99 --gpu-strict -r 1 -p 0 -n 128 2>&1 | grep -E 'tg128|hm_trace'
+  $b/hotmoe bench -m $f -ngl 99 --gpu-strict -r 1 -p ${PP:-0} -n 128 2>&1 | grep -E 'pp|tg128|hm_trace'
 python3 - "$csv" "$steps" <<'PY'
 import csv, sys, collections
 rows = [r for r in csv.DictReader(open(sys.argv[1]))]
@@ -56,4 +58,16 @@ print(f"{'share':>6} {'us/step':>8} {'n/step':>6} {'end-to-end us':>13} {'span u
 for name, c in sorted(crit.items(), key=lambda x: -x[1]):
     print(f"{100 * c / tot:5.1f}% {c / n_steps / 1e3:8.1f} {cnt[name] / n_steps:6.1f} "
           f"{c / cnt[name] / 1e3:13.2f} {span[name] / cnt[name] / 1e3:8.2f}  {name}")
+# kernels outside the graph (prompt processing, first step): time per name, end to end as above
+p = sorted((r for r in rows if r['graph_id'] == '0'), key=lambda r: int(r['end_ns']))
+if p:
+    pc = collections.defaultdict(float); pn = collections.Counter()
+    prev = int(p[0]['start_ns'])
+    for r in p:
+        e = int(r['end_ns']); name = r['name'].split('(')[0][:60]
+        pc[name] += max(e - prev, 0); pn[name] += 1; prev = e
+    pt = sum(pc.values())
+    print(f"\noutside the graph: {len(p)} kernels, {pt / 1e3:.1f} us end to end")
+    for name, c in sorted(pc.items(), key=lambda x: -x[1])[:25]:
+        print(f"{100 * c / pt:5.1f}% {c / 1e3:10.1f} us {pn[name]:6d} x  {name}")
 PY
