@@ -15,8 +15,11 @@
  *   shared by all the tile's weight rows.
  * - Weights of a group are unpacked once (8 registers U) and dotted with up to SIMD_Q32_TC
  *   activation rows: batches reuse the unpacking, the matvec (nc = 1) is the same code.
- * - A partial last group runs on zero-padded copies of its weight blocks (the prepared
- *   activations are zero-padded); its lanes are blended in.
+ * - A partial last group (k = 2880: 90 blocks end in 2) is read in place where the type has a
+ *   reader for the first cnt blocks (q8_0: plain and masked-gather loads; mxfp4 with VBMI:
+ *   masked zmm loads), else from a zero-padded copy (a store-forwarding stall: that tail cost
+ *   as much as 3 full groups); the prepared activations are zero-padded, the group's lanes are
+ *   blended in. It is prefetched like full groups.
  * Rows of more than SIMD_Q32_SEG blocks go in segments, one activation row at a time.
  */
 #ifndef HM_QUANT_SIMD_Q32_H
@@ -124,6 +127,17 @@ SIMD_INLINE void simd_unpack_q8_0(const uint8_t *w, __m256i U[8]) {
 #endif
     }
 }
+/* the first cnt (1..7) blocks of a partial last group; the others' registers are what a zero
+ * block gives (their lanes are blended away): no copy of the tail, no read past it */
+SIMD_INLINE void simd_unpack_q8_0_n(const uint8_t *w, int cnt, __m256i U[8]) {
+    _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
+        U[i] = i < cnt ? _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)(const void *)(w + i * sizeof(block_q8_0)))->qs)
+                       : _mm256_setzero_si256();
+#if SIMD_VNNI
+        U[i] = _mm256_xor_si256(U[i], _mm256_set1_epi8((char)0x80));
+#endif
+    }
+}
 #define SIMD_OFF_Q8_0 (SIMD_VNNI ? 128 : 0)
 #define SIMD_SGN_Q8_0 (!SIMD_VNNI)
 
@@ -134,6 +148,24 @@ SIMD_INLINE __m256i simd_gather8(const uint8_t *w, size_t wsz, size_t off) {
     const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
                                            _mm256_set1_epi32((int)wsz));
     return _mm256_i32gather_epi32((const int *)(const void *)(w + off), idx, 1);
+}
+
+/* simd_gather8 of the first cnt lanes only (the others 0) */
+SIMD_INLINE __m256i simd_gather8_n(const uint8_t *w, size_t wsz, size_t off, int cnt) {
+    const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                           _mm256_set1_epi32((int)wsz));
+    return _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)(const void *)(w + off), idx,
+                                       _mm256_castps_si256(simd_lane_mask(cnt)), 1);
+}
+
+SIMD_INLINE __m256 simd_fp16x8(__m256i g) {
+    __m256i v = _mm256_and_si256(g, _mm256_set1_epi32(0xffff));
+    v = _mm256_packus_epi32(v, v); /* [h0..h3 h0..h3 | h4..h7 h4..h7] */
+    v = _mm256_permute4x64_epi64(v, 0x08);
+    return _mm256_cvtph_ps(_mm256_castsi256_si128(v));
+}
+SIMD_INLINE __m256 simd_scales_fp16_n(const uint8_t *w, size_t wsz, size_t off, int cnt) {
+    return simd_fp16x8(simd_gather8_n(w, wsz, off, cnt));
 }
 
 SIMD_INLINE __m256 simd_scales_fp16(const uint8_t *w, size_t wsz, size_t off) {
@@ -266,6 +298,37 @@ SIMD_INLINE void simd_unpack_mxfp4_z(const uint8_t *w, __m512i U[4]) {
     U[3] = _mm512_permutexvar_epi8(_mm512_srli_epi16(q47, 4), t);
 }
 
+/* 64-byte load at w + o of which only the bytes before w + len are read (the rest 0) */
+SIMD_INLINE __m512i simd_load_below(const uint8_t *w, size_t o, size_t len) {
+    const __mmask64 m = len <= o ? 0 : len - o >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (len - o)) - 1;
+    return _mm512_maskz_loadu_epi8(m, (const void *)(w + o));
+}
+
+/* simd_unpack_mxfp4_z of the first cnt (1..7) blocks, read by masked loads (no copy, nothing
+ * read past the tail); the other blocks decode as zero blocks (blended away) */
+SIMD_INLINE void simd_unpack_mxfp4_zn(const uint8_t *w, int cnt, __m512i U[4]) {
+    const size_t len = (size_t)cnt * sizeof(block_mxfp4);
+    const __m512i t = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)simd_kv_mxfp4_u));
+    const __m512i z0 = simd_load_below(w, 0, len), z1 = simd_load_below(w, 64, len);
+    const __m512i z2 = simd_load_below(w, 68, len), z3 = simd_load_below(w, 72, len);
+    const __m512i ix = _mm512_set_epi8(
+        67, 66, 65, 64, 63, 62, 61, 60, 59, 58, 57, 56, 55, 54, 53, 52,
+        50, 49, 48, 47, 46, 45, 44, 43, 42, 41, 40, 39, 38, 37, 36, 35,
+        33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18,
+        16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1);
+    const __m512i ix2 = _mm512_set_epi8(
+        127, 126, 125, 124, 123, 122, 121, 120, 119, 118, 117, 116, 115, 114, 113, 112,
+        50, 49, 48, 47, 46, 45, 44, 43, 42, 41, 40, 39, 38, 37, 36, 35,
+        33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18,
+        16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1);
+    const __m512i q03 = _mm512_permutex2var_epi8(z0, ix, z1);
+    const __m512i q47 = _mm512_permutex2var_epi8(z2, ix2, z3);
+    U[0] = _mm512_permutexvar_epi8(q03, t);
+    U[1] = _mm512_permutexvar_epi8(_mm512_srli_epi16(q03, 4), t);
+    U[2] = _mm512_permutexvar_epi8(q47, t);
+    U[3] = _mm512_permutexvar_epi8(_mm512_srli_epi16(q47, 4), t);
+}
+
 /* e - 128 of the 8 blocks as floats (see simd_scales_e8m0); e of block i is byte 17i */
 SIMD_INLINE __m256 simd_scales_e8m0_z(const uint8_t *w, size_t wsz, size_t off) {
     (void)wsz; (void)off;
@@ -290,29 +353,45 @@ SIMD_INLINE __m256i simd_q32_isum_z(const __m512i U[4], const uint8_t *ap, int p
                                        _mm512_permutex2var_epi32(s03, io, s47)); /* block i: 2i, 2i+1 */
     return _mm512_castsi512_si256(_mm512_add_epi32(_mm512_permutexvar_epi32(ie, p), _mm512_permutexvar_epi32(io, p)));
 }
+/* simd_scales_e8m0_z of the first cnt blocks (masked loads; the other lanes are blended away) */
+SIMD_INLINE __m256 simd_scales_e8m0_zn(const uint8_t *w, size_t wsz, size_t off, int cnt) {
+    (void)wsz; (void)off;
+    const size_t len = (size_t)cnt * sizeof(block_mxfp4);
+    const __m512i z0 = simd_load_below(w, 0, len), z1 = simd_load_below(w, 64, len);
+    const __m512i ix = _mm512_setr_epi32(0, 17, 34, 51, 68, 85, 102, 119, 0, 0, 0, 0, 0, 0, 0, 0);
+    __m512i e = _mm512_maskz_permutex2var_epi8(0x1111111111111111ULL, z0, ix, z1);
+    return _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm512_castsi512_si256(e), _mm256_set1_epi32(128)));
+}
 #endif
 
 /* ---- tile ---- */
 
 /* One weight row segment ws of sn blocks against tcn prepared activation rows (pd[t], ps[t],
  * ap[t]) into acc[t]; lanes of a block start at a multiple of 32 blocks. */
-#define SIMD_Q32_ROWSEG(WSZ, UDECL, UNPACK, ISUM, PAIRED, SGN, OFF, SCALE, HAS_M, POW2, ws, sn, tcn, pd, ps, ap, acc) \
+#define SIMD_Q32_ROWSEG(WSZ, UDECL, UNPACK, ISUM, PAIRED, SGN, OFF, SCALE, HAS_M, POW2, NTAIL, UNPACKN, SCALEN, ws, sn, tcn, pd, ps, ap, acc) \
     do {                                                                                       \
         int64_t b = 0;                                                                         \
         for (; b < (sn); b += 8) {                                                             \
             const int cnt = (sn) - b < 8 ? (int)((sn) - b) : 8;                                \
             const uint8_t *wg = (ws) + (size_t)b * (WSZ);                                      \
             uint8_t wb[8 * (WSZ)];                                                             \
-            if (cnt < 8) { /* partial group: zero-padded copy */                               \
+            UDECL;                                                                             \
+            __m256 dw;                                                                         \
+            if (cnt == 8) {                                                                    \
+                simd_prefetch_w(wg, 8 * (WSZ));                                                \
+                UNPACK(wg, U);                                                                 \
+                dw = SCALE(wg, (WSZ), 0);                                                      \
+            } else if (NTAIL) { /* partial group read in place (UNPACKN/SCALEN: cnt blocks) */ \
+                simd_prefetch_w(wg, (size_t)cnt * (WSZ));                                      \
+                UNPACKN(wg, cnt, U);                                                           \
+                dw = SCALEN(wg, (WSZ), 0, cnt);                                                \
+            } else { /* partial group: zero-padded copy */                                     \
                 memset(wb, 0, sizeof(wb));                                                     \
                 memcpy(wb, wg, (size_t)cnt * (WSZ));                                           \
                 wg = wb;                                                                       \
-            } else {                                                                           \
-                simd_prefetch_w(wg, 8 * (WSZ));                                                \
+                UNPACK(wg, U);                                                                 \
+                dw = SCALE(wg, (WSZ), 0);                                                      \
             }                                                                                  \
-            UDECL;                                                                             \
-            UNPACK(wg, U);                                                                     \
-            const __m256 dw = SCALE(wg, (WSZ), 0);                                             \
             const __m256 dm = (HAS_M) ? simd_scales_fp16(wg, (WSZ), 2) : _mm256_setzero_ps();   \
             const int l = (int)((b >> 3) & 3);                                                 \
             for (int t = 0; t < (tcn); t++) {                                                  \
@@ -324,7 +403,7 @@ SIMD_INLINE __m256i simd_q32_isum_z(const __m512i U[4], const uint8_t *ap, int p
         }                                                                                      \
     } while (0)
 
-#define SIMD_Q32_TILE(NAME, WSZ, UDECL, UNPACK, ISUM, PAIRED, SGN, OFF, SCALE, HAS_M, POW2)                       \
+#define SIMD_Q32_TILE(NAME, WSZ, UDECL, UNPACK, ISUM, PAIRED, SGN, OFF, SCALE, HAS_M, POW2, NTAIL, UNPACKN, SCALEN) \
     static void NAME##_tile(int64_t n, const void *w, size_t w_stride, int nr, const void *act, \
                             size_t act_stride, int nc, float *out, size_t out_stride) {        \
         enum { TC = SIMD_Q32_TC, SEG = SIMD_Q32_SEG };                                         \
@@ -343,7 +422,7 @@ SIMD_INLINE __m256i simd_q32_isum_z(const __m512i U[4], const uint8_t *ap, int p
                 for (int r = 0; r < nr; r++) {                                                 \
                     simd_acc acc[TC];                                                          \
                     for (int t = 0; t < tcn; t++) simd_acc_zero(&acc[t]);                      \
-                    SIMD_Q32_ROWSEG(WSZ, UDECL, UNPACK, ISUM, PAIRED, SGN, OFF, SCALE, HAS_M, POW2,               \
+                    SIMD_Q32_ROWSEG(WSZ, UDECL, UNPACK, ISUM, PAIRED, SGN, OFF, SCALE, HAS_M, POW2, NTAIL, UNPACKN, SCALEN, \
                                     wp + (size_t)r * w_stride, nb, tcn, pd, ps, ap, acc);      \
                     for (int t = 0; t < tcn; t++)                                              \
                         out[(size_t)(c0 + t) * out_stride + (size_t)r] = simd_tree(&acc[t]);   \
@@ -362,7 +441,7 @@ SIMD_INLINE __m256i simd_q32_isum_z(const __m512i U[4], const uint8_t *ap, int p
                     simd_q32_pre(xp + (size_t)c * act_stride + (size_t)s0 * sizeof(block_q8_32), \
                                  sn, mult, (PAIRED), pd[0], ps[0], ap[0]);                     \
                     for (int rr = 0; rr < nrr; rr++)                                           \
-                        SIMD_Q32_ROWSEG(WSZ, UDECL, UNPACK, ISUM, PAIRED, SGN, OFF, SCALE, HAS_M, POW2,           \
+                        SIMD_Q32_ROWSEG(WSZ, UDECL, UNPACK, ISUM, PAIRED, SGN, OFF, SCALE, HAS_M, POW2, NTAIL, UNPACKN, SCALEN, \
                                         wp + (size_t)(r0 + rr) * w_stride + (size_t)s0 * (WSZ), \
                                         sn, 1, pd, ps, ap, (&acc[rr]));                        \
                 }                                                                              \
@@ -372,18 +451,22 @@ SIMD_INLINE __m256i simd_q32_isum_z(const __m512i U[4], const uint8_t *ap, int p
         }                                                                                      \
     }
 
+/* types without a partial-group reader (NTAIL 0) take the zero-padded copy */
+#define SIMD_Q32_NO_UNPACKN(w, cnt, U) ((void)(w), (void)(cnt))
+#define SIMD_Q32_NO_SCALEN(w, wsz, off, cnt) ((void)(w), (void)(cnt), _mm256_setzero_ps())
 #define SIMD_Q32_TYPE(T, TYPE, PAIRED, SGN, OFF, SCALE, HAS_M, POW2)                           \
     SIMD_Q32_TILE(simd_dot_##T, sizeof(TYPE), __m256i U[8], simd_unpack_##T, simd_q32_isum, PAIRED, SGN, \
-                  OFF, SCALE, HAS_M, POW2)
+                  OFF, SCALE, HAS_M, POW2, 0, SIMD_Q32_NO_UNPACKN, SIMD_Q32_NO_SCALEN)
 
-SIMD_Q32_TYPE(q8_0, block_q8_0, 0, SIMD_SGN_Q8_0, SIMD_OFF_Q8_0, simd_scales_fp16, 0, 0)
+SIMD_Q32_TILE(simd_dot_q8_0, sizeof(block_q8_0), __m256i U[8], simd_unpack_q8_0, simd_q32_isum, 0, SIMD_SGN_Q8_0,
+              SIMD_OFF_Q8_0, simd_scales_fp16, 0, 0, 1, simd_unpack_q8_0_n, simd_scales_fp16_n)
 SIMD_Q32_TYPE(q4_0, block_q4_0, 1, 0, 8, simd_scales_fp16, 0, 0)
 SIMD_Q32_TYPE(q5_0, block_q5_0, 1, 0, 16, simd_scales_fp16, 0, 0)
 SIMD_Q32_TYPE(q4_1, block_q4_1, 1, 0, 0, simd_scales_fp16, 1, 0)
 SIMD_Q32_TYPE(q5_1, block_q5_1, 1, 0, 0, simd_scales_fp16, 1, 0)
 #if SIMD_VBMI
 SIMD_Q32_TILE(simd_dot_mxfp4, sizeof(block_mxfp4), __m512i U[4], simd_unpack_mxfp4_z, simd_q32_isum_z, 2, 0,
-              12, simd_scales_e8m0_z, 0, SIMD_E8M0_POW2)
+              12, simd_scales_e8m0_z, 0, SIMD_E8M0_POW2, 1, simd_unpack_mxfp4_zn, simd_scales_e8m0_zn)
 #else
 SIMD_Q32_TYPE(mxfp4, block_mxfp4, 1, 0, 12, simd_scales_e8m0, 0, SIMD_E8M0_POW2)
 #endif
