@@ -403,7 +403,63 @@ SIMD_INLINE __m256 simd_scales_e8m0_zn(const uint8_t *w, size_t wsz, size_t off,
         }                                                                                      \
     } while (0)
 
+/* One group of CNT blocks at b of row wr against one prepared activation row into the
+ * accumulator register A (lanes b%32..): the matvec path, unrolled by the caller so that A is a
+ * register (FULL: CNT == 8 at compile time). Same operations as SIMD_Q32_ROWSEG. */
+#define SIMD_Q32_GROUP1(WSZ, UDECL, UNPACK, ISUM, PAIRED, SGN, OFF, SCALE, HAS_M, POW2, NTAIL, UNPACKN, SCALEN, wr, b, CNT, FULL, pd, ps, ap, A) \
+    do {                                                                                       \
+        const uint8_t *wg = (wr) + (size_t)(b) * (WSZ);                                        \
+        uint8_t wb[8 * (WSZ)];                                                                 \
+        UDECL;                                                                                 \
+        __m256 dw;                                                                             \
+        if (FULL) {                                                                            \
+            simd_prefetch_w(wg, 8 * (WSZ));                                                    \
+            UNPACK(wg, U);                                                                     \
+            dw = SCALE(wg, (WSZ), 0);                                                          \
+        } else if (NTAIL) {                                                                    \
+            simd_prefetch_w(wg, (size_t)(CNT) * (WSZ));                                        \
+            UNPACKN(wg, (CNT), U);                                                             \
+            dw = SCALEN(wg, (WSZ), 0, (CNT));                                                  \
+        } else {                                                                               \
+            memset(wb, 0, sizeof(wb));                                                         \
+            memcpy(wb, wg, (size_t)(CNT) * (WSZ));                                             \
+            wg = wb;                                                                           \
+            UNPACK(wg, U);                                                                     \
+            dw = SCALE(wg, (WSZ), 0);                                                          \
+        }                                                                                      \
+        const __m256 dm = (HAS_M) ? simd_scales_fp16(wg, (WSZ), 2) : _mm256_setzero_ps();       \
+        __m256i s_ = ISUM(U, (ap) + 32 * (b), (PAIRED), (SGN));                                \
+        __m256 rv_ = simd_q32_finish(s_, (pd) + (b), (ps) + (b), dw, dm, (OFF), (HAS_M), (POW2), (A)); \
+        (A) = (FULL) ? rv_ : _mm256_blendv_ps((A), rv_, simd_lane_mask(CNT));                  \
+    } while (0)
+
 #define SIMD_Q32_TILE(NAME, WSZ, UDECL, UNPACK, ISUM, PAIRED, SGN, OFF, SCALE, HAS_M, POW2, NTAIL, UNPACKN, SCALEN) \
+    /* one row of nb blocks against one prepared activation row: 4 groups per step, so each  \
+     * accumulator register is fixed and stays in a register */                               \
+    static float NAME##_row1(const uint8_t *wr, int64_t nb, const float *pd, const int32_t *ps, \
+                             const uint8_t *ap) {                                               \
+        simd_acc acc;                                                                          \
+        simd_acc_zero(&acc);                                                                   \
+        int64_t b = 0;                                                                         \
+        for (; b + 32 <= nb; b += 32) {                                                        \
+            _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++)                                \
+                SIMD_Q32_GROUP1(WSZ, UDECL, UNPACK, ISUM, PAIRED, SGN, OFF, SCALE, HAS_M, POW2, NTAIL, UNPACKN, SCALEN, \
+                                wr, b + 8 * j, 8, 1, pd, ps, ap, acc.a[j]);                    \
+        }                                                                                      \
+        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {                                  \
+            if (b + 8 <= nb) {                                                                 \
+                SIMD_Q32_GROUP1(WSZ, UDECL, UNPACK, ISUM, PAIRED, SGN, OFF, SCALE, HAS_M, POW2, NTAIL, UNPACKN, SCALEN, \
+                                wr, b, 8, 1, pd, ps, ap, acc.a[j]);                            \
+                b += 8;                                                                        \
+            } else {                                                                           \
+                if (b < nb)                                                                    \
+                    SIMD_Q32_GROUP1(WSZ, UDECL, UNPACK, ISUM, PAIRED, SGN, OFF, SCALE, HAS_M, POW2, NTAIL, UNPACKN, SCALEN, \
+                                    wr, b, (int)(nb - b), 0, pd, ps, ap, acc.a[j]);            \
+                break;                                                                         \
+            }                                                                                  \
+        }                                                                                      \
+        return simd_tree(&acc);                                                                \
+    }                                                                                          \
     static void NAME##_tile(int64_t n, const void *w, size_t w_stride, int nr, const void *act, \
                             size_t act_stride, int nc, float *out, size_t out_stride) {        \
         enum { TC = SIMD_Q32_TC, SEG = SIMD_Q32_SEG };                                         \
@@ -419,6 +475,12 @@ SIMD_INLINE __m256 simd_scales_e8m0_zn(const uint8_t *w, size_t wsz, size_t off,
                 for (int t = 0; t < tcn; t++)                                                  \
                     simd_q32_pre(xp + (size_t)(c0 + t) * act_stride, nb, mult, (PAIRED), pd[t], \
                                  ps[t], ap[t]);                                                \
+                if (tcn == 1) { /* the matvec */                                               \
+                    for (int r = 0; r < nr; r++)                                               \
+                        out[(size_t)c0 * out_stride + (size_t)r] =                             \
+                            NAME##_row1(wp + (size_t)r * w_stride, nb, pd[0], ps[0], ap[0]);   \
+                    continue;                                                                  \
+                }                                                                              \
                 for (int r = 0; r < nr; r++) {                                                 \
                     simd_acc acc[TC];                                                          \
                     for (int t = 0; t < tcn; t++) simd_acc_zero(&acc[t]);                      \

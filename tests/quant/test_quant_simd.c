@@ -153,7 +153,9 @@ static void test_dot_lengths(void) {
     /* blocks per row: 1 block up to many, with non-multiples of 8 and 32 */
     /* (256-element types: 1-4 blocks are one two-row packed group; 9, 12, 35 end in a packed
      * tail of 1, 4, 3 blocks after full groups, 35's into the lanes the first group used) */
-    static const int64_t nbs[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 16, 31, 32, 33, 35, 37, 64, 90, 549};
+    /* (32-element types' matvec: a partial last group in each of the 4 accumulator registers,
+     * 5, 12, 21, 26 / 37, 44, 90; 90 is k = 2880) */
+    static const int64_t nbs[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 16, 21, 26, 31, 32, 33, 35, 37, 44, 64, 90, 549};
     const quant_kernels *tabs[QUANT_ISA_COUNT + 1];
     int ntab = tables(tabs);
     for (int ti_ = 0; ti_ < ntab; ti_++) {
