@@ -20,6 +20,10 @@
  *   masked zmm loads), else from a zero-padded copy (a store-forwarding stall: that tail cost
  *   as much as 3 full groups); the prepared activations are zero-padded, the group's lanes are
  *   blended in. It is prefetched like full groups.
+ * - The matvec (one activation row) runs a row function, 4 groups per step (the accumulator
+ *   registers stay registers). mxfp4 with VBMI takes rows by pairs when their last group has
+ *   at most 4 blocks (k = 2880: 2): that group of both rows is one pass (row 0's blocks in
+ *   lanes 0-3, row 1's in 4-7, the same per-lane operations), then both trees together.
  * Rows of more than SIMD_Q32_SEG blocks go in segments, one activation row at a time.
  */
 #ifndef HM_QUANT_SIMD_Q32_H
@@ -362,6 +366,56 @@ SIMD_INLINE __m256 simd_scales_e8m0_zn(const uint8_t *w, size_t wsz, size_t off,
     __m512i e = _mm512_maskz_permutex2var_epi8(0x1111111111111111ULL, z0, ix, z1);
     return _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm512_castsi512_si256(e), _mm256_set1_epi32(128)));
 }
+/* The last cnt (1..4) blocks at b of two rows (w0 and w0 + ws) in one pass: row 0's blocks in
+ * lanes 0..cnt-1, row 1's in lanes 4..4+cnt-1 (simd_unpack_mxfp4_z's blocks 0-3 and 4-7, read
+ * by masked loads from the two rows). c holds the two rows' accumulator lanes side by side
+ * (lanes 0-3: row 0's register (b/8)%4 lanes 0-3, 4-7: row 1's); each of them gets exactly the
+ * update SIMD_Q32_GROUP1 gives it, the others keep theirs. pd, ps, ap: the prepared row. */
+SIMD_INLINE __m256 simd_mxfp4_pair_tail(const uint8_t *w0, size_t ws, int64_t b, int cnt, const float *pd,
+                                        const int32_t *ps, const uint8_t *ap, __m256 c) {
+    const size_t len = (size_t)cnt * sizeof(block_mxfp4);
+    const uint8_t *t0 = w0 + (size_t)b * sizeof(block_mxfp4), *t1 = t0 + ws;
+    simd_prefetch_w(t0, len);
+    simd_prefetch_w(t1, len);
+    const __m512i t = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)simd_kv_mxfp4_u));
+    /* as simd_unpack_mxfp4_z with w = t0 for blocks 0-3 and w + 68 = t1 for blocks 4-7 */
+    const __m512i z0 = simd_load_below(t0, 0, len), z1 = simd_load_below(t0, 64, len);
+    const __m512i z2 = simd_load_below(t1, 0, len), z3 = simd_load_below(t1, 4, len);
+    const __m512i ix = _mm512_set_epi8(
+        67, 66, 65, 64, 63, 62, 61, 60, 59, 58, 57, 56, 55, 54, 53, 52,
+        50, 49, 48, 47, 46, 45, 44, 43, 42, 41, 40, 39, 38, 37, 36, 35,
+        33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18,
+        16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1);
+    const __m512i ix2 = _mm512_set_epi8(
+        127, 126, 125, 124, 123, 122, 121, 120, 119, 118, 117, 116, 115, 114, 113, 112,
+        50, 49, 48, 47, 46, 45, 44, 43, 42, 41, 40, 39, 38, 37, 36, 35,
+        33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18,
+        16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1);
+    const __m512i q03 = _mm512_permutex2var_epi8(z0, ix, z1);
+    const __m512i q47 = _mm512_permutex2var_epi8(z2, ix2, z3);
+    const __m512i u0 = _mm512_permutexvar_epi8(q03, t), u1 = _mm512_permutexvar_epi8(_mm512_srli_epi16(q03, 4), t);
+    const __m512i u2 = _mm512_permutexvar_epi8(q47, t), u3 = _mm512_permutexvar_epi8(_mm512_srli_epi16(q47, 4), t);
+    /* both rows against blocks b..b+3 of the activations (quads layout: lo16 x4, hi16 x4) */
+    const uint8_t *a = ap + 32 * b;
+    const __m512i alo = _mm512_loadu_si512((const void *)a), ahi = _mm512_loadu_si512((const void *)(a + 64));
+    __m512i s03 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u0, alo), u1, ahi);
+    __m512i s47 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u2, alo), u3, ahi);
+    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    const __m512i pp = _mm512_add_epi32(_mm512_permutex2var_epi32(s03, ie, s47), _mm512_permutex2var_epi32(s03, io, s47));
+    __m256i sum = _mm512_castsi512_si256(_mm512_add_epi32(_mm512_permutexvar_epi32(ie, pp), _mm512_permutexvar_epi32(io, pp)));
+    /* e of row 0's blocks at bytes 17i of z0, of row 1's at bytes 17i of z2 */
+    const __m512i iz = _mm512_setr_epi32(0, 17, 34, 51, 64, 81, 98, 115, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i e = _mm512_maskz_permutex2var_epi8(0x1111111111111111ULL, z0, iz, z2);
+    const __m256 dw = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm512_castsi512_si256(e), _mm256_set1_epi32(128)));
+    const __m256i sa = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(ps + b)));
+    const __m256 da = _mm256_broadcast_ps((const __m128 *)(const void *)(pd + b));
+    sum = _mm256_sub_epi32(sum, sa);
+    const __m256 r = _mm256_fmadd_ps(_mm256_scalef_ps(da, dw), _mm256_cvtepi32_ps(sum), c);
+    const __m256 m1 = simd_lane_mask(cnt);
+    return _mm256_blendv_ps(c, r, _mm256_permute2f128_ps(m1, m1, 0x00));
+}
+#define SIMD_Q32_PAIR_MXFP4(w0, ws, b, cnt, pd, ps, ap, c) simd_mxfp4_pair_tail(w0, ws, b, cnt, pd, ps, ap, c)
 #endif
 
 /* ---- tile ---- */
@@ -433,13 +487,12 @@ SIMD_INLINE __m256 simd_scales_e8m0_zn(const uint8_t *w, size_t wsz, size_t off,
         (A) = (FULL) ? rv_ : _mm256_blendv_ps((A), rv_, simd_lane_mask(CNT));                  \
     } while (0)
 
-#define SIMD_Q32_TILE(NAME, WSZ, UDECL, UNPACK, ISUM, PAIRED, SGN, OFF, SCALE, HAS_M, POW2, NTAIL, UNPACKN, SCALEN) \
+#define SIMD_Q32_TILE(NAME, WSZ, UDECL, UNPACK, ISUM, PAIRED, SGN, OFF, SCALE, HAS_M, POW2, NTAIL, UNPACKN, SCALEN, PAIR, PAIRT) \
     /* one row of nb blocks against one prepared activation row: 4 groups per step, so each  \
      * accumulator register is fixed and stays in a register */                               \
-    static float NAME##_row1(const uint8_t *wr, int64_t nb, const float *pd, const int32_t *ps, \
-                             const uint8_t *ap) {                                               \
-        simd_acc acc;                                                                          \
-        simd_acc_zero(&acc);                                                                   \
+    SIMD_INLINE void NAME##_groups(const uint8_t *wr, int64_t nb, int tail, const float *pd,   \
+                                   const int32_t *ps, const uint8_t *ap, simd_acc *accp) {     \
+        simd_acc acc = *accp;                                                                  \
         int64_t b = 0;                                                                         \
         for (; b + 32 <= nb; b += 32) {                                                        \
             _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++)                                \
@@ -452,13 +505,37 @@ SIMD_INLINE __m256 simd_scales_e8m0_zn(const uint8_t *w, size_t wsz, size_t off,
                                 wr, b, 8, 1, pd, ps, ap, acc.a[j]);                            \
                 b += 8;                                                                        \
             } else {                                                                           \
-                if (b < nb)                                                                    \
+                if (b < nb && tail)                                                            \
                     SIMD_Q32_GROUP1(WSZ, UDECL, UNPACK, ISUM, PAIRED, SGN, OFF, SCALE, HAS_M, POW2, NTAIL, UNPACKN, SCALEN, \
                                     wr, b, (int)(nb - b), 0, pd, ps, ap, acc.a[j]);            \
                 break;                                                                         \
             }                                                                                  \
         }                                                                                      \
+        *accp = acc;                                                                           \
+    }                                                                                          \
+    static float NAME##_row1(const uint8_t *wr, int64_t nb, const float *pd, const int32_t *ps, \
+                             const uint8_t *ap) {                                               \
+        simd_acc acc;                                                                          \
+        simd_acc_zero(&acc);                                                                   \
+        NAME##_groups(wr, nb, 1, pd, ps, ap, &acc);                                            \
         return simd_tree(&acc);                                                                \
+    }                                                                                          \
+    /* two rows whose last group has <= 4 blocks: that group of both in one pass (PAIRT), then \
+     * both trees together (simd_tree2_*: the same additions as simd_tree) */                  \
+    static void NAME##_row2(const uint8_t *w0, size_t ws, int64_t nb, const float *pd,         \
+                            const int32_t *ps, const uint8_t *ap, float *out) {                \
+        simd_acc acc0, acc1;                                                                   \
+        simd_acc_zero(&acc0);                                                                  \
+        simd_acc_zero(&acc1);                                                                  \
+        NAME##_groups(w0, nb, 0, pd, ps, ap, &acc0);                                           \
+        NAME##_groups(w0 + ws, nb, 0, pd, ps, ap, &acc1);                                      \
+        const int64_t b = nb & ~(int64_t)7;                                                    \
+        const int l = (int)((b >> 3) & 3);                                                     \
+        __m256 c = _mm256_permute2f128_ps(acc0.a[l], acc1.a[l], 0x20);                         \
+        c = PAIRT(w0, ws, b, (int)(nb - b), pd, ps, ap, c);                                    \
+        acc0.a[l] = _mm256_blend_ps(acc0.a[l], c, 0x0f);                                       \
+        acc1.a[l] = _mm256_blend_ps(acc1.a[l], _mm256_permute2f128_ps(c, c, 0x11), 0x0f);      \
+        simd_tree2_tail(simd_tree2_s4(&acc0, &acc1), out);                                     \
     }                                                                                          \
     static void NAME##_tile(int64_t n, const void *w, size_t w_stride, int nr, const void *act, \
                             size_t act_stride, int nc, float *out, size_t out_stride) {        \
@@ -476,7 +553,12 @@ SIMD_INLINE __m256 simd_scales_e8m0_zn(const uint8_t *w, size_t wsz, size_t off,
                     simd_q32_pre(xp + (size_t)(c0 + t) * act_stride, nb, mult, (PAIRED), pd[t], \
                                  ps[t], ap[t]);                                                \
                 if (tcn == 1) { /* the matvec */                                               \
-                    for (int r = 0; r < nr; r++)                                               \
+                    int r = 0;                                                                 \
+                    if ((PAIR) && (nb & 7) != 0 && (nb & 7) <= 4) /* a short tail: row pairs */ \
+                        for (; r + 2 <= nr; r += 2)                                            \
+                            NAME##_row2(wp + (size_t)r * w_stride, w_stride, nb, pd[0], ps[0], ap[0], \
+                                        out + (size_t)c0 * out_stride + (size_t)r);            \
+                    for (; r < nr; r++)                                                        \
                         out[(size_t)c0 * out_stride + (size_t)r] =                             \
                             NAME##_row1(wp + (size_t)r * w_stride, nb, pd[0], ps[0], ap[0]);   \
                     continue;                                                                  \
@@ -516,19 +598,21 @@ SIMD_INLINE __m256 simd_scales_e8m0_zn(const uint8_t *w, size_t wsz, size_t off,
 /* types without a partial-group reader (NTAIL 0) take the zero-padded copy */
 #define SIMD_Q32_NO_UNPACKN(w, cnt, U) ((void)(w), (void)(cnt))
 #define SIMD_Q32_NO_SCALEN(w, wsz, off, cnt) ((void)(w), (void)(cnt), _mm256_setzero_ps())
+#define SIMD_Q32_NO_PAIRT(w0, ws, b, cnt, pd, ps, ap, c) ((void)(w0), (void)(b), (c))
 #define SIMD_Q32_TYPE(T, TYPE, PAIRED, SGN, OFF, SCALE, HAS_M, POW2)                           \
     SIMD_Q32_TILE(simd_dot_##T, sizeof(TYPE), __m256i U[8], simd_unpack_##T, simd_q32_isum, PAIRED, SGN, \
-                  OFF, SCALE, HAS_M, POW2, 0, SIMD_Q32_NO_UNPACKN, SIMD_Q32_NO_SCALEN)
+                  OFF, SCALE, HAS_M, POW2, 0, SIMD_Q32_NO_UNPACKN, SIMD_Q32_NO_SCALEN, 0, SIMD_Q32_NO_PAIRT)
 
 SIMD_Q32_TILE(simd_dot_q8_0, sizeof(block_q8_0), __m256i U[8], simd_unpack_q8_0, simd_q32_isum, 0, SIMD_SGN_Q8_0,
-              SIMD_OFF_Q8_0, simd_scales_fp16, 0, 0, 1, simd_unpack_q8_0_n, simd_scales_fp16_n)
+              SIMD_OFF_Q8_0, simd_scales_fp16, 0, 0, 1, simd_unpack_q8_0_n, simd_scales_fp16_n, 0, SIMD_Q32_NO_PAIRT)
 SIMD_Q32_TYPE(q4_0, block_q4_0, 1, 0, 8, simd_scales_fp16, 0, 0)
 SIMD_Q32_TYPE(q5_0, block_q5_0, 1, 0, 16, simd_scales_fp16, 0, 0)
 SIMD_Q32_TYPE(q4_1, block_q4_1, 1, 0, 0, simd_scales_fp16, 1, 0)
 SIMD_Q32_TYPE(q5_1, block_q5_1, 1, 0, 0, simd_scales_fp16, 1, 0)
 #if SIMD_VBMI
 SIMD_Q32_TILE(simd_dot_mxfp4, sizeof(block_mxfp4), __m512i U[4], simd_unpack_mxfp4_z, simd_q32_isum_z, 2, 0,
-              12, simd_scales_e8m0_z, 0, SIMD_E8M0_POW2, 1, simd_unpack_mxfp4_zn, simd_scales_e8m0_zn)
+              12, simd_scales_e8m0_z, 0, SIMD_E8M0_POW2, 1, simd_unpack_mxfp4_zn, simd_scales_e8m0_zn, 1,
+              SIMD_Q32_PAIR_MXFP4)
 #else
 SIMD_Q32_TYPE(mxfp4, block_mxfp4, 1, 0, 12, simd_scales_e8m0, 0, SIMD_E8M0_POW2)
 #endif
