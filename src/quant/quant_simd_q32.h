@@ -21,8 +21,8 @@
  *   as much as 3 full groups); the prepared activations are zero-padded, the group's lanes are
  *   blended in. It is prefetched like full groups.
  * - The matvec (one activation row) runs a row function, 4 groups per step (the accumulator
- *   registers stay registers). mxfp4 with VBMI takes rows by pairs when their last group has
- *   at most 4 blocks (k = 2880: 2): that group of both rows is one pass (row 0's blocks in
+ *   registers stay registers). q8_0 and mxfp4 with VBMI take rows by pairs when their last
+ *   group has at most 4 blocks (k = 2880: 2): that group of both rows is one pass (row 0's blocks in
  *   lanes 0-3, row 1's in 4-7, the same per-lane operations), then both trees together.
  * Rows of more than SIMD_Q32_SEG blocks go in segments, one activation row at a time.
  */
@@ -145,6 +145,7 @@ SIMD_INLINE void simd_unpack_q8_0_n(const uint8_t *w, int cnt, __m256i U[8]) {
 #define SIMD_OFF_Q8_0 (SIMD_VNNI ? 128 : 0)
 #define SIMD_SGN_Q8_0 (!SIMD_VNNI)
 
+
 /* ---- weight scales of 8 consecutive blocks ---- */
 
 /* 4 bytes at w + i*wsz + off for i < 8 (one vpgatherdd; every block type has >= 4 bytes there) */
@@ -198,6 +199,39 @@ SIMD_INLINE __m256 simd_scales_e8m0(const uint8_t *w, size_t wsz, size_t off) {
     return _mm256_castsi256_ps(_mm256_blendv_epi8(small, big, ge2));
 }
 #endif
+
+/* q8_0's last cnt (1..4) blocks at b of two rows (w0, w0 + ws) in one pass: lanes 0-3 row 0,
+ * 4-7 row 1, as simd_mxfp4_pair_tail (c: the two rows' accumulator lanes side by side); the
+ * same per-lane operations as a group of one row (simd_q32_isum, simd_q32_finish). */
+SIMD_INLINE __m256 simd_q8_0_pair_tail(const uint8_t *w0, size_t ws, int64_t b, int cnt, const float *pd,
+                                       const int32_t *ps, const uint8_t *ap, __m256 c) {
+    const size_t wsz = sizeof(block_q8_0);
+    const uint8_t *t0 = w0 + (size_t)b * wsz;
+    simd_prefetch_w(t0, (size_t)cnt * wsz);
+    simd_prefetch_w(t0 + ws, (size_t)cnt * wsz);
+    __m256i v[8];
+    _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
+        __m256i u = (i & 3) < cnt ? _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)(const void *)(
+                                        t0 + (size_t)(i >> 2) * ws + (size_t)(i & 3) * wsz))->qs)
+                                  : _mm256_setzero_si256();
+#if SIMD_VNNI
+        u = _mm256_xor_si256(u, _mm256_set1_epi8((char)0x80));
+#endif
+        const __m256i a = _mm256_loadu_si256((const __m256i *)(const void *)(ap + 32 * (b + (i & 3))));
+        v[i] = SIMD_SGN_Q8_0 ? simd_dot_s8(u, a) : simd_dot_u8(u, a);
+    }
+    __m256i s = simd_hsum8x8(v);
+    const __m256 m1 = simd_lane_mask(cnt), m = _mm256_permute2f128_ps(m1, m1, 0x00);
+    const __m256i ix = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3), _mm256_set1_epi32((int)wsz)),
+                                        _mm256_mullo_epi32(_mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1), _mm256_set1_epi32((int)ws)));
+    const __m256 dw = simd_fp16x8(_mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)(const void *)t0, ix,
+                                                              _mm256_castps_si256(m), 1));
+    const __m256i sa = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(ps + b)));
+    const __m256 da = _mm256_broadcast_ps((const __m128 *)(const void *)(pd + b));
+    if (SIMD_OFF_Q8_0) s = _mm256_sub_epi32(s, sa);
+    const __m256 r = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(s), c);
+    return _mm256_blendv_ps(c, r, m);
+}
 
 /* ---- one group against one prepared activation row ---- */
 
@@ -604,7 +638,7 @@ SIMD_INLINE __m256 simd_mxfp4_pair_tail(const uint8_t *w0, size_t ws, int64_t b,
                   OFF, SCALE, HAS_M, POW2, 0, SIMD_Q32_NO_UNPACKN, SIMD_Q32_NO_SCALEN, 0, SIMD_Q32_NO_PAIRT)
 
 SIMD_Q32_TILE(simd_dot_q8_0, sizeof(block_q8_0), __m256i U[8], simd_unpack_q8_0, simd_q32_isum, 0, SIMD_SGN_Q8_0,
-              SIMD_OFF_Q8_0, simd_scales_fp16, 0, 0, 1, simd_unpack_q8_0_n, simd_scales_fp16_n, 0, SIMD_Q32_NO_PAIRT)
+              SIMD_OFF_Q8_0, simd_scales_fp16, 0, 0, 1, simd_unpack_q8_0_n, simd_scales_fp16_n, 1, simd_q8_0_pair_tail)
 SIMD_Q32_TYPE(q4_0, block_q4_0, 1, 0, 8, simd_scales_fp16, 0, 0)
 SIMD_Q32_TYPE(q5_0, block_q5_0, 1, 0, 16, simd_scales_fp16, 0, 0)
 SIMD_Q32_TYPE(q4_1, block_q4_1, 1, 0, 0, simd_scales_fp16, 1, 0)
