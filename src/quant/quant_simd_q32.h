@@ -310,11 +310,10 @@ static void simd_q32_pre(const uint8_t *a, int64_t n, int32_t mult, int paired, 
  * loads; one vpermt2b per 4 blocks packs their 64 quant bytes, vpermb on a 4x replicated table
  * decodes both nibble halves (it reads the low 6 index bits; the replication makes bits 4-5
  * irrelevant), and one vpermt2b takes the 8 scale bytes. U[2h] / U[2h+1]: elements 0-15 /
- * 16-31 of blocks 4h..4h+3, 16 bytes per block (activations in the "quads" layout). */
-SIMD_INLINE void simd_unpack_mxfp4_z(const uint8_t *w, __m512i U[4]) {
+ * 16-31 of blocks 4h..4h+3, 16 bytes per block (activations in the "quads" layout).
+ * z0..z3: the group's 64-byte loads at w, w + 64, w + 68 and w + 72. */
+SIMD_INLINE void simd_unpack_mxfp4_q(__m512i z0, __m512i z1, __m512i z2, __m512i z3, __m512i U[4]) {
     const __m512i t = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)simd_kv_mxfp4_u));
-    const __m512i z0 = _mm512_loadu_si512((const void *)w), z1 = _mm512_loadu_si512((const void *)(w + 64));
-    const __m512i z2 = _mm512_loadu_si512((const void *)(w + 68)), z3 = _mm512_loadu_si512((const void *)(w + 72));
     /* blocks 0-3: quants at 17i+1+k of z0|z1; blocks 4-7: at 17i+1+k (i = 0..3) of w + 68 */
     const __m512i ix = _mm512_set_epi8(
         67, 66, 65, 64, 63, 62, 61, 60, 59, 58, 57, 56, 55, 54, 53, 52,
@@ -336,6 +335,12 @@ SIMD_INLINE void simd_unpack_mxfp4_z(const uint8_t *w, __m512i U[4]) {
     U[3] = _mm512_permutexvar_epi8(_mm512_srli_epi16(q47, 4), t);
 }
 
+/* the group of 8 blocks at w */
+SIMD_INLINE void simd_unpack_mxfp4_z(const uint8_t *w, __m512i U[4]) {
+    simd_unpack_mxfp4_q(_mm512_loadu_si512((const void *)w), _mm512_loadu_si512((const void *)(w + 64)),
+                        _mm512_loadu_si512((const void *)(w + 68)), _mm512_loadu_si512((const void *)(w + 72)), U);
+}
+
 /* 64-byte load at w + o of which only the bytes before w + len are read (the rest 0) */
 SIMD_INLINE __m512i simd_load_below(const uint8_t *w, size_t o, size_t len) {
     const __mmask64 m = len <= o ? 0 : len - o >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (len - o)) - 1;
@@ -346,25 +351,8 @@ SIMD_INLINE __m512i simd_load_below(const uint8_t *w, size_t o, size_t len) {
  * read past the tail); the other blocks decode as zero blocks (blended away) */
 SIMD_INLINE void simd_unpack_mxfp4_zn(const uint8_t *w, int cnt, __m512i U[4]) {
     const size_t len = (size_t)cnt * sizeof(block_mxfp4);
-    const __m512i t = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)simd_kv_mxfp4_u));
-    const __m512i z0 = simd_load_below(w, 0, len), z1 = simd_load_below(w, 64, len);
-    const __m512i z2 = simd_load_below(w, 68, len), z3 = simd_load_below(w, 72, len);
-    const __m512i ix = _mm512_set_epi8(
-        67, 66, 65, 64, 63, 62, 61, 60, 59, 58, 57, 56, 55, 54, 53, 52,
-        50, 49, 48, 47, 46, 45, 44, 43, 42, 41, 40, 39, 38, 37, 36, 35,
-        33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18,
-        16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1);
-    const __m512i ix2 = _mm512_set_epi8(
-        127, 126, 125, 124, 123, 122, 121, 120, 119, 118, 117, 116, 115, 114, 113, 112,
-        50, 49, 48, 47, 46, 45, 44, 43, 42, 41, 40, 39, 38, 37, 36, 35,
-        33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18,
-        16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1);
-    const __m512i q03 = _mm512_permutex2var_epi8(z0, ix, z1);
-    const __m512i q47 = _mm512_permutex2var_epi8(z2, ix2, z3);
-    U[0] = _mm512_permutexvar_epi8(q03, t);
-    U[1] = _mm512_permutexvar_epi8(_mm512_srli_epi16(q03, 4), t);
-    U[2] = _mm512_permutexvar_epi8(q47, t);
-    U[3] = _mm512_permutexvar_epi8(_mm512_srli_epi16(q47, 4), t);
+    simd_unpack_mxfp4_q(simd_load_below(w, 0, len), simd_load_below(w, 64, len), simd_load_below(w, 68, len),
+                        simd_load_below(w, 72, len), U);
 }
 
 /* e - 128 of the 8 blocks as floats (see simd_scales_e8m0); e of block i is byte 17i */
@@ -411,24 +399,11 @@ SIMD_INLINE __m256 simd_mxfp4_pair_tail(const uint8_t *w0, size_t ws, int64_t b,
     const uint8_t *t0 = w0 + (size_t)b * sizeof(block_mxfp4), *t1 = t0 + ws;
     simd_prefetch_w(t0, len);
     simd_prefetch_w(t1, len);
-    const __m512i t = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)simd_kv_mxfp4_u));
     /* as simd_unpack_mxfp4_z with w = t0 for blocks 0-3 and w + 68 = t1 for blocks 4-7 */
-    const __m512i z0 = simd_load_below(t0, 0, len), z1 = simd_load_below(t0, 64, len);
-    const __m512i z2 = simd_load_below(t1, 0, len), z3 = simd_load_below(t1, 4, len);
-    const __m512i ix = _mm512_set_epi8(
-        67, 66, 65, 64, 63, 62, 61, 60, 59, 58, 57, 56, 55, 54, 53, 52,
-        50, 49, 48, 47, 46, 45, 44, 43, 42, 41, 40, 39, 38, 37, 36, 35,
-        33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18,
-        16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1);
-    const __m512i ix2 = _mm512_set_epi8(
-        127, 126, 125, 124, 123, 122, 121, 120, 119, 118, 117, 116, 115, 114, 113, 112,
-        50, 49, 48, 47, 46, 45, 44, 43, 42, 41, 40, 39, 38, 37, 36, 35,
-        33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18,
-        16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1);
-    const __m512i q03 = _mm512_permutex2var_epi8(z0, ix, z1);
-    const __m512i q47 = _mm512_permutex2var_epi8(z2, ix2, z3);
-    const __m512i u0 = _mm512_permutexvar_epi8(q03, t), u1 = _mm512_permutexvar_epi8(_mm512_srli_epi16(q03, 4), t);
-    const __m512i u2 = _mm512_permutexvar_epi8(q47, t), u3 = _mm512_permutexvar_epi8(_mm512_srli_epi16(q47, 4), t);
+    const __m512i z0 = simd_load_below(t0, 0, len), z2 = simd_load_below(t1, 0, len);
+    __m512i U[4];
+    simd_unpack_mxfp4_q(z0, simd_load_below(t0, 64, len), z2, simd_load_below(t1, 4, len), U);
+    const __m512i u0 = U[0], u1 = U[1], u2 = U[2], u3 = U[3];
     /* both rows against blocks b..b+3 of the activations (quads layout: lo16 x4, hi16 x4) */
     const uint8_t *a = ap + 32 * b;
     const __m512i alo = _mm512_loadu_si512((const void *)a), ahi = _mm512_loadu_si512((const void *)(a + 64));
