@@ -123,16 +123,9 @@ SIMD_UNPACK_PAIRS(simd_unpack_iq4_nl, block_iq4_nl, simd_pair_lut(x0->qs, x1->qs
 #define SIMD_SGN_IQ4NL 1
 #endif
 
-SIMD_INLINE void simd_unpack_q8_0(const uint8_t *w, __m256i U[8]) {
-    _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
-        U[i] = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)(const void *)(w + i * sizeof(block_q8_0)))->qs);
-#if SIMD_VNNI
-        U[i] = _mm256_xor_si256(U[i], _mm256_set1_epi8((char)0x80));
-#endif
-    }
-}
-/* the first cnt (1..7) blocks of a partial last group; the others' registers are what a zero
- * block gives (their lanes are blended away): no copy of the tail, no read past it */
+/* the first cnt (1..8) blocks of a group; with cnt < 8 (a partial last group) the others'
+ * registers are what a zero block gives (their lanes are blended away): no copy of the tail,
+ * no read past it */
 SIMD_INLINE void simd_unpack_q8_0_n(const uint8_t *w, int cnt, __m256i U[8]) {
     _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
         U[i] = i < cnt ? _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)(const void *)(w + i * sizeof(block_q8_0)))->qs)
@@ -142,6 +135,7 @@ SIMD_INLINE void simd_unpack_q8_0_n(const uint8_t *w, int cnt, __m256i U[8]) {
 #endif
     }
 }
+SIMD_INLINE void simd_unpack_q8_0(const uint8_t *w, __m256i U[8]) { simd_unpack_q8_0_n(w, 8, U); }
 #define SIMD_OFF_Q8_0 (SIMD_VNNI ? 128 : 0)
 #define SIMD_SGN_Q8_0 (!SIMD_VNNI)
 
@@ -174,10 +168,7 @@ SIMD_INLINE __m256 simd_scales_fp16_n(const uint8_t *w, size_t wsz, size_t off, 
 }
 
 SIMD_INLINE __m256 simd_scales_fp16(const uint8_t *w, size_t wsz, size_t off) {
-    __m256i v = _mm256_and_si256(simd_gather8(w, wsz, off), _mm256_set1_epi32(0xffff));
-    v = _mm256_packus_epi32(v, v); /* [h0..h3 h0..h3 | h4..h7 h4..h7] */
-    v = _mm256_permute4x64_epi64(v, 0x08);
-    return _mm256_cvtph_ps(_mm256_castsi256_si128(v));
+    return simd_fp16x8(simd_gather8(w, wsz, off));
 }
 
 /* E8M0 halved: 2^(e-128), i.e. bits (e-1) << 23 for e >= 2, 0x00200000 << e below. With
@@ -199,6 +190,57 @@ SIMD_INLINE __m256 simd_scales_e8m0(const uint8_t *w, size_t wsz, size_t off) {
     return _mm256_castsi256_ps(_mm256_blendv_epi8(small, big, ge2));
 }
 #endif
+
+
+/* ---- one group against one prepared activation row ---- */
+
+/* the 8 block sums of sum(U * a) (before the offset); ap: the group's prepared activations */
+SIMD_INLINE __m256i simd_q32_isum(const __m256i U[8], const uint8_t *ap, int paired, int sgn) {
+    if (paired) {
+        __m256i v[4];
+        _Pragma("GCC unroll 4") for (int p = 0; p < 4; p++) {
+            __m256i alo = _mm256_loadu_si256((const __m256i *)(ap + 64 * p));
+            __m256i ahi = _mm256_loadu_si256((const __m256i *)(ap + 64 * p + 32));
+            v[p] = sgn ? _mm256_add_epi32(simd_dot_s8(U[2 * p], alo), simd_dot_s8(U[2 * p + 1], ahi))
+                       : simd_dot2_u8(U[2 * p], alo, U[2 * p + 1], ahi);
+        }
+        return _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    }
+    __m256i v[8];
+    _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
+        __m256i a = _mm256_loadu_si256((const __m256i *)(ap + 32 * i));
+        v[i] = sgn ? simd_dot_s8(U[i], a) : simd_dot_u8(U[i], a);
+    }
+    return simd_hsum8x8(v);
+}
+
+/* the float step: acc = fma(dw * da, (float)(s - OFF*sum_a), acc) [; fma(m * da, (float)sum_a)];
+ * pow2: dw holds log2 of the scale (see simd_scales_e8m0) */
+SIMD_INLINE __m256 simd_q32_finish_v(__m256i s, __m256 da, __m256i sa, __m256 dw, __m256 dm, int off,
+                                     int has_m, int pow2, __m256 acc) {
+    if (off) s = _mm256_sub_epi32(s, sa);
+#if SIMD_VNNI
+    __m256 dd = pow2 ? _mm256_scalef_ps(da, dw) : _mm256_mul_ps(dw, da);
+#else
+    (void)pow2;
+    __m256 dd = _mm256_mul_ps(dw, da);
+#endif
+    acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(s), acc);
+    if (has_m) acc = _mm256_fmadd_ps(_mm256_mul_ps(dm, da), _mm256_cvtepi32_ps(sa), acc);
+    return acc;
+}
+/* simd_q32_finish_v with the 8 blocks' pd and ps loaded */
+SIMD_INLINE __m256 simd_q32_finish(__m256i s, const float *pd, const int32_t *ps, __m256 dw,
+                                   __m256 dm, int off, int has_m, int pow2, __m256 acc) {
+    return simd_q32_finish_v(s, _mm256_loadu_ps(pd), _mm256_loadu_si256((const __m256i *)ps), dw, dm, off,
+                             has_m, pow2, acc);
+}
+
+/* a row pair's tail: the 4 blocks' pd and ps at p, once for each row's half of the lanes */
+SIMD_INLINE __m256 simd_pair_da(const float *p) { return _mm256_broadcast_ps((const __m128 *)(const void *)p); }
+SIMD_INLINE __m256i simd_pair_sa(const int32_t *p) {
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)p));
+}
 
 /* q8_0's last cnt (1..4) blocks at b of two rows (w0, w0 + ws) in one pass: lanes 0-3 row 0,
  * 4-7 row 1, as simd_mxfp4_pair_tail (c: the two rows' accumulator lanes side by side); the
@@ -226,51 +268,9 @@ SIMD_INLINE __m256 simd_q8_0_pair_tail(const uint8_t *w0, size_t ws, int64_t b, 
                                         _mm256_mullo_epi32(_mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1), _mm256_set1_epi32((int)ws)));
     const __m256 dw = simd_fp16x8(_mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)(const void *)t0, ix,
                                                               _mm256_castps_si256(m), 1));
-    const __m256i sa = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(ps + b)));
-    const __m256 da = _mm256_broadcast_ps((const __m128 *)(const void *)(pd + b));
-    if (SIMD_OFF_Q8_0) s = _mm256_sub_epi32(s, sa);
-    const __m256 r = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(s), c);
+    const __m256 r = simd_q32_finish_v(s, simd_pair_da(pd + b), simd_pair_sa(ps + b), dw, _mm256_setzero_ps(),
+                                       SIMD_OFF_Q8_0, 0, 0, c);
     return _mm256_blendv_ps(c, r, m);
-}
-
-/* ---- one group against one prepared activation row ---- */
-
-/* the 8 block sums of sum(U * a) (before the offset); ap: the group's prepared activations */
-SIMD_INLINE __m256i simd_q32_isum(const __m256i U[8], const uint8_t *ap, int paired, int sgn) {
-    if (paired) {
-        __m256i v[4];
-        _Pragma("GCC unroll 4") for (int p = 0; p < 4; p++) {
-            __m256i alo = _mm256_loadu_si256((const __m256i *)(ap + 64 * p));
-            __m256i ahi = _mm256_loadu_si256((const __m256i *)(ap + 64 * p + 32));
-            v[p] = sgn ? _mm256_add_epi32(simd_dot_s8(U[2 * p], alo), simd_dot_s8(U[2 * p + 1], ahi))
-                       : simd_dot2_u8(U[2 * p], alo, U[2 * p + 1], ahi);
-        }
-        return _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-    }
-    __m256i v[8];
-    _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
-        __m256i a = _mm256_loadu_si256((const __m256i *)(ap + 32 * i));
-        v[i] = sgn ? simd_dot_s8(U[i], a) : simd_dot_u8(U[i], a);
-    }
-    return simd_hsum8x8(v);
-}
-
-/* the float step: acc = fma(dw * da, (float)(s - OFF*sum_a), acc) [; fma(m * da, (float)sum_a)];
- * pow2: dw holds log2 of the scale (see simd_scales_e8m0) */
-SIMD_INLINE __m256 simd_q32_finish(__m256i s, const float *pd, const int32_t *ps, __m256 dw,
-                                   __m256 dm, int off, int has_m, int pow2, __m256 acc) {
-    __m256i sa = _mm256_loadu_si256((const __m256i *)ps);
-    if (off) s = _mm256_sub_epi32(s, sa);
-    __m256 da = _mm256_loadu_ps(pd);
-#if SIMD_VNNI
-    __m256 dd = pow2 ? _mm256_scalef_ps(da, dw) : _mm256_mul_ps(dw, da);
-#else
-    (void)pow2;
-    __m256 dd = _mm256_mul_ps(dw, da);
-#endif
-    acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(s), acc);
-    if (has_m) acc = _mm256_fmadd_ps(_mm256_mul_ps(dm, da), _mm256_cvtepi32_ps(sa), acc);
-    return acc;
 }
 
 /* ---- activation preparation ---- */
@@ -355,23 +355,25 @@ SIMD_INLINE void simd_unpack_mxfp4_zn(const uint8_t *w, int cnt, __m512i U[4]) {
                         simd_load_below(w, 72, len), U);
 }
 
+/* e - 128 as floats (see simd_scales_e8m0) of the bytes at ix (lanes 0-7, byte indices into
+ * the 128-byte table z0|z1) */
+SIMD_INLINE __m256 simd_e8m0_z(__m512i z0, __m512i z1, __m512i ix) {
+    /* byte 4i <- e_i, other bytes zeroed */
+    const __m512i e = _mm512_maskz_permutex2var_epi8(0x1111111111111111ULL, z0, ix, z1);
+    return _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm512_castsi512_si256(e), _mm256_set1_epi32(128)));
+}
+#define SIMD_E8M0_IX _mm512_setr_epi32(0, 17, 34, 51, 68, 85, 102, 119, 0, 0, 0, 0, 0, 0, 0, 0)
+
 /* e - 128 of the 8 blocks as floats (see simd_scales_e8m0); e of block i is byte 17i */
 SIMD_INLINE __m256 simd_scales_e8m0_z(const uint8_t *w, size_t wsz, size_t off) {
     (void)wsz; (void)off;
-    const __m512i z0 = _mm512_loadu_si512((const void *)w), z1 = _mm512_loadu_si512((const void *)(w + 64));
-    const __m512i ix = _mm512_setr_epi32(0, 17, 34, 51, 68, 85, 102, 119, 0, 0, 0, 0, 0, 0, 0, 0);
-    /* byte 4i <- e_i, other bytes zeroed */
-    __m512i e = _mm512_maskz_permutex2var_epi8(0x1111111111111111ULL, z0, ix, z1);
-    return _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm512_castsi512_si256(e), _mm256_set1_epi32(128)));
+    return simd_e8m0_z(_mm512_loadu_si512((const void *)w), _mm512_loadu_si512((const void *)(w + 64)), SIMD_E8M0_IX);
 }
 
-/* the 8 block sums of sum(U * a), ap in the quads layout */
-SIMD_INLINE __m256i simd_q32_isum_z(const __m512i U[4], const uint8_t *ap, int paired, int sgn) {
-    (void)paired; (void)sgn;
-    __m512i s03 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), U[0], _mm512_loadu_si512((const void *)ap));
-    s03 = _mm512_dpbusd_epi32(s03, U[1], _mm512_loadu_si512((const void *)(ap + 64)));
-    __m512i s47 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), U[2], _mm512_loadu_si512((const void *)(ap + 128)));
-    s47 = _mm512_dpbusd_epi32(s47, U[3], _mm512_loadu_si512((const void *)(ap + 192)));
+/* the 8 block sums of sum(U[i] * a[i]), activations in the quads layout */
+SIMD_INLINE __m256i simd_isum_z4(const __m512i U[4], __m512i a0, __m512i a1, __m512i a2, __m512i a3) {
+    const __m512i s03 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), U[0], a0), U[1], a1);
+    const __m512i s47 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), U[2], a2), U[3], a3);
     /* lanes 4i..4i+3 of s03|s47 (32 lanes) belong to block i */
     const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
@@ -379,14 +381,17 @@ SIMD_INLINE __m256i simd_q32_isum_z(const __m512i U[4], const uint8_t *ap, int p
                                        _mm512_permutex2var_epi32(s03, io, s47)); /* block i: 2i, 2i+1 */
     return _mm512_castsi512_si256(_mm512_add_epi32(_mm512_permutexvar_epi32(ie, p), _mm512_permutexvar_epi32(io, p)));
 }
+/* the 8 block sums of sum(U * a), ap in the quads layout */
+SIMD_INLINE __m256i simd_q32_isum_z(const __m512i U[4], const uint8_t *ap, int paired, int sgn) {
+    (void)paired; (void)sgn;
+    return simd_isum_z4(U, _mm512_loadu_si512((const void *)ap), _mm512_loadu_si512((const void *)(ap + 64)),
+                        _mm512_loadu_si512((const void *)(ap + 128)), _mm512_loadu_si512((const void *)(ap + 192)));
+}
 /* simd_scales_e8m0_z of the first cnt blocks (masked loads; the other lanes are blended away) */
 SIMD_INLINE __m256 simd_scales_e8m0_zn(const uint8_t *w, size_t wsz, size_t off, int cnt) {
     (void)wsz; (void)off;
     const size_t len = (size_t)cnt * sizeof(block_mxfp4);
-    const __m512i z0 = simd_load_below(w, 0, len), z1 = simd_load_below(w, 64, len);
-    const __m512i ix = _mm512_setr_epi32(0, 17, 34, 51, 68, 85, 102, 119, 0, 0, 0, 0, 0, 0, 0, 0);
-    __m512i e = _mm512_maskz_permutex2var_epi8(0x1111111111111111ULL, z0, ix, z1);
-    return _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm512_castsi512_si256(e), _mm256_set1_epi32(128)));
+    return simd_e8m0_z(simd_load_below(w, 0, len), simd_load_below(w, 64, len), SIMD_E8M0_IX);
 }
 /* The last cnt (1..4) blocks at b of two rows (w0 and w0 + ws) in one pass: row 0's blocks in
  * lanes 0..cnt-1, row 1's in lanes 4..4+cnt-1 (simd_unpack_mxfp4_z's blocks 0-3 and 4-7, read
@@ -403,24 +408,14 @@ SIMD_INLINE __m256 simd_mxfp4_pair_tail(const uint8_t *w0, size_t ws, int64_t b,
     const __m512i z0 = simd_load_below(t0, 0, len), z2 = simd_load_below(t1, 0, len);
     __m512i U[4];
     simd_unpack_mxfp4_q(z0, simd_load_below(t0, 64, len), z2, simd_load_below(t1, 4, len), U);
-    const __m512i u0 = U[0], u1 = U[1], u2 = U[2], u3 = U[3];
     /* both rows against blocks b..b+3 of the activations (quads layout: lo16 x4, hi16 x4) */
     const uint8_t *a = ap + 32 * b;
     const __m512i alo = _mm512_loadu_si512((const void *)a), ahi = _mm512_loadu_si512((const void *)(a + 64));
-    __m512i s03 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u0, alo), u1, ahi);
-    __m512i s47 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u2, alo), u3, ahi);
-    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-    const __m512i pp = _mm512_add_epi32(_mm512_permutex2var_epi32(s03, ie, s47), _mm512_permutex2var_epi32(s03, io, s47));
-    __m256i sum = _mm512_castsi512_si256(_mm512_add_epi32(_mm512_permutexvar_epi32(ie, pp), _mm512_permutexvar_epi32(io, pp)));
+    const __m256i sum = simd_isum_z4(U, alo, ahi, alo, ahi);
     /* e of row 0's blocks at bytes 17i of z0, of row 1's at bytes 17i of z2 */
-    const __m512i iz = _mm512_setr_epi32(0, 17, 34, 51, 64, 81, 98, 115, 0, 0, 0, 0, 0, 0, 0, 0);
-    const __m512i e = _mm512_maskz_permutex2var_epi8(0x1111111111111111ULL, z0, iz, z2);
-    const __m256 dw = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm512_castsi512_si256(e), _mm256_set1_epi32(128)));
-    const __m256i sa = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(ps + b)));
-    const __m256 da = _mm256_broadcast_ps((const __m128 *)(const void *)(pd + b));
-    sum = _mm256_sub_epi32(sum, sa);
-    const __m256 r = _mm256_fmadd_ps(_mm256_scalef_ps(da, dw), _mm256_cvtepi32_ps(sum), c);
+    const __m256 dw = simd_e8m0_z(z0, z2, _mm512_setr_epi32(0, 17, 34, 51, 64, 81, 98, 115, 0, 0, 0, 0, 0, 0, 0, 0));
+    const __m256 r = simd_q32_finish_v(sum, simd_pair_da(pd + b), simd_pair_sa(ps + b), dw, _mm256_setzero_ps(), 1,
+                                       0, SIMD_E8M0_POW2, c);
     const __m256 m1 = simd_lane_mask(cnt);
     return _mm256_blendv_ps(c, r, _mm256_permute2f128_ps(m1, m1, 0x00));
 }
