@@ -426,6 +426,28 @@ SIMD_INLINE __m256 simd_mxfp4_pair_tail(const uint8_t *w0, size_t ws, int64_t b,
 
 /* One weight row segment ws of sn blocks against tcn prepared activation rows (pd[t], ps[t],
  * ap[t]) into acc[t]; lanes of a block start at a multiple of 32 blocks. */
+/* The group of cnt blocks at wg (full: cnt == 8) into U and its scales dw: a full group
+ * prefetched, a partial one read in place (NTAIL: UNPACKN/SCALEN of cnt blocks) or through the
+ * zero-padded copy wb (wg then points at wb). */
+#define SIMD_Q32_LOADGROUP(WSZ, UNPACK, SCALE, NTAIL, UNPACKN, SCALEN, wg, cnt, full, wb, U, dw)   \
+    do {                                                                                       \
+        if (full) {                                                                            \
+            simd_prefetch_w(wg, 8 * (WSZ));                                                    \
+            UNPACK(wg, U);                                                                     \
+            dw = SCALE(wg, (WSZ), 0);                                                          \
+        } else if (NTAIL) {                                                                    \
+            simd_prefetch_w(wg, (size_t)(cnt) * (WSZ));                                        \
+            UNPACKN(wg, (cnt), U);                                                             \
+            dw = SCALEN(wg, (WSZ), 0, (cnt));                                                  \
+        } else {                                                                               \
+            memset(wb, 0, sizeof(wb));                                                         \
+            memcpy(wb, wg, (size_t)(cnt) * (WSZ));                                             \
+            wg = wb;                                                                           \
+            UNPACK(wg, U);                                                                     \
+            dw = SCALE(wg, (WSZ), 0);                                                          \
+        }                                                                                      \
+    } while (0)
+
 #define SIMD_Q32_ROWSEG(WSZ, UDECL, UNPACK, ISUM, PAIRED, SGN, OFF, SCALE, HAS_M, POW2, NTAIL, UNPACKN, SCALEN, ws, sn, tcn, pd, ps, ap, acc) \
     do {                                                                                       \
         int64_t b = 0;                                                                         \
@@ -435,21 +457,7 @@ SIMD_INLINE __m256 simd_mxfp4_pair_tail(const uint8_t *w0, size_t ws, int64_t b,
             uint8_t wb[8 * (WSZ)];                                                             \
             UDECL;                                                                             \
             __m256 dw;                                                                         \
-            if (cnt == 8) {                                                                    \
-                simd_prefetch_w(wg, 8 * (WSZ));                                                \
-                UNPACK(wg, U);                                                                 \
-                dw = SCALE(wg, (WSZ), 0);                                                      \
-            } else if (NTAIL) { /* partial group read in place (UNPACKN/SCALEN: cnt blocks) */ \
-                simd_prefetch_w(wg, (size_t)cnt * (WSZ));                                      \
-                UNPACKN(wg, cnt, U);                                                           \
-                dw = SCALEN(wg, (WSZ), 0, cnt);                                                \
-            } else { /* partial group: zero-padded copy */                                     \
-                memset(wb, 0, sizeof(wb));                                                     \
-                memcpy(wb, wg, (size_t)cnt * (WSZ));                                           \
-                wg = wb;                                                                       \
-                UNPACK(wg, U);                                                                 \
-                dw = SCALE(wg, (WSZ), 0);                                                      \
-            }                                                                                  \
+            SIMD_Q32_LOADGROUP(WSZ, UNPACK, SCALE, NTAIL, UNPACKN, SCALEN, wg, cnt, cnt == 8, wb, U, dw); \
             const __m256 dm = (HAS_M) ? simd_scales_fp16(wg, (WSZ), 2) : _mm256_setzero_ps();   \
             const int l = (int)((b >> 3) & 3);                                                 \
             for (int t = 0; t < (tcn); t++) {                                                  \
@@ -470,21 +478,7 @@ SIMD_INLINE __m256 simd_mxfp4_pair_tail(const uint8_t *w0, size_t ws, int64_t b,
         uint8_t wb[8 * (WSZ)];                                                                 \
         UDECL;                                                                                 \
         __m256 dw;                                                                             \
-        if (FULL) {                                                                            \
-            simd_prefetch_w(wg, 8 * (WSZ));                                                    \
-            UNPACK(wg, U);                                                                     \
-            dw = SCALE(wg, (WSZ), 0);                                                          \
-        } else if (NTAIL) {                                                                    \
-            simd_prefetch_w(wg, (size_t)(CNT) * (WSZ));                                        \
-            UNPACKN(wg, (CNT), U);                                                             \
-            dw = SCALEN(wg, (WSZ), 0, (CNT));                                                  \
-        } else {                                                                               \
-            memset(wb, 0, sizeof(wb));                                                         \
-            memcpy(wb, wg, (size_t)(CNT) * (WSZ));                                             \
-            wg = wb;                                                                           \
-            UNPACK(wg, U);                                                                     \
-            dw = SCALE(wg, (WSZ), 0);                                                          \
-        }                                                                                      \
+        SIMD_Q32_LOADGROUP(WSZ, UNPACK, SCALE, NTAIL, UNPACKN, SCALEN, wg, CNT, FULL, wb, U, dw); \
         const __m256 dm = (HAS_M) ? simd_scales_fp16(wg, (WSZ), 2) : _mm256_setzero_ps();       \
         __m256i s_ = ISUM(U, (ap) + 32 * (b), (PAIRED), (SGN));                                \
         __m256 rv_ = simd_q32_finish(s_, (pd) + (b), (ps) + (b), dw, dm, (OFF), (HAS_M), (POW2), (A)); \
