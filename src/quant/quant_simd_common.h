@@ -76,6 +76,31 @@ SIMD_INLINE __m256 simd_lane_mask(int n) {
     return _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(k_mask + 8 - n)));
 }
 
+/* Byte offsets of lane i: i * stride (8 consecutive blocks of one row), and
+ * (i & 3) * stride + (i >> 2) * rstride (4 blocks of each of two rows rstride bytes apart). */
+SIMD_INLINE __m256i simd_ix8(size_t stride) {
+    return _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)stride));
+}
+SIMD_INLINE __m256i simd_ix44(size_t stride, size_t rstride) {
+    return _mm256_add_epi32(_mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3), _mm256_set1_epi32((int)stride)),
+                            _mm256_mullo_epi32(_mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1), _mm256_set1_epi32((int)rstride)));
+}
+
+/* simd_tree of two rows at once, out[0] and out[1]: the s = 16 and 8 steps per row, then the
+ * two rows' 8 lanes side by side (row 0 in lanes 0-3, row 1 in 4-7) for s = 4, 2, 1. */
+SIMD_INLINE __m256 simd_tree2_s4(const simd_acc *r0, const simd_acc *r1) {
+    const __m256 v0 = _mm256_add_ps(_mm256_add_ps(r0->a[0], r0->a[2]), _mm256_add_ps(r0->a[1], r0->a[3]));
+    const __m256 v1 = _mm256_add_ps(_mm256_add_ps(r1->a[0], r1->a[2]), _mm256_add_ps(r1->a[1], r1->a[3]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(v0, v1, 0x20), _mm256_permute2f128_ps(v0, v1, 0x31));
+}
+/* q: after s = 4 (lanes 0-3 row 0, 4-7 row 1); the s = 2 and 1 steps and the two results. */
+SIMD_INLINE void simd_tree2_tail(__m256 q, float *out) {
+    q = _mm256_add_ps(q, _mm256_permute_ps(q, 0x4e));  /* s = 2: lane i += lane i + 2 */
+    q = _mm256_add_ps(q, _mm256_movehdup_ps(q));       /* s = 1: lane 0 += lane 1 */
+    out[0] = _mm256_cvtss_f32(q);
+    out[1] = _mm_cvtss_f32(_mm256_extractf128_ps(q, 1));
+}
+
 /* v[i] holds 8 int32 partials of block i; returns the 8 block sums (lane i = sum of v[i]). */
 SIMD_INLINE __m256i simd_hsum8x8(const __m256i v[8]) {
     __m256i h01 = _mm256_hadd_epi32(v[0], v[1]);

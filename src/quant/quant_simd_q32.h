@@ -144,16 +144,12 @@ SIMD_INLINE void simd_unpack_q8_0(const uint8_t *w, __m256i U[8]) { simd_unpack_
 
 /* 4 bytes at w + i*wsz + off for i < 8 (one vpgatherdd; every block type has >= 4 bytes there) */
 SIMD_INLINE __m256i simd_gather8(const uint8_t *w, size_t wsz, size_t off) {
-    const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-                                           _mm256_set1_epi32((int)wsz));
-    return _mm256_i32gather_epi32((const int *)(const void *)(w + off), idx, 1);
+    return _mm256_i32gather_epi32((const int *)(const void *)(w + off), simd_ix8(wsz), 1);
 }
 
 /* simd_gather8 of the first cnt lanes only (the others 0) */
 SIMD_INLINE __m256i simd_gather8_n(const uint8_t *w, size_t wsz, size_t off, int cnt) {
-    const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-                                           _mm256_set1_epi32((int)wsz));
-    return _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)(const void *)(w + off), idx,
+    return _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)(const void *)(w + off), simd_ix8(wsz),
                                        _mm256_castps_si256(simd_lane_mask(cnt)), 1);
 }
 
@@ -264,9 +260,8 @@ SIMD_INLINE __m256 simd_q8_0_pair_tail(const uint8_t *w0, size_t ws, int64_t b, 
     }
     __m256i s = simd_hsum8x8(v);
     const __m256 m1 = simd_lane_mask(cnt), m = _mm256_permute2f128_ps(m1, m1, 0x00);
-    const __m256i ix = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3), _mm256_set1_epi32((int)wsz)),
-                                        _mm256_mullo_epi32(_mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1), _mm256_set1_epi32((int)ws)));
-    const __m256 dw = simd_fp16x8(_mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)(const void *)t0, ix,
+    const __m256 dw = simd_fp16x8(_mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)(const void *)t0,
+                                                              simd_ix44(wsz, ws),
                                                               _mm256_castps_si256(m), 1));
     const __m256 r = simd_q32_finish_v(s, simd_pair_da(pd + b), simd_pair_sa(ps + b), dw, _mm256_setzero_ps(),
                                        SIMD_OFF_Q8_0, 0, 0, c);
