@@ -7,7 +7,8 @@
 # alike (CPU=1 also measures the host read bandwidth once per round). Prints every run and the
 # mean per variant and model.
 #   bash bench/device_ab.sh base=.devrun/a new=.devrun/b nopdl=.devrun/b:-DCUDA_PDL=0
-# env: ROUNDS (2), MODELS ("q3 goss": the forged qwen3-30b-a3b q4_k_m, gpt-oss-20b mxfp4), CPU.
+# env: ROUNDS (2), MODELS ("q3 goss": the forged qwen3-30b-a3b q4_k_m, gpt-oss-20b mxfp4), CPU,
+# PP (e.g. 512: ppPP instead of tg128).
 set -uo pipefail
 OUT=${OUT:-/tmp/hotmoe-out}
 mkdir -p "$OUT"
@@ -34,6 +35,8 @@ wait
 b=/tmp/ab-${names[0]}
 [ -f $m/q3.gguf ] || $b/hotmoe forge --preset qwen3-30b-a3b --type q4_k_m -o $m/q3.gguf 2>&1 | tail -1
 [ -f $m/goss.gguf ] || $b/hotmoe forge --preset gpt-oss-20b --type mxfp4 -o $m/goss.gguf 2>&1 | tail -1
+test="-p 0 -n 128" row=tg128
+[ -n "${PP:-}" ] && test="-p $PP -n 0" row="pp$PP "
 where="-ngl 99 --gpu-strict"
 [ -n "${CPU:-}" ] && where="-t 16"
 for f in $models; do
@@ -41,8 +44,8 @@ for f in $models; do
     [ -n "${CPU:-}" ] && echo "$f read round $r: $($b/bench_matvec -t 16 --reps 3 --types q4_K |
       grep -oE 'bandwidth at the start: [0-9.]+' | awk '{print $NF}')" | tee -a $OUT/ab.txt
     for n in "${names[@]}"; do
-      v=$(/tmp/ab-$n/hotmoe bench -m $m/$f.gguf $where -r 3 -p 0 -n 128 2>&1 |
-          grep tg128 | awk -F'|' '{print $(NF-1)}' | awk '{print $1}')
+      v=$(/tmp/ab-$n/hotmoe bench -m $m/$f.gguf $where -r 3 $test 2>&1 |
+          grep -E "$row" | awk -F'|' '{print $(NF-1)}' | awk '{print $1}')
       echo "$f $n round $r: ${v:-failed}" | tee -a $OUT/ab.txt
     done
   done

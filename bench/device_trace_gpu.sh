@@ -7,7 +7,9 @@
 # starts, and waits, while its predecessor runs).
 # Kernels outside the graph (prompt processing, e.g. PP=512 for a pp512 run first) are listed
 # after, end to end per kernel name.
-#   [PP=512] bash bench/device_trace_gpu.sh [preset:type] [STEPS]   (STEPS: last decode steps, 64)
+#   [PP=512] [ARGS="-c 160"] bash bench/device_trace_gpu.sh [preset:type] [STEPS]
+# STEPS: the last decode steps (64), those of the bench's 1024-token audit generation unless
+# ARGS gives a smaller -c (then about tg128's context lengths: -c 160).
 set -uo pipefail
 spec=${1:-qwen3-30b-a3b:q4_k_m}
 steps=${2:-64}
@@ -30,7 +32,7 @@ f=$m/$pre-$ty.gguf
 [ -f $f ] || $b/hotmoe forge --preset $pre --type $ty -o $f 2>&1 | tail -1
 csv=$OUT/trace_$pre.csv
 CUDA_INJECTION64_PATH=/tmp/libhm_trace.so HM_TRACE_OUT=$csv \
-  $b/hotmoe bench -m $f -ngl 99 --gpu-strict -r 1 -p ${PP:-0} -n 128 2>&1 | grep -E 'pp|tg128|hm_trace'
+  $b/hotmoe bench -m $f -ngl 99 --gpu-strict -r 1 -p ${PP:-0} -n 128 ${ARGS:-} 2>&1 | grep -E 'pp|tg128|hm_trace'
 python3 - "$csv" "$steps" <<'PY'
 import csv, sys, collections
 rows = [r for r in csv.DictReader(open(sys.argv[1]))]

@@ -29,23 +29,9 @@ extern "C" {
 #include "cuda/cuda_attn.h"
 #include "quant/qtypes.h"
 }
+#include "cuda/cuda_attn_internal.cuh"
 #include "cuda/cuda_launch.cuh"
 #include "cuda/cuda_math.cuh"
-
-#define ATT_THREADS 128
-#define ATT_WARPS 4
-#define ATT_BK 32                /* positions per K/V tile */
-#define ATT_TARGET_BLOCKS 264    /* decode: split until about this many blocks (2 per SM) */
-#define ATT_MIN_SPLIT_LEN 128    /* ... but no split shorter than this at full context */
-#define ATT_MAX_SPLITS 64
-#define ATT_VG 16                /* decode kernel: V rows whose loads are issued together */
-
-static hm_status attn_launched(const char *kernel, hm_error *err) {
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess)
-        return hm_error_set(err, HM_ERR_CUDA, "CUDA kernel %s: %s", kernel, cudaGetErrorString(e));
-    return HM_OK;
-}
 
 /* ------------------------------------------------------------------ KV cache */
 
@@ -100,81 +86,6 @@ extern "C" hm_status cuda_kv_store(uint16_t *k_cache, uint16_t *v_cache, int64_t
 }
 
 /* ------------------------------------------------------------------ attention */
-
-typedef struct {
-    int n_head, n_kv, hd, n_rep;
-    int hb, n_hchunk; /* query heads per block, chunks of a group */
-    int nt, rows;     /* tokens per block, rows = nt * hb */
-    int n_split;
-    int64_t n_ctx, n_tok, window;
-    float scale;
-} attn_plan;
-
-/* Scratch: ATT_TARGET_BLOCKS tile counters (ints, at a fixed place for every batch shape: a
- * batch is split only when it has fewer than ATT_TARGET_BLOCKS / 2 tiles), then the partials
- * [n_tok][n_head][n_split][hd + 2] (m, l, acc). */
-#define ATT_COUNTER_BYTES (ATT_TARGET_BLOCKS * sizeof(int))
-static size_t attn_part_floats(const attn_plan &P) {
-    return (size_t)P.n_tok * P.n_head * P.n_split * (size_t)(P.hd + 2);
-}
-
-/* Called by every block of a split tile after its partials are written: true in the block that
- * arrived last (which resets the counter for the next launch). */
-static __device__ __forceinline__ bool attn_arrive_last(int *cnt, int n_part) {
-    __shared__ int s_last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        s_last = atomicAdd(cnt, 1) == n_part - 1;
-        if (s_last) *cnt = 0;
-    }
-    __syncthreads();
-    if (s_last) __threadfence();
-    return s_last;
-}
-
-/* One warp: out[0..hd) of query row (t, h) from its n_part (<= 64) partials pp[s][hd + 2] and the
- * sink, in a fixed order (max and denominator by xor trees over s = lane, lane + 32; the
- * accumulators by increasing s). */
-template <int DPL>
-static __device__ __forceinline__ void attn_merge_row(const float *pp, int n_part, int hd,
-                                                      const float *sink, float *o) {
-    const int lane = threadIdx.x & 31;
-    float ms[2], f[2], den = 0.0f;
-    float M = sink ? *sink : -INFINITY;
-#pragma unroll
-    for (int u = 0; u < 2; u++) {
-        const int sp = lane + 32 * u;
-        ms[u] = sp < n_part ? __ldcg(pp + sp * (hd + 2)) : -INFINITY;
-        M = fmaxf(M, ms[u]);
-    }
-    for (int off = 16; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
-#pragma unroll
-    for (int u = 0; u < 2; u++) {
-        const int sp = lane + 32 * u;
-        f[u] = ms[u] == -INFINITY ? 0.0f : cm_expf(__fsub_rn(ms[u], M));
-        if (f[u] != 0.0f) den = __fmaf_rn(__ldcg(pp + sp * (hd + 2) + 1), f[u], den);
-    }
-    for (int off = 16; off > 0; off >>= 1) den = __fadd_rn(den, __shfl_xor_sync(0xffffffffu, den, off));
-    if (sink) den = __fadd_rn(den, cm_expf(__fsub_rn(*sink, M)));
-    float a[DPL];
-#pragma unroll
-    for (int dd = 0; dd < DPL; dd++) a[dd] = 0.0f;
-    for (int sp = 0; sp < n_part; sp++) {
-        const float fs = __shfl_sync(0xffffffffu, sp < 32 ? f[0] : f[1], sp & 31);
-        if (fs == 0.0f) continue; /* warp-uniform */
-#pragma unroll
-        for (int dd = 0; dd < DPL; dd++) {
-            const int d = lane + 32 * dd;
-            if (d < hd) a[dd] = __fmaf_rn(__ldcg(pp + sp * (hd + 2) + 2 + d), fs, a[dd]);
-        }
-    }
-#pragma unroll
-    for (int dd = 0; dd < DPL; dd++) {
-        const int d = lane + 32 * dd;
-        if (d < hd) o[d] = __fdiv_rn(a[dd], den);
-    }
-}
 
 /* One warp, one query row, one tile of 32 positions: s is this lane's scaled score (-inf where
  * not visible). Updates the running max m and denominator l, rescales acc, and returns this
@@ -655,6 +566,7 @@ extern "C" hm_status cuda_attention(const cuda_attn_args *a, void *stream, hm_er
         return hm_error_set(err, HM_ERR_ARG, "cuda_attention: too many heads");
     cudaStream_t s = (cudaStream_t)stream;
     if (attn_decode_fits(&P)) return attn_decode(&P, a, s, err);
+    if (attn_mma_fits(&P)) return attn_mma(&P, a, s, err);
     if (P.hd <= 64) st = attn_launch<64>(&P, a, s, err);
     else if (P.hd <= 128) st = attn_launch<128>(&P, a, s, err);
     else st = attn_launch<256>(&P, a, s, err);
