@@ -18,6 +18,7 @@
  * The rope constants and rotation (cuda_rope.cuh) and the f16 conversion (cuda_math.cuh) are
  * the same code the unfused launchers use.
  */
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <string.h>
@@ -33,9 +34,14 @@ extern "C" {
 #include "cuda/cuda_quant.h"
 }
 
+namespace cg = cooperative_groups;
+
 #define FN_SLOTS 8       /* MoE slots whose loads are issued together */
 #define FM_SLICE 256     /* k_fused_norm_mb: elements (threads) per block */
 #define FM_MAX_BLOCKS 264 /* ... and at most this many blocks (2 per SM: all resident) */
+#ifndef CUDA_NORM_CLUSTER
+#define CUDA_NORM_CLUSTER 1 /* decode rows of <= 16 blocks: k_fused_norm_cl */
+#endif
 #define FQ_THREADS 128
 #define FQ_MAX_HD 256
 #define FULL 0xffffffffu
@@ -153,6 +159,52 @@ __global__ void __launch_bounds__(FM_SLICE) k_fused_norm_mb(const norm_k A) {
     }
 }
 
+/* The row's nb = gridDim.x blocks form one thread-block cluster: each block forms its slice
+ * (as k_fused_norm_mb), the cluster barrier (hardware, no global atomics or spinning) makes the
+ * slices visible, every block gathers the whole row from its peers' shared memory, and after a
+ * second cluster barrier (no block leaves while others read its slice) proceeds as
+ * k_fused_norm_mb. Same operations: the same bytes. */
+template <int B>
+__global__ void __launch_bounds__(FM_SLICE) k_fused_norm_cl(const norm_k A) {
+    cu_pdl_enter();
+    extern __shared__ float row[]; /* [n] */
+    __shared__ float slice[FM_SLICE];
+    __shared__ float s_scale;
+    __shared__ float wmax[FM_SLICE / 32];
+    cg::cluster_group cl = cg::this_cluster();
+    const int64_t t = A.t0 + blockIdx.y, n = A.n;
+    const int64_t i = (int64_t)blockIdx.x * FM_SLICE + threadIdx.x;
+    const bool in = i < n;
+    float *xr = A.x + t * n;
+    float v = in ? xr[i] : 0.0f;
+    if (in && A.ey) {
+        v = fused_combine(A, t, i, v);
+        xr[i] = v;
+    } else if (in && A.add) {
+        v = __fadd_rn(v, A.add[t * n + i]);
+        xr[i] = v;
+    }
+    slice[threadIdx.x] = v;
+    if (!A.xn) return; /* grid-uniform: no block waits at the cluster barrier */
+    cl.sync();
+    for (int64_t j = threadIdx.x; j < n; j += FM_SLICE)
+        row[j] = cl.map_shared_rank(slice, (unsigned)(j / FM_SLICE))[j % FM_SLICE];
+    cl.sync();
+    if (threadIdx.x < 32) {
+        const float r = cm_rms_scale(row, n, A.eps);
+        if (threadIdx.x == 0) s_scale = r;
+    }
+    __syncthreads();
+    const float sv = __fmul_rn(v, s_scale);
+    const float y = in && A.w ? __fmul_rn(sv, A.w[i]) : sv;
+    if (in) A.xn[t * n + i] = y;
+    if constexpr (B != 0) {
+        uint8_t *ar = A.act + (size_t)t * A.act_bytes;
+        uint8_t *blk = B == 32 ? ar + (size_t)(i / 32) * CB_A32 : ar + (size_t)blockIdx.x * CB_AK;
+        cq_quant_block<B>(y, in, blk, wmax);
+    }
+}
+
 extern "C" hm_status cuda_fused_norm_quant(const cuda_fused_norm_args *a, void *stream,
                                            hm_error *err) {
     if (!a) return hm_error_set(err, HM_ERR_ARG, "cuda_fused_norm_quant: missing arguments");
@@ -201,6 +253,19 @@ extern "C" hm_status cuda_fused_norm_quant(const cuda_fused_norm_args *a, void *
     const size_t smem = (size_t)a->n * sizeof(float);
     const cudaStream_t st = (cudaStream_t)stream;
     const int64_t nb = (a->n + FM_SLICE - 1) / FM_SLICE;
+    if (CUDA_NORM_CLUSTER && nb <= 16 && a->xn) { /* a row per cluster of nb blocks */
+        void (*k)(const norm_k) = B == 32 ? k_fused_norm_cl<32> : B == 256 ? k_fused_norm_cl<256>
+                                                                         : k_fused_norm_cl<0>;
+        if (nb > 8) cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+        for (A.t0 = 0; A.t0 < a->n_tok; A.t0 += 65535) {
+            const int64_t rows = a->n_tok - A.t0 < 65535 ? a->n_tok - A.t0 : 65535;
+            cu_launch_cluster(k, (unsigned)nb, dim3((unsigned)nb, (unsigned)rows), FM_SLICE, smem,
+                              st, A);
+            const hm_status r = fused_launched("k_fused_norm_cl", err);
+            if (r != HM_OK) return r;
+        }
+        return HM_OK;
+    }
     const int64_t per = FM_MAX_BLOCKS / nb > 0 ? FM_MAX_BLOCKS / nb : 1; /* rows per launch */
     A.sync = a->d_sync;
     for (A.t0 = 0; A.t0 < a->n_tok; A.t0 += per) { /* every block of a launch is resident */

@@ -55,4 +55,25 @@ static inline void cu_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t
     (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
 }
 
+/* cu_launch for a kernel in thread-block clusters of cluster_x blocks along x */
+template <typename... P, typename... A>
+static inline void cu_launch_cluster(void (*kernel)(P...), unsigned cluster_x, dim3 grid,
+                                     dim3 block, size_t smem, cudaStream_t stream, A &&...args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute at[2];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = CUDA_PDL;
+    at[1].id = cudaLaunchAttributeClusterDimension;
+    at[1].val.clusterDim.x = cluster_x;
+    at[1].val.clusterDim.y = 1;
+    at[1].val.clusterDim.z = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 2;
+    (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
+}
+
 #endif
