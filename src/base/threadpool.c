@@ -13,8 +13,15 @@
  * one 64-bit word, so a claim (CAS of next -> next + 1 while next < count) can only succeed for
  * the job the word describes; a worker that wakes late sees a finished or newer word and claims
  * nothing of a job it has not read. Once its claim succeeded the job cannot complete before the
- * item does, so reading fn/ctx after the claim is safe (they are written before the word is
- * published). The caller waits for `items_done` == count; no other thread touches the job after.
+ * item does, so reading the job's fields after the claim is safe (they are written before the
+ * word is published); after counting its item done a thread reads none of them again.
+ *
+ * Stages: an item job is a list of stages whose items are numbered consecutively (end[s]: one
+ * past stage s's last item). Items complete in stage order — an item of stage s waits until
+ * `open` >= s, i.e. stages 0..s-1 are closed — so the item whose completion makes `items_done`
+ * equal end[s] is the last of stage s; its thread runs the stage's `then` (and those of empty
+ * stages after it) and then stores `open`. The caller waits for `open` == n_stages. A plain item
+ * job is one stage without `then`.
  */
 #include "base/threadpool.h"
 
@@ -57,8 +64,10 @@ struct tp_pool {
     _Alignas(64) atomic_uint bar_phase;
     _Alignas(64) _Atomic uint64_t items; /* seq << 44 | next << 22 | count (item jobs) */
     _Alignas(64) atomic_llong items_done;
-    tp_item_fn ifn;
-    void *ictx;
+    _Alignas(64) atomic_int open;        /* stages closed: items done and `then` returned */
+    const tp_stage *stages;
+    int n_stages;
+    int64_t end[TP_MAX_STAGES]; /* one past the last item of stage s, in the word's numbering */
     int64_t ibase; /* item index of the word's item 0 (jobs of more than 2^22 - 1 items) */
     uint64_t iseq;
     tp_worker *workers; /* [n - 1], worker i has ith = i + 1 */
@@ -76,6 +85,24 @@ static void tp_futex_wake_all(atomic_uint *addr) {
 enum { TP_ITEM_BITS = 22 };
 #define TP_ITEM_MASK ((1ull << TP_ITEM_BITS) - 1)
 
+/* Spins (then yields: more threads than cores) until *a >= v. */
+static void tp_wait_at_least(atomic_int *a, int v) {
+    int spins = 0;
+    while (atomic_load_explicit(a, memory_order_acquire) < v) {
+        if (++spins < TP_WAIT_PAUSE) TP_RELAX();
+        else sched_yield();
+    }
+}
+
+/* Stages up to s are complete with d items done: runs the `then` of s and of the empty stages
+ * after it, then opens the next stage. */
+static void tp_stages_close(tp_pool *p, int s, int64_t d) {
+    const int n = p->n_stages;
+    for (; s < n && p->end[s] == d; s++)
+        if (p->stages[s].then) p->stages[s].then(p->stages[s].then_ctx);
+    atomic_store_explicit(&p->open, s, memory_order_release);
+}
+
 /* Claims and runs items of the job in `items` until none is left. */
 static void tp_items_work(tp_pool *p, int ith) {
     uint64_t v = atomic_load_explicit(&p->items, memory_order_acquire);
@@ -85,8 +112,14 @@ static void tp_items_work(tp_pool *p, int ith) {
         if (!atomic_compare_exchange_weak_explicit(&p->items, &v, v + (1ull << TP_ITEM_BITS),
                                                    memory_order_acq_rel, memory_order_acquire))
             continue;
-        p->ifn(p->ictx, p->ibase + (int64_t)next, ith);
-        atomic_fetch_add_explicit(&p->items_done, 1, memory_order_release);
+        int s = 0;
+        while ((int64_t)next >= p->end[s]) s++;
+        if (s > 0) tp_wait_at_least(&p->open, s);
+        const tp_stage *st = &p->stages[s];
+        const int64_t end = p->end[s], first = s > 0 ? p->end[s - 1] : 0;
+        st->fn(st->ctx, p->ibase + (int64_t)next - first, ith);
+        if (atomic_fetch_add_explicit(&p->items_done, 1, memory_order_acq_rel) + 1 == end)
+            tp_stages_close(p, s, end);
         v = atomic_load_explicit(&p->items, memory_order_acquire);
     }
 }
@@ -144,6 +177,8 @@ hm_status tp_init(int n, tp_pool **pool, hm_error *err) {
     atomic_init(&p->done, 0);
     atomic_init(&p->bar_count, 0);
     atomic_init(&p->bar_phase, 0);
+    atomic_init(&p->items_done, 0);
+    atomic_init(&p->open, 0);
     if (n > 1) {
         p->workers = calloc((size_t)(n - 1), sizeof(tp_worker));
         if (!p->workers) {
@@ -187,11 +222,27 @@ void tp_run(tp_pool *p, tp_fn fn, void *ctx) {
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
     tp_publish(p, 0);
     fn(ctx, 0, p->n);
-    int spins = 0;
-    while (atomic_load_explicit(&p->done, memory_order_acquire) < p->n - 1) {
-        if (++spins < TP_WAIT_PAUSE) TP_RELAX();
-        else sched_yield();
-    }
+    tp_wait_at_least(&p->done, p->n - 1);
+}
+
+/* One item job of n stages (at most TP_ITEM_MASK items in all) on a pool of n > 1 threads;
+ * fn of stage s gets ibase + its item index. */
+static void tp_items_job(tp_pool *p, const tp_stage *stages, int n, int64_t ibase) {
+    int64_t total = 0;
+    for (int s = 0; s < n; s++) p->end[s] = total += stages[s].n_items;
+    p->stages = stages;
+    p->n_stages = n;
+    p->ibase = ibase;
+    atomic_store_explicit(&p->items_done, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->open, 0, memory_order_relaxed);
+    tp_stages_close(p, 0, 0); /* the `then` of empty stages at the start */
+    if (total == 0) return;
+    p->iseq = (p->iseq + 1) & ((1ull << (64 - 2 * TP_ITEM_BITS)) - 1);
+    atomic_store_explicit(&p->items, p->iseq << (2 * TP_ITEM_BITS) | (uint64_t)total,
+                          memory_order_release);
+    tp_publish(p, 1);
+    tp_items_work(p, 0);
+    tp_wait_at_least(&p->open, n);
 }
 
 void tp_run_items(tp_pool *p, tp_item_fn fn, void *ctx, int64_t n_items) {
@@ -201,22 +252,23 @@ void tp_run_items(tp_pool *p, tp_item_fn fn, void *ctx, int64_t n_items) {
         return;
     }
     for (int64_t base = 0; base < n_items; base += (int64_t)TP_ITEM_MASK) {
-        const int64_t count = n_items - base < (int64_t)TP_ITEM_MASK ? n_items - base
-                                                                    : (int64_t)TP_ITEM_MASK;
-        p->ifn = fn;
-        p->ictx = ctx;
-        p->ibase = base;
-        p->iseq = (p->iseq + 1) & ((1ull << (64 - 2 * TP_ITEM_BITS)) - 1);
-        atomic_store_explicit(&p->items_done, 0, memory_order_relaxed);
-        atomic_store_explicit(&p->items, p->iseq << (2 * TP_ITEM_BITS) | (uint64_t)count,
-                              memory_order_release);
-        tp_publish(p, 1);
-        tp_items_work(p, 0);
-        int spins = 0;
-        while (atomic_load_explicit(&p->items_done, memory_order_acquire) < count) {
-            if (++spins < TP_WAIT_PAUSE) TP_RELAX();
-            else sched_yield();
-        }
+        const tp_stage st = {.fn = fn, .ctx = ctx,
+                             .n_items = n_items - base < (int64_t)TP_ITEM_MASK
+                                            ? n_items - base : (int64_t)TP_ITEM_MASK};
+        tp_items_job(p, &st, 1, base);
+    }
+}
+
+void tp_run_stages(tp_pool *p, const tp_stage *stages, int n_stages) {
+    int64_t total = 0;
+    for (int s = 0; s < n_stages; s++) total += stages[s].n_items;
+    if (p && p->n > 1 && n_stages <= TP_MAX_STAGES && total <= (int64_t)TP_ITEM_MASK) {
+        tp_items_job(p, stages, n_stages, 0);
+        return;
+    }
+    for (int s = 0; s < n_stages; s++) { /* one thread, or stage by stage */
+        tp_run_items(p, stages[s].fn, stages[s].ctx, stages[s].n_items);
+        if (stages[s].then) stages[s].then(stages[s].then_ctx);
     }
 }
 

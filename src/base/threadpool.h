@@ -42,4 +42,22 @@ void tp_barrier(tp_pool *pool);
 typedef void (*tp_item_fn)(void *ctx, int64_t item, int ith);
 void tp_run_items(tp_pool *pool, tp_item_fn fn, void *ctx, int64_t n_items);
 
+/* A staged item job: dependent steps in one job instead of one job each (a decode layer's
+ * products and the small serial steps between them). Stage s's items start only once every item
+ * of the stages before it has completed and their `then` steps have run; `then` (may be NULL)
+ * runs once, on the thread that completed the stage's last item (on the caller for a stage of
+ * no items at the start), while the other threads wait at the next stage's first items. The
+ * items of all stages share one counter, claimed in order, so a thread waiting at a stage holds
+ * no earlier item. tp_run_stages returns once the last stage's `then` has returned. A NULL pool
+ * runs everything on the caller, in order. Neither items nor `then` may call tp_run*. */
+typedef struct {
+    tp_item_fn fn;           /* items [0, n_items) as in tp_run_items; NULL if n_items == 0 */
+    void *ctx;
+    int64_t n_items;
+    void (*then)(void *then_ctx);
+    void *then_ctx;
+} tp_stage;
+enum { TP_MAX_STAGES = 8 };
+void tp_run_stages(tp_pool *pool, const tp_stage *stages, int n_stages);
+
 #endif

@@ -2,7 +2,9 @@
  * all are done, survives idle periods (workers asleep on the futex), and tp_barrier separates
  * phases: after a barrier every thread sees every other thread's writes of the previous phase.
  * Item jobs run every item exactly once, interleave with classic jobs, and return only when all
- * items are done even when a worker is slow (oversubscribed pool). */
+ * items are done even when a worker is slow (oversubscribed pool). Staged jobs run each stage's
+ * items after every item and the `then` of the stages before them (whose plain writes they
+ * see), each `then` once after its stage's items, empty stages included. */
 #include <stdatomic.h>
 #include <stdint.h>
 #include <unistd.h>
@@ -137,4 +139,87 @@ static void test_items(void) {
     HM_CHECK(atomic_load(&hits[0]) == 1 && atomic_load(&hits[4]) == 1);
 }
 
-HM_TEST_MAIN(test_many_jobs, test_barrier, test_bad_args, test_items)
+enum { ST_N = 5, ST_MAX_ITEMS = 40 };
+typedef struct {
+    int64_t n[ST_N];               /* items of each stage (some 0) */
+    int val[ST_N][ST_MAX_ITEMS];   /* plain writes: item i of stage s writes the round */
+    int then_val[ST_N];            /* plain write of stage s's then */
+    atomic_int runs[ST_N][ST_MAX_ITEMS], then_calls[ST_N], errors;
+    int round;
+} stage_shared;
+
+typedef struct {
+    stage_shared *sh;
+    int s;
+} stage_ctx;
+
+/* Every item and `then` of the stages before s has run (and written this round). */
+static int stage_before_ok(const stage_shared *sh, int s) {
+    for (int b = 0; b < s; b++) {
+        if (sh->then_val[b] != sh->round) return 0;
+        for (int64_t i = 0; i < sh->n[b]; i++)
+            if (sh->val[b][i] != sh->round) return 0;
+    }
+    return 1;
+}
+
+static void stage_item(void *ctx, int64_t item, int ith) {
+    (void)ith;
+    stage_ctx *c = ctx;
+    stage_shared *sh = c->sh;
+    if (!stage_before_ok(sh, c->s)) atomic_fetch_add(&sh->errors, 1);
+    if (item % 5 == 0) usleep(1);
+    sh->val[c->s][item] = sh->round;
+    atomic_fetch_add(&sh->runs[c->s][item], 1);
+}
+
+static void stage_then(void *ctx) {
+    stage_ctx *c = ctx;
+    stage_shared *sh = c->sh;
+    if (!stage_before_ok(sh, c->s)) atomic_fetch_add(&sh->errors, 1);
+    for (int64_t i = 0; i < sh->n[c->s]; i++)
+        if (sh->val[c->s][i] != sh->round) atomic_fetch_add(&sh->errors, 1);
+    sh->then_val[c->s] = sh->round;
+    atomic_fetch_add(&sh->then_calls[c->s], 1);
+}
+
+static void test_stages(void) {
+    static stage_shared sh;
+    stage_ctx ctx[ST_N];
+    const int sizes[] = {1, 2, 3, 24};
+    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+        tp_pool *p = NULL;
+        HM_REQUIRE(tp_init(sizes[si], &p, NULL) == HM_OK);
+        int bad = 0;
+        for (int rep = 0; rep < 300; rep++) {
+            sh.round = rep + 1;
+            tp_stage st[ST_N];
+            for (int s = 0; s < ST_N; s++) {
+                /* every third stage (rotating) is empty: at the start, middle and end */
+                sh.n[s] = (s + rep) % 3 == 0 ? 0 : 1 + (rep * 7 + s * 13) % ST_MAX_ITEMS;
+                ctx[s] = (stage_ctx){.sh = &sh, .s = s};
+                st[s] = (tp_stage){.fn = stage_item, .ctx = &ctx[s], .n_items = sh.n[s],
+                                   .then = (rep + s) % 4 == 3 ? NULL : stage_then,
+                                   .then_ctx = &ctx[s]};
+                if (!st[s].then) sh.then_val[s] = sh.round; /* nothing to wait for */
+                atomic_store(&sh.then_calls[s], 0);
+                for (int i = 0; i < ST_MAX_ITEMS; i++) atomic_store(&sh.runs[s][i], 0);
+            }
+            tp_run_stages(p, st, ST_N);
+            /* returned: every item once, every `then` once, the last one included */
+            for (int s = 0; s < ST_N; s++) {
+                bad += atomic_load(&sh.then_calls[s]) != (st[s].then ? 1 : 0);
+                for (int i = 0; i < ST_MAX_ITEMS; i++)
+                    bad += atomic_load(&sh.runs[s][i]) != (i < sh.n[s] ? 1 : 0);
+            }
+            if (rep % 5 == 0) tp_run_items(p, stage_item, &ctx[0], 0); /* mixed with item jobs */
+            if (rep == 150) usleep(20000);
+        }
+        HM_CHECK_MSG(bad == 0, "%d threads: %d wrong counts", sizes[si], bad);
+        HM_CHECK_MSG(atomic_load(&sh.errors) == 0, "%d threads: %d stage order errors", sizes[si],
+                     atomic_load(&sh.errors));
+        tp_free(p);
+    }
+}
+
+HM_TEST_MAIN(test_many_jobs, test_barrier, test_bad_args, test_items, test_stages)
