@@ -14,7 +14,9 @@
  * Fused forms for decode, where every pool job costs a dispatch, a barrier and a tail:
  * cpu_matmul_multi shares one quantised input and one item counter among up to 4 matrices
  * (q/k/v), cpu_moe_matmul_pair computes the same rows of two expert products (gate/up) in one
- * item and lets the caller finish those rows (bias, activation) before the job ends.
+ * item and lets the caller finish those rows (bias, activation) before the job ends;
+ * cpu_matmul_job_* are cpu_matmul_multi's steps (plan, quantise, rows) for a caller that chains
+ * products and the steps between them in one staged job (tp_run_stages).
  */
 #include "cpu/matmul.h"
 
@@ -38,12 +40,7 @@ enum { MM_INLINE_ACT = 16384 };
 #define MM_RELAX() ((void)0)
 #endif
 
-typedef struct {
-    quant_dot_tile_fn dot;
-    quant_act_fn act;
-    int64_t k;
-    size_t wrow, arow; /* bytes of one weight row, one quantised activation row */
-} mm_kern;
+typedef cpu_matmul_kern mm_kern;
 
 static hm_status mm_kern_init(const quant_kernels *kern, uint32_t wtype, int64_t k, mm_kern *mk,
                               hm_error *err) {
@@ -99,20 +96,8 @@ size_t cpu_matmul_scratch_size(uint32_t wtype, int64_t k, int64_t n_tok) {
     return arow * (size_t)n_tok;
 }
 
-typedef struct {
-    mm_kern mk;
-    const uint8_t *w;
-    int64_t n_rows, chunk, item0; /* item0: first work item of this matrix */
-    float *y;
-} mm_mat;
-
-typedef struct {
-    mm_mat m[CPU_MATMUL_MAX_MULTI];
-    int n_mat;
-    int64_t n_tok, n_items;
-    const float *x;
-    uint8_t *act; /* [n_tok] quantised rows of m[0].mk.arow bytes (shared by every matrix) */
-} mm_job;
+typedef cpu_matmul_part mm_mat;
+typedef cpu_matmul_job mm_job;
 
 /* Item t of the quantisation job: activation row t. */
 static void mm_act_item(void *ctx, int64_t t, int ith) {
@@ -134,11 +119,10 @@ static void mm_item(void *ctx, int64_t it, int ith) {
     mm_rows(&m->mk, m->w, r0, r1, j->act, j->n_tok, m->y + r0, (size_t)m->n_rows);
 }
 
-hm_status cpu_matmul_multi(tp_pool *pool, const quant_kernels *kern, int n_mat,
-                           const cpu_matmul_mat *mats, int64_t k, const float *x, int64_t n_tok,
-                           void *scratch, size_t scratch_size, hm_error *err) {
-    mm_job j;
-    memset(&j, 0, sizeof(j));
+hm_status cpu_matmul_job_init(mm_job *j, const quant_kernels *kern, int n_mat,
+                              const cpu_matmul_mat *mats, int64_t k, int64_t n_tok, int nth,
+                              void *scratch, size_t scratch_size, hm_error *err) {
+    memset(j, 0, sizeof(*j));
     kern = mm_default_kern(kern);
     if (n_mat < 1 || n_mat > CPU_MATMUL_MAX_MULTI)
         return hm_error_set(err, HM_ERR_ARG, "matmul: %d matrices in one call (1 to %d)", n_mat,
@@ -147,7 +131,7 @@ hm_status cpu_matmul_multi(tp_pool *pool, const quant_kernels *kern, int n_mat,
         return hm_error_set(err, HM_ERR_ARG, "matmul: empty product (%lld tokens)", (long long)n_tok);
     int64_t total_rows = 0;
     for (int i = 0; i < n_mat; i++) {
-        hm_status st = mm_kern_init(kern, mats[i].wtype, k, &j.m[i].mk, err);
+        hm_status st = mm_kern_init(kern, mats[i].wtype, k, &j->m[i].mk, err);
         if (st != HM_OK) return st;
         if (mats[i].n_rows <= 0)
             return hm_error_set(err, HM_ERR_ARG, "matmul: empty product (%lld rows, %lld tokens)",
@@ -158,31 +142,53 @@ hm_status cpu_matmul_multi(tp_pool *pool, const quant_kernels *kern, int n_mat,
         total_rows += mats[i].n_rows;
     }
     size_t need = cpu_matmul_scratch_size(mats[0].wtype, k, n_tok);
-    void *own = NULL;
-    if (!scratch) {
-        scratch = own = malloc(need);
-        if (!own) return hm_error_set(err, HM_ERR_NOMEM, "matmul: out of memory (%zu bytes)", need);
-    } else if (scratch_size < need) {
+    if (!scratch || scratch_size < need)
         return hm_error_set(err, HM_ERR_ARG, "matmul: scratch of %zu bytes, %zu needed", scratch_size, need);
-    }
     /* one chunk size for all matrices, from their total: the items are of similar cost */
-    const int64_t chunk = mm_chunk_rows(total_rows, tp_size(pool));
+    const int64_t chunk = mm_chunk_rows(total_rows, nth);
     for (int i = 0; i < n_mat; i++) {
-        j.m[i].w = mats[i].w;
-        j.m[i].n_rows = mats[i].n_rows;
-        j.m[i].y = mats[i].y;
-        j.m[i].chunk = chunk;
-        j.m[i].item0 = j.n_items;
-        j.n_items += (mats[i].n_rows + chunk - 1) / chunk;
+        j->m[i].w = mats[i].w;
+        j->m[i].n_rows = mats[i].n_rows;
+        j->m[i].y = mats[i].y;
+        j->m[i].chunk = chunk;
+        j->m[i].item0 = j->n_items;
+        j->n_items += (mats[i].n_rows + chunk - 1) / chunk;
     }
-    j.n_mat = n_mat;
-    j.n_tok = n_tok;
-    j.x = x;
-    j.act = scratch;
-    tp_run_items(n_tok * k <= MM_INLINE_ACT ? NULL : pool, mm_act_item, &j, n_tok);
-    tp_run_items(pool, mm_item, &j, j.n_items);
-    free(own);
+    j->n_mat = n_mat;
+    j->n_tok = n_tok;
+    j->act = scratch;
     return HM_OK;
+}
+
+void cpu_matmul_job_quantize(mm_job *j, const float *x) {
+    j->x = x;
+    for (int64_t t = 0; t < j->n_tok; t++) mm_act_item(j, t, 0);
+}
+
+tp_stage cpu_matmul_job_stage(mm_job *j) {
+    return (tp_stage){.fn = mm_item, .ctx = j, .n_items = j->n_items};
+}
+
+hm_status cpu_matmul_multi(tp_pool *pool, const quant_kernels *kern, int n_mat,
+                           const cpu_matmul_mat *mats, int64_t k, const float *x, int64_t n_tok,
+                           void *scratch, size_t scratch_size, hm_error *err) {
+    void *own = NULL;
+    if (!scratch && n_mat >= 1 && n_tok > 0) {
+        scratch_size = cpu_matmul_scratch_size(mats[0].wtype, k, n_tok);
+        scratch = own = malloc(scratch_size ? scratch_size : 1);
+        if (!own)
+            return hm_error_set(err, HM_ERR_NOMEM, "matmul: out of memory (%zu bytes)", scratch_size);
+    }
+    mm_job j;
+    hm_status st = cpu_matmul_job_init(&j, kern, n_mat, mats, k, n_tok, tp_size(pool), scratch,
+                                       scratch_size, err);
+    if (st == HM_OK) {
+        j.x = x;
+        tp_run_items(n_tok * k <= MM_INLINE_ACT ? NULL : pool, mm_act_item, &j, n_tok);
+        tp_run_items(pool, mm_item, &j, j.n_items);
+    }
+    free(own);
+    return st;
 }
 
 hm_status cpu_matmul(tp_pool *pool, const quant_kernels *kern, uint32_t wtype, const void *w,

@@ -51,6 +51,38 @@ hm_status cpu_matmul_multi(tp_pool *pool, const quant_kernels *kern, int n_mat,
                            const cpu_matmul_mat *mats, int64_t k, const float *x, int64_t n_tok,
                            void *scratch, size_t scratch_size, hm_error *err);
 
+/* cpu_matmul_multi in steps, as one stage of a caller's staged pool job (tp_run_stages), so that
+ * a decode step can chain several products and the small steps between them in one job:
+ * cpu_matmul_job_init checks and plans the product for a pool of nth threads (scratch is
+ * required, sized as cpu_matmul_multi's, and holds the quantised activations until the stage
+ * has run); cpu_matmul_job_quantize quantises x [n_tok][k] on the calling thread (e.g. in the
+ * previous stage's `then`); cpu_matmul_job_stage is the stage whose items compute every row.
+ * Results are those of cpu_matmul_multi. The job's fields are private to matmul.c. */
+typedef struct {
+    quant_dot_tile_fn dot;
+    quant_act_fn act;
+    int64_t k;
+    size_t wrow, arow; /* bytes of one weight row, one quantised activation row */
+} cpu_matmul_kern;
+typedef struct {
+    cpu_matmul_kern mk;
+    const uint8_t *w;
+    int64_t n_rows, chunk, item0; /* item0: first work item of this matrix */
+    float *y;
+} cpu_matmul_part;
+typedef struct {
+    cpu_matmul_part m[CPU_MATMUL_MAX_MULTI];
+    int n_mat;
+    int64_t n_tok, n_items;
+    const float *x;
+    uint8_t *act; /* [n_tok] quantised rows of m[0].mk.arow bytes (shared by every matrix) */
+} cpu_matmul_job;
+hm_status cpu_matmul_job_init(cpu_matmul_job *j, const quant_kernels *kern, int n_mat,
+                              const cpu_matmul_mat *mats, int64_t k, int64_t n_tok, int nth,
+                              void *scratch, size_t scratch_size, hm_error *err);
+void cpu_matmul_job_quantize(cpu_matmul_job *j, const float *x);
+tp_stage cpu_matmul_job_stage(cpu_matmul_job *j);
+
 /* Grouped expert product. The expert tensor is ggml's 3-D [n_expert][n_rows][k] (GGUF ne =
  * {k, n_rows, n_expert}, e.g. blk.N.ffn_up_exps.weight). */
 typedef struct {

@@ -210,6 +210,28 @@ size_t cpu_attention_scratch_size(const cpu_kv_layer *kv, const cpu_attn_args *a
 hm_status cpu_attention(tp_pool *pool, cpu_kv_layer *kv, const cpu_attn_args *a, void *scratch,
                         size_t scratch_size, hm_error *err);
 
+/* cpu_attention in steps, as one stage of a caller's staged pool job (tp_run_stages):
+ * cpu_attention_plan checks the arguments and the ring as cpu_attention does and plans the items
+ * for a pool of nth threads (scratch required, cpu_attention_scratch_size(kv, a, nth) bytes);
+ * cpu_attention_begin stores k_new/v_new and checks that every position read is cached (on the
+ * calling thread when pool is NULL, e.g. in the previous stage's `then`); cpu_attention_stage
+ * is the stage whose items compute out. *a must live until the stage has run. Results are those
+ * of cpu_attention. The job's fields are private to ops_attn.c. */
+typedef struct {
+    cpu_kv_layer *kv;
+    const cpu_attn_args *a;
+    int n_rep, n_sub, rep_per_sub;
+    int64_t n_items, max_nv, first, last; /* first..last: positions read */
+    float scale;
+    int simd;                             /* ops_attn_{qk,pv}_avx2 */
+    uint8_t *scratch;
+    size_t per_thread;
+} cpu_attn_job;
+hm_status cpu_attention_plan(cpu_attn_job *j, cpu_kv_layer *kv, const cpu_attn_args *a, int nth,
+                             void *scratch, size_t scratch_size, hm_error *err);
+hm_status cpu_attention_begin(tp_pool *pool, cpu_attn_job *j, hm_error *err);
+tp_stage cpu_attention_stage(cpu_attn_job *j);
+
 /* ------------------------------------------------------------------ routers */
 
 typedef enum {

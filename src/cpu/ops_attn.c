@@ -12,7 +12,9 @@
  * operations per element in the same order (bit-identical; used without AVX2/FMA/F16C or a
  * head_dim that is not a multiple of 16). Everything an output element depends on is
  * computed by one thread in a fixed order, so the result does not depend on the thread count
- * or on which thread took which item.
+ * or on which thread took which item. cpu_attention is three steps — plan (checks, items),
+ * begin (store, positions present), the item stage — that a caller may also run apart, as a
+ * stage of its own staged job (tp_run_stages).
  */
 #include "cpu/ops.h"
 
@@ -185,16 +187,7 @@ hm_status cpu_kv_store(tp_pool *pool, cpu_kv_layer *kv, int64_t pos0, int64_t n_
 
 /* ---------------------------------------------------------------- attention */
 
-typedef struct {
-    cpu_kv_layer *kv;
-    const cpu_attn_args *a;
-    int n_rep, n_sub, rep_per_sub;
-    int64_t n_items, max_nv;
-    float scale;
-    int simd;             /* ops_attn_{qk,pv}_avx2 (AVX2+FMA+F16C, head_dim % 16 == 0) */
-    uint8_t *scratch;
-    size_t per_thread;
-} attn_job;
+typedef cpu_attn_job attn_job; /* simd: AVX2+FMA+F16C and head_dim % 16 == 0 */
 
 /* Scratch of one thread, in floats: scores [n_rep][max_nv], acc [n_rep][hd], row [hd]. */
 static size_t attn_per_thread(int n_rep, int64_t max_nv, int hd) {
@@ -315,8 +308,9 @@ size_t cpu_attention_scratch_size(const cpu_kv_layer *kv, const cpu_attn_args *a
     return (size_t)nth * attn_per_thread(n_rep, attn_max_nv(kv, a), kv->head_dim);
 }
 
-hm_status cpu_attention(tp_pool *pool, cpu_kv_layer *kv, const cpu_attn_args *a, void *scratch,
-                        size_t scratch_size, hm_error *err) {
+hm_status cpu_attention_plan(attn_job *j, cpu_kv_layer *kv, const cpu_attn_args *a, int nth,
+                             void *scratch, size_t scratch_size, hm_error *err) {
+    memset(j, 0, sizeof(*j));
     if (!kv || !a || !a->q || !a->out)
         return hm_error_set(err, HM_ERR_ARG, "attention: missing arguments");
     if (a->n_head <= 0 || kv->n_head_kv <= 0 || a->n_head % kv->n_head_kv)
@@ -328,49 +322,72 @@ hm_status cpu_attention(tp_pool *pool, cpu_kv_layer *kv, const cpu_attn_args *a,
     hm_status st = kv_check_type(kv->type_k, kv->head_dim, "K", err);
     if (st == HM_OK) st = kv_check_type(kv->type_v, kv->head_dim, "V", err);
     if (st != HM_OK) return st;
+    j->kv = kv;
+    j->a = a;
     if (a->n_tok == 0) return HM_OK;
 
     /* every position this batch reads must fit the ring together with the new rows */
-    const int64_t last = a->pos0 + a->n_tok - 1;
-    const int64_t first = a->window > 0 && a->pos0 - a->window + 1 > 0 ? a->pos0 - a->window + 1 : 0;
-    if (last - first + 1 > kv->n_slots)
+    j->last = a->pos0 + a->n_tok - 1;
+    j->first = a->window > 0 && a->pos0 - a->window + 1 > 0 ? a->pos0 - a->window + 1 : 0;
+    if (j->last - j->first + 1 > kv->n_slots)
         return hm_error_set(err, HM_ERR_STATE,
                             "attention: positions %lld..%lld do not fit the KV cache's %lld slots%s",
-                            (long long)first, (long long)last, (long long)kv->n_slots,
+                            (long long)j->first, (long long)j->last, (long long)kv->n_slots,
                             a->window > 0 ? " (window ring too small for this batch)" : "");
+    j->n_rep = a->n_head / kv->n_head_kv;
+    attn_split(kv, a, nth, &j->n_sub, &j->rep_per_sub);
+    j->max_nv = attn_max_nv(kv, a);
+    j->scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)kv->head_dim);
+    j->simd = kv->head_dim % 16 == 0 && !a->no_simd && hm_cpu_has_avx2();
+    j->per_thread = attn_per_thread(j->n_rep, j->max_nv, kv->head_dim);
+    size_t need = j->per_thread * (size_t)nth;
+    if (!scratch || scratch_size < need)
+        return hm_error_set(err, HM_ERR_ARG, "attention: scratch %zu bytes, need %zu",
+                            scratch_size, need);
+    j->scratch = scratch;
+    j->n_items = a->n_tok * kv->n_head_kv * j->n_sub;
+    return HM_OK;
+}
+
+hm_status cpu_attention_begin(tp_pool *pool, attn_job *j, hm_error *err) {
+    const cpu_attn_args *a = j->a;
+    cpu_kv_layer *kv = j->kv;
+    if (a->n_tok == 0) return HM_OK;
     if (a->k_new) {
-        st = cpu_kv_store(pool, kv, a->pos0, a->n_tok, a->k_new, a->v_new, err);
+        hm_status st = cpu_kv_store(pool, kv, a->pos0, a->n_tok, a->k_new, a->v_new, err);
         if (st != HM_OK) return st;
     }
-    for (int64_t q = first; q <= last; q++)
+    for (int64_t q = j->first; q <= j->last; q++)
         if (kv->slot_pos[q % kv->n_slots] != q)
             return hm_error_set(err, HM_ERR_STATE, "attention: position %lld is not in the KV cache",
                                 (long long)q);
-
-    attn_job j = {.kv = kv, .a = a};
-    const int nth = pool ? tp_size(pool) : 1;
-    j.n_rep = a->n_head / kv->n_head_kv;
-    attn_split(kv, a, nth, &j.n_sub, &j.rep_per_sub);
-    j.n_items = a->n_tok * kv->n_head_kv * j.n_sub;
-    j.max_nv = attn_max_nv(kv, a);
-    j.scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)kv->head_dim);
-    j.simd = kv->head_dim % 16 == 0 && !a->no_simd && hm_cpu_has_avx2();
-    j.per_thread = attn_per_thread(j.n_rep, j.max_nv, kv->head_dim);
-
-    size_t need = j.per_thread * (size_t)nth;
-    void *own = NULL;
-    if (scratch) {
-        if (scratch_size < need)
-            return hm_error_set(err, HM_ERR_ARG, "attention: scratch %zu bytes, need %zu",
-                                scratch_size, need);
-        j.scratch = scratch;
-    } else {
-        own = aligned_alloc(ATTN_ALIGN, need);
-        if (!own) return hm_error_set(err, HM_ERR_NOMEM, "attention: cannot allocate %zu bytes", need);
-        j.scratch = own;
-    }
-    int64_t work = a->n_tok * a->n_head * (last - first + 1) * kv->head_dim;
-    tp_run_items(work >= 65536 ? pool : NULL, attn_item_fn, &j, j.n_items);
-    free(own);
     return HM_OK;
+}
+
+tp_stage cpu_attention_stage(attn_job *j) {
+    return (tp_stage){.fn = attn_item_fn, .ctx = j, .n_items = j->n_items};
+}
+
+hm_status cpu_attention(tp_pool *pool, cpu_kv_layer *kv, const cpu_attn_args *a, void *scratch,
+                        size_t scratch_size, hm_error *err) {
+    const int nth = pool ? tp_size(pool) : 1;
+    void *own = NULL;
+    if (!scratch) {
+        scratch_size = cpu_attention_scratch_size(kv, a, nth);
+        if (scratch_size) {
+            scratch = own = aligned_alloc(ATTN_ALIGN, scratch_size);
+            if (!own)
+                return hm_error_set(err, HM_ERR_NOMEM, "attention: cannot allocate %zu bytes",
+                                    scratch_size);
+        }
+    }
+    attn_job j;
+    hm_status st = cpu_attention_plan(&j, kv, a, nth, scratch, scratch_size, err);
+    if (st == HM_OK) st = cpu_attention_begin(pool, &j, err);
+    if (st == HM_OK && j.n_items > 0) {
+        int64_t work = a->n_tok * a->n_head * (j.last - j.first + 1) * kv->head_dim;
+        tp_run_items(work >= 65536 ? pool : NULL, attn_item_fn, &j, j.n_items);
+    }
+    free(own);
+    return st;
 }

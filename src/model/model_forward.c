@@ -12,6 +12,13 @@
  * The expert FFN goes through ctx->moe_exec (routing result in, unweighted per-slot outputs
  * out); the weighted sum over the slots happens here, in slot order (cpu_moe_combine).
  *
+ * Decode (up to FWD_FEW_TOK tokens) pays for every pool job (wake the threads, wait for the
+ * slowest) more than for most of its ops, so a layer is two jobs: the front of the layer — q/k/v,
+ * attention, wo and the router product — is one staged job (tp_run_stages; the small steps
+ * between the products run on the thread that finishes a stage: biases, norms, rope, the KV
+ * store, the next product's activation quantisation), and the expert FFN is one (cpu_moe_ffn).
+ * Both paths call the same step functions and kernels, so they give the same bytes.
+ *
  * Buffers (nu = n_ubatch, n = tokens in this ubatch; shapes in model_internal.h):
  *   x [n][n_embd] residual; xn [n][n_embd] normed; q/k/v projections; attn [n][n_head*hd];
  *   proj [n][n_embd] block output; router [n][n_expert]; ids/gw [n][n_used];
@@ -28,11 +35,20 @@
  * and the results do not depend on the thread count. */
 enum { FWD_INLINE_ELEMS = 65536 };
 
-/* Up to this many tokens the expert FFN is one pool job (cpu_moe_ffn), above it two. */
-enum { FWD_FFN_ONE_JOB = 4 };
+/* Up to this many tokens a layer is two pool jobs (the staged front, the one-job expert FFN). */
+enum { FWD_FEW_TOK = 4 };
 
-static tp_pool *op_pool(const hm_context *c, int64_t elems) {
-    return elems <= FWD_INLINE_ELEMS ? NULL : c->pool;
+/* pool for an op of elems elements: NULL (the calling thread) when small or inside a job. */
+static tp_pool *op_pool(tp_pool *pool, int64_t elems) {
+    return elems <= FWD_INLINE_ELEMS ? NULL : pool;
+}
+
+static void add_bias(tp_pool *pool, const hm_tensor *b, float *y, int64_t n, int64_t rows) {
+    if (b && b->data) cpu_add_bias(op_pool(pool, n * rows), y, b->data, n, rows);
+}
+
+static bool mm_fits(const hm_context *c, const hm_tensor *w, int64_t n) {
+    return cpu_matmul_scratch_size(w->type, w->ne[0], n) <= c->mm_scratch_size;
 }
 
 /* y[n][rows of w] = x[n][w->ne[0]] . w (+ bias b when given). */
@@ -42,37 +58,77 @@ static hm_status linear(hm_context *c, const hm_tensor *w, const hm_tensor *b, c
     bool fits = need <= c->mm_scratch_size;
     hm_status st = cpu_matmul(c->pool, c->kern, w->type, w->data, w->ne[1], w->ne[0], x, n, y,
                               fits ? c->mm_scratch : NULL, fits ? c->mm_scratch_size : 0, err);
-    if (st == HM_OK && b && b->data) cpu_add_bias(op_pool(c, n * w->ne[1]), y, b->data, n, w->ne[1]);
+    if (st == HM_OK) add_bias(c->pool, b, y, n, w->ne[1]);
     return st;
 }
 
-/* q, k and v of one input: one pool job (activations quantised once) when the three weight
- * types share an activation format, else three products. */
-static hm_status linear_qkv(hm_context *c, const hm_layer *L, const float *x, int64_t n,
-                            hm_error *err) {
-    const hm_tensor *w[3] = {&L->wq, &L->wk, &L->wv}, *b[3] = {&L->bq, &L->bk, &L->bv};
+/* The q, k and v products of one layer: mats [3] (outputs c->q, c->k, c->v); true when they
+ * share their input length and activation format (one product of three matrices). */
+static bool qkv_mats(hm_context *c, const hm_layer *L, cpu_matmul_mat *mats) {
+    const hm_tensor *w[3] = {&L->wq, &L->wk, &L->wv};
     float *y[3] = {c->q, c->k, c->v};
     bool same = true;
-    for (int i = 1; i < 3; i++)
-        same = same && w[i]->ne[0] == w[0]->ne[0] &&
-               quant_act_for(w[i]->type) == quant_act_for(w[0]->type);
-    if (!same) {
-        hm_status st = HM_OK;
-        for (int i = 0; i < 3 && st == HM_OK; i++) st = linear(c, w[i], b[i], x, n, y[i], err);
-        return st;
-    }
-    cpu_matmul_mat mats[3];
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 3; i++) {
         mats[i] = (cpu_matmul_mat){.wtype = w[i]->type, .w = w[i]->data, .n_rows = w[i]->ne[1],
                                    .y = y[i]};
-    size_t need = cpu_matmul_scratch_size(w[0]->type, w[0]->ne[0], n);
-    bool fits = need <= c->mm_scratch_size;
-    hm_status st = cpu_matmul_multi(c->pool, c->kern, 3, mats, w[0]->ne[0], x, n,
-                                    fits ? c->mm_scratch : NULL, fits ? c->mm_scratch_size : 0,
-                                    err);
-    for (int i = 0; i < 3 && st == HM_OK; i++)
-        if (b[i]->data) cpu_add_bias(op_pool(c, n * w[i]->ne[1]), y[i], b[i]->data, n, w[i]->ne[1]);
+        same = same && w[i]->ne[0] == w[0]->ne[0] &&
+               quant_act_for(w[i]->type) == quant_act_for(w[0]->type);
+    }
+    return same;
+}
+
+/* q, k and v of one input, without biases: one pool job (activations quantised once) when the
+ * three weight types share an activation format, else three products. */
+static hm_status linear_qkv(hm_context *c, const hm_layer *L, const float *x, int64_t n,
+                            hm_error *err) {
+    cpu_matmul_mat mats[3];
+    if (!qkv_mats(c, L, mats)) {
+        const hm_tensor *w[3] = {&L->wq, &L->wk, &L->wv};
+        hm_status st = HM_OK;
+        for (int i = 0; i < 3 && st == HM_OK; i++) st = linear(c, w[i], NULL, x, n, mats[i].y, err);
+        return st;
+    }
+    bool fits = mm_fits(c, &L->wq, n);
+    return cpu_matmul_multi(c->pool, c->kern, 3, mats, L->wq.ne[0], x, n,
+                            fits ? c->mm_scratch : NULL, fits ? c->mm_scratch_size : 0, err);
+}
+
+/* After the q/k/v products: their biases, the q/k norms and rope (pool NULL inside a job). */
+static hm_status qkv_finish(hm_context *c, const hm_layer *L, int n, tp_pool *pool,
+                            hm_error *err) {
+    const hm_hparams *hp = &c->m->hp;
+    const int nh = (int)hp->n_head, nkv = (int)hp->n_head_kv, hd = (int)hp->head_dim_k;
+    tp_pool *pq = op_pool(pool, (int64_t)n * nh * hd);
+    add_bias(pool, &L->bq, c->q, n, L->wq.ne[1]);
+    add_bias(pool, &L->bk, c->k, n, L->wk.ne[1]);
+    add_bias(pool, &L->bv, c->v, n, L->wv.ne[1]);
+    if (c->m->desc->qk_norm == HM_QKNORM_HEAD) { /* each head of q [n][nh][hd], k [n][nkv][hd] */
+        cpu_rmsnorm(pq, c->q, L->q_norm.data, c->q, (int64_t)n * nh, hd, hp->rms_eps);
+        cpu_rmsnorm(pq, c->k, L->k_norm.data, c->k, (int64_t)n * nkv, hd, hp->rms_eps);
+    } else if (c->m->desc->qk_norm == HM_QKNORM_FULL) { /* the whole projection of each token */
+        cpu_rmsnorm(pq, c->q, L->q_norm.data, c->q, n, (int64_t)nh * hd, hp->rms_eps);
+        cpu_rmsnorm(pq, c->k, L->k_norm.data, c->k, n, (int64_t)nkv * hd, hp->rms_eps);
+    }
+    const cpu_rope_params rp = hm_model_rope_params(c->m);
+    hm_status st = cpu_rope_with_table(pq, c->q, n, nh, hd, c->rope_cs, &rp, err);
+    if (st == HM_OK) st = cpu_rope_with_table(pq, c->k, n, nkv, hd, c->rope_cs, &rp, err);
     return st;
+}
+
+static cpu_attn_args attn_args(const hm_context *c, int il, int n) {
+    const hm_hparams *hp = &c->m->hp;
+    const hm_layer *L = &c->m->layers[il];
+    return (cpu_attn_args){.n_head = (int)hp->n_head, .n_tok = n, .pos0 = c->pos[0],
+                           .window = L->swa ? hp->sliding_window : 0, .scale = 0.0f,
+                           .sinks = L->sinks.data, .q = c->q, .k_new = c->k, .v_new = c->v,
+                           .out = c->attn};
+}
+
+/* x [n][n_embd] normed with the FFN norm into xn. */
+static void ffn_norm(hm_context *c, const hm_layer *L, int n, tp_pool *pool) {
+    const hm_hparams *hp = &c->m->hp;
+    cpu_rmsnorm(op_pool(pool, n * hp->n_embd), c->x, L->ffn_norm.data, c->xn, n, hp->n_embd,
+                hp->rms_eps);
 }
 
 static hm_status moe_matmul(hm_context *c, const cpu_moe_args *a, hm_error *err) {
@@ -129,14 +185,14 @@ hm_status hm_moe_exec_cpu(void *impl, const hm_model *m, const hm_moe_job *job,
                       (!L->gate_exps_b.data || L->up_exps_b.data);
     moe_post_ctx pc = {.L = L, .ids = job->ids, .eg = c->eg, .eu = c->eu, .F = F, .oai = oai,
                         .simd = cpu_act_simd()};
-    if (pair && n <= FWD_FFN_ONE_JOB) {
+    if (pair && n <= FWD_FEW_TOK) {
         /* decode: gate/up, activation and down in one pool job */
         size_t need = cpu_moe_ffn_scratch_size(&a, &d);
         bool fits = need <= c->mm_scratch_size;
         st = cpu_moe_ffn(c->pool, c->kern, &a, &b, moe_post_gate_up, &pc, &d,
                          fits ? c->mm_scratch : NULL, fits ? c->mm_scratch_size : 0, err);
         if (st == HM_OK && L->down_exps_b.data)
-            cpu_moe_add_bias(op_pool(c, n * K * E), job->y, L->down_exps_b.data, job->ids, n, K,
+            cpu_moe_add_bias(op_pool(c->pool, n * K * E), job->y, L->down_exps_b.data, job->ids, n, K,
                              E);
         return st;
     }
@@ -160,37 +216,20 @@ hm_status hm_moe_exec_cpu(void *impl, const hm_model *m, const hm_moe_job *job,
     }
     st = moe_matmul(c, &d, err);
     if (st == HM_OK && L->down_exps_b.data)
-        cpu_moe_add_bias(op_pool(c, n * K * E), job->y, L->down_exps_b.data, job->ids, n, K, E);
+        cpu_moe_add_bias(op_pool(c->pool, n * K * E), job->y, L->down_exps_b.data, job->ids, n, K, E);
     return st;
 }
 
 static hm_status attention_block(hm_context *c, int il, int n, hm_error *err) {
-    const hm_model *m = c->m;
-    const hm_hparams *hp = &m->hp;
-    const hm_arch_desc *d = m->desc;
-    const hm_layer *L = &m->layers[il];
-    const int nh = (int)hp->n_head, nkv = (int)hp->n_head_kv, hd = (int)hp->head_dim_k;
-    tp_pool *pe = op_pool(c, n * hp->n_embd), *pq = op_pool(c, (int64_t)n * nh * hd);
+    const hm_hparams *hp = &c->m->hp;
+    const hm_layer *L = &c->m->layers[il];
+    tp_pool *pe = op_pool(c->pool, n * hp->n_embd);
 
     cpu_rmsnorm(pe, c->x, L->attn_norm.data, c->xn, n, hp->n_embd, hp->rms_eps);
     hm_status st = linear_qkv(c, L, c->xn, n, err);
+    if (st == HM_OK) st = qkv_finish(c, L, n, c->pool, err);
     if (st != HM_OK) return st;
-    if (d->qk_norm == HM_QKNORM_HEAD) { /* each head of q [n][nh][hd], k [n][nkv][hd] */
-        cpu_rmsnorm(pq, c->q, L->q_norm.data, c->q, (int64_t)n * nh, hd, hp->rms_eps);
-        cpu_rmsnorm(pq, c->k, L->k_norm.data, c->k, (int64_t)n * nkv, hd, hp->rms_eps);
-    } else if (d->qk_norm == HM_QKNORM_FULL) { /* the whole projection of each token */
-        cpu_rmsnorm(pq, c->q, L->q_norm.data, c->q, n, (int64_t)nh * hd, hp->rms_eps);
-        cpu_rmsnorm(pq, c->k, L->k_norm.data, c->k, n, (int64_t)nkv * hd, hp->rms_eps);
-    }
-    const cpu_rope_params rp = hm_model_rope_params(m);
-    st = cpu_rope_with_table(pq, c->q, n, nh, hd, c->rope_cs, &rp, err);
-    if (st == HM_OK) st = cpu_rope_with_table(pq, c->k, n, nkv, hd, c->rope_cs, &rp, err);
-    if (st != HM_OK) return st;
-
-    cpu_attn_args a = {.n_head = nh, .n_tok = n, .pos0 = c->pos[0],
-                       .window = L->swa ? hp->sliding_window : 0, .scale = 0.0f,
-                       .sinks = L->sinks.data, .q = c->q, .k_new = c->k, .v_new = c->v,
-                       .out = c->attn};
+    cpu_attn_args a = attn_args(c, il, n);
     size_t need = cpu_attention_scratch_size(&c->kv[il], &a, tp_size(c->pool));
     bool fits = need <= c->attn_scratch_size;
     st = cpu_attention(c->pool, &c->kv[il], &a, fits ? c->attn_scratch : NULL,
@@ -200,6 +239,96 @@ static hm_status attention_block(hm_context *c, int il, int n, hm_error *err) {
     return st;
 }
 
+/* The front of a decode layer as one staged job: the stages are the products (q/k/v,
+ * attention, wo, router), each `then` the steps between it and the next. */
+typedef struct {
+    hm_context *c;
+    const hm_layer *L;
+    int n;
+    cpu_attn_args aa;
+    cpu_attn_job attn;
+    cpu_matmul_job qkv, wo, router;
+    hm_status st; /* of the `then` steps; a failed step skips the later ones */
+    hm_error err;
+} front_job;
+
+static void front_after_qkv(void *ctx) {
+    front_job *f = ctx;
+    f->st = qkv_finish(f->c, f->L, f->n, NULL, &f->err);
+    if (f->st == HM_OK) f->st = cpu_attention_begin(NULL, &f->attn, &f->err);
+}
+
+static void front_after_attn(void *ctx) {
+    front_job *f = ctx;
+    if (f->st == HM_OK) cpu_matmul_job_quantize(&f->wo, f->c->attn);
+}
+
+static void front_after_wo(void *ctx) {
+    front_job *f = ctx;
+    hm_context *c = f->c;
+    if (f->st != HM_OK) return;
+    add_bias(NULL, &f->L->bo, c->proj, f->n, f->L->wo.ne[1]);
+    cpu_add(NULL, c->x, c->proj, c->x, f->n * c->m->hp.n_embd);
+    ffn_norm(c, f->L, f->n, NULL);
+    cpu_matmul_job_quantize(&f->router, c->xn);
+}
+
+static tp_stage stage_then(tp_stage s, void (*then)(void *), void *ctx) {
+    s.then = then;
+    s.then_ctx = ctx;
+    return s;
+}
+
+/* attention_block, ffn_norm and the router product of a decode step in one pool job; false
+ * (nothing done) when a product cannot take part (q/k/v not one product, scratch too small). */
+static bool layer_front_staged(hm_context *c, int il, int n, hm_status *st, hm_error *err) {
+    front_job f = {.c = c, .L = &c->m->layers[il], .n = n, .st = HM_OK};
+    const hm_layer *L = f.L;
+    const int nth = tp_size(c->pool);
+    cpu_matmul_mat q[3];
+    f.aa = attn_args(c, il, n);
+    if (n > FWD_FEW_TOK || !qkv_mats(c, L, q) || !mm_fits(c, &L->wq, n) ||
+        !mm_fits(c, &L->wo, n) || !mm_fits(c, &L->router, n) ||
+        cpu_attention_scratch_size(&c->kv[il], &f.aa, nth) > c->attn_scratch_size)
+        return false;
+    const cpu_matmul_mat o = {.wtype = L->wo.type, .w = L->wo.data, .n_rows = L->wo.ne[1],
+                              .y = c->proj};
+    const cpu_matmul_mat r = {.wtype = L->router.type, .w = L->router.data,
+                              .n_rows = L->router.ne[1], .y = c->router};
+    void *ms = c->mm_scratch; /* every product's activations in turn */
+    const size_t mss = c->mm_scratch_size;
+    *st = cpu_matmul_job_init(&f.qkv, c->kern, 3, q, L->wq.ne[0], n, nth, ms, mss, err);
+    if (*st == HM_OK) *st = cpu_matmul_job_init(&f.wo, c->kern, 1, &o, L->wo.ne[0], n, nth, ms,
+                                                mss, err);
+    if (*st == HM_OK) *st = cpu_matmul_job_init(&f.router, c->kern, 1, &r, L->router.ne[0], n,
+                                                nth, ms, mss, err);
+    if (*st == HM_OK) *st = cpu_attention_plan(&f.attn, &c->kv[il], &f.aa, nth, c->attn_scratch,
+                                               c->attn_scratch_size, err);
+    if (*st != HM_OK) return true;
+    cpu_rmsnorm(NULL, c->x, L->attn_norm.data, c->xn, n, c->m->hp.n_embd, c->m->hp.rms_eps);
+    cpu_matmul_job_quantize(&f.qkv, c->xn);
+    const tp_stage stages[4] = {stage_then(cpu_matmul_job_stage(&f.qkv), front_after_qkv, &f),
+                                stage_then(cpu_attention_stage(&f.attn), front_after_attn, &f),
+                                stage_then(cpu_matmul_job_stage(&f.wo), front_after_wo, &f),
+                                cpu_matmul_job_stage(&f.router)};
+    tp_run_stages(c->pool, stages, 4);
+    *st = f.st;
+    if (f.st != HM_OK && err) *err = f.err;
+    return true;
+}
+
+/* Attention block, FFN norm and router logits of layer il: c->xn, c->router. */
+static hm_status layer_front(hm_context *c, int il, int n, hm_error *err) {
+    hm_status st = HM_OK;
+    if (layer_front_staged(c, il, n, &st, err)) return st;
+    const hm_layer *L = &c->m->layers[il];
+    st = attention_block(c, il, n, err);
+    if (st != HM_OK) return st;
+    ffn_norm(c, L, n, c->pool);
+    return linear(c, &L->router, NULL, c->xn, n, c->router, err);
+}
+
+/* Routing from the logits in c->router, the experts, their weighted sum, the shared expert. */
 static hm_status moe_block(hm_context *c, int il, int n, hm_error *err) {
     const hm_model *m = c->m;
     const hm_hparams *hp = &m->hp;
@@ -207,16 +336,14 @@ static hm_status moe_block(hm_context *c, int il, int n, hm_error *err) {
     const hm_layer *L = &m->layers[il];
     const int K = (int)hp->n_expert_used;
     const int64_t E = hp->n_embd;
-    tp_pool *pe = op_pool(c, n * E);
+    tp_pool *pe = op_pool(c->pool, n * E);
 
-    cpu_rmsnorm(pe, c->x, L->ffn_norm.data, c->xn, n, E, hp->rms_eps);
     /* routing: logits -> top-k ids and weights (slot order = descending score) */
-    hm_status st = linear(c, &L->router, NULL, c->xn, n, c->router, err);
-    if (st != HM_OK) return st;
     cpu_gate_mode gm = d->gating == HM_GATING_TOPK_SOFTMAX ? CPU_GATE_TOPK_SOFTMAX
                                                            : CPU_GATE_SOFTMAX_TOPK;
-    st = cpu_router(op_pool(c, n * hp->n_expert * 8), c->router, L->router_b.data, n, (int)hp->n_expert, K, gm,
-                    d->gating == HM_GATING_SOFTMAX_TOPK_NORM, c->ids, c->gw, err);
+    hm_status st = cpu_router(op_pool(c->pool, n * hp->n_expert * 8), c->router, L->router_b.data,
+                              n, (int)hp->n_expert, K, gm,
+                              d->gating == HM_GATING_SOFTMAX_TOPK_NORM, c->ids, c->gw, err);
     if (st != HM_OK) return st;
     if (c->tracer) moe_tracer_record(c->tracer, il, c->ids, n, K);
     if (c->route_hook) c->route_hook(c->route_user, il, n, K, c->ids, c->gw);
@@ -226,14 +353,14 @@ static hm_status moe_block(hm_context *c, int il, int n, hm_error *err) {
                       .weights = c->gw, .y = c->ey};
     st = c->moe_exec(c->moe_impl, m, &job, err);
     if (st != HM_OK) return st;
-    cpu_moe_combine(op_pool(c, n * K * E), c->ey, c->gw, c->ids, n, K, E, c->proj);
+    cpu_moe_combine(op_pool(c->pool, n * K * E), c->ey, c->gw, c->ids, n, K, E, c->proj);
 
     if (d->shared_expert) { /* proj += sigmoid(xn . gate_inp) * down(silu(gate xn) * up xn) */
         const int64_t S = hp->n_ff_shexp;
         st = linear(c, &L->sh_gate, NULL, c->xn, n, c->sg, err);
         if (st == HM_OK) st = linear(c, &L->sh_up, NULL, c->xn, n, c->su, err);
         if (st != HM_OK) return st;
-        cpu_swiglu(op_pool(c, n * S), c->sg, c->su, c->sg, n * S);
+        cpu_swiglu(op_pool(c->pool, n * S), c->sg, c->su, c->sg, n * S);
         float *sh = c->ey; /* [n][E]: the per-slot outputs are consumed already */
         st = linear(c, &L->sh_down, NULL, c->sg, n, sh, err);
         if (st == HM_OK) st = linear(c, &L->sh_gate_inp, NULL, c->xn, n, c->sgate, err);
@@ -267,7 +394,7 @@ hm_status model_forward_ubatch(hm_context *c, const int32_t *tokens, int n, int 
     const cpu_rope_params rp = hm_model_rope_params(m);
     st = cpu_rope_table(&rp, (int)hp->head_dim_k, c->pos, n, c->rope_cs, err);
     for (int il = 0; il < hp->n_layer && st == HM_OK; il++) {
-        st = attention_block(c, il, n, err);
+        st = layer_front(c, il, n, err);
         if (st == HM_OK) st = moe_block(c, il, n, err);
     }
     if (st != HM_OK || mode == HM_LOGITS_NONE) return st;
@@ -275,6 +402,6 @@ hm_status model_forward_ubatch(hm_context *c, const int32_t *tokens, int n, int 
     /* output: final norm and logits, for every token or only the last */
     int first = mode == HM_LOGITS_ALL ? 0 : n - 1;
     int cnt = n - first;
-    cpu_rmsnorm(op_pool(c, cnt * E), c->x + first * E, m->output_norm.data, c->xn, cnt, E, hp->rms_eps);
+    cpu_rmsnorm(op_pool(c->pool, cnt * E), c->x + first * E, m->output_norm.data, c->xn, cnt, E, hp->rms_eps);
     return linear(c, &m->output, NULL, c->xn, cnt, logits, err);
 }

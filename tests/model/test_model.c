@@ -90,17 +90,19 @@ static void test_presets_batch_threads_determinism(void) {
         HM_CHECK(V == 1024);
         size_t sz = (size_t)N_PROMPT * (size_t)V;
         float *a = malloc(sz * 4), *b = malloc(sz * 4), *c1 = malloc(sz * 4), *d = malloc(sz * 4);
+        float *e = malloc(sz * 4);
         /* batch (ubatches of 5) with 2 threads; one by one with 1 thread; batch with 3 threads
-         * in one ubatch */
+         * in one ubatch; one by one with 3 threads (the staged decode layer on several threads) */
         hm_context *cx2 = mkctx(m, 64, 5, 2, HM_TYPE_F16);
         hm_context *cx1 = mkctx(m, 64, 5, 1, HM_TYPE_F16);
         hm_context *cx3 = mkctx(m, 64, 32, 3, HM_TYPE_F16);
         HM_CHECK(cx1 && cx2 && cx3);
-        if (cx1 && cx2 && cx3 && a && b && c1 && d) {
+        if (cx1 && cx2 && cx3 && a && b && c1 && d && e) {
             HM_CHECK(run_all(cx2, ids, N_PROMPT, false, a));
             HM_CHECK(run_all(cx1, ids, N_PROMPT, true, b));
             HM_CHECK(run_all(cx3, ids, N_PROMPT, false, c1));
             HM_CHECK(run_all(cx2, ids, N_PROMPT, false, d)); /* again, same context */
+            HM_CHECK(run_all(cx3, ids, N_PROMPT, true, e));
             bool finite = true;
             for (size_t i = 0; i < sz; i++) finite = finite && isfinite(a[i]);
             HM_CHECK_MSG(finite, "%s: non-finite logits", k_presets[pi]);
@@ -110,13 +112,15 @@ static void test_presets_batch_threads_determinism(void) {
             HM_CHECK_MSG(!memcmp(a, c1, sz * 4), "%s: 2 threads ub5 != 3 threads ub32",
                          k_presets[pi]);
             HM_CHECK_MSG(!memcmp(a, d, sz * 4), "%s: second run differs", k_presets[pi]);
+            HM_CHECK_MSG(!memcmp(a, e, sz * 4), "%s: batch != one-by-one on 3 threads",
+                         k_presets[pi]);
             /* different positions give different logits (attention sees the context) */
             HM_CHECK(memcmp(a, a + V, (size_t)V * 4) != 0);
         }
         hm_context_free(cx1);
         hm_context_free(cx2);
         hm_context_free(cx3);
-        free(a), free(b), free(c1), free(d);
+        free(a), free(b), free(c1), free(d), free(e);
         hm_model_free(m);
     }
 }
