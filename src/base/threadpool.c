@@ -10,9 +10,13 @@
  * arriver resets the count and advances the phase.
  *
  * Item jobs: `items` packs (job sequence 20 bits | next item 22 bits | item count 22 bits) in
- * one 64-bit word, so a claim (CAS of next -> next + 1 while next < count) can only succeed for
- * the job the word describes; a worker that wakes late sees a finished or newer word and claims
- * nothing of a job it has not read. Once its claim succeeded the job cannot complete before the
+ * one 64-bit word, so a claim (fetch_add of 1 to next; it got an item if the old next < count)
+ * can only succeed for the job the word describes; a worker that wakes late sees a finished or
+ * newer word and claims nothing of a job it has not read. A fetch_add never fails, so the threads
+ * of a job's start take their first items in one cache-line transfer each (a CAS loop retries
+ * once per competing thread). Each call of tp_items_work ends with one failed claim, at most
+ * two per thread and word, so next stays below count + 2 * 1024 < 2^22 for counts of at most
+ * TP_ITEM_MAX = 2^21. Once its claim succeeded the job cannot complete before the
  * item does, so reading the job's fields after the claim is safe (they are written before the
  * word is published); after counting its item done a thread reads none of them again.
  *
@@ -68,7 +72,7 @@ struct tp_pool {
     const tp_stage *stages;
     int n_stages;
     int64_t end[TP_MAX_STAGES]; /* one past the last item of stage s, in the word's numbering */
-    int64_t ibase; /* item index of the word's item 0 (jobs of more than 2^22 - 1 items) */
+    int64_t ibase; /* item index of the word's item 0 (jobs of more than TP_ITEM_MAX items) */
     uint64_t iseq;
     tp_worker *workers; /* [n - 1], worker i has ith = i + 1 */
     int n_started;
@@ -84,6 +88,7 @@ static void tp_futex_wake_all(atomic_uint *addr) {
 
 enum { TP_ITEM_BITS = 22 };
 #define TP_ITEM_MASK ((1ull << TP_ITEM_BITS) - 1)
+#define TP_ITEM_MAX ((int64_t)1 << 21) /* items of one word (jobs of more go by parts) */
 
 /* Spins (then yields: more threads than cores) until *a >= v. */
 static void tp_wait_at_least(atomic_int *a, int v) {
@@ -105,13 +110,11 @@ static void tp_stages_close(tp_pool *p, int s, int64_t d) {
 
 /* Claims and runs items of the job in `items` until none is left. */
 static void tp_items_work(tp_pool *p, int ith) {
-    uint64_t v = atomic_load_explicit(&p->items, memory_order_acquire);
     for (;;) {
+        const uint64_t v = atomic_fetch_add_explicit(&p->items, 1ull << TP_ITEM_BITS,
+                                                     memory_order_acq_rel);
         const uint64_t next = (v >> TP_ITEM_BITS) & TP_ITEM_MASK, count = v & TP_ITEM_MASK;
         if (next >= count) return;
-        if (!atomic_compare_exchange_weak_explicit(&p->items, &v, v + (1ull << TP_ITEM_BITS),
-                                                   memory_order_acq_rel, memory_order_acquire))
-            continue;
         int s = 0;
         while ((int64_t)next >= p->end[s]) s++;
         if (s > 0) tp_wait_at_least(&p->open, s);
@@ -120,7 +123,6 @@ static void tp_items_work(tp_pool *p, int ith) {
         st->fn(st->ctx, p->ibase + (int64_t)next - first, ith);
         if (atomic_fetch_add_explicit(&p->items_done, 1, memory_order_acq_rel) + 1 == end)
             tp_stages_close(p, s, end);
-        v = atomic_load_explicit(&p->items, memory_order_acquire);
     }
 }
 
@@ -225,7 +227,7 @@ void tp_run(tp_pool *p, tp_fn fn, void *ctx) {
     tp_wait_at_least(&p->done, p->n - 1);
 }
 
-/* One item job of n stages (at most TP_ITEM_MASK items in all) on a pool of n > 1 threads;
+/* One item job of n stages (at most TP_ITEM_MAX items in all) on a pool of n > 1 threads;
  * fn of stage s gets ibase + its item index. */
 static void tp_items_job(tp_pool *p, const tp_stage *stages, int n, int64_t ibase) {
     int64_t total = 0;
@@ -251,10 +253,10 @@ void tp_run_items(tp_pool *p, tp_item_fn fn, void *ctx, int64_t n_items) {
         for (int64_t i = 0; i < n_items; i++) fn(ctx, i, 0);
         return;
     }
-    for (int64_t base = 0; base < n_items; base += (int64_t)TP_ITEM_MASK) {
+    for (int64_t base = 0; base < n_items; base += TP_ITEM_MAX) {
         const tp_stage st = {.fn = fn, .ctx = ctx,
-                             .n_items = n_items - base < (int64_t)TP_ITEM_MASK
-                                            ? n_items - base : (int64_t)TP_ITEM_MASK};
+                             .n_items = n_items - base < TP_ITEM_MAX ? n_items - base
+                                                                     : TP_ITEM_MAX};
         tp_items_job(p, &st, 1, base);
     }
 }
@@ -262,7 +264,7 @@ void tp_run_items(tp_pool *p, tp_item_fn fn, void *ctx, int64_t n_items) {
 void tp_run_stages(tp_pool *p, const tp_stage *stages, int n_stages) {
     int64_t total = 0;
     for (int s = 0; s < n_stages; s++) total += stages[s].n_items;
-    if (p && p->n > 1 && n_stages <= TP_MAX_STAGES && total <= (int64_t)TP_ITEM_MASK) {
+    if (p && p->n > 1 && n_stages <= TP_MAX_STAGES && total <= TP_ITEM_MAX) {
         tp_items_job(p, stages, n_stages, 0);
         return;
     }
