@@ -22,10 +22,11 @@
  *
  * Stages: an item job is a list of stages whose items are numbered consecutively (end[s]: one
  * past stage s's last item). Items complete in stage order — an item of stage s waits until
- * `open` >= s, i.e. stages 0..s-1 are closed — so the item whose completion makes `items_done`
- * equal end[s] is the last of stage s; its thread runs the stage's `then` (and those of empty
- * stages after it) and then stores `open`. The caller waits for `open` == n_stages. A plain item
- * job is one stage without `then`.
+ * `open` >= s, i.e. stages 0..s-1 are closed — and a thread adds its finished items of a stage
+ * to `items_done` at once, before it waits at another stage or leaves; so the add that makes
+ * `items_done` equal end[s] counts the last items of stage s. Its thread runs the stage's `then`
+ * (and those of empty stages after it), then stores `open`. The caller waits for `open` ==
+ * n_stages. A plain item job is one stage without `then`.
  */
 #include "base/threadpool.h"
 
@@ -108,22 +109,39 @@ static void tp_stages_close(tp_pool *p, int s, int64_t d) {
     atomic_store_explicit(&p->open, s, memory_order_release);
 }
 
-/* Claims and runs items of the job in `items` until none is left. */
+/* Counts k finished items of stage s (end: p->end[s], read while they were uncounted, since the
+ * job may complete as soon as they are counted). */
+static void tp_items_done(tp_pool *p, int s, int64_t end, int64_t k) {
+    if (k > 0 && atomic_fetch_add_explicit(&p->items_done, k, memory_order_acq_rel) + k == end)
+        tp_stages_close(p, s, end);
+}
+
+/* Claims and runs items of the job in `items` until none is left. A thread counts its finished
+ * items of one stage together (one atomic add instead of one per item), before its next claim
+ * turns out to be of another stage or none. */
 static void tp_items_work(tp_pool *p, int ith) {
+    int ds = 0;                  /* stage of the uncounted items */
+    int64_t dn = 0, dend = 0;    /* how many, end of their stage */
     for (;;) {
         const uint64_t v = atomic_fetch_add_explicit(&p->items, 1ull << TP_ITEM_BITS,
                                                      memory_order_acq_rel);
         const uint64_t next = (v >> TP_ITEM_BITS) & TP_ITEM_MASK, count = v & TP_ITEM_MASK;
-        if (next >= count) return;
+        if (next >= count) break;
         int s = 0;
         while ((int64_t)next >= p->end[s]) s++;
+        if (s != ds) { /* before waiting at stage s: the gate may wait for these items */
+            tp_items_done(p, ds, dend, dn);
+            dn = 0;
+        }
         if (s > 0) tp_wait_at_least(&p->open, s);
         const tp_stage *st = &p->stages[s];
-        const int64_t end = p->end[s], first = s > 0 ? p->end[s - 1] : 0;
+        const int64_t first = s > 0 ? p->end[s - 1] : 0;
+        ds = s;
+        dend = p->end[s];
         st->fn(st->ctx, p->ibase + (int64_t)next - first, ith);
-        if (atomic_fetch_add_explicit(&p->items_done, 1, memory_order_acq_rel) + 1 == end)
-            tp_stages_close(p, s, end);
+        dn++;
     }
+    tp_items_done(p, ds, dend, dn);
 }
 
 static void *tp_worker_main(void *arg) {
