@@ -10,7 +10,10 @@
  * the canonical dot of one (row, activation) pair: bit-identical to cpu_moe_matmul. A
  * one-token step launches an instance with tiles of one pair (NTM = 1: 64-80 registers instead
  * of 128, so more warps per SM); there a warp loads the gate and up rows (fused), or its two
- * rows (plain), together (rows_dot with NR = 2). The fused variant computes the gate and up
+ * rows (plain), together (rows_dot with NR = 2); for every type but mxfp4 the two rows are first
+ * copied into the warp's shared slots by cp.async (all bytes in flight, no registers held;
+ * q6_K, whose register-loaded path spilled, gains most), and the dot reads them there. The
+ * fused variant computes the gate and up
  * rows of the same tile, adds the optional
  * biases (g + b, one rounding, as cpu_moe_add_bias) and applies the activation with
  * cuda_math.cuh's bit-identical silu / gpt-oss swiglu (as moe_post_gate_up on the CPU).

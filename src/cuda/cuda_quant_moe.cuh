@@ -4,12 +4,18 @@
 #ifndef HM_CUDA_CUDA_QUANT_MOE_CUH
 #define HM_CUDA_CUDA_QUANT_MOE_CUH
 
+#include <type_traits>
+
 #include "cuda/cuda_launch.cuh"
 #include "cuda/cuda_quant_internal.cuh"
 
 #define MOE_TILE 8
 #define MOE_ROWS_PER_WARP 2
 #define MOE_SMEM_IDS 1024 /* pairs whose ids are staged in shared memory */
+#ifndef MOE_STAGE
+#define MOE_STAGE 1 /* build flag: 0 reads one-token rows straight from global memory (A/B) */
+#endif
+#define MOE_STAGE_MAX (24 * 1024) /* shared bytes of a CTA's row slots */
 
 typedef struct {
     const uint8_t *w, *w2;   /* gate (or the only) weights, up weights (fused) */
@@ -25,7 +31,27 @@ typedef struct {
     const float *b1, *b2;    /* fused: biases [n_expert][n_rows] or NULL */
     int glu;
     float alpha, limit;
+    size_t stage_bytes;      /* > 0: one-token rows staged in shared slots of this size */
 } moe_params;
+
+/* The fused epilogue: bias (g + b, one rounding, as cpu_moe_add_bias) and the activation of
+ * row r of expert e for the cnt pairs (lane 0 holds the dots) */
+template <int NT>
+static __device__ __forceinline__ void moe_store_gate_up(const moe_params &P, int e, const int *pairs, int cnt,
+                                                         int64_t r, const float *g, const float *u) {
+    if ((threadIdx.x & 31) != 0) return;
+    const int64_t bi = (int64_t)e * P.n_rows + r;
+    const float bg = P.b1 ? P.b1[bi] : 0.0f, bu = P.b2 ? P.b2[bi] : 0.0f;
+#pragma unroll
+    for (int i = 0; i < NT; i++) {
+        if (i >= cnt) break;
+        float gv = g[i], uv = u[i];
+        if (P.b1) gv = __fadd_rn(gv, bg);
+        if (P.b2) uv = __fadd_rn(uv, bu);
+        P.y[(int64_t)pairs[i] * P.n_rows + r] =
+            P.glu == CUDA_GLU_OAI ? cm_swiglu_oai(gv, uv, P.alpha, P.limit) : cm_swiglu(gv, uv);
+    }
+}
 
 template <class T, int NT, bool FUSED>
 static __device__ __forceinline__ void moe_tile(const moe_params &P, int e, const int *pairs, int cnt, int64_t r) {
@@ -52,19 +78,7 @@ static __device__ __forceinline__ void moe_tile(const moe_params &P, int e, cons
             row_dot<T, NT>(P.w + wrow, P.k, a, g);
             row_dot<T, NT>(P.w2 + wrow, P.k, a, u);
         }
-        if ((threadIdx.x & 31) == 0) {
-            const int64_t bi = (int64_t)e * P.n_rows + r;
-            const float bg = P.b1 ? P.b1[bi] : 0.0f, bu = P.b2 ? P.b2[bi] : 0.0f;
-#pragma unroll
-            for (int i = 0; i < NT; i++) {
-                if (i >= cnt) break;
-                float gv = g[i], uv = u[i];
-                if (P.b1) gv = __fadd_rn(gv, bg);
-                if (P.b2) uv = __fadd_rn(uv, bu);
-                P.y[(int64_t)pairs[i] * P.n_rows + r] =
-                    P.glu == CUDA_GLU_OAI ? cm_swiglu_oai(gv, uv, P.alpha, P.limit) : cm_swiglu(gv, uv);
-            }
-        }
+        moe_store_gate_up<NT>(P, e, pairs, cnt, r, g, u);
     } else {
         row_dot<T, NT>(P.w + wrow, P.k, a, g);
         if ((threadIdx.x & 31) == 0)
@@ -92,6 +106,47 @@ static __device__ __forceinline__ void moe_plain_rows(const moe_params &P, int e
         for (int j = 0; j < R; j++) P.y[(int64_t)pair * P.n_rows + r + j * CQ_WARPS] = o[j][0];
 }
 
+/* Copies the row at w (row_bytes) into a warp's shared slot by cp.async, lane-strided 16-byte
+ * pieces from the 16-byte boundary below w (a slot is row_bytes + 32 rounded up to 16); returns
+ * the row's image, at w's address mod 16 so every access keeps its alignment. */
+static __device__ __forceinline__ const uint8_t *moe_stage_row(uint8_t *slot, const uint8_t *w, size_t row_bytes) {
+    const uintptr_t a = (uintptr_t)w, a0 = a & ~(uintptr_t)15;
+    const int n16 = (int)((a + row_bytes - a0 + 15) / 16);
+    for (int c = threadIdx.x & 31; c < n16; c += 32)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((unsigned)__cvta_generic_to_shared(slot + 16 * c)),
+                     "l"((const void *)(a0 + 16 * (uintptr_t)c)));
+    return slot + (a - a0);
+}
+
+/* Decode (one pair) with staging: the warp's two rows (gate and up of row r, or the plain rows
+ * r and r + CQ_WARPS) are copied to shared memory by cp.async, all their bytes in flight at
+ * once with no registers held, then rows_dot<T, 1, 2> reads them there: the same operations as
+ * moe_tile<T, 1, true> and moe_plain_rows<T, 2>, so the same bytes. */
+template <class T, bool FUSED>
+static __device__ __forceinline__ void moe_one_staged(const moe_params &P, int e, int pair, int64_t r) {
+    extern __shared__ __align__(16) uint8_t moe_slots[]; /* [CQ_WARPS][2][stage_bytes] */
+    if (r >= P.n_rows) return; /* uniform over the warp */
+    uint8_t *slot = moe_slots + (size_t)(threadIdx.x / 32) * 2 * P.stage_bytes;
+    const uint8_t *a[1] = {P.act + (size_t)(P.x_per_slot ? pair : pair / P.n_used) * P.act_bytes};
+    const uint8_t *w0 = P.w + ((size_t)e * (size_t)P.n_rows + (size_t)r) * P.row_bytes;
+    const bool two = FUSED || r + CQ_WARPS < P.n_rows;
+    const uint8_t *ws[2];
+    ws[0] = moe_stage_row(slot, w0, P.row_bytes);
+    ws[1] = two ? moe_stage_row(slot + P.stage_bytes, FUSED ? P.w2 + (w0 - P.w) : w0 + CQ_WARPS * P.row_bytes,
+                                P.row_bytes)
+                : ws[0];
+    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+    __syncwarp();
+    float o[2][1];
+    rows_dot<T, 1, 2>(ws, P.k, a, o);
+    if (FUSED) {
+        moe_store_gate_up<1>(P, e, &pair, 1, r, o[0], o[1]);
+    } else if ((threadIdx.x & 31) == 0) {
+        P.y[(int64_t)pair * P.n_rows + r] = o[0][0];
+        if (two) P.y[(int64_t)pair * P.n_rows + r + CQ_WARPS] = o[1][0];
+    }
+}
+
 /* rows per warp of the one-token instance: gate/up row pairs one after the other, plain rows
  * with their loads in flight together */
 #ifndef MOE_GU_ROWS
@@ -115,6 +170,10 @@ __global__ void __launch_bounds__(CQ_WARPS * 32, NTM == 1 ? 6 : 4) k_moe(const m
         const int pair[1] = {(int)blockIdx.x};
         constexpr int RPW = moe_rows_per_warp<FUSED, 1>();
         const int64_t r0 = (int64_t)blockIdx.y * (CQ_WARPS * RPW) + threadIdx.x / 32;
+        if (RPW * (FUSED ? 2 : 1) == 2 && P.stage_bytes) {
+            moe_one_staged<T, FUSED>(P, e, pair[0], r0);
+            return;
+        }
         if (!FUSED && r0 + (RPW - 1) * CQ_WARPS < P.n_rows) {
             moe_plain_rows<T, RPW>(P, e, pair[0], r0);
             return;
@@ -172,6 +231,11 @@ __global__ void __launch_bounds__(CQ_WARPS * 32, NTM == 1 ? 6 : 4) k_moe(const m
 #undef MOE_ID
 }
 
+/* Types whose one-token rows are staged: all but mxfp4, whose expert kernels were slower
+ * staged (bench_cuda_matvec on the H100: down 8.78 -> 9.27 us, gate+up 12.97 -> 13.39; q6_K
+ * down 13.74 -> 9.16, q8_0 gate+up 20.0 -> 17.0, q4_K down 9.3 -> 8.5) */
+template <class T> static constexpr bool moe_stages() { return !std::is_same<T, cb_mxfp4>::value; }
+
 template <class T, bool FUSED>
 static void launch_moe(const moe_params *P, cudaStream_t st) {
     moe_params q = *P;
@@ -182,7 +246,15 @@ static void launch_moe(const moe_params *P, cudaStream_t st) {
     const int rows_per_cta =
         CQ_WARPS * (one ? moe_rows_per_warp<FUSED, 1>() : moe_rows_per_warp<FUSED, MOE_TILE>());
     const dim3 grid((unsigned)q.n_pairs, (unsigned)((q.n_rows + rows_per_cta - 1) / rows_per_cta));
-    if (one) cu_launch(k_moe<T, FUSED, 1>, grid, CQ_WARPS * 32, 0, st, q);
+    /* one-token rows are staged in shared memory (moe_one_staged) when two slots per warp take
+     * <= MOE_STAGE_MAX bytes and the bytes staged around the rows (16-byte pieces) stay inside
+     * the weight arrays */
+    const size_t slot = (q.row_bytes + 32 + 15) / 16 * 16, total = (size_t)q.n_expert * q.n_rows * q.row_bytes;
+    const bool stage = MOE_STAGE && moe_stages<T>() && one && moe_rows_per_warp<FUSED, 1>() * (FUSED ? 2 : 1) == 2 &&
+                       CQ_WARPS * 2 * slot <= MOE_STAGE_MAX && (uintptr_t)q.w % 16 == 0 && total % 16 == 0 &&
+                       (!FUSED || (uintptr_t)q.w2 % 16 == 0);
+    q.stage_bytes = stage ? slot : 0;
+    if (one) cu_launch(k_moe<T, FUSED, 1>, grid, CQ_WARPS * 32, stage ? CQ_WARPS * 2 * slot : 0, st, q);
     else cu_launch(k_moe<T, FUSED, MOE_TILE>, grid, CQ_WARPS * 32, 0, st, q);
 }
 
