@@ -7,8 +7,11 @@
  * indexed parameter memory). A warp computes its row with row_dot (cuda_quant_internal.cuh)
  * and the token tiling cq_tile; the optional bias is added in the epilogue with the same
  * __fadd_rn as cuda_add_bias. Before waiting for the previous kernel (cu_pdl_enter), a warp
- * asks L2 for its weight row: with programmatic dependent launch the CTAs are resident while
- * the previous (usually latency-bound) kernel runs, so the weights stream in meanwhile.
+ * starts fetching its weight row: with programmatic dependent launch the CTAs are resident
+ * while the previous (usually latency-bound) kernel runs, so the weights stream in meanwhile.
+ * One-token launches copy the row into the warp's shared slot by cp.async (cq_stage_row: all
+ * its bytes in flight, no registers held) when the matrices allow it (MV_STAGE); otherwise the
+ * warp asks L2 for the row. Same operations either way: the same bytes.
  */
 #include <cuda_runtime.h>
 #include <string.h>
@@ -19,6 +22,10 @@
 extern "C" {
 #include "cuda/cuda_fused.h"
 }
+
+#ifndef MV_STAGE
+#define MV_STAGE 1 /* build flag: 0 prefetches one-token rows to L2 instead of staging them (A/B) */
+#endif
 
 typedef struct {
     const uint8_t *w[CUDA_MULTI_MAX];
@@ -32,7 +39,7 @@ typedef struct {
 template <class T, int NT>
 __global__ void __launch_bounds__(CQ_WARPS * 32, 4)
 k_matvec_multi(const multi_k M, size_t row_bytes, int64_t k, const uint8_t *act,
-               size_t act_bytes, int64_t n_tok) {
+               size_t act_bytes, int64_t n_tok, size_t stage_bytes) {
     int m = 0;
 #pragma unroll
     for (int i = 1; i < CUDA_MULTI_MAX; i++)
@@ -52,17 +59,23 @@ k_matvec_multi(const multi_k M, size_t row_bytes, int64_t k, const uint8_t *act,
             b0 = M.blk0[i];
         }
     const int64_t r = (int64_t)(blockIdx.x - b0) * CQ_WARPS + threadIdx.x / 32;
-    if (r < n_rows) /* the row into L2 while the previous kernel finishes */
-        for (size_t o = (size_t)(threadIdx.x & 31) * 128; o < row_bytes; o += 32 * 128)
-            cu_prefetch_l2(w + (size_t)r * row_bytes + o);
+    const uint8_t *wr = w + (size_t)r * row_bytes;
+    const bool staged = NT == 1 && stage_bytes && r < n_rows;
+    if (staged) { /* the row into shared memory while the previous kernel finishes */
+        extern __shared__ __align__(16) uint8_t mv_slots[]; /* [CQ_WARPS][stage_bytes] */
+        wr = cq_stage_row(mv_slots + (size_t)(threadIdx.x / 32) * stage_bytes, wr, row_bytes);
+    } else if (r < n_rows) { /* ... or into L2 */
+        for (size_t o = (size_t)(threadIdx.x & 31) * 128; o < row_bytes; o += 32 * 128) cu_prefetch_l2(wr + o);
+    }
     cu_pdl_enter();
     if (r >= n_rows) return; /* whole warp */
+    if (staged) cq_stage_wait();
     const int64_t t0 = (int64_t)blockIdx.y * NT;
     const uint8_t *a[NT];
 #pragma unroll
     for (int i = 0; i < NT; i++) a[i] = act + (size_t)min(t0 + i, n_tok - 1) * act_bytes;
     float out[NT];
-    row_dot<T, NT>(w + (size_t)r * row_bytes, k, a, out);
+    row_dot<T, NT>(wr, k, a, out);
     if ((threadIdx.x & 31) == 0) {
         const float b = bias ? bias[r] : 0.0f;
 #pragma unroll
@@ -80,11 +93,16 @@ static void launch_multi(const multi_k *M, unsigned n_blocks, int64_t k, const u
     const int nt = cq_tile(n_tok);
     const dim3 grid(n_blocks, (unsigned)((n_tok + nt - 1) / nt));
     const dim3 block(CQ_WARPS * 32);
+    /* one token: rows staged when a CTA's slots fit and every matrix allows it */
+    const size_t slot = cq_stage_slot(row_bytes);
+    bool stage = MV_STAGE && cq_stages<T>() && nt == 1 && CQ_WARPS * slot <= CQ_STAGE_MAX;
+    for (int i = 0; i < M->n_mat; i++) stage = stage && cq_stage_ok(M->w[i], (size_t)M->n_rows[i] * row_bytes);
+    const size_t sb = stage ? slot : 0, smem = CQ_WARPS * sb;
     switch (nt) {
-    case 1: cu_launch(k_matvec_multi<T, 1>, grid, block, 0, st, *M, row_bytes, k, act, act_bytes, n_tok); break;
-    case 2: cu_launch(k_matvec_multi<T, 2>, grid, block, 0, st, *M, row_bytes, k, act, act_bytes, n_tok); break;
-    case 4: cu_launch(k_matvec_multi<T, 4>, grid, block, 0, st, *M, row_bytes, k, act, act_bytes, n_tok); break;
-    default: cu_launch(k_matvec_multi<T, 8>, grid, block, 0, st, *M, row_bytes, k, act, act_bytes, n_tok); break;
+    case 1: cu_launch(k_matvec_multi<T, 1>, grid, block, smem, st, *M, row_bytes, k, act, act_bytes, n_tok, sb); break;
+    case 2: cu_launch(k_matvec_multi<T, 2>, grid, block, 0, st, *M, row_bytes, k, act, act_bytes, n_tok, sb); break;
+    case 4: cu_launch(k_matvec_multi<T, 4>, grid, block, 0, st, *M, row_bytes, k, act, act_bytes, n_tok, sb); break;
+    default: cu_launch(k_matvec_multi<T, 8>, grid, block, 0, st, *M, row_bytes, k, act, act_bytes, n_tok, sb); break;
     }
 }
 

@@ -5,6 +5,8 @@
 
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "cuda/cuda_blocks.cuh"
 #include "cuda/cuda_math.cuh"
 
@@ -15,6 +17,38 @@ extern "C" {
 
 #define CQ_FULL 0xffffffffu
 #define CQ_WARPS 4 /* warps (rows in flight) per CTA */
+#define CQ_STAGE_MAX (24 * 1024) /* shared bytes of a CTA's staged-row slots */
+
+/* ---------------------------------------------------------------- staged rows */
+
+/* Copies the row at w (row_bytes) into a warp's shared slot (issued, not waited for: cq_stage_wait) by cp.async, lane-strided 16-byte
+ * pieces from the 16-byte boundary below w (a slot is row_bytes + 32 rounded up to 16); returns
+ * the row's image, at w's address mod 16 so every access keeps its alignment. */
+static __device__ __forceinline__ const uint8_t *cq_stage_row(uint8_t *slot, const uint8_t *w, size_t row_bytes) {
+    const uintptr_t a = (uintptr_t)w, a0 = a & ~(uintptr_t)15;
+    const int n16 = (int)((a + row_bytes - a0 + 15) / 16);
+    for (int c = threadIdx.x & 31; c < n16; c += 32)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((unsigned)__cvta_generic_to_shared(slot + 16 * c)),
+                     "l"((const void *)(a0 + 16 * (uintptr_t)c)));
+    return slot + (a - a0);
+}
+
+/* waits for this thread's cq_stage_row copies, then makes the warp's visible to all its lanes */
+static __device__ __forceinline__ void cq_stage_wait() {
+    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+    __syncwarp();
+}
+
+/* Bytes of a shared slot for one staged row, and whether rows of an array at w of `total`
+ * bytes can be staged (the 16-byte pieces around a row stay inside the array) */
+static inline size_t cq_stage_slot(size_t row_bytes) { return (row_bytes + 32 + 15) / 16 * 16; }
+static inline bool cq_stage_ok(const void *w, size_t total) { return (uintptr_t)w % 16 == 0 && total % 16 == 0; }
+
+/* Types whose one-token rows are staged: all but mxfp4, measured slower staged (H100,
+ * bench_cuda_matvec: expert down 8.78 -> 9.27 us, gate+up 12.97 -> 13.39, matvec 4096^2 9.27 ->
+ * 9.60; against q6_K expert down 13.74 -> 9.16, q8_0 gate+up 20.0 -> 17.0, q8_0 matvec 13.2 ->
+ * 10.5, bench/RESULTS.md) */
+template <class T> static constexpr bool cq_stages() { return !std::is_same<T, cb_mxfp4>::value; }
 
 /* ---------------------------------------------------------------- NR rows, NT tokens */
 

@@ -4,8 +4,6 @@
 #ifndef HM_CUDA_CUDA_QUANT_MOE_CUH
 #define HM_CUDA_CUDA_QUANT_MOE_CUH
 
-#include <type_traits>
-
 #include "cuda/cuda_launch.cuh"
 #include "cuda/cuda_quant_internal.cuh"
 
@@ -15,7 +13,6 @@
 #ifndef MOE_STAGE
 #define MOE_STAGE 1 /* build flag: 0 reads one-token rows straight from global memory (A/B) */
 #endif
-#define MOE_STAGE_MAX (24 * 1024) /* shared bytes of a CTA's row slots */
 
 typedef struct {
     const uint8_t *w, *w2;   /* gate (or the only) weights, up weights (fused) */
@@ -106,18 +103,6 @@ static __device__ __forceinline__ void moe_plain_rows(const moe_params &P, int e
         for (int j = 0; j < R; j++) P.y[(int64_t)pair * P.n_rows + r + j * CQ_WARPS] = o[j][0];
 }
 
-/* Copies the row at w (row_bytes) into a warp's shared slot by cp.async, lane-strided 16-byte
- * pieces from the 16-byte boundary below w (a slot is row_bytes + 32 rounded up to 16); returns
- * the row's image, at w's address mod 16 so every access keeps its alignment. */
-static __device__ __forceinline__ const uint8_t *moe_stage_row(uint8_t *slot, const uint8_t *w, size_t row_bytes) {
-    const uintptr_t a = (uintptr_t)w, a0 = a & ~(uintptr_t)15;
-    const int n16 = (int)((a + row_bytes - a0 + 15) / 16);
-    for (int c = threadIdx.x & 31; c < n16; c += 32)
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((unsigned)__cvta_generic_to_shared(slot + 16 * c)),
-                     "l"((const void *)(a0 + 16 * (uintptr_t)c)));
-    return slot + (a - a0);
-}
-
 /* Decode (one pair) with staging: the warp's two rows (gate and up of row r, or the plain rows
  * r and r + CQ_WARPS) are copied to shared memory by cp.async, all their bytes in flight at
  * once with no registers held, then rows_dot<T, 1, 2> reads them there: the same operations as
@@ -131,12 +116,11 @@ static __device__ __forceinline__ void moe_one_staged(const moe_params &P, int e
     const uint8_t *w0 = P.w + ((size_t)e * (size_t)P.n_rows + (size_t)r) * P.row_bytes;
     const bool two = FUSED || r + CQ_WARPS < P.n_rows;
     const uint8_t *ws[2];
-    ws[0] = moe_stage_row(slot, w0, P.row_bytes);
-    ws[1] = two ? moe_stage_row(slot + P.stage_bytes, FUSED ? P.w2 + (w0 - P.w) : w0 + CQ_WARPS * P.row_bytes,
+    ws[0] = cq_stage_row(slot, w0, P.row_bytes);
+    ws[1] = two ? cq_stage_row(slot + P.stage_bytes, FUSED ? P.w2 + (w0 - P.w) : w0 + CQ_WARPS * P.row_bytes,
                                 P.row_bytes)
                 : ws[0];
-    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
-    __syncwarp();
+    cq_stage_wait();
     float o[2][1];
     rows_dot<T, 1, 2>(ws, P.k, a, o);
     if (FUSED) {
@@ -231,11 +215,6 @@ __global__ void __launch_bounds__(CQ_WARPS * 32, NTM == 1 ? 6 : 4) k_moe(const m
 #undef MOE_ID
 }
 
-/* Types whose one-token rows are staged: all but mxfp4, whose expert kernels were slower
- * staged (bench_cuda_matvec on the H100: down 8.78 -> 9.27 us, gate+up 12.97 -> 13.39; q6_K
- * down 13.74 -> 9.16, q8_0 gate+up 20.0 -> 17.0, q4_K down 9.3 -> 8.5) */
-template <class T> static constexpr bool moe_stages() { return !std::is_same<T, cb_mxfp4>::value; }
-
 template <class T, bool FUSED>
 static void launch_moe(const moe_params *P, cudaStream_t st) {
     moe_params q = *P;
@@ -247,12 +226,12 @@ static void launch_moe(const moe_params *P, cudaStream_t st) {
         CQ_WARPS * (one ? moe_rows_per_warp<FUSED, 1>() : moe_rows_per_warp<FUSED, MOE_TILE>());
     const dim3 grid((unsigned)q.n_pairs, (unsigned)((q.n_rows + rows_per_cta - 1) / rows_per_cta));
     /* one-token rows are staged in shared memory (moe_one_staged) when two slots per warp take
-     * <= MOE_STAGE_MAX bytes and the bytes staged around the rows (16-byte pieces) stay inside
+     * <= CQ_STAGE_MAX bytes and the bytes staged around the rows (16-byte pieces) stay inside
      * the weight arrays */
-    const size_t slot = (q.row_bytes + 32 + 15) / 16 * 16, total = (size_t)q.n_expert * q.n_rows * q.row_bytes;
-    const bool stage = MOE_STAGE && moe_stages<T>() && one && moe_rows_per_warp<FUSED, 1>() * (FUSED ? 2 : 1) == 2 &&
-                       CQ_WARPS * 2 * slot <= MOE_STAGE_MAX && (uintptr_t)q.w % 16 == 0 && total % 16 == 0 &&
-                       (!FUSED || (uintptr_t)q.w2 % 16 == 0);
+    const size_t slot = cq_stage_slot(q.row_bytes), total = (size_t)q.n_expert * q.n_rows * q.row_bytes;
+    const bool stage = MOE_STAGE && cq_stages<T>() && one && moe_rows_per_warp<FUSED, 1>() * (FUSED ? 2 : 1) == 2 &&
+                       CQ_WARPS * 2 * slot <= CQ_STAGE_MAX && cq_stage_ok(q.w, total) &&
+                       (!FUSED || cq_stage_ok(q.w2, total));
     q.stage_bytes = stage ? slot : 0;
     if (one) cu_launch(k_moe<T, FUSED, 1>, grid, CQ_WARPS * 32, stage ? CQ_WARPS * 2 * slot : 0, st, q);
     else cu_launch(k_moe<T, FUSED, MOE_TILE>, grid, CQ_WARPS * 32, 0, st, q);
