@@ -73,8 +73,12 @@ static __device__ __forceinline__ uint32_t cb_ld4(const uint8_t *p) { return *(c
 static __device__ __forceinline__ uint32_t cb_ld2(const uint8_t *p) {
     return cb_u16(p) | (cb_u16(p + 2) << 16);
 }
+/* (1-byte aligned: the two aligned words holding the bytes, funnel-shifted; the second word is
+ * read only when the bytes straddle it, so no byte past p + 3's word is touched) */
 static __device__ __forceinline__ uint32_t cb_ld1(const uint8_t *p) {
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+    const uint32_t *a = (const uint32_t *)((uintptr_t)p & ~(uintptr_t)3);
+    const unsigned sh = 8u * (unsigned)((uintptr_t)p & 3);
+    return sh ? __funnelshift_r(a[0], a[1], sh) : a[0];
 }
 static __device__ __forceinline__ int cb_a4(const uint8_t *p) { return *(const int *)p; }
 
