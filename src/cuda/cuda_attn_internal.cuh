@@ -44,6 +44,49 @@ static inline hm_status attn_launched(const char *kernel, hm_error *err) {
     return HM_OK;
 }
 
+/* The visible positions [rlo[r], rhi[r]] of the block's query rows r < n (row r: token
+ * t0 + r / hb, head hq0 + r % hb; rows past P.rows, the batch or the group: empty, lo > hi),
+ * written by the block's threads. */
+static __device__ __forceinline__ void attn_row_ranges(const attn_plan &P, const int32_t *pos, int64_t t0, int hq0,
+                                                       int hq_end, int n, int *rlo, int *rhi) {
+    for (int r = threadIdx.x; r < n; r += ATT_THREADS) {
+        const int64_t t = t0 + r / P.hb;
+        const int h = hq0 + r % P.hb;
+        int lo = 1, hi = 0; /* empty */
+        if (r < P.rows && t < P.n_tok && h < hq_end) {
+            int64_t p = pos[t];
+            if (p > P.n_ctx - 1) p = P.n_ctx - 1;
+            if (p >= 0) {
+                hi = (int)p;
+                lo = P.window > 0 && p - P.window + 1 > 0 ? (int)(p - P.window + 1) : 0;
+            }
+        }
+        rlo[r] = lo;
+        rhi[r] = hi;
+    }
+}
+
+/* Thread 0, after the ranges are visible: part blockIdx.z of S_eff parts of [lo, hi], the
+ * union of the rows' ranges (at least a tile of ATT_BK positions per part), as s_range =
+ * (begin, end exclusive, S_eff). */
+static __device__ __forceinline__ void attn_part_range(const attn_plan &P, const int *rlo, const int *rhi,
+                                                       int *s_range) {
+    if (threadIdx.x != 0) return;
+    int lo = 0x7fffffff, hi = -1;
+    for (int r = 0; r < P.rows; r++)
+        if (rlo[r] <= rhi[r]) {
+            lo = rlo[r] < lo ? rlo[r] : lo;
+            hi = rhi[r] > hi ? rhi[r] : hi;
+        }
+    if (hi < 0) lo = 0;
+    const int64_t len = (int64_t)hi - lo + 1, s = blockIdx.z;
+    int64_t se = (len + ATT_BK - 1) / ATT_BK;
+    se = se < 1 ? 1 : se > P.n_split ? P.n_split : se;
+    s_range[0] = (int)(lo + len * s / se);
+    s_range[1] = (int)(lo + len * (s + 1) / se);
+    s_range[2] = (int)se;
+}
+
 /* Called by every block of a split tile after its partials are written: true in the block that
  * arrived last (which resets the counter for the next launch). */
 static __device__ __forceinline__ bool attn_arrive_last(int *cnt, int n_part) {

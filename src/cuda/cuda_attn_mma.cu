@@ -111,21 +111,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     const int hq0 = g * P.n_rep + (blockIdx.y % P.n_hchunk) * P.hb; /* first query head */
     const int hq_end = (g + 1) * P.n_rep;
 
-    for (int r = threadIdx.x; r < AM_ROWS; r += ATT_THREADS) {
-        const int64_t t = t0 + r / P.hb;
-        const int h = hq0 + r % P.hb;
-        int lo = 1, hi = 0; /* empty */
-        if (r < P.rows && t < P.n_tok && h < hq_end) {
-            int64_t p = pos[t];
-            if (p > P.n_ctx - 1) p = P.n_ctx - 1;
-            if (p >= 0) {
-                hi = (int)p;
-                lo = P.window > 0 && p - P.window + 1 > 0 ? (int)(p - P.window + 1) : 0;
-            }
-        }
-        rlo[r] = lo;
-        rhi[r] = hi;
-    }
+    attn_row_ranges(P, pos, t0, hq0, hq_end, AM_ROWS, rlo, rhi);
     for (int i = threadIdx.x; i < AM_ROWS * HD / 2; i += ATT_THREADS) {
         const int r = i / (HD / 2), d = 2 * (i % (HD / 2));
         const int64_t t = t0 + r / P.hb;
@@ -138,21 +124,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
         *(uint32_t *)(Ql + r * C::PITCH + d) = lo;
     }
     __syncthreads();
-    if (threadIdx.x == 0) { /* as attn_kernel: part blockIdx.z of S_eff of [lo, hi] */
-        int lo = 0x7fffffff, hi = -1;
-        for (int r = 0; r < P.rows; r++)
-            if (rlo[r] <= rhi[r]) {
-                lo = rlo[r] < lo ? rlo[r] : lo;
-                hi = rhi[r] > hi ? rhi[r] : hi;
-            }
-        if (hi < 0) lo = 0;
-        const int64_t len = (int64_t)hi - lo + 1, s = blockIdx.z;
-        int64_t se = (len + ATT_BK - 1) / ATT_BK;
-        se = se < 1 ? 1 : se > P.n_split ? P.n_split : se;
-        s_range[0] = (int)(lo + len * s / se);
-        s_range[1] = (int)(lo + len * (s + 1) / se);
-        s_range[2] = (int)se;
-    }
+    attn_part_range(P, rlo, rhi, s_range);
     __syncthreads();
     const int k_begin = s_range[0], k_end = s_range[1], n_part = s_range[2];
     if ((int)blockIdx.z >= n_part) return; /* block-uniform */

@@ -120,43 +120,57 @@ static __device__ __forceinline__ void fm_row_barrier(int *sync) {
     __syncthreads();
 }
 
-/* B = 0: no quantisation; 32: q8_32; 256: q8_K. grid (n_tok, ceil(n / FM_SLICE)). */
-template <int B>
-__global__ void __launch_bounds__(FM_SLICE) k_fused_norm_mb(const norm_k A) {
-    cu_pdl_enter();
-    extern __shared__ float row[]; /* [n] */
-    __shared__ float s_scale;
-    __shared__ float wmax[FM_SLICE / 32];
-    const int64_t t = A.t0 + blockIdx.x, n = A.n;
-    const int64_t i = (int64_t)blockIdx.y * FM_SLICE + threadIdx.x;
-    const bool in = i < n;
-    float *xr = A.x + t * n;
+/* Element i of row t after the optional expert combine or residual add (written back to x). */
+static __device__ __forceinline__ float fm_input(const norm_k &A, int64_t t, int64_t i, bool in) {
+    float *xr = A.x + t * A.n;
     float v = in ? xr[i] : 0.0f;
     if (in && A.ey) {
         v = fused_combine(A, t, i, v);
         xr[i] = v;
     } else if (in && A.add) {
-        v = __fadd_rn(v, A.add[t * n + i]);
+        v = __fadd_rn(v, A.add[t * A.n + i]);
         xr[i] = v;
     }
-    if (!A.xn) return; /* block-uniform */
-    fm_row_barrier(A.sync + 2 * t);
-    for (int64_t j = threadIdx.x; j < n; j += FM_SLICE) row[j] = __ldcg(xr + j);
-    __syncthreads();
+    return v;
+}
+
+/* With the whole row t in shared memory: the rms scale, then element i (value v) normalised,
+ * weighted, written to xn and quantised; `slice` is the block's slice of the row. */
+template <int B>
+static __device__ __forceinline__ void fm_output(const norm_k &A, int64_t t, int64_t i, bool in, float v,
+                                                 const float *row, int64_t slice) {
+    __shared__ float s_scale;
+    __shared__ float wmax[FM_SLICE / 32];
     if (threadIdx.x < 32) {
-        const float r = cm_rms_scale(row, n, A.eps);
+        const float r = cm_rms_scale(row, A.n, A.eps);
         if (threadIdx.x == 0) s_scale = r;
     }
     __syncthreads();
     const float sv = __fmul_rn(v, s_scale);
     const float y = in && A.w ? __fmul_rn(sv, A.w[i]) : sv;
-    if (in) A.xn[t * n + i] = y;
+    if (in) A.xn[t * A.n + i] = y;
     if constexpr (B != 0) {
         /* the slice is one q8_K super-block (n % 256 == 0), or whole q8_32 blocks (n % 32 == 0) */
         uint8_t *ar = A.act + (size_t)t * A.act_bytes;
-        uint8_t *blk = B == 32 ? ar + (size_t)(i / 32) * CB_A32 : ar + (size_t)blockIdx.y * CB_AK;
+        uint8_t *blk = B == 32 ? ar + (size_t)(i / 32) * CB_A32 : ar + (size_t)slice * CB_AK;
         cq_quant_block<B>(y, in, blk, wmax);
     }
+}
+
+/* B = 0: no quantisation; 32: q8_32; 256: q8_K. grid (n_tok, ceil(n / FM_SLICE)). */
+template <int B>
+__global__ void __launch_bounds__(FM_SLICE) k_fused_norm_mb(const norm_k A) {
+    cu_pdl_enter();
+    extern __shared__ float row[]; /* [n] */
+    const int64_t t = A.t0 + blockIdx.x, n = A.n;
+    const int64_t i = (int64_t)blockIdx.y * FM_SLICE + threadIdx.x;
+    const bool in = i < n;
+    const float v = fm_input(A, t, i, in);
+    if (!A.xn) return; /* block-uniform */
+    fm_row_barrier(A.sync + 2 * t);
+    for (int64_t j = threadIdx.x; j < n; j += FM_SLICE) row[j] = __ldcg(A.x + t * n + j);
+    __syncthreads();
+    fm_output<B>(A, t, i, in, v, row, blockIdx.y);
 }
 
 /* The row's nb = gridDim.x blocks form one thread-block cluster: each block forms its slice
@@ -169,40 +183,18 @@ __global__ void __launch_bounds__(FM_SLICE) k_fused_norm_cl(const norm_k A) {
     cu_pdl_enter();
     extern __shared__ float row[]; /* [n] */
     __shared__ float slice[FM_SLICE];
-    __shared__ float s_scale;
-    __shared__ float wmax[FM_SLICE / 32];
     cg::cluster_group cl = cg::this_cluster();
     const int64_t t = A.t0 + blockIdx.y, n = A.n;
     const int64_t i = (int64_t)blockIdx.x * FM_SLICE + threadIdx.x;
     const bool in = i < n;
-    float *xr = A.x + t * n;
-    float v = in ? xr[i] : 0.0f;
-    if (in && A.ey) {
-        v = fused_combine(A, t, i, v);
-        xr[i] = v;
-    } else if (in && A.add) {
-        v = __fadd_rn(v, A.add[t * n + i]);
-        xr[i] = v;
-    }
+    const float v = fm_input(A, t, i, in);
     slice[threadIdx.x] = v;
     if (!A.xn) return; /* grid-uniform: no block waits at the cluster barrier */
     cl.sync();
     for (int64_t j = threadIdx.x; j < n; j += FM_SLICE)
         row[j] = cl.map_shared_rank(slice, (unsigned)(j / FM_SLICE))[j % FM_SLICE];
     cl.sync();
-    if (threadIdx.x < 32) {
-        const float r = cm_rms_scale(row, n, A.eps);
-        if (threadIdx.x == 0) s_scale = r;
-    }
-    __syncthreads();
-    const float sv = __fmul_rn(v, s_scale);
-    const float y = in && A.w ? __fmul_rn(sv, A.w[i]) : sv;
-    if (in) A.xn[t * n + i] = y;
-    if constexpr (B != 0) {
-        uint8_t *ar = A.act + (size_t)t * A.act_bytes;
-        uint8_t *blk = B == 32 ? ar + (size_t)(i / 32) * CB_A32 : ar + (size_t)blockIdx.x * CB_AK;
-        cq_quant_block<B>(y, in, blk, wmax);
-    }
+    fm_output<B>(A, t, i, in, v, row, blockIdx.x);
 }
 
 extern "C" hm_status cuda_fused_norm_quant(const cuda_fused_norm_args *a, void *stream,

@@ -37,25 +37,9 @@ static __device__ __forceinline__ void cu_prefetch_l2(const void *p) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
-/* kernel<<<grid, block, smem, stream>>>(args...) with the PDL attribute; errors are left for
- * cudaGetLastError as with <<<>>> (the callers' launch checks). */
-template <typename... P, typename... A>
-static inline void cu_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
-                             cudaStream_t stream, A &&...args) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = CUDA_PDL;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
-    (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
-}
-
-/* cu_launch for a kernel in thread-block clusters of cluster_x blocks along x */
+/* kernel<<<grid, block, smem, stream>>>(args...) with the PDL attribute, in thread-block
+ * clusters of cluster_x blocks along x when cluster_x > 1; errors are left for cudaGetLastError
+ * as with <<<>>> (the callers' launch checks). */
 template <typename... P, typename... A>
 static inline void cu_launch_cluster(void (*kernel)(P...), unsigned cluster_x, dim3 grid,
                                      dim3 block, size_t smem, cudaStream_t stream, A &&...args) {
@@ -72,8 +56,14 @@ static inline void cu_launch_cluster(void (*kernel)(P...), unsigned cluster_x, d
     at[1].val.clusterDim.y = 1;
     at[1].val.clusterDim.z = 1;
     cfg.attrs = at;
-    cfg.numAttrs = 2;
+    cfg.numAttrs = cluster_x > 1 ? 2 : 1;
     (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
+}
+
+template <typename... P, typename... A>
+static inline void cu_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                             cudaStream_t stream, A &&...args) {
+    cu_launch_cluster(kernel, 1, grid, block, smem, stream, std::forward<A>(args)...);
 }
 
 #endif
