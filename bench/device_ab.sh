@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine: A/B decode speed of several builds in one call, on the H100 or (CPU=1)
-# on the host's 16 cores. Each variant is NAME=SRCDIR[:CUDA_FLAGS]; every variant is built
+# on the host's 16 cores. Each variant is NAME=SRCDIR[:FLAGS] (FLAGS go to the C and CUDA
+# compilers, e.g. -DTP_PAUSE=0 or -DMOE_STAGE=0); every variant is built
 # (hotmoe only, in parallel; CPU=1: -DHOTMOE_CUDA=OFF), then tg128 (`hotmoe bench -p 0 -n 128
 # -r 3` with `-ngl 99 --gpu-strict`, or `-t 16`) runs ROUNDS times per model, the variants
 # alternated inside each round so that clock, thermal and host-bandwidth drift hit all of them
@@ -27,7 +28,7 @@ for v in "$@"; do
   cuda="-DCMAKE_CUDA_ARCHITECTURES=90"; tg=hotmoe
   [ -n "${CPU:-}" ] && cuda="-DHOTMOE_CUDA=OFF" && tg="hotmoe bench_matvec"
   (cmake -S "$src" -B /tmp/ab-$name -DCMAKE_BUILD_TYPE=Release $cuda \
-     "-DCMAKE_CUDA_FLAGS=$flags" >/dev/null &&
+     "-DCMAKE_CUDA_FLAGS=$flags" "-DCMAKE_C_FLAGS=$flags" >/dev/null &&
    cmake --build /tmp/ab-$name -j$j --target $tg >$OUT/ab_build_$name.txt 2>&1) ||
     { echo "build $name failed"; tail -20 $OUT/ab_build_$name.txt; } &
 done

@@ -42,7 +42,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#if defined(__x86_64__) || defined(__i386__)
+#ifndef TP_PAUSE
+#define TP_PAUSE 1 /* build flag: 0 spins without pause (A/B: under a hypervisor a pause loop may
+                      exit to it, delaying the wake-up) */
+#endif
+#if TP_PAUSE && (defined(__x86_64__) || defined(__i386__))
 #include <immintrin.h>
 #define TP_RELAX() _mm_pause()
 #else
