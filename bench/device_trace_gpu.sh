@@ -7,9 +7,12 @@
 # starts, and waits, while its predecessor runs).
 # Kernels outside the graph (prompt processing, e.g. PP=512 for a pp512 run first) are listed
 # after, end to end per kernel name.
-#   [PP=512] [ARGS="-c 160"] bash bench/device_trace_gpu.sh [preset:type] [STEPS]
-# STEPS: the last decode steps (64), those of the bench's 1024-token audit generation unless
-# ARGS gives a smaller -c (then about tg128's context lengths: -c 160).
+#   [PP=512] [ARGS="..."] [FIRST=N] bash bench/device_trace_gpu.sh [preset:type] [STEPS]
+# STEPS: decode steps summarised (64): the last ones (those of the bench's 1024-token audit
+# generation, at contexts ~960-1024), or with FIRST=N the steps N .. N + STEPS - 1 counted from
+# the first traced step (the warm-up and tg128 generations come first, then the audit: e.g.
+# FIRST=40 for tg128-like contexts). A smaller -c in ARGS shortens the audit but also caps the
+# decode attention's splits (n_ctx / 128), which slows attention: prefer FIRST.
 set -uo pipefail
 spec=${1:-qwen3-30b-a3b:q4_k_m}
 steps=${2:-64}
@@ -33,18 +36,21 @@ f=$m/$pre-$ty.gguf
 csv=$OUT/trace_$pre.csv
 CUDA_INJECTION64_PATH=/tmp/libhm_trace.so HM_TRACE_OUT=$csv \
   $b/hotmoe bench -m $f -ngl 99 --gpu-strict -r 1 -p ${PP:-0} -n 128 ${ARGS:-} 2>&1 | grep -E 'pp|tg128|hm_trace'
-python3 - "$csv" "$steps" <<'PY'
+python3 - "$csv" "$steps" "${FIRST:--1}" <<'PY'
 import csv, sys, collections
 rows = [r for r in csv.DictReader(open(sys.argv[1]))]
 g = [r for r in rows if r['graph_id'] != '0']
 g.sort(key=lambda r: int(r['end_ns']))
 if not g: sys.exit("no graph kernels traced")
-# a step starts with the sampler; take the last STEPS steps
+# a step starts with the sampler; take STEPS steps (the last ones, or from FIRST)
 first = g[0]['name']
 starts = [i for i, r in enumerate(g) if r['name'] == first]
-steps = int(sys.argv[2])
-lo = starts[-steps - 1] if len(starts) > steps else starts[0]
-hi = starts[-1]
+steps, from_step = int(sys.argv[2]), int(sys.argv[3])
+if from_step >= 0 and from_step + steps < len(starts):
+    lo, hi = starts[from_step], starts[from_step + steps]
+else:
+    lo = starts[-steps - 1] if len(starts) > steps else starts[0]
+    hi = starts[-1]
 sel = g[lo:hi]
 n_steps = sum(1 for r in sel if r['name'] == first)
 crit = collections.defaultdict(float); span = collections.defaultdict(float); cnt = collections.Counter()
