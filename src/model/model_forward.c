@@ -124,11 +124,14 @@ static cpu_attn_args attn_args(const hm_context *c, int il, int n) {
                            .out = c->attn};
 }
 
-/* x [n][n_embd] normed with the FFN norm into xn. */
-static void ffn_norm(hm_context *c, const hm_layer *L, int n, tp_pool *pool) {
+/* After the wo product: its bias, the residual add x += proj and the FFN norm of x into xn
+ * (pool NULL inside a job). */
+static void wo_finish(hm_context *c, const hm_layer *L, int n, tp_pool *pool) {
     const hm_hparams *hp = &c->m->hp;
-    cpu_rmsnorm(op_pool(pool, n * hp->n_embd), c->x, L->ffn_norm.data, c->xn, n, hp->n_embd,
-                hp->rms_eps);
+    tp_pool *pe = op_pool(pool, n * hp->n_embd);
+    add_bias(pool, &L->bo, c->proj, n, L->wo.ne[1]);
+    cpu_add(pe, c->x, c->proj, c->x, (int64_t)n * hp->n_embd);
+    cpu_rmsnorm(pe, c->x, L->ffn_norm.data, c->xn, n, hp->n_embd, hp->rms_eps);
 }
 
 static hm_status moe_matmul(hm_context *c, const cpu_moe_args *a, hm_error *err) {
@@ -220,6 +223,8 @@ hm_status hm_moe_exec_cpu(void *impl, const hm_model *m, const hm_moe_job *job,
     return st;
 }
 
+/* Attention norm, q/k/v, attention and the wo product into proj (its bias and the residual:
+ * wo_finish). */
 static hm_status attention_block(hm_context *c, int il, int n, hm_error *err) {
     const hm_hparams *hp = &c->m->hp;
     const hm_layer *L = &c->m->layers[il];
@@ -234,8 +239,7 @@ static hm_status attention_block(hm_context *c, int il, int n, hm_error *err) {
     bool fits = need <= c->attn_scratch_size;
     st = cpu_attention(c->pool, &c->kv[il], &a, fits ? c->attn_scratch : NULL,
                        fits ? c->attn_scratch_size : 0, err);
-    if (st == HM_OK) st = linear(c, &L->wo, &L->bo, c->attn, n, c->proj, err);
-    if (st == HM_OK) cpu_add(pe, c->x, c->proj, c->x, (int64_t)n * hp->n_embd);
+    if (st == HM_OK) st = linear(c, &L->wo, NULL, c->attn, n, c->proj, err);
     return st;
 }
 
@@ -265,12 +269,9 @@ static void front_after_attn(void *ctx) {
 
 static void front_after_wo(void *ctx) {
     front_job *f = ctx;
-    hm_context *c = f->c;
     if (f->st != HM_OK) return;
-    add_bias(NULL, &f->L->bo, c->proj, f->n, f->L->wo.ne[1]);
-    cpu_add(NULL, c->x, c->proj, c->x, f->n * c->m->hp.n_embd);
-    ffn_norm(c, f->L, f->n, NULL);
-    cpu_matmul_job_quantize(&f->router, c->xn);
+    wo_finish(f->c, f->L, f->n, NULL);
+    cpu_matmul_job_quantize(&f->router, f->c->xn);
 }
 
 static tp_stage stage_then(tp_stage s, void (*then)(void *), void *ctx) {
@@ -324,7 +325,7 @@ static hm_status layer_front(hm_context *c, int il, int n, hm_error *err) {
     const hm_layer *L = &c->m->layers[il];
     st = attention_block(c, il, n, err);
     if (st != HM_OK) return st;
-    ffn_norm(c, L, n, c->pool);
+    wo_finish(c, L, n, c->pool);
     return linear(c, &L->router, NULL, c->xn, n, c->router, err);
 }
 
