@@ -37,21 +37,17 @@ template <int HD> struct am_cfg {
     static const size_t SMEM = (size_t)(2 * AM_ROWS + 2 * AM_BK) * PITCH * 2 + 2 * AM_ROWS * sizeof(int);
 };
 
-static __device__ __forceinline__ uint32_t am_smem_addr(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
 /* four 8x8 f16 matrices from shared memory (lanes 8i..8i+7 give matrix i's row addresses) */
 static __device__ __forceinline__ void am_ldsm(uint32_t r[4], const uint16_t *p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(am_smem_addr(p)));
+                 : "r"(cu_smem_addr(p)));
 }
 
 static __device__ __forceinline__ void am_ldsm_t(uint32_t r[4], const uint16_t *p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(am_smem_addr(p)));
+                 : "r"(cu_smem_addr(p)));
 }
 
 /* c[16x8] += a[16x16] b[16x8] */
@@ -60,12 +56,6 @@ static __device__ __forceinline__ void am_mma(float c[4], const uint32_t a[4], u
                  "{%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/* 16 bytes global -> shared, or 16 zero bytes when !ok (nothing read) */
-static __device__ __forceinline__ void am_cp16(uint16_t *dst, const uint16_t *src, bool ok) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(am_smem_addr(dst)), "l"(src),
-                 "r"(ok ? 16 : 0));
 }
 
 /* (x, y) as f16 pairs hi and lo = f16(remainder), x in the low half */
@@ -85,9 +75,9 @@ static __device__ __forceinline__ void am_load_tile(uint16_t *s, const uint16_t 
     for (int c = threadIdx.x; c < AM_BK * HD / 8; c += ATT_THREADS) {
         const int pk = c / (HD / 8), d0 = (c % (HD / 8)) * 8, p = k0 + pk;
         const bool ok = p < k_end;
-        am_cp16(s + pk * C::PITCH + d0, cache + (size_t)(ok ? p : k0) * row_stride + (size_t)g * HD + d0, ok);
+        cu_cp16z(s + pk * C::PITCH + d0, cache + (size_t)(ok ? p : k0) * row_stride + (size_t)g * HD + d0, ok);
     }
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    cu_cp_commit();
 }
 
 template <int HD>
@@ -141,7 +131,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
         __syncthreads(); /* the previous tile is used up */
         am_load_tile<HD>(Ks, kc, k0, k_end, row_stride, g);
         am_load_tile<HD>(Vs, vc, k0, k_end, row_stride, g);
-        asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+        cu_cp_wait<1>();
         __syncthreads();
 
         /* scores: sc[j] = positions k0 + 8 j + 2 t4 + {0, 1} of rows r0 ([0], [1]), r0 + 8 */
@@ -203,7 +193,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
                 o[n][2 * i + 1] = __fmul_rn(o[n][2 * i + 1], alpha);
             }
         }
-        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+        cu_cp_wait<0>();
         __syncthreads(); /* V has landed */
         /* O += P V: k-step kk covers positions 16 kk .. 16 kk + 15 (score tiles 2 kk, 2 kk + 1) */
 #pragma unroll

@@ -32,28 +32,14 @@ extern "C" {
 
 #define FR_SMEM_MAX (160 * 1024) /* dynamic shared memory for the staged chunks */
 
-static __device__ __forceinline__ void fr_cp4(float *dst, const float *src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
-                 "l"(src));
-}
-
-static __device__ __forceinline__ void fr_cp16(float *dst, const float *src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
-                 "l"(src));
-}
-
-static __device__ __forceinline__ void fr_cp_wait() {
-    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
-}
-
 /* Elements [c0, c0 + n) of a row (src) to dst[0, n), by the `nt` threads numbered `id`, 16
  * bytes at a time when vec (row and chunk 16-byte aligned, n % 4 == 0), else 4. */
 static __device__ __forceinline__ void fr_stage(float *dst, const float *src, int n, int id, int nt,
                                                 bool vec) {
     if (vec)
-        for (int j = 4 * id; j < n; j += 4 * nt) fr_cp16(dst + j, src + j);
+        for (int j = 4 * id; j < n; j += 4 * nt) cu_cp16(dst + j, src + j);
     else
-        for (int j = id; j < n; j += nt) fr_cp4(dst + j, src + j);
+        for (int j = id; j < n; j += nt) cu_cp4(dst + j, src + j);
 }
 
 /* smem: ws [FR_WARPS][ch] the warps' row chunks, then xs [NT][ch] the tokens' chunks */
@@ -87,7 +73,7 @@ k_fused_router(const float *w, int n_expert, int64_t k, int ch, const float *x, 
         for (int i = 0; i < NT; i++)
             fr_stage(xs + i * ch, x + min(t0 + i, n_tok - 1) * k + c0, n, threadIdx.x, FR_THREADS,
                      vec);
-        fr_cp_wait();
+        cu_cp_wait_all();
         __syncthreads();
         if (row)
             for (int e = lane; e < n; e += 32) {

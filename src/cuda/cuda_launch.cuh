@@ -37,6 +37,31 @@ static __device__ __forceinline__ void cu_prefetch_l2(const void *p) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
+/* cp.async copies global -> shared, no registers held (commit, then wait for the groups):
+ * cu_cp16 16 bytes (L2 only), cu_cp16z the same or 16 zero bytes when !ok (nothing read),
+ * cu_cp4 4 bytes; cu_cp_commit closes a group, cu_cp_wait<N> waits until at most N groups of
+ * this thread are pending, cu_cp_wait_all does both for everything issued. */
+static __device__ __forceinline__ unsigned cu_smem_addr(const void *p) {
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+static __device__ __forceinline__ void cu_cp16(void *dst, const void *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(cu_smem_addr(dst)), "l"(src));
+}
+static __device__ __forceinline__ void cu_cp16z(void *dst, const void *src, bool ok) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(cu_smem_addr(dst)), "l"(src),
+                 "r"(ok ? 16 : 0));
+}
+static __device__ __forceinline__ void cu_cp4(void *dst, const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(cu_smem_addr(dst)), "l"(src));
+}
+static __device__ __forceinline__ void cu_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> static __device__ __forceinline__ void cu_cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+static __device__ __forceinline__ void cu_cp_wait_all() {
+    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+}
+
 /* kernel<<<grid, block, smem, stream>>>(args...) with the PDL attribute, in thread-block
  * clusters of cluster_x blocks along x when cluster_x > 1; errors are left for cudaGetLastError
  * as with <<<>>> (the callers' launch checks). */

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "cuda/cuda_blocks.cuh"
+#include "cuda/cuda_launch.cuh"
 #include "cuda/cuda_math.cuh"
 
 extern "C" {
@@ -21,21 +22,21 @@ extern "C" {
 
 /* ---------------------------------------------------------------- staged rows */
 
-/* Copies the row at w (row_bytes) into a warp's shared slot (issued, not waited for: cq_stage_wait) by cp.async, lane-strided 16-byte
- * pieces from the 16-byte boundary below w (a slot is row_bytes + 32 rounded up to 16); returns
- * the row's image, at w's address mod 16 so every access keeps its alignment. */
+/* Copies the row at w (row_bytes) into a warp's shared slot by cp.async (issued, not waited
+ * for: cq_stage_wait), lane-strided 16-byte pieces from the 16-byte boundary below w (a slot is
+ * row_bytes + 32 rounded up to 16); returns the row's image, at w's address mod 16 so every
+ * access keeps its alignment. */
 static __device__ __forceinline__ const uint8_t *cq_stage_row(uint8_t *slot, const uint8_t *w, size_t row_bytes) {
     const uintptr_t a = (uintptr_t)w, a0 = a & ~(uintptr_t)15;
     const int n16 = (int)((a + row_bytes - a0 + 15) / 16);
     for (int c = threadIdx.x & 31; c < n16; c += 32)
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((unsigned)__cvta_generic_to_shared(slot + 16 * c)),
-                     "l"((const void *)(a0 + 16 * (uintptr_t)c)));
+        cu_cp16(slot + 16 * c, (const void *)(a0 + 16 * (uintptr_t)c));
     return slot + (a - a0);
 }
 
 /* waits for this thread's cq_stage_row copies, then makes the warp's visible to all its lanes */
 static __device__ __forceinline__ void cq_stage_wait() {
-    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+    cu_cp_wait_all();
     __syncwarp();
 }
 
