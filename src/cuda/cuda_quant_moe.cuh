@@ -142,6 +142,11 @@ static __device__ __forceinline__ void moe_one_staged(const moe_params &P, int e
 template <bool FUSED, int NTM> static constexpr __host__ __device__ int moe_rows_per_warp() {
     return NTM != 1 ? MOE_ROWS_PER_WARP : FUSED ? MOE_GU_ROWS : MOE_DOWN_ROWS;
 }
+/* the one-token instance reads two rows per warp (a gate/up pair, or two plain rows): the
+ * shape moe_one_staged stages */
+template <bool FUSED> static constexpr __host__ __device__ bool moe_two_rows() {
+    return moe_rows_per_warp<FUSED, 1>() * (FUSED ? 2 : 1) == 2;
+}
 
 /* NTM: the most pairs of one expert computed together (1 when every token is alone: a
  * decode step, whose kernel then needs far fewer registers and runs more warps per SM) */
@@ -154,7 +159,7 @@ __global__ void __launch_bounds__(CQ_WARPS * 32, NTM == 1 ? 6 : 4) k_moe(const m
         const int pair[1] = {(int)blockIdx.x};
         constexpr int RPW = moe_rows_per_warp<FUSED, 1>();
         const int64_t r0 = (int64_t)blockIdx.y * (CQ_WARPS * RPW) + threadIdx.x / 32;
-        if (RPW * (FUSED ? 2 : 1) == 2 && P.stage_bytes) {
+        if (moe_two_rows<FUSED>() && P.stage_bytes) {
             moe_one_staged<T, FUSED>(P, e, pair[0], r0);
             return;
         }
@@ -229,7 +234,7 @@ static void launch_moe(const moe_params *P, cudaStream_t st) {
      * <= CQ_STAGE_MAX bytes and the bytes staged around the rows (16-byte pieces) stay inside
      * the weight arrays */
     const size_t slot = cq_stage_slot(q.row_bytes), total = (size_t)q.n_expert * q.n_rows * q.row_bytes;
-    const bool stage = MOE_STAGE && cq_stages<T>() && one && moe_rows_per_warp<FUSED, 1>() * (FUSED ? 2 : 1) == 2 &&
+    const bool stage = MOE_STAGE && cq_stages<T>() && one && moe_two_rows<FUSED>() &&
                        CQ_WARPS * 2 * slot <= CQ_STAGE_MAX && cq_stage_ok(q.w, total) &&
                        (!FUSED || cq_stage_ok(q.w2, total));
     q.stage_bytes = stage ? slot : 0;
