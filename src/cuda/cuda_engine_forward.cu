@@ -68,6 +68,21 @@ typedef struct {
     const float *ey_bias; /* with combine: the down bias not yet added to ey, or NULL */
 } fwd_defer;
 
+/* The router's logits and top-k in one launch (cuda_fused_router): f32 router rows. */
+static bool fused_router_ok(const cuda_engine *e, const cuda_layer *L) {
+    return CUDA_FUSE_ROUTER && L->router.type == HM_TYPE_F32 &&
+           L->router.ne[1] == e->hp.n_expert && e->hp.n_expert <= CUDA_FUSED_ROUTER_MAX;
+}
+
+/* Decode: the MoE block's norm runs in front of the fused router and its residual add in the
+ * o product's epilogue, so the step has no launch of its own for them. */
+static bool norm_in_router(const cuda_engine *e, const cuda_layer *L, int64_t n) {
+    return fused_step(n) && CUDA_FUSE_NORM_ROUTER && CUDA_FUSE_RESIDUAL &&
+           CUDA_FUSE_MULTI_MATVEC && fused_router_ok(e, L) && !use_gemm(e, &L->wo, n) &&
+           L->wo.ne[1] == e->hp.n_embd && L->ffn_norm.d &&
+           cuda_fused_router_norm_ok(e->hp.n_embd, n, L->gate_exps.type);
+}
+
 /* Activation rows of x [n][k] for weight type t in e->act (or x itself for float weights). */
 static hm_status quantize(cuda_engine *e, uint32_t t, const float *x, int64_t k, int64_t n,
                           const void **act, hm_error *err) {
@@ -89,7 +104,7 @@ static hm_status linear(cuda_engine *e, const cuda_tensor *w, const cuda_tensor 
     } else {
         st = act ? HM_OK : quantize(e, w->type, x, w->ne[0], n, &act, err);
         if (st == HM_OK && b && b->d && fused_step(n) && CUDA_FUSE_MULTI_MATVEC) {
-            const cuda_multi_mat m = {w->d, w->ne[1], (const float *)b->d, y};
+            const cuda_multi_mat m = {w->d, w->ne[1], (const float *)b->d, y, 0};
             return cuda_matvec_multi(w->type, w->ne[0], act, n, &m, 1, e->stream, err);
         }
         if (st == HM_OK) st = cuda_matvec(w->type, w->d, w->ne[1], w->ne[0], act, n, y, e->stream,
@@ -179,6 +194,7 @@ static hm_status qkv_multi(cuda_engine *e, const cuda_layer *L, int n, const voi
             m[nm].n_rows = w[j]->ne[1];
             m[nm].bias = (const float *)b[j]->d;
             m[nm].y = y[j];
+            m[nm].accumulate = 0;
             nm++;
             done[j] = true;
         }
@@ -273,6 +289,13 @@ static hm_status attention_block(cuda_engine *e, int il, int n, fwd_defer *dfr, 
     a.out = e->attn;
     a.scratch = cuda_attention_scratch_size(&a) ? e->attn_scratch : NULL;
     st = cuda_attention(&a, e->stream, err);
+    if (st == HM_OK && norm_in_router(e, L, n)) { /* x += attn . wo (+ bo), in the epilogue */
+        const void *act = NULL;
+        st = quantize(e, L->wo.type, e->attn, L->wo.ne[0], n, &act, err);
+        const cuda_multi_mat m = {L->wo.d, L->wo.ne[1], (const float *)L->bo.d, e->x, 1};
+        return st == HM_OK ? cuda_matvec_multi(L->wo.type, L->wo.ne[0], act, n, &m, 1, e->stream, err)
+                           : st;
+    }
     if (st == HM_OK) st = linear(e, &L->wo, &L->bo, e->attn, n, e->proj, NULL, err);
     if (st != HM_OK) return st;
     if (fz && CUDA_FUSE_RESIDUAL) {
@@ -409,22 +432,45 @@ static hm_status moe_block(cuda_engine *e, int il, int n, fwd_defer *dfr, hm_err
      * or the same format (xact), else for the router. */
     const quant_act rfmt = quant_act_for(L->router.type);
     const void *ract = NULL, *xact = NULL;
-    hm_status st;
-    if (fz && (rfmt == QUANT_ACT_F32 || rfmt == quant_act_for(L->gate_exps.type))) {
+    cpu_gate_mode gm = d->gating == HM_GATING_TOPK_SOFTMAX ? CPU_GATE_TOPK_SOFTMAX
+                                                           : CPU_GATE_SOFTMAX_TOPK;
+    const int renorm = d->gating == HM_GATING_SOFTMAX_TOPK_NORM;
+    hm_status st = HM_OK;
+    const bool in_router = norm_in_router(e, L, n);
+    if (in_router) {
+        ract = e->x; /* the router normalises it (the o product added the residual) */
+        xact = cuda_act_row_bytes(L->gate_exps.type, E) == 4 * (size_t)E ? (const void *)e->xn : e->act;
+    } else if (fz && (rfmt == QUANT_ACT_F32 || rfmt == quant_act_for(L->gate_exps.type))) {
         st = norm_step(e, n, dfr, &L->ffn_norm, L->gate_exps.type, &xact, err);
         ract = rfmt == QUANT_ACT_F32 ? (const void *)e->xn : xact;
     } else {
         st = norm_step(e, n, dfr, &L->ffn_norm, L->router.type, &ract, err);
     }
-    cpu_gate_mode gm = d->gating == HM_GATING_TOPK_SOFTMAX ? CPU_GATE_TOPK_SOFTMAX
-                                                           : CPU_GATE_SOFTMAX_TOPK;
-    const int renorm = d->gating == HM_GATING_SOFTMAX_TOPK_NORM;
-    if (st == HM_OK && fz && CUDA_FUSE_ROUTER && L->router.type == HM_TYPE_F32 &&
-        L->router.ne[1] == hp->n_expert && hp->n_expert <= CUDA_FUSED_ROUTER_MAX) {
-        /* logits and top-k in one launch (f32 router: ract is xn) */
-        st = cuda_fused_router((const float *)L->router.d, hp->n_expert, E, (const float *)ract,
-                               n, (const float *)L->router_b.d, K, gm, renorm, e->router, e->ids,
-                               e->gw, e->router_sync, e->stream, err);
+    if (st == HM_OK && fz && fused_router_ok(e, L)) {
+        /* logits and top-k in one launch (f32 router: ract is xn, or x with the norm in front) */
+        cuda_fused_router_args ra;
+        memset(&ra, 0, sizeof(ra));
+        ra.w = (const float *)L->router.d;
+        ra.n_expert = hp->n_expert;
+        ra.k = E;
+        ra.x = (const float *)ract;
+        ra.n_tok = n;
+        ra.bias = (const float *)L->router_b.d;
+        ra.n_used = K;
+        ra.mode = gm;
+        ra.renorm = renorm;
+        ra.logits = e->router;
+        ra.d_ids = e->ids;
+        ra.d_weights = e->gw;
+        ra.d_sync = e->router_sync;
+        if (in_router) {
+            ra.norm_w = (const float *)L->ffn_norm.d;
+            ra.eps = hp->rms_eps;
+            ra.xn = e->xn;
+            ra.wtype = L->gate_exps.type;
+            ra.act = xact == e->act ? e->act : NULL;
+        }
+        st = cuda_fused_router(&ra, e->stream, err);
     } else {
         if (st == HM_OK)
             st = cuda_matvec(L->router.type, L->router.d, L->router.ne[1], E, ract, n,

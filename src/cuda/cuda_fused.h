@@ -15,6 +15,7 @@
 #ifndef HM_CUDA_CUDA_FUSED_H
 #define HM_CUDA_CUDA_FUSED_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -33,6 +34,9 @@ extern "C" {
 #define CUDA_FUSE_RESIDUAL 1       /* residual add (and the MoE combine) into the next norm */
 #ifndef CUDA_FUSE_ROUTER
 #define CUDA_FUSE_ROUTER 1         /* f32 router logits + top-k in one launch */
+#endif
+#ifndef CUDA_FUSE_NORM_ROUTER
+#define CUDA_FUSE_NORM_ROUTER 1    /* the MoE block's norm inside the fused router */
 #endif
 
 /* Rows up to this length fit cuda_fused_norm_quant's shared-memory row (44 KiB). */
@@ -80,6 +84,7 @@ typedef struct {
     int64_t n_rows;
     const float *bias; /* [n_rows] or NULL */
     float *y;          /* [n_tok][n_rows] */
+    int accumulate;    /* 1: y = y + the product (cuda_add(y, product, y) after the bias) */
 } cuda_multi_mat;
 
 /* For each i < n_mat: cuda_matvec(wtype, m[i].w, m[i].n_rows, k, act, n_tok, m[i].y), then
@@ -115,18 +120,41 @@ hm_status cuda_fused_qk_rope_store(const cuda_fused_qk_args *a, void *stream, hm
 
 #define CUDA_FUSED_ROUTER_MAX 4096
 
-/* = cuda_matvec(HM_TYPE_F32, w, n_expert, k, x, n_tok, logits);
+typedef struct {
+    const float *w;      /* [n_expert][k] f32 router rows */
+    int64_t n_expert, k;
+    const float *x;      /* [n_tok][k]: the router's input, or (norm_w) the residual stream */
+    int64_t n_tok;
+    const float *bias;   /* [n_expert] or NULL */
+    int n_used;
+    cpu_gate_mode mode;
+    int renorm;
+    float *logits;       /* [n_tok][n_expert] (written, scratch) */
+    int32_t *d_ids;      /* [n_tok][n_used] */
+    float *d_weights;    /* [n_tok][n_used] */
+    int *d_sync;         /* [(n_tok + 7) / 8] counters, zero before the call and after it */
+    /* The norm in front (norm_w != NULL): the router reads xn = cuda_rmsnorm(x, norm_w, eps),
+     * which is also written to xn, and act = cuda_quantize_act(wtype, xn) (NULL, or a float
+     * wtype: not written). Needs k * (4 + n_tok + 1) floats to fit the kernel's shared memory
+     * (cuda_fused_router_norm_ok). */
+    const float *norm_w;
+    float eps;
+    float *xn;           /* [n_tok][k] */
+    uint32_t wtype;
+    void *act;           /* [n_tok] rows of cuda_act_row_bytes(wtype, k) */
+} cuda_fused_router_args;
+
+/* = (norm_w) cuda_rmsnorm(x, norm_w, xn, n_tok, k, eps); cuda_quantize_act(wtype, xn, k, n_tok,
+ *   act);
+ *   cuda_matvec(HM_TYPE_F32, w, n_expert, k, x or xn, n_tok, logits);
  *   cuda_router(logits, bias, n_tok, n_expert, n_used, mode, renorm, d_ids, d_weights)
  * in one launch: blocks of 4 warps per tile of <= 8 tokens compute the logits (a warp per
  * expert row, as cuda_matvec); the tile's last block to finish selects for its tokens.
- * w: [n_expert][k] f32; x: [n_tok][k] f32; bias: [n_expert] or NULL; logits:
- * [n_tok][n_expert] (written, scratch); d_ids, d_weights: [n_tok][n_used]; d_sync:
- * [(n_tok + 7) / 8] counters, zero before the call and zero again after it.
- * 1 <= n_used <= n_expert <= CUDA_FUSED_ROUTER_MAX. Same bytes as the two launches. */
-hm_status cuda_fused_router(const float *w, int64_t n_expert, int64_t k, const float *x,
-                            int64_t n_tok, const float *bias, int n_used, cpu_gate_mode mode,
-                            int renorm, float *logits, int32_t *d_ids, float *d_weights,
-                            int *d_sync, void *stream, hm_error *err);
+ * 1 <= n_used <= n_expert <= CUDA_FUSED_ROUTER_MAX. Same bytes as the launches it replaces. */
+hm_status cuda_fused_router(const cuda_fused_router_args *a, void *stream, hm_error *err);
+
+/* Whether cuda_fused_router can take the norm in front for rows of k and n_tok tokens. */
+bool cuda_fused_router_norm_ok(int64_t k, int64_t n_tok, uint32_t wtype);
 
 #ifdef __cplusplus
 }

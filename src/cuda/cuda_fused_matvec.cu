@@ -6,7 +6,9 @@
  * finds its matrix by comparing blockIdx.x with the matrices' first CTA (unrolled selects, no
  * indexed parameter memory). A warp computes its row with row_dot (cuda_quant_internal.cuh)
  * and the token tiling cq_tile; the optional bias is added in the epilogue with the same
- * __fadd_rn as cuda_add_bias. Before waiting for the previous kernel (cu_pdl_enter), a warp
+ * __fadd_rn as cuda_add_bias, and an accumulating matrix adds the product to y's old values as
+ * cuda_add does (the o product into the residual stream; the old values are loaded before the
+ * dot, so their latency hides behind it). Before waiting for the previous kernel (cu_pdl_enter), a warp
  * starts fetching its weight row: with programmatic dependent launch the CTAs are resident
  * while the previous (usually latency-bound) kernel runs, so the weights stream in meanwhile.
  * One-token launches copy the row into the warp's shared slot by cp.async (cq_stage_row: all
@@ -32,6 +34,7 @@ typedef struct {
     const float *bias[CUDA_MULTI_MAX];
     float *y[CUDA_MULTI_MAX];
     int64_t n_rows[CUDA_MULTI_MAX];
+    int acc_mask; /* bit i: matrix i accumulates into y */
     unsigned blk0[CUDA_MULTI_MAX]; /* first CTA of matrix i (unused entries: the total) */
     int n_mat;
 } multi_k;
@@ -67,20 +70,28 @@ k_matvec_multi(const multi_k M, size_t row_bytes, int64_t k, const uint8_t *act,
     } else if (r < n_rows) { /* ... or into L2 */
         for (size_t o = (size_t)(threadIdx.x & 31) * 128; o < row_bytes; o += 32 * 128) cu_prefetch_l2(wr + o);
     }
+    const float b = bias && r < n_rows && (threadIdx.x & 31) == 0 ? bias[r] : 0.0f; /* weights too */
     cu_pdl_enter();
     if (r >= n_rows) return; /* whole warp */
-    if (staged) cq_stage_wait();
     const int64_t t0 = (int64_t)blockIdx.y * NT;
+    const bool acc = (M.acc_mask >> m) & 1;
+    float old[NT]; /* an accumulating row's values, loaded before the dot (only this warp writes them) */
+#pragma unroll
+    for (int i = 0; i < NT; i++)
+        old[i] = acc && (threadIdx.x & 31) == 0 && t0 + i < n_tok ? y[(t0 + i) * n_rows + r] : 0.0f;
+    if (staged) cq_stage_wait();
     const uint8_t *a[NT];
 #pragma unroll
     for (int i = 0; i < NT; i++) a[i] = act + (size_t)min(t0 + i, n_tok - 1) * act_bytes;
     float out[NT];
     row_dot<T, NT>(wr, k, a, out);
     if ((threadIdx.x & 31) == 0) {
-        const float b = bias ? bias[r] : 0.0f;
 #pragma unroll
         for (int i = 0; i < NT; i++)
-            if (t0 + i < n_tok) y[(t0 + i) * n_rows + r] = bias ? __fadd_rn(out[i], b) : out[i];
+            if (t0 + i < n_tok) {
+                const float v = bias ? __fadd_rn(out[i], b) : out[i];
+                y[(t0 + i) * n_rows + r] = acc ? __fadd_rn(old[i], v) : v;
+            }
     }
 }
 
@@ -126,6 +137,7 @@ extern "C" hm_status cuda_matvec_multi(uint32_t wtype, int64_t k, const void *ac
         M.bias[i] = m[i].bias;
         M.y[i] = m[i].y;
         M.n_rows[i] = m[i].n_rows;
+        if (m[i].accumulate) M.acc_mask |= 1 << i;
         M.blk0[i] = (unsigned)total;
         total += (m[i].n_rows + CQ_WARPS - 1) / CQ_WARPS;
         if (total > INT32_MAX)

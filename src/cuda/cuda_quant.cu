@@ -39,7 +39,7 @@ extern "C" hm_status cuda_matvec(uint32_t wtype, const void *w, int64_t n_rows, 
     if (n_rows == 0 || n_tok == 0) return HM_OK;
     if (!w || !act || !y) return hm_error_set(err, HM_ERR_ARG, "cuda_matvec: NULL pointer");
     /* the one-matrix case of the grouped launch (cuda_fused_matvec.cu): one kernel for both */
-    const cuda_multi_mat m = {w, n_rows, NULL, y};
+    const cuda_multi_mat m = {w, n_rows, NULL, y, 0};
     return cuda_matvec_multi(wtype, k, act, n_tok, &m, 1, stream, err);
 }
 

@@ -215,6 +215,42 @@ static __device__ __forceinline__ void cq_quant_block(float v, bool in, uint8_t 
     }
 }
 
+/* The same bytes as cq_quant_block<B> for the B elements v[0, B) (any memory), by one warp:
+ * lane l holds elements l + 32 j. The max, the integer sums and the per-element rounding do not
+ * depend on which thread holds an element. */
+template <int B>
+static __device__ __forceinline__ void cq_quant_warp(const float *v, uint8_t *blk) {
+    constexpr int PL = B / 32;
+    const int lane = threadIdx.x & 31;
+    float x[PL];
+    float amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < PL; j++) {
+        x[j] = v[lane + 32 * j];
+        amax = fmaxf(amax, fabsf(x[j]));
+    }
+#pragma unroll
+    for (int off = 16; off >= 1; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(CQ_FULL, amax, off));
+    const float d = __fdiv_rn(amax, 127.0f);
+    const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+#pragma unroll
+    for (int j = 0; j < PL; j++) {
+        const int q = cq_q8(x[j], id);
+        int sum = q;
+        const int lo = B == 32 ? 16 : 8; /* q8_32: the block's sum; q8_K: sums of 16 */
+#pragma unroll
+        for (int off = lo; off >= 1; off /= 2) sum += __shfl_xor_sync(CQ_FULL, sum, off);
+        if (B == 32) {
+            blk[CB_A32_QS + lane] = (uint8_t)(int8_t)q;
+            if (lane == 0) *(int32_t *)(blk + CB_A32_SUM) = sum;
+        } else {
+            blk[CB_AK_QS + lane + 32 * j] = (uint8_t)(int8_t)q;
+            if (lane % 16 == 0) *(int16_t *)(blk + CB_AK_BS + 2 * ((lane + 32 * j) / 16)) = (int16_t)sum;
+        }
+    }
+    if (lane == 0) *(float *)blk = d;
+}
+
 /* ---------------------------------------------------------------- host helpers */
 
 static inline hm_status cq_launched(hm_error *err, const char *kernel) {

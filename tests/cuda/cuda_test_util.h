@@ -1,7 +1,7 @@
 /* cuda_test_util.h - small helpers shared by the tests/cuda programs: a seeded
  * generator, the GPU presence rule of the CUDA tests (no GPU: GPU checks are skipped with a
- * line, unless HOTMOE_EXPECT_GPU=1, which makes their absence a failure) and device buffers
- * (CUDA builds only). */
+ * line, unless HOTMOE_EXPECT_GPU=1, which makes their absence a failure), device buffers,
+ * their byte comparison and random weight rows (CUDA builds only). */
 #ifndef HM_TESTS_CUDA_TEST_UTIL_H
 #define HM_TESTS_CUDA_TEST_UTIL_H
 
@@ -12,6 +12,8 @@
 
 #include "cuda/cuda_device.h"
 #include "harness.h"
+#include "quant/qtypes.h"
+#include "quant/quant.h"
 
 #ifdef HOTMOE_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -80,6 +82,44 @@ static inline int tu_get(void *h, const void *d, size_t n) {
 
 static inline int tu_put(void *d, const void *h, size_t n) {
     return cudaMemcpy(d, h, n, cudaMemcpyHostToDevice) == cudaSuccess;
+}
+
+/* first byte where a and b differ, or -1 */
+static inline int64_t tu_diff_at(const void *a, const void *b, size_t n) {
+    const uint8_t *x = a, *y = b;
+    for (size_t i = 0; i < n; i++)
+        if (x[i] != y[i]) return (int64_t)i;
+    return -1;
+}
+
+/* device buffers a and b (n bytes) must hold the same bytes */
+static inline void tu_same_dev(const void *a, const void *b, size_t n, const char *what, int cfg) {
+    uint8_t *x = malloc(n ? n : 1), *y = malloc(n ? n : 1);
+    HM_REQUIRE(x && y);
+    HM_REQUIRE(tu_get(x, a, n) && tu_get(y, b, n));
+    const int64_t d = tu_diff_at(x, y, n);
+    HM_CHECK_MSG(d < 0, "config %d: %s differs at byte %lld of %zu", cfg, what, (long long)d, n);
+    free(x);
+    free(y);
+}
+
+/* random weight rows of type t: quantised random floats (random bytes if t has no quantiser) */
+static inline uint8_t *tu_make_weights(uint64_t *s, uint32_t t, int64_t rows, int64_t k) {
+    const size_t rb = hm_row_size(t, k);
+    uint8_t *w = malloc(rb * rows);
+    float *f = malloc(sizeof(float) * k);
+    if (!w || !f) {
+        free(w);
+        free(f);
+        return NULL;
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        tu_fill(s, f, k, 1.0f);
+        if (quant_quantize_row(t, f, w + rb * r, k) != HM_OK)
+            for (size_t i = 0; i < rb; i++) w[rb * r + i] = (uint8_t)tu_next(s);
+    }
+    free(f);
+    return w;
 }
 #endif
 

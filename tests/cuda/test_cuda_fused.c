@@ -3,13 +3,16 @@
  *   cuda_fused_norm_quant   = [moe_add_bias; moe_combine; add] or [add]; rmsnorm; quantize_act
  *                             (f32 / q8_32 / q8_K activations, with and without ids, bias,
  *                             norm weights; residual-only mode)
- *   cuda_matvec_multi       = cuda_matvec per matrix + cuda_add_bias (6 weight types, row
- *                             counts not multiples of the CTA's 4 rows, 1..8 tokens)
+ *   cuda_matvec_multi       = cuda_matvec per matrix + cuda_add_bias (+ cuda_add for
+ *                             accumulating matrices; 6 weight types, row counts not multiples
+ *                             of the CTA's rows, 1..8 tokens)
  *   cuda_fused_qk_rope_store = per-head rmsnorm of q and k; cuda_rope_qk; cuda_kv_store (norm /
  *                             neox / partial / YaRN rope, positions inside and beyond the rope
  *                             table, beyond n_ctx and negative)
  *   cuda_fused_router       = cuda_matvec (f32) + cuda_router (both gating modes, bias, renorm,
- *                             tied logits, more experts than the cluster has warps)
+ *                             tied logits, more experts than the cluster has warps); with the
+ *                             norm in front = cuda_fused_norm_quant + the plain fused router
+ *                             (q8_K, q8_32 and f32 activations)
  * Without a GPU: the host-side argument checks and, in a CUDA build, launches that fail cleanly
  * with HM_ERR_CUDA naming the kernel. */
 #include <math.h>
@@ -30,25 +33,6 @@
 #include "quant/quant.h"
 
 #ifdef HOTMOE_HAVE_CUDA
-/* first byte where a and b differ, or -1 */
-static int64_t diff_at(const void *a, const void *b, size_t n) {
-    const uint8_t *x = a, *y = b;
-    for (size_t i = 0; i < n; i++)
-        if (x[i] != y[i]) return (int64_t)i;
-    return -1;
-}
-
-/* device buffers a and b (n bytes) must hold the same bytes */
-static void same_dev(const void *a, const void *b, size_t n, const char *what, int cfg) {
-    uint8_t *x = malloc(n ? n : 1), *y = malloc(n ? n : 1);
-    HM_REQUIRE(x && y);
-    HM_REQUIRE(tu_get(x, a, n) && tu_get(y, b, n));
-    const int64_t d = diff_at(x, y, n);
-    HM_CHECK_MSG(d < 0, "config %d: %s differs at byte %lld of %zu", cfg, what, (long long)d, n);
-    free(x);
-    free(y);
-}
-
 /* wide-range values with zeros and a few large ones */
 static void fill_mix(uint64_t *s, float *x, int64_t n, float scale) {
     for (int64_t i = 0; i < n; i++) {
@@ -118,10 +102,35 @@ static void test_host(void) {
     q.rope.p.n_dims = 63;
     HM_CHECK(cuda_fused_qk_rope_store(&q, NULL, &err) == HM_ERR_ARG);
     HM_CHECK_MSG(strstr(err.msg, "n_dims 63") != NULL, "%s", err.msg);
-    HM_CHECK(cuda_fused_router(NULL, 8, 64, NULL, 1, NULL, 0, CPU_GATE_SOFTMAX_TOPK, 0, NULL, NULL,
-                               NULL, NULL, NULL, &err) == HM_ERR_ARG);
-    HM_CHECK(cuda_fused_router(NULL, CUDA_FUSED_ROUTER_MAX + 1, 64, NULL, 1, NULL, 2,
-                               CPU_GATE_SOFTMAX_TOPK, 0, NULL, NULL, NULL, NULL, NULL, &err) == HM_ERR_ARG);
+    cuda_fused_router_args r;
+    memset(&r, 0, sizeof(r));
+    r.n_expert = 8;
+    r.k = 64;
+    r.n_tok = 1;
+    r.mode = CPU_GATE_SOFTMAX_TOPK;
+    HM_CHECK(cuda_fused_router(&r, NULL, &err) == HM_ERR_ARG); /* n_used 0 */
+    HM_CHECK(cuda_fused_router(NULL, NULL, &err) == HM_ERR_ARG);
+    r.n_used = 2;
+    r.n_expert = CUDA_FUSED_ROUTER_MAX + 1;
+    HM_CHECK(cuda_fused_router(&r, NULL, &err) == HM_ERR_ARG);
+    /* the norm in front: whole rows in shared memory, whole activation blocks */
+    HM_CHECK(cuda_fused_router_norm_ok(2048, 1, HM_TYPE_Q4_K));
+    HM_CHECK(cuda_fused_router_norm_ok(2880, 8, HM_TYPE_MXFP4));
+    HM_CHECK(!cuda_fused_router_norm_ok(2880, 1, HM_TYPE_Q4_K)); /* 2880 % 256 */
+    HM_CHECK(!cuda_fused_router_norm_ok(1 << 20, 1, HM_TYPE_F32));
+    void *p = (void *)(uintptr_t)4096; /* never dereferenced: the checks refuse first */
+    r.n_expert = 8;
+    r.w = r.x = p;
+    r.logits = p;
+    r.d_ids = p;
+    r.d_weights = p;
+    r.d_sync = p;
+    r.norm_w = p;
+    r.k = 2880;
+    r.wtype = HM_TYPE_Q4_K;
+    hm_error_clear(&err);
+    HM_CHECK(cuda_fused_router(&r, NULL, &err) == HM_ERR_ARG);
+    HM_CHECK_MSG(strstr(err.msg, "norm in front") != NULL, "%s", err.msg);
 #endif
 }
 
@@ -142,7 +151,7 @@ static void test_no_gpu_error(void) {
     a.d_sync = p;
     HM_CHECK(cuda_fused_norm_quant(&a, NULL, &err) == HM_ERR_CUDA);
     HM_CHECK_MSG(strstr(err.msg, "k_fused_norm") != NULL, "%s", err.msg);
-    cuda_multi_mat m = {p, 8, NULL, p};
+    cuda_multi_mat m = {p, 8, NULL, p, 0};
     hm_error_clear(&err);
     HM_CHECK(cuda_matvec_multi(HM_TYPE_Q8_0, 64, p, 1, &m, 1, NULL, &err) == HM_ERR_CUDA);
     HM_CHECK_MSG(strstr(err.msg, "k_matvec_multi") != NULL, "%s", err.msg);
@@ -162,8 +171,19 @@ static void test_no_gpu_error(void) {
     HM_CHECK(cuda_fused_qk_rope_store(&q, NULL, &err) == HM_ERR_CUDA);
     HM_CHECK_MSG(strstr(err.msg, "k_fused_qk") != NULL, "%s", err.msg);
     hm_error_clear(&err);
-    HM_CHECK(cuda_fused_router(p, 8, 64, p, 1, NULL, 2, CPU_GATE_SOFTMAX_TOPK, 1, p, p, p,
-                               (int *)p, NULL, &err) == HM_ERR_CUDA);
+    cuda_fused_router_args r;
+    memset(&r, 0, sizeof(r));
+    r.w = r.x = p;
+    r.n_expert = 8;
+    r.k = 64;
+    r.n_tok = 1;
+    r.n_used = 2;
+    r.mode = CPU_GATE_SOFTMAX_TOPK;
+    r.renorm = 1;
+    r.logits = r.d_weights = p;
+    r.d_ids = p;
+    r.d_sync = p;
+    HM_CHECK(cuda_fused_router(&r, NULL, &err) == HM_ERR_CUDA);
     HM_CHECK_MSG(strstr(err.msg, "k_fused_router") != NULL, "%s", err.msg);
 #endif
 }
@@ -250,13 +270,13 @@ static void norm_case(int cfg, uint32_t wtype, int64_t n, int64_t nt, int mode, 
         a.n = n;
         st = cuda_fused_norm_quant(&a, NULL, &err);
         HM_CHECK_MSG(st == HM_OK, "config %d fused (rep %d): %s", cfg, rep, err.msg);
-        same_dev(x1, x2, xb, "x", cfg);
-        if (norm) same_dev(xn1, xn2, xb, "xn", cfg);
-        same_dev(act1, act2, ab, "act", cfg); /* untouched (0x5a) for f32 types and mode 5 */
+        tu_same_dev(x1, x2, xb, "x", cfg);
+        if (norm) tu_same_dev(xn1, xn2, xb, "xn", cfg);
+        tu_same_dev(act1, act2, ab, "act", cfg); /* untouched (0x5a) for f32 types and mode 5 */
         if (combine) { /* the fused kernel leaves ey as it was */
             float *back = malloc(xb * K);
             HM_REQUIRE(back && tu_get(back, ey2, xb * K));
-            HM_CHECK_MSG(diff_at(back, hey, xb * K) < 0, "config %d: ey written", cfg);
+            HM_CHECK_MSG(tu_diff_at(back, hey, xb * K) < 0, "config %d: ey written", cfg);
             free(back);
         }
     }
@@ -288,25 +308,6 @@ static void test_norm(void) {
     printf("fused norm: %d configurations byte-identical\n", cfg);
 }
 
-/* random weight rows of type t: quantised random floats (random bytes if t has no quantiser) */
-static uint8_t *make_weights(uint64_t *s, uint32_t t, int64_t rows, int64_t k) {
-    const size_t rb = hm_row_size(t, k);
-    uint8_t *w = malloc(rb * rows);
-    float *f = malloc(sizeof(float) * k);
-    if (!w || !f) {
-        free(w);
-        free(f);
-        return NULL;
-    }
-    for (int64_t r = 0; r < rows; r++) {
-        tu_fill(s, f, k, 1.0f);
-        if (quant_quantize_row(t, f, w + rb * r, k) != HM_OK)
-            for (size_t i = 0; i < rb; i++) w[rb * r + i] = (uint8_t)tu_next(s);
-    }
-    free(f);
-    return w;
-}
-
 static void test_multi(void) {
     const uint32_t types[] = {HM_TYPE_Q4_K, HM_TYPE_Q6_K, HM_TYPE_Q8_0,
                               HM_TYPE_MXFP4, HM_TYPE_F16, HM_TYPE_Q4_0};
@@ -332,7 +333,7 @@ static void test_multi(void) {
             float *y1[3], *bias[3];
             void *w[3];
             for (int i = 0; i < 3; i++) {
-                uint8_t *hw = make_weights(&s, t, rows[i], k);
+                uint8_t *hw = tu_make_weights(&s, t, rows[i], k);
                 float *hb = malloc(sizeof(float) * rows[i]);
                 HM_REQUIRE(hw && hb);
                 tu_fill(&s, hb, rows[i], 1.0f);
@@ -342,20 +343,30 @@ static void test_multi(void) {
                 m[i].w = w[i];
                 m[i].n_rows = rows[i];
                 m[i].bias = (i + ni) % 2 ? bias[i] : NULL;
-                m[i].y = tu_dev(NULL, sizeof(float) * nt * rows[i]);
-                HM_REQUIRE(w[i] && bias[i] && y1[i] && m[i].y);
+                /* accumulating matrices add to y's old values (the residual stream) */
+                m[i].accumulate = (i + ti) % 2;
+                float *hy = malloc(sizeof(float) * nt * rows[i]);
+                HM_REQUIRE(hy);
+                tu_fill(&s, hy, nt * rows[i], 3.0f);
+                m[i].y = tu_dev(hy, sizeof(float) * nt * rows[i]);
+                float *y0 = tu_dev(hy, sizeof(float) * nt * rows[i]);
+                HM_REQUIRE(w[i] && bias[i] && y1[i] && m[i].y && y0);
                 free(hw);
                 free(hb);
+                free(hy);
                 hm_status st = cuda_matvec(t, w[i], rows[i], k, act, nt, y1[i], NULL, &err);
                 if (st == HM_OK && m[i].bias)
                     st = cuda_add_bias(y1[i], m[i].bias, nt, rows[i], NULL, &err);
+                if (st == HM_OK && m[i].accumulate)
+                    st = cuda_add(y0, y1[i], y1[i], nt * rows[i], NULL, &err);
                 HM_CHECK_MSG(st == HM_OK, "%s", err.msg);
+                cudaFree(y0);
             }
             const int n_mat = 1 + (ni + ti) % 3; /* 1, 2 or 3 matrices in one launch */
             hm_status st = cuda_matvec_multi(t, k, act, nt, m, n_mat, NULL, &err);
             HM_CHECK_MSG(st == HM_OK, "config %d: %s", cfg, err.msg);
             for (int i = 0; i < n_mat; i++)
-                same_dev(y1[i], m[i].y, sizeof(float) * nt * rows[i], hm_type_name(t), cfg);
+                tu_same_dev(y1[i], m[i].y, sizeof(float) * nt * rows[i], hm_type_name(t), cfg);
             for (int i = 0; i < 3; i++) {
                 cudaFree(w[i]);
                 cudaFree(bias[i]);
@@ -451,10 +462,10 @@ static void test_qk(void) {
                 a.n_ctx = n_ctx;
                 st = cuda_fused_qk_rope_store(&a, NULL, &err);
                 HM_CHECK_MSG(st == HM_OK, "config %d fused: %s", cfg, err.msg);
-                same_dev(q1, q2, qb, "q", cfg);
-                same_dev(k1, k2, kb, "k", cfg);
-                same_dev(kc1, kc2, cb, "k cache", cfg);
-                same_dev(vc1, vc2, cb, "v cache", cfg);
+                tu_same_dev(q1, q2, qb, "q", cfg);
+                tu_same_dev(k1, k2, kb, "k", cfg);
+                tu_same_dev(kc1, kc2, cb, "k cache", cfg);
+                tu_same_dev(vc1, vc2, cb, "v cache", cfg);
                 void *bufs[] = {q1, q2, k1, k2, v, qn, kn, tab, kc1, vc1, kc2, vc2, pos};
                 for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) cudaFree(bufs[i]);
                 free(hq);
@@ -466,6 +477,76 @@ static void test_qk(void) {
                 free(htab);
             }
     printf("fused q/k norm + rope + kv store: %d configurations byte-identical\n", cfg);
+}
+
+/* The norm in front of the router (a: the plain case's arguments, x the residual rows):
+ * cuda_fused_norm_quant (norm weights, the experts' activation type) then the plain fused
+ * router, against one cuda_fused_router with norm_w; xn, act, logits, ids, weights compared. */
+static void router_norm_case(int c, int cfg, const float *x, const cuda_fused_router_args *a) {
+    const uint32_t wtypes[] = {HM_TYPE_Q4_K, HM_TYPE_MXFP4, HM_TYPE_F32, HM_TYPE_Q8_0};
+    const uint32_t wt = wtypes[c];
+    const int64_t nt = a->n_tok, k = a->k, ne = a->n_expert;
+    const int ku = a->n_used;
+    HM_CHECK_MSG(cuda_fused_router_norm_ok(k, nt, wt), "config %d: norm in front refused", cfg);
+    const size_t arow = cuda_act_row_bytes(wt, k);
+    const bool f32 = arow == 4 * (size_t)k;
+    uint64_t s = 4000 + (uint64_t)cfg;
+    float *hn = malloc(sizeof(float) * k);
+    HM_REQUIRE(hn);
+    tu_fill(&s, hn, k, 1.0f);
+    float *nw = tu_dev(hn, sizeof(float) * k);
+    float *xn1 = tu_dev(NULL, sizeof(float) * nt * k), *xn2 = tu_dev(NULL, sizeof(float) * nt * k);
+    void *act1 = f32 ? NULL : tu_dev(NULL, arow * nt), *act2 = f32 ? NULL : tu_dev(NULL, arow * nt);
+    float *l1 = tu_dev(NULL, sizeof(float) * nt * ne), *l2 = tu_dev(NULL, sizeof(float) * nt * ne);
+    float *g1 = tu_dev(NULL, sizeof(float) * nt * ku), *g2 = tu_dev(NULL, sizeof(float) * nt * ku);
+    int32_t *i1 = tu_dev(NULL, 4 * nt * ku), *i2 = tu_dev(NULL, 4 * nt * ku);
+    const int zero[16] = {0};
+    int *nsync = tu_dev(zero, sizeof(zero)), *rsync = tu_dev(zero, sizeof(zero));
+    HM_REQUIRE(nw && xn1 && xn2 && (f32 || (act1 && act2)) && l1 && l2 && g1 && g2 && i1 && i2 &&
+               nsync && rsync);
+    hm_error err;
+    hm_error_clear(&err);
+    cuda_fused_norm_args na;
+    memset(&na, 0, sizeof(na));
+    na.x = (float *)x;
+    na.norm_w = nw;
+    na.eps = 1e-6f;
+    na.xn = xn1;
+    na.wtype = wt;
+    na.act = act1;
+    na.n_tok = nt;
+    na.n = k;
+    na.d_sync = nsync;
+    hm_status st = cuda_fused_norm_quant(&na, NULL, &err);
+    cuda_fused_router_args r = *a;
+    r.x = xn1;
+    r.logits = l1;
+    r.d_ids = i1;
+    r.d_weights = g1;
+    r.d_sync = rsync;
+    if (st == HM_OK) st = cuda_fused_router(&r, NULL, &err);
+    HM_CHECK_MSG(st == HM_OK, "config %d norm + router: %s", cfg, err.msg);
+    r = *a;
+    r.norm_w = nw;
+    r.eps = 1e-6f;
+    r.xn = xn2;
+    r.wtype = wt;
+    r.act = act2;
+    r.logits = l2;
+    r.d_ids = i2;
+    r.d_weights = g2;
+    r.d_sync = rsync;
+    st = cuda_fused_router(&r, NULL, &err);
+    HM_CHECK_MSG(st == HM_OK, "config %d router with the norm: %s", cfg, err.msg);
+    tu_same_dev(xn1, xn2, sizeof(float) * nt * k, "router norm xn", cfg);
+    if (!f32) tu_same_dev(act1, act2, arow * nt, "router norm act", cfg);
+    tu_same_dev(l1, l2, sizeof(float) * nt * ne, "router norm logits", cfg);
+    tu_same_dev(i1, i2, 4 * nt * ku, "router norm ids", cfg);
+    tu_same_dev(g1, g2, sizeof(float) * nt * ku, "router norm weights", cfg);
+    void *bufs[] = {nw, xn1, xn2, act1, act2, l1, l2, g1, g2, i1, i2, nsync, rsync};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+        if (bufs[i]) cudaFree(bufs[i]);
+    free(hn);
 }
 
 static void test_router(void) {
@@ -505,18 +586,33 @@ static void test_router(void) {
             if (st == HM_OK)
                 st = cuda_router(l1, b, nt, (int)ne, ku, mode, renorm, i1, g1, NULL, &err);
             HM_CHECK_MSG(st == HM_OK, "config %d unfused: %s", cfg, err.msg);
+            cuda_fused_router_args ra;
+            memset(&ra, 0, sizeof(ra));
+            ra.w = w;
+            ra.n_expert = ne;
+            ra.k = k;
+            ra.x = x;
+            ra.n_tok = nt;
+            ra.bias = b;
+            ra.n_used = ku;
+            ra.mode = mode;
+            ra.renorm = renorm;
+            ra.logits = l2;
+            ra.d_ids = i2;
+            ra.d_weights = g2;
+            ra.d_sync = sync;
             /* twice: the second call finds the counter rezeroed by the first */
             for (int rep = 0; rep < 2 && st == HM_OK; rep++) {
                 if (rep) cudaMemset(i2, 0xff, 4 * nt * ku);
-                st = cuda_fused_router(w, ne, k, x, nt, b, ku, mode, renorm, l2, i2, g2, sync,
-                                       NULL, &err);
+                st = cuda_fused_router(&ra, NULL, &err);
             }
             HM_CHECK_MSG(st == HM_OK, "config %d fused: %s", cfg, err.msg);
             int left[2] = {-1, -1};
             HM_CHECK(tu_get(left, sync, sizeof(left)) && left[0] == 0 && left[1] == 0);
-            same_dev(l1, l2, sizeof(float) * nt * ne, "router logits", cfg);
-            same_dev(i1, i2, 4 * nt * ku, "router ids", cfg);
-            same_dev(g1, g2, sizeof(float) * nt * ku, "router weights", cfg);
+            tu_same_dev(l1, l2, sizeof(float) * nt * ne, "router logits", cfg);
+            tu_same_dev(i1, i2, 4 * nt * ku, "router ids", cfg);
+            tu_same_dev(g1, g2, sizeof(float) * nt * ku, "router weights", cfg);
+            if (nt <= 8) router_norm_case(c, cfg, x, &ra);
             void *bufs[] = {w, x, b, l1, l2, g1, g2, i1, i2, sync};
             for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
                 if (bufs[i]) cudaFree(bufs[i]);
