@@ -249,6 +249,20 @@ static void moe_act_item(void *ctx, int64_t g, int ith) {
     j->mk.act(xr, j->act + (size_t)g * j->mk.arow, a->k);
 }
 
+/* The grouped pairs' activation rows. One token's pairs all read its row: it is quantised once
+ * and copied (a decode step's 8 pairs cost one quantisation, not 8). */
+static void moe_acts(tp_pool *pool, moe_job *j) {
+    const cpu_moe_args *a = j->a;
+    if (!a->x_per_slot && a->n_tok == 1) {
+        moe_act_item(j, 0, 0);
+        for (int64_t g = 1; g < j->n_pairs; g++)
+            memcpy(j->act + (size_t)g * j->mk.arow, j->act, j->mk.arow);
+        return;
+    }
+    tp_run_items(j->n_pairs * a->k <= MM_INLINE_ACT ? NULL : pool, moe_act_item, j,
+                 j->n_pairs);
+}
+
 /* Item it of the product job: one chunk of rows of one selected expert, every pair of it. */
 static void moe_item(void *ctx, int64_t it, int ith) {
     (void)ith;
@@ -369,7 +383,7 @@ hm_status cpu_moe_matmul_pair(tp_pool *pool, const quant_kernels *kern, const cp
     }
     moe_plan(&j, a, &l, scratch, tp_size(pool));
     if (j.n_pairs > 0) {
-        tp_run_items(j.n_pairs * a->k <= MM_INLINE_ACT ? NULL : pool, moe_act_item, &j, j.n_pairs);
+        moe_acts(pool, &j);
         tp_run_items(pool, moe_item, &j, j.item0[a->n_expert]);
     }
     free(own);
@@ -467,8 +481,7 @@ hm_status cpu_moe_ffn(tp_pool *pool, const quant_kernels *kern, const cpu_moe_ar
     }
     f.per_expert = (gate->n_rows + f.gu.chunk - 1) / f.gu.chunk;
     if (f.gu.n_pairs > 0) {
-        tp_run_items(f.gu.n_pairs * gate->k <= MM_INLINE_ACT ? NULL : pool, moe_act_item, &f.gu,
-                     f.gu.n_pairs);
+        moe_acts(pool, &f.gu);
         tp_run_items(pool, ffn_item, &f, f.gu.item0[gate->n_expert] + f.dn.item0[down->n_expert]);
     }
     free(own);
