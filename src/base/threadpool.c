@@ -37,10 +37,14 @@
 #include <stdbool.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
+
+#include "base/log.h"
 
 #ifndef TP_PAUSE
 #define TP_PAUSE 1 /* build flag: 0 spins without pause (A/B: under a hypervisor a pause loop may
@@ -80,6 +84,7 @@ struct tp_pool {
     int64_t ibase; /* item index of the word's item 0 (jobs of more than TP_ITEM_MAX items) */
     uint64_t iseq;
     tp_worker *workers; /* [n - 1], worker i has ith = i + 1 */
+    struct tp_prof *prof; /* HOTMOE_POOL_PROF=1, else NULL */
     int n_started;
 };
 
@@ -104,12 +109,80 @@ static void tp_wait_at_least(atomic_int *a, int v) {
     }
 }
 
+/* ---- the profile (HOTMOE_POOL_PROF=1): where a caller's time goes, job by job. Per job kind
+ * (first stage's function and the number of stages, in order of first use): calls, mean wall
+ * time, items and the time from the job's start at which each stage closed; and the time the
+ * caller spent between jobs. Logged (info) by tp_free. Only item jobs are timed. */
+enum { TP_PROF_KINDS = 16 };
+typedef struct {
+    tp_item_fn fn;
+    int n_stages;
+    long long calls;
+    double t, items, close[TP_MAX_STAGES];
+} tp_prof_kind;
+
+struct tp_prof {
+    tp_prof_kind kinds[TP_PROF_KINDS];
+    double first, last, t0; /* first job's start, last job's end, this job's start */
+    int cur;                /* kind of the running job */
+};
+
+static double tp_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void tp_prof_log(const struct tp_prof *f) {
+    double in = 0.0;
+    for (int i = 0; i < TP_PROF_KINDS && f->kinds[i].calls; i++) {
+        const tp_prof_kind *k = &f->kinds[i];
+        char buf[256];
+        int o = 0;
+        for (int s = 0; s < k->n_stages && o < (int)sizeof(buf) - 16; s++)
+            o += snprintf(buf + o, sizeof(buf) - (size_t)o, " %.1f", 1e6 * k->close[s] / (double)k->calls);
+        HM_LOGI("pool profile: job kind %d (%d stages): %lld calls, %.1f us each, %.0f items, "
+                "stages closed at (us):%s", i, k->n_stages, k->calls, 1e6 * k->t / (double)k->calls,
+                k->items / (double)k->calls, buf);
+        in += k->t;
+    }
+    HM_LOGI("pool profile: %.3f s from the first job's start to the last's end, %.3f s in jobs, "
+            "%.3f s between them", f->last - f->first, in, f->last - f->first - in);
+}
+
+/* the job kind of stages, its slot claimed on first use (the last slot collects the rest) */
+static int tp_prof_begin(tp_pool *p, const tp_stage *stages, int n) {
+    struct tp_prof *f = p->prof;
+    int k = 0;
+    while (k < TP_PROF_KINDS - 1 && f->kinds[k].calls &&
+           (f->kinds[k].fn != stages[0].fn || f->kinds[k].n_stages != n))
+        k++;
+    f->kinds[k].fn = stages[0].fn;
+    f->kinds[k].n_stages = n;
+    f->t0 = tp_now();
+    if (f->first == 0.0) f->first = f->t0;
+    f->cur = k;
+    return k;
+}
+
+static void tp_prof_end(tp_pool *p, int k, const tp_stage *stages, int n) {
+    struct tp_prof *f = p->prof;
+    f->last = tp_now();
+    f->kinds[k].calls++;
+    f->kinds[k].t += f->last - f->t0;
+    for (int s = 0; s < n; s++) f->kinds[k].items += (double)stages[s].n_items;
+    f->cur = -1;
+}
+
 /* Stages up to s are complete with d items done: runs the `then` of s and of the empty stages
  * after it, then opens the next stage. */
 static void tp_stages_close(tp_pool *p, int s, int64_t d) {
     const int n = p->n_stages;
-    for (; s < n && p->end[s] == d; s++)
+    for (; s < n && p->end[s] == d; s++) {
         if (p->stages[s].then) p->stages[s].then(p->stages[s].then_ctx);
+        if (p->prof && p->prof->cur >= 0) /* the closing thread's write, read after the job */
+            p->prof->kinds[p->prof->cur].close[s] += tp_now() - p->prof->t0;
+    }
     atomic_store_explicit(&p->open, s, memory_order_release);
 }
 
@@ -203,9 +276,19 @@ hm_status tp_init(int n, tp_pool **pool, hm_error *err) {
     atomic_init(&p->bar_phase, 0);
     atomic_init(&p->items_done, 0);
     atomic_init(&p->open, 0);
+    const char *pe = getenv("HOTMOE_POOL_PROF");
+    if (pe && atoi(pe) > 0) {
+        p->prof = calloc(1, sizeof(*p->prof));
+        if (!p->prof) {
+            free(p);
+            return hm_error_set(err, HM_ERR_NOMEM, "thread pool: out of memory");
+        }
+        p->prof->cur = -1;
+    }
     if (n > 1) {
         p->workers = calloc((size_t)(n - 1), sizeof(tp_worker));
         if (!p->workers) {
+            free(p->prof);
             free(p);
             return hm_error_set(err, HM_ERR_NOMEM, "thread pool: out of memory");
         }
@@ -230,6 +313,8 @@ void tp_free(tp_pool *p) {
     atomic_store(&p->stop, true);
     tp_publish(p, 0);
     for (int i = 0; i < p->n_started; i++) pthread_join(p->workers[i].thread, NULL);
+    if (p->prof) tp_prof_log(p->prof);
+    free(p->prof);
     free(p->workers);
     free(p);
 }
@@ -252,6 +337,7 @@ void tp_run(tp_pool *p, tp_fn fn, void *ctx) {
 /* One item job of n stages (at most TP_ITEM_MAX items in all) on a pool of n > 1 threads;
  * fn of stage s gets ibase + its item index. */
 static void tp_items_job(tp_pool *p, const tp_stage *stages, int n, int64_t ibase) {
+    const int pk = p->prof ? tp_prof_begin(p, stages, n) : -1;
     int64_t total = 0;
     for (int s = 0; s < n; s++) p->end[s] = total += stages[s].n_items;
     p->stages = stages;
@@ -260,13 +346,15 @@ static void tp_items_job(tp_pool *p, const tp_stage *stages, int n, int64_t ibas
     atomic_store_explicit(&p->items_done, 0, memory_order_relaxed);
     atomic_store_explicit(&p->open, 0, memory_order_relaxed);
     tp_stages_close(p, 0, 0); /* the `then` of empty stages at the start */
-    if (total == 0) return;
-    p->iseq = (p->iseq + 1) & ((1ull << (64 - 2 * TP_ITEM_BITS)) - 1);
-    atomic_store_explicit(&p->items, p->iseq << (2 * TP_ITEM_BITS) | (uint64_t)total,
-                          memory_order_release);
-    tp_publish(p, 1);
-    tp_items_work(p, 0);
-    tp_wait_at_least(&p->open, n);
+    if (total > 0) {
+        p->iseq = (p->iseq + 1) & ((1ull << (64 - 2 * TP_ITEM_BITS)) - 1);
+        atomic_store_explicit(&p->items, p->iseq << (2 * TP_ITEM_BITS) | (uint64_t)total,
+                              memory_order_release);
+        tp_publish(p, 1);
+        tp_items_work(p, 0);
+        tp_wait_at_least(&p->open, n);
+    }
+    if (pk >= 0) tp_prof_end(p, pk, stages, n);
 }
 
 void tp_run_items(tp_pool *p, tp_item_fn fn, void *ctx, int64_t n_items) {

@@ -4,7 +4,8 @@
 # multiple of 64, n_rows x n_vocab f32), .npy output, --last equal to the last row of --all,
 # -p and --ids giving the same logits for the same ids, determinism, run's streamed text and
 # speed lines, and bad input answered with one line and exit code 1 or 2 (a model too large for
-# the RAM, with HOTMOE_RAM_MIB pretending a small machine, says how much it needs).
+# the RAM, with HOTMOE_RAM_MIB pretending a small machine, says how much it needs), and the
+# pool profile that HOTMOE_POOL_PROF=1 logs.
 #   bash tests/cli/logits_run.sh HOTMOE_BIN TMPDIR      (run from the repository root)
 set -u
 bin=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
@@ -81,6 +82,12 @@ expect "run: echoes the prompt" grep -q "^the cat" "$tmp/out"
 expect "run: prompt speed" grep -Eq "^prompt: .* tok/s" "$tmp/err"
 expect "run: generation speed" grep -Eq "^generation: +12 tokens .* tok/s" "$tmp/err"
 "$bin" run -m "$m" -p "the cat" -n 12 --temp 0 -t 1 >"$tmp/out2" 2>/dev/null
+# the pool profile (HOTMOE_POOL_PROF=1): a line per job kind and the time between jobs, the
+# same text
+HOTMOE_POOL_PROF=1 "$bin" run -m "$m" -p "the cat" -n 12 --temp 0 -t 2 >"$tmp/out3" 2>"$tmp/prof"
+expect "pool profile: job kinds" grep -q "pool profile: job kind 0 (.* stages): [0-9]* calls" "$tmp/prof"
+expect "pool profile: between jobs" grep -q "s in jobs, .* s between them" "$tmp/prof"
+expect "pool profile: same text" cmp -s "$tmp/out" "$tmp/out3"
 expect "run: greedy is deterministic across thread counts" cmp -s "$tmp/out" "$tmp/out2"
 "$bin" run -m "$m" -p "the cat" -n 5 -c 3 >/dev/null 2>"$tmp/err"
 expect "run: prompt longer than the context: exit 1" test $? -eq 1
