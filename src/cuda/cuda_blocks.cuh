@@ -70,6 +70,9 @@ static __device__ __forceinline__ uint32_t cb_u16(const uint8_t *p) { return *(c
 static __device__ __forceinline__ float cb_h(const uint8_t *p) { return cb_fp16(*(const uint16_t *)p); }
 /* little-endian u32 from a 4-, 2- or 1-byte aligned address */
 static __device__ __forceinline__ uint32_t cb_ld4(const uint8_t *p) { return *(const uint32_t *)p; }
+#ifndef CB_QS16
+#define CB_QS16 1 /* build flag: 0 reads q4_K/q5_K quants 4 bytes at a time (A/B) */
+#endif
 static __device__ __forceinline__ uint32_t cb_ld2(const uint8_t *p) {
     return cb_u16(p) | (cb_u16(p + 2) << 16);
 }
@@ -308,9 +311,18 @@ static __device__ __forceinline__ void cb_k45_part(const uint8_t *b, int p, cons
     const uint8_t *qs = b + (Q5 ? 48 : 16) + 16 * p;
     const int c = p >> 1, l0 = 16 * (p & 1);
     int lo[4], hi[4];
+    uint32_t q16[4]; /* the part's 16 bytes: one 16-byte load where aligned (rows staged or read
+                      * from a 16-aligned array; 144- and 176-byte blocks keep it) */
+    if (CB_QS16 && ((uintptr_t)qs & 15) == 0) {
+        const uint4 v4 = *(const uint4 *)qs;
+        q16[0] = v4.x, q16[1] = v4.y, q16[2] = v4.z, q16[3] = v4.w;
+    } else {
+#pragma unroll
+        for (int k = 0; k < 4; k++) q16[k] = cb_ld4(qs + 4 * k);
+    }
 #pragma unroll
     for (int k = 0; k < 4; k++) {
-        const uint32_t v = cb_ld4(qs + 4 * k);
+        const uint32_t v = q16[k];
         uint32_t l = v & 0x0F0F0F0Fu, h = (v >> 4) & 0x0F0F0F0Fu;
         if (Q5) {
             const uint32_t qh = cb_ld4(b + 16 + l0 + 4 * k);
