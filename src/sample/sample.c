@@ -5,11 +5,13 @@
  * keeps a sorted insertion buffer when k is small and otherwise radix-sorts every candidate
  * (stable, 3 x 11 bits; qsort below 4096 tokens); all orders are the total order (logit desc, id asc), so no step
  * depends on the sort algorithm.
- * The random number of draw `step` is sample_uniform(seed, step); greedy sampling draws none.
+ * The random number of draw `step` is sample_uniform(seed, step); greedy sampling draws none,
+ * and without penalties to apply it reads the logits in place (no working copy).
  */
 #include "sample/sample.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -115,11 +117,16 @@ void sample_accept(sample_state *s, int32_t token) {
 
 /* llama.cpp's penalties: for a token seen c > 0 times in the history,
  * l = l <= 0 ? l * repeat : l / repeat; l = l - (c * freq + presence). */
+/* whether apply_penalties changes anything */
+static bool penalties_on(const sample_state *s) {
+    const sample_params *p = &s->p;
+    return s->hist_len > 0 &&
+           (p->repeat_penalty != 1.0f || p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f);
+}
+
 static void apply_penalties(sample_state *s, float *l) {
     const sample_params *p = &s->p;
-    if (s->hist_len == 0 ||
-        (p->repeat_penalty == 1.0f && p->frequency_penalty == 0.0f && p->presence_penalty == 0.0f))
-        return;
+    if (!penalties_on(s)) return;
     for (int32_t i = 0; i < s->hist_len; i++) s->count[s->hist[i]]++;
     for (int32_t i = 0; i < s->hist_len; i++) {
         int32_t t = s->hist[i];
@@ -203,9 +210,42 @@ static int32_t select_top(sample_state *s, const float *l, int32_t k) {
     return k > 0 && k < n ? k : n;
 }
 
+/* Greedy with no penalty to apply: the first maximum read straight from the logits, in two
+ * passes without a chain from element to element (eight running maxima, then the first index
+ * equal to their maximum: the index the scan below finds, -0 and +0 included). False on a NaN,
+ * which the checking loop of sample_token reports with its index. */
+static bool greedy_first_max(const float *l, int32_t n, int32_t *token) {
+    float m[8];
+    int nan = 0;
+    for (int i = 0; i < 8; i++) m[i] = -INFINITY;
+    int32_t t = 0;
+    for (; t + 8 <= n; t += 8)
+        for (int i = 0; i < 8; i++) {
+            const float v = l[t + i];
+            nan |= v != v;
+            m[i] = v > m[i] ? v : m[i];
+        }
+    for (; t < n; t++) {
+        const float v = l[t];
+        nan |= v != v;
+        m[0] = v > m[0] ? v : m[0];
+    }
+    if (nan) return false;
+    float mx = m[0];
+    for (int i = 1; i < 8; i++) mx = m[i] > mx ? m[i] : mx;
+    *token = 0;
+    for (t = 0; t < n; t++)
+        if (l[t] == mx) {
+            *token = t;
+            break;
+        }
+    return true;
+}
+
 hm_status sample_token(sample_state *s, const float *logits, int32_t *token, hm_error *err) {
     const sample_params *p = &s->p;
     const int32_t n = s->n_vocab;
+    if (p->temperature <= 0.0f && !penalties_on(s) && greedy_first_max(logits, n, token)) return HM_OK;
     float *l = s->logit;
     for (int32_t t = 0; t < n; t++) {
         if (isnan(logits[t])) return hm_error_set(err, HM_ERR_ARG, "sampler: logit of token %d is NaN", t);

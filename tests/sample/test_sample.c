@@ -84,6 +84,41 @@ static void test_greedy(void) {
     HM_CHECK(draw_counts(&p, l2, 6, 200, c) && c[1] == 200);
 }
 
+/* greedy over wide vocabularies (the eight-lane pass): the first maximum as a plain scan finds
+ * it, on logits drawn from a few values (ties in every lane), signed zeros, -inf, and a NaN at
+ * the end (an error naming its index) */
+static void test_greedy_wide(void) {
+    sample_params p = off();
+    p.temperature = 0.0f;
+    const int32_t n = 1031;
+    sample_state *s;
+    HM_REQUIRE(sample_init(&p, n, &s, NULL) == HM_OK);
+    float *l = malloc(sizeof(float) * n);
+    HM_REQUIRE(l);
+    uint64_t r = 99;
+    const float vals[6] = {-INFINITY, -1.5f, -0.0f, 0.0f, 2.25f, 7.0f};
+    int ok = 1;
+    for (int rep = 0; rep < 200; rep++) {
+        const int top = rep % 6; /* the largest value this draw may use */
+        for (int32_t t = 0; t < n; t++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            l[t] = vals[(r >> 33) % (uint64_t)(top + 1)];
+        }
+        int32_t best = 0, got = -1;
+        for (int32_t t = 1; t < n; t++)
+            if (l[t] > l[best]) best = t;
+        ok &= sample_token(s, l, &got, NULL) == HM_OK && got == best;
+    }
+    HM_CHECK_MSG(ok, "wide greedy differs from the first-maximum scan");
+    l[n - 1] = NAN;
+    hm_error err;
+    int32_t t;
+    HM_CHECK(sample_token(s, l, &t, &err) == HM_ERR_ARG);
+    HM_CHECK_MSG(strstr(err.msg, "token 1030 is NaN") != NULL, "%s", err.msg);
+    free(l);
+    sample_free(s);
+}
+
 static void test_penalties(void) {
     sample_params p = off();
     p.temperature = 0.0f;
@@ -348,4 +383,5 @@ static void test_radix_path(void) {
     HM_CHECK(c[4321] == 50);
 }
 
-HM_TEST_MAIN(test_radix_path, test_sort_path, test_rng, test_greedy, test_penalties, test_filters, test_distribution, test_determinism)
+HM_TEST_MAIN(test_radix_path, test_sort_path, test_rng, test_greedy, test_greedy_wide, test_penalties,
+             test_filters, test_distribution, test_determinism)
