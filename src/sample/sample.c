@@ -1,12 +1,11 @@
 /* sample.c - the sampler chain of sample.h; the exact definition is docs/SAMPLING.md.
  *
- * DESIGN: one working copy of the logits per call; penalties touch only the tokens in the
+ * DESIGN: a working copy of the logits only when penalties apply; they touch only the tokens in the
  * history (counted in a zeroed per-vocabulary array that is zeroed again afterwards); top-k
  * keeps a sorted insertion buffer when k is small and otherwise radix-sorts every candidate
  * (stable, 3 x 11 bits; qsort below 4096 tokens); all orders are the total order (logit desc, id asc), so no step
  * depends on the sort algorithm.
- * The random number of draw `step` is sample_uniform(seed, step); greedy sampling draws none,
- * and without penalties to apply it reads the logits in place (no working copy).
+ * The random number of draw `step` is sample_uniform(seed, step); greedy sampling draws none.
  */
 #include "sample/sample.h"
 
@@ -188,9 +187,12 @@ static int32_t select_top(sample_state *s, const float *l, int32_t k) {
     cand_pair *c = s->cand;
     if (k > 0 && k <= SAMPLE_TOPK_INSERT_MAX && k < n) {
         int32_t cnt = 0;
+        float thr = -INFINITY; /* c[k - 1].l once the buffer is full */
         for (int32_t t = 0; t < n; t++) {
             float v = l[t];
-            if (cnt == k && !before(v, t, c[k - 1].l, c[k - 1].id)) continue;
+            /* every id in a full buffer is below t, so t goes before c[k - 1] only on a larger
+             * logit: before(v, t, c[k - 1].l, c[k - 1].id) == v > thr */
+            if (cnt == k && !(v > thr)) continue;
             int32_t i = cnt < k ? cnt++ : k - 1;
             while (i > 0 && before(v, t, c[i - 1].l, c[i - 1].id)) {
                 c[i] = c[i - 1];
@@ -198,6 +200,7 @@ static int32_t select_top(sample_state *s, const float *l, int32_t k) {
             }
             c[i].l = v;
             c[i].id = t;
+            if (cnt == k) thr = c[k - 1].l;
         }
         return cnt;
     }
@@ -245,13 +248,19 @@ static bool greedy_first_max(const float *l, int32_t n, int32_t *token) {
 hm_status sample_token(sample_state *s, const float *logits, int32_t *token, hm_error *err) {
     const sample_params *p = &s->p;
     const int32_t n = s->n_vocab;
-    if (p->temperature <= 0.0f && !penalties_on(s) && greedy_first_max(logits, n, token)) return HM_OK;
-    float *l = s->logit;
-    for (int32_t t = 0; t < n; t++) {
-        if (isnan(logits[t])) return hm_error_set(err, HM_ERR_ARG, "sampler: logit of token %d is NaN", t);
-        l[t] = logits[t];
+    const bool pen = penalties_on(s);
+    if (p->temperature <= 0.0f && !pen && greedy_first_max(logits, n, token)) return HM_OK;
+    int nan = 0;
+    for (int32_t t = 0; t < n; t++) nan |= logits[t] != logits[t];
+    if (nan)
+        for (int32_t t = 0; t < n; t++)
+            if (isnan(logits[t])) return hm_error_set(err, HM_ERR_ARG, "sampler: logit of token %d is NaN", t);
+    const float *l = logits; /* the working copy only when penalties change it */
+    if (pen) {
+        memcpy(s->logit, logits, sizeof(float) * (size_t)n);
+        apply_penalties(s, s->logit);
+        l = s->logit;
     }
-    apply_penalties(s, l);
 
     if (p->temperature <= 0.0f) { /* greedy: first maximum */
         int32_t best = 0;

@@ -115,6 +115,18 @@ static void test_greedy_wide(void) {
     int32_t t;
     HM_CHECK(sample_token(s, l, &t, &err) == HM_ERR_ARG);
     HM_CHECK_MSG(strstr(err.msg, "token 1030 is NaN") != NULL, "%s", err.msg);
+    sample_free(s);
+    /* the default chain (no working copy without penalties) refuses it too */
+    sample_params d = sample_params_default();
+    HM_REQUIRE(sample_init(&d, n, &s, NULL) == HM_OK);
+    hm_error_clear(&err);
+    HM_CHECK(sample_token(s, l, &t, &err) == HM_ERR_ARG);
+    HM_CHECK_MSG(strstr(err.msg, "token 1030 is NaN") != NULL, "%s", err.msg);
+    l[n - 1] = -INFINITY;
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < n; i++) mx = l[i] > mx ? l[i] : mx;
+    /* the last draw holds -inf and -1.5 only: min-p leaves the maxima */
+    HM_CHECK(sample_token(s, l, &t, NULL) == HM_OK && t >= 0 && t < n && l[t] == mx);
     free(l);
     sample_free(s);
 }
