@@ -539,27 +539,6 @@ extern "C" void cuda_sampler_free(cuda_sampler *s) {
     free(s);
 }
 
-static hm_status smp_check_params(const sample_params *p, int32_t n_vocab, hm_error *err) {
-    if (n_vocab <= 0) return hm_error_set(err, HM_ERR_ARG, "sampler: vocabulary size %d", n_vocab);
-    if (isnan(p->temperature) || isnan(p->top_p) || isnan(p->min_p))
-        return hm_error_set(err, HM_ERR_ARG, "sampler: temperature, top-p and min-p must be numbers");
-    if (!(p->repeat_penalty > 0.0f) || !isfinite(p->repeat_penalty) ||
-        !isfinite(p->presence_penalty) || !isfinite(p->frequency_penalty))
-        return hm_error_set(err, HM_ERR_ARG,
-                            "sampler: repeat penalty must be finite and > 0 (got %g), "
-                            "presence/frequency finite", (double)p->repeat_penalty);
-    if (p->penalty_last_n < 0)
-        return hm_error_set(err, HM_ERR_ARG,
-                            "sampler: penalty_last_n %d < 0 (resolve -1 to the context size first)",
-                            p->penalty_last_n);
-    double worst = (double)p->penalty_last_n * fabs((double)p->frequency_penalty) +
-                   fabs((double)p->presence_penalty);
-    if (worst > 1e37)
-        return hm_error_set(err, HM_ERR_ARG,
-                            "device sampler: penalty_last_n * |frequency| + |presence| = %g is too "
-                            "large (a penalty could become infinite)", worst);
-    return HM_OK;
-}
 
 #define SMP_ALLOC(ptr, count)                                                                \
     do {                                                                                     \
@@ -574,7 +553,7 @@ static hm_status smp_check_params(const sample_params *p, int32_t n_vocab, hm_er
 extern "C" hm_status cuda_sampler_init(const sample_params *p, int32_t n_vocab, void *stream,
                                        cuda_sampler **out, hm_error *err) {
     *out = NULL;
-    hm_status st = smp_check_params(p, n_vocab, err);
+    hm_status st = sample_params_check(p, n_vocab, err);
     if (st != HM_OK) return st;
     cuda_sampler *s = (cuda_sampler *)calloc(1, sizeof(*s));
     if (!s) return hm_error_set(err, HM_ERR_NOMEM, "device sampler: out of memory");

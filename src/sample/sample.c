@@ -69,20 +69,32 @@ void sample_free(sample_state *s) {
     free(s);
 }
 
-hm_status sample_init(const sample_params *p, int32_t n_vocab, sample_state **out, hm_error *err) {
-    *out = NULL;
+hm_status sample_params_check(const sample_params *p, int32_t n_vocab, hm_error *err) {
     if (n_vocab <= 0) return hm_error_set(err, HM_ERR_ARG, "sampler: vocabulary size %d", n_vocab);
     if (isnan(p->temperature) || isnan(p->top_p) || isnan(p->min_p))
         return hm_error_set(err, HM_ERR_ARG, "sampler: temperature, top-p and min-p must be numbers");
-    if (!(p->repeat_penalty > 0.0f) || !isfinite(p->presence_penalty) ||
-        !isfinite(p->frequency_penalty))
+    if (!(p->repeat_penalty > 0.0f) || !isfinite(p->repeat_penalty) ||
+        !isfinite(p->presence_penalty) || !isfinite(p->frequency_penalty))
         return hm_error_set(err, HM_ERR_ARG,
-                            "sampler: repeat penalty must be > 0 (got %g), presence/frequency finite",
-                            (double)p->repeat_penalty);
+                            "sampler: repeat penalty must be finite and > 0 (got %g), "
+                            "presence/frequency finite", (double)p->repeat_penalty);
     if (p->penalty_last_n < 0)
         return hm_error_set(err, HM_ERR_ARG,
                             "sampler: penalty_last_n %d < 0 (resolve -1 to the context size first)",
                             p->penalty_last_n);
+    const double worst = (double)p->penalty_last_n * fabs((double)p->frequency_penalty) +
+                         fabs((double)p->presence_penalty);
+    if (worst > 1e37)
+        return hm_error_set(err, HM_ERR_ARG,
+                            "sampler: penalty_last_n * |frequency| + |presence| = %g is too large "
+                            "(a penalty could become infinite)", worst);
+    return HM_OK;
+}
+
+hm_status sample_init(const sample_params *p, int32_t n_vocab, sample_state **out, hm_error *err) {
+    *out = NULL;
+    hm_status st = sample_params_check(p, n_vocab, err);
+    if (st != HM_OK) return st;
     sample_state *s = calloc(1, sizeof(*s));
     if (!s) return hm_error_set(err, HM_ERR_NOMEM, "sampler: out of memory");
     s->p = *p;
@@ -114,8 +126,6 @@ void sample_accept(sample_state *s, int32_t token) {
     if (s->hist_len < s->p.penalty_last_n) s->hist_len++;
 }
 
-/* llama.cpp's penalties: for a token seen c > 0 times in the history,
- * l = l <= 0 ? l * repeat : l / repeat; l = l - (c * freq + presence). */
 /* whether apply_penalties changes anything */
 static bool penalties_on(const sample_state *s) {
     const sample_params *p = &s->p;
@@ -123,6 +133,8 @@ static bool penalties_on(const sample_state *s) {
            (p->repeat_penalty != 1.0f || p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f);
 }
 
+/* llama.cpp's penalties: for a token seen c > 0 times in the history,
+ * l = l <= 0 ? l * repeat : l / repeat; l = l - (c * freq + presence). */
 static void apply_penalties(sample_state *s, float *l) {
     const sample_params *p = &s->p;
     if (!penalties_on(s)) return;
@@ -213,10 +225,10 @@ static int32_t select_top(sample_state *s, const float *l, int32_t k) {
     return k > 0 && k < n ? k : n;
 }
 
-/* Greedy with no penalty to apply: the first maximum read straight from the logits, in two
- * passes without a chain from element to element (eight running maxima, then the first index
- * equal to their maximum: the index the scan below finds, -0 and +0 included). False on a NaN,
- * which the checking loop of sample_token reports with its index. */
+/* Greedy: the first maximum of l (the first t with l[t] > every earlier logit and >= every
+ * later one, -0 and +0 equal), in two passes without a chain from element to element: eight
+ * running maxima, then the first index equal to their maximum. False on a NaN, which
+ * sample_token reports with its index. */
 static bool greedy_first_max(const float *l, int32_t n, int32_t *token) {
     float m[8];
     int nan = 0;
@@ -262,13 +274,8 @@ hm_status sample_token(sample_state *s, const float *logits, int32_t *token, hm_
         l = s->logit;
     }
 
-    if (p->temperature <= 0.0f) { /* greedy: first maximum */
-        int32_t best = 0;
-        for (int32_t t = 1; t < n; t++)
-            if (l[t] > l[best]) best = t;
-        *token = best;
-        return HM_OK;
-    }
+    /* greedy after penalties: finite penalties keep every logit a number */
+    if (p->temperature <= 0.0f && greedy_first_max(l, n, token)) return HM_OK;
 
     int32_t nc = select_top(s, l, p->top_k);
     cand_pair *c = s->cand;

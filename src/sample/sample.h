@@ -35,6 +35,12 @@ sample_params sample_params_default(void);
 
 typedef struct sample_state sample_state;
 
+/* HM_OK when p and n_vocab make a sampler (numbers where numbers are needed, a finite repeat
+ * penalty > 0, finite presence/frequency penalties small enough that a penalty stays finite,
+ * penalty_last_n >= 0, n_vocab > 0), else HM_ERR_ARG naming the problem. sample_init and the
+ * device sampler check with it, so a penalised logit is never NaN. */
+hm_status sample_params_check(const sample_params *p, int32_t n_vocab, hm_error *err);
+
 hm_status sample_init(const sample_params *p, int32_t n_vocab, sample_state **s, hm_error *err);
 void sample_free(sample_state *s);
 /* Forgets the history and restarts the draw counter at 0. */

@@ -187,7 +187,13 @@ static void test_penalties(void) {
     hm_error err;
     p.repeat_penalty = 0.0f;
     HM_CHECK(sample_init(&p, 3, &s, &err) == HM_ERR_ARG);
+    p.repeat_penalty = INFINITY; /* 0 * inf would make a NaN logit */
+    HM_CHECK(sample_init(&p, 3, &s, &err) == HM_ERR_ARG);
     p.repeat_penalty = 1.0f;
+    p.frequency_penalty = 1e37f; /* 64 repeats: an infinite penalty, inf - inf on an inf logit */
+    HM_CHECK(sample_init(&p, 3, &s, &err) == HM_ERR_ARG);
+    HM_CHECK_MSG(strstr(err.msg, "could become infinite") != NULL, "%s", err.msg);
+    p.frequency_penalty = 0.0f;
     p.penalty_last_n = -1;
     HM_CHECK(sample_init(&p, 3, &s, &err) == HM_ERR_ARG);
     p.penalty_last_n = 64;
