@@ -139,14 +139,8 @@ static __device__ __forceinline__ float fm_input(const norm_k &A, int64_t t, int
 template <int B>
 static __device__ __forceinline__ void fm_output(const norm_k &A, int64_t t, int64_t i, bool in, float v,
                                                  const float *row, int64_t slice) {
-    __shared__ float s_scale;
     __shared__ float wmax[FM_SLICE / 32];
-    if (threadIdx.x < 32) {
-        const float r = cm_rms_scale(row, A.n, A.eps);
-        if (threadIdx.x == 0) s_scale = r;
-    }
-    __syncthreads();
-    const float sv = __fmul_rn(v, s_scale);
+    const float sv = __fmul_rn(v, cm_rms_scale_block(row, A.n, A.eps));
     const float y = in && A.w ? __fmul_rn(sv, A.w[i]) : sv;
     if (in) A.xn[t * A.n + i] = y;
     if constexpr (B != 0) {
@@ -289,7 +283,6 @@ typedef struct {
 /* grid (n_tok, n_head + n_head_kv) */
 __global__ void __launch_bounds__(FQ_THREADS) k_fused_qk(const qk_k A) {
     __shared__ float buf[FQ_MAX_HD];
-    __shared__ float s_scale;
     static_assert(FQ_MAX_HD <= 2 * FQ_THREADS, "two elements, one rope pair per thread");
     const int64_t t = blockIdx.x;
     const int h = blockIdx.y, hd = A.hd;
@@ -312,12 +305,7 @@ __global__ void __launch_bounds__(FQ_THREADS) k_fused_qk(const qk_k A) {
     if (pair) cr_cos_sin(rc, p, threadIdx.x, c, sn);
     __syncthreads();
     if (A.qk_norm) {
-        if (threadIdx.x < 32) {
-            const float r = cm_rms_scale(buf, hd, A.eps);
-            if (threadIdx.x == 0) s_scale = r;
-        }
-        __syncthreads();
-        const float s = s_scale;
+        const float s = cm_rms_scale_block(buf, hd, A.eps);
 #pragma unroll
         for (int j = 0; j < 2; j++) {
             const int i = threadIdx.x + j * FQ_THREADS;

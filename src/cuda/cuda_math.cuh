@@ -92,4 +92,16 @@ static __device__ __forceinline__ float cm_rms_scale(const float *row, int64_t n
     return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
 }
 
+/* cm_rms_scale for a whole block: warp 0 computes it and every thread gets it (one barrier:
+ * every thread of the block calls this) */
+static __device__ __forceinline__ float cm_rms_scale_block(const float *row, int64_t n, float eps) {
+    __shared__ float s_scale;
+    if (threadIdx.x < 32) {
+        const float r = cm_rms_scale(row, n, eps);
+        if (threadIdx.x == 0) s_scale = r;
+    }
+    __syncthreads();
+    return s_scale;
+}
+
 #endif

@@ -202,16 +202,10 @@ extern "C" hm_status cuda_shexp_combine(float *out, const float *sh, const float
  * elements. */
 __global__ void rmsnorm_kernel(const float *x, const float *w, float *y, int64_t n, float eps) {
     cu_pdl_enter();
-    __shared__ float s_scale;
     const int64_t r = blockIdx.x;
     const float *xr = x + r * n;
     float *yr = y + r * n;
-    if (threadIdx.x < 32) {
-        const float sc = cm_rms_scale(xr, n, eps);
-        if (threadIdx.x == 0) s_scale = sc;
-    }
-    __syncthreads();
-    const float s = s_scale;
+    const float s = cm_rms_scale_block(xr, n, eps);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
         const float v = __fmul_rn(xr[i], s);
         yr[i] = w ? __fmul_rn(v, w[i]) : v;
