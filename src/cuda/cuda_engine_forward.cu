@@ -83,10 +83,13 @@ static bool norm_in_router(const cuda_engine *e, const cuda_layer *L, int64_t n)
            cuda_fused_router_norm_ok(e->hp.n_embd, n, L->gate_exps.type);
 }
 
+/* Whether weight type t reads rows of k f32 activations (float weights): x itself, unquantised. */
+static bool f32_acts(uint32_t t, int64_t k) { return cuda_act_row_bytes(t, k) == 4 * (size_t)k; }
+
 /* Activation rows of x [n][k] for weight type t in e->act (or x itself for float weights). */
 static hm_status quantize(cuda_engine *e, uint32_t t, const float *x, int64_t k, int64_t n,
                           const void **act, hm_error *err) {
-    if (cuda_act_row_bytes(t, k) == 4 * (size_t)k) { /* f32 activations: x itself */
+    if (f32_acts(t, k)) {
         *act = x;
         return HM_OK;
     }
@@ -142,7 +145,7 @@ static hm_status norm_step(cuda_engine *e, int n, fwd_defer *d, const cuda_tenso
     const int64_t E = e->hp.n_embd;
     const size_t arow = act ? cuda_act_row_bytes(wtype, E) : 0;
     if (fused_step(n) && CUDA_FUSE_NORM_QUANT && E <= CUDA_FUSED_NORM_MAX && (!act || arow)) {
-        const bool f32 = arow == 4 * (size_t)E;
+        const bool f32 = f32_acts(wtype, E);
         cuda_fused_norm_args a;
         memset(&a, 0, sizeof(a));
         a.x = e->x;
@@ -439,7 +442,7 @@ static hm_status moe_block(cuda_engine *e, int il, int n, fwd_defer *dfr, hm_err
     const bool in_router = norm_in_router(e, L, n);
     if (in_router) {
         ract = e->x; /* the router normalises it (the o product added the residual) */
-        xact = cuda_act_row_bytes(L->gate_exps.type, E) == 4 * (size_t)E ? (const void *)e->xn : e->act;
+        xact = f32_acts(L->gate_exps.type, E) ? (const void *)e->xn : e->act;
     } else if (fz && (rfmt == QUANT_ACT_F32 || rfmt == quant_act_for(L->gate_exps.type))) {
         st = norm_step(e, n, dfr, &L->ffn_norm, L->gate_exps.type, &xact, err);
         ract = rfmt == QUANT_ACT_F32 ? (const void *)e->xn : xact;
@@ -468,7 +471,7 @@ static hm_status moe_block(cuda_engine *e, int il, int n, fwd_defer *dfr, hm_err
             ra.eps = hp->rms_eps;
             ra.xn = e->xn;
             ra.wtype = L->gate_exps.type;
-            ra.act = xact == e->act ? e->act : NULL;
+            ra.act = e->act; /* not written for float types */
         }
         st = cuda_fused_router(&ra, e->stream, err);
     } else {
@@ -542,14 +545,15 @@ extern "C" hm_status cuda_engine_enqueue_logits(cuda_engine *e, int row0, int n_
         a.eps = e->hp.rms_eps;
         a.xn = e->xn;
         a.wtype = e->output.type;
-        a.act = arow == 4 * (size_t)E ? NULL : e->act;
+        const bool f32 = f32_acts(e->output.type, E);
+        a.act = f32 ? NULL : e->act;
         a.n_tok = n_rows;
         a.n = E;
         a.d_sync = e->norm_sync;
         hm_status st = cuda_fused_norm_quant(&a, e->stream, err);
         if (st == HM_OK)
             st = linear(e, &e->output, NULL, e->xn, n_rows, e->d_logits,
-                        a.act ? (const void *)e->act : (const void *)e->xn, err);
+                        f32 ? (const void *)e->xn : (const void *)e->act, err);
         return st;
     }
     hm_status st = cuda_rmsnorm(e->x + (int64_t)row0 * E, (const float *)e->output_norm.d, e->xn,
