@@ -26,7 +26,9 @@
  * to `items_done` at once, before it waits at another stage or leaves; so the add that makes
  * `items_done` equal end[s] counts the last items of stage s. Its thread runs the stage's `then`
  * (and those of empty stages after it), then stores `open`. The caller waits for `open` ==
- * n_stages. A plain item job is one stage without `then`.
+ * n_stages. A plain item job is one stage without `then`. A thread whose claim is of a stage not
+ * yet open calls that stage's prefetch with the item before it waits, so the memory stream of
+ * the next stage starts during the gate (its tail items and the `then` steps).
  */
 #include "base/threadpool.h"
 
@@ -55,6 +57,10 @@
 #define TP_RELAX() _mm_pause()
 #else
 #define TP_RELAX() ((void)0)
+#endif
+
+#ifndef TP_GATE_PREFETCH
+#define TP_GATE_PREFETCH 1 /* build flag: 0 ignores the stages' prefetch (A/B) */
 #endif
 
 enum { TP_SPIN_PAUSE = 4000, TP_SPIN_YIELD = 200, TP_WAIT_PAUSE = 256 };
@@ -118,7 +124,7 @@ typedef struct {
     tp_item_fn fn;
     int n_stages;
     long long calls;
-    double t, items, close[TP_MAX_STAGES];
+    double t, items, close[TP_MAX_STAGES], then[TP_MAX_STAGES]; /* then: its `then` steps' time */
 } tp_prof_kind;
 
 struct tp_prof {
@@ -137,10 +143,11 @@ static void tp_prof_log(const struct tp_prof *f) {
     double in = 0.0;
     for (int i = 0; i < TP_PROF_KINDS && f->kinds[i].calls; i++) {
         const tp_prof_kind *k = &f->kinds[i];
-        char buf[256];
+        char buf[384];
         int o = 0;
-        for (int s = 0; s < k->n_stages && o < (int)sizeof(buf) - 16; s++)
-            o += snprintf(buf + o, sizeof(buf) - (size_t)o, " %.1f", 1e6 * k->close[s] / (double)k->calls);
+        for (int s = 0; s < k->n_stages && o < (int)sizeof(buf) - 32; s++)
+            o += snprintf(buf + o, sizeof(buf) - (size_t)o, " %.1f (then %.1f)",
+                          1e6 * k->close[s] / (double)k->calls, 1e6 * k->then[s] / (double)k->calls);
         HM_LOGI("pool profile: job kind %d (%d stages): %lld calls, %.1f us each, %.0f items, "
                 "stages closed at (us):%s", i, k->n_stages, k->calls, 1e6 * k->t / (double)k->calls,
                 k->items / (double)k->calls, buf);
@@ -179,9 +186,13 @@ static void tp_prof_end(tp_pool *p, int k, const tp_stage *stages, int n) {
 static void tp_stages_close(tp_pool *p, int s, int64_t d) {
     const int n = p->n_stages;
     for (; s < n && p->end[s] == d; s++) {
+        const double t = p->prof && p->prof->cur >= 0 ? tp_now() : 0.0;
         if (p->stages[s].then) p->stages[s].then(p->stages[s].then_ctx);
-        if (p->prof && p->prof->cur >= 0) /* the closing thread's write, read after the job */
-            p->prof->kinds[p->prof->cur].close[s] += tp_now() - p->prof->t0;
+        if (p->prof && p->prof->cur >= 0) { /* the closing thread's writes, read after the job */
+            const double now = tp_now();
+            p->prof->kinds[p->prof->cur].close[s] += now - p->prof->t0;
+            p->prof->kinds[p->prof->cur].then[s] += now - t;
+        }
     }
     atomic_store_explicit(&p->open, s, memory_order_release);
 }
@@ -210,9 +221,15 @@ static void tp_items_work(tp_pool *p, int ith) {
             tp_items_done(p, ds, dend, dn);
             dn = 0;
         }
-        if (s > 0) tp_wait_at_least(&p->open, s);
         const tp_stage *st = &p->stages[s];
         const int64_t first = s > 0 ? p->end[s - 1] : 0;
+        if (s > 0) {
+#if TP_GATE_PREFETCH
+            if (st->prefetch && atomic_load_explicit(&p->open, memory_order_acquire) < s)
+                st->prefetch(st->ctx, p->ibase + (int64_t)next - first);
+#endif
+            tp_wait_at_least(&p->open, s);
+        }
         ds = s;
         dend = p->end[s];
         st->fn(st->ctx, p->ibase + (int64_t)next - first, ith);

@@ -25,8 +25,8 @@ typedef void (*tp_fn)(void *ctx, int ith, int nth);
 
 /* Creates a pool of n threads in all (n - 1 workers plus the caller); 1 <= n <= 1024. With the
  * environment variable HOTMOE_POOL_PROF=1 the pool times its item jobs and tp_free logs (info)
- * per job kind the calls, the mean time, items and stage close times, and the caller's time
- * between jobs: where a decode step's CPU time goes. */
+ * per job kind the calls, the mean time, items, stage close times (and their `then` steps' time),
+ * and the caller's time between jobs: where a decode step's CPU time goes. */
 hm_status tp_init(int n, tp_pool **pool, hm_error *err);
 /* Stops and joins the workers; NULL is allowed. */
 void tp_free(tp_pool *pool);
@@ -59,6 +59,10 @@ typedef struct {
     int64_t n_items;
     void (*then)(void *then_ctx);
     void *then_ctx;
+    /* may be NULL: called with an item of this stage by a thread that claimed it before the
+     * stage opened, before it waits at the gate: e.g. the item's weight rows prefetched into the
+     * core's cache while the stages before it finish (the thread will run that item first) */
+    void (*prefetch)(void *ctx, int64_t item);
 } tp_stage;
 enum { TP_MAX_STAGES = 8 };
 void tp_run_stages(tp_pool *pool, const tp_stage *stages, int n_stages);

@@ -202,20 +202,35 @@ static int64_t attn_max_nv(const cpu_kv_layer *kv, const cpu_attn_args *a) {
     return m;
 }
 
+/* Item `item` is token t's query heads [h0, h1) of KV head g, over positions [q0, p]. */
+typedef struct {
+    int64_t t, p, q0;
+    int g, h0, h1;
+} attn_span;
+
+static attn_span attn_item_span(const attn_job *j, int64_t item) {
+    const cpu_attn_args *a = j->a;
+    const int64_t per_tok = (int64_t)j->kv->n_head_kv * j->n_sub;
+    attn_span sp = {.t = item / per_tok};
+    const int64_t rem = item % per_tok;
+    const int sub = (int)(rem % j->n_sub);
+    sp.g = (int)(rem / j->n_sub);
+    sp.h0 = sp.g * j->n_rep + sub * j->rep_per_sub;
+    sp.h1 = sp.h0 + j->rep_per_sub;
+    if (sp.h1 > (sp.g + 1) * j->n_rep) sp.h1 = (sp.g + 1) * j->n_rep;
+    sp.p = a->pos0 + sp.t;
+    sp.q0 = a->window > 0 && sp.p - a->window + 1 > 0 ? sp.p - a->window + 1 : 0;
+    return sp;
+}
+
 static void attn_item(attn_job *j, int64_t item, uint8_t *scr) {
     const cpu_attn_args *a = j->a;
     const cpu_kv_layer *kv = j->kv;
     const int hd = kv->head_dim;
-    const int64_t t = item / ((int64_t)kv->n_head_kv * j->n_sub);
-    const int64_t rem = item % ((int64_t)kv->n_head_kv * j->n_sub);
-    const int g = (int)(rem / j->n_sub), sub = (int)(rem % j->n_sub);
-    const int h0 = g * j->n_rep + sub * j->rep_per_sub;
-    int h1 = h0 + j->rep_per_sub;
-    if (h1 > (g + 1) * j->n_rep) h1 = (g + 1) * j->n_rep;
-    const int nh = h1 - h0;
+    const attn_span sp = attn_item_span(j, item);
+    const int64_t t = sp.t, p = sp.p, q0 = sp.q0;
+    const int g = sp.g, h0 = sp.h0, nh = sp.h1 - sp.h0;
     if (nh <= 0) return;
-    const int64_t p = a->pos0 + t;
-    const int64_t q0 = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
     const int64_t nv = p - q0 + 1;
 
     float *scores = (float *)scr;                       /* [nh][nv] */
@@ -286,6 +301,24 @@ static void attn_item(attn_job *j, int64_t item, uint8_t *scr) {
 static void attn_item_fn(void *ctx, int64_t it, int ith) {
     attn_job *j = ctx;
     attn_item(j, it, j->scratch + (size_t)ith * j->per_thread);
+}
+
+/* The K and V rows of item it's KV head at the cached positions before its token into the
+ * calling core's L2 (prefetcht1), while the thread waits for the stage (the new rows are being
+ * stored then). */
+static void attn_item_prefetch(void *ctx, int64_t it) {
+    const attn_job *j = ctx;
+    const cpu_kv_layer *kv = j->kv;
+    const attn_span sp = attn_item_span(j, it);
+    if (sp.h1 <= sp.h0) return;
+    const size_t kb = hm_row_size(kv->type_k, kv->head_dim), vb = hm_row_size(kv->type_v, kv->head_dim);
+    for (int64_t q = sp.q0; q < sp.p; q++) {
+        const int64_t s = q % kv->n_slots;
+        const uint8_t *kr = (const uint8_t *)kv->k + (size_t)s * kv->k_row_size + kb * (size_t)sp.g;
+        const uint8_t *vr = (const uint8_t *)kv->v + (size_t)s * kv->v_row_size + vb * (size_t)sp.g;
+        for (size_t o = 0; o < kb; o += 64) __builtin_prefetch(kr + o, 0, 2);
+        for (size_t o = 0; o < vb; o += 64) __builtin_prefetch(vr + o, 0, 2);
+    }
 }
 
 /* Query heads per item: enough items for the threads, at most 64 heads each. */
@@ -365,7 +398,8 @@ hm_status cpu_attention_begin(tp_pool *pool, attn_job *j, hm_error *err) {
 }
 
 tp_stage cpu_attention_stage(attn_job *j) {
-    return (tp_stage){.fn = attn_item_fn, .ctx = j, .n_items = j->n_items};
+    return (tp_stage){.fn = attn_item_fn, .ctx = j, .n_items = j->n_items,
+                      .prefetch = attn_item_prefetch};
 }
 
 hm_status cpu_attention(tp_pool *pool, cpu_kv_layer *kv, const cpu_attn_args *a, void *scratch,

@@ -24,6 +24,8 @@
  *   proj [n][n_embd] block output; router [n][n_expert]; ids/gw [n][n_used];
  *   eg/eu [n][n_used][n_ff_exp]; ey [n][n_used][n_embd]; sg/su [n][n_ff_shexp]; sgate [n].
  */
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "cpu/matmul.h"
@@ -252,13 +254,46 @@ typedef struct {
     cpu_attn_args aa;
     cpu_attn_job attn;
     cpu_matmul_job qkv, wo, router;
-    hm_status st; /* of the `then` steps; a failed step skips the later ones */
+    cpu_rope_params rp;
+    atomic_int head_fail; /* a heads-stage item's rope refused its arguments */
+    hm_status st;         /* of the `then` steps; a failed step skips the later ones */
     hm_error err;
 } front_job;
 
 static void front_after_qkv(void *ctx) {
     front_job *f = ctx;
     f->st = qkv_finish(f->c, f->L, f->n, NULL, &f->err);
+    if (f->st == HM_OK) f->st = cpu_attention_begin(NULL, &f->attn, &f->err);
+}
+
+/* Item i of the heads stage (q/k norms per head or none): one head of one token — q heads
+ * first, then k heads — its bias, norm and rope: qkv_finish's steps on that head's row, which
+ * they treat row by row, so the same bytes. */
+static void front_head_item(void *ctx, int64_t i, int ith) {
+    (void)ith;
+    front_job *f = ctx;
+    const hm_context *c = f->c;
+    const hm_hparams *hp = &c->m->hp;
+    const int nh = (int)hp->n_head, nkv = (int)hp->n_head_kv, hd = (int)hp->head_dim_k;
+    const int64_t t = i / (nh + nkv);
+    const int h = (int)(i % (nh + nkv));
+    const bool is_q = h < nh;
+    const int hh = is_q ? h : h - nh;
+    float *row = (is_q ? c->q + t * nh * hd : c->k + t * nkv * hd) + (int64_t)hh * hd;
+    const hm_tensor *b = is_q ? &f->L->bq : &f->L->bk, *w = is_q ? &f->L->q_norm : &f->L->k_norm;
+    if (b->data) cpu_add_bias(NULL, row, (const float *)b->data + (int64_t)hh * hd, 1, hd);
+    if (c->m->desc->qk_norm == HM_QKNORM_HEAD) cpu_rmsnorm(NULL, row, w->data, row, 1, hd, hp->rms_eps);
+    if (cpu_rope_with_table(NULL, row, 1, 1, hd, c->rope_cs + t * f->rp.n_dims, &f->rp, NULL) != HM_OK)
+        atomic_store(&f->head_fail, 1);
+}
+
+/* After the heads stage: the v bias, the KV store. */
+static void front_after_heads(void *ctx) {
+    front_job *f = ctx;
+    if (atomic_load(&f->head_fail))
+        f->st = hm_error_set(&f->err, HM_ERR_ARG, "rope: arguments refused for %s",
+                             f->c->m->desc->name);
+    add_bias(NULL, &f->L->bv, f->c->v, f->n, f->L->wv.ne[1]);
     if (f->st == HM_OK) f->st = cpu_attention_begin(NULL, &f->attn, &f->err);
 }
 
@@ -283,7 +318,9 @@ static tp_stage stage_then(tp_stage s, void (*then)(void *), void *ctx) {
 /* attention_block, ffn_norm and the router product of a decode step in one pool job; false
  * (nothing done) when a product cannot take part (q/k/v not one product, scratch too small). */
 static bool layer_front_staged(hm_context *c, int il, int n, hm_status *st, hm_error *err) {
-    front_job f = {.c = c, .L = &c->m->layers[il], .n = n, .st = HM_OK};
+    front_job f = {.c = c, .L = &c->m->layers[il], .n = n, .rp = hm_model_rope_params(c->m),
+                   .st = HM_OK};
+    atomic_init(&f.head_fail, 0);
     const hm_layer *L = f.L;
     const int nth = tp_size(c->pool);
     cpu_matmul_mat q[3];
@@ -308,11 +345,19 @@ static bool layer_front_staged(hm_context *c, int il, int n, hm_status *st, hm_e
     if (*st != HM_OK) return true;
     cpu_rmsnorm(NULL, c->x, L->attn_norm.data, c->xn, n, c->m->hp.n_embd, c->m->hp.rms_eps);
     cpu_matmul_job_quantize(&f.qkv, c->xn);
-    const tp_stage stages[4] = {stage_then(cpu_matmul_job_stage(&f.qkv), front_after_qkv, &f),
-                                stage_then(cpu_attention_stage(&f.attn), front_after_attn, &f),
-                                stage_then(cpu_matmul_job_stage(&f.wo), front_after_wo, &f),
-                                cpu_matmul_job_stage(&f.router)};
-    tp_run_stages(c->pool, stages, 4);
+    /* q/k/v; with per-head (or no) q/k norms, the heads as items of their own stage */
+    const bool by_head = c->m->desc->qk_norm != HM_QKNORM_FULL;
+    const hm_hparams *hp = &c->m->hp;
+    const tp_stage heads = {.fn = front_head_item, .ctx = &f,
+                            .n_items = (int64_t)n * (hp->n_head + hp->n_head_kv),
+                            .then = front_after_heads, .then_ctx = &f};
+    const tp_stage qkv = cpu_matmul_job_stage(&f.qkv);
+    tp_stage stages[5] = {by_head ? qkv : stage_then(qkv, front_after_qkv, &f), heads,
+                          stage_then(cpu_attention_stage(&f.attn), front_after_attn, &f),
+                          stage_then(cpu_matmul_job_stage(&f.wo), front_after_wo, &f),
+                          cpu_matmul_job_stage(&f.router)};
+    if (!by_head) memmove(&stages[1], &stages[2], 3 * sizeof(stages[0]));
+    tp_run_stages(c->pool, stages, by_head ? 5 : 4);
     *st = f.st;
     if (f.st != HM_OK && err) *err = f.err;
     return true;

@@ -4,9 +4,11 @@
  * Item jobs run every item exactly once, interleave with classic jobs, and return only when all
  * items are done even when a worker is slow (oversubscribed pool). Staged jobs run each stage's
  * items after every item and the `then` of the stages before them (whose plain writes they
- * see), each `then` once after its stage's items, empty stages included. */
+ * see), each `then` once after its stage's items, empty stages included. A thread that holds an
+ * item of a stage not yet open calls the stage's prefetch with that item (and only then). */
 #include <stdatomic.h>
 #include <stdint.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "base/threadpool.h"
@@ -222,4 +224,62 @@ static void test_stages(void) {
     }
 }
 
-HM_TEST_MAIN(test_many_jobs, test_barrier, test_bad_args, test_items, test_stages)
+enum { PF_ITEMS = 6 };
+typedef struct {
+    atomic_int prefetched[2][PF_ITEMS]; /* prefetch calls per stage and item */
+    atomic_int bad;
+} pf_ctx;
+
+/* Stage 0's only item holds its stage closed until a thread has prefetched an item of stage 1
+ * (bounded: 2 s), so with two or more threads a prefetch must happen. */
+static void pf_item0(void *ctx, int64_t item, int ith) {
+    (void)ith;
+    pf_ctx *c = ctx;
+    if (item != 0) atomic_fetch_add(&c->bad, 1);
+    for (int ms = 0; ms < 2000; ms++) {
+        for (int i = 0; i < PF_ITEMS; i++)
+            if (atomic_load(&c->prefetched[1][i])) return;
+        usleep(1000);
+    }
+}
+
+static void pf_item1(void *ctx, int64_t item, int ith) {
+    (void)ctx, (void)item, (void)ith;
+}
+
+static void pf_prefetch0(void *ctx, int64_t item) {
+    pf_ctx *c = ctx;
+    atomic_fetch_add(&c->prefetched[0][item >= 0 && item < PF_ITEMS ? item : 0], 1);
+}
+
+static void pf_prefetch1(void *ctx, int64_t item) {
+    pf_ctx *c = ctx;
+    if (item < 0 || item >= PF_ITEMS) atomic_fetch_add(&c->bad, 1);
+    else atomic_fetch_add(&c->prefetched[1][item], 1);
+}
+
+static void test_stage_prefetch(void) {
+    for (int n = 2; n <= 4; n++) {
+        tp_pool *p = NULL;
+        HM_REQUIRE(tp_init(n, &p, NULL) == HM_OK);
+        static pf_ctx c;
+        memset(&c, 0, sizeof(c));
+        const tp_stage st[2] = {
+            {.fn = pf_item0, .ctx = &c, .n_items = 1, .prefetch = pf_prefetch0},
+            {.fn = pf_item1, .ctx = &c, .n_items = PF_ITEMS, .prefetch = pf_prefetch1}};
+        tp_run_stages(p, st, 2);
+        int got = 0, twice = 0;
+        for (int i = 0; i < PF_ITEMS; i++) {
+            got += atomic_load(&c.prefetched[1][i]) > 0;
+            twice += atomic_load(&c.prefetched[1][i]) > 1;
+        }
+        HM_CHECK_MSG(got > 0, "%d threads: no item of the closed stage was prefetched", n);
+        HM_CHECK_MSG(twice == 0, "%d threads: an item prefetched twice", n);
+        HM_CHECK_MSG(atomic_load(&c.prefetched[0][0]) == 0, "%d threads: an open stage prefetched", n);
+        HM_CHECK_MSG(atomic_load(&c.bad) == 0, "%d threads: prefetch of a wrong item", n);
+        tp_free(p);
+    }
+}
+
+HM_TEST_MAIN(test_many_jobs, test_barrier, test_bad_args, test_items, test_stages,
+             test_stage_prefetch)
