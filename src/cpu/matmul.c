@@ -51,6 +51,7 @@ static hm_status mm_kern_init(const quant_kernels *kern, uint32_t wtype, int64_t
                             hm_type_name(wtype));
     mk->dot = kern->dot[wtype];
     mk->act = kern->act[act];
+    mk->atype = act;
     mk->k = k;
     mk->wrow = hm_row_size(wtype, k);
     mk->arow = quant_act_row_size(act, k);
@@ -180,6 +181,18 @@ hm_status cpu_matmul_job_init(mm_job *j, const quant_kernels *kern, int n_mat,
 void cpu_matmul_job_quantize(mm_job *j, const float *x) {
     j->x = x;
     for (int64_t t = 0; t < j->n_tok; t++) mm_act_item(j, t, 0);
+}
+
+bool cpu_matmul_job_part_ok(const mm_job *j, int64_t i0, int64_t n) {
+    const mm_kern *mk = &j->m[0].mk;
+    return i0 >= 0 && n > 0 && i0 + n <= mk->k && quant_act_row_size(mk->atype, n) > 0 &&
+           (i0 == 0 || quant_act_row_size(mk->atype, i0) > 0);
+}
+
+void cpu_matmul_job_quantize_part(mm_job *j, const float *x, int64_t t, int64_t i0, int64_t n) {
+    const mm_kern *mk = &j->m[0].mk;
+    mk->act(x + (size_t)t * (size_t)mk->k + i0,
+            j->act + (size_t)t * mk->arow + quant_act_row_size(mk->atype, i0), n);
 }
 
 tp_stage cpu_matmul_job_stage(mm_job *j) {

@@ -17,6 +17,7 @@
 #define HM_CPU_MATMUL_H
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "base/status.h"
@@ -61,6 +62,7 @@ hm_status cpu_matmul_multi(tp_pool *pool, const quant_kernels *kern, int n_mat,
 typedef struct {
     quant_dot_tile_fn dot;
     quant_act_fn act;
+    quant_act atype;
     int64_t k;
     size_t wrow, arow; /* bytes of one weight row, one quantised activation row */
 } cpu_matmul_kern;
@@ -81,6 +83,12 @@ hm_status cpu_matmul_job_init(cpu_matmul_job *j, const quant_kernels *kern, int 
                               const cpu_matmul_mat *mats, int64_t k, int64_t n_tok, int nth,
                               void *scratch, size_t scratch_size, hm_error *err);
 void cpu_matmul_job_quantize(cpu_matmul_job *j, const float *x);
+/* The same in parts, e.g. by the items that wrote them: elements [i0, i0 + n) of token t's row x
+ * ([k] floats) into its activation row, the bytes cpu_matmul_job_quantize writes there. Only
+ * for parts cpu_matmul_job_part_ok accepts (i0 and n whole activation blocks: 256, 32 or 1). */
+bool cpu_matmul_job_part_ok(const cpu_matmul_job *j, int64_t i0, int64_t n);
+void cpu_matmul_job_quantize_part(cpu_matmul_job *j, const float *x, int64_t t, int64_t i0,
+                                  int64_t n);
 tp_stage cpu_matmul_job_stage(cpu_matmul_job *j);
 
 /* Grouped expert product. The expert tensor is ggml's 3-D [n_expert][n_rows][k] (GGUF ne =

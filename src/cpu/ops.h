@@ -175,6 +175,12 @@ void cpu_kv_clear(cpu_kv_layer *kv);
  * (converted to the cache types: f16 rounds to nearest even, q8_0 as quant_quantize_row). */
 hm_status cpu_kv_store(tp_pool *pool, cpu_kv_layer *kv, int64_t pos0, int64_t n_tok,
                        const float *k, const float *v, hm_error *err);
+/* cpu_kv_store by parts, e.g. from the items that computed them: kv head h of position pos
+ * (k, v: [head_dim] f32) into its slot, the bytes cpu_kv_store writes there (no block crosses
+ * a head); HM_ERR_RANGE (q8_0 cache, a value not finite) leaves the slot unmarked. Once every
+ * head of positions pos0..pos0+n_tok-1 is stored, cpu_kv_mark records them in slot_pos. */
+hm_status cpu_kv_store_head(cpu_kv_layer *kv, int64_t pos, int h, const float *k, const float *v);
+void cpu_kv_mark(cpu_kv_layer *kv, int64_t pos0, int64_t n_tok);
 
 typedef struct {
     int n_head;            /* query heads; n_head % kv->n_head_kv == 0; q head h reads kv head
@@ -226,6 +232,10 @@ typedef struct {
     int simd;                             /* ops_attn_{qk,pv}_avx2 */
     uint8_t *scratch;
     size_t per_thread;
+    /* may be set after cpu_attention_plan: called by the item that wrote out's heads [h0, h1)
+     * of token t, right after (e.g. to quantise them for the next product on that core) */
+    void (*on_out)(void *ctx, int64_t t, int h0, int h1);
+    void *on_out_ctx;
 } cpu_attn_job;
 hm_status cpu_attention_plan(cpu_attn_job *j, cpu_kv_layer *kv, const cpu_attn_args *a, int nth,
                              void *scratch, size_t scratch_size, hm_error *err);

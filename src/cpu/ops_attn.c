@@ -166,6 +166,22 @@ static void store_worker(void *ctx, int ith, int nth) {
     }
 }
 
+hm_status cpu_kv_store_head(cpu_kv_layer *kv, int64_t pos, int h, const float *k, const float *v) {
+    const int64_t s = pos % kv->n_slots;
+    uint8_t *kd = (uint8_t *)kv->k + (size_t)s * kv->k_row_size;
+    uint8_t *vd = (uint8_t *)kv->v + (size_t)s * kv->v_row_size;
+    hm_status st = quant_quantize_row(kv->type_k, k, kd + hm_row_size(kv->type_k, kv->head_dim) * (size_t)h,
+                                      kv->head_dim);
+    if (st == HM_OK)
+        st = quant_quantize_row(kv->type_v, v, vd + hm_row_size(kv->type_v, kv->head_dim) * (size_t)h,
+                                kv->head_dim);
+    return st;
+}
+
+void cpu_kv_mark(cpu_kv_layer *kv, int64_t pos0, int64_t n_tok) {
+    for (int64_t p = pos0; p < pos0 + n_tok; p++) kv->slot_pos[p % kv->n_slots] = p;
+}
+
 hm_status cpu_kv_store(tp_pool *pool, cpu_kv_layer *kv, int64_t pos0, int64_t n_tok,
                        const float *k, const float *v, hm_error *err) {
     if (pos0 < 0 || n_tok < 0 || !k || !v)
@@ -296,6 +312,7 @@ static void attn_item(attn_job *j, int64_t item, uint8_t *scr) {
         const float *ai = acc + (size_t)i * hd;
         for (int d = 0; d < hd; d++) o[d] = ai[d] / den[i];
     }
+    if (j->on_out) j->on_out(j->on_out_ctx, t, h0, h0 + nh);
 }
 
 static void attn_item_fn(void *ctx, int64_t it, int ith) {

@@ -256,6 +256,7 @@ typedef struct {
     cpu_matmul_job qkv, wo, router;
     cpu_rope_params rp;
     atomic_int head_fail; /* a heads-stage item's rope refused its arguments */
+    atomic_int kv_fail;   /* bit t: token t's K or V could not be stored */
     hm_status st;         /* of the `then` steps; a failed step skips the later ones */
     hm_error err;
 } front_job;
@@ -268,11 +269,13 @@ static void front_after_qkv(void *ctx) {
 
 /* Item i of the heads stage (q/k norms per head or none): one head of one token — q heads
  * first, then k heads — its bias, norm and rope: qkv_finish's steps on that head's row, which
- * they treat row by row, so the same bytes. */
+ * they treat row by row, so the same bytes. A k head's item also adds the v bias to v head hh
+ * and stores both into the KV cache (cpu_kv_store_head: cpu_kv_store's bytes). */
 static void front_head_item(void *ctx, int64_t i, int ith) {
     (void)ith;
     front_job *f = ctx;
     const hm_context *c = f->c;
+    const hm_layer *L = f->L;
     const hm_hparams *hp = &c->m->hp;
     const int nh = (int)hp->n_head, nkv = (int)hp->n_head_kv, hd = (int)hp->head_dim_k;
     const int64_t t = i / (nh + nkv);
@@ -280,26 +283,48 @@ static void front_head_item(void *ctx, int64_t i, int ith) {
     const bool is_q = h < nh;
     const int hh = is_q ? h : h - nh;
     float *row = (is_q ? c->q + t * nh * hd : c->k + t * nkv * hd) + (int64_t)hh * hd;
-    const hm_tensor *b = is_q ? &f->L->bq : &f->L->bk, *w = is_q ? &f->L->q_norm : &f->L->k_norm;
+    const hm_tensor *b = is_q ? &L->bq : &L->bk, *w = is_q ? &L->q_norm : &L->k_norm;
     if (b->data) cpu_add_bias(NULL, row, (const float *)b->data + (int64_t)hh * hd, 1, hd);
     if (c->m->desc->qk_norm == HM_QKNORM_HEAD) cpu_rmsnorm(NULL, row, w->data, row, 1, hd, hp->rms_eps);
     if (cpu_rope_with_table(NULL, row, 1, 1, hd, c->rope_cs + t * f->rp.n_dims, &f->rp, NULL) != HM_OK)
         atomic_store(&f->head_fail, 1);
+    if (is_q) return;
+    const int hv = (int)hp->head_dim_v;
+    float *vrow = c->v + (t * nkv + hh) * hv;
+    if (L->bv.data) cpu_add_bias(NULL, vrow, (const float *)L->bv.data + (int64_t)hh * hv, 1, hv);
+    if (cpu_kv_store_head(f->attn.kv, c->pos[t], hh, row, vrow) != HM_OK)
+        atomic_fetch_or(&f->kv_fail, 1 << t);
 }
 
-/* After the heads stage: the v bias, the KV store. */
+/* After the heads stage: the stored positions marked (a failed token's slot emptied, as
+ * cpu_kv_store does), then attention's check that it reads only cached positions. */
 static void front_after_heads(void *ctx) {
     front_job *f = ctx;
+    const int fail = atomic_load(&f->kv_fail);
+    cpu_kv_layer *kv = f->attn.kv;
+    cpu_kv_mark(kv, f->c->pos[0], f->n);
+    for (int t = 0; t < f->n; t++)
+        if (fail >> t & 1) kv->slot_pos[f->c->pos[t] % kv->n_slots] = -1;
     if (atomic_load(&f->head_fail))
         f->st = hm_error_set(&f->err, HM_ERR_ARG, "rope: arguments refused for %s",
                              f->c->m->desc->name);
-    add_bias(NULL, &f->L->bv, f->c->v, f->n, f->L->wv.ne[1]);
+    else if (fail)
+        f->st = hm_error_set(&f->err, HM_ERR_RANGE,
+                             "KV store: K or V of position %d is not finite (q8_0 cache)",
+                             f->c->pos[__builtin_ctz((unsigned)fail)]);
     if (f->st == HM_OK) f->st = cpu_attention_begin(NULL, &f->attn, &f->err);
 }
 
 static void front_after_attn(void *ctx) {
     front_job *f = ctx;
     if (f->st == HM_OK) cpu_matmul_job_quantize(&f->wo, f->c->attn);
+}
+
+/* An attention item's output heads, quantised for wo by the core that wrote them. */
+static void front_attn_out(void *ctx, int64_t t, int h0, int h1) {
+    front_job *f = ctx;
+    const int64_t hd = f->c->m->hp.head_dim_v;
+    cpu_matmul_job_quantize_part(&f->wo, f->c->attn, t, h0 * hd, (h1 - h0) * hd);
 }
 
 static void front_after_wo(void *ctx) {
@@ -321,10 +346,17 @@ static bool layer_front_staged(hm_context *c, int il, int n, hm_status *st, hm_e
     front_job f = {.c = c, .L = &c->m->layers[il], .n = n, .rp = hm_model_rope_params(c->m),
                    .st = HM_OK};
     atomic_init(&f.head_fail, 0);
+    atomic_init(&f.kv_fail, 0);
     const hm_layer *L = f.L;
     const int nth = tp_size(c->pool);
+    const hm_hparams *hp = &c->m->hp;
     cpu_matmul_mat q[3];
     f.aa = attn_args(c, il, n);
+    /* with per-head (or no) q/k norms, the heads are items of a stage of their own, which also
+     * store K and V (so attention stores nothing) */
+    const bool by_head = c->m->desc->qk_norm != HM_QKNORM_FULL &&
+                         hp->head_dim_k == hp->head_dim_v && c->kv[il].head_dim == hp->head_dim_k;
+    if (by_head) f.aa.k_new = f.aa.v_new = NULL;
     if (n > FWD_FEW_TOK || !qkv_mats(c, L, q) || !mm_fits(c, &L->wq, n) ||
         !mm_fits(c, &L->wo, n) || !mm_fits(c, &L->router, n) ||
         cpu_attention_scratch_size(&c->kv[il], &f.aa, nth) > c->attn_scratch_size)
@@ -343,17 +375,22 @@ static bool layer_front_staged(hm_context *c, int il, int n, hm_status *st, hm_e
     if (*st == HM_OK) *st = cpu_attention_plan(&f.attn, &c->kv[il], &f.aa, nth, c->attn_scratch,
                                                c->attn_scratch_size, err);
     if (*st != HM_OK) return true;
-    cpu_rmsnorm(NULL, c->x, L->attn_norm.data, c->xn, n, c->m->hp.n_embd, c->m->hp.rms_eps);
+    /* attention items quantise their own output heads for wo when those are whole blocks */
+    const int64_t hdv = hp->head_dim_v;
+    const bool out_by_item = cpu_matmul_job_part_ok(&f.wo, 0, f.attn.rep_per_sub * hdv) &&
+                             cpu_matmul_job_part_ok(&f.wo, 0, f.attn.n_rep * hdv);
+    if (out_by_item) {
+        f.attn.on_out = front_attn_out;
+        f.attn.on_out_ctx = &f;
+    }
+    cpu_rmsnorm(NULL, c->x, L->attn_norm.data, c->xn, n, hp->n_embd, hp->rms_eps);
     cpu_matmul_job_quantize(&f.qkv, c->xn);
-    /* q/k/v; with per-head (or no) q/k norms, the heads as items of their own stage */
-    const bool by_head = c->m->desc->qk_norm != HM_QKNORM_FULL;
-    const hm_hparams *hp = &c->m->hp;
     const tp_stage heads = {.fn = front_head_item, .ctx = &f,
                             .n_items = (int64_t)n * (hp->n_head + hp->n_head_kv),
                             .then = front_after_heads, .then_ctx = &f};
-    const tp_stage qkv = cpu_matmul_job_stage(&f.qkv);
+    const tp_stage qkv = cpu_matmul_job_stage(&f.qkv), attn = cpu_attention_stage(&f.attn);
     tp_stage stages[5] = {by_head ? qkv : stage_then(qkv, front_after_qkv, &f), heads,
-                          stage_then(cpu_attention_stage(&f.attn), front_after_attn, &f),
+                          out_by_item ? attn : stage_then(attn, front_after_attn, &f),
                           stage_then(cpu_matmul_job_stage(&f.wo), front_after_wo, &f),
                           cpu_matmul_job_stage(&f.router)};
     if (!by_head) memmove(&stages[1], &stages[2], 3 * sizeof(stages[0]));

@@ -2,7 +2,7 @@
  * (row, token) pair, with 1, 2 and 3 threads, batches 1..70, the best kernel table and the
  * reference table; skipped MoE slots are left untouched; bad ids and types are refused; the
  * fused forms (cpu_matmul_multi, cpu_moe_matmul_pair with a post step, the one-job expert FFN
- * cpu_moe_ffn) equal the single products. */
+ * cpu_moe_ffn) equal the single products; activation rows quantised in parts equal whole rows. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -246,6 +246,45 @@ static void test_multi(void) {
     }
 }
 
+/* A product job's activation rows quantised in parts (whole blocks) equal the whole-row
+ * quantisation; parts that are not whole blocks are refused. */
+static void test_job_parts(void) {
+    static const uint32_t types[3] = {HM_TYPE_Q4_K, HM_TYPE_Q8_0, HM_TYPE_F16};
+    static const int64_t blk[3] = {256, 32, 1};
+    const int64_t k = 1024, n_tok = 3;
+    hm_error err;
+    float *x = make_x(n_tok * k);
+    for (int i = 0; i < 3; i++) {
+        uint8_t *w = make_weights(types[i], 8, k);
+        float y[3 * 8];
+        const cpu_matmul_mat m = {.wtype = types[i], .w = w, .n_rows = 8, .y = y};
+        const size_t ss = cpu_matmul_scratch_size(types[i], k, n_tok);
+        uint8_t *sa = malloc(ss), *sb = malloc(ss);
+        cpu_matmul_job ja, jb;
+        HM_REQUIRE(cpu_matmul_job_init(&ja, NULL, 1, &m, k, n_tok, 2, sa, ss, &err) == HM_OK);
+        HM_REQUIRE(cpu_matmul_job_init(&jb, NULL, 1, &m, k, n_tok, 2, sb, ss, &err) == HM_OK);
+        memset(sb, 0xA5, ss);
+        cpu_matmul_job_quantize(&ja, x);
+        for (int64_t t = n_tok - 1; t >= 0; t--) /* parts of 2 blocks and 1 block, out of order */
+            for (int64_t i0 = 0; i0 < k;) {
+                const int64_t n = (i0 / blk[i]) % 3 == 0 && i0 + 2 * blk[i] <= k ? 2 * blk[i] : blk[i];
+                HM_REQUIRE(cpu_matmul_job_part_ok(&jb, i0, n));
+                cpu_matmul_job_quantize_part(&jb, x, t, i0, n);
+                i0 += n;
+            }
+        HM_CHECK_MSG(memcmp(sa, sb, ss) == 0, "%s: activation parts differ from the row",
+                     hm_type_name(types[i]));
+        HM_CHECK(!cpu_matmul_job_part_ok(&jb, 0, k + blk[i]) && !cpu_matmul_job_part_ok(&jb, -1, 1));
+        if (blk[i] > 1)
+            HM_CHECK(!cpu_matmul_job_part_ok(&jb, blk[i] / 2, blk[i]) &&
+                     !cpu_matmul_job_part_ok(&jb, 0, blk[i] + 1));
+        free(w);
+        free(sa);
+        free(sb);
+    }
+    free(x);
+}
+
 /* cpu_moe_ffn (gate/up + post + down in one job) gives exactly the two-job results. */
 enum { FFN_F = 256 };
 static void post_mix_f(void *ctx, int64_t p, int64_t r0, int64_t r1) {
@@ -300,4 +339,5 @@ static void test_moe_ffn(void) {
     HM_CHECK_MSG(bad == 0, "moe ffn differs from the two-job products in %d of %d runs", bad, runs);
 }
 
-HM_TEST_MAIN(test_matmul_all, test_matmul_errors, test_moe, test_multi, test_moe_ffn)
+HM_TEST_MAIN(test_matmul_all, test_matmul_errors, test_moe, test_multi, test_job_parts,
+             test_moe_ffn)

@@ -1,7 +1,8 @@
 /* test_ops_attn.c - attention over the KV cache ring against a double-precision reference
  * written here: GQA, causal prompt batches and decode steps, sliding window with a ring that
  * wraps, sinks, f32/f16/q8_0 caches; bit-identical results for 1, 2, 3 threads, for a batch
- * versus token-by-token and for the SIMD versus scalar kernels; the cache's error cases. */
+ * versus token-by-token and for the SIMD versus scalar kernels; the cache's error cases; K/V
+ * stored head by head equal to whole rows. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -264,6 +265,39 @@ static void test_kv_errors(void) {
     cpu_kv_free(&kv);
 }
 
+/* cpu_kv_store_head, head by head, writes cpu_kv_store's bytes; a non-finite q8_0 head fails */
+static void test_kv_store_head(void) {
+    static const uint32_t types[3] = {HM_TYPE_F32, HM_TYPE_F16, HM_TYPE_Q8_0};
+    enum { NKV = 3, HD = 64, SLOTS = 5 };
+    float k[2][NKV * HD], v[2][NKV * HD];
+    for (int t = 0; t < 2; t++)
+        for (int i = 0; i < NKV * HD; i++) k[t][i] = frand(-3, 3), v[t][i] = frand(-3, 3);
+    hm_error err;
+    for (int ti = 0; ti < 3; ti++) {
+        cpu_kv_layer a, b;
+        HM_REQUIRE(cpu_kv_init(&a, types[ti], types[2 - ti], NKV, HD, SLOTS, &err) == HM_OK);
+        HM_REQUIRE(cpu_kv_init(&b, types[ti], types[2 - ti], NKV, HD, SLOTS, &err) == HM_OK);
+        HM_REQUIRE(cpu_kv_store(NULL, &a, 4, 2, &k[0][0], &v[0][0], &err) == HM_OK); /* slots 4, 0 */
+        for (int t = 0; t < 2; t++)
+            for (int h = NKV - 1; h >= 0; h--) /* any order */
+                HM_CHECK(cpu_kv_store_head(&b, 4 + t, h, &k[t][h * HD], &v[t][h * HD]) == HM_OK);
+        HM_CHECK(b.slot_pos[4] == -1 && b.slot_pos[0] == -1); /* not marked yet */
+        cpu_kv_mark(&b, 4, 2);
+        HM_CHECK(b.slot_pos[4] == 4 && b.slot_pos[0] == 5);
+        HM_CHECK_MSG(memcmp(a.k, b.k, a.k_row_size * SLOTS) == 0 &&
+                         memcmp(a.v, b.v, a.v_row_size * SLOTS) == 0,
+                     "K/V %s/%s: stored by head differs", hm_type_name(types[ti]),
+                     hm_type_name(types[2 - ti]));
+        float bad[HD];
+        memcpy(bad, &v[0][0], sizeof(bad));
+        bad[7] = INFINITY;
+        HM_CHECK(cpu_kv_store_head(&b, 6, 1, &k[0][0], bad) ==
+                 (types[2 - ti] == HM_TYPE_Q8_0 ? HM_ERR_RANGE : HM_OK));
+        cpu_kv_free(&a);
+        cpu_kv_free(&b);
+    }
+}
+
 static void test_cleanup(void) {
     for (int i = 0; i < 3; i++) {
         tp_free(pools[i]);
@@ -271,4 +305,5 @@ static void test_cleanup(void) {
     }
 }
 
-HM_TEST_MAIN(test_attention_full, test_attention_window_sinks, test_kv_errors, test_cleanup)
+HM_TEST_MAIN(test_attention_full, test_attention_window_sinks, test_kv_errors, test_kv_store_head,
+             test_cleanup)
