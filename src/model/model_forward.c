@@ -14,10 +14,13 @@
  *
  * Decode (up to FWD_FEW_TOK tokens) pays for every pool job (wake the threads, wait for the
  * slowest) more than for most of its ops, so a layer is two jobs: the front of the layer — q/k/v,
- * attention, wo and the router product — is one staged job (tp_run_stages; the small steps
- * between the products run on the thread that finishes a stage: biases, norms, rope, the KV
- * store, the next product's activation quantisation), and the expert FFN is one (cpu_moe_ffn).
- * Both paths call the same step functions and kernels, so they give the same bytes.
+ * attention, wo and the router product — is one staged job (tp_run_stages), and the expert FFN
+ * is one (cpu_moe_ffn). In the front job the small steps run where their data is: each q/k head
+ * is an item (bias, norm, rope; a k head also stores K and V), each attention item quantises
+ * the output heads it wrote for wo; what needs a whole row (the residual add and the FFN norm,
+ * a whole-projection q/k norm) runs on the thread that finishes the stage before. A thread
+ * waiting for the next stage prefetches the weight (or KV) rows of the item it holds. Both
+ * paths call the same step functions and kernels, so they give the same bytes.
  *
  * Buffers (nu = n_ubatch, n = tokens in this ubatch; shapes in model_internal.h):
  *   x [n][n_embd] residual; xn [n][n_embd] normed; q/k/v projections; attn [n][n_head*hd];
