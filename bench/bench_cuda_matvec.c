@@ -34,6 +34,8 @@ int main(void) {
 #else
 #include <cuda_runtime_api.h>
 
+#include "bench_cuda_util.h"
+
 #define CALLS 32 /* calls per captured graph */
 
 static uint64_t g_rng = 0x243f6a8885a308d3ull;
@@ -72,33 +74,6 @@ static void *dev_weights(uint32_t t, int64_t rows, int64_t k) {
     free(h);
     free(f);
     return d;
-}
-
-static double copy_gbs(int reps) {
-    const size_t n = (size_t)1 << 30;
-    void *a, *b;
-    CK(cudaMalloc(&a, n));
-    CK(cudaMalloc(&b, n));
-    CK(cudaMemset(a, 1, n));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    double best = 0;
-    for (int r = 0; r < reps + 1; r++) {
-        CK(cudaEventRecord(e0, 0));
-        CK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, 0));
-        CK(cudaEventRecord(e1, 0));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        const double gbs = 2.0 * (double)n / (ms * 1e-3) / 1e9;
-        if (r > 0 && gbs > best) best = gbs;
-    }
-    cudaFree(a);
-    cudaFree(b);
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    return best;
 }
 
 typedef enum { CASE_MATVEC, CASE_MOE_DOWN, CASE_MOE_GATE_UP } bench_case;
@@ -192,23 +167,9 @@ static double run_case(bench_case c, uint32_t t, int ntok, int reps, double *byt
         return 0;
     }
     CK(cudaGraphInstantiate(&exec, graph, 0));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    double best = 1e30;
-    for (int r = 0; r < reps + 1; r++) {
-        CK(cudaEventRecord(e0, st));
-        CK(cudaGraphLaunch(exec, st));
-        CK(cudaEventRecord(e1, st));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (r > 0 && ms * 1e-3 / CALLS < best) best = ms * 1e-3 / CALLS;
-    }
+    const double best = bench_graph_best_s(exec, st, reps) / CALLS;
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
     for (int i = 0; i < ncopies; i++) cudaFree(w[i]);
     cudaFree(w2);
     cudaFree(dx);
@@ -246,7 +207,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_cuda_matvec: no CUDA device%s%s\n", err.msg[0] ? ": " : "", err.msg);
         return 1;
     }
-    const double copy = copy_gbs(reps);
+    const double copy = bench_copy_gbs(reps);
     if (json)
         printf("{\"device\": \"%s\", \"ntok\": %d, \"copy_gbs\": %.1f, \"cases\": [", dev[0].name, ntok, copy);
     else {

@@ -31,6 +31,8 @@ int main(void) {
 #else
 #include <cuda_runtime_api.h>
 
+#include "bench_cuda_util.h"
+
 #define CK(call)                                                                          \
     do {                                                                                  \
         cudaError_t e_ = (call);                                                          \
@@ -39,33 +41,6 @@ int main(void) {
             exit(1);                                                                      \
         }                                                                                 \
     } while (0)
-
-static double copy_gbs(int reps) {
-    const size_t n = (size_t)1 << 30;
-    void *a, *b;
-    CK(cudaMalloc(&a, n));
-    CK(cudaMalloc(&b, n));
-    CK(cudaMemset(a, 1, n));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    double best = 0;
-    for (int r = 0; r < reps + 1; r++) {
-        CK(cudaEventRecord(e0, 0));
-        CK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, 0));
-        CK(cudaEventRecord(e1, 0));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        const double gbs = 2.0 * (double)n / (ms * 1e-3) / 1e9;
-        if (r > 0 && gbs > best) best = gbs;
-    }
-    CK(cudaFree(a));
-    CK(cudaFree(b));
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
-    return best;
-}
 
 /* best seconds of one run of every layer (a graph replayed reps times) */
 static double time_mode(cuda_phases_mode mode, const cuda_phases_args *a, int reps) {
@@ -84,21 +59,11 @@ static double time_mode(cuda_phases_mode mode, const cuda_phases_args *a, int re
         exit(1);
     }
     CK(cudaGraphInstantiate(&ge, g, 0));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    double best = 1e30;
-    for (int r = 0; r < reps + 1; r++) {
-        CK(cudaEventRecord(e0, st));
-        CK(cudaGraphLaunch(ge, st));
-        CK(cudaEventRecord(e1, st));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (r > 0 && ms * 1e-3 < best) best = ms * 1e-3;
+    const double best = bench_graph_best_s(ge, st, reps);
+    if (best == 0) {
+        fprintf(stderr, "bench_cuda_phases: a replay failed: %s\n", cudaGetErrorString(cudaGetLastError()));
+        exit(1);
     }
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
     CK(cudaGraphExecDestroy(ge));
     CK(cudaGraphDestroy(g));
     CK(cudaStreamDestroy(st));
@@ -149,7 +114,7 @@ int main(int argc, char **argv) {
     CK(cudaMemset(w, 0x5a, layer * (size_t)a.n_layer));
     a.w = w;
     CK(cudaMalloc((void **)&a.scratch, cuda_phases_scratch_words() * sizeof(uint32_t)));
-    const double copy = copy_gbs(reps);
+    const double copy = bench_copy_gbs(reps);
     printf("device: %s (%d SMs), %s layer: %d phases, %.2f MB, %d layers; copy %.1f GB/s; "
            "persistent: %d blocks (%d fit); best of %d\n\n",
            info.name, info.sm_count, model, a.n_phase, (double)layer / 1e6, a.n_layer, copy,
