@@ -125,6 +125,7 @@ static void mm_item(void *ctx, int64_t it, int ith) {
     int64_t r0, r1;
     const mm_mat *m = mm_item_rows(j, it, &r0, &r1);
     mm_rows(&m->mk, m->w, r0, r1, j->act, j->n_tok, m->y + r0, (size_t)m->n_rows);
+    if (j->on_rows) j->on_rows(j->on_rows_ctx, (int)(m - j->m), r0, r1);
 }
 
 /* The weight rows of item it into the calling core's L2 (prefetcht1): the thread runs the item

@@ -78,6 +78,10 @@ typedef struct {
     int64_t n_tok, n_items;
     const float *x;
     uint8_t *act; /* [n_tok] quantised rows of m[0].mk.arow bytes (shared by every matrix) */
+    /* may be set after cpu_matmul_job_init: called by the item that wrote rows [r0, r1) of
+     * matrix mi's y (every token), right after (e.g. a bias and a residual add on that core) */
+    void (*on_rows)(void *ctx, int mi, int64_t r0, int64_t r1);
+    void *on_rows_ctx;
 } cpu_matmul_job;
 hm_status cpu_matmul_job_init(cpu_matmul_job *j, const quant_kernels *kern, int n_mat,
                               const cpu_matmul_mat *mats, int64_t k, int64_t n_tok, int nth,

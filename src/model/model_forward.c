@@ -330,10 +330,26 @@ static void front_attn_out(void *ctx, int64_t t, int h0, int h1) {
     cpu_matmul_job_quantize_part(&f->wo, f->c->attn, t, h0 * hd, (h1 - h0) * hd);
 }
 
+/* A wo item's rows [r0, r1): wo_finish's bias and residual add there, by the core that wrote
+ * them (elementwise, so the same bytes); the FFN norm stays for the stage's `then`. */
+static void front_wo_rows(void *ctx, int mi, int64_t r0, int64_t r1) {
+    (void)mi;
+    front_job *f = ctx;
+    const hm_context *c = f->c;
+    const int64_t E = c->m->hp.n_embd;
+    for (int t = 0; t < f->n; t++) {
+        float *p = c->proj + t * E + r0, *x = c->x + t * E + r0;
+        if (f->L->bo.data) cpu_add_bias(NULL, p, (const float *)f->L->bo.data + r0, 1, r1 - r0);
+        cpu_add(NULL, x, p, x, r1 - r0);
+    }
+}
+
+/* After the wo stage: the FFN norm of the whole residual row, the router's activations. */
 static void front_after_wo(void *ctx) {
     front_job *f = ctx;
     if (f->st != HM_OK) return;
-    wo_finish(f->c, f->L, f->n, NULL);
+    const hm_hparams *hp = &f->c->m->hp;
+    cpu_rmsnorm(NULL, f->c->x, f->L->ffn_norm.data, f->c->xn, f->n, hp->n_embd, hp->rms_eps);
     cpu_matmul_job_quantize(&f->router, f->c->xn);
 }
 
@@ -392,6 +408,8 @@ static bool layer_front_staged(hm_context *c, int il, int n, hm_status *st, hm_e
                             .n_items = (int64_t)n * (hp->n_head + hp->n_head_kv),
                             .then = front_after_heads, .then_ctx = &f};
     const tp_stage qkv = cpu_matmul_job_stage(&f.qkv), attn = cpu_attention_stage(&f.attn);
+    f.wo.on_rows = front_wo_rows; /* wo_finish's bias and residual add in the wo items */
+    f.wo.on_rows_ctx = &f;
     tp_stage stages[5] = {by_head ? qkv : stage_then(qkv, front_after_qkv, &f), heads,
                           out_by_item ? attn : stage_then(attn, front_after_attn, &f),
                           stage_then(cpu_matmul_job_stage(&f.wo), front_after_wo, &f),

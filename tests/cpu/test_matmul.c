@@ -2,7 +2,8 @@
  * (row, token) pair, with 1, 2 and 3 threads, batches 1..70, the best kernel table and the
  * reference table; skipped MoE slots are left untouched; bad ids and types are refused; the
  * fused forms (cpu_matmul_multi, cpu_moe_matmul_pair with a post step, the one-job expert FFN
- * cpu_moe_ffn) equal the single products; activation rows quantised in parts equal whole rows. */
+ * cpu_moe_ffn) equal the single products; activation rows quantised in parts equal whole rows;
+ * a product job's on_rows hook sees every row once, after it is written. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -285,6 +286,65 @@ static void test_job_parts(void) {
     free(x);
 }
 
+/* A product job run as a stage calls on_rows once for every row of every matrix, after the
+ * rows are written. */
+typedef struct {
+    const float *y[2];
+    const float *want[2];
+    int seen[2][300];
+    int bad;
+} rows_seen;
+
+static void count_rows(void *ctx, int mi, int64_t r0, int64_t r1) {
+    rows_seen *s = ctx;
+    for (int64_t r = r0; r < r1; r++) {
+        s->seen[mi][r]++;
+        s->bad += s->y[mi][r] != s->want[mi][r]; /* written before the call */
+    }
+}
+
+static void test_job_on_rows(void) {
+    const int64_t k = 512, rows[2] = {300, 37};
+    hm_error err;
+    float *x = make_x(k);
+    tp_pool *pool = NULL;
+    HM_REQUIRE(tp_init(3, &pool, NULL) == HM_OK);
+    cpu_matmul_mat m[2];
+    float *want[2];
+    for (int i = 0; i < 2; i++) {
+        m[i] = (cpu_matmul_mat){.wtype = HM_TYPE_Q4_K, .w = make_weights(HM_TYPE_Q4_K, rows[i], k),
+                                .n_rows = rows[i], .y = calloc((size_t)rows[i], sizeof(float))};
+        want[i] = malloc(sizeof(float) * (size_t)rows[i]);
+        HM_REQUIRE(cpu_matmul(NULL, NULL, HM_TYPE_Q4_K, m[i].w, rows[i], k, x, 1, want[i], NULL, 0,
+                              &err) == HM_OK);
+    }
+    const size_t ss = cpu_matmul_scratch_size(HM_TYPE_Q4_K, k, 1);
+    void *scr = malloc(ss);
+    cpu_matmul_job j;
+    HM_REQUIRE(cpu_matmul_job_init(&j, NULL, 2, m, k, 1, 3, scr, ss, &err) == HM_OK);
+    static rows_seen s;
+    memset(&s, 0, sizeof(s));
+    s.y[0] = m[0].y, s.y[1] = m[1].y, s.want[0] = want[0], s.want[1] = want[1];
+    j.on_rows = count_rows;
+    j.on_rows_ctx = &s;
+    cpu_matmul_job_quantize(&j, x);
+    const tp_stage st = cpu_matmul_job_stage(&j);
+    tp_run_stages(pool, &st, 1);
+    int wrong = 0;
+    for (int i = 0; i < 2; i++)
+        for (int64_t r = 0; r < rows[i]; r++) wrong += s.seen[i][r] != 1;
+    HM_CHECK_MSG(wrong == 0, "%d rows not seen exactly once", wrong);
+    HM_CHECK_MSG(s.bad == 0, "%d rows seen before they were written", s.bad);
+    for (int i = 0; i < 2; i++) {
+        free((void *)m[i].w);
+        free(m[i].y);
+        free(want[i]);
+    }
+    free(scr);
+    free(x);
+    tp_free(pool);
+}
+
 /* cpu_moe_ffn (gate/up + post + down in one job) gives exactly the two-job results. */
 enum { FFN_F = 256 };
 static void post_mix_f(void *ctx, int64_t p, int64_t r0, int64_t r1) {
@@ -340,4 +400,4 @@ static void test_moe_ffn(void) {
 }
 
 HM_TEST_MAIN(test_matmul_all, test_matmul_errors, test_moe, test_multi, test_job_parts,
-             test_moe_ffn)
+             test_job_on_rows, test_moe_ffn)
