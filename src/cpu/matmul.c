@@ -19,6 +19,7 @@
  * products and the steps between them in one staged job (tp_run_stages).
  */
 #include "cpu/matmul.h"
+#include "cpu/ops.h"
 
 #include <sched.h>
 #include <stdatomic.h>
@@ -428,7 +429,34 @@ typedef struct {
     atomic_llong *done;   /* [n_expert] gate/up items finished */
     atomic_int *ready;    /* [n_expert] 1 once the expert's down inputs are quantised */
     int64_t per_expert;   /* gate/up items of a selected expert */
+    const cpu_moe_sum *sum;
+    atomic_int *chunk_done; /* [down row chunks] down items finished (with sum) */
+    int n_active;           /* experts with pairs: down items per row chunk */
 } ffn_job;
+
+/* Rows [r0, r1) of every token's slot sum, once every slot's down rows there are done. */
+static void ffn_sum_rows(const ffn_job *f, int64_t r0, int64_t r1) {
+    const cpu_moe_args *d = f->dn.a;
+    const cpu_moe_sum *sm = f->sum;
+    const int64_t n = d->n_rows;
+    for (int64_t t = 0; t < d->n_tok; t++) {
+        float *ys = d->y + (size_t)(t * d->n_used) * (size_t)n;
+        const int32_t *ids = d->ids + t * d->n_used;
+        if (sm->bias)
+            for (int s = 0; s < d->n_used; s++) {
+                if (ids[s] < 0) continue;
+                float *y = ys + (size_t)s * (size_t)n;
+                const float *b = sm->bias + (size_t)ids[s] * (size_t)n;
+                for (int64_t r = r0; r < r1; r++) y[r] = y[r] + b[r];
+            }
+        float *out = sm->out + (size_t)t * (size_t)n;
+        cpu_moe_combine_rows(ys, sm->w + t * d->n_used, ids, d->n_used, n, r0, r1, out);
+        if (sm->residual) {
+            float *x = sm->residual + (size_t)t * (size_t)n;
+            for (int64_t r = r0; r < r1; r++) x[r] = x[r] + out[r];
+        }
+    }
+}
 
 static int64_t item_expert(const int64_t *item0, int64_t n_expert, int64_t it) {
     int64_t lo = 0, hi = n_expert; /* expert e with item0[e] <= it < item0[e + 1] */
@@ -460,29 +488,37 @@ static void ffn_item(void *ctx, int64_t it, int ith) {
         if (++spins < 256) MM_RELAX();
         else sched_yield(); /* more threads than cores: let the holder of the item run */
     moe_item(&f->dn, id, ith);
+    if (!f->sum) return;
+    const int64_t c = id - f->dn.item0[e], r0 = c * f->dn.chunk; /* its row chunk */
+    if (atomic_fetch_add_explicit(&f->chunk_done[c], 1, memory_order_acq_rel) + 1 == f->n_active)
+        ffn_sum_rows(f, r0, r0 + f->dn.chunk < f->dn.a->n_rows ? r0 + f->dn.chunk : f->dn.a->n_rows);
 }
 
+/* scratch: gate/up layout, down layout, done[n_expert], ready[n_expert], chunk_done[down rows /
+ * MM_ROW_ALIGN + 1] (row chunks are whole MM_ROW_ALIGN groups) */
 static size_t ffn_scratch(const moe_layout *lg, const moe_layout *ld, int64_t n_expert,
-                          size_t *o_dn, size_t *o_done, size_t *o_ready) {
+                          int64_t down_rows, size_t *o_dn, size_t *o_done, size_t *o_ready,
+                          size_t *o_chunks) {
     *o_dn = lg->total;
     *o_done = mm_align(*o_dn + ld->total);
     *o_ready = mm_align(*o_done + (size_t)n_expert * sizeof(atomic_llong));
-    return mm_align(*o_ready + (size_t)n_expert * sizeof(atomic_int));
+    *o_chunks = mm_align(*o_ready + (size_t)n_expert * sizeof(atomic_int));
+    return mm_align(*o_chunks + (size_t)(down_rows / MM_ROW_ALIGN + 1) * sizeof(atomic_int));
 }
 
 size_t cpu_moe_ffn_scratch_size(const cpu_moe_args *gate, const cpu_moe_args *down) {
     moe_layout lg, ld;
     if (!moe_layout_get(gate, &lg) || !moe_layout_get(down, &ld)) return 0;
-    size_t a, b, c;
-    return ffn_scratch(&lg, &ld, gate->n_expert, &a, &b, &c);
+    size_t a, b, c, d;
+    return ffn_scratch(&lg, &ld, gate->n_expert, down->n_rows, &a, &b, &c, &d);
 }
 
 hm_status cpu_moe_ffn(tp_pool *pool, const quant_kernels *kern, const cpu_moe_args *gate,
                       const cpu_moe_args *up, cpu_moe_post_fn post, void *post_ctx,
-                      const cpu_moe_args *down, void *scratch, size_t scratch_size,
-                      hm_error *err) {
+                      const cpu_moe_args *down, const cpu_moe_sum *sum, void *scratch,
+                      size_t scratch_size, hm_error *err) {
     kern = mm_default_kern(kern);
-    ffn_job f;
+    ffn_job f = {.sum = sum};
     moe_layout lg, ld;
     hm_status st = moe_check(kern, gate, up, post, post_ctx, &f.gu, &lg, err);
     if (st == HM_OK) st = moe_check(kern, down, NULL, NULL, NULL, &f.dn, &ld, err);
@@ -492,8 +528,11 @@ hm_status cpu_moe_ffn(tp_pool *pool, const quant_kernels *kern, const cpu_moe_ar
         down->n_expert != gate->n_expert || down->k != gate->n_rows)
         return hm_error_set(err, HM_ERR_ARG, "moe ffn: down must read the gate product per slot "
                             "(same ids, tokens, experts; k = the gate's rows)");
-    size_t o_dn, o_done, o_ready;
-    const size_t need = ffn_scratch(&lg, &ld, gate->n_expert, &o_dn, &o_done, &o_ready);
+    if (sum && (!sum->w || !sum->out))
+        return hm_error_set(err, HM_ERR_ARG, "moe ffn: a slot sum needs weights and an output");
+    size_t o_dn, o_done, o_ready, o_chunks;
+    const size_t need = ffn_scratch(&lg, &ld, gate->n_expert, down->n_rows, &o_dn, &o_done,
+                                    &o_ready, &o_chunks);
     void *own = NULL;
     if (!scratch) {
         scratch = own = malloc(need);
@@ -506,14 +545,19 @@ hm_status cpu_moe_ffn(tp_pool *pool, const quant_kernels *kern, const cpu_moe_ar
     moe_plan(&f.dn, down, &ld, s + o_dn, tp_size(pool));
     f.done = (atomic_llong *)(void *)(s + o_done);
     f.ready = (atomic_int *)(void *)(s + o_ready);
+    f.chunk_done = (atomic_int *)(void *)(s + o_chunks);
     for (int64_t e = 0; e < gate->n_expert; e++) {
         atomic_init(&f.done[e], 0);
         atomic_init(&f.ready[e], 0);
+        f.n_active += f.dn.item0[e + 1] > f.dn.item0[e];
     }
+    for (int64_t c = 0; c <= down->n_rows / MM_ROW_ALIGN; c++) atomic_init(&f.chunk_done[c], 0);
     f.per_expert = (gate->n_rows + f.gu.chunk - 1) / f.gu.chunk;
     if (f.gu.n_pairs > 0) {
         moe_acts(pool, &f.gu);
         tp_run_items(pool, ffn_item, &f, f.gu.item0[gate->n_expert] + f.dn.item0[down->n_expert]);
+    } else if (sum) {
+        ffn_sum_rows(&f, 0, down->n_rows); /* no slot ran: a sum of nothing */
     }
     free(own);
     return HM_OK;

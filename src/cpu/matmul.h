@@ -135,9 +135,19 @@ hm_status cpu_moe_matmul_pair(tp_pool *pool, const quant_kernels *kern, const cp
  * down must read gate->y per slot (x_per_slot 1, same ids, k = gate->n_rows). Results are those
  * of cpu_moe_matmul_pair followed by cpu_moe_matmul(down). */
 size_t cpu_moe_ffn_scratch_size(const cpu_moe_args *gate, const cpu_moe_args *down);
+/* Optional: the slots' weighted sum inside the same job. Once every expert's down rows of a row
+ * chunk are done, the thread finishing the last of them adds the down bias to those rows of
+ * every slot (cpu_moe_add_bias), sums them (cpu_moe_combine_rows) into out and adds out to
+ * residual (x + out): the bytes of those calls after the job, by the cores that hold the rows. */
+typedef struct {
+    const float *w;     /* [n_tok][n_used] slot weights */
+    const float *bias;  /* [n_expert][down rows] or NULL */
+    float *out;         /* [n_tok][down rows] */
+    float *residual;    /* [n_tok][down rows] or NULL */
+} cpu_moe_sum;
 hm_status cpu_moe_ffn(tp_pool *pool, const quant_kernels *kern, const cpu_moe_args *gate,
                       const cpu_moe_args *up, cpu_moe_post_fn post, void *post_ctx,
-                      const cpu_moe_args *down, void *scratch, size_t scratch_size,
-                      hm_error *err);
+                      const cpu_moe_args *down, const cpu_moe_sum *sum, void *scratch,
+                      size_t scratch_size, hm_error *err);
 
 #endif

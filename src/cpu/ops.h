@@ -61,6 +61,10 @@ void cpu_moe_add_bias(tp_pool *pool, float *y, const float *bias, const int32_t 
  * out: [n_tok][n]. out must not alias y. */
 void cpu_moe_combine(tp_pool *pool, const float *y, const float *w, const int32_t *ids,
                      int64_t n_tok, int n_used, int64_t n, float *out);
+/* Elements [r0, r1) of one token's cpu_moe_combine, its bytes: y [n_used][n] of that token,
+ * w and ids [n_used] (ids NULL = none skipped), out [n]. */
+void cpu_moe_combine_rows(const float *y, const float *w, const int32_t *ids, int n_used,
+                          int64_t n, int64_t r0, int64_t r1, float *out);
 
 /* ------------------------------------------------------------------ activations */
 /* silu(x) = x / (1 + hm_expf(-x)); sigmoid(x) = 1 / (1 + hm_expf(-x)) (ops_math.h). */

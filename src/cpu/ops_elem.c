@@ -192,7 +192,7 @@ static void row_range(const row_job *j, int64_t r0, int64_t r1) {
         }
         case ROW_COMBINE: { /* row r = token r */
             if (j->simd) {
-                ops_combine_row_avx2(j->x + r * j->n_used * n, j->w + r * j->n_used,
+                ops_combine_row_avx2(j->x + r * j->n_used * n, (size_t)n, j->w + r * j->n_used,
                                      j->ids ? j->ids + r * j->n_used : NULL, j->n_used, n, y);
                 break;
             }
@@ -237,6 +237,22 @@ void cpu_moe_add_bias(tp_pool *pool, float *y, const float *bias, const int32_t 
                       int64_t n_tok, int n_used, int64_t n) {
     row_job j = {ROW_MOE_BIAS, NULL, bias, y, ids, n_tok * n_used, n, 0, 0, 0};
     row_run(pool, &j, n_tok * n_used * n);
+}
+
+void cpu_moe_combine_rows(const float *y, const float *w, const int32_t *ids, int n_used,
+                          int64_t n, int64_t r0, int64_t r1, float *out) {
+    if (r1 <= r0) return;
+    if (hm_cpu_has_avx2()) {
+        ops_combine_row_avx2(y + r0, (size_t)n, w, ids, n_used, r1 - r0, out + r0);
+        return;
+    }
+    for (int64_t i = r0; i < r1; i++) out[i] = 0.0f;
+    for (int s = 0; s < n_used; s++) {
+        if (ids && ids[s] < 0) continue;
+        const float ws = w[s];
+        const float *ys = y + (int64_t)s * n;
+        for (int64_t i = r0; i < r1; i++) out[i] = out[i] + ws * ys[i];
+    }
 }
 
 void cpu_moe_combine(tp_pool *pool, const float *y, const float *w, const int32_t *ids,

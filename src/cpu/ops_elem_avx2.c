@@ -110,15 +110,15 @@ void ops_rmsnorm_row_avx2(const float *x, const float *w, float *y, int64_t n, f
     }
 }
 
-void ops_combine_row_avx2(const float *ys, const float *w, const int32_t *ids, int n_used,
-                          int64_t n, float *out) {
+void ops_combine_row_avx2(const float *ys, size_t stride, const float *w, const int32_t *ids,
+                          int n_used, int64_t n, float *out) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         __m256 acc = _mm256_setzero_ps();
         for (int s = 0; s < n_used; s++) {
             if (ids && ids[s] < 0) continue;
             acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(w[s]),
-                                                   _mm256_loadu_ps(ys + (int64_t)s * n + i)));
+                                                   _mm256_loadu_ps(ys + (size_t)s * stride + (size_t)i)));
         }
         _mm256_storeu_ps(out + i, acc);
     }
@@ -126,7 +126,7 @@ void ops_combine_row_avx2(const float *ys, const float *w, const int32_t *ids, i
         float acc = 0.0f;
         for (int s = 0; s < n_used; s++) {
             if (ids && ids[s] < 0) continue;
-            acc = acc + w[s] * ys[(int64_t)s * n + i];
+            acc = acc + w[s] * ys[(size_t)s * stride + (size_t)i];
         }
         out[i] = acc;
     }

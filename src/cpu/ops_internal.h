@@ -40,12 +40,12 @@ void ops_act_avx2(int op, const float *a, const float *b, float *y, int64_t n, f
                   float limit);
 
 /* ops_elem.c's rmsnorm of one row (32 double chains, the tree, then (x * s) * w) and slot
- * combine of one token (out[i] = ((0 + w[0]*ys[0][i]) + w[1]*ys[1][i]) + ..., slots with
- * ids[s] < 0 skipped, ids NULL = none; ys: [n_used][n]), with the same operations vectorised
- * across elements: bit-identical (ops_elem_avx2.c; AVX2 only). */
+ * combine of one token (out[i] = ((0 + w[0]*ys[0][i]) + w[1]*ys[1][i]) + ..., i < n, slots with
+ * ids[s] < 0 skipped, ids NULL = none; slot s's row at ys + s * stride), with the same
+ * operations vectorised across elements: bit-identical (ops_elem_avx2.c; AVX2 only). */
 void ops_rmsnorm_row_avx2(const float *x, const float *w, float *y, int64_t n, float eps);
-void ops_combine_row_avx2(const float *ys, const float *w, const int32_t *ids, int n_used,
-                          int64_t n, float *out);
+void ops_combine_row_avx2(const float *ys, size_t stride, const float *w, const int32_t *ids,
+                          int n_used, int64_t n, float *out);
 
 /* ops_rope.c's neox rotation of n_head heads of one token with cs [n_pairs][2] (c, s), n_pairs
  * <= 512: xa[i] = x0 * c - x1 * s, xb[i] = x0 * s + x1 * c, vectorised over i (bit-identical;

@@ -10,7 +10,8 @@
  * bit-identical logits.
  *
  * The expert FFN goes through ctx->moe_exec (routing result in, unweighted per-slot outputs
- * out); the weighted sum over the slots happens here, in slot order (cpu_moe_combine).
+ * out); the weighted sum over the slots happens here, in slot order (cpu_moe_combine) — or,
+ * with the default executor at decode, inside the expert job (cpu_moe_sum: the same bytes).
  *
  * Decode (up to FWD_FEW_TOK tokens) pays for every pool job (wake the threads, wait for the
  * slowest) more than for most of its ops, so a layer is two jobs: the front of the layer — q/k/v,
@@ -171,9 +172,10 @@ static void moe_post_gate_up(void *ctx, int64_t p, int64_t r0, int64_t r1) {
 }
 
 /* The CPU expert FFN: y[t][s] = down(act(gate(x[t]), up(x[t]))) of expert ids[t][s]. */
-hm_status hm_moe_exec_cpu(void *impl, const hm_model *m, const hm_moe_job *job,
-                             hm_error *err) {
-    hm_context *c = impl;
+/* hm_moe_exec_cpu; with sum (one-job decode path only) the slots' weighted sum too, and
+ * *summed = true when it was done (else the caller combines job->y). */
+static hm_status moe_exec_cpu(hm_context *c, const hm_model *m, const hm_moe_job *job,
+                              const cpu_moe_sum *sum, bool *summed, hm_error *err) {
     const hm_hparams *hp = &m->hp;
     const hm_layer *L = &m->layers[job->layer];
     const int64_t n = job->n_tok, F = hp->n_ff_exp, E = hp->n_embd;
@@ -197,9 +199,15 @@ hm_status hm_moe_exec_cpu(void *impl, const hm_model *m, const hm_moe_job *job,
         /* decode: gate/up, activation and down in one pool job */
         size_t need = cpu_moe_ffn_scratch_size(&a, &d);
         bool fits = need <= c->mm_scratch_size;
-        st = cpu_moe_ffn(c->pool, c->kern, &a, &b, moe_post_gate_up, &pc, &d,
+        cpu_moe_sum sb;
+        if (sum) {
+            sb = *sum;
+            sb.bias = L->down_exps_b.data;
+            *summed = true;
+        }
+        st = cpu_moe_ffn(c->pool, c->kern, &a, &b, moe_post_gate_up, &pc, &d, sum ? &sb : NULL,
                          fits ? c->mm_scratch : NULL, fits ? c->mm_scratch_size : 0, err);
-        if (st == HM_OK && L->down_exps_b.data)
+        if (st == HM_OK && L->down_exps_b.data && !sum)
             cpu_moe_add_bias(op_pool(c->pool, n * K * E), job->y, L->down_exps_b.data, job->ids, n, K,
                              E);
         return st;
@@ -226,6 +234,12 @@ hm_status hm_moe_exec_cpu(void *impl, const hm_model *m, const hm_moe_job *job,
     if (st == HM_OK && L->down_exps_b.data)
         cpu_moe_add_bias(op_pool(c->pool, n * K * E), job->y, L->down_exps_b.data, job->ids, n, K, E);
     return st;
+}
+
+hm_status hm_moe_exec_cpu(void *impl, const hm_model *m, const hm_moe_job *job,
+                             hm_error *err) {
+    bool summed = false;
+    return moe_exec_cpu(impl, m, job, NULL, &summed, err);
 }
 
 /* Attention norm, q/k/v, attention and the wo product into proj (its bias and the residual:
@@ -452,12 +466,21 @@ static hm_status moe_block(hm_context *c, int il, int n, hm_error *err) {
     if (c->tracer) moe_tracer_record(c->tracer, il, c->ids, n, K);
     if (c->route_hook) c->route_hook(c->route_user, il, n, K, c->ids, c->gw);
 
-    /* experts: per-slot outputs, then their weighted sum in slot order */
+    /* experts: per-slot outputs, then their weighted sum in slot order (with the default
+     * executor at decode, inside the expert job, with the residual add when no shared expert
+     * follows) */
     hm_moe_job job = {.layer = il, .n_tok = n, .n_used = K, .x = c->xn, .ids = c->ids,
                       .weights = c->gw, .y = c->ey};
-    st = c->moe_exec(c->moe_impl, m, &job, err);
+    bool summed = false;
+    if (c->moe_exec == hm_moe_exec_cpu) {
+        const cpu_moe_sum sum = {.w = c->gw, .out = c->proj,
+                                 .residual = d->shared_expert ? NULL : c->x};
+        st = moe_exec_cpu(c, m, &job, &sum, &summed, err);
+    } else {
+        st = c->moe_exec(c->moe_impl, m, &job, err);
+    }
     if (st != HM_OK) return st;
-    cpu_moe_combine(op_pool(c->pool, n * K * E), c->ey, c->gw, c->ids, n, K, E, c->proj);
+    if (!summed) cpu_moe_combine(op_pool(c->pool, n * K * E), c->ey, c->gw, c->ids, n, K, E, c->proj);
 
     if (d->shared_expert) { /* proj += sigmoid(xn . gate_inp) * down(silu(gate xn) * up xn) */
         const int64_t S = hp->n_ff_shexp;
@@ -473,7 +496,7 @@ static hm_status moe_block(hm_context *c, int il, int n, hm_error *err) {
         for (int t = 0; t < n; t++) cpu_scale(NULL, sh + t * E, c->sgate[t], sh + t * E, E);
         cpu_add(pe, c->proj, sh, c->proj, n * E);
     }
-    cpu_add(pe, c->x, c->proj, c->x, n * E);
+    if (!summed || d->shared_expert) cpu_add(pe, c->x, c->proj, c->x, n * E);
     return HM_OK;
 }
 

@@ -11,6 +11,7 @@
 
 #include "base/threadpool.h"
 #include "cpu/matmul.h"
+#include "cpu/ops.h"
 #include "harness.h"
 
 static uint64_t g_rng = 0x243f6a8885a308d3ull;
@@ -345,7 +346,8 @@ static void test_job_on_rows(void) {
     tp_free(pool);
 }
 
-/* cpu_moe_ffn (gate/up + post + down in one job) gives exactly the two-job results. */
+/* cpu_moe_ffn (gate/up + post + down in one job) gives exactly the two-job results, and with a
+ * slot sum exactly cpu_moe_add_bias + cpu_moe_combine + cpu_add after them. */
 enum { FFN_F = 256 };
 static void post_mix_f(void *ctx, int64_t p, int64_t r0, int64_t r1) {
     float **ab = ctx; /* a[p][r] = a[p][r] * 2 + b[p][r], rows [r0, r1) of FFN_F */
@@ -384,13 +386,29 @@ static void test_moe_ffn(void) {
                 HM_REQUIRE(cpu_moe_matmul(pool, NULL, &d, NULL, 0, &err) == HM_OK);
                 g.y = fa, u.y = fb, d.x = fa, d.y = got;
                 float *fab[2] = {fa, fb};
-                HM_CHECK_MSG(cpu_moe_ffn(pool, NULL, &g, &u, post_mix_f, fab, &d, NULL, 0, &err) == HM_OK,
+                HM_CHECK_MSG(cpu_moe_ffn(pool, NULL, &g, &u, post_mix_f, fab, &d, NULL, NULL, 0, &err) == HM_OK,
                              "%s", err.msg);
                 bad += memcmp(fa, ga, sizeof(float) * (size_t)(np * F)) != 0 ||
                        memcmp(got, want, sizeof(float) * (size_t)(np * E)) != 0;
                 runs++;
+                /* the slot sum inside the job: bias, weighted sum, residual add, as the calls */
+                float *bias = make_x(ne * E), *w = make_x(np), *res = make_x(n_tok * E);
+                float *res_want = malloc(sizeof(float) * (size_t)(n_tok * E));
+                float *out = malloc(sizeof(float) * (size_t)(n_tok * E));
+                float *out_want = malloc(sizeof(float) * (size_t)(n_tok * E));
+                memcpy(res_want, res, sizeof(float) * (size_t)(n_tok * E));
+                cpu_moe_add_bias(NULL, want, bias, ids, n_tok, (int)used, E);
+                cpu_moe_combine(NULL, want, w, ids, n_tok, (int)used, E, out_want);
+                cpu_add(NULL, res_want, out_want, res_want, n_tok * E);
+                const cpu_moe_sum sum = {.w = w, .bias = bias, .out = out, .residual = res};
+                HM_CHECK_MSG(cpu_moe_ffn(pool, NULL, &g, &u, post_mix_f, fab, &d, &sum, NULL, 0, &err) == HM_OK,
+                             "%s", err.msg);
+                bad += memcmp(out, out_want, sizeof(float) * (size_t)(n_tok * E)) != 0 ||
+                       memcmp(res, res_want, sizeof(float) * (size_t)(n_tok * E)) != 0;
+                runs++;
+                free(bias); free(w); free(res); free(res_want); free(out); free(out_want);
                 d.x = ga; /* down must read the gate product */
-                HM_CHECK(cpu_moe_ffn(pool, NULL, &g, &u, post_mix_f, fab, &d, NULL, 0, &err) == HM_ERR_ARG);
+                HM_CHECK(cpu_moe_ffn(pool, NULL, &g, &u, post_mix_f, fab, &d, NULL, NULL, 0, &err) == HM_ERR_ARG);
                 free(x); free(wg); free(wu); free(wd); free(ids);
                 free(ga); free(gb); free(fa); free(fb); free(want); free(got);
             }
