@@ -443,17 +443,15 @@ static void ffn_sum_rows(const ffn_job *f, int64_t r0, int64_t r1) {
         float *ys = d->y + (size_t)(t * d->n_used) * (size_t)n;
         const int32_t *ids = d->ids + t * d->n_used;
         if (sm->bias)
-            for (int s = 0; s < d->n_used; s++) {
-                if (ids[s] < 0) continue;
-                float *y = ys + (size_t)s * (size_t)n;
-                const float *b = sm->bias + (size_t)ids[s] * (size_t)n;
-                for (int64_t r = r0; r < r1; r++) y[r] = y[r] + b[r];
-            }
+            for (int s = 0; s < d->n_used; s++)
+                if (ids[s] >= 0)
+                    cpu_add_bias(NULL, ys + (size_t)s * (size_t)n + r0,
+                                 sm->bias + (size_t)ids[s] * (size_t)n + r0, 1, r1 - r0);
         float *out = sm->out + (size_t)t * (size_t)n;
         cpu_moe_combine_rows(ys, sm->w + t * d->n_used, ids, d->n_used, n, r0, r1, out);
         if (sm->residual) {
-            float *x = sm->residual + (size_t)t * (size_t)n;
-            for (int64_t r = r0; r < r1; r++) x[r] = x[r] + out[r];
+            float *x = sm->residual + (size_t)t * (size_t)n + r0;
+            cpu_add(NULL, x, out + r0, x, r1 - r0);
         }
     }
 }
