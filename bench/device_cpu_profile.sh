@@ -5,7 +5,8 @@
 # (bench_matvec) and runs tg128 with HOTMOE_POOL_PROF=1: the pool's per-job-kind times (a decode
 # layer is the staged front job and the expert FFN job; the output matrix a third kind) and the
 # time between jobs. Prints tok/s, the read bandwidth and tok/s over the roofline (weight bytes
-# per token / read bandwidth).
+# per token / read bandwidth). With TRACE=1 also a third tg128 run with HOTMOE_POOL_TRACE (every
+# item of 300 jobs from the 2000th on) summarised by bench/pool_trace.py.
 #   bash bench/device_cpu_profile.sh [THREADS...]     (default: 16)
 set -uo pipefail
 OUT=${OUT:-/tmp/hotmoe-out}
@@ -30,5 +31,10 @@ for f in q3 goss; do
     echo "== $f -t $t: tg128 $ts tok/s, read $rd GB/s, ratio $(awk -v s="$ts" -v r="$rd" -v g="$(gb $f)" \
       'BEGIN {printf "%.3f", s / (r / g)}')"
     grep 'pool profile' $OUT/prof_${f}_$t.txt | sed 's/^hotmoe info: //'
+    if [ -n "${TRACE:-}" ]; then
+      HOTMOE_POOL_TRACE=$OUT/trace_${f}_$t.csv $b/hotmoe bench -m $m/$f.gguf -t $t -r 1 -p 0 -n 128 \
+        >/dev/null 2>&1
+      python3 bench/pool_trace.py $OUT/trace_${f}_$t.csv
+    fi
   done
 done

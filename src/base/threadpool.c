@@ -62,6 +62,10 @@
 #ifndef TP_GATE_PREFETCH
 #define TP_GATE_PREFETCH 1 /* build flag: 0 ignores the stages' prefetch (A/B) */
 #endif
+#ifndef TP_AHEAD
+#define TP_AHEAD 4 /* build flag: items a thread claims ahead at a closed gate (1: only the one
+                      it holds) */
+#endif
 
 enum { TP_SPIN_PAUSE = 4000, TP_SPIN_YIELD = 200, TP_WAIT_PAUSE = 256 };
 
@@ -91,6 +95,7 @@ struct tp_pool {
     uint64_t iseq;
     tp_worker *workers; /* [n - 1], worker i has ith = i + 1 */
     struct tp_prof *prof; /* HOTMOE_POOL_PROF=1, else NULL */
+    struct tp_trace *trace; /* HOTMOE_POOL_TRACE=FILE, else NULL */
     int n_started;
 };
 
@@ -181,13 +186,90 @@ static void tp_prof_end(tp_pool *p, int k, const tp_stage *stages, int n) {
     f->cur = -1;
 }
 
+/* ---- the trace (HOTMOE_POOL_TRACE=FILE): every item of item jobs number SKIP to SKIP + JOBS - 1
+ * (HOTMOE_POOL_TRACE_SKIP, default 2000; HOTMOE_POOL_TRACE_JOBS, default 300), written by tp_free
+ * as CSV, one line per item: job, stages of the job, thread, stage, item, and the times in us from
+ * the job's start at which the thread claimed it, found its stage open and finished it. Rows of
+ * thread -1 describe the job: per stage (item -1) its `then` step's start and end and the
+ * close (claim, open, end columns); per job (stage -1) its start in us from the first traced
+ * job's start, the publication and the end. Each thread writes its own rows (the stage rows:
+ * the closing threads, one after another). */
+enum { TP_TRACE_CAP = 1 << 16 };
+typedef struct {
+    int32_t job, n_stages, ith, stage, item;
+    float claim, open, end;
+} tp_trace_rec;
+
+struct tp_trace {
+    char path[512];
+    long long skip, jobs, job; /* job: index of the running item job */
+    double t0, first;          /* this job's start, the first traced job's start */
+    int on;                    /* the running job is traced */
+    int nth;
+    int *n;                    /* [threads + 1] records of thread i (the last: job rows) */
+    tp_trace_rec *rec;         /* [threads + 1][TP_TRACE_CAP] */
+};
+
+static struct tp_trace *tp_trace_new(int nth) {
+    const char *path = getenv("HOTMOE_POOL_TRACE");
+    if (!path || !*path) return NULL;
+    struct tp_trace *t = calloc(1, sizeof(*t));
+    if (!t) return NULL;
+    t->nth = nth;
+    t->n = calloc((size_t)nth + 1, sizeof(int));
+    t->rec = calloc(((size_t)nth + 1) * TP_TRACE_CAP, sizeof(tp_trace_rec));
+    if (!t->n || !t->rec) {
+        free(t->n);
+        free(t->rec);
+        free(t);
+        return NULL;
+    }
+    snprintf(t->path, sizeof(t->path), "%s", path);
+    const char *sk = getenv("HOTMOE_POOL_TRACE_SKIP"), *jb = getenv("HOTMOE_POOL_TRACE_JOBS");
+    t->skip = sk ? atoll(sk) : 2000;
+    t->jobs = jb ? atoll(jb) : 300;
+    t->job = -1;
+    return t;
+}
+
+static void tp_trace_add(struct tp_trace *t, int ith, int stage, int64_t item, double claim,
+                         double open, double end, int n_stages) {
+    if (t->n[ith] >= TP_TRACE_CAP) return;
+    t->rec[(size_t)ith * TP_TRACE_CAP + (size_t)t->n[ith]++] = (tp_trace_rec){
+        .job = (int32_t)t->job, .n_stages = n_stages, .ith = ith, .stage = stage,
+        .item = (int32_t)item, .claim = (float)(1e6 * (claim - t->t0)),
+        .open = (float)(1e6 * (open - t->t0)), .end = (float)(1e6 * (end - t->t0))};
+}
+
+static void tp_trace_write(const struct tp_trace *t, int nth) {
+    FILE *f = fopen(t->path, "w");
+    if (!f) {
+        HM_LOGW("pool trace: cannot write %s", t->path);
+        return;
+    }
+    fprintf(f, "job,n_stages,ith,stage,item,claim_us,open_us,end_us\n");
+    for (int i = 0; i <= nth; i++)
+        for (int r = 0; r < t->n[i]; r++) {
+            const tp_trace_rec *e = &t->rec[(size_t)i * TP_TRACE_CAP + (size_t)r];
+            fprintf(f, "%d,%d,%d,%d,%d,%.3f,%.3f,%.3f\n", e->job, e->n_stages,
+                    i == nth ? -1 : e->ith, e->stage, e->item, e->claim, e->open, e->end);
+        }
+    fclose(f);
+    HM_LOGI("pool trace: %s written", t->path);
+}
+
 /* Stages up to s are complete with d items done: runs the `then` of s and of the empty stages
  * after it, then opens the next stage. */
 static void tp_stages_close(tp_pool *p, int s, int64_t d) {
     const int n = p->n_stages;
+    struct tp_trace *tr = p->trace && p->trace->on ? p->trace : NULL;
     for (; s < n && p->end[s] == d; s++) {
-        const double t = p->prof && p->prof->cur >= 0 ? tp_now() : 0.0;
+        const double t = (p->prof && p->prof->cur >= 0) || tr ? tp_now() : 0.0;
         if (p->stages[s].then) p->stages[s].then(p->stages[s].then_ctx);
+        if (tr) {
+            const double e = tp_now();
+            tp_trace_add(tr, tr->nth, s, -1, t, e, e, n);
+        }
         if (p->prof && p->prof->cur >= 0) { /* the closing thread's writes, read after the job */
             const double now = tp_now();
             p->prof->kinds[p->prof->cur].close[s] += now - p->prof->t0;
@@ -204,17 +286,30 @@ static void tp_items_done(tp_pool *p, int s, int64_t end, int64_t k) {
         tp_stages_close(p, s, end);
 }
 
+/* One claim: the word's next item (TP_NONE when the job has none left). */
+#define TP_NONE UINT64_MAX
+#define TP_UNCLAIMED (UINT64_MAX - 1)
+static uint64_t tp_claim(tp_pool *p) {
+    const uint64_t v = atomic_fetch_add_explicit(&p->items, 1ull << TP_ITEM_BITS,
+                                                 memory_order_acq_rel);
+    const uint64_t next = (v >> TP_ITEM_BITS) & TP_ITEM_MASK, count = v & TP_ITEM_MASK;
+    return next < count ? next : TP_NONE;
+}
+
 /* Claims and runs items of the job in `items` until none is left. A thread counts its finished
  * items of one stage together (one atomic add instead of one per item), before its next claim
- * turns out to be of another stage or none. */
+ * turns out to be of another stage or none — except in a stage's last nth items, whose thread
+ * counts each at once: the stage's close does not wait for that thread's next claim, which at
+ * a stage's end queues behind every other thread's. A thread whose claim is of a stage not yet
+ * open prefetches it and, while the gate stays closed, claims and prefetches up to TP_AHEAD
+ * items of that stage in all, which it runs first once the stage opens: the memory stream of
+ * the next stage runs during the gate (the stages before it, their tails and `then` steps). */
 static void tp_items_work(tp_pool *p, int ith) {
     int ds = 0;                  /* stage of the uncounted items */
     int64_t dn = 0, dend = 0;    /* how many, end of their stage */
-    for (;;) {
-        const uint64_t v = atomic_fetch_add_explicit(&p->items, 1ull << TP_ITEM_BITS,
-                                                     memory_order_acq_rel);
-        const uint64_t next = (v >> TP_ITEM_BITS) & TP_ITEM_MASK, count = v & TP_ITEM_MASK;
-        if (next >= count) break;
+    const int64_t tail = p->n;   /* a stage's last `tail` items are counted one by one */
+    uint64_t next = tp_claim(p);
+    while (next != TP_NONE) {
         int s = 0;
         while ((int64_t)next >= p->end[s]) s++;
         if (s != ds) { /* before waiting at stage s: the gate may wait for these items */
@@ -223,17 +318,45 @@ static void tp_items_work(tp_pool *p, int ith) {
         }
         const tp_stage *st = &p->stages[s];
         const int64_t first = s > 0 ? p->end[s - 1] : 0;
+        struct tp_trace *tr = p->trace && p->trace->on ? p->trace : NULL;
+        const double tc = tr ? tp_now() : 0.0;
+        uint64_t held[TP_AHEAD];
+        int nh = 1;
+        held[0] = next;
+        next = TP_UNCLAIMED;
         if (s > 0) {
 #if TP_GATE_PREFETCH
-            if (st->prefetch && atomic_load_explicit(&p->open, memory_order_acquire) < s)
-                st->prefetch(st->ctx, p->ibase + (int64_t)next - first);
+            if (st->prefetch && atomic_load_explicit(&p->open, memory_order_acquire) < s) {
+                st->prefetch(st->ctx, p->ibase + (int64_t)held[0] - first);
+                /* ahead only where the stage has items enough for every thread to hold as
+                 * many twice over (so few-item stages keep their balance) */
+                int64_t ahead = (p->end[s] - first) / (2 * (int64_t)p->n);
+                if (ahead > TP_AHEAD) ahead = TP_AHEAD;
+                while (nh < ahead && atomic_load_explicit(&p->open, memory_order_acquire) < s) {
+                    next = tp_claim(p);
+                    if (next == TP_NONE || (int64_t)next >= p->end[s]) break;
+                    st->prefetch(st->ctx, p->ibase + (int64_t)next - first);
+                    held[nh++] = next;
+                    next = TP_UNCLAIMED;
+                }
+            }
 #endif
             tp_wait_at_least(&p->open, s);
         }
         ds = s;
         dend = p->end[s];
-        st->fn(st->ctx, p->ibase + (int64_t)next - first, ith);
-        dn++;
+        for (int h = 0; h < nh; h++) {
+            const double to = tr ? tp_now() : 0.0;
+            st->fn(st->ctx, p->ibase + (int64_t)held[h] - first, ith);
+            if (tr) tp_trace_add(tr, ith, s, (int64_t)held[h] - first, h ? to : tc, to, tp_now(),
+                                 p->n_stages);
+            dn++;
+            if ((int64_t)held[h] + tail >= dend) { /* the stage's tail: count it now */
+                tp_items_done(p, ds, dend, dn);
+                dn = 0;
+            }
+        }
+        if (next == TP_UNCLAIMED) next = tp_claim(p);
     }
     tp_items_done(p, ds, dend, dn);
 }
@@ -310,6 +433,7 @@ hm_status tp_init(int n, tp_pool **pool, hm_error *err) {
             return hm_error_set(err, HM_ERR_NOMEM, "thread pool: out of memory");
         }
     }
+    p->trace = tp_trace_new(n);
     for (int i = 0; i < n - 1; i++) {
         p->workers[i].pool = p;
         p->workers[i].ith = i + 1;
@@ -332,6 +456,12 @@ void tp_free(tp_pool *p) {
     for (int i = 0; i < p->n_started; i++) pthread_join(p->workers[i].thread, NULL);
     if (p->prof) tp_prof_log(p->prof);
     free(p->prof);
+    if (p->trace) {
+        tp_trace_write(p->trace, p->n);
+        free(p->trace->n);
+        free(p->trace->rec);
+        free(p->trace);
+    }
     free(p->workers);
     free(p);
 }
@@ -355,6 +485,16 @@ void tp_run(tp_pool *p, tp_fn fn, void *ctx) {
  * fn of stage s gets ibase + its item index. */
 static void tp_items_job(tp_pool *p, const tp_stage *stages, int n, int64_t ibase) {
     const int pk = p->prof ? tp_prof_begin(p, stages, n) : -1;
+    struct tp_trace *tr = p->trace;
+    double tpub = 0.0;
+    if (tr) {
+        tr->job++;
+        tr->on = tr->job >= tr->skip && tr->job < tr->skip + tr->jobs;
+        if (tr->on) {
+            tr->t0 = tp_now();
+            if (tr->first == 0.0) tr->first = tr->t0;
+        }
+    }
     int64_t total = 0;
     for (int s = 0; s < n; s++) p->end[s] = total += stages[s].n_items;
     p->stages = stages;
@@ -362,16 +502,24 @@ static void tp_items_job(tp_pool *p, const tp_stage *stages, int n, int64_t ibas
     p->ibase = ibase;
     atomic_store_explicit(&p->items_done, 0, memory_order_relaxed);
     atomic_store_explicit(&p->open, 0, memory_order_relaxed);
-    tp_stages_close(p, 0, 0); /* the `then` of empty stages at the start */
+    if (total == 0) tp_stages_close(p, 0, 0); /* only `then` steps */
     if (total > 0) {
         p->iseq = (p->iseq + 1) & ((1ull << (64 - 2 * TP_ITEM_BITS)) - 1);
         atomic_store_explicit(&p->items, p->iseq << (2 * TP_ITEM_BITS) | (uint64_t)total,
                               memory_order_release);
+        if (tr && tr->on) tpub = tp_now();
         tp_publish(p, 1);
+        /* the `then` of empty stages at the start, on the caller once the job is out: the
+         * workers meanwhile claim the first items and prefetch them at the gate */
+        if (p->end[0] == 0) tp_stages_close(p, 0, 0);
         tp_items_work(p, 0);
         tp_wait_at_least(&p->open, n);
     }
     if (pk >= 0) tp_prof_end(p, pk, stages, n);
+    if (tr && tr->on) {
+        tp_trace_add(tr, tr->nth, -1, -1, tr->t0 + (tr->t0 - tr->first), tpub, tp_now(), n);
+        tr->on = 0;
+    }
 }
 
 void tp_run_items(tp_pool *p, tp_item_fn fn, void *ctx, int64_t n_items) {

@@ -492,6 +492,28 @@ static void ffn_item(void *ctx, int64_t it, int ith) {
         ffn_sum_rows(f, r0, r0 + f->dn.chunk < f->dn.a->n_rows ? r0 + f->dn.chunk : f->dn.a->n_rows);
 }
 
+/* The weight rows of item it into the calling core's L2 (the stage's prefetch at the gate). */
+static void ffn_item_prefetch(void *ctx, int64_t it) {
+    const ffn_job *f = ctx;
+    const int64_t n_expert = f->gu.a->n_expert, G = f->gu.item0[n_expert];
+    const moe_job *j = it < G ? &f->gu : &f->dn;
+    const int64_t id = it < G ? it : it - G, e = item_expert(j->item0, n_expert, id);
+    const int64_t r0 = (id - j->item0[e]) * j->chunk;
+    const int64_t r1 = r0 + j->chunk < j->a->n_rows ? r0 + j->chunk : j->a->n_rows;
+    for (int m = 0; m < (j->b ? 2 : 1); m++) {
+        const uint8_t *w = (const uint8_t *)(m ? j->b->w : j->a->w) + (size_t)e * (m ? j->wexpb : j->wexp) +
+                           (size_t)r0 * (m ? j->mkb.wrow : j->mk.wrow);
+        const size_t bytes = (size_t)(r1 - r0) * (m ? j->mkb.wrow : j->mk.wrow);
+        for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(w + o, 0, 2);
+    }
+}
+
+/* The leading stage's `then` of a one-token FFN job: the gate/up inputs, once the job is out. */
+static void ffn_acts(void *ctx) {
+    ffn_job *f = ctx;
+    moe_acts(NULL, &f->gu);
+}
+
 /* scratch: gate/up layout, down layout, done[n_expert], ready[n_expert], chunk_done[down rows /
  * MM_ROW_ALIGN + 1] (row chunks are whole MM_ROW_ALIGN groups) */
 static size_t ffn_scratch(const moe_layout *lg, const moe_layout *ld, int64_t n_expert,
@@ -551,9 +573,17 @@ hm_status cpu_moe_ffn(tp_pool *pool, const quant_kernels *kern, const cpu_moe_ar
     }
     for (int64_t c = 0; c <= down->n_rows / MM_ROW_ALIGN; c++) atomic_init(&f.chunk_done[c], 0);
     f.per_expert = (gate->n_rows + f.gu.chunk - 1) / f.gu.chunk;
-    if (f.gu.n_pairs > 0) {
+    const int64_t n_items = f.gu.item0[gate->n_expert] + f.dn.item0[down->n_expert];
+    if (f.gu.n_pairs > 0 && gate->n_tok == 1) {
+        /* one token: its input quantised by the caller once the job is out (a leading empty
+         * stage), while the threads prefetch the rows of their first items */
+        const tp_stage stages[2] = {{.then = ffn_acts, .then_ctx = &f},
+                                    {.fn = ffn_item, .ctx = &f, .n_items = n_items,
+                                     .prefetch = ffn_item_prefetch}};
+        tp_run_stages(pool, stages, 2);
+    } else if (f.gu.n_pairs > 0) {
         moe_acts(pool, &f.gu);
-        tp_run_items(pool, ffn_item, &f, f.gu.item0[gate->n_expert] + f.dn.item0[down->n_expert]);
+        tp_run_items(pool, ffn_item, &f, n_items);
     } else if (sum) {
         ffn_sum_rows(&f, 0, down->n_rows); /* no slot ran: a sum of nothing */
     }

@@ -278,6 +278,13 @@ typedef struct {
     hm_error err;
 } front_job;
 
+static void front_before_qkv(void *ctx) {
+    front_job *f = ctx;
+    const hm_hparams *hp = &f->c->m->hp;
+    cpu_rmsnorm(NULL, f->c->x, f->L->attn_norm.data, f->c->xn, f->n, hp->n_embd, hp->rms_eps);
+    cpu_matmul_job_quantize(&f->qkv, f->c->xn);
+}
+
 static void front_after_qkv(void *ctx) {
     front_job *f = ctx;
     f->st = qkv_finish(f->c, f->L, f->n, NULL, &f->err);
@@ -416,20 +423,21 @@ static bool layer_front_staged(hm_context *c, int il, int n, hm_status *st, hm_e
         f.attn.on_out = front_attn_out;
         f.attn.on_out_ctx = &f;
     }
-    cpu_rmsnorm(NULL, c->x, L->attn_norm.data, c->xn, n, hp->n_embd, hp->rms_eps);
-    cpu_matmul_job_quantize(&f.qkv, c->xn);
+    /* the attention norm and q/k/v's activations: the `then` of a leading empty stage, which
+     * runs once the job is out, while the threads prefetch their first q/k/v rows */
+    const tp_stage lead = {.then = front_before_qkv, .then_ctx = &f};
     const tp_stage heads = {.fn = front_head_item, .ctx = &f,
                             .n_items = (int64_t)n * (hp->n_head + hp->n_head_kv),
                             .then = front_after_heads, .then_ctx = &f};
     const tp_stage qkv = cpu_matmul_job_stage(&f.qkv), attn = cpu_attention_stage(&f.attn);
     f.wo.on_rows = front_wo_rows; /* wo_finish's bias and residual add in the wo items */
     f.wo.on_rows_ctx = &f;
-    tp_stage stages[5] = {by_head ? qkv : stage_then(qkv, front_after_qkv, &f), heads,
+    tp_stage stages[6] = {lead, by_head ? qkv : stage_then(qkv, front_after_qkv, &f), heads,
                           out_by_item ? attn : stage_then(attn, front_after_attn, &f),
                           stage_then(cpu_matmul_job_stage(&f.wo), front_after_wo, &f),
                           cpu_matmul_job_stage(&f.router)};
-    if (!by_head) memmove(&stages[1], &stages[2], 3 * sizeof(stages[0]));
-    tp_run_stages(c->pool, stages, by_head ? 5 : 4);
+    if (!by_head) memmove(&stages[2], &stages[3], 3 * sizeof(stages[0]));
+    tp_run_stages(c->pool, stages, by_head ? 6 : 5);
     *st = f.st;
     if (f.st != HM_OK && err) *err = f.err;
     return true;

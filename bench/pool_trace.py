@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""pool_trace.py - summary of a pool trace (HOTMOE_POOL_TRACE=FILE, see src/base/threadpool.c).
+
+    python3 bench/pool_trace.py TRACE.csv
+
+Per job kind (jobs with the same number of stages), means over the traced jobs, in us from the
+job's start: when the job was published; per thread, when it claimed its first item (the wake-up);
+per stage: when it opened (the previous stage's close), when its first item started and its last
+ended, its close, its `then` step; its items' mean time; the threads' busy share of the stage's
+span; the mean wait at the stage's gate of a thread holding an item; the mean gap between a
+thread's item and its next claim (claim cost). And the mean time between a job's end and the next
+job's start (the caller's own steps).
+"""
+import collections
+import sys
+
+
+def main(path):
+    items = collections.defaultdict(list)   # job -> [(ith, stage, item, claim, open, end)]
+    stages = collections.defaultdict(dict)  # job -> stage -> (then start, then end)
+    jobs = {}                               # job -> (n_stages, start, publish, end)
+    with open(path) as f:
+        next(f)
+        for line in f:
+            job, ns, ith, st, it, c, o, e = line.strip().split(",")
+            job, ns, ith, st, it = int(job), int(ns), int(ith), int(st), int(it)
+            c, o, e = float(c), float(o), float(e)
+            if ith >= 0:
+                items[job].append((ith, st, it, c, o, e))
+            elif st >= 0:
+                stages[job][st] = (c, e)
+            else:
+                jobs[job] = (ns, c, o, e)
+    kinds = collections.defaultdict(list)
+    for j, (ns, _, _, _) in jobs.items():
+        kinds[ns].append(j)
+    order = sorted(jobs)
+    gaps = [jobs[b][1] - (jobs[a][1] + jobs[a][3]) for a, b in zip(order, order[1:]) if b == a + 1]
+    if gaps:
+        print(f"between jobs: {sum(gaps) / len(gaps):.1f} us mean over {len(gaps)} gaps")
+    for ns in sorted(kinds):
+        js = kinds[ns]
+        n = len(js)
+        pub = sum(jobs[j][2] for j in js) / n
+        dur = sum(jobs[j][3] for j in js) / n
+        firsts = []
+        for j in js:
+            first = {}
+            for ith, st, it, c, o, e in items[j]:
+                first[ith] = min(first.get(ith, 1e18), c)
+            firsts.extend(v - jobs[j][2] for v in first.values())
+        wake = sum(firsts) / len(firsts) if firsts else 0.0
+        print(f"\njob kind: {ns} stages, {n} jobs, {dur:.1f} us each; published at {pub:.1f} us; "
+              f"a thread's first claim {wake:.1f} us after (mean), "
+              f"{max(firsts) if firsts else 0:.1f} us (max)")
+        print("| stage | opened | first start | last end | closed | then | items | item us | "
+              "busy share | gate wait | claim gap |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        for s in range(ns):
+            acc = collections.defaultdict(float)
+            cnt = 0
+            for j in js:
+                its = [r for r in items[j] if r[1] == s]
+                if not its:
+                    continue
+                cnt += 1
+                prev_close = stages[j][s - 1][1] if s > 0 and s - 1 in stages[j] else 0.0
+                close = stages[j][s][1] if s in stages[j] else max(r[5] for r in its)
+                then = stages[j][s][1] - stages[j][s][0] if s in stages[j] else 0.0
+                acc["open"] += prev_close
+                acc["first"] += min(r[4] for r in its)
+                acc["last"] += max(r[5] for r in its)
+                acc["close"] += close
+                acc["then"] += then
+                acc["items"] += len(its)
+                busy = sum(r[5] - r[4] for r in its)
+                acc["item_us"] += busy / len(its)
+                span = close - then - prev_close
+                nth = len({r[0] for r in items[j]})
+                acc["busy"] += busy / (span * nth) if span > 0 else 0.0
+                waits = [r[4] - r[3] for r in its if r[3] < prev_close]
+                acc["wait"] += sum(waits) / len(waits) if waits else 0.0
+                by_t = collections.defaultdict(list)
+                for r in items[j]:
+                    by_t[r[0]].append(r)
+                g = []
+                for rs in by_t.values():
+                    rs.sort(key=lambda r: r[3])
+                    g.extend(b[3] - a[5] for a, b in zip(rs, rs[1:]) if b[1] == s and a[1] == s)
+                acc["gap"] += sum(g) / len(g) if g else 0.0
+            if cnt == 0:
+                continue
+            m = {k: v / cnt for k, v in acc.items()}
+            print(f"| {s} | {m['open']:.1f} | {m['first']:.1f} | {m['last']:.1f} | {m['close']:.1f} "
+                  f"| {m['then']:.1f} | {m['items']:.0f} | {m['item_us']:.2f} | {m['busy']:.2f} | "
+                  f"{m['wait']:.1f} | {m['gap']:.2f} |")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: pool_trace.py TRACE.csv")
+    main(sys.argv[1])
