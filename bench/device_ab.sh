@@ -9,7 +9,8 @@
 # mean per variant and model.
 #   bash bench/device_ab.sh base=.devrun/a new=.devrun/b nopdl=.devrun/b:-DCUDA_PDL=0
 # env: ROUNDS (2), MODELS ("q3 goss": the forged qwen3-30b-a3b q4_k_m, gpt-oss-20b mxfp4), CPU,
-# PP (e.g. 512: ppPP instead of tg128).
+# PP (e.g. 512: ppPP instead of tg128), PROF (CPU=1: runs with HOTMOE_POOL_PROF=1 and prints each
+# run's mean time per job kind and between jobs, steadier than tok/s for small changes).
 set -uo pipefail
 OUT=${OUT:-/tmp/hotmoe-out}
 mkdir -p "$OUT"
@@ -45,9 +46,13 @@ for f in $models; do
     [ -n "${CPU:-}" ] && echo "$f read round $r: $($b/bench_matvec -t 16 --reps 3 --types q4_K |
       grep -oE 'bandwidth at the start: [0-9.]+' | awk '{print $NF}')" | tee -a $OUT/ab.txt
     for n in "${names[@]}"; do
-      v=$(/tmp/ab-$n/hotmoe bench -m $m/$f.gguf $where -r 3 $test 2>&1 |
-          grep -E "$row" | awk -F'|' '{print $(NF-1)}' | awk '{print $1}')
+      HOTMOE_POOL_PROF=${PROF:-0} /tmp/ab-$n/hotmoe bench -m $m/$f.gguf $where -r 3 $test \
+        >$OUT/ab_run.txt 2>&1
+      v=$(grep -E "$row" $OUT/ab_run.txt | awk -F'|' '{print $(NF-1)}' | awk '{print $1}')
       echo "$f $n round $r: ${v:-failed}" | tee -a $OUT/ab.txt
+      [ -n "${PROF:-}" ] && echo "  $f $n round $r jobs (us): $(grep -oE 'stages\): [0-9]+ calls, [0-9.]+ us' \
+        $OUT/ab_run.txt | awk '{printf "%s ", $4}')between $(grep -oE '[0-9.]+ s between' \
+        $OUT/ab_run.txt | awk '{print $1}') s" | tee -a $OUT/ab_prof.txt
     done
   done
 done

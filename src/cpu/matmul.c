@@ -19,6 +19,7 @@
  * products and the steps between them in one staged job (tp_run_stages).
  */
 #include "cpu/matmul.h"
+#include "base/cpu.h"
 #include "cpu/ops.h"
 
 #include <sched.h>
@@ -439,6 +440,10 @@ static void ffn_sum_rows(const ffn_job *f, int64_t r0, int64_t r1) {
     const cpu_moe_args *d = f->dn.a;
     const cpu_moe_sum *sm = f->sum;
     const int64_t n = d->n_rows;
+    for (int64_t t = 0; t < d->n_tok; t++) /* rows the slots' cores wrote, asked for at once */
+        for (int s = 0; s < d->n_used; s++)
+            hm_prefetch_range(d->y + (size_t)(t * d->n_used + s) * (size_t)n + r0,
+                              sizeof(float) * (size_t)(r1 - r0));
     for (int64_t t = 0; t < d->n_tok; t++) {
         float *ys = d->y + (size_t)(t * d->n_used) * (size_t)n;
         const int32_t *ids = d->ids + t * d->n_used;
@@ -473,7 +478,11 @@ static void ffn_item(void *ctx, int64_t it, int ith) {
         moe_item(&f->gu, it, ith);
         const int64_t e = item_expert(f->gu.item0, n_expert, it);
         if (atomic_fetch_add_explicit(&f->done[e], 1, memory_order_acq_rel) + 1 == f->per_expert) {
-            /* the expert's last gate/up item: every activation row of its pairs is complete */
+            /* the expert's last gate/up item: every activation row of its pairs is complete
+             * (written by the cores of its items: asked for at once) */
+            for (int64_t g = f->dn.off[e]; g < f->dn.off[e + 1]; g++)
+                hm_prefetch_range(f->dn.a->x + (size_t)f->dn.pairs[g] * (size_t)f->dn.a->k,
+                                  sizeof(float) * (size_t)f->dn.a->k);
             for (int64_t g = f->dn.off[e]; g < f->dn.off[e + 1]; g++) moe_act_item(&f->dn, g, ith);
             atomic_store_explicit(&f->ready[e], 1, memory_order_release);
         }
@@ -511,6 +520,7 @@ static void ffn_item_prefetch(void *ctx, int64_t it) {
 /* The leading stage's `then` of a one-token FFN job: the gate/up inputs, once the job is out. */
 static void ffn_acts(void *ctx) {
     ffn_job *f = ctx;
+    hm_prefetch_range(f->gu.a->x, sizeof(float) * (size_t)f->gu.a->k); /* another core's */
     moe_acts(NULL, &f->gu);
 }
 

@@ -32,6 +32,7 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "base/cpu.h"
 #include "cpu/matmul.h"
 #include "model/model_internal.h"
 #include "moe/tracer.h"
@@ -281,6 +282,7 @@ typedef struct {
 static void front_before_qkv(void *ctx) {
     front_job *f = ctx;
     const hm_hparams *hp = &f->c->m->hp;
+    hm_prefetch_range(f->c->x, sizeof(float) * (size_t)(f->n * hp->n_embd)); /* from every core */
     cpu_rmsnorm(NULL, f->c->x, f->L->attn_norm.data, f->c->xn, f->n, hp->n_embd, hp->rms_eps);
     cpu_matmul_job_quantize(&f->qkv, f->c->xn);
 }
@@ -370,6 +372,7 @@ static void front_after_wo(void *ctx) {
     front_job *f = ctx;
     if (f->st != HM_OK) return;
     const hm_hparams *hp = &f->c->m->hp;
+    hm_prefetch_range(f->c->x, sizeof(float) * (size_t)(f->n * hp->n_embd)); /* from every core */
     cpu_rmsnorm(NULL, f->c->x, f->L->ffn_norm.data, f->c->xn, f->n, hp->n_embd, hp->rms_eps);
     cpu_matmul_job_quantize(&f->router, f->c->xn);
 }
@@ -467,6 +470,7 @@ static hm_status moe_block(hm_context *c, int il, int n, hm_error *err) {
     /* routing: logits -> top-k ids and weights (slot order = descending score) */
     cpu_gate_mode gm = d->gating == HM_GATING_TOPK_SOFTMAX ? CPU_GATE_TOPK_SOFTMAX
                                                            : CPU_GATE_SOFTMAX_TOPK;
+    hm_prefetch_range(c->router, sizeof(float) * (size_t)(n * hp->n_expert)); /* every core's */
     hm_status st = cpu_router(op_pool(c->pool, n * hp->n_expert * 8), c->router, L->router_b.data,
                               n, (int)hp->n_expert, K, gm,
                               d->gating == HM_GATING_SOFTMAX_TOPK_NORM, c->ids, c->gw, err);
