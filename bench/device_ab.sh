@@ -52,7 +52,8 @@ for f in $models; do
       echo "$f $n round $r: ${v:-failed}" | tee -a $OUT/ab.txt
       [ -n "${PROF:-}" ] && echo "  $f $n round $r jobs (us): $(grep -oE 'stages\): [0-9]+ calls, [0-9.]+ us' \
         $OUT/ab_run.txt | awk '{printf "%s ", $4}')between $(grep -oE '[0-9.]+ s between' \
-        $OUT/ab_run.txt | awk '{print $1}') s" | tee -a $OUT/ab_prof.txt
+        $OUT/ab_run.txt | awk '{print $1}') s" | tee -a $OUT/ab_prof.txt &&
+        { echo "$f $n round $r"; grep 'pool profile' $OUT/ab_run.txt; } >>$OUT/ab_prof_full.txt
     done
   done
 done
