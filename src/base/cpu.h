@@ -8,17 +8,7 @@
 int hm_cpu_has_avx2(void);   /* AVX2, FMA, F16C, BMI2 */
 int hm_cpu_has_avx512(void); /* hm_cpu_has_avx2() and AVX-512 F, BW, VL, DQ, VNNI */
 
-#include <stddef.h>
 #include <stdint.h>
-
-/* Asks for every cache line of [p, p + bytes) at once (prefetch into L1), before a single thread
- * reads data that other cores wrote: lines held modified in another core's cache arrive one
- * after another when the reader asks for them as it goes, all in parallel when asked up front. */
-static inline void hm_prefetch_range(const void *p, size_t bytes) {
-    const char *c = (const char *)p;
-    for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, 3);
-}
-
 /* Physical RAM in bytes (0 if unknown). The environment variable HOTMOE_RAM_MIB replaces it, so
  * tests can check the "model needs N GiB of RAM" refusal on any machine. */
 uint64_t hm_ram_bytes(void);

@@ -62,10 +62,6 @@
 #ifndef TP_GATE_PREFETCH
 #define TP_GATE_PREFETCH 1 /* build flag: 0 ignores the stages' prefetch (A/B) */
 #endif
-#ifndef TP_AHEAD
-#define TP_AHEAD 4 /* build flag: items a thread claims ahead at a closed gate (1: only the one
-                      it holds) */
-#endif
 
 enum { TP_SPIN_PAUSE = 4000, TP_SPIN_YIELD = 200, TP_WAIT_PAUSE = 256 };
 
@@ -286,30 +282,17 @@ static void tp_items_done(tp_pool *p, int s, int64_t end, int64_t k) {
         tp_stages_close(p, s, end);
 }
 
-/* One claim: the word's next item (TP_NONE when the job has none left). */
-#define TP_NONE UINT64_MAX
-#define TP_UNCLAIMED (UINT64_MAX - 1)
-static uint64_t tp_claim(tp_pool *p) {
-    const uint64_t v = atomic_fetch_add_explicit(&p->items, 1ull << TP_ITEM_BITS,
-                                                 memory_order_acq_rel);
-    const uint64_t next = (v >> TP_ITEM_BITS) & TP_ITEM_MASK, count = v & TP_ITEM_MASK;
-    return next < count ? next : TP_NONE;
-}
-
 /* Claims and runs items of the job in `items` until none is left. A thread counts its finished
  * items of one stage together (one atomic add instead of one per item), before its next claim
- * turns out to be of another stage or none — except in a stage's last nth items, whose thread
- * counts each at once: the stage's close does not wait for that thread's next claim, which at
- * a stage's end queues behind every other thread's. A thread whose claim is of a stage not yet
- * open prefetches it and, while the gate stays closed, claims and prefetches up to TP_AHEAD
- * items of that stage in all, which it runs first once the stage opens: the memory stream of
- * the next stage runs during the gate (the stages before it, their tails and `then` steps). */
+ * turns out to be of another stage or none. */
 static void tp_items_work(tp_pool *p, int ith) {
     int ds = 0;                  /* stage of the uncounted items */
     int64_t dn = 0, dend = 0;    /* how many, end of their stage */
-    const int64_t tail = p->n;   /* a stage's last `tail` items are counted one by one */
-    uint64_t next = tp_claim(p);
-    while (next != TP_NONE) {
+    for (;;) {
+        const uint64_t v = atomic_fetch_add_explicit(&p->items, 1ull << TP_ITEM_BITS,
+                                                     memory_order_acq_rel);
+        const uint64_t next = (v >> TP_ITEM_BITS) & TP_ITEM_MASK, count = v & TP_ITEM_MASK;
+        if (next >= count) break;
         int s = 0;
         while ((int64_t)next >= p->end[s]) s++;
         if (s != ds) { /* before waiting at stage s: the gate may wait for these items */
@@ -320,43 +303,19 @@ static void tp_items_work(tp_pool *p, int ith) {
         const int64_t first = s > 0 ? p->end[s - 1] : 0;
         struct tp_trace *tr = p->trace && p->trace->on ? p->trace : NULL;
         const double tc = tr ? tp_now() : 0.0;
-        uint64_t held[TP_AHEAD];
-        int nh = 1;
-        held[0] = next;
-        next = TP_UNCLAIMED;
         if (s > 0) {
 #if TP_GATE_PREFETCH
-            if (st->prefetch && atomic_load_explicit(&p->open, memory_order_acquire) < s) {
-                st->prefetch(st->ctx, p->ibase + (int64_t)held[0] - first);
-                /* ahead only where the stage has items enough for every thread to hold as
-                 * many twice over (so few-item stages keep their balance) */
-                int64_t ahead = (p->end[s] - first) / (2 * (int64_t)p->n);
-                if (ahead > TP_AHEAD) ahead = TP_AHEAD;
-                while (nh < ahead && atomic_load_explicit(&p->open, memory_order_acquire) < s) {
-                    next = tp_claim(p);
-                    if (next == TP_NONE || (int64_t)next >= p->end[s]) break;
-                    st->prefetch(st->ctx, p->ibase + (int64_t)next - first);
-                    held[nh++] = next;
-                    next = TP_UNCLAIMED;
-                }
-            }
+            if (st->prefetch && atomic_load_explicit(&p->open, memory_order_acquire) < s)
+                st->prefetch(st->ctx, p->ibase + (int64_t)next - first);
 #endif
             tp_wait_at_least(&p->open, s);
         }
         ds = s;
         dend = p->end[s];
-        for (int h = 0; h < nh; h++) {
-            const double to = tr ? tp_now() : 0.0;
-            st->fn(st->ctx, p->ibase + (int64_t)held[h] - first, ith);
-            if (tr) tp_trace_add(tr, ith, s, (int64_t)held[h] - first, h ? to : tc, to, tp_now(),
-                                 p->n_stages);
-            dn++;
-            if ((int64_t)held[h] + tail >= dend) { /* the stage's tail: count it now */
-                tp_items_done(p, ds, dend, dn);
-                dn = 0;
-            }
-        }
-        if (next == TP_UNCLAIMED) next = tp_claim(p);
+        const double to = tr ? tp_now() : 0.0;
+        st->fn(st->ctx, p->ibase + (int64_t)next - first, ith);
+        if (tr) tp_trace_add(tr, ith, s, (int64_t)next - first, tc, to, tp_now(), p->n_stages);
+        dn++;
     }
     tp_items_done(p, ds, dend, dn);
 }
@@ -502,16 +461,13 @@ static void tp_items_job(tp_pool *p, const tp_stage *stages, int n, int64_t ibas
     p->ibase = ibase;
     atomic_store_explicit(&p->items_done, 0, memory_order_relaxed);
     atomic_store_explicit(&p->open, 0, memory_order_relaxed);
-    if (total == 0) tp_stages_close(p, 0, 0); /* only `then` steps */
+    tp_stages_close(p, 0, 0); /* the `then` of empty stages at the start */
     if (total > 0) {
         p->iseq = (p->iseq + 1) & ((1ull << (64 - 2 * TP_ITEM_BITS)) - 1);
         atomic_store_explicit(&p->items, p->iseq << (2 * TP_ITEM_BITS) | (uint64_t)total,
                               memory_order_release);
         if (tr && tr->on) tpub = tp_now();
         tp_publish(p, 1);
-        /* the `then` of empty stages at the start, on the caller once the job is out: the
-         * workers meanwhile claim the first items and prefetch them at the gate */
-        if (p->end[0] == 0) tp_stages_close(p, 0, 0);
         tp_items_work(p, 0);
         tp_wait_at_least(&p->open, n);
     }

@@ -49,10 +49,9 @@ void tp_run_items(tp_pool *pool, tp_item_fn fn, void *ctx, int64_t n_items);
  * products and the small serial steps between them). Stage s's items start only once every item
  * of the stages before it has completed and their `then` steps have run; `then` (may be NULL)
  * runs once, on the thread that completed the stage's last item (on the caller for a stage of
- * no items at the start, once the job is published), while the other threads wait at the next
- * stage's first items, whose rows they prefetch (several each where the stage has many items).
- * The items of all stages share one counter, claimed in order, so a thread waiting at a stage
- * holds no earlier item. tp_run_stages returns once the last stage's `then` has returned. A NULL pool
+ * no items at the start), while the other threads wait at the next stage's first items. The
+ * items of all stages share one counter, claimed in order, so a thread waiting at a stage holds
+ * no earlier item. tp_run_stages returns once the last stage's `then` has returned. A NULL pool
  * runs everything on the caller, in order. Neither items nor `then` may call tp_run*. */
 typedef struct {
     tp_item_fn fn;           /* items [0, n_items) as in tp_run_items; NULL if n_items == 0 */

@@ -19,7 +19,6 @@
  * products and the steps between them in one staged job (tp_run_stages).
  */
 #include "cpu/matmul.h"
-#include "base/cpu.h"
 #include "cpu/ops.h"
 
 #include <sched.h>
@@ -440,10 +439,6 @@ static void ffn_sum_rows(const ffn_job *f, int64_t r0, int64_t r1) {
     const cpu_moe_args *d = f->dn.a;
     const cpu_moe_sum *sm = f->sum;
     const int64_t n = d->n_rows;
-    for (int64_t t = 0; t < d->n_tok; t++) /* rows the slots' cores wrote, asked for at once */
-        for (int s = 0; s < d->n_used; s++)
-            hm_prefetch_range(d->y + (size_t)(t * d->n_used + s) * (size_t)n + r0,
-                              sizeof(float) * (size_t)(r1 - r0));
     for (int64_t t = 0; t < d->n_tok; t++) {
         float *ys = d->y + (size_t)(t * d->n_used) * (size_t)n;
         const int32_t *ids = d->ids + t * d->n_used;
@@ -478,11 +473,7 @@ static void ffn_item(void *ctx, int64_t it, int ith) {
         moe_item(&f->gu, it, ith);
         const int64_t e = item_expert(f->gu.item0, n_expert, it);
         if (atomic_fetch_add_explicit(&f->done[e], 1, memory_order_acq_rel) + 1 == f->per_expert) {
-            /* the expert's last gate/up item: every activation row of its pairs is complete
-             * (written by the cores of its items: asked for at once) */
-            for (int64_t g = f->dn.off[e]; g < f->dn.off[e + 1]; g++)
-                hm_prefetch_range(f->dn.a->x + (size_t)f->dn.pairs[g] * (size_t)f->dn.a->k,
-                                  sizeof(float) * (size_t)f->dn.a->k);
+            /* the expert's last gate/up item: every activation row of its pairs is complete */
             for (int64_t g = f->dn.off[e]; g < f->dn.off[e + 1]; g++) moe_act_item(&f->dn, g, ith);
             atomic_store_explicit(&f->ready[e], 1, memory_order_release);
         }
@@ -499,29 +490,6 @@ static void ffn_item(void *ctx, int64_t it, int ith) {
     const int64_t c = id - f->dn.item0[e], r0 = c * f->dn.chunk; /* its row chunk */
     if (atomic_fetch_add_explicit(&f->chunk_done[c], 1, memory_order_acq_rel) + 1 == f->n_active)
         ffn_sum_rows(f, r0, r0 + f->dn.chunk < f->dn.a->n_rows ? r0 + f->dn.chunk : f->dn.a->n_rows);
-}
-
-/* The weight rows of item it into the calling core's L2 (the stage's prefetch at the gate). */
-static void ffn_item_prefetch(void *ctx, int64_t it) {
-    const ffn_job *f = ctx;
-    const int64_t n_expert = f->gu.a->n_expert, G = f->gu.item0[n_expert];
-    const moe_job *j = it < G ? &f->gu : &f->dn;
-    const int64_t id = it < G ? it : it - G, e = item_expert(j->item0, n_expert, id);
-    const int64_t r0 = (id - j->item0[e]) * j->chunk;
-    const int64_t r1 = r0 + j->chunk < j->a->n_rows ? r0 + j->chunk : j->a->n_rows;
-    for (int m = 0; m < (j->b ? 2 : 1); m++) {
-        const uint8_t *w = (const uint8_t *)(m ? j->b->w : j->a->w) + (size_t)e * (m ? j->wexpb : j->wexp) +
-                           (size_t)r0 * (m ? j->mkb.wrow : j->mk.wrow);
-        const size_t bytes = (size_t)(r1 - r0) * (m ? j->mkb.wrow : j->mk.wrow);
-        for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(w + o, 0, 2);
-    }
-}
-
-/* The leading stage's `then` of a one-token FFN job: the gate/up inputs, once the job is out. */
-static void ffn_acts(void *ctx) {
-    ffn_job *f = ctx;
-    hm_prefetch_range(f->gu.a->x, sizeof(float) * (size_t)f->gu.a->k); /* another core's */
-    moe_acts(NULL, &f->gu);
 }
 
 /* scratch: gate/up layout, down layout, done[n_expert], ready[n_expert], chunk_done[down rows /
@@ -583,17 +551,9 @@ hm_status cpu_moe_ffn(tp_pool *pool, const quant_kernels *kern, const cpu_moe_ar
     }
     for (int64_t c = 0; c <= down->n_rows / MM_ROW_ALIGN; c++) atomic_init(&f.chunk_done[c], 0);
     f.per_expert = (gate->n_rows + f.gu.chunk - 1) / f.gu.chunk;
-    const int64_t n_items = f.gu.item0[gate->n_expert] + f.dn.item0[down->n_expert];
-    if (f.gu.n_pairs > 0 && gate->n_tok == 1) {
-        /* one token: its input quantised by the caller once the job is out (a leading empty
-         * stage), while the threads prefetch the rows of their first items */
-        const tp_stage stages[2] = {{.then = ffn_acts, .then_ctx = &f},
-                                    {.fn = ffn_item, .ctx = &f, .n_items = n_items,
-                                     .prefetch = ffn_item_prefetch}};
-        tp_run_stages(pool, stages, 2);
-    } else if (f.gu.n_pairs > 0) {
+    if (f.gu.n_pairs > 0) {
         moe_acts(pool, &f.gu);
-        tp_run_items(pool, ffn_item, &f, n_items);
+        tp_run_items(pool, ffn_item, &f, f.gu.item0[gate->n_expert] + f.dn.item0[down->n_expert]);
     } else if (sum) {
         ffn_sum_rows(&f, 0, down->n_rows); /* no slot ran: a sum of nothing */
     }

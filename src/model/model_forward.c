@@ -32,7 +32,6 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "base/cpu.h"
 #include "cpu/matmul.h"
 #include "model/model_internal.h"
 #include "moe/tracer.h"
@@ -279,14 +278,6 @@ typedef struct {
     hm_error err;
 } front_job;
 
-static void front_before_qkv(void *ctx) {
-    front_job *f = ctx;
-    const hm_hparams *hp = &f->c->m->hp;
-    hm_prefetch_range(f->c->x, sizeof(float) * (size_t)(f->n * hp->n_embd)); /* from every core */
-    cpu_rmsnorm(NULL, f->c->x, f->L->attn_norm.data, f->c->xn, f->n, hp->n_embd, hp->rms_eps);
-    cpu_matmul_job_quantize(&f->qkv, f->c->xn);
-}
-
 static void front_after_qkv(void *ctx) {
     front_job *f = ctx;
     f->st = qkv_finish(f->c, f->L, f->n, NULL, &f->err);
@@ -372,7 +363,6 @@ static void front_after_wo(void *ctx) {
     front_job *f = ctx;
     if (f->st != HM_OK) return;
     const hm_hparams *hp = &f->c->m->hp;
-    hm_prefetch_range(f->c->x, sizeof(float) * (size_t)(f->n * hp->n_embd)); /* from every core */
     cpu_rmsnorm(NULL, f->c->x, f->L->ffn_norm.data, f->c->xn, f->n, hp->n_embd, hp->rms_eps);
     cpu_matmul_job_quantize(&f->router, f->c->xn);
 }
@@ -426,21 +416,20 @@ static bool layer_front_staged(hm_context *c, int il, int n, hm_status *st, hm_e
         f.attn.on_out = front_attn_out;
         f.attn.on_out_ctx = &f;
     }
-    /* the attention norm and q/k/v's activations: the `then` of a leading empty stage, which
-     * runs once the job is out, while the threads prefetch their first q/k/v rows */
-    const tp_stage lead = {.then = front_before_qkv, .then_ctx = &f};
+    cpu_rmsnorm(NULL, c->x, L->attn_norm.data, c->xn, n, hp->n_embd, hp->rms_eps);
+    cpu_matmul_job_quantize(&f.qkv, c->xn);
     const tp_stage heads = {.fn = front_head_item, .ctx = &f,
                             .n_items = (int64_t)n * (hp->n_head + hp->n_head_kv),
                             .then = front_after_heads, .then_ctx = &f};
     const tp_stage qkv = cpu_matmul_job_stage(&f.qkv), attn = cpu_attention_stage(&f.attn);
     f.wo.on_rows = front_wo_rows; /* wo_finish's bias and residual add in the wo items */
     f.wo.on_rows_ctx = &f;
-    tp_stage stages[6] = {lead, by_head ? qkv : stage_then(qkv, front_after_qkv, &f), heads,
+    tp_stage stages[5] = {by_head ? qkv : stage_then(qkv, front_after_qkv, &f), heads,
                           out_by_item ? attn : stage_then(attn, front_after_attn, &f),
                           stage_then(cpu_matmul_job_stage(&f.wo), front_after_wo, &f),
                           cpu_matmul_job_stage(&f.router)};
-    if (!by_head) memmove(&stages[2], &stages[3], 3 * sizeof(stages[0]));
-    tp_run_stages(c->pool, stages, by_head ? 6 : 5);
+    if (!by_head) memmove(&stages[1], &stages[2], 3 * sizeof(stages[0]));
+    tp_run_stages(c->pool, stages, by_head ? 5 : 4);
     *st = f.st;
     if (f.st != HM_OK && err) *err = f.err;
     return true;
@@ -470,7 +459,6 @@ static hm_status moe_block(hm_context *c, int il, int n, hm_error *err) {
     /* routing: logits -> top-k ids and weights (slot order = descending score) */
     cpu_gate_mode gm = d->gating == HM_GATING_TOPK_SOFTMAX ? CPU_GATE_TOPK_SOFTMAX
                                                            : CPU_GATE_SOFTMAX_TOPK;
-    hm_prefetch_range(c->router, sizeof(float) * (size_t)(n * hp->n_expert)); /* every core's */
     hm_status st = cpu_router(op_pool(c->pool, n * hp->n_expert * 8), c->router, L->router_b.data,
                               n, (int)hp->n_expert, K, gm,
                               d->gating == HM_GATING_SOFTMAX_TOPK_NORM, c->ids, c->gw, err);
