@@ -3,7 +3,7 @@
  *   bench_matvec [-t|--threads N] [--mib M] [--reps R] [--batch B] [--types q4_K,q8_0,...] [--json]
  *                [--split S]  (the matrix as S consecutive products: per-job overhead)
  *                [--k K]  (row length, a multiple of the type's block: short expert rows)
- *                [--file PATH]
+ *                [--file PATH] [--huge]
  *
  * 1. Read bandwidth: all N threads sum an M MiB buffer (16-byte loads, four independent
  *    accumulators, software prefetch 4 KiB ahead like the kernels: without it a core cannot keep
@@ -20,7 +20,8 @@
  * Weights are valid blocks (quantised random rows, repeated): values do not change the speed.
  * With --file PATH the weights are written to PATH and the matvec reads them through a read-only
  * shared mmap of it (page cache, as a model's weights are read), while the read ceiling stays on
- * anonymous memory: the difference shows what the mapping costs.
+ * anonymous memory: the difference shows what the mapping costs. With --huge the buffer (read
+ * test and weights) is 2 MiB-aligned and madvise(MADV_HUGEPAGE)d: what 4 KiB pages cost.
  */
 #include <stdatomic.h>
 #include <stdint.h>
@@ -160,6 +161,7 @@ static float rndf(void) {
 int main(int argc, char **argv) {
     int threads = 1, reps = 5, max_batch = 1, json = 0;
     const char *file = NULL; /* weights through an mmap of this file instead of anonymous memory */
+    int huge = 0;            /* --huge: anonymous memory on transparent huge pages */
     size_t mib = 1024;
     long split = 1;
     long k_opt = 0; /* --k: row length instead of 2048 / 2880 */
@@ -176,8 +178,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--types") && v) types = argv[++i];
         else if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--file") && v) file = argv[++i];
+        else if (!strcmp(a, "--huge")) huge = 1;
         else {
-            fprintf(stderr, "usage: %s [-t N] [--mib M] [--reps R] [--batch B] [--types a,b] [--json] [--file PATH] [--split S] [--k K]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-t N] [--mib M] [--reps R] [--batch B] [--types a,b] [--json] [--file PATH] [--huge] [--split S] [--k K]\n", argv[0]);
             return 2;
         }
     }
@@ -194,7 +197,11 @@ int main(int argc, char **argv) {
     }
     const quant_kernels *kern = quant_kernels_best();
     size_t size = mib << 20;
-    uint8_t *buf = aligned_alloc(4096, size);
+    /* --huge: the buffer (read test and weights) on 2 MiB pages where the kernel allows */
+    size = huge ? (size + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1) : size;
+    uint8_t *buf = aligned_alloc(huge ? 2u << 20 : 4096, size);
+    if (buf && huge && madvise(buf, size, MADV_HUGEPAGE) != 0)
+        fprintf(stderr, "bench_matvec: madvise(MADV_HUGEPAGE) refused: 4 KiB pages\n");
     if (!buf) {
         fprintf(stderr, "bench_matvec: cannot allocate %zu MiB\n", mib);
         return 1;
@@ -213,6 +220,13 @@ int main(int argc, char **argv) {
     else {
         printf("kernel table: %s, threads: %d, buffer: %zu MiB, best of %d\n", kern->name, threads, mib, reps);
         if (file) printf("weights: read-only mmap of %s\n", file);
+        if (huge) {
+            char line[256];
+            FILE *sm = fopen("/proc/self/smaps_rollup", "r");
+            while (sm && fgets(line, sizeof(line), sm))
+                if (!strncmp(line, "AnonHugePages:", 14)) printf("buffer: huge pages asked for; %s", line);
+            if (sm) fclose(sm);
+        }
         printf("host read bandwidth at the start: %.2f GB/s\n", read_gbs);
         printf("ratio = batch-1 matvec GB/s / read GB/s, each the best of %d runs taken alternately\n\n", reps);
         printf("| type | k | rows | GB/s (batch 1) | read GB/s | ratio |");
