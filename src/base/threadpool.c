@@ -30,9 +30,6 @@
  * yet open calls that stage's prefetch with the item before it waits, so the memory stream of
  * the next stage starts during the gate (its tail items and the `then` steps).
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* sched_setaffinity (TP_PIN) */
-#endif
 #include "base/threadpool.h"
 
 #include <limits.h>
@@ -62,10 +59,6 @@
 #define TP_RELAX() ((void)0)
 #endif
 
-#ifndef TP_PIN
-#define TP_PIN 0 /* build flag: 1 pins thread i of the pool to the i-th CPU it may run on (A/B) */
-#endif
-
 #ifndef TP_GATE_PREFETCH
 #define TP_GATE_PREFETCH 1 /* build flag: 0 ignores the stages' prefetch (A/B) */
 #endif
@@ -75,7 +68,6 @@ enum { TP_SPIN_PAUSE = 4000, TP_SPIN_YIELD = 200, TP_WAIT_PAUSE = 256 };
 typedef struct {
     tp_pool *pool;
     int ith;
-    int cpu; /* TP_PIN: the CPU it runs on, else -1 */
     pthread_t thread;
 } tp_worker;
 
@@ -328,38 +320,9 @@ static void tp_items_work(tp_pool *p, int ith) {
     tp_items_done(p, ds, dend, dn);
 }
 
-/* TP_PIN: the i-th CPU of the set the process may run on (-1: none, or not pinning), and the
- * calling thread onto one CPU. */
-static int tp_cpu(int i) {
-#if TP_PIN && defined(__linux__)
-    cpu_set_t allowed;
-    if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return -1;
-    const int n = CPU_COUNT(&allowed);
-    if (n <= 0) return -1;
-    for (int c = 0, k = 0; c < CPU_SETSIZE; c++)
-        if (CPU_ISSET(c, &allowed) && k++ == i % n) return c;
-#else
-    (void)i;
-#endif
-    return -1;
-}
-
-static void tp_pin(int cpu) {
-#if TP_PIN && defined(__linux__)
-    if (cpu < 0) return;
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(cpu, &one);
-    sched_setaffinity(0, sizeof(one), &one);
-#else
-    (void)cpu;
-#endif
-}
-
 static void *tp_worker_main(void *arg) {
     tp_worker *wk = arg;
     tp_pool *p = wk->pool;
-    tp_pin(wk->cpu);
     unsigned seen = 0;
     for (;;) {
         unsigned g;
@@ -433,7 +396,6 @@ hm_status tp_init(int n, tp_pool **pool, hm_error *err) {
     for (int i = 0; i < n - 1; i++) {
         p->workers[i].pool = p;
         p->workers[i].ith = i + 1;
-        p->workers[i].cpu = tp_cpu(i + 1);
         int rc = pthread_create(&p->workers[i].thread, NULL, tp_worker_main, &p->workers[i]);
         if (rc != 0) {
             tp_free(p);
@@ -442,7 +404,6 @@ hm_status tp_init(int n, tp_pool **pool, hm_error *err) {
         }
         p->n_started++;
     }
-    if (n > 1) tp_pin(tp_cpu(0)); /* the caller is thread 0 */
     *pool = p;
     return HM_OK;
 }
