@@ -20,7 +20,9 @@
  * Weights are valid blocks (quantised random rows, repeated): values do not change the speed.
  * With --file PATH the weights are written to PATH and the matvec reads them through a read-only
  * shared mmap of it (page cache, as a model's weights are read), while the read ceiling stays on
- * anonymous memory: the difference shows what the mapping costs. With --huge the buffer (read
+ * anonymous memory: the difference shows what the mapping costs. With --x8 the q4_K matrix is
+ * also repacked by eights (quant_x8.h) and multiplied that way (one more table row, its own
+ * alternated read figure). With --huge the buffer (read
  * test and weights) is 2 MiB-aligned and madvise(MADV_HUGEPAGE)d: what 4 KiB pages cost.
  */
 #include <stdatomic.h>
@@ -36,6 +38,7 @@
 #include "base/threadpool.h"
 #include "cpu/matmul.h"
 #include "quant/quant.h"
+#include "quant/quant_x8.h"
 
 #if defined(__x86_64__)
 #include <emmintrin.h>
@@ -152,6 +155,34 @@ static const uint8_t *map_copy(const char *path, const uint8_t *src, size_t n) {
     return m;
 }
 
+/* --x8: the same q4_K matrix repacked by eights (quant_x8.h), products by items of X8_ITEM
+ * groups of 8 rows */
+enum { X8_ITEM = 16 };
+typedef struct {
+    uint32_t type;
+    int64_t k, groups;
+    const uint8_t *w;   /* rows, row size rs */
+    uint8_t *packed;    /* groups of 8 rows */
+    size_t rs, gs;
+    const void *actx;
+    quant_x8_dot_fn dot;
+    float *y;
+} x8_job;
+
+static void x8_repack_item(void *ctx, int64_t g, int ith) {
+    (void)ith;
+    x8_job *j = ctx;
+    hm_error err;
+    quant_x8_repack(j->type, j->k, j->w + (size_t)g * 8 * j->rs, j->rs, j->packed + (size_t)g * j->gs, &err);
+}
+
+static void x8_dot_item(void *ctx, int64_t it, int ith) {
+    (void)ith;
+    const x8_job *j = ctx;
+    for (int64_t g = it * X8_ITEM; g < (it + 1) * X8_ITEM && g < j->groups; g++)
+        j->dot(j->k, j->packed + (size_t)g * j->gs, j->actx, j->y + 8 * g);
+}
+
 static uint32_t g_rng = 12345;
 static float rndf(void) {
     g_rng = g_rng * 1664525u + 1013904223u;
@@ -162,6 +193,7 @@ int main(int argc, char **argv) {
     int threads = 1, reps = 5, max_batch = 1, json = 0;
     const char *file = NULL; /* weights through an mmap of this file instead of anonymous memory */
     int huge = 0;            /* --huge: anonymous memory on transparent huge pages */
+    int x8 = 0;              /* --x8: also the repacked q4_K product (quant_x8.h) */
     size_t mib = 1024;
     long split = 1;
     long k_opt = 0; /* --k: row length instead of 2048 / 2880 */
@@ -179,8 +211,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--file") && v) file = argv[++i];
         else if (!strcmp(a, "--huge")) huge = 1;
+        else if (!strcmp(a, "--x8")) x8 = 1;
         else {
-            fprintf(stderr, "usage: %s [-t N] [--mib M] [--reps R] [--batch B] [--types a,b] [--json] [--file PATH] [--huge] [--split S] [--k K]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-t N] [--mib M] [--reps R] [--batch B] [--types a,b] [--json] [--file PATH] [--huge] [--x8] [--split S] [--k K]\n", argv[0]);
             return 2;
         }
     }
@@ -307,6 +340,38 @@ int main(int argc, char **argv) {
                    (long long)rows, gbs[1], read_here, gbs[1] / read_here);
             for (int b = 2; b <= max_batch; b++) printf(" %.2f |", gbs[b]);
             printf("\n");
+        }
+        if (x8 && !json && quant_x8_supported((uint32_t)t) && max_batch == 1 && split == 1) {
+            x8_job xj = {.type = (uint32_t)t, .k = k, .groups = rows / 8, .w = w, .rs = rs,
+                         .gs = quant_x8_group_size((uint32_t)t, k), .y = y,
+                         .dot = quant_x8_dot_get((uint32_t)t)};
+            xj.packed = aligned_alloc(64, (xj.gs * (size_t)xj.groups + 63) / 64 * 64);
+            void *act = malloc(cpu_matmul_scratch_size((uint32_t)t, k, 1));
+            void *actx = aligned_alloc(64, (quant_x8_act_size((uint32_t)t, k) + 63) / 64 * 64);
+            if (!xj.packed || !act || !actx) {
+                fprintf(stderr, "bench_matvec: out of memory for --x8\n");
+                return 1;
+            }
+            tp_run_items(pool, x8_repack_item, &xj, xj.groups);
+            kern->act[quant_act_for((uint32_t)t)](f, act, k);
+            double best = 1e30, rt_best = 1e30;
+            for (int r = 0; r < reps; r++) {
+                double rt = read_best(pool, &rj, 1);
+                if (rt < rt_best) rt_best = rt;
+                double t0 = now_s();
+                quant_x8_act_prepare((uint32_t)t, k, act, actx); /* once per product */
+                xj.actx = actx;
+                tp_run_items(pool, x8_dot_item, &xj, (xj.groups + X8_ITEM - 1) / X8_ITEM);
+                double dt = now_s() - t0;
+                if (dt < best) best = dt;
+            }
+            const double g8 = (double)xj.groups * (double)xj.gs / best / 1e9, rd = (double)size / rt_best / 1e9;
+            printf("| %s x8%s | %lld | %lld | %.2f | %.2f | %.2f |\n", hm_type_name((uint32_t)t),
+                   quant_x8_fast() ? "" : " (reference path)", (long long)k, (long long)(8 * xj.groups),
+                   g8, rd, g8 / rd);
+            free(xj.packed);
+            free(act);
+            free(actx);
         }
         fflush(stdout);
         first = 0;

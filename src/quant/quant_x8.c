@@ -1,0 +1,170 @@
+/* quant_x8.c - repacking by eights and the portable parts of quant_x8.h.
+ *
+ * Group layout of q4_K (per block b of the 8 rows, 1152 bytes = 8 x 144): fp16 d[8], fp16
+ * dmin[8], the 12 scale bytes of each row, then the quants: for chunk j (0..3; its 32 bytes hold
+ * sub-block 2j in the low nibbles, 2j+1 in the high), pair m (0..3), half h (0..1), row r
+ * (0..7): row r's bytes 8m + 4h .. 8m + 4h + 3 of chunk j. So the 64 bytes at (j, m) give one
+ * 512-bit register whose 32-bit lane h * 8 + r holds 4 bytes of row r.
+ * Prepared activation (per block, 2112 bytes): for (j, m, lo/hi) 64 bytes whose lane h * 8 + r
+ * holds the 4 activation bytes of elements 8m + 4h .. of sub-block 2j (lo) or 2j + 1 (hi), the
+ * same for every r; then bs2[j] = bsums[2j] + bsums[2j + 1] (int16 x 8), the float d and
+ * padding. The q8_K row itself follows the blocks (the reference path reads it).
+ */
+#include "quant/quant_x8.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/cpu.h"
+#include "quant/fp16.h"
+#include "quant/quant_ref_internal.h"
+#include "quant/blocks.h"
+#include "quant/quant.h"
+#include "quant/qtypes.h"
+
+enum { X8_QK = 256, X8_ACT_BLOCK = 2112 };
+
+typedef struct {
+    uint16_t d[8], dmin[8];
+    uint8_t scales[8][12];
+    uint8_t qs[1024];
+} x8_q4_K;
+
+/* the AVX-512 kernel (quant_x8_avx512.c; quant_x8_avx512_built() is 0 where the build lacks it) */
+void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *actx, float out[8]);
+int quant_x8_avx512_built(void);
+
+bool quant_x8_supported(uint32_t wtype) { return wtype == HM_TYPE_Q4_K; }
+
+bool quant_x8_fast(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    const char *cap = getenv("HOTMOE_ISA"); /* ref or avx2 caps the kernels below AVX-512 */
+    if (cap && (!strcmp(cap, "ref") || !strcmp(cap, "avx2"))) return false;
+    __builtin_cpu_init();
+    return quant_x8_avx512_built() && hm_cpu_has_avx512() && __builtin_cpu_supports("avx512vbmi");
+#else
+    return false;
+#endif
+}
+
+size_t quant_x8_group_size(uint32_t wtype, int64_t k) {
+    return quant_x8_supported(wtype) ? 8 * hm_row_size(wtype, k) : 0;
+}
+
+hm_status quant_x8_repack(uint32_t wtype, int64_t k, const void *rows, size_t row_stride,
+                          void *group, hm_error *err) {
+    if (!quant_x8_supported(wtype))
+        return hm_error_set(err, HM_ERR_UNSUPPORTED, "x8 repack: %s has no repacked form",
+                            hm_type_name(wtype));
+    if (k <= 0 || k % X8_QK)
+        return hm_error_set(err, HM_ERR_ARG, "x8 repack: row length %lld is not a multiple of 256",
+                            (long long)k);
+    _Static_assert(sizeof(x8_q4_K) == 8 * sizeof(block_q4_K), "x8 q4_K group block size");
+    const int64_t nb = k / X8_QK;
+    x8_q4_K *o = group;
+    for (int64_t b = 0; b < nb; b++)
+        for (int r = 0; r < 8; r++) {
+            const block_q4_K *x = (const block_q4_K *)(const void *)((const uint8_t *)rows +
+                                                                     (size_t)r * row_stride) + b;
+            o[b].d[r] = x->d;
+            o[b].dmin[r] = x->dmin;
+            memcpy(o[b].scales[r], x->scales, 12);
+            for (int j = 0; j < 4; j++)
+                for (int m = 0; m < 4; m++)
+                    for (int h = 0; h < 2; h++)
+                        memcpy(o[b].qs + 256 * j + 64 * m + 32 * h + 4 * r,
+                               x->qs + 32 * j + 8 * m + 4 * h, 4);
+        }
+    return HM_OK;
+}
+
+void quant_x8_unpack(uint32_t wtype, int64_t k, const void *group, void *rows, size_t row_stride) {
+    if (!quant_x8_supported(wtype)) return;
+    const int64_t nb = k / X8_QK;
+    const x8_q4_K *o = group;
+    for (int64_t b = 0; b < nb; b++)
+        for (int r = 0; r < 8; r++) {
+            block_q4_K *x = (block_q4_K *)(void *)((uint8_t *)rows + (size_t)r * row_stride) + b;
+            x->d = o[b].d[r];
+            x->dmin = o[b].dmin[r];
+            memcpy(x->scales, o[b].scales[r], 12);
+            for (int j = 0; j < 4; j++)
+                for (int m = 0; m < 4; m++)
+                    for (int h = 0; h < 2; h++)
+                        memcpy(x->qs + 32 * j + 8 * m + 4 * h,
+                               o[b].qs + 256 * j + 64 * m + 32 * h + 4 * r, 4);
+        }
+}
+
+size_t quant_x8_act_size(uint32_t wtype, int64_t k) {
+    if (!quant_x8_supported(wtype) || k <= 0 || k % X8_QK) return 0;
+    return (size_t)(k / X8_QK) * (X8_ACT_BLOCK + sizeof(block_q8_K));
+}
+
+void quant_x8_act_prepare(uint32_t wtype, int64_t k, const void *act, void *actx) {
+    if (!quant_x8_supported(wtype)) return;
+    const int64_t nb = k / X8_QK;
+    const block_q8_K *a = act;
+    uint8_t *o = actx;
+    for (int64_t b = 0; b < nb; b++, o += X8_ACT_BLOCK) {
+        for (int j = 0; j < 4; j++)
+            for (int m = 0; m < 4; m++)
+                for (int lh = 0; lh < 2; lh++) {
+                    uint8_t *v = o + 64 * (8 * j + 2 * m + lh);
+                    for (int h = 0; h < 2; h++)
+                        for (int r = 0; r < 8; r++)
+                            memcpy(v + 32 * h + 4 * r, a[b].qs + 64 * j + 32 * lh + 8 * m + 4 * h, 4);
+                }
+        int16_t bs2[8];
+        for (int j = 0; j < 8; j++) bs2[j] = (int16_t)(a[b].bsums[2 * j] + a[b].bsums[2 * j + 1]);
+        memcpy(o + 2048, bs2, sizeof(bs2));
+        memcpy(o + 2048 + sizeof(bs2), &a[b].d, sizeof(float));
+        memset(o + 2048 + sizeof(bs2) + sizeof(float), 0, X8_ACT_BLOCK - 2048 - sizeof(bs2) - sizeof(float));
+    }
+    memcpy(o, act, (size_t)nb * sizeof(block_q8_K));
+}
+
+/* The reference path: docs/ARITHMETIC.md's q4_K block product (quant_ref_dot.c's dot_k4) read
+ * from the group, per row, then the halving tree. */
+static void x8_dot_q4_K_ref(int64_t nb, const x8_q4_K *g, const block_q8_K *a, float out[8]) {
+    for (int r = 0; r < 8; r++) {
+        float acc[32];
+        for (int l = 0; l < 32; l++) acc[l] = 0.0f;
+        for (int64_t b = 0; b < nb; b++) {
+            int32_t s = 0, t = 0;
+            for (int j = 0; j < 8; j++) {
+                uint8_t sc, mn;
+                quant_k4_scale_min(j, g[b].scales[r], &sc, &mn);
+                int32_t sj = 0;
+                for (int l = 0; l < 32; l++) { /* byte l of chunk j / 2 */
+                    const uint8_t byte = g[b].qs[256 * (j / 2) + 64 * (l / 8) + 32 * ((l / 4) & 1) +
+                                                 4 * r + (l & 3)];
+                    sj += ((j & 1) ? byte >> 4 : byte & 0xF) * a[b].qs[32 * j + l];
+                }
+                s += sc * sj;
+                t += mn * (a[b].bsums[2 * j] + a[b].bsums[2 * j + 1]);
+            }
+            acc[b % 32] = fmaf(hm_fp16_to_f32(g[b].d[r]) * a[b].d, (float)s, acc[b % 32]);
+            acc[b % 32] = fmaf(-(hm_fp16_to_f32(g[b].dmin[r]) * a[b].d), (float)t, acc[b % 32]);
+        }
+        for (int st = 16; st >= 1; st /= 2)
+            for (int i = 0; i < st; i++) acc[i] = acc[i] + acc[i + st];
+        out[r] = acc[0];
+    }
+}
+
+static void x8_dot_q4_K_fast(int64_t k, const void *group, const void *actx, float out[8]) {
+    quant_x8_dot_q4_K_avx512(k / X8_QK, group, actx, out);
+}
+
+static void x8_dot_q4_K(int64_t k, const void *group, const void *actx, float out[8]) {
+    const int64_t nb = k / X8_QK;
+    x8_dot_q4_K_ref(nb, group, (const block_q8_K *)(const void *)((const uint8_t *)actx +
+                                                                  (size_t)nb * X8_ACT_BLOCK), out);
+}
+
+quant_x8_dot_fn quant_x8_dot_get(uint32_t wtype) {
+    if (!quant_x8_supported(wtype)) return NULL;
+    return quant_x8_fast() ? x8_dot_q4_K_fast : x8_dot_q4_K;
+}

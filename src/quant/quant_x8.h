@@ -1,0 +1,52 @@
+/* quant_x8.h - weight rows repacked by eights for a faster one-token product (CPU decode).
+ *
+ * DESIGN: the dot tiles of quant.h read a row's blocks one after another, so every block pays
+ * its scale decoding, its horizontal sums and its float update alone, and a core computes a
+ * q4_K matvec slower than memory delivers it (bench_dot, bench_matvec). Repacked, block b of 8
+ * consecutive rows lies together (their fp16 factors, their scale bytes, and their quants
+ * interleaved 4 bytes per row), so one 512-bit instruction works on the same elements of all 8
+ * rows: the per-row sums land in 8 lanes and the float part is vertical, with no horizontal sum.
+ * The arithmetic is docs/ARITHMETIC.md's, unchanged: exact integer partials per block, then
+ * fmaf(d*da, s, acc[b % 32]) and fmaf(-(dmin*da), t, acc[b % 32]) and the halving tree, per
+ * row — so results are bit-identical to quant_dot_ref on the original rows. The activation row
+ * is prepared once per product (quant_x8_act_prepare) into the layout the kernel loads.
+ *
+ * Types: q4_K. The AVX-512 kernel (quant_x8_avx512.c) needs F/BW/VL/VNNI and VBMI; elsewhere
+ * quant_x8_dot unpacks the rows and calls quant_dot_ref (slow, same bits).
+ */
+#ifndef HM_QUANT_QUANT_X8_H
+#define HM_QUANT_QUANT_X8_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+
+enum { QUANT_X8_ROWS = 8 };
+
+/* Whether wtype has a repacked form. */
+bool quant_x8_supported(uint32_t wtype);
+/* Whether quant_x8_dot runs the fast kernel on this CPU (else the reference). */
+bool quant_x8_fast(void);
+/* Bytes of 8 repacked rows of k elements (8 rows' bytes: repacking moves bytes, adds none);
+ * 0 if unsupported or k is not a multiple of the block. */
+size_t quant_x8_group_size(uint32_t wtype, int64_t k);
+/* 8 rows (row r at rows + r * row_stride, k elements of wtype) into group. */
+hm_status quant_x8_repack(uint32_t wtype, int64_t k, const void *rows, size_t row_stride,
+                          void *group, hm_error *err);
+/* The 8 rows back (for tests and the reference path). */
+void quant_x8_unpack(uint32_t wtype, int64_t k, const void *group, void *rows, size_t row_stride);
+
+/* Bytes of a prepared activation row of k elements; 0 if unsupported. */
+size_t quant_x8_act_size(uint32_t wtype, int64_t k);
+/* act: one activation row of k elements in wtype's format (q8_K for q4_K) -> actx. */
+void quant_x8_act_prepare(uint32_t wtype, int64_t k, const void *act, void *actx);
+
+/* out[r] = dot(row r of group, activation) for the 8 rows, bit-identical to quant_dot_ref.
+ * quant_x8_dot_get gives the kernel for wtype once per product (the fast one when
+ * quant_x8_fast(), else the reference path; NULL if unsupported). */
+typedef void (*quant_x8_dot_fn)(int64_t k, const void *group, const void *actx, float out[8]);
+quant_x8_dot_fn quant_x8_dot_get(uint32_t wtype);
+
+#endif

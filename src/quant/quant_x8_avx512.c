@@ -1,0 +1,123 @@
+/* quant_x8_avx512.c - the AVX-512 kernel of quant_x8.h: 8 repacked q4_K rows against one
+ * prepared activation row (layouts in quant_x8.c). CMake gives this file the AVX-512
+ * F/BW/VL/DQ/VNNI flags; VBMI (vpermt2b, the scale transpose) is added here. The caller checks
+ * the CPU (quant_x8_fast).
+ *
+ * Per block of the 8 rows: each (chunk j, pair m) register of quants gives two vpdpbusd, low
+ * nibbles against sub-block 2j's activation bytes and high nibbles against 2j + 1's, into
+ * 32-bit lanes h * 8 + r that stay below 2^15; vpdpwssd then scales them by the row's sub-block
+ * scale (as the int16 pair (sc, 0): the lane's low half is its whole value), so lanes r and
+ * 8 + r sum to row r's s. t is the rows' mins against bsums[2j] + bsums[2j + 1] by pmaddwd.
+ * The float part is the reference's per row, with the rows in the 8 lanes of a register:
+ * acc[b % 32] = fma(d * da, s, acc), then fma(-(dmin * da), t, acc); then the halving tree
+ * across the 32 registers.
+ */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC target("avx512vbmi")
+#endif
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "quant/blocks.h"
+
+int quant_x8_avx512_built(void);
+void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *actx, float out[8]);
+
+int quant_x8_avx512_built(void) { return 1; }
+
+enum { X8_ACT_BLOCK = 2112, X8_GROUP_BLOCK = 1152, X8_PF = 4096 };
+
+/* r = [sc0-7 | mn0-7] (bytes) of one row's 12 scale bytes (ggml's get_scale_min_k4, for all 8
+ * sub-blocks at once). s + 12 .. s + 15 are read and ignored (the next row's scales, or the
+ * quants that follow the last row's). */
+static inline __m128i x8_scale_bytes(const uint8_t *s) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)s); /* dwords u0 u1 u2 (u3 unused) */
+    __m128i p = _mm_shuffle_epi32(v, 0x98);                /* u0 u2 u1 u2 */
+    __m128i q = _mm_shuffle_epi32(v, 0x50);                /* u0 u0 u1 u1 */
+    /* sc0-3 = u0 & 3f, sc4-7 = (u2 & 0f) | ((u0 >> 6) & 3) << 4,
+     * mn0-3 = u1 & 3f, mn4-7 = ((u2 >> 4) & 0f) | ((u1 >> 6) & 3) << 4 */
+    p = _mm_and_si128(_mm_srlv_epi32(p, _mm_setr_epi32(0, 0, 0, 4)),
+                      _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    q = _mm_and_si128(_mm_srli_epi32(q, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    return _mm_or_si128(p, q);
+}
+
+#define X8_R8(j) j, 16 + j, 32 + j, 48 + j, 64 + j, 80 + j, 96 + j, 112 + j
+#define X8_M8(r) 16 * r + 8, 16 * r + 9, 16 * r + 10, 16 * r + 11, 16 * r + 12, 16 * r + 13, \
+                 16 * r + 14, 16 * r + 15
+static const uint8_t k_isc[2][64] __attribute__((aligned(64))) = {
+    {X8_R8(0), X8_R8(0), X8_R8(1), X8_R8(1), X8_R8(2), X8_R8(2), X8_R8(3), X8_R8(3)},
+    {X8_R8(4), X8_R8(4), X8_R8(5), X8_R8(5), X8_R8(6), X8_R8(6), X8_R8(7), X8_R8(7)}};
+static const uint8_t k_imn[64] __attribute__((aligned(64))) = {
+    X8_M8(0), X8_M8(1), X8_M8(2), X8_M8(3), X8_M8(4), X8_M8(5), X8_M8(6), X8_M8(7)};
+
+void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *actx, float out[8]) {
+    __m256 acc[32];
+    for (int i = 0; i < 32; i++) acc[i] = _mm256_setzero_ps();
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i isc0 = _mm512_load_si512(k_isc[0]), isc1 = _mm512_load_si512(k_isc[1]);
+    const __m512i imn = _mm512_load_si512(k_imn);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *g = (const uint8_t *)group + (size_t)b * X8_GROUP_BLOCK;
+        const uint8_t *ax = (const uint8_t *)actx + (size_t)b * X8_ACT_BLOCK;
+        const uint8_t *qs = g + 32 + 96;
+        /* the weight stream X8_PF bytes ahead: a core alone does not keep enough misses in
+         * flight (as for the dot tiles, quant_simd_common.h) */
+        for (int o = 0; o < X8_GROUP_BLOCK; o += 64) _mm_prefetch((const char *)g + X8_PF + o, _MM_HINT_T0);
+        /* the rows' scale bytes: tr[r] = sc0-7 mn0-7 of row r; then sub-block jj's scales as
+         * dwords (sc, 0) in lanes r and 8 + r, and the mins as [r][j] bytes */
+        uint8_t tr[8][16] __attribute__((aligned(64)));
+        for (int r = 0; r < 8; r++) _mm_store_si128((__m128i *)tr[r], x8_scale_bytes(g + 32 + 12 * r));
+        const __m512i T0 = _mm512_load_si512(tr[0]), T1 = _mm512_load_si512(tr[4]);
+        const __m512i SCa = _mm512_permutex2var_epi8(T0, isc0, T1);
+        const __m512i SCb = _mm512_permutex2var_epi8(T0, isc1, T1);
+        const __m512i MN = _mm512_permutex2var_epi8(T0, imn, T1);
+        __m512i sc[8];
+        sc[0] = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(SCa, 0));
+        sc[1] = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(SCa, 1));
+        sc[2] = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(SCa, 2));
+        sc[3] = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(SCa, 3));
+        sc[4] = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(SCb, 0));
+        sc[5] = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(SCb, 1));
+        sc[6] = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(SCb, 2));
+        sc[7] = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(SCb, 3));
+        __m512i sacc = _mm512_setzero_si512();
+        _Pragma("GCC unroll 4")
+        for (int j = 0; j < 4; j++) {
+            __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+            _Pragma("GCC unroll 4")
+            for (int m = 0; m < 4; m++) {
+                const __m512i q = _mm512_loadu_si512(qs + 256 * j + 64 * m);
+                const uint8_t *av = ax + 64 * (8 * j + 2 * m);
+                lo = _mm512_dpbusd_epi32(lo, _mm512_and_si512(q, m4), _mm512_loadu_si512(av));
+                hi = _mm512_dpbusd_epi32(hi, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4),
+                                         _mm512_loadu_si512(av + 64));
+            }
+            sacc = _mm512_dpwssd_epi32(sacc, lo, sc[2 * j]);
+            sacc = _mm512_dpwssd_epi32(sacc, hi, sc[2 * j + 1]);
+        }
+        const __m256i s = _mm256_add_epi32(_mm512_castsi512_si256(sacc), _mm512_extracti64x4_epi64(sacc, 1));
+        /* t: row r's mins . bs2 as pmaddwd pairs (rows 0-3 in pa, 4-7 in pb, one 128-bit lane
+         * per row), summed within the lane */
+        const __m512i bs = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(ax + 2048)));
+        const __m512i pa = _mm512_madd_epi16(_mm512_cvtepu8_epi16(_mm512_castsi512_si256(MN)), bs);
+        const __m512i pb = _mm512_madd_epi16(_mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(MN, 1)), bs);
+        __m512i h = _mm512_add_epi32(_mm512_unpacklo_epi32(pa, pb), _mm512_unpackhi_epi32(pa, pb));
+        h = _mm512_add_epi32(h, _mm512_shuffle_epi32(h, 0x4e)); /* lane r: [t_r, t_r+4, ..] */
+        const __m256i t = _mm512_castsi512_si256(_mm512_permutexvar_epi32(
+            _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0), h));
+        float da;
+        memcpy(&da, ax + 2048 + 16, sizeof(da));
+        const __m256 vda = _mm256_set1_ps(da);
+        const __m256 d1 = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g)), vda);
+        const __m256 d2 = _mm256_xor_ps(_mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 16))), vda),
+                                        _mm256_set1_ps(-0.0f));
+        __m256 *ac = &acc[b % 32];
+        *ac = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(s), *ac);
+        *ac = _mm256_fmadd_ps(d2, _mm256_cvtepi32_ps(t), *ac);
+    }
+    for (int st = 16; st >= 1; st /= 2)
+        for (int i = 0; i < st; i++) acc[i] = _mm256_add_ps(acc[i], acc[i + st]);
+    _mm256_storeu_ps(out, acc[0]);
+}
