@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine: A/B decode speed of several builds in one call, on the H100 or (CPU=1)
-# on the host's 16 cores. Each variant is NAME=SRCDIR[:FLAGS] (FLAGS go to the C and CUDA
-# compilers, e.g. -DTP_PAUSE=0 or -DMOE_STAGE=0); every variant is built
+# on the host's 16 cores. Each variant is NAME=SRCDIR[:FLAGS][%ARGS] (FLAGS go to the C and CUDA
+# compilers, e.g. -DTP_PAUSE=0 or -DMOE_STAGE=0; ARGS to `hotmoe bench`, e.g. %--repack); every
+# variant is built
 # (hotmoe only, in parallel; CPU=1: -DHOTMOE_CUDA=OFF), then tg128 (`hotmoe bench -p 0 -n 128
 # -r 3` with `-ngl 99 --gpu-strict`, or `-t 16`) runs ROUNDS times per model, the variants
 # alternated inside each round so that clock, thermal and host-bandwidth drift hit all of them
@@ -21,8 +22,11 @@ m=/tmp/models
 mkdir -p $m
 names=()
 j=$((16 / $#))
+declare -A vargs
 for v in "$@"; do
   name=${v%%=*} rest=${v#*=}
+  vargs[$name]=""
+  case "$rest" in *%*) vargs[$name]=${rest#*%}; rest=${rest%%%*} ;; esac
   src=${rest%%:*} flags=""
   [ "$rest" != "$src" ] && flags=${rest#*:}
   names+=("$name")
@@ -46,7 +50,7 @@ for f in $models; do
     [ -n "${CPU:-}" ] && echo "$f read round $r: $($b/bench_matvec -t 16 --reps 3 --types q4_K |
       grep -oE 'bandwidth at the start: [0-9.]+' | awk '{print $NF}')" | tee -a $OUT/ab.txt
     for n in "${names[@]}"; do
-      HOTMOE_POOL_PROF=${PROF:-0} /tmp/ab-$n/hotmoe bench -m $m/$f.gguf $where -r 3 $test \
+      HOTMOE_POOL_PROF=${PROF:-0} /tmp/ab-$n/hotmoe bench -m $m/$f.gguf $where -r 3 $test ${vargs[$n]} \
         >$OUT/ab_run.txt 2>&1
       v=$(grep -E "$row" $OUT/ab_run.txt | awk -F'|' '{print $(NF-1)}' | awk '{print $1}')
       echo "$f $n round $r: ${v:-failed}" | tee -a $OUT/ab.txt
