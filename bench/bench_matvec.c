@@ -164,7 +164,7 @@ typedef struct {
     const uint8_t *w;   /* rows, row size rs */
     uint8_t *packed;    /* groups of 8 rows */
     size_t rs, gs;
-    const void *actx;
+    const void *act;
     quant_x8_dot_fn dot;
     float *y;
 } x8_job;
@@ -180,7 +180,7 @@ static void x8_dot_item(void *ctx, int64_t it, int ith) {
     (void)ith;
     const x8_job *j = ctx;
     for (int64_t g = it * X8_ITEM; g < (it + 1) * X8_ITEM && g < j->groups; g++)
-        j->dot(j->k, j->packed + (size_t)g * j->gs, j->actx, j->y + 8 * g);
+        j->dot(j->k, j->packed + (size_t)g * j->gs, j->act, j->y + 8 * g);
 }
 
 static uint32_t g_rng = 12345;
@@ -347,20 +347,18 @@ int main(int argc, char **argv) {
                          .dot = quant_x8_dot_get((uint32_t)t)};
             xj.packed = aligned_alloc(64, (xj.gs * (size_t)xj.groups + 63) / 64 * 64);
             void *act = malloc(cpu_matmul_scratch_size((uint32_t)t, k, 1));
-            void *actx = aligned_alloc(64, (quant_x8_act_size((uint32_t)t, k) + 63) / 64 * 64);
-            if (!xj.packed || !act || !actx) {
+            if (!xj.packed || !act) {
                 fprintf(stderr, "bench_matvec: out of memory for --x8\n");
                 return 1;
             }
             tp_run_items(pool, x8_repack_item, &xj, xj.groups);
             kern->act[quant_act_for((uint32_t)t)](f, act, k);
+            xj.act = act;
             double best = 1e30, rt_best = 1e30;
             for (int r = 0; r < reps; r++) {
                 double rt = read_best(pool, &rj, 1);
                 if (rt < rt_best) rt_best = rt;
                 double t0 = now_s();
-                quant_x8_act_prepare((uint32_t)t, k, act, actx); /* once per product */
-                xj.actx = actx;
                 tp_run_items(pool, x8_dot_item, &xj, (xj.groups + X8_ITEM - 1) / X8_ITEM);
                 double dt = now_s() - t0;
                 if (dt < best) best = dt;
@@ -371,7 +369,6 @@ int main(int argc, char **argv) {
                    g8, rd, g8 / rd);
             free(xj.packed);
             free(act);
-            free(actx);
         }
         fflush(stdout);
         first = 0;

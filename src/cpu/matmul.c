@@ -234,14 +234,14 @@ hm_status cpu_matmul(tp_pool *pool, const quant_kernels *kern, uint32_t wtype, c
 /* ---- grouped MoE ---- */
 
 typedef struct {
-    size_t act, pairs, counts, items, actx; /* byte offsets into scratch */
+    size_t act, pairs, counts, items; /* byte offsets into scratch */
     size_t total;
 } moe_layout;
 
 /* Whether a grouped product takes quant_x8's kernel: one token, every slot reading it, and a
- * repacked copy of the weights (then its input is prepared once, at actx). */
+ * repacked copy of the weights. */
 static bool moe_x8(const cpu_moe_args *a) {
-    return a->x8 && a->n_tok == 1 && !a->x_per_slot && quant_x8_act_size(a->wtype, a->k) > 0 &&
+    return a->x8 && a->n_tok == 1 && !a->x_per_slot && quant_x8_supported(a->wtype) &&
            a->n_rows % QUANT_X8_ROWS == 0;
 }
 
@@ -256,8 +256,7 @@ static int moe_layout_get(const cpu_moe_args *a, moe_layout *l) {
     l->pairs = mm_align(l->act + arow * np);                                 /* int32 [np] */
     l->counts = mm_align(l->pairs + np * sizeof(int32_t));                   /* int64 [n_expert + 1] */
     l->items = mm_align(l->counts + ((size_t)a->n_expert + 1) * sizeof(int64_t)); /* int64 [n_expert + 1] */
-    l->actx = mm_align(l->items + ((size_t)a->n_expert + 1) * sizeof(int64_t)); /* moe_x8 */
-    l->total = mm_align(l->actx + (moe_x8(a) ? quant_x8_act_size(a->wtype, a->k) : 0));
+    l->total = mm_align(l->items + ((size_t)a->n_expert + 1) * sizeof(int64_t));
     return 1;
 }
 
@@ -277,8 +276,7 @@ typedef struct {
     int64_t *off;     /* [n_expert + 1] first grouped pair of each expert */
     int64_t *item0;   /* [n_expert + 1] first work item of each expert */
     int64_t n_pairs, chunk;
-    uint8_t *actx;    /* moe_x8: the prepared input (quant_x8_act_prepare), else NULL */
-    quant_x8_dot_fn x8dot;
+    quant_x8_dot_fn x8dot; /* moe_x8 (and the pair's second product too): the kernel, else NULL */
 } moe_job;
 
 /* Item g of the quantisation job: the input of grouped pair g. */
@@ -298,7 +296,6 @@ static void moe_acts(tp_pool *pool, moe_job *j) {
     const cpu_moe_args *a = j->a;
     if (!a->x_per_slot && a->n_tok == 1) {
         moe_act_item(j, 0, 0);
-        if (j->actx) quant_x8_act_prepare(a->wtype, a->k, j->act, j->actx);
         for (int64_t g = 1; g < j->n_pairs; g++)
             memcpy(j->act + (size_t)g * j->mk.arow, j->act, j->mk.arow);
         return;
@@ -323,7 +320,7 @@ static void moe_item(void *ctx, int64_t it, int ith) {
     const int64_t r0 = (it - j->item0[e]) * j->chunk;
     const int64_t r1 = r0 + j->chunk < a->n_rows ? r0 + j->chunk : a->n_rows;
     const uint8_t *we = (const uint8_t *)a->w + (size_t)e * j->wexp;
-    if (j->actx && r0 % QUANT_X8_ROWS == 0 && (r1 - r0) % QUANT_X8_ROWS == 0) {
+    if (j->x8dot && r0 % QUANT_X8_ROWS == 0 && (r1 - r0) % QUANT_X8_ROWS == 0) {
         /* one token: every pair of the expert reads the same input, so each group of 8 rows is
          * one quant_x8 product, copied to each pair (one pair at decode) */
         const size_t gs = 8 * j->mk.wrow;
@@ -332,7 +329,8 @@ static void moe_item(void *ctx, int64_t it, int ith) {
             const uint8_t *xe = (const uint8_t *)am->x8 + (size_t)e * j->wexp;
             for (int64_t r = r0; r < r1; r += QUANT_X8_ROWS) {
                 float out[QUANT_X8_ROWS];
-                j->x8dot(a->k, xe + (size_t)(r / QUANT_X8_ROWS) * gs, j->actx, out);
+                j->x8dot(a->k, xe + (size_t)(r / QUANT_X8_ROWS) * gs,
+                         j->act + (size_t)j->off[e] * j->mk.arow, out);
                 for (int64_t g = j->off[e]; g < j->off[e + 1]; g++)
                     memcpy(am->y + (size_t)j->pairs[g] * (size_t)a->n_rows + (size_t)r, out, sizeof(out));
             }
@@ -410,8 +408,8 @@ static void moe_plan(moe_job *j, const cpu_moe_args *a, const moe_layout *l, uin
     j->item0 = (int64_t *)(void *)(s + l->items);
     j->wexp = j->mk.wrow * (size_t)a->n_rows;
     /* quant_x8 for one token when every product of the job has a repacked copy */
-    j->actx = moe_x8(a) && (!j->b || (j->b->x8 && j->b->wtype == a->wtype)) ? s + l->actx : NULL;
-    j->x8dot = j->actx ? quant_x8_dot_get(a->wtype) : NULL;
+    j->x8dot = moe_x8(a) && (!j->b || (j->b->x8 && j->b->wtype == a->wtype))
+                   ? quant_x8_dot_get(a->wtype) : NULL;
     memset(j->off, 0, ((size_t)a->n_expert + 1) * sizeof(int64_t));
     for (int64_t p = 0; p < np; p++)
         if (a->ids[p] >= 0) j->off[a->ids[p] + 1]++;

@@ -2,13 +2,10 @@
  *
  * Group layout of q4_K (per block b of the 8 rows, 1152 bytes = 8 x 144): fp16 d[8], fp16
  * dmin[8], the 12 scale bytes of each row, then the quants: for chunk j (0..3; its 32 bytes hold
- * sub-block 2j in the low nibbles, 2j+1 in the high), pair m (0..3), half h (0..1), row r
- * (0..7): row r's bytes 8m + 4h .. 8m + 4h + 3 of chunk j. So the 64 bytes at (j, m) give one
- * 512-bit register whose 32-bit lane h * 8 + r holds 4 bytes of row r.
- * Prepared activation (per block, 2112 bytes): for (j, m, lo/hi) 64 bytes whose lane h * 8 + r
- * holds the 4 activation bytes of elements 8m + 4h .. of sub-block 2j (lo) or 2j + 1 (hi), the
- * same for every r; then bs2[j] = bsums[2j] + bsums[2j + 1] (int16 x 8), the float d and
- * padding. The q8_K row itself follows the blocks (the reference path reads it).
+ * sub-block 2j in the low nibbles, 2j+1 in the high), part m (0..3), row r (0..7): row r's bytes
+ * 8m .. 8m + 7 of chunk j. So the 64 bytes at (j, m) give one 512-bit register whose 64-bit lane
+ * r holds 8 bytes of row r, and the activation bytes they meet (8 of sub-block 2j or 2j + 1) are
+ * one 64-bit broadcast of the q8_K row: the kernel reads the activation as it is.
  */
 #include "quant/quant_x8.h"
 
@@ -23,7 +20,7 @@
 #include "quant/quant.h"
 #include "quant/qtypes.h"
 
-enum { X8_QK = 256, X8_ACT_BLOCK = 2112 };
+enum { X8_QK = 256 };
 
 typedef struct {
     uint16_t d[8], dmin[8];
@@ -32,7 +29,7 @@ typedef struct {
 } x8_q4_K;
 
 /* the AVX-512 kernel (quant_x8_avx512.c; quant_x8_avx512_built() is 0 where the build lacks it) */
-void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *actx, float out[8]);
+void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *act, float out[8]);
 int quant_x8_avx512_built(void);
 
 bool quant_x8_supported(uint32_t wtype) { return wtype == HM_TYPE_Q4_K; }
@@ -72,9 +69,7 @@ hm_status quant_x8_repack(uint32_t wtype, int64_t k, const void *rows, size_t ro
             memcpy(o[b].scales[r], x->scales, 12);
             for (int j = 0; j < 4; j++)
                 for (int m = 0; m < 4; m++)
-                    for (int h = 0; h < 2; h++)
-                        memcpy(o[b].qs + 256 * j + 64 * m + 32 * h + 4 * r,
-                               x->qs + 32 * j + 8 * m + 4 * h, 4);
+                    memcpy(o[b].qs + 256 * j + 64 * m + 8 * r, x->qs + 32 * j + 8 * m, 8);
         }
     return HM_OK;
 }
@@ -91,38 +86,8 @@ void quant_x8_unpack(uint32_t wtype, int64_t k, const void *group, void *rows, s
             memcpy(x->scales, o[b].scales[r], 12);
             for (int j = 0; j < 4; j++)
                 for (int m = 0; m < 4; m++)
-                    for (int h = 0; h < 2; h++)
-                        memcpy(x->qs + 32 * j + 8 * m + 4 * h,
-                               o[b].qs + 256 * j + 64 * m + 32 * h + 4 * r, 4);
+                    memcpy(x->qs + 32 * j + 8 * m, o[b].qs + 256 * j + 64 * m + 8 * r, 8);
         }
-}
-
-size_t quant_x8_act_size(uint32_t wtype, int64_t k) {
-    if (!quant_x8_supported(wtype) || k <= 0 || k % X8_QK) return 0;
-    return (size_t)(k / X8_QK) * (X8_ACT_BLOCK + sizeof(block_q8_K));
-}
-
-void quant_x8_act_prepare(uint32_t wtype, int64_t k, const void *act, void *actx) {
-    if (!quant_x8_supported(wtype)) return;
-    const int64_t nb = k / X8_QK;
-    const block_q8_K *a = act;
-    uint8_t *o = actx;
-    for (int64_t b = 0; b < nb; b++, o += X8_ACT_BLOCK) {
-        for (int j = 0; j < 4; j++)
-            for (int m = 0; m < 4; m++)
-                for (int lh = 0; lh < 2; lh++) {
-                    uint8_t *v = o + 64 * (8 * j + 2 * m + lh);
-                    for (int h = 0; h < 2; h++)
-                        for (int r = 0; r < 8; r++)
-                            memcpy(v + 32 * h + 4 * r, a[b].qs + 64 * j + 32 * lh + 8 * m + 4 * h, 4);
-                }
-        int16_t bs2[8];
-        for (int j = 0; j < 8; j++) bs2[j] = (int16_t)(a[b].bsums[2 * j] + a[b].bsums[2 * j + 1]);
-        memcpy(o + 2048, bs2, sizeof(bs2));
-        memcpy(o + 2048 + sizeof(bs2), &a[b].d, sizeof(float));
-        memset(o + 2048 + sizeof(bs2) + sizeof(float), 0, X8_ACT_BLOCK - 2048 - sizeof(bs2) - sizeof(float));
-    }
-    memcpy(o, act, (size_t)nb * sizeof(block_q8_K));
 }
 
 /* The reference path: docs/ARITHMETIC.md's q4_K block product (quant_ref_dot.c's dot_k4) read
@@ -138,8 +103,7 @@ static void x8_dot_q4_K_ref(int64_t nb, const x8_q4_K *g, const block_q8_K *a, f
                 quant_k4_scale_min(j, g[b].scales[r], &sc, &mn);
                 int32_t sj = 0;
                 for (int l = 0; l < 32; l++) { /* byte l of chunk j / 2 */
-                    const uint8_t byte = g[b].qs[256 * (j / 2) + 64 * (l / 8) + 32 * ((l / 4) & 1) +
-                                                 4 * r + (l & 3)];
+                    const uint8_t byte = g[b].qs[256 * (j / 2) + 64 * (l / 8) + 8 * r + (l & 7)];
                     sj += ((j & 1) ? byte >> 4 : byte & 0xF) * a[b].qs[32 * j + l];
                 }
                 s += sc * sj;
@@ -154,14 +118,12 @@ static void x8_dot_q4_K_ref(int64_t nb, const x8_q4_K *g, const block_q8_K *a, f
     }
 }
 
-static void x8_dot_q4_K_fast(int64_t k, const void *group, const void *actx, float out[8]) {
-    quant_x8_dot_q4_K_avx512(k / X8_QK, group, actx, out);
+static void x8_dot_q4_K_fast(int64_t k, const void *group, const void *act, float out[8]) {
+    quant_x8_dot_q4_K_avx512(k / X8_QK, group, act, out);
 }
 
-static void x8_dot_q4_K(int64_t k, const void *group, const void *actx, float out[8]) {
-    const int64_t nb = k / X8_QK;
-    x8_dot_q4_K_ref(nb, group, (const block_q8_K *)(const void *)((const uint8_t *)actx +
-                                                                  (size_t)nb * X8_ACT_BLOCK), out);
+static void x8_dot_q4_K(int64_t k, const void *group, const void *act, float out[8]) {
+    x8_dot_q4_K_ref(k / X8_QK, group, act, out);
 }
 
 quant_x8_dot_fn quant_x8_dot_get(uint32_t wtype) {

@@ -9,7 +9,7 @@
  * The arithmetic is docs/ARITHMETIC.md's, unchanged: exact integer partials per block, then
  * fmaf(d*da, s, acc[b % 32]) and fmaf(-(dmin*da), t, acc[b % 32]) and the halving tree, per
  * row — so results are bit-identical to quant_dot_ref on the original rows. The activation row
- * is prepared once per product (quant_x8_act_prepare) into the layout the kernel loads.
+ * is the usual one (q8_K for q4_K): the interleave makes 8 of its bytes one 64-bit broadcast.
  *
  * Types: q4_K. The AVX-512 kernel (quant_x8_avx512.c) needs F/BW/VL/VNNI and VBMI; elsewhere
  * quant_x8_dot unpacks the rows and calls quant_dot_ref (slow, same bits).
@@ -38,15 +38,11 @@ hm_status quant_x8_repack(uint32_t wtype, int64_t k, const void *rows, size_t ro
 /* The 8 rows back (for tests and the reference path). */
 void quant_x8_unpack(uint32_t wtype, int64_t k, const void *group, void *rows, size_t row_stride);
 
-/* Bytes of a prepared activation row of k elements; 0 if unsupported. */
-size_t quant_x8_act_size(uint32_t wtype, int64_t k);
-/* act: one activation row of k elements in wtype's format (q8_K for q4_K) -> actx. */
-void quant_x8_act_prepare(uint32_t wtype, int64_t k, const void *act, void *actx);
-
-/* out[r] = dot(row r of group, activation) for the 8 rows, bit-identical to quant_dot_ref.
- * quant_x8_dot_get gives the kernel for wtype once per product (the fast one when
- * quant_x8_fast(), else the reference path; NULL if unsupported). */
-typedef void (*quant_x8_dot_fn)(int64_t k, const void *group, const void *actx, float out[8]);
+/* out[r] = dot(row r of group, act) for the 8 rows, bit-identical to quant_dot_ref; act is one
+ * activation row of k elements in wtype's format (q8_K for q4_K). quant_x8_dot_get gives the
+ * kernel for wtype once per product (the fast one when quant_x8_fast(), else the reference
+ * path; NULL if unsupported). */
+typedef void (*quant_x8_dot_fn)(int64_t k, const void *group, const void *act, float out[8]);
 quant_x8_dot_fn quant_x8_dot_get(uint32_t wtype);
 
 #endif

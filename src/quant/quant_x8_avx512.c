@@ -1,13 +1,14 @@
-/* quant_x8_avx512.c - the AVX-512 kernel of quant_x8.h: 8 repacked q4_K rows against one
- * prepared activation row (layouts in quant_x8.c). CMake gives this file the AVX-512
- * F/BW/VL/DQ/VNNI flags; VBMI (vpermt2b, the scale transpose) is added here. The caller checks
- * the CPU (quant_x8_fast).
+/* quant_x8_avx512.c - the AVX-512 kernel of quant_x8.h: 8 repacked q4_K rows against one q8_K
+ * activation row (layout in quant_x8.c). CMake gives this file the AVX-512 F/BW/VL/DQ/VNNI
+ * flags; VBMI (vpermt2b, the scale transpose) is added here. The caller checks the CPU
+ * (quant_x8_fast).
  *
- * Per block of the 8 rows: each (chunk j, pair m) register of quants gives two vpdpbusd, low
- * nibbles against sub-block 2j's activation bytes and high nibbles against 2j + 1's, into
- * 32-bit lanes h * 8 + r that stay below 2^15; vpdpwssd then scales them by the row's sub-block
- * scale (as the int16 pair (sc, 0): the lane's low half is its whole value), so lanes r and
- * 8 + r sum to row r's s. t is the rows' mins against bsums[2j] + bsums[2j + 1] by pmaddwd.
+ * Per block of the 8 rows: each (chunk j, part m) register of quants gives two vpdpbusd, low
+ * nibbles against 8 bytes of sub-block 2j's activation and high nibbles against 2j + 1's (each
+ * a 64-bit broadcast), into 32-bit lanes 2r + h that stay below 2^15; vpdpwssd then scales them
+ * by the row's sub-block scale (as the int16 pair (sc, 0): the lane's low half is its whole
+ * value), so lanes 2r and 2r + 1 sum to row r's s. t is the rows' mins against
+ * bsums[2j] + bsums[2j + 1] by pmaddwd.
  * The float part is the reference's per row, with the rows in the 8 lanes of a register:
  * acc[b % 32] = fma(d * da, s, acc), then fma(-(dmin * da), t, acc); then the halving tree
  * across the 32 registers.
@@ -22,11 +23,11 @@
 #include "quant/blocks.h"
 
 int quant_x8_avx512_built(void);
-void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *actx, float out[8]);
+void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *act, float out[8]);
 
 int quant_x8_avx512_built(void) { return 1; }
 
-enum { X8_ACT_BLOCK = 2112, X8_GROUP_BLOCK = 1152, X8_PF = 4096 };
+enum { X8_GROUP_BLOCK = 1152, X8_PF = 4096 };
 
 /* r = [sc0-7 | mn0-7] (bytes) of one row's 12 scale bytes (ggml's get_scale_min_k4, for all 8
  * sub-blocks at once). s + 12 .. s + 15 are read and ignored (the next row's scales, or the
@@ -43,16 +44,17 @@ static inline __m128i x8_scale_bytes(const uint8_t *s) {
     return _mm_or_si128(p, q);
 }
 
-#define X8_R8(j) j, 16 + j, 32 + j, 48 + j, 64 + j, 80 + j, 96 + j, 112 + j
+/* sub-block j's scale of rows 0-7, each twice (lanes 2r and 2r + 1) */
+#define X8_R8(j) j, j, 16 + j, 16 + j, 32 + j, 32 + j, 48 + j, 48 + j, 64 + j, 64 + j, 80 + j, \
+                 80 + j, 96 + j, 96 + j, 112 + j, 112 + j
 #define X8_M8(r) 16 * r + 8, 16 * r + 9, 16 * r + 10, 16 * r + 11, 16 * r + 12, 16 * r + 13, \
                  16 * r + 14, 16 * r + 15
 static const uint8_t k_isc[2][64] __attribute__((aligned(64))) = {
-    {X8_R8(0), X8_R8(0), X8_R8(1), X8_R8(1), X8_R8(2), X8_R8(2), X8_R8(3), X8_R8(3)},
-    {X8_R8(4), X8_R8(4), X8_R8(5), X8_R8(5), X8_R8(6), X8_R8(6), X8_R8(7), X8_R8(7)}};
+    {X8_R8(0), X8_R8(1), X8_R8(2), X8_R8(3)}, {X8_R8(4), X8_R8(5), X8_R8(6), X8_R8(7)}};
 static const uint8_t k_imn[64] __attribute__((aligned(64))) = {
     X8_M8(0), X8_M8(1), X8_M8(2), X8_M8(3), X8_M8(4), X8_M8(5), X8_M8(6), X8_M8(7)};
 
-void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *actx, float out[8]) {
+void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *act, float out[8]) {
     __m256 acc[32];
     for (int i = 0; i < 32; i++) acc[i] = _mm256_setzero_ps();
     const __m512i m4 = _mm512_set1_epi8(0x0f);
@@ -60,7 +62,7 @@ void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *actx, f
     const __m512i imn = _mm512_load_si512(k_imn);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *g = (const uint8_t *)group + (size_t)b * X8_GROUP_BLOCK;
-        const uint8_t *ax = (const uint8_t *)actx + (size_t)b * X8_ACT_BLOCK;
+        const block_q8_K *a = (const block_q8_K *)act + b;
         const uint8_t *qs = g + 32 + 96;
         /* the weight stream X8_PF bytes ahead: a core alone does not keep enough misses in
          * flight (as for the dot tiles, quant_simd_common.h) */
@@ -89,27 +91,30 @@ void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *actx, f
             _Pragma("GCC unroll 4")
             for (int m = 0; m < 4; m++) {
                 const __m512i q = _mm512_loadu_si512(qs + 256 * j + 64 * m);
-                const uint8_t *av = ax + 64 * (8 * j + 2 * m);
-                lo = _mm512_dpbusd_epi32(lo, _mm512_and_si512(q, m4), _mm512_loadu_si512(av));
+                int64_t a0, a1; /* elements 8m.. of sub-blocks 2j and 2j + 1 */
+                memcpy(&a0, a->qs + 64 * j + 8 * m, 8);
+                memcpy(&a1, a->qs + 64 * j + 32 + 8 * m, 8);
+                lo = _mm512_dpbusd_epi32(lo, _mm512_and_si512(q, m4), _mm512_set1_epi64(a0));
                 hi = _mm512_dpbusd_epi32(hi, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4),
-                                         _mm512_loadu_si512(av + 64));
+                                         _mm512_set1_epi64(a1));
             }
             sacc = _mm512_dpwssd_epi32(sacc, lo, sc[2 * j]);
             sacc = _mm512_dpwssd_epi32(sacc, hi, sc[2 * j + 1]);
         }
-        const __m256i s = _mm256_add_epi32(_mm512_castsi512_si256(sacc), _mm512_extracti64x4_epi64(sacc, 1));
+        /* row r: lanes 2r + 2r + 1 */
+        const __m256i s = _mm512_cvtepi64_epi32(_mm512_add_epi32(sacc, _mm512_srli_epi64(sacc, 32)));
         /* t: row r's mins . bs2 as pmaddwd pairs (rows 0-3 in pa, 4-7 in pb, one 128-bit lane
-         * per row), summed within the lane */
-        const __m512i bs = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(ax + 2048)));
+         * per row), summed within the lane; bs2[j] = bsums[2j] + bsums[2j + 1] */
+        const __m256i bsum = _mm256_loadu_si256((const __m256i *)a->bsums);
+        const __m256i bs32 = _mm256_madd_epi16(bsum, _mm256_set1_epi16(1));
+        const __m512i bs = _mm512_broadcast_i32x4(_mm256_cvtepi32_epi16(bs32));
         const __m512i pa = _mm512_madd_epi16(_mm512_cvtepu8_epi16(_mm512_castsi512_si256(MN)), bs);
         const __m512i pb = _mm512_madd_epi16(_mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(MN, 1)), bs);
         __m512i h = _mm512_add_epi32(_mm512_unpacklo_epi32(pa, pb), _mm512_unpackhi_epi32(pa, pb));
         h = _mm512_add_epi32(h, _mm512_shuffle_epi32(h, 0x4e)); /* lane r: [t_r, t_r+4, ..] */
         const __m256i t = _mm512_castsi512_si256(_mm512_permutexvar_epi32(
             _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0), h));
-        float da;
-        memcpy(&da, ax + 2048 + 16, sizeof(da));
-        const __m256 vda = _mm256_set1_ps(da);
+        const __m256 vda = _mm256_set1_ps(a->d);
         const __m256 d1 = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g)), vda);
         const __m256 d2 = _mm256_xor_ps(_mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 16))), vda),
                                         _mm256_set1_ps(-0.0f));
