@@ -12,7 +12,12 @@
  * is the usual one (q8_K for q4_K): the interleave makes 8 of its bytes one 64-bit broadcast.
  *
  * Types: q4_K. The AVX-512 kernel (quant_x8_avx512.c) needs F/BW/VL/VNNI and VBMI; elsewhere
- * quant_x8_dot unpacks the rows and calls quant_dot_ref (slow, same bits).
+ * the reference path reads the group directly (slow, same bits).
+ *
+ * Status: measured, not used by the engine. One core, weights in cache, k = 2048: 1.4-1.5x the
+ * dot tile's speed. 16 cores streaming (bench_matvec --x8) and the expert FFN of a forged
+ * qwen3-30b-a3b with the gate/up matrices repacked (commit 6a2594f): no gain that the host's
+ * noise resolves (bench/RESULTS.md, session 8).
  */
 #ifndef HM_QUANT_QUANT_X8_H
 #define HM_QUANT_QUANT_X8_H
