@@ -4,6 +4,7 @@
  * of it (bench_matvec measures that share).
  *
  *   bench_dot [--types q4_K,q6_K,...] [--kib K] [--k N] [--nc C] [--ms M] [--isa ref|avx2|avx512]
+ *             [-t T] [--x8]
  *
  * Per type: a weight matrix of about K KiB (default 256: inside L2) with rows of N elements
  * (default 2048, or 2880 for 32-element types; a multiple of the type's block), multiplied by C
@@ -17,7 +18,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/threadpool.h"
 #include "quant/quant.h"
+#include "quant/quant_x8.h"
 
 static double now(void) {
     struct timespec ts;
@@ -32,21 +35,42 @@ static uint32_t rng_next(uint64_t *s) {
 
 static float rng_float(uint64_t *s) { return (float)rng_next(s) / 2147483648.0f - 1.0f; }
 
+/* one thread's data: weights (or their x8 repacking), activation rows, outputs */
+typedef struct {
+    const quant_kernels *kt;
+    uint32_t type;
+    int64_t k, rows;
+    size_t wrow, arow;
+    int nc;
+    uint8_t *w, *act;
+    float *out;
+    quant_x8_dot_fn x8; /* --x8: w holds rows / 8 groups */
+    long passes;        /* for the threaded runs */
+} dot_ctx;
+
+static void one_pass(const dot_ctx *d) {
+    if (d->x8) {
+        for (int64_t g = 0; g < d->rows / 8; g++)
+            d->x8(d->k, d->w + (size_t)g * 8 * d->wrow, d->act, d->out + 8 * g);
+        return;
+    }
+    const quant_dot_tile_fn dot = d->kt->dot[d->type];
+    for (int64_t r = 0; r < d->rows; r += 16) {
+        const int nr = d->rows - r < 16 ? (int)(d->rows - r) : 16;
+        dot(d->k, d->w + (size_t)r * d->wrow, d->wrow, nr, d->act, d->arow, d->nc, d->out + r,
+            (size_t)d->rows);
+    }
+}
+
 /* seconds per pass over all rows, best of 5 runs of about ms milliseconds */
-static double time_passes(const quant_kernels *kt, uint32_t type, int64_t k, int64_t rows,
-                          const uint8_t *w, size_t wrow, const uint8_t *act, size_t arow, int nc,
-                          float *out, double ms) {
-    const quant_dot_tile_fn dot = kt->dot[type];
+static double time_passes(const dot_ctx *d, double ms) {
     double best = 1e30;
     for (int run = 0; run < 6; run++) {
         long passes = 0;
         const double t0 = now();
         double t = t0;
         do {
-            for (int64_t r = 0; r < rows; r += 16) {
-                const int nr = rows - r < 16 ? (int)(rows - r) : 16;
-                dot(k, w + (size_t)r * wrow, wrow, nr, act, arow, nc, out + r, (size_t)rows);
-            }
+            one_pass(d);
             passes++;
             t = now();
         } while (t - t0 < ms * 1e-3 && run > 0);
@@ -55,10 +79,16 @@ static double time_passes(const quant_kernels *kt, uint32_t type, int64_t k, int
     return best;
 }
 
+static void thread_passes(void *ctx, int ith, int nth) {
+    (void)nth;
+    const dot_ctx *d = (const dot_ctx *)ctx + ith;
+    for (long p = 0; p < d->passes; p++) one_pass(d);
+}
+
 int main(int argc, char **argv) {
     const char *types = "q4_0,q8_0,mxfp4,q4_K,q5_K,q6_K,iq4_xs";
     int64_t kib = 256, kopt = 0;
-    int nc = 1;
+    int nc = 1, nthr = 1, x8 = 0;
     double ms = 200.0;
     const quant_kernels *kt = quant_kernels_best();
     for (int i = 1; i < argc; i++) {
@@ -68,6 +98,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--k") && v) kopt = atoll(argv[++i]);
         else if (!strcmp(a, "--nc") && v) nc = atoi(argv[++i]);
         else if (!strcmp(a, "--ms") && v) ms = atof(argv[++i]);
+        else if (!strcmp(a, "-t") && v) nthr = atoi(argv[++i]);
+        else if (!strcmp(a, "--x8")) x8 = 1;
         else if (!strcmp(a, "--isa") && v) {
             i++;
             const quant_isa isa = !strcmp(v, "ref") ? QUANT_ISA_REF
@@ -80,17 +112,27 @@ int main(int argc, char **argv) {
             }
         } else {
             fprintf(stderr, "usage: %s [--types a,b] [--kib K] [--k N] [--nc C] [--ms M] "
-                    "[--isa ref|avx2|avx512]\n", argv[0]);
+                    "[--isa ref|avx2|avx512] [-t T] [--x8]\n", argv[0]);
             return 2;
         }
     }
-    if (kib < 1 || nc < 1 || nc > 64 || ms <= 0.0 || kopt < 0) {
-        fprintf(stderr, "bench_dot: bad argument (kib >= 1, 1 <= nc <= 64, ms > 0)\n");
+    if (kib < 1 || nc < 1 || nc > 64 || ms <= 0.0 || kopt < 0 || nthr < 1 || nthr > 1024 ||
+        (x8 && nc != 1)) {
+        fprintf(stderr, "bench_dot: bad argument (kib >= 1, 1 <= nc <= 64, ms > 0, 1 <= t <= 1024, "
+                "--x8 with one activation row)\n");
         return 2;
     }
-    printf("kernel table: %s, one thread, %lld KiB of weights, %d activation row(s)\n\n", kt->name,
+    tp_pool *pool = NULL;
+    hm_error err;
+    if (nthr > 1 && tp_init(nthr, &pool, &err) != HM_OK) {
+        fprintf(stderr, "bench_dot: %s\n", err.msg);
+        return 1;
+    }
+    printf("kernel table: %s%s, %d thread(s) (each its own copy), %lld KiB of weights, %d "
+           "activation row(s)\n\n", kt->name, x8 ? " (q4_K: repacked by eights)" : "", nthr,
            (long long)kib, nc);
-    printf("| type | k | rows | GB/s | ns per block |\n| --- | --- | --- | --- | --- |\n");
+    printf("| type | k | rows | GB/s (all threads) | ns per block (one thread) |\n"
+           "| --- | --- | --- | --- | --- |\n");
     char list[256];
     snprintf(list, sizeof(list), "%s", types);
     for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
@@ -109,35 +151,77 @@ int main(int argc, char **argv) {
         }
         const size_t wrow = hm_row_size(type, k);
         int64_t rows = kib * 1024 / (int64_t)wrow;
-        if (rows < 1) rows = 1;
+        const bool rep = x8 && quant_x8_supported(type);
+        if (rep) rows = rows / 8 * 8;
+        if (rows < (rep ? 8 : 1)) rows = rep ? 8 : 1;
         const quant_act at = quant_act_for(type);
         const size_t arow = quant_act_row_size(at, k);
-        uint8_t *w = malloc(wrow * (size_t)rows), *act = malloc(arow * (size_t)nc);
-        float *x = malloc(sizeof(float) * (size_t)k), *out = malloc(sizeof(float) * (size_t)(rows * nc));
-        if (!w || !act || !x || !out) {
+        dot_ctx *ds = calloc((size_t)nthr, sizeof(dot_ctx));
+        float *x = malloc(sizeof(float) * (size_t)k);
+        if (!ds || !x) {
             fprintf(stderr, "bench_dot: out of memory\n");
             return 1;
         }
-        uint64_t seed = 42;
-        for (int64_t r = 0; r < rows; r++) {
-            for (int64_t i = 0; i < k; i++) x[i] = rng_float(&seed);
-            if (quant_quantize_row(type, x, w + (size_t)r * wrow, k) != HM_OK) {
-                fprintf(stderr, "bench_dot: cannot quantise %s\n", tok);
+        for (int th = 0; th < nthr; th++) {
+            dot_ctx *d = &ds[th];
+            *d = (dot_ctx){.kt = kt, .type = type, .k = k, .rows = rows, .wrow = wrow, .arow = arow,
+                           .nc = nc, .x8 = rep ? quant_x8_dot_get(type) : NULL};
+            d->w = malloc(wrow * (size_t)rows);
+            d->act = malloc(arow * (size_t)nc);
+            d->out = malloc(sizeof(float) * (size_t)(rows * nc));
+            if (!d->w || !d->act || !d->out) {
+                fprintf(stderr, "bench_dot: out of memory\n");
                 return 1;
             }
+            uint64_t seed = 42;
+            for (int64_t r = 0; r < rows; r++) {
+                for (int64_t i = 0; i < k; i++) x[i] = rng_float(&seed);
+                if (quant_quantize_row(type, x, d->w + (size_t)r * wrow, k) != HM_OK) {
+                    fprintf(stderr, "bench_dot: cannot quantise %s\n", tok);
+                    return 1;
+                }
+            }
+            if (rep) { /* in place, group by group */
+                uint8_t *tmp = malloc(8 * wrow);
+                for (int64_t g = 0; g < rows / 8; g++) {
+                    memcpy(tmp, d->w + (size_t)g * 8 * wrow, 8 * wrow);
+                    if (quant_x8_repack(type, k, tmp, wrow, d->w + (size_t)g * 8 * wrow, &err) != HM_OK) {
+                        fprintf(stderr, "bench_dot: %s\n", err.msg);
+                        return 1;
+                    }
+                }
+                free(tmp);
+            }
+            for (int c = 0; c < nc; c++) {
+                for (int64_t i = 0; i < k; i++) x[i] = rng_float(&seed);
+                kt->act[at](x, d->act + (size_t)c * arow, k);
+            }
         }
-        for (int c = 0; c < nc; c++) {
-            for (int64_t i = 0; i < k; i++) x[i] = rng_float(&seed);
-            kt->act[at](x, act + (size_t)c * arow, k);
-        }
-        const double s = time_passes(kt, type, k, rows, w, wrow, act, arow, nc, out, ms);
+        const double s = time_passes(&ds[0], ms);
         const double bytes = (double)wrow * (double)rows, blocks = (double)(k / bs) * (double)rows;
-        printf("| %s | %lld | %lld | %.2f | %.2f |\n", tok, (long long)k, (long long)rows,
-               bytes / s * 1e-9, s / blocks * 1e9);
-        free(w);
-        free(act);
+        double gbs = bytes / s * 1e-9;
+        if (nthr > 1) { /* every thread the passes one thread does in about ms, best of 3 */
+            const long passes = (long)(ms * 1e-3 / s) + 1;
+            double best = 1e30;
+            for (int th = 0; th < nthr; th++) ds[th].passes = passes;
+            for (int run = 0; run < 4; run++) {
+                const double t0 = now();
+                tp_run(pool, thread_passes, ds);
+                const double t = now() - t0;
+                if (run > 0 && t < best) best = t;
+            }
+            gbs = bytes * (double)passes * (double)nthr / best * 1e-9;
+        }
+        printf("| %s%s | %lld | %lld | %.2f | %.2f |\n", tok, rep ? " x8" : "", (long long)k,
+               (long long)rows, gbs, s / blocks * 1e9);
+        for (int th = 0; th < nthr; th++) {
+            free(ds[th].w);
+            free(ds[th].act);
+            free(ds[th].out);
+        }
+        free(ds);
         free(x);
-        free(out);
     }
+    tp_free(pool);
     return 0;
 }
