@@ -67,11 +67,22 @@ void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *act, fl
         /* the weight stream X8_PF bytes ahead: a core alone does not keep enough misses in
          * flight (as for the dot tiles, quant_simd_common.h) */
         for (int o = 0; o < X8_GROUP_BLOCK; o += 64) _mm_prefetch((const char *)g + X8_PF + o, _MM_HINT_T0);
-        /* the rows' scale bytes: tr[r] = sc0-7 mn0-7 of row r; then sub-block jj's scales as
-         * dwords (sc, 0) in lanes r and 8 + r, and the mins as [r][j] bytes */
-        uint8_t tr[8][16] __attribute__((aligned(64)));
-        for (int r = 0; r < 8; r++) _mm_store_si128((__m128i *)tr[r], x8_scale_bytes(g + 32 + 12 * r));
-        const __m512i T0 = _mm512_load_si512(tr[0]), T1 = _mm512_load_si512(tr[4]);
+        /* the rows' scale bytes: 16 per row (sc0-7 mn0-7), rows 0-3 in T0 and 4-7 in T1; then
+         * sub-block jj's scales as dwords (sc, 0) in lanes 2r and 2r + 1, and the mins as [r][j]
+         * bytes */
+        /* built in registers: a store and a wider reload here cannot be forwarded, and would
+         * hold the scales (and the block's sums) until the loads before them retire, tying the
+         * arithmetic to the weights' memory latency */
+        const __m512i T0 = _mm512_inserti32x4(
+            _mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(x8_scale_bytes(g + 32)),
+                                                  x8_scale_bytes(g + 44), 1),
+                               x8_scale_bytes(g + 56), 2),
+            x8_scale_bytes(g + 68), 3);
+        const __m512i T1 = _mm512_inserti32x4(
+            _mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(x8_scale_bytes(g + 80)),
+                                                  x8_scale_bytes(g + 92), 1),
+                               x8_scale_bytes(g + 104), 2),
+            x8_scale_bytes(g + 116), 3);
         const __m512i SCa = _mm512_permutex2var_epi8(T0, isc0, T1);
         const __m512i SCb = _mm512_permutex2var_epi8(T0, isc1, T1);
         const __m512i MN = _mm512_permutex2var_epi8(T0, imn, T1);
