@@ -20,7 +20,6 @@
  */
 #include "cpu/matmul.h"
 #include "cpu/ops.h"
-#include "quant/quant_x8.h"
 
 #include <sched.h>
 #include <stdatomic.h>
@@ -238,13 +237,6 @@ typedef struct {
     size_t total;
 } moe_layout;
 
-/* Whether a grouped product takes quant_x8's kernel: one token, every slot reading it, and a
- * repacked copy of the weights. */
-static bool moe_x8(const cpu_moe_args *a) {
-    return a->x8 && a->n_tok == 1 && !a->x_per_slot && quant_x8_supported(a->wtype) &&
-           a->n_rows % QUANT_X8_ROWS == 0;
-}
-
 static size_t mm_align(size_t v) { return (v + 63) / 64 * 64; }
 
 static int moe_layout_get(const cpu_moe_args *a, moe_layout *l) {
@@ -276,7 +268,6 @@ typedef struct {
     int64_t *off;     /* [n_expert + 1] first grouped pair of each expert */
     int64_t *item0;   /* [n_expert + 1] first work item of each expert */
     int64_t n_pairs, chunk;
-    quant_x8_dot_fn x8dot; /* moe_x8 (and the pair's second product too): the kernel, else NULL */
 } moe_job;
 
 /* Item g of the quantisation job: the input of grouped pair g. */
@@ -320,25 +311,6 @@ static void moe_item(void *ctx, int64_t it, int ith) {
     const int64_t r0 = (it - j->item0[e]) * j->chunk;
     const int64_t r1 = r0 + j->chunk < a->n_rows ? r0 + j->chunk : a->n_rows;
     const uint8_t *we = (const uint8_t *)a->w + (size_t)e * j->wexp;
-    if (j->x8dot && r0 % QUANT_X8_ROWS == 0 && (r1 - r0) % QUANT_X8_ROWS == 0) {
-        /* one token: every pair of the expert reads the same input, so each group of 8 rows is
-         * one quant_x8 product, copied to each pair (one pair at decode) */
-        const size_t gs = 8 * j->mk.wrow;
-        for (int m = 0; m < (j->b ? 2 : 1); m++) {
-            const cpu_moe_args *am = m ? j->b : a;
-            const uint8_t *xe = (const uint8_t *)am->x8 + (size_t)e * j->wexp;
-            for (int64_t r = r0; r < r1; r += QUANT_X8_ROWS) {
-                float out[QUANT_X8_ROWS];
-                j->x8dot(a->k, xe + (size_t)(r / QUANT_X8_ROWS) * gs,
-                         j->act + (size_t)j->off[e] * j->mk.arow, out);
-                for (int64_t g = j->off[e]; g < j->off[e + 1]; g++)
-                    memcpy(am->y + (size_t)j->pairs[g] * (size_t)a->n_rows + (size_t)r, out, sizeof(out));
-            }
-        }
-        if (j->post)
-            for (int64_t g = j->off[e]; g < j->off[e + 1]; g++) j->post(j->post_ctx, j->pairs[g], r0, r1);
-        return;
-    }
     for (int64_t g0 = j->off[e]; g0 < j->off[e + 1]; g0 += MM_TOK_TILE) {
         int64_t nc = j->off[e + 1] - g0 < MM_TOK_TILE ? j->off[e + 1] - g0 : MM_TOK_TILE;
         mm_rows(&j->mk, we, r0, r1, j->act + (size_t)g0 * j->mk.arow, nc, tmp, (size_t)(r1 - r0));
@@ -407,9 +379,6 @@ static void moe_plan(moe_job *j, const cpu_moe_args *a, const moe_layout *l, uin
     j->off = (int64_t *)(void *)(s + l->counts);
     j->item0 = (int64_t *)(void *)(s + l->items);
     j->wexp = j->mk.wrow * (size_t)a->n_rows;
-    /* quant_x8 for one token when every product of the job has a repacked copy */
-    j->x8dot = moe_x8(a) && (!j->b || (j->b->x8 && j->b->wtype == a->wtype))
-                   ? quant_x8_dot_get(a->wtype) : NULL;
     memset(j->off, 0, ((size_t)a->n_expert + 1) * sizeof(int64_t));
     for (int64_t p = 0; p < np; p++)
         if (a->ids[p] >= 0) j->off[a->ids[p] + 1]++;

@@ -107,8 +107,6 @@ typedef struct {
     int64_t n_tok;
     int n_used;
     float *y;               /* [n_tok][n_used][n_rows]; rows of skipped slots are not written */
-    const void *x8;         /* NULL, or w repacked by eights (quant_x8.h): one token's products
-                               (shared input) then use quant_x8's kernel, same results */
 } cpu_moe_args;
 
 size_t cpu_moe_scratch_size(const cpu_moe_args *a);

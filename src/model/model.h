@@ -133,8 +133,6 @@ typedef struct {
     int64_t ne[4];  /* ggml order: ne[0] contiguous */
     const void *data;
     size_t row_size; /* bytes of one row of ne[0] elements */
-    const void *x8;  /* the same rows repacked by eights (quant_x8.h) for CPU decode, or NULL:
-                        hm_model_params.repack; experts' rows in whole groups per expert */
 } hm_tensor;
 
 typedef struct {
@@ -165,9 +163,6 @@ typedef struct {
                          weight type's quantised activations (docs/ARITHMETIC.md). Costs 4 bytes
                          per weight; isolates the forward pass from activation quantisation
                          when comparing with a float reference. */
-    bool repack;      /* (default false) also hold the q4_K expert gate/up matrices repacked by
-                         eights (quant_x8.h; AVX-512 VNNI+VBMI runs them faster) for one-token
-                         products: their size again in RAM, the same bits */
 } hm_model_params;
 
 hm_model_params hm_model_default_params(void);

@@ -120,8 +120,7 @@ static size_t mm_scratch_max(const hm_model *m, int64_t nu) {
             const int64_t nf = nu < 4 ? nu : 4;
             cpu_moe_args g = {.wtype = L->gate_exps.type, .n_expert = hp->n_expert,
                               .n_rows = L->gate_exps.ne[1], .k = L->gate_exps.ne[0],
-                              .n_tok = nf, .n_used = (int)hp->n_expert_used,
-                              .x8 = L->gate_exps.x8};
+                              .n_tok = nf, .n_used = (int)hp->n_expert_used};
             cpu_moe_args dn = {.wtype = L->down_exps.type, .n_expert = hp->n_expert,
                                .n_rows = L->down_exps.ne[1], .k = L->down_exps.ne[0],
                                .x_per_slot = 1, .n_tok = nf, .n_used = (int)hp->n_expert_used};
@@ -131,7 +130,7 @@ static size_t mm_scratch_max(const hm_model *m, int64_t nu) {
         for (int i = 0; i < 3; i++) {
             cpu_moe_args a = {.wtype = ex[i]->type, .w = ex[i]->data, .n_expert = hp->n_expert,
                               .n_rows = ex[i]->ne[1], .k = ex[i]->ne[0], .x_per_slot = i == 2,
-                              .n_tok = nu, .n_used = (int)hp->n_expert_used, .x8 = ex[i]->x8};
+                              .n_tok = nu, .n_used = (int)hp->n_expert_used};
             s = cpu_moe_scratch_size(&a);
             if (s > mx) mx = s;
         }

@@ -183,13 +183,12 @@ static hm_status moe_exec_cpu(hm_context *c, const hm_model *m, const hm_moe_job
     cpu_moe_args a = {.n_expert = hp->n_expert, .ids = job->ids, .n_tok = n, .n_used = K};
     /* gate and up: every slot of token t reads x[t] */
     a.wtype = L->gate_exps.type, a.w = L->gate_exps.data, a.n_rows = F, a.k = E;
-    a.x = job->x, a.x_per_slot = 0, a.y = c->eg, a.x8 = L->gate_exps.x8;
+    a.x = job->x, a.x_per_slot = 0, a.y = c->eg;
     cpu_moe_args b = a;
-    b.wtype = L->up_exps.type, b.w = L->up_exps.data, b.y = c->eu, b.x8 = L->up_exps.x8;
+    b.wtype = L->up_exps.type, b.w = L->up_exps.data, b.y = c->eu;
     const bool oai = m->desc->swiglu == HM_SWIGLU_OAI;
     cpu_moe_args d = a; /* down: slot s of token t reads its own activation eg[t][s] */
-    d.wtype = L->down_exps.type, d.w = L->down_exps.data, d.n_rows = E, d.k = F,
-    d.x8 = L->down_exps.x8;
+    d.wtype = L->down_exps.type, d.w = L->down_exps.data, d.n_rows = E, d.k = F;
     d.x = c->eg, d.x_per_slot = 1, d.y = job->y;
     hm_status st;
     const bool pair = quant_act_for(a.wtype) == quant_act_for(b.wtype) &&

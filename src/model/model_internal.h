@@ -20,8 +20,6 @@ struct hm_model {
     uint64_t weight_bytes;
     void **f32_copies;     /* [n_f32_copies] matrices dequantised by params.f32_weights */
     int n_f32_copies;
-    void **x8_copies;      /* [n_x8_copies] matrices repacked by params.repack */
-    int n_x8_copies;
 };
 
 struct hm_context {

@@ -15,12 +15,10 @@
 
 #include "base/cpu.h"
 #include "model/model_internal.h"
-#include "base/threadpool.h"
 #include "quant/qtypes.h"
-#include "quant/quant_x8.h"
 
 hm_model_params hm_model_default_params(void) {
-    hm_model_params p = {.check_ram = true, .f32_weights = false, .repack = false};
+    hm_model_params p = {.check_ram = true, .f32_weights = false};
     return p;
 }
 
@@ -332,69 +330,6 @@ static hm_status bind_all(hm_model *m, bool f32_weights, hm_error *err) {
     return st;
 }
 
-/* params.repack: the matrices that get a copy repacked by eights — q4_K expert gate/up (the
- * largest share of a decode step's bytes) whose rows per expert are whole groups */
-static bool repack_wanted(const hm_tensor *t) {
-    return t->data && quant_x8_supported(t->type) && t->ne[1] % QUANT_X8_ROWS == 0 &&
-           quant_x8_group_size(t->type, t->ne[0]) > 0;
-}
-
-static uint64_t repack_bytes(const hm_model *m) {
-    uint64_t n = 0;
-    for (int il = 0; il < m->hp.n_layer; il++) {
-        const hm_tensor *ts[2] = {&m->layers[il].gate_exps, &m->layers[il].up_exps};
-        for (int i = 0; i < 2; i++)
-            if (repack_wanted(ts[i]))
-                n += (uint64_t)ts[i]->row_size * (uint64_t)(ts[i]->ne[1] * ts[i]->ne[2]);
-    }
-    return n;
-}
-
-typedef struct {
-    const hm_tensor *t;
-    uint8_t *dst;
-    size_t gs; /* bytes of a group */
-} repack_job;
-
-static void repack_item(void *ctx, int64_t g, int ith) {
-    (void)ith;
-    const repack_job *j = ctx;
-    hm_error e;
-    quant_x8_repack(j->t->type, j->t->ne[0], (const uint8_t *)j->t->data + (size_t)g * 8 * j->t->row_size,
-                    j->t->row_size, j->dst + (size_t)g * j->gs, &e);
-}
-
-/* Repacked copies of the matrices repack_wanted picks, on a pool of the machine's CPUs. */
-static hm_status repack_all(hm_model *m, hm_error *err) {
-    const int n = 2 * (int)m->hp.n_layer;
-    m->x8_copies = calloc((size_t)n, sizeof(void *));
-    if (!m->x8_copies) return hm_error_set(err, HM_ERR_NOMEM, "repack: out of memory");
-    tp_pool *pool = NULL;
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    hm_status st = tp_init(ncpu < 1 ? 1 : ncpu > 64 ? 64 : (int)ncpu, &pool, err);
-    for (int il = 0; il < m->hp.n_layer && st == HM_OK; il++) {
-        hm_tensor *ts[2] = {&m->layers[il].gate_exps, &m->layers[il].up_exps};
-        for (int i = 0; i < 2 && st == HM_OK; i++) {
-            if (!repack_wanted(ts[i])) continue;
-            const int64_t rows = ts[i]->ne[1] * ts[i]->ne[2];
-            const size_t bytes = ts[i]->row_size * (size_t)rows;
-            uint8_t *dst = aligned_alloc(64, (bytes + 63) / 64 * 64);
-            if (!dst) {
-                char b[32];
-                st = hm_error_set(err, HM_ERR_NOMEM, "repack: out of memory for %s (%s)",
-                                  ts[i]->name, hm_bytes_str(bytes, b));
-                break;
-            }
-            m->x8_copies[m->n_x8_copies++] = dst;
-            repack_job j = {.t = ts[i], .dst = dst, .gs = quant_x8_group_size(ts[i]->type, ts[i]->ne[0])};
-            tp_run_items(pool, repack_item, &j, rows / QUANT_X8_ROWS);
-            ts[i]->x8 = dst;
-        }
-    }
-    tp_free(pool);
-    return st;
-}
-
 hm_status hm_model_load_gguf(gguf_ctx *g, const hm_model_params *params, hm_model **out,
                              hm_error *err) {
     *out = NULL;
@@ -416,17 +351,15 @@ hm_status hm_model_load_gguf(gguf_ctx *g, const hm_model_params *params, hm_mode
     }
     if (st == HM_OK) st = read_hparams(m, err);
     if (st == HM_OK) st = bind_all(m, p.f32_weights, err);
-    const uint64_t x8_bytes = st == HM_OK && p.repack ? repack_bytes(m) : 0;
     if (st == HM_OK && p.check_ram) {
         uint64_t ram = hm_ram_bytes();
-        if (ram && m->weight_bytes + x8_bytes > ram) {
+        if (ram && m->weight_bytes > ram) {
             char b1[32], b2[32];
-            st = hm_error_set(err, HM_ERR_NOMEM, "model needs %s of RAM for its weights%s but "
-                              "this machine has %s", hm_bytes_str(m->weight_bytes + x8_bytes, b1),
-                              x8_bytes ? " and their repacked copies" : "", hm_bytes_str(ram, b2));
+            st = hm_error_set(err, HM_ERR_NOMEM, "model needs %s of RAM for its weights but this "
+                              "machine has %s", hm_bytes_str(m->weight_bytes, b1),
+                              hm_bytes_str(ram, b2));
         }
     }
-    if (st == HM_OK && x8_bytes) st = repack_all(m, err);
     if (st != HM_OK) {
         hm_model_free(m);
         return st;
@@ -451,8 +384,6 @@ void hm_model_free(hm_model *m) {
     free(m->owned);
     for (int i = 0; i < m->n_f32_copies; i++) free(m->f32_copies[i]);
     free(m->f32_copies);
-    for (int i = 0; i < m->n_x8_copies; i++) free(m->x8_copies[i]);
-    free(m->x8_copies);
     free(m);
 }
 
