@@ -1,7 +1,7 @@
 /* quant_x8_avx512.c - the AVX-512 kernel of quant_x8.h: 8 repacked q4_K rows against one q8_K
  * activation row (layout in quant_x8.c). CMake gives this file the AVX-512 F/BW/VL/DQ/VNNI
- * flags; VBMI (vpermt2b, the scale transpose) is added here. The caller checks the CPU
- * (quant_x8_fast).
+ * flags; the kernel adds VBMI (vpermt2b, the scale transpose) by a target attribute (GCC and
+ * clang). The caller checks the CPU (quant_x8_fast).
  *
  * Per block of the 8 rows: each (chunk j, part m) register of quants gives two vpdpbusd, low
  * nibbles against 8 bytes of sub-block 2j's activation and high nibbles against 2j + 1's (each
@@ -13,9 +13,6 @@
  * acc[b % 32] = fma(d * da, s, acc), then fma(-(dmin * da), t, acc); then the halving tree
  * across the 32 registers.
  */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC target("avx512vbmi")
-#endif
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
@@ -54,6 +51,7 @@ static const uint8_t k_isc[2][64] __attribute__((aligned(64))) = {
 static const uint8_t k_imn[64] __attribute__((aligned(64))) = {
     X8_M8(0), X8_M8(1), X8_M8(2), X8_M8(3), X8_M8(4), X8_M8(5), X8_M8(6), X8_M8(7)};
 
+__attribute__((target("avx512vbmi")))
 void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *act, float out[8]) {
     __m256 acc[32];
     for (int i = 0; i < 32; i++) acc[i] = _mm256_setzero_ps();
