@@ -6,6 +6,9 @@
  * 8m .. 8m + 7 of chunk j. So the 64 bytes at (j, m) give one 512-bit register whose 64-bit lane
  * r holds 8 bytes of row r, and the activation bytes they meet (8 of sub-block 2j or 2j + 1) are
  * one 64-bit broadcast of the q8_K row: the kernel reads the activation as it is.
+ * q6_K (per block, 1680 bytes = 8 x 210): fp16 d[8], the 16 int8 scales of each row, then ql as
+ * [half n][part m][a/b][row r][8 bytes] = row r's ql bytes 64n + 32ab + 8m .. + 7, then qh as
+ * [n][m][r][8 bytes] = row r's qh bytes 32n + 8m .. + 7.
  */
 #include "quant/quant_x8.h"
 
@@ -28,11 +31,19 @@ typedef struct {
     uint8_t qs[1024];
 } x8_q4_K;
 
+typedef struct {
+    uint16_t d[8];
+    int8_t scales[8][16];
+    uint8_t ql[1024];
+    uint8_t qh[512];
+} x8_q6_K;
+
 /* the AVX-512 kernel (quant_x8_avx512.c; quant_x8_avx512_built() is 0 where the build lacks it) */
 void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *act, float out[8]);
+void quant_x8_dot_q6_K_avx512(int64_t nb, const void *group, const void *act, float out[8]);
 int quant_x8_avx512_built(void);
 
-bool quant_x8_supported(uint32_t wtype) { return wtype == HM_TYPE_Q4_K; }
+bool quant_x8_supported(uint32_t wtype) { return wtype == HM_TYPE_Q4_K || wtype == HM_TYPE_Q6_K; }
 
 bool quant_x8_fast(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -58,7 +69,26 @@ hm_status quant_x8_repack(uint32_t wtype, int64_t k, const void *rows, size_t ro
         return hm_error_set(err, HM_ERR_ARG, "x8 repack: row length %lld is not a multiple of 256",
                             (long long)k);
     _Static_assert(sizeof(x8_q4_K) == 8 * sizeof(block_q4_K), "x8 q4_K group block size");
+    _Static_assert(sizeof(x8_q6_K) == 8 * sizeof(block_q6_K), "x8 q6_K group block size");
     const int64_t nb = k / X8_QK;
+    if (wtype == HM_TYPE_Q6_K) {
+        x8_q6_K *o6 = group;
+        for (int64_t b = 0; b < nb; b++)
+            for (int r = 0; r < 8; r++) {
+                const block_q6_K *x = (const block_q6_K *)(const void *)((const uint8_t *)rows +
+                                                                         (size_t)r * row_stride) + b;
+                o6[b].d[r] = x->d;
+                memcpy(o6[b].scales[r], x->scales, 16);
+                for (int n = 0; n < 2; n++)
+                    for (int m = 0; m < 4; m++) {
+                        for (int ab = 0; ab < 2; ab++)
+                            memcpy(o6[b].ql + 512 * n + 128 * m + 64 * ab + 8 * r,
+                                   x->ql + 64 * n + 32 * ab + 8 * m, 8);
+                        memcpy(o6[b].qh + 256 * n + 64 * m + 8 * r, x->qh + 32 * n + 8 * m, 8);
+                    }
+            }
+        return HM_OK;
+    }
     x8_q4_K *o = group;
     for (int64_t b = 0; b < nb; b++)
         for (int r = 0; r < 8; r++) {
@@ -77,6 +107,23 @@ hm_status quant_x8_repack(uint32_t wtype, int64_t k, const void *rows, size_t ro
 void quant_x8_unpack(uint32_t wtype, int64_t k, const void *group, void *rows, size_t row_stride) {
     if (!quant_x8_supported(wtype)) return;
     const int64_t nb = k / X8_QK;
+    if (wtype == HM_TYPE_Q6_K) {
+        const x8_q6_K *o6 = group;
+        for (int64_t b = 0; b < nb; b++)
+            for (int r = 0; r < 8; r++) {
+                block_q6_K *x = (block_q6_K *)(void *)((uint8_t *)rows + (size_t)r * row_stride) + b;
+                x->d = o6[b].d[r];
+                memcpy(x->scales, o6[b].scales[r], 16);
+                for (int n = 0; n < 2; n++)
+                    for (int m = 0; m < 4; m++) {
+                        for (int ab = 0; ab < 2; ab++)
+                            memcpy(x->ql + 64 * n + 32 * ab + 8 * m,
+                                   o6[b].ql + 512 * n + 128 * m + 64 * ab + 8 * r, 8);
+                        memcpy(x->qh + 32 * n + 8 * m, o6[b].qh + 256 * n + 64 * m + 8 * r, 8);
+                    }
+            }
+        return;
+    }
     const x8_q4_K *o = group;
     for (int64_t b = 0; b < nb; b++)
         for (int r = 0; r < 8; r++) {
@@ -118,6 +165,40 @@ static void x8_dot_q4_K_ref(int64_t nb, const x8_q4_K *g, const block_q8_K *a, f
     }
 }
 
+/* q6_K's reference block product (quant_ref_dot.c's dot_q6_K) read from the group, per row */
+static void x8_dot_q6_K_ref(int64_t nb, const x8_q6_K *g, const block_q8_K *a, float out[8]) {
+    for (int r = 0; r < 8; r++) {
+        float acc[32];
+        for (int l = 0; l < 32; l++) acc[l] = 0.0f;
+        for (int64_t b = 0; b < nb; b++) {
+            int32_t s = 0;
+            for (int j = 0; j < 16; j++) {
+                int32_t sj = 0;
+                for (int e = 16 * j; e < 16 * j + 16; e++) {
+                    const int n = e / 128, q4 = (e % 128) / 32, l = e % 32, m = l / 8, c = l % 8;
+                    const uint8_t lo = g[b].ql[512 * n + 128 * m + 64 * (q4 & 1) + 8 * r + c];
+                    const uint8_t hi = g[b].qh[256 * n + 64 * m + 8 * r + c];
+                    const int q = ((q4 & 2) ? lo >> 4 : lo & 0xF) | (((hi >> (2 * q4)) & 3) << 4);
+                    sj += (q - 32) * a[b].qs[e];
+                }
+                s += g[b].scales[r][j] * sj;
+            }
+            acc[b % 32] = fmaf(hm_fp16_to_f32(g[b].d[r]) * a[b].d, (float)s, acc[b % 32]);
+        }
+        for (int st = 16; st >= 1; st /= 2)
+            for (int i = 0; i < st; i++) acc[i] = acc[i] + acc[i + st];
+        out[r] = acc[0];
+    }
+}
+
+static void x8_dot_q6_K_fast(int64_t k, const void *group, const void *act, float out[8]) {
+    quant_x8_dot_q6_K_avx512(k / X8_QK, group, act, out);
+}
+
+static void x8_dot_q6_K(int64_t k, const void *group, const void *act, float out[8]) {
+    x8_dot_q6_K_ref(k / X8_QK, group, act, out);
+}
+
 static void x8_dot_q4_K_fast(int64_t k, const void *group, const void *act, float out[8]) {
     quant_x8_dot_q4_K_avx512(k / X8_QK, group, act, out);
 }
@@ -128,5 +209,6 @@ static void x8_dot_q4_K(int64_t k, const void *group, const void *act, float out
 
 quant_x8_dot_fn quant_x8_dot_get(uint32_t wtype) {
     if (!quant_x8_supported(wtype)) return NULL;
+    if (wtype == HM_TYPE_Q6_K) return quant_x8_fast() ? x8_dot_q6_K_fast : x8_dot_q6_K;
     return quant_x8_fast() ? x8_dot_q4_K_fast : x8_dot_q4_K;
 }

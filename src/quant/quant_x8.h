@@ -11,13 +11,12 @@
  * row — so results are bit-identical to quant_dot_ref on the original rows. The activation row
  * is the usual one (q8_K for q4_K): the interleave makes 8 of its bytes one 64-bit broadcast.
  *
- * Types: q4_K. The AVX-512 kernel (quant_x8_avx512.c) needs F/BW/VL/VNNI and VBMI; elsewhere
- * the reference path reads the group directly (slow, same bits).
+ * Types: q4_K, q6_K. The AVX-512 kernels (quant_x8_avx512.c) need F/BW/VL/VNNI and VBMI;
+ * elsewhere the reference path reads the group directly (slow, same bits).
  *
- * Status: measured, not used by the engine. One core, weights in cache, k = 2048: 1.4-1.5x the
- * dot tile's speed. 16 cores streaming (bench_matvec --x8) and the expert FFN of a forged
- * qwen3-30b-a3b with the gate/up matrices repacked (commit 6a2594f): no gain that the host's
- * noise resolves (bench/RESULTS.md, session 8).
+ * Status: measured, not used by the engine (bench/RESULTS.md, session 8). q4_K on the 16-core
+ * host: 16 cores in cache 1.5x the dot tile; a lone streaming matvec 0.85-0.98 of read (tile
+ * 0.78-0.87); the expert FFN with gate/up repacked (f6a3dd4): no gain the host's noise resolves.
  */
 #ifndef HM_QUANT_QUANT_X8_H
 #define HM_QUANT_QUANT_X8_H
@@ -44,7 +43,7 @@ hm_status quant_x8_repack(uint32_t wtype, int64_t k, const void *rows, size_t ro
 void quant_x8_unpack(uint32_t wtype, int64_t k, const void *group, void *rows, size_t row_stride);
 
 /* out[r] = dot(row r of group, act) for the 8 rows, bit-identical to quant_dot_ref; act is one
- * activation row of k elements in wtype's format (q8_K for q4_K). quant_x8_dot_get gives the
+ * activation row of k elements in wtype's format (q8_K for both). quant_x8_dot_get gives the
  * kernel for wtype once per product (the fast one when quant_x8_fast(), else the reference
  * path; NULL if unsupported). */
 typedef void (*quant_x8_dot_fn)(int64_t k, const void *group, const void *act, float out[8]);

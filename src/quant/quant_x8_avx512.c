@@ -21,6 +21,7 @@
 
 int quant_x8_avx512_built(void);
 void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *act, float out[8]);
+void quant_x8_dot_q6_K_avx512(int64_t nb, const void *group, const void *act, float out[8]);
 
 int quant_x8_avx512_built(void) { return 1; }
 
@@ -130,6 +131,93 @@ void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *act, fl
         __m256 *ac = &acc[b % 32];
         *ac = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(s), *ac);
         *ac = _mm256_fmadd_ps(d2, _mm256_cvtepi32_ps(t), *ac);
+    }
+    for (int st = 16; st >= 1; st /= 2)
+        for (int i = 0; i < st; i++) acc[i] = _mm256_add_ps(acc[i], acc[i + st]);
+    _mm256_storeu_ps(out, acc[0]);
+}
+
+/* ---- q6_K: per (half n, part m) three registers (ql a, ql b, qh) give the 6-bit quants of the
+ * four quarters g of 8 bytes per row; each quarter's vpdpbusd against its 8 activation bytes
+ * gives lanes below 2^15 (4 x 63 x 127), scaled at once by sub-block 8n + 2g + m / 2's int8
+ * scale (as the int16 pair (sc, 0)); the -32 of every quant is folded in as
+ * 32 x sum_j sc[j] x bsums[j] (the same exact integer as the reference's sum). ---- */
+
+/* sub-block j's scale of rows 0-7, each twice, from the 128 scale bytes ([r][16]) */
+#define X8_S6(j) j, j, 16 + j, 16 + j, 32 + j, 32 + j, 48 + j, 48 + j, 64 + j, 64 + j, 80 + j, \
+                 80 + j, 96 + j, 96 + j, 112 + j, 112 + j
+static const uint8_t k_is6[4][64] __attribute__((aligned(64))) = {
+    {X8_S6(0), X8_S6(1), X8_S6(2), X8_S6(3)}, {X8_S6(4), X8_S6(5), X8_S6(6), X8_S6(7)},
+    {X8_S6(8), X8_S6(9), X8_S6(10), X8_S6(11)}, {X8_S6(12), X8_S6(13), X8_S6(14), X8_S6(15)}};
+
+__attribute__((target("avx512vbmi")))
+void quant_x8_dot_q6_K_avx512(int64_t nb, const void *group, const void *act, float out[8]) {
+    __m256 acc[32];
+    for (int i = 0; i < 32; i++) acc[i] = _mm256_setzero_ps();
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    const __m512i word = _mm512_set1_epi32(0xffff);
+    enum { G6 = 1680 };
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *g = (const uint8_t *)group + (size_t)b * G6;
+        const block_q8_K *a = (const block_q8_K *)act + b;
+        for (int o = 0; o < G6; o += 64) _mm_prefetch((const char *)g + X8_PF + o, _MM_HINT_T0);
+        const uint8_t *ql = g + 16 + 128, *qh = ql + 1024;
+        const __m512i S0 = _mm512_loadu_si512(g + 16), S1 = _mm512_loadu_si512(g + 80);
+        __m512i sc[16]; /* dwords (sc, 0): the int8 scale sign-extended to 16 bits */
+        for (int q = 0; q < 4; q++) {
+            const __m512i t = _mm512_permutex2var_epi8(S0, _mm512_load_si512(k_is6[q]), S1);
+            sc[4 * q] = _mm512_and_si512(_mm512_cvtepi8_epi32(_mm512_castsi512_si128(t)), word);
+            sc[4 * q + 1] = _mm512_and_si512(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(t, 1)), word);
+            sc[4 * q + 2] = _mm512_and_si512(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(t, 2)), word);
+            sc[4 * q + 3] = _mm512_and_si512(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(t, 3)), word);
+        }
+        __m512i sacc = _mm512_setzero_si512();
+        _Pragma("GCC unroll 2")
+        for (int n = 0; n < 2; n++) {
+            _Pragma("GCC unroll 4")
+            for (int m = 0; m < 4; m++) {
+                const __m512i la = _mm512_loadu_si512(ql + 512 * n + 128 * m);
+                const __m512i lb = _mm512_loadu_si512(ql + 512 * n + 128 * m + 64);
+                const __m512i h = _mm512_loadu_si512(qh + 256 * n + 64 * m);
+                __m512i q[4];
+                q[0] = _mm512_or_si512(_mm512_and_si512(la, m4), _mm512_and_si512(_mm512_slli_epi16(h, 4), m30));
+                q[1] = _mm512_or_si512(_mm512_and_si512(lb, m4), _mm512_and_si512(_mm512_slli_epi16(h, 2), m30));
+                q[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(la, 4), m4), _mm512_and_si512(h, m30));
+                q[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(lb, 4), m4),
+                                       _mm512_and_si512(_mm512_srli_epi16(h, 2), m30));
+                for (int q4 = 0; q4 < 4; q4++) {
+                    int64_t av;
+                    memcpy(&av, a->qs + 128 * n + 32 * q4 + 8 * m, 8);
+                    const __m512i v = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[q4], _mm512_set1_epi64(av));
+                    sacc = _mm512_dpwssd_epi32(sacc, v, sc[8 * n + 2 * q4 + m / 2]);
+                }
+            }
+        }
+        __m256i s = _mm512_cvtepi64_epi32(_mm512_add_epi32(sacc, _mm512_srli_epi64(sacc, 32)));
+        /* off_r = sum_j sc[r][j] * bsums[j]: the scales as int16 [r][16] against the bsums */
+        const __m512i bs = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)a->bsums));
+        const __m512i p01 = _mm512_madd_epi16(_mm512_cvtepi8_epi16(_mm512_castsi512_si256(S0)), bs);
+        const __m512i p23 = _mm512_madd_epi16(_mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(S0, 1)), bs);
+        const __m512i p45 = _mm512_madd_epi16(_mm512_cvtepi8_epi16(_mm512_castsi512_si256(S1)), bs);
+        const __m512i p67 = _mm512_madd_epi16(_mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(S1, 1)), bs);
+        /* each pXY: rows X and Y, 8 dwords each (256-bit halves); sum the 8 of every row, in
+         * registers (stored and reloaded wider, they would wait for the weight loads) */
+        const __m512i pr[4] = {p01, p23, p45, p67};
+        __m128i rr[4]; /* low 64 bits: rows 2i, 2i + 1 */
+        for (int i = 0; i < 4; i++) {
+            const __m256i lo = _mm512_castsi512_si256(pr[i]), hi = _mm512_extracti64x4_epi64(pr[i], 1);
+            __m128i x = _mm_add_epi32(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1));
+            __m128i y = _mm_add_epi32(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
+            x = _mm_hadd_epi32(x, y); /* x0+x1 x2+x3 y0+y1 y2+y3 */
+            rr[i] = _mm_hadd_epi32(x, x);
+        }
+        const __m256i off = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_unpacklo_epi64(rr[0], rr[1])), _mm_unpacklo_epi64(rr[2], rr[3]), 1);
+        s = _mm256_sub_epi32(s, _mm256_slli_epi32(off, 5));
+        const __m256 d1 = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g)),
+                                        _mm256_set1_ps(a->d));
+        __m256 *ac = &acc[b % 32];
+        *ac = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(s), *ac);
     }
     for (int st = 16; st >= 1; st /= 2)
         for (int i = 0; i < st; i++) acc[i] = _mm256_add_ps(acc[i], acc[i + st]);

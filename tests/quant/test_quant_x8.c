@@ -1,7 +1,8 @@
-/* test_quant_x8.c - rows repacked by eights (quant_x8.h): repacking loses nothing, and the
- * 8-row product is bit-identical to quant_dot_ref on the original rows, on the fast kernel when
- * this CPU runs it and on the reference path (HOTMOE_ISA=avx2), for row lengths of 1 to 40
- * blocks (past 32 blocks a row's lanes take a second block each) and rows of random scales. */
+/* test_quant_x8.c - rows repacked by eights (quant_x8.h), q4_K and q6_K: repacking loses
+ * nothing, and the 8-row product is bit-identical to quant_dot_ref on the original rows, on the
+ * fast kernel when this CPU runs it and on the reference path (HOTMOE_ISA=avx2), for row lengths
+ * of 1 to 40 blocks (past 32 blocks a row's lanes take a second block each) and rows of random
+ * scales. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,61 +22,68 @@ static uint32_t rnd(void) {
 }
 static float rndf(void) { return (float)(rnd() & 0xffffff) / 8388608.0f - 1.0f; }
 
-/* 8 rows of k elements of q4_K (quantised random floats, every row its own range), stride ws */
-static void make_rows(int64_t k, uint8_t *w, size_t ws) {
+static const uint32_t k_types[2] = {HM_TYPE_Q4_K, HM_TYPE_Q6_K};
+
+/* 8 rows of k elements of type (quantised random floats, every row its own range), stride ws */
+static void make_rows(uint32_t type, int64_t k, uint8_t *w, size_t ws) {
     float *x = malloc(sizeof(float) * (size_t)k);
     for (int r = 0; r < 8; r++) {
         const float scale = 0.01f + (float)(rnd() % 1000) * 0.01f;
         for (int64_t i = 0; i < k; i++) x[i] = scale * rndf();
         if (r == 3) memset(x, 0, sizeof(float) * 256); /* an all-zero block */
-        HM_REQUIRE(quant_quantize_row(HM_TYPE_Q4_K, x, w + (size_t)r * ws, k) == HM_OK);
+        HM_REQUIRE(quant_quantize_row(type, x, w + (size_t)r * ws, k) == HM_OK);
     }
     free(x);
 }
 
 static void test_repack_roundtrip(void) {
     const int64_t k = 2048;
-    const size_t ws = hm_row_size(HM_TYPE_Q4_K, k) + 16; /* rows need not be contiguous */
-    uint8_t *w = calloc(8, ws), *back = calloc(8, ws);
-    void *g = malloc(quant_x8_group_size(HM_TYPE_Q4_K, k));
-    make_rows(k, w, ws);
+    for (int ti = 0; ti < 2; ti++) {
+        const uint32_t type = k_types[ti];
+        const size_t ws = hm_row_size(type, k) + 16; /* rows need not be contiguous */
+        uint8_t *w = calloc(8, ws), *back = calloc(8, ws);
+        void *g = malloc(quant_x8_group_size(type, k));
+        make_rows(type, k, w, ws);
+        hm_error err;
+        HM_REQUIRE(quant_x8_repack(type, k, w, ws, g, &err) == HM_OK);
+        quant_x8_unpack(type, k, g, back, ws);
+        for (int r = 0; r < 8; r++)
+            HM_CHECK_MSG(!memcmp(w + (size_t)r * ws, back + (size_t)r * ws, hm_row_size(type, k)),
+                         "%s row %d changed by repack + unpack", hm_type_name(type), r);
+        HM_CHECK(quant_x8_group_size(type, k) == 8 * hm_row_size(type, k));
+        HM_CHECK(quant_x8_repack(type, 1000, w, ws, g, &err) == HM_ERR_ARG);
+        HM_CHECK(quant_x8_supported(type) && quant_x8_dot_get(type));
+        free(w);
+        free(back);
+        free(g);
+    }
     hm_error err;
-    HM_REQUIRE(quant_x8_repack(HM_TYPE_Q4_K, k, w, ws, g, &err) == HM_OK);
-    quant_x8_unpack(HM_TYPE_Q4_K, k, g, back, ws);
-    for (int r = 0; r < 8; r++)
-        HM_CHECK_MSG(!memcmp(w + (size_t)r * ws, back + (size_t)r * ws, hm_row_size(HM_TYPE_Q4_K, k)),
-                     "row %d changed by repack + unpack", r);
-    HM_CHECK(quant_x8_group_size(HM_TYPE_Q4_K, k) == 8 * hm_row_size(HM_TYPE_Q4_K, k));
-    HM_CHECK(quant_x8_repack(HM_TYPE_Q4_K, 1000, w, ws, g, &err) == HM_ERR_ARG);
-    HM_CHECK(quant_x8_repack(HM_TYPE_Q8_0, k, w, ws, g, &err) == HM_ERR_UNSUPPORTED);
-    HM_CHECK(!quant_x8_supported(HM_TYPE_Q6_K) && quant_x8_supported(HM_TYPE_Q4_K));
-    HM_CHECK(!quant_x8_dot_get(HM_TYPE_Q6_K) && quant_x8_dot_get(HM_TYPE_Q4_K));
-    free(w);
-    free(back);
-    free(g);
+    uint8_t buf[64];
+    HM_CHECK(quant_x8_repack(HM_TYPE_Q8_0, 2048, buf, 0, buf, &err) == HM_ERR_UNSUPPORTED);
+    HM_CHECK(!quant_x8_supported(HM_TYPE_Q8_0) && !quant_x8_dot_get(HM_TYPE_MXFP4));
 }
 
 /* the 8-row product against quant_dot_ref for rows of nb blocks; returns rows that differ */
-static int check_len(int64_t nb) {
+static int check_len(uint32_t type, int64_t nb) {
     const int64_t k = 256 * nb;
-    const size_t ws = hm_row_size(HM_TYPE_Q4_K, k);
+    const size_t ws = hm_row_size(type, k);
     uint8_t *w = malloc(8 * ws);
-    void *g = malloc(quant_x8_group_size(HM_TYPE_Q4_K, k));
+    void *g = malloc(quant_x8_group_size(type, k));
     float *x = malloc(sizeof(float) * (size_t)k);
     block_q8_K *a = malloc(sizeof(block_q8_K) * (size_t)nb);
-    make_rows(k, w, ws);
+    make_rows(type, k, w, ws);
     for (int64_t i = 0; i < k; i++) x[i] = rndf() * (i % 97 == 0 ? 50.0f : 1.0f);
     quant_act_quantize_ref(QUANT_ACT_Q8_K, x, a, k);
     hm_error err;
-    if (quant_x8_repack(HM_TYPE_Q4_K, k, w, ws, g, &err) != HM_OK) return 8;
+    if (quant_x8_repack(type, k, w, ws, g, &err) != HM_OK) return 8;
     float out[8];
-    quant_x8_dot_get(HM_TYPE_Q4_K)(k, g, a, out);
+    quant_x8_dot_get(type)(k, g, a, out);
     int bad = 0;
     for (int r = 0; r < 8; r++) {
-        const float ref = quant_dot_ref(HM_TYPE_Q4_K, k, w + (size_t)r * ws, a);
+        const float ref = quant_dot_ref(type, k, w + (size_t)r * ws, a);
         if (memcmp(&ref, &out[r], sizeof(float))) {
-            if (!bad) printf("  %lld blocks, row %d: %.9g, reference %.9g\n", (long long)nb, r,
-                             (double)out[r], (double)ref);
+            if (!bad) printf("  %s, %lld blocks, row %d: %.9g, reference %.9g\n", hm_type_name(type),
+                             (long long)nb, r, (double)out[r], (double)ref);
             bad++;
         }
     }
@@ -88,8 +96,11 @@ static int check_len(int64_t nb) {
 
 static void test_dot_fast(void) {
     printf("  fast kernel on this CPU: %s\n", quant_x8_fast() ? "yes" : "no (reference path)");
-    for (int64_t nb = 1; nb <= 40; nb++)
-        for (int rep = 0; rep < 3; rep++) HM_CHECK_MSG(check_len(nb) == 0, "%lld blocks", (long long)nb);
+    for (int ti = 0; ti < 2; ti++)
+        for (int64_t nb = 1; nb <= 40; nb++)
+            for (int rep = 0; rep < 3; rep++)
+                HM_CHECK_MSG(check_len(k_types[ti], nb) == 0, "%s, %lld blocks",
+                             hm_type_name(k_types[ti]), (long long)nb);
 }
 
 static void test_dot_reference_path(void) {
@@ -97,7 +108,10 @@ static void test_dot_reference_path(void) {
     char *keep = old ? strdup(old) : NULL;
     setenv("HOTMOE_ISA", "avx2", 1);
     HM_CHECK(!quant_x8_fast());
-    for (int64_t nb = 1; nb <= 34; nb += 3) HM_CHECK_MSG(check_len(nb) == 0, "%lld blocks", (long long)nb);
+    for (int ti = 0; ti < 2; ti++)
+        for (int64_t nb = 1; nb <= 34; nb += 3)
+            HM_CHECK_MSG(check_len(k_types[ti], nb) == 0, "%s, %lld blocks",
+                         hm_type_name(k_types[ti]), (long long)nb);
     if (keep) setenv("HOTMOE_ISA", keep, 1);
     else unsetenv("HOTMOE_ISA");
     free(keep);
