@@ -25,7 +25,10 @@ void quant_x8_dot_q6_K_avx512(int64_t nb, const void *group, const void *act, fl
 
 int quant_x8_avx512_built(void) { return 1; }
 
-enum { X8_GROUP_BLOCK = 1152, X8_PF = 4096 };
+#ifndef X8_PF
+#define X8_PF 4096 /* bytes of the weight stream prefetched ahead (build flag for A/B) */
+#endif
+enum { X8_GROUP_BLOCK = 1152 };
 
 /* r = [sc0-7 | mn0-7] (bytes) of one row's 12 scale bytes (ggml's get_scale_min_k4, for all 8
  * sub-blocks at once). s + 12 .. s + 15 are read and ignored (the next row's scales, or the
