@@ -473,6 +473,7 @@ static void tp_items_job(tp_pool *p, const tp_stage *stages, int n, int64_t ibas
     }
     if (pk >= 0) tp_prof_end(p, pk, stages, n);
     if (tr && tr->on) {
+        /* the job's row: its start from the first traced job's (tp_trace_add subtracts t0) */
         tp_trace_add(tr, tr->nth, -1, -1, tr->t0 + (tr->t0 - tr->first), tpub, tp_now(), n);
         tr->on = 0;
     }
