@@ -21,21 +21,14 @@
 #include "cuda/cuda_gemm.h"
 #include "quant/quant.h"
 
+#include "bench_cuda_util.h"
+
 static uint64_t rng_next(uint64_t *s) {
     *s ^= *s << 13;
     *s ^= *s >> 7;
     *s ^= *s << 17;
     return *s;
 }
-
-#define CU(call)                                                                          \
-    do {                                                                                  \
-        cudaError_t e_ = (call);                                                          \
-        if (e_ != cudaSuccess) {                                                          \
-            fprintf(stderr, "bench_cuda_gemm: %s: %s\n", #call, cudaGetErrorString(e_));  \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
 
 /* device copy of n_rows random rows of k elements of type t (64 distinct rows repeated: the
  * kernel's cost does not depend on the values; the matrix still has its full size) */
@@ -52,10 +45,10 @@ static void *dev_weights(uint32_t t, int64_t n_rows, int64_t k, uint64_t *seed) 
         }
     }
     uint8_t *d = NULL;
-    CU(cudaMalloc((void **)&d, rb * (size_t)n_rows));
+    CK(cudaMalloc((void **)&d, rb * (size_t)n_rows));
     for (int64_t r = 0; r < n_rows; r += DISTINCT) {
         int64_t n = n_rows - r < DISTINCT ? n_rows - r : DISTINCT;
-        CU(cudaMemcpy(d + rb * (size_t)r, h, rb * (size_t)n, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(d + rb * (size_t)r, h, rb * (size_t)n, cudaMemcpyHostToDevice));
     }
     free(h), free(src);
     return d;
@@ -64,8 +57,8 @@ static void *dev_weights(uint32_t t, int64_t n_rows, int64_t k, uint64_t *seed) 
 static float *dev_x(int64_t n, uint64_t *seed) {
     float *h = malloc(sizeof(float) * (size_t)n), *d = NULL;
     for (int64_t i = 0; i < n; i++) h[i] = (float)((int64_t)(rng_next(seed) % 2001) - 1000) * 1e-3f;
-    CU(cudaMalloc((void **)&d, sizeof(float) * (size_t)n));
-    CU(cudaMemcpy(d, h, sizeof(float) * (size_t)n, cudaMemcpyHostToDevice));
+    CK(cudaMalloc((void **)&d, sizeof(float) * (size_t)n));
+    CK(cudaMemcpy(d, h, sizeof(float) * (size_t)n, cudaMemcpyHostToDevice));
     free(h);
     return d;
 }
@@ -87,25 +80,25 @@ static void report(const char *what, uint32_t t, double flops, double ms, double
 static double time_dense(uint32_t t, int64_t n_tok, int64_t n_rows, int64_t k, int iters, uint64_t *seed) {
     void *w = dev_weights(t, n_rows, k, seed);
     float *x = dev_x(n_tok * k, seed), *y = NULL;
-    CU(cudaMalloc((void **)&y, sizeof(float) * (size_t)(n_tok * n_rows)));
+    CK(cudaMalloc((void **)&y, sizeof(float) * (size_t)(n_tok * n_rows)));
     size_t ss = cuda_gemm_scratch_size(k, n_tok);
     void *s = NULL;
-    CU(cudaMalloc(&s, ss));
+    CK(cudaMalloc(&s, ss));
     hm_error err;
     cudaEvent_t e0, e1;
-    CU(cudaEventCreate(&e0));
-    CU(cudaEventCreate(&e1));
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
     for (int i = 0; i < iters + 3; i++) {
-        if (i == 3) CU(cudaEventRecord(e0, NULL));
+        if (i == 3) CK(cudaEventRecord(e0, NULL));
         if (cuda_gemm(t, w, n_rows, k, x, n_tok, y, s, ss, NULL, &err) != HM_OK) {
             fprintf(stderr, "bench_cuda_gemm: %s\n", err.msg);
             exit(1);
         }
     }
-    CU(cudaEventRecord(e1, NULL));
-    CU(cudaEventSynchronize(e1));
+    CK(cudaEventRecord(e1, NULL));
+    CK(cudaEventSynchronize(e1));
     float ms = 0;
-    CU(cudaEventElapsedTime(&ms, e0, e1));
+    CK(cudaEventElapsedTime(&ms, e0, e1));
     cudaEventDestroy(e0), cudaEventDestroy(e1);
     cudaFree(w), cudaFree(x), cudaFree(y), cudaFree(s);
     return ms / iters;
@@ -116,7 +109,7 @@ static double time_moe(uint32_t t, int64_t n_tok, int n_used, int64_t n_expert, 
     void *w = dev_weights(t, n_expert * n_rows, k, seed);
     int64_t n_pairs = n_tok * n_used;
     float *x = dev_x((x_per_slot ? n_pairs : n_tok) * k, seed), *y = NULL;
-    CU(cudaMalloc((void **)&y, sizeof(float) * (size_t)(n_pairs * n_rows)));
+    CK(cudaMalloc((void **)&y, sizeof(float) * (size_t)(n_pairs * n_rows)));
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)n_pairs), *dids = NULL;
     for (int64_t tk = 0; tk < n_tok; tk++)
         for (int s = 0; s < n_used; s++) {
@@ -129,29 +122,29 @@ static double time_moe(uint32_t t, int64_t n_tok, int n_used, int64_t n_expert, 
             } while (dup);
             ids[tk * n_used + s] = id;
         }
-    CU(cudaMalloc((void **)&dids, sizeof(int32_t) * (size_t)n_pairs));
-    CU(cudaMemcpy(dids, ids, sizeof(int32_t) * (size_t)n_pairs, cudaMemcpyHostToDevice));
+    CK(cudaMalloc((void **)&dids, sizeof(int32_t) * (size_t)n_pairs));
+    CK(cudaMemcpy(dids, ids, sizeof(int32_t) * (size_t)n_pairs, cudaMemcpyHostToDevice));
     cuda_gemm_moe_args a = {.wtype = t, .w = w, .n_expert = n_expert, .n_rows = n_rows, .k = k,
                             .x = x, .x_per_slot = x_per_slot, .ids = dids, .n_tok = n_tok,
                             .n_used = n_used, .y = y};
     size_t ss = cuda_gemm_moe_scratch_size(&a);
     void *s = NULL;
-    CU(cudaMalloc(&s, ss));
+    CK(cudaMalloc(&s, ss));
     hm_error err;
     cudaEvent_t e0, e1;
-    CU(cudaEventCreate(&e0));
-    CU(cudaEventCreate(&e1));
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
     for (int i = 0; i < iters + 3; i++) {
-        if (i == 3) CU(cudaEventRecord(e0, NULL));
+        if (i == 3) CK(cudaEventRecord(e0, NULL));
         if (cuda_gemm_moe(&a, s, ss, NULL, &err) != HM_OK) {
             fprintf(stderr, "bench_cuda_gemm: %s\n", err.msg);
             exit(1);
         }
     }
-    CU(cudaEventRecord(e1, NULL));
-    CU(cudaEventSynchronize(e1));
+    CK(cudaEventRecord(e1, NULL));
+    CK(cudaEventSynchronize(e1));
     float ms = 0;
-    CU(cudaEventElapsedTime(&ms, e0, e1));
+    CK(cudaEventElapsedTime(&ms, e0, e1));
     cudaEventDestroy(e0), cudaEventDestroy(e1);
     cudaFree(w), cudaFree(x), cudaFree(y), cudaFree(s), cudaFree(dids);
     free(ids);

@@ -46,15 +46,6 @@ static uint64_t rnd(void) {
     return g_rng;
 }
 
-#define CK(call)                                                                      \
-    do {                                                                              \
-        cudaError_t e_ = (call);                                                      \
-        if (e_ != cudaSuccess) {                                                      \
-            fprintf(stderr, "bench_cuda_matvec: %s: %s\n", #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                  \
-        }                                                                             \
-    } while (0)
-
 /* device buffer of `rows` rows of type t, k elements: 16 quantised random rows repeated */
 static void *dev_weights(uint32_t t, int64_t rows, int64_t k) {
     const size_t rs = hm_row_size(t, k);

@@ -33,15 +33,6 @@ int main(void) {
 
 #include "bench_cuda_util.h"
 
-#define CK(call)                                                                          \
-    do {                                                                                  \
-        cudaError_t e_ = (call);                                                          \
-        if (e_ != cudaSuccess) {                                                          \
-            fprintf(stderr, "bench_cuda_phases: %s: %s\n", #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
-
 /* best seconds of one run of every layer (a graph replayed reps times) */
 static double time_mode(cuda_phases_mode mode, const cuda_phases_args *a, int reps) {
     cudaStream_t st;

@@ -1,11 +1,21 @@
 /* bench_cuda_util.h - what the GPU benches share. Header-only (each bench is its own program);
- * include after cuda_runtime_api.h. Both return 0 when a CUDA call fails. */
+ * include after cuda_runtime_api.h (and stdio.h, stdlib.h). The functions return 0 when a CUDA
+ * call fails; CK(call) ends the bench with the call and CUDA's message. */
 #ifndef HM_BENCH_CUDA_UTIL_H
 #define HM_BENCH_CUDA_UTIL_H
 
+#define CK(call)                                                                          \
+    do {                                                                                  \
+        cudaError_t e_ = (call);                                                          \
+        if (e_ != cudaSuccess) {                                                          \
+            fprintf(stderr, "%s: %s: %s\n", __FILE__, #call, cudaGetErrorString(e_));     \
+            exit(1);                                                                      \
+        }                                                                                 \
+    } while (0)
+
 /* The ceiling: device-to-device cudaMemcpy of a 1 GiB buffer, best of reps (after one warm-up),
  * as bytes moved (read + write) per second, the usual HBM figure. */
-static double bench_copy_gbs(int reps) {
+static inline double bench_copy_gbs(int reps) {
     const size_t n = (size_t)1 << 30;
     void *a = NULL, *b = NULL;
     cudaEvent_t e0 = NULL, e1 = NULL;
@@ -34,7 +44,7 @@ static double bench_copy_gbs(int reps) {
 }
 
 /* Seconds of one replay of exec on st: the best of reps, after one warm-up replay. */
-static double bench_graph_best_s(cudaGraphExec_t exec, cudaStream_t st, int reps) {
+static inline double bench_graph_best_s(cudaGraphExec_t exec, cudaStream_t st, int reps) {
     cudaEvent_t e0 = NULL, e1 = NULL;
     double best = 0;
     if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) reps = -1;
