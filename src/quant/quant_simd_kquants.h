@@ -13,6 +13,7 @@
 
 #include <stddef.h>
 
+#include "quant/quant_simd_k4.h"
 #include "quant/quant_simd_lanes.h"
 
 /* acc + pmaddwd(p16, s16) */
@@ -30,19 +31,7 @@ SIMD_INLINE __m256i simd_madd_acc(__m256i acc, __m256i p16, __m256i s16) {
  * sc2 is then re-read by broadcast loads (see simd_sc2_publish): building the 8 broadcasts in
  * registers costs 8 cross-lane shuffles on port 5 per block, which made q4_K compute-bound. */
 SIMD_INLINE __m256i simd_k4_scales(const uint8_t *s, int32_t sc2[8]) {
-    /* both 128-bit lanes: dwords u0, u1, u2 (and 4 bytes past the scales) */
-    const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)s));
-    /* r = [sc0-3 | sc4-7 | mn0-3 | mn4-7] (bytes) in each lane:
-     * sc0-3 = u0 & 3f, sc4-7 = (u2 & 0f) | ((u0 >> 6) & 3) << 4,
-     * mn0-3 = u1 & 3f, mn4-7 = ((u2 >> 4) & 0f) | ((u1 >> 6) & 3) << 4 */
-    __m256i p = _mm256_shuffle_epi32(v, 0x98); /* u0 u2 u1 u2 */
-    __m256i q = _mm256_shuffle_epi32(v, 0x50); /* u0 u0 u1 u1 */
-    p = _mm256_and_si256(_mm256_srlv_epi32(p, _mm256_setr_epi32(0, 0, 0, 4, 0, 0, 0, 4)),
-                         _mm256_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f,
-                                           0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
-    q = _mm256_and_si256(_mm256_srli_epi32(q, 2),
-                         _mm256_setr_epi32(0, 0x30303030, 0, 0x30303030, 0, 0x30303030, 0, 0x30303030));
-    const __m256i r = _mm256_or_si256(p, q);
+    const __m256i r = simd_k4_scale_bytes(s); /* [sc0-3 | sc4-7 | mn0-3 | mn4-7] per lane */
     /* lane 0 takes sub-blocks 0-3, lane 1 sub-blocks 4-7: bytes [x, 0, x, 0] per dword */
     const __m256i isc = _mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1,
                                          4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1);

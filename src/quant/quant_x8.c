@@ -13,10 +13,9 @@
 #include "quant/quant_x8.h"
 
 #include <math.h>
-#include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 
-#include "base/cpu.h"
 #include "quant/fp16.h"
 #include "quant/quant_ref_internal.h"
 #include "quant/blocks.h"
@@ -47,10 +46,10 @@ bool quant_x8_supported(uint32_t wtype) { return wtype == HM_TYPE_Q4_K || wtype 
 
 bool quant_x8_fast(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
-    const char *cap = getenv("HOTMOE_ISA"); /* ref or avx2 caps the kernels below AVX-512 */
-    if (cap && (!strcmp(cap, "ref") || !strcmp(cap, "avx2"))) return false;
+    /* the kernel tables' choice (HOTMOE_ISA caps it) decides, plus VBMI */
+    if (!quant_x8_avx512_built() || quant_kernels_best()->isa != QUANT_ISA_AVX512) return false;
     __builtin_cpu_init();
-    return quant_x8_avx512_built() && hm_cpu_has_avx512() && __builtin_cpu_supports("avx512vbmi");
+    return __builtin_cpu_supports("avx512vbmi");
 #else
     return false;
 #endif
@@ -58,6 +57,46 @@ bool quant_x8_fast(void) {
 
 size_t quant_x8_group_size(uint32_t wtype, int64_t k) {
     return quant_x8_supported(wtype) ? 8 * hm_row_size(wtype, k) : 0;
+}
+
+/* Where every byte of row r's block b lies in the group block: n bytes at row offset ro and group
+ * offset go, copied one way (to_group: repack) or the other (unpack). The one map of both. */
+static void x8_piece(uint8_t *row, uint8_t *grp, size_t ro, size_t go, size_t n, bool to_group) {
+    if (to_group) memcpy(grp + go, row + ro, n);
+    else memcpy(row + ro, grp + go, n);
+}
+
+static void x8_move(uint32_t wtype, int64_t nb, uint8_t *rows, size_t row_stride, uint8_t *group,
+                    bool to_group) {
+    const size_t rb = hm_type_get(wtype)->type_size, gb = 8 * rb;
+    for (int64_t b = 0; b < nb; b++)
+        for (int r = 0; r < 8; r++) {
+            uint8_t *x = rows + (size_t)r * row_stride + (size_t)b * rb, *g = group + (size_t)b * gb;
+            if (wtype == HM_TYPE_Q6_K) {
+                x8_piece(x, g, offsetof(block_q6_K, d), offsetof(x8_q6_K, d) + 2 * (size_t)r, 2, to_group);
+                x8_piece(x, g, offsetof(block_q6_K, scales), offsetof(x8_q6_K, scales) + 16 * (size_t)r,
+                         16, to_group);
+                for (int n = 0; n < 2; n++)
+                    for (int m = 0; m < 4; m++) {
+                        for (int ab = 0; ab < 2; ab++)
+                            x8_piece(x, g, offsetof(block_q6_K, ql) + (size_t)(64 * n + 32 * ab + 8 * m),
+                                     offsetof(x8_q6_K, ql) + (size_t)(512 * n + 128 * m + 64 * ab + 8 * r),
+                                     8, to_group);
+                        x8_piece(x, g, offsetof(block_q6_K, qh) + (size_t)(32 * n + 8 * m),
+                                 offsetof(x8_q6_K, qh) + (size_t)(256 * n + 64 * m + 8 * r), 8, to_group);
+                    }
+            } else {
+                x8_piece(x, g, offsetof(block_q4_K, d), offsetof(x8_q4_K, d) + 2 * (size_t)r, 2, to_group);
+                x8_piece(x, g, offsetof(block_q4_K, dmin), offsetof(x8_q4_K, dmin) + 2 * (size_t)r, 2,
+                         to_group);
+                x8_piece(x, g, offsetof(block_q4_K, scales), offsetof(x8_q4_K, scales) + 12 * (size_t)r,
+                         12, to_group);
+                for (int j = 0; j < 4; j++)
+                    for (int m = 0; m < 4; m++)
+                        x8_piece(x, g, offsetof(block_q4_K, qs) + (size_t)(32 * j + 8 * m),
+                                 offsetof(x8_q4_K, qs) + (size_t)(256 * j + 64 * m + 8 * r), 8, to_group);
+            }
+        }
 }
 
 hm_status quant_x8_repack(uint32_t wtype, int64_t k, const void *rows, size_t row_stride,
@@ -70,71 +109,13 @@ hm_status quant_x8_repack(uint32_t wtype, int64_t k, const void *rows, size_t ro
                             (long long)k);
     _Static_assert(sizeof(x8_q4_K) == 8 * sizeof(block_q4_K), "x8 q4_K group block size");
     _Static_assert(sizeof(x8_q6_K) == 8 * sizeof(block_q6_K), "x8 q6_K group block size");
-    const int64_t nb = k / X8_QK;
-    if (wtype == HM_TYPE_Q6_K) {
-        x8_q6_K *o6 = group;
-        for (int64_t b = 0; b < nb; b++)
-            for (int r = 0; r < 8; r++) {
-                const block_q6_K *x = (const block_q6_K *)(const void *)((const uint8_t *)rows +
-                                                                         (size_t)r * row_stride) + b;
-                o6[b].d[r] = x->d;
-                memcpy(o6[b].scales[r], x->scales, 16);
-                for (int n = 0; n < 2; n++)
-                    for (int m = 0; m < 4; m++) {
-                        for (int ab = 0; ab < 2; ab++)
-                            memcpy(o6[b].ql + 512 * n + 128 * m + 64 * ab + 8 * r,
-                                   x->ql + 64 * n + 32 * ab + 8 * m, 8);
-                        memcpy(o6[b].qh + 256 * n + 64 * m + 8 * r, x->qh + 32 * n + 8 * m, 8);
-                    }
-            }
-        return HM_OK;
-    }
-    x8_q4_K *o = group;
-    for (int64_t b = 0; b < nb; b++)
-        for (int r = 0; r < 8; r++) {
-            const block_q4_K *x = (const block_q4_K *)(const void *)((const uint8_t *)rows +
-                                                                     (size_t)r * row_stride) + b;
-            o[b].d[r] = x->d;
-            o[b].dmin[r] = x->dmin;
-            memcpy(o[b].scales[r], x->scales, 12);
-            for (int j = 0; j < 4; j++)
-                for (int m = 0; m < 4; m++)
-                    memcpy(o[b].qs + 256 * j + 64 * m + 8 * r, x->qs + 32 * j + 8 * m, 8);
-        }
+    x8_move(wtype, k / X8_QK, (uint8_t *)(uintptr_t)rows, row_stride, group, true);
     return HM_OK;
 }
 
 void quant_x8_unpack(uint32_t wtype, int64_t k, const void *group, void *rows, size_t row_stride) {
-    if (!quant_x8_supported(wtype)) return;
-    const int64_t nb = k / X8_QK;
-    if (wtype == HM_TYPE_Q6_K) {
-        const x8_q6_K *o6 = group;
-        for (int64_t b = 0; b < nb; b++)
-            for (int r = 0; r < 8; r++) {
-                block_q6_K *x = (block_q6_K *)(void *)((uint8_t *)rows + (size_t)r * row_stride) + b;
-                x->d = o6[b].d[r];
-                memcpy(x->scales, o6[b].scales[r], 16);
-                for (int n = 0; n < 2; n++)
-                    for (int m = 0; m < 4; m++) {
-                        for (int ab = 0; ab < 2; ab++)
-                            memcpy(x->ql + 64 * n + 32 * ab + 8 * m,
-                                   o6[b].ql + 512 * n + 128 * m + 64 * ab + 8 * r, 8);
-                        memcpy(x->qh + 32 * n + 8 * m, o6[b].qh + 256 * n + 64 * m + 8 * r, 8);
-                    }
-            }
-        return;
-    }
-    const x8_q4_K *o = group;
-    for (int64_t b = 0; b < nb; b++)
-        for (int r = 0; r < 8; r++) {
-            block_q4_K *x = (block_q4_K *)(void *)((uint8_t *)rows + (size_t)r * row_stride) + b;
-            x->d = o[b].d[r];
-            x->dmin = o[b].dmin[r];
-            memcpy(x->scales, o[b].scales[r], 12);
-            for (int j = 0; j < 4; j++)
-                for (int m = 0; m < 4; m++)
-                    memcpy(x->qs + 32 * j + 8 * m, o[b].qs + 256 * j + 64 * m + 8 * r, 8);
-        }
+    if (quant_x8_supported(wtype))
+        x8_move(wtype, k / X8_QK, rows, row_stride, (uint8_t *)(uintptr_t)group, false);
 }
 
 /* The reference path: docs/ARITHMETIC.md's q4_K block product (quant_ref_dot.c's dot_k4) read

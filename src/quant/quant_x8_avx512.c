@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "quant/blocks.h"
+#include "quant/quant_simd_k4.h"
 
 int quant_x8_avx512_built(void);
 void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *act, float out[8]);
@@ -30,19 +31,10 @@ int quant_x8_avx512_built(void) { return 1; }
 #endif
 enum { X8_GROUP_BLOCK = 1152 };
 
-/* r = [sc0-7 | mn0-7] (bytes) of one row's 12 scale bytes (ggml's get_scale_min_k4, for all 8
- * sub-blocks at once). s + 12 .. s + 15 are read and ignored (the next row's scales, or the
- * quants that follow the last row's). */
+/* [sc0-7 | mn0-7] (bytes) of one row's 12 scale bytes. s + 12 .. s + 15 are read and ignored
+ * (the next row's scales, or the quants that follow the last row's). */
 static inline __m128i x8_scale_bytes(const uint8_t *s) {
-    const __m128i v = _mm_loadu_si128((const __m128i *)s); /* dwords u0 u1 u2 (u3 unused) */
-    __m128i p = _mm_shuffle_epi32(v, 0x98);                /* u0 u2 u1 u2 */
-    __m128i q = _mm_shuffle_epi32(v, 0x50);                /* u0 u0 u1 u1 */
-    /* sc0-3 = u0 & 3f, sc4-7 = (u2 & 0f) | ((u0 >> 6) & 3) << 4,
-     * mn0-3 = u1 & 3f, mn4-7 = ((u2 >> 4) & 0f) | ((u1 >> 6) & 3) << 4 */
-    p = _mm_and_si128(_mm_srlv_epi32(p, _mm_setr_epi32(0, 0, 0, 4)),
-                      _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
-    q = _mm_and_si128(_mm_srli_epi32(q, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
-    return _mm_or_si128(p, q);
+    return _mm256_castsi256_si128(simd_k4_scale_bytes(s));
 }
 
 /* sub-block j's scale of rows 0-7, each twice (lanes 2r and 2r + 1) */
