@@ -52,6 +52,7 @@ typedef struct {
     int n_gpu_layers;         /* -ngl: 0 = CPU (0); > 0 = the whole model on the GPU */
     int main_gpu;             /* -mg: CUDA device index (0) */
     bool gpu_strict;          /* --gpu-strict: fail instead of falling back to the CPU */
+    bool repack;              /* -rtr/--repack: hm_model_params.repack */
     float temp;               /* --temp (0.8); 0 = greedy */
     int top_k;                /* --top-k (40); 0 = off */
     float top_p;              /* --top-p (0.95); 1 = off */

@@ -64,7 +64,9 @@ int cli_engine_open(cli_engine *e, const char *cmd, const cli_common_args *a, un
         return 1;
     }
     hm_error err = {0};
-    if (hm_model_load(a->model, NULL, &e->model, &err) != HM_OK) {
+    hm_model_params mp = hm_model_default_params();
+    mp.repack = a->repack;
+    if (hm_model_load(a->model, &mp, &e->model, &err) != HM_OK) {
         fprintf(stderr, "hotmoe %s: %s\n", cmd, err.msg);
         return 1;
     }

@@ -27,7 +27,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MM_NR = 16, MM_TOK_TILE = 16, MM_ROW_ALIGN = 4, MM_MAX_CHUNK = 256 };
+enum { MM_NR = 16, MM_TOK_TILE = 16, MM_ROW_ALIGN = QUANT_X8_ROWS, MM_MAX_CHUNK = 256 };
+
+/* Repacked weights (quant_x8.h) are used for products of at most this many activation rows per
+ * matrix (decode); larger batches keep the dot tiles, which hold a token tile in cache. */
+enum { MM_X8_MAX_ROWS = 4 };
 
 /* Activations of at most this many elements are quantised by the calling thread before the
  * job starts (a decode step's one row, or its n_used expert rows): cheaper than the barrier
@@ -97,6 +101,22 @@ size_t cpu_matmul_scratch_size(uint32_t wtype, int64_t k, int64_t n_tok) {
     if (arow == 0 || n_tok <= 0) return 0;
     return arow * (size_t)n_tok;
 }
+/* The same as mm_rows from the repacked copy x8 of w (rows r0, r1 whole groups of 8): each
+ * group of 8 rows is one quant_x8 product per activation row, the group in L1 across them. */
+static void mm_rows_x8(quant_x8_dot_fn x8dot, const mm_kern *mk, const uint8_t *x8, int64_t r0,
+                       int64_t r1, const uint8_t *act, int64_t nc, float *out, size_t ostride) {
+    for (int64_t r = r0; r < r1; r += QUANT_X8_ROWS)
+        for (int64_t c = 0; c < nc; c++)
+            x8dot(mk->k, x8 + (size_t)r * mk->wrow, act + (size_t)c * mk->arow,
+                  out + (size_t)c * ostride + (size_t)(r - r0));
+}
+
+/* quant_x8's kernel for a product of n_act activation rows over n_rows rows of wtype with a
+ * repacked copy x8, or NULL when the dot tiles serve (no copy, a batch, rows not in groups). */
+static quant_x8_dot_fn mm_x8_pick(const void *x8, uint32_t wtype, int64_t n_rows, int64_t n_act) {
+    return x8 && n_act <= MM_X8_MAX_ROWS && n_rows % QUANT_X8_ROWS == 0
+               ? quant_x8_dot_get(wtype) : NULL;
+}
 
 typedef cpu_matmul_part mm_mat;
 typedef cpu_matmul_job mm_job;
@@ -125,7 +145,10 @@ static void mm_item(void *ctx, int64_t it, int ith) {
     const mm_job *j = ctx;
     int64_t r0, r1;
     const mm_mat *m = mm_item_rows(j, it, &r0, &r1);
-    mm_rows(&m->mk, m->w, r0, r1, j->act, j->n_tok, m->y + r0, (size_t)m->n_rows);
+    if (m->x8dot)
+        mm_rows_x8(m->x8dot, &m->mk, m->x8, r0, r1, j->act, j->n_tok, m->y + r0, (size_t)m->n_rows);
+    else
+        mm_rows(&m->mk, m->w, r0, r1, j->act, j->n_tok, m->y + r0, (size_t)m->n_rows);
     if (j->on_rows) j->on_rows(j->on_rows_ctx, (int)(m - j->m), r0, r1);
 }
 
@@ -134,7 +157,7 @@ static void mm_item(void *ctx, int64_t it, int ith) {
 static void mm_item_prefetch(void *ctx, int64_t it) {
     int64_t r0, r1;
     const mm_mat *m = mm_item_rows(ctx, it, &r0, &r1);
-    const uint8_t *w = m->w + (size_t)r0 * m->mk.wrow;
+    const uint8_t *w = (m->x8dot ? m->x8 : m->w) + (size_t)r0 * m->mk.wrow; /* a group: 8 rows */
     const size_t bytes = (size_t)(r1 - r0) * m->mk.wrow;
     for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(w + o, 0, 2);
 }
@@ -170,6 +193,8 @@ hm_status cpu_matmul_job_init(mm_job *j, const quant_kernels *kern, int n_mat,
         j->m[i].w = mats[i].w;
         j->m[i].n_rows = mats[i].n_rows;
         j->m[i].y = mats[i].y;
+        j->m[i].x8 = mats[i].x8;
+        j->m[i].x8dot = mm_x8_pick(mats[i].x8, mats[i].wtype, mats[i].n_rows, n_tok);
         j->m[i].chunk = chunk;
         j->m[i].item0 = j->n_items;
         j->n_items += (mats[i].n_rows + chunk - 1) / chunk;
@@ -268,6 +293,7 @@ typedef struct {
     int64_t *off;     /* [n_expert + 1] first grouped pair of each expert */
     int64_t *item0;   /* [n_expert + 1] first work item of each expert */
     int64_t n_pairs, chunk;
+    quant_x8_dot_fn x8dot, x8dotb; /* quant_x8's kernel for a, b (repacked copies), or NULL */
 } moe_job;
 
 /* Item g of the quantisation job: the input of grouped pair g. */
@@ -295,12 +321,36 @@ static void moe_acts(tp_pool *pool, moe_job *j) {
                  j->n_pairs);
 }
 
-/* Item it of the product job: one chunk of rows of one selected expert, every pair of it. */
+/* Rows [r0, r1) of one product (weights w of expert e, kernel mk, repacked copy x8 when x8dot)
+ * for the expert's grouped pairs, into y[pair][.]. */
+static void moe_rows(const moe_job *j, const mm_kern *mk, const uint8_t *w, const uint8_t *x8,
+                     quant_x8_dot_fn x8dot, float *y, int64_t e, int64_t r0, int64_t r1) {
+    const int64_t n_rows = j->a->n_rows, g0 = j->off[e], g1 = j->off[e + 1];
+    const size_t wexp = mk->wrow * (size_t)n_rows;
+    if (x8dot && g1 - g0 <= MM_X8_MAX_ROWS) {
+        /* each pair straight into its output row (pairs are a decode step's few) */
+        for (int64_t g = g0; g < g1; g++)
+            mm_rows_x8(x8dot, mk, x8 + (size_t)e * wexp, r0, r1, j->act + (size_t)g * j->mk.arow,
+                       1, y + (size_t)j->pairs[g] * (size_t)n_rows + (size_t)r0, 0);
+        return;
+    }
+    float tmp[MM_TOK_TILE * MM_MAX_CHUNK]; /* [tok][row] of one token tile */
+    for (int64_t t0 = g0; t0 < g1; t0 += MM_TOK_TILE) {
+        int64_t nc = g1 - t0 < MM_TOK_TILE ? g1 - t0 : MM_TOK_TILE;
+        mm_rows(mk, w + (size_t)e * wexp, r0, r1, j->act + (size_t)t0 * j->mk.arow, nc, tmp,
+                (size_t)(r1 - r0));
+        for (int64_t c = 0; c < nc; c++)
+            memcpy(y + (size_t)j->pairs[t0 + c] * (size_t)n_rows + (size_t)r0,
+                   tmp + (size_t)c * (size_t)(r1 - r0), (size_t)(r1 - r0) * sizeof(float));
+    }
+}
+
+/* Item it of the product job: one chunk of rows of one selected expert, every pair of it (both
+ * products of a pair, then the caller's post on those rows). */
 static void moe_item(void *ctx, int64_t it, int ith) {
     (void)ith;
     const moe_job *j = ctx;
     const cpu_moe_args *a = j->a;
-    float tmp[MM_TOK_TILE * MM_MAX_CHUNK]; /* [tok][row] of one item's token tile */
     int64_t lo = 0, hi = a->n_expert; /* expert e with item0[e] <= it < item0[e + 1] */
     while (hi - lo > 1) {
         int64_t mid = (lo + hi) / 2;
@@ -310,22 +360,11 @@ static void moe_item(void *ctx, int64_t it, int ith) {
     const int64_t e = lo;
     const int64_t r0 = (it - j->item0[e]) * j->chunk;
     const int64_t r1 = r0 + j->chunk < a->n_rows ? r0 + j->chunk : a->n_rows;
-    const uint8_t *we = (const uint8_t *)a->w + (size_t)e * j->wexp;
-    for (int64_t g0 = j->off[e]; g0 < j->off[e + 1]; g0 += MM_TOK_TILE) {
-        int64_t nc = j->off[e + 1] - g0 < MM_TOK_TILE ? j->off[e + 1] - g0 : MM_TOK_TILE;
-        mm_rows(&j->mk, we, r0, r1, j->act + (size_t)g0 * j->mk.arow, nc, tmp, (size_t)(r1 - r0));
-        for (int64_t c = 0; c < nc; c++)
-            memcpy(a->y + (size_t)j->pairs[g0 + c] * (size_t)a->n_rows + (size_t)r0,
-                   tmp + (size_t)c * (size_t)(r1 - r0), (size_t)(r1 - r0) * sizeof(float));
-        if (!j->b) continue;
-        const uint8_t *wb = (const uint8_t *)j->b->w + (size_t)e * j->wexpb;
-        mm_rows(&j->mkb, wb, r0, r1, j->act + (size_t)g0 * j->mk.arow, nc, tmp, (size_t)(r1 - r0));
-        for (int64_t c = 0; c < nc; c++)
-            memcpy(j->b->y + (size_t)j->pairs[g0 + c] * (size_t)a->n_rows + (size_t)r0,
-                   tmp + (size_t)c * (size_t)(r1 - r0), (size_t)(r1 - r0) * sizeof(float));
-        if (j->post)
-            for (int64_t c = 0; c < nc; c++) j->post(j->post_ctx, j->pairs[g0 + c], r0, r1);
-    }
+    moe_rows(j, &j->mk, a->w, a->x8, j->x8dot, a->y, e, r0, r1);
+    if (!j->b) return;
+    moe_rows(j, &j->mkb, j->b->w, j->b->x8, j->x8dotb, j->b->y, e, r0, r1);
+    if (j->post)
+        for (int64_t g = j->off[e]; g < j->off[e + 1]; g++) j->post(j->post_ctx, j->pairs[g], r0, r1);
 }
 
 hm_status cpu_moe_matmul(tp_pool *pool, const quant_kernels *kern, const cpu_moe_args *a,
@@ -379,6 +418,8 @@ static void moe_plan(moe_job *j, const cpu_moe_args *a, const moe_layout *l, uin
     j->off = (int64_t *)(void *)(s + l->counts);
     j->item0 = (int64_t *)(void *)(s + l->items);
     j->wexp = j->mk.wrow * (size_t)a->n_rows;
+    j->x8dot = mm_x8_pick(a->x8, a->wtype, a->n_rows, 0); /* used for experts of few pairs */
+    j->x8dotb = j->b ? mm_x8_pick(j->b->x8, j->b->wtype, j->b->n_rows, 0) : NULL;
     memset(j->off, 0, ((size_t)a->n_expert + 1) * sizeof(int64_t));
     for (int64_t p = 0; p < np; p++)
         if (a->ids[p] >= 0) j->off[a->ids[p] + 1]++;

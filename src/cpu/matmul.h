@@ -23,6 +23,7 @@
 #include "base/status.h"
 #include "base/threadpool.h"
 #include "quant/quant.h"
+#include "quant/quant_x8.h"
 
 /* Bytes of scratch cpu_matmul needs for n_tok activation rows of k elements (0 if k does not
  * fit the type's blocks). */
@@ -47,6 +48,8 @@ typedef struct {
     const void *w; /* [n_rows] rows of k elements */
     int64_t n_rows;
     float *y;      /* [n_tok][n_rows] */
+    const void *x8; /* NULL, or w repacked by eights (quant_x8.h): products of a few tokens then
+                       use quant_x8's kernel, the same results */
 } cpu_matmul_mat;
 hm_status cpu_matmul_multi(tp_pool *pool, const quant_kernels *kern, int n_mat,
                            const cpu_matmul_mat *mats, int64_t k, const float *x, int64_t n_tok,
@@ -71,6 +74,8 @@ typedef struct {
     const uint8_t *w;
     int64_t n_rows, chunk, item0; /* item0: first work item of this matrix */
     float *y;
+    const uint8_t *x8;     /* the repacked rows when x8dot is set */
+    quant_x8_dot_fn x8dot; /* quant_x8's kernel for this product, or NULL (the dot tiles) */
 } cpu_matmul_part;
 typedef struct {
     cpu_matmul_part m[CPU_MATMUL_MAX_MULTI];
@@ -107,6 +112,8 @@ typedef struct {
     int64_t n_tok;
     int n_used;
     float *y;               /* [n_tok][n_used][n_rows]; rows of skipped slots are not written */
+    const void *x8;         /* NULL, or w repacked by eights (quant_x8.h): experts with few
+                               pairs then use quant_x8's kernel, the same results */
 } cpu_moe_args;
 
 size_t cpu_moe_scratch_size(const cpu_moe_args *a);

@@ -133,6 +133,8 @@ typedef struct {
     int64_t ne[4];  /* ggml order: ne[0] contiguous */
     const void *data;
     size_t row_size; /* bytes of one row of ne[0] elements */
+    const void *x8;  /* NULL, or the same rows repacked by eights (quant_x8.h) in owned memory,
+                        for the CPU's products of a few tokens: hm_model_params.repack */
 } hm_tensor;
 
 typedef struct {
@@ -163,6 +165,10 @@ typedef struct {
                          weight type's quantised activations (docs/ARITHMETIC.md). Costs 4 bytes
                          per weight; isolates the forward pass from activation quantisation
                          when comparing with a float reference. */
+    bool repack;      /* (default false) also hold every q4_K matrix the CPU multiplies
+                         repacked by eights (quant_x8.h): faster CPU decode on AVX-512 VNNI+VBMI
+                         CPUs, the same bits; costs those matrices' size again in RAM (the
+                         mapped originals stay for prompt batches and the GPU) */
 } hm_model_params;
 
 hm_model_params hm_model_default_params(void);

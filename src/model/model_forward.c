@@ -62,8 +62,11 @@ static hm_status linear(hm_context *c, const hm_tensor *w, const hm_tensor *b, c
                         int64_t n, float *y, hm_error *err) {
     size_t need = cpu_matmul_scratch_size(w->type, w->ne[0], n);
     bool fits = need <= c->mm_scratch_size;
-    hm_status st = cpu_matmul(c->pool, c->kern, w->type, w->data, w->ne[1], w->ne[0], x, n, y,
-                              fits ? c->mm_scratch : NULL, fits ? c->mm_scratch_size : 0, err);
+    const cpu_matmul_mat mat = {.wtype = w->type, .w = w->data, .n_rows = w->ne[1], .y = y,
+                                .x8 = w->x8};
+    hm_status st = cpu_matmul_multi(c->pool, c->kern, 1, &mat, w->ne[0], x, n,
+                                    fits ? c->mm_scratch : NULL, fits ? c->mm_scratch_size : 0,
+                                    err);
     if (st == HM_OK) add_bias(c->pool, b, y, n, w->ne[1]);
     return st;
 }
@@ -76,7 +79,7 @@ static bool qkv_mats(hm_context *c, const hm_layer *L, cpu_matmul_mat *mats) {
     bool same = true;
     for (int i = 0; i < 3; i++) {
         mats[i] = (cpu_matmul_mat){.wtype = w[i]->type, .w = w[i]->data, .n_rows = w[i]->ne[1],
-                                   .y = y[i]};
+                                   .y = y[i], .x8 = w[i]->x8};
         same = same && w[i]->ne[0] == w[0]->ne[0] &&
                quant_act_for(w[i]->type) == quant_act_for(w[0]->type);
     }
@@ -183,12 +186,13 @@ static hm_status moe_exec_cpu(hm_context *c, const hm_model *m, const hm_moe_job
     cpu_moe_args a = {.n_expert = hp->n_expert, .ids = job->ids, .n_tok = n, .n_used = K};
     /* gate and up: every slot of token t reads x[t] */
     a.wtype = L->gate_exps.type, a.w = L->gate_exps.data, a.n_rows = F, a.k = E;
-    a.x = job->x, a.x_per_slot = 0, a.y = c->eg;
+    a.x = job->x, a.x_per_slot = 0, a.y = c->eg, a.x8 = L->gate_exps.x8;
     cpu_moe_args b = a;
-    b.wtype = L->up_exps.type, b.w = L->up_exps.data, b.y = c->eu;
+    b.wtype = L->up_exps.type, b.w = L->up_exps.data, b.y = c->eu, b.x8 = L->up_exps.x8;
     const bool oai = m->desc->swiglu == HM_SWIGLU_OAI;
     cpu_moe_args d = a; /* down: slot s of token t reads its own activation eg[t][s] */
     d.wtype = L->down_exps.type, d.w = L->down_exps.data, d.n_rows = E, d.k = F;
+    d.x8 = L->down_exps.x8;
     d.x = c->eg, d.x_per_slot = 1, d.y = job->y;
     hm_status st;
     const bool pair = quant_act_for(a.wtype) == quant_act_for(b.wtype) &&
@@ -395,7 +399,7 @@ static bool layer_front_staged(hm_context *c, int il, int n, hm_status *st, hm_e
         cpu_attention_scratch_size(&c->kv[il], &f.aa, nth) > c->attn_scratch_size)
         return false;
     const cpu_matmul_mat o = {.wtype = L->wo.type, .w = L->wo.data, .n_rows = L->wo.ne[1],
-                              .y = c->proj};
+                              .y = c->proj, .x8 = L->wo.x8};
     const cpu_matmul_mat r = {.wtype = L->router.type, .w = L->router.data,
                               .n_rows = L->router.ne[1], .y = c->router};
     void *ms = c->mm_scratch; /* every product's activations in turn */

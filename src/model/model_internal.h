@@ -20,7 +20,15 @@ struct hm_model {
     uint64_t weight_bytes;
     void **f32_copies;     /* [n_f32_copies] matrices dequantised by params.f32_weights */
     int n_f32_copies;
+    struct model_x8_copy *x8_copies; /* [n_x8_copies] repacked matrices (params.repack) */
+    int n_x8_copies;
 };
+
+/* model_repack.c: params.repack's copies. The bytes they will take (0: none wanted), then the
+ * copies themselves (hm_tensor.x8 of each), and their release. */
+uint64_t model_repack_bytes(const hm_model *m);
+hm_status model_repack(hm_model *m, hm_error *err);
+void model_repack_free(hm_model *m);
 
 struct hm_context {
     const hm_model *m;

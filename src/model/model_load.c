@@ -18,7 +18,7 @@
 #include "quant/qtypes.h"
 
 hm_model_params hm_model_default_params(void) {
-    hm_model_params p = {.check_ram = true, .f32_weights = false};
+    hm_model_params p = {.check_ram = true, .f32_weights = false, .repack = false};
     return p;
 }
 
@@ -351,15 +351,18 @@ hm_status hm_model_load_gguf(gguf_ctx *g, const hm_model_params *params, hm_mode
     }
     if (st == HM_OK) st = read_hparams(m, err);
     if (st == HM_OK) st = bind_all(m, p.f32_weights, err);
+    const uint64_t x8_bytes = st == HM_OK && p.repack ? model_repack_bytes(m) : 0;
     if (st == HM_OK && p.check_ram) {
         uint64_t ram = hm_ram_bytes();
-        if (ram && m->weight_bytes > ram) {
+        if (ram && m->weight_bytes + x8_bytes > ram) {
             char b1[32], b2[32];
-            st = hm_error_set(err, HM_ERR_NOMEM, "model needs %s of RAM for its weights but this "
-                              "machine has %s", hm_bytes_str(m->weight_bytes, b1),
+            st = hm_error_set(err, HM_ERR_NOMEM, "model needs %s of RAM for its weights%s but "
+                              "this machine has %s", hm_bytes_str(m->weight_bytes + x8_bytes, b1),
+                              x8_bytes ? " and their repacked copies (--repack)" : "",
                               hm_bytes_str(ram, b2));
         }
     }
+    if (st == HM_OK && x8_bytes) st = model_repack(m, err);
     if (st != HM_OK) {
         hm_model_free(m);
         return st;
@@ -384,6 +387,7 @@ void hm_model_free(hm_model *m) {
     free(m->owned);
     for (int i = 0; i < m->n_f32_copies; i++) free(m->f32_copies[i]);
     free(m->f32_copies);
+    model_repack_free(m);
     free(m);
 }
 

@@ -93,6 +93,25 @@ expect "run: greedy is deterministic across thread counts" cmp -s "$tmp/out" "$t
 expect "run: prompt longer than the context: exit 1" test $? -eq 1
 expect "run: prompt longer than the context: says so" grep -q "context" "$tmp/err"
 
+# ---- --repack: the q4_K matrices also held repacked by eights (quant_x8.h) give the same
+# logits, one token at a time (the repacked path) and in a batch, on 1 and 3 threads; where the
+# fast kernel cannot run (HOTMOE_ISA=avx2) the weights stay as they are and the run says so ----
+q=$tmp/q3.gguf
+"$bin" forge --preset tiny-qwen3moe --type q4_k_m --no-hf -q -o "$q" >/dev/null 2>&1
+for t in 1 3; do
+  for ub in 1 512; do
+    "$bin" logits -m "$q" -p "the cat sat on the mat and then" -ub $ub -t $t -o "$tmp/p.bin" 2>/dev/null
+    "$bin" logits -m "$q" -p "the cat sat on the mat and then" -ub $ub -t $t --repack \
+      -o "$tmp/r.bin" 2>/dev/null
+    expect "--repack: same logits (-t $t -ub $ub)" cmp -s "$tmp/p.bin" "$tmp/r.bin"
+  done
+done
+"$bin" logits -m "$q" -p "the cat sat on the mat and then" -ub 1 -t 2 -o "$tmp/p.bin" 2>/dev/null
+HOTMOE_ISA=avx2 "$bin" logits -m "$q" -p "the cat sat on the mat and then" -ub 1 -t 2 -rtr \
+  -o "$tmp/r.bin" 2>"$tmp/err"
+expect "--repack without the fast kernel: same logits" cmp -s "$tmp/p.bin" "$tmp/r.bin"
+expect "--repack without the fast kernel: says so" grep -q "repack" "$tmp/err"
+
 # ---- a model too large for this machine's RAM (HOTMOE_RAM_MIB pretends the RAM size) ----
 HOTMOE_RAM_MIB=1 "$bin" run -m "$m" -p hi -n 2 >/dev/null 2>"$tmp/err"
 expect "too large for RAM: exit 1" test $? -eq 1

@@ -3,7 +3,8 @@
  * reference table; skipped MoE slots are left untouched; bad ids and types are refused; the
  * fused forms (cpu_matmul_multi, cpu_moe_matmul_pair with a post step, the one-job expert FFN
  * cpu_moe_ffn) equal the single products; activation rows quantised in parts equal whole rows;
- * a product job's on_rows hook sees every row once, after it is written. */
+ * a product job's on_rows hook sees every row once, after it is written; products that read
+ * repacked copies (cpu_matmul_mat.x8, cpu_moe_args.x8: quant_x8's kernel) give the same bits. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -417,5 +418,106 @@ static void test_moe_ffn(void) {
     HM_CHECK_MSG(bad == 0, "moe ffn differs from the two-job products in %d of %d runs", bad, runs);
 }
 
+/* rows (a multiple of 8) of type t repacked by eights; NULL if the type has no such form */
+static uint8_t *repack_rows(uint32_t t, const uint8_t *w, int64_t rows, int64_t k) {
+    const size_t rs = hm_row_size(t, k), gs = quant_x8_group_size(t, k);
+    uint8_t *x8 = gs ? malloc(rs * (size_t)rows) : NULL;
+    for (int64_t g = 0; x8 && g < rows / QUANT_X8_ROWS; g++)
+        if (quant_x8_repack(t, k, w + (size_t)g * 8 * rs, rs, x8 + (size_t)g * gs, NULL) != HM_OK) {
+            free(x8);
+            x8 = NULL;
+        }
+    return x8;
+}
+
+/* The repacked path (decode: up to 4 tokens per product, few pairs per expert) and the batch
+ * path beside it give the dot tiles' bits: dense products of 1..6 tokens (q4_K and q6_K, one
+ * matrix repacked and one not in the same job), grouped products with shared and per-slot
+ * inputs, and the one-job FFN with gate/up/down all repacked. */
+static void test_repacked(void) {
+    static const uint32_t types[] = {HM_TYPE_Q4_K, HM_TYPE_Q6_K};
+    hm_error err;
+    int bad = 0, runs = 0;
+    for (int th = 1; th <= 3; th += 2) {
+        tp_pool *pool = NULL;
+        HM_REQUIRE(tp_init(th, &pool, NULL) == HM_OK);
+        for (int ti = 0; ti < 2; ti++) {
+            const uint32_t t = types[ti];
+            const int64_t k = 512, n_rows = 136, ne = 5, F = 64, used = 3;
+            uint8_t *w = make_weights(t, n_rows, k), *w2 = make_weights(t, 40, k);
+            uint8_t *x8 = repack_rows(t, w, n_rows, k);
+            HM_REQUIRE(w && w2 && x8);
+            float *x = make_x(6 * k), *want = malloc(sizeof(float) * 6 * (size_t)n_rows);
+            float *got = malloc(sizeof(float) * 6 * (size_t)n_rows), *y2 = malloc(sizeof(float) * 6 * 40);
+            for (int64_t nt = 1; nt <= 6; nt++) {
+                HM_REQUIRE(cpu_matmul(pool, NULL, t, w, n_rows, k, x, nt, want, NULL, 0, &err) == HM_OK);
+                const cpu_matmul_mat m[2] = {{.wtype = t, .w = w, .n_rows = n_rows, .y = got, .x8 = x8},
+                                             {.wtype = t, .w = w2, .n_rows = 40, .y = y2}};
+                HM_CHECK_MSG(cpu_matmul_multi(pool, NULL, 2, m, k, x, nt, NULL, 0, &err) == HM_OK, "%s", err.msg);
+                bad += memcmp(got, want, sizeof(float) * (size_t)(nt * n_rows)) != 0;
+                runs++;
+            }
+            /* grouped: ne experts of F rows, shared (gate/up) and per-slot (down) inputs */
+            uint8_t *we = make_weights(t, ne * F, k), *xe = repack_rows(t, we, ne * F, k);
+            HM_REQUIRE(we && xe);
+            for (int ps = 0; ps < 2; ps++)
+                for (int64_t nt = 1; nt <= 7; nt += 3) {
+                    const int64_t np = nt * used;
+                    float *xi = make_x(np * k), *ya = malloc(sizeof(float) * (size_t)(np * F));
+                    float *yb = malloc(sizeof(float) * (size_t)(np * F));
+                    int32_t *ids = malloc(sizeof(int32_t) * (size_t)np);
+                    for (int64_t q = 0; q < np; q++) ids[q] = q == 2 ? -1 : (int32_t)(rnd() % ne);
+                    for (int64_t i = 0; i < np * F; i++) ya[i] = yb[i] = -5.0f;
+                    cpu_moe_args a = {.wtype = t, .w = we, .n_expert = ne, .n_rows = F, .k = k,
+                                      .x = xi, .x_per_slot = ps, .ids = ids, .n_tok = nt,
+                                      .n_used = (int)used, .y = ya};
+                    HM_REQUIRE(cpu_moe_matmul(pool, NULL, &a, NULL, 0, &err) == HM_OK);
+                    a.y = yb, a.x8 = xe;
+                    HM_CHECK_MSG(cpu_moe_matmul(pool, NULL, &a, NULL, 0, &err) == HM_OK, "%s", err.msg);
+                    bad += memcmp(ya, yb, sizeof(float) * (size_t)(np * F)) != 0;
+                    runs++;
+                    free(xi); free(ya); free(yb); free(ids);
+                }
+            /* the one-job FFN with all three products repacked (F2 = post_mix_f's row length) */
+            const int64_t F2 = 256, E2 = 256;
+            uint8_t *wg = make_weights(t, ne * F2, E2), *wu = make_weights(t, ne * F2, E2);
+            uint8_t *wd = make_weights(t, ne * E2, F2);
+            uint8_t *xg = repack_rows(t, wg, ne * F2, E2), *xu = repack_rows(t, wu, ne * F2, E2);
+            uint8_t *xd = repack_rows(t, wd, ne * E2, F2);
+            HM_REQUIRE(wg && wu && wd && xg && xu && xd);
+            for (int64_t nt = 1; nt <= 2; nt++) {
+                const int64_t np = nt * used;
+                float *xi = make_x(nt * E2);
+                int32_t *ids = malloc(sizeof(int32_t) * (size_t)np);
+                for (int64_t q = 0; q < np; q++) ids[q] = (int32_t)((q * 2 + nt) % ne);
+                float *out[2][3]; /* [plain, repacked][gate, up, down] */
+                for (int v = 0; v < 2; v++) {
+                    for (int i = 0; i < 3; i++) out[v][i] = calloc((size_t)(np * (i < 2 ? F2 : E2)), sizeof(float));
+                    cpu_moe_args g = {.wtype = t, .w = wg, .n_expert = ne, .n_rows = F2, .k = E2,
+                                      .x = xi, .ids = ids, .n_tok = nt, .n_used = (int)used,
+                                      .y = out[v][0], .x8 = v ? xg : NULL};
+                    cpu_moe_args u = g;
+                    u.w = wu, u.y = out[v][1], u.x8 = v ? xu : NULL;
+                    cpu_moe_args d = {.wtype = t, .w = wd, .n_expert = ne, .n_rows = E2, .k = F2,
+                                      .x = out[v][0], .x_per_slot = 1, .ids = ids, .n_tok = nt,
+                                      .n_used = (int)used, .y = out[v][2], .x8 = v ? xd : NULL};
+                    float *ab[2] = {out[v][0], out[v][1]};
+                    HM_CHECK_MSG(cpu_moe_ffn(pool, NULL, &g, &u, post_mix_f, ab, &d, NULL, NULL, 0, &err) == HM_OK,
+                                 "%s", err.msg);
+                }
+                bad += memcmp(out[0][2], out[1][2], sizeof(float) * (size_t)(np * E2)) != 0;
+                runs++;
+                for (int v = 0; v < 2; v++)
+                    for (int i = 0; i < 3; i++) free(out[v][i]);
+                free(xi); free(ids);
+            }
+            free(wg); free(wu); free(wd); free(xg); free(xu); free(xd);
+            free(we); free(xe); free(w); free(w2); free(x8); free(x); free(want); free(got); free(y2);
+        }
+        tp_free(pool);
+    }
+    HM_CHECK_MSG(bad == 0, "repacked products differ from the dot tiles' in %d of %d runs", bad, runs);
+}
+
 HM_TEST_MAIN(test_matmul_all, test_matmul_errors, test_moe, test_multi, test_job_parts,
-             test_job_on_rows, test_moe_ffn)
+             test_job_on_rows, test_moe_ffn, test_repacked)

@@ -1,0 +1,136 @@
+/* model_repack.c - hm_model_params.repack: the CPU's matrices also held repacked by eights.
+ *
+ * DESIGN: a decode step multiplies each weight matrix by one activation row, and on AVX-512
+ * CPUs quant_x8's kernel does that faster from rows repacked by eights (quant_x8.h) than the
+ * dot tiles do from the file's layout, with the same bits. So with repack every matrix of a
+ * repackable type gets such a copy at load (hm_tensor.x8), made on a pool of all CPUs; the
+ * products of a few tokens use it, prompt batches and the GPU keep reading the mapped file (whose
+ * pages the kernel may then drop under memory pressure: they are clean). Each copy is its own
+ * anonymous mapping advised for transparent huge pages (fewer TLB misses on a stream). Only
+ * where the fast kernel runs (quant_x8_fast): elsewhere the copies would be slower.
+ */
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "base/cpu.h"
+#include "base/log.h"
+#include "model/model_internal.h"
+#include "quant/qtypes.h"
+#include "quant/quant_x8.h"
+
+#ifndef REPACK_Q6K
+#define REPACK_Q6K 0 /* build flag: also q6_K (its x8 kernel is not yet faster when streaming) */
+#endif
+
+struct model_x8_copy {
+    void *p;
+    size_t bytes;
+};
+
+/* The matrices a CPU forward pass multiplies, per layer (offsets into hm_layer). */
+static const size_t k_layer_mats[] = {
+    offsetof(hm_layer, wq),        offsetof(hm_layer, wk),      offsetof(hm_layer, wv),
+    offsetof(hm_layer, wo),        offsetof(hm_layer, gate_exps), offsetof(hm_layer, up_exps),
+    offsetof(hm_layer, down_exps), offsetof(hm_layer, sh_gate), offsetof(hm_layer, sh_up),
+    offsetof(hm_layer, sh_down),
+};
+enum { N_LAYER_MATS = sizeof(k_layer_mats) / sizeof(k_layer_mats[0]) };
+
+static hm_tensor *mat_at(hm_model *m, int i) {
+    if (i == 0) return &m->output;
+    i--;
+    return (hm_tensor *)(void *)((char *)&m->layers[i / N_LAYER_MATS] +
+                                 k_layer_mats[i % N_LAYER_MATS]);
+}
+
+static int n_mats(const hm_model *m) { return 1 + (int)m->hp.n_layer * N_LAYER_MATS; }
+
+/* Rows of t (every expert's) in whole groups of 8 per matrix, of a type with a fast kernel. */
+static bool wanted(const hm_tensor *t) {
+    if (!t->data || !quant_x8_supported(t->type) || (t->type == HM_TYPE_Q6_K && !REPACK_Q6K))
+        return false;
+    return t->ne[1] % QUANT_X8_ROWS == 0 && quant_x8_group_size(t->type, t->ne[0]) > 0 &&
+           t->ne[3] <= 1;
+}
+
+static size_t mat_bytes(const hm_tensor *t) {
+    return t->row_size * (size_t)(t->ne[1] * (t->ne[2] > 0 ? t->ne[2] : 1));
+}
+
+uint64_t model_repack_bytes(const hm_model *m) {
+    if (!quant_x8_fast()) { /* the reference path would be slower than the dot tiles */
+        HM_LOGW("--repack: this CPU (or HOTMOE_ISA) has no AVX-512 VNNI+VBMI kernel for "
+                "repacked rows; the weights stay as they are");
+        return 0;
+    }
+    uint64_t n = 0;
+    for (int i = 0; i < n_mats(m); i++) {
+        const hm_tensor *t = mat_at((hm_model *)m, i);
+        if (wanted(t)) n += mat_bytes(t);
+    }
+    return n;
+}
+
+typedef struct {
+    const hm_tensor *t;
+    uint8_t *dst;
+    size_t gs; /* bytes of a group */
+    hm_error err;
+    atomic_int fail;
+} repack_job;
+
+/* Item g: group g of t (experts' rows follow each other: groups never straddle two experts,
+ * since each expert has whole groups). */
+static void repack_item(void *ctx, int64_t g, int ith) {
+    (void)ith;
+    repack_job *j = ctx;
+    hm_error e;
+    if (quant_x8_repack(j->t->type, j->t->ne[0],
+                        (const uint8_t *)j->t->data + (size_t)g * QUANT_X8_ROWS * j->t->row_size,
+                        j->t->row_size, j->dst + (size_t)g * j->gs, &e) != HM_OK &&
+        atomic_exchange(&j->fail, 1) == 0)
+        j->err = e;
+}
+
+hm_status model_repack(hm_model *m, hm_error *err) {
+    const int n = n_mats(m);
+    m->x8_copies = calloc((size_t)n, sizeof(*m->x8_copies));
+    if (!m->x8_copies) return hm_error_set(err, HM_ERR_NOMEM, "repack: out of memory");
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    tp_pool *pool = NULL;
+    hm_status st = tp_init(ncpu < 1 ? 1 : ncpu > 256 ? 256 : (int)ncpu, &pool, err);
+    for (int i = 0; i < n && st == HM_OK; i++) {
+        hm_tensor *t = mat_at(m, i);
+        if (!wanted(t)) continue;
+        const size_t bytes = mat_bytes(t);
+        void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) {
+            char b[32];
+            st = hm_error_set(err, HM_ERR_NOMEM, "repack: out of memory for %s (%s)", t->name,
+                              hm_bytes_str(bytes, b));
+            break;
+        }
+        (void)madvise(p, bytes, MADV_HUGEPAGE); /* advice only: 4 KiB pages work too */
+        m->x8_copies[m->n_x8_copies++] = (struct model_x8_copy){p, bytes};
+        repack_job j = {.t = t, .dst = p, .gs = quant_x8_group_size(t->type, t->ne[0])};
+        atomic_init(&j.fail, 0);
+        tp_run_items(pool, repack_item, &j, (int64_t)(bytes / j.gs));
+        if (atomic_load(&j.fail)) {
+            st = hm_error_set(err, HM_ERR_FORMAT, "repack of %s: %s", t->name, j.err.msg);
+            break;
+        }
+        t->x8 = p;
+    }
+    tp_free(pool);
+    return st;
+}
+
+void model_repack_free(hm_model *m) {
+    for (int i = 0; i < m->n_x8_copies; i++) munmap(m->x8_copies[i].p, m->x8_copies[i].bytes);
+    free(m->x8_copies);
+    m->x8_copies = NULL;
+    m->n_x8_copies = 0;
+}
