@@ -293,7 +293,7 @@ static void tp_items_work(tp_pool *p, int ith) {
                                                      memory_order_acq_rel);
         const uint64_t next = (v >> TP_ITEM_BITS) & TP_ITEM_MASK, count = v & TP_ITEM_MASK;
         if (next >= count) break;
-        int s = 0;
+        int s = ds; /* a thread's claims only increase */
         while ((int64_t)next >= p->end[s]) s++;
         if (s != ds) { /* before waiting at stage s: the gate may wait for these items */
             tp_items_done(p, ds, dend, dn);

@@ -64,7 +64,7 @@ typedef struct {
      * core's cache while the stages before it finish (the thread will run that item first) */
     void (*prefetch)(void *ctx, int64_t item);
 } tp_stage;
-enum { TP_MAX_STAGES = 8 };
+enum { TP_MAX_STAGES = 1024 }; /* e.g. a decode step's every layer in one job */
 void tp_run_stages(tp_pool *pool, const tp_stage *stages, int n_stages);
 
 #endif

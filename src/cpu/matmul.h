@@ -72,7 +72,8 @@ typedef struct {
 typedef struct {
     cpu_matmul_kern mk;
     const uint8_t *w;
-    int64_t n_rows, chunk, item0; /* item0: first work item of this matrix */
+    int64_t n_rows, item0; /* item0: first work item of this matrix */
+    int64_t chunk, n_big, small; /* its items: n_big of chunk rows, then ones of small rows */
     float *y;
     const uint8_t *x8;     /* the repacked rows when x8dot is set */
     quant_x8_dot_fn x8dot; /* quant_x8's kernel for this product, or NULL (the dot tiles) */
@@ -156,5 +157,24 @@ hm_status cpu_moe_ffn(tp_pool *pool, const quant_kernels *kern, const cpu_moe_ar
                       const cpu_moe_args *up, cpu_moe_post_fn post, void *post_ctx,
                       const cpu_moe_args *down, const cpu_moe_sum *sum, void *scratch,
                       size_t scratch_size, hm_error *err);
+
+/* cpu_moe_ffn in steps, as one stage of a caller's staged job (a decode step in one job):
+ * cpu_moe_ffn_job_items says how many items the stage will have when n_active experts have
+ * pairs (known before the routing, e.g. n_used of one token), for a pool of nth threads;
+ * cpu_moe_ffn_job_init checks and plans (scratch required, cpu_moe_ffn_scratch_size bytes) and
+ * quantises the inputs (on act_pool, or the calling thread when NULL: e.g. in the previous
+ * stage's `then`); cpu_moe_ffn_job_stage is the stage. The arguments must live until the stage
+ * has run. Results are those of cpu_moe_ffn. The job is opaque: cpu_moe_ffn_job_size() bytes. */
+typedef struct cpu_moe_ffn_job cpu_moe_ffn_job;
+size_t cpu_moe_ffn_job_size(void);
+int64_t cpu_moe_ffn_job_items(const cpu_moe_args *gate, const cpu_moe_args *up,
+                              const cpu_moe_args *down, int64_t n_active, int nth);
+hm_status cpu_moe_ffn_job_init(cpu_moe_ffn_job *j, const quant_kernels *kern,
+                               const cpu_moe_args *gate, const cpu_moe_args *up,
+                               cpu_moe_post_fn post, void *post_ctx, const cpu_moe_args *down,
+                               const cpu_moe_sum *sum, void *scratch, size_t scratch_size,
+                               tp_pool *act_pool, int nth, hm_error *err);
+int64_t cpu_moe_ffn_job_n_items(const cpu_moe_ffn_job *j);
+tp_stage cpu_moe_ffn_job_stage(cpu_moe_ffn_job *j);
 
 #endif

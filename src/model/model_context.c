@@ -21,6 +21,7 @@
 #include "cuda/cuda_engine.h"
 #include "base/cpu.h"
 #include "model/model_internal.h"
+#include "model/model_steps.h"
 #include "moe/tracer.h"
 #include "quant/qtypes.h"
 
@@ -270,6 +271,7 @@ void hm_context_free(hm_context *c) {
         for (int il = 0; il < c->m->hp.n_layer; il++) cpu_kv_free(&c->kv[il]);
     free(c->kv);
     tp_free(c->pool);
+    model_token_free(c);
     void *bufs[] = {c->x,      c->xn,     c->q,  c->k,         c->v,   c->attn, c->proj,
                     c->pos,    c->rope_cs, c->router, c->ids, c->gw, c->eg,   c->eu,
                     c->ey,     c->sg,      c->su, c->sgate,     c->mm_scratch, c->attn_scratch};

@@ -34,6 +34,7 @@
 
 #include "cpu/matmul.h"
 #include "model/model_internal.h"
+#include "model/model_steps.h"
 #include "moe/tracer.h"
 
 /* Norms, rope, elementwise ops and the router of up to this many elements run on the calling
@@ -152,17 +153,8 @@ static hm_status moe_matmul(hm_context *c, const cpu_moe_args *a, hm_error *err)
 
 /* Rows [r0, r1) of slot p of the gate/up products: expert biases, then the activation into eg
  * (run inside the fused gate/up job; elementwise, so the same values as whole-buffer ops). */
-typedef struct {
-    const hm_layer *L;
-    const int32_t *ids;
-    float *eg, *eu;
-    int64_t F;
-    bool oai;
-    int simd; /* cpu_act_simd(), read once per layer */
-} moe_post_ctx;
-
-static void moe_post_gate_up(void *ctx, int64_t p, int64_t r0, int64_t r1) {
-    const moe_post_ctx *pc = ctx;
+void model_moe_post(void *ctx, int64_t p, int64_t r0, int64_t r1) {
+    const model_moe_post_ctx *pc = ctx;
     float *g = pc->eg + p * pc->F + r0, *u = pc->eu + p * pc->F + r0;
     const int64_t n = r1 - r0;
     if (pc->L->gate_exps_b.data) {
@@ -174,31 +166,44 @@ static void moe_post_gate_up(void *ctx, int64_t p, int64_t r0, int64_t r1) {
     cpu_swiglu_slice(g, u, g, n, pc->oai, 1.702f, 7.0f, pc->simd);
 }
 
+bool model_moe_args(hm_context *c, int il, const int32_t *ids, int64_t n, int K, const float *x,
+                    float *y, cpu_moe_args *a, cpu_moe_args *b, cpu_moe_args *d,
+                    model_moe_post_ctx *pc) {
+    const hm_model *m = c->m;
+    const hm_hparams *hp = &m->hp;
+    const hm_layer *L = &m->layers[il];
+    const int64_t F = hp->n_ff_exp, E = hp->n_embd;
+    *a = (cpu_moe_args){.n_expert = hp->n_expert, .ids = ids, .n_tok = n, .n_used = K};
+    /* gate and up: every slot of token t reads x[t] */
+    a->wtype = L->gate_exps.type, a->w = L->gate_exps.data, a->n_rows = F, a->k = E;
+    a->x = x, a->x_per_slot = 0, a->y = c->eg, a->x8 = L->gate_exps.x8;
+    *b = *a;
+    b->wtype = L->up_exps.type, b->w = L->up_exps.data, b->y = c->eu, b->x8 = L->up_exps.x8;
+    *d = *a; /* down: slot s of token t reads its own activation eg[t][s] */
+    d->wtype = L->down_exps.type, d->w = L->down_exps.data, d->n_rows = E, d->k = F;
+    d->x8 = L->down_exps.x8;
+    d->x = c->eg, d->x_per_slot = 1, d->y = y;
+    *pc = (model_moe_post_ctx){.L = L, .ids = ids, .eg = c->eg, .eu = c->eu, .F = F,
+                               .oai = m->desc->swiglu == HM_SWIGLU_OAI, .simd = cpu_act_simd()};
+    return quant_act_for(a->wtype) == quant_act_for(b->wtype) &&
+           (!L->gate_exps_b.data || L->up_exps_b.data);
+}
+
 /* The CPU expert FFN: y[t][s] = down(act(gate(x[t]), up(x[t]))) of expert ids[t][s]. */
 /* hm_moe_exec_cpu; with sum (one-job decode path only) the slots' weighted sum too, and
  * *summed = true when it was done (else the caller combines job->y). */
 static hm_status moe_exec_cpu(hm_context *c, const hm_model *m, const hm_moe_job *job,
                               const cpu_moe_sum *sum, bool *summed, hm_error *err) {
-    const hm_hparams *hp = &m->hp;
     const hm_layer *L = &m->layers[job->layer];
-    const int64_t n = job->n_tok, F = hp->n_ff_exp, E = hp->n_embd;
+    const int64_t n = job->n_tok;
     const int K = job->n_used;
-    cpu_moe_args a = {.n_expert = hp->n_expert, .ids = job->ids, .n_tok = n, .n_used = K};
-    /* gate and up: every slot of token t reads x[t] */
-    a.wtype = L->gate_exps.type, a.w = L->gate_exps.data, a.n_rows = F, a.k = E;
-    a.x = job->x, a.x_per_slot = 0, a.y = c->eg, a.x8 = L->gate_exps.x8;
-    cpu_moe_args b = a;
-    b.wtype = L->up_exps.type, b.w = L->up_exps.data, b.y = c->eu, b.x8 = L->up_exps.x8;
-    const bool oai = m->desc->swiglu == HM_SWIGLU_OAI;
-    cpu_moe_args d = a; /* down: slot s of token t reads its own activation eg[t][s] */
-    d.wtype = L->down_exps.type, d.w = L->down_exps.data, d.n_rows = E, d.k = F;
-    d.x8 = L->down_exps.x8;
-    d.x = c->eg, d.x_per_slot = 1, d.y = job->y;
+    cpu_moe_args a, b, d;
+    model_moe_post_ctx pc;
+    const bool pair = model_moe_args(c, job->layer, job->ids, n, K, job->x, job->y, &a, &b, &d,
+                                     &pc);
+    const bool oai = pc.oai;
+    const int64_t F = a.n_rows, E = d.n_rows;
     hm_status st;
-    const bool pair = quant_act_for(a.wtype) == quant_act_for(b.wtype) &&
-                      (!L->gate_exps_b.data || L->up_exps_b.data);
-    moe_post_ctx pc = {.L = L, .ids = job->ids, .eg = c->eg, .eu = c->eu, .F = F, .oai = oai,
-                        .simd = cpu_act_simd()};
     if (pair && n <= FWD_FEW_TOK) {
         /* decode: gate/up, activation and down in one pool job */
         size_t need = cpu_moe_ffn_scratch_size(&a, &d);
@@ -209,7 +214,7 @@ static hm_status moe_exec_cpu(hm_context *c, const hm_model *m, const hm_moe_job
             sb.bias = L->down_exps_b.data;
             *summed = true;
         }
-        st = cpu_moe_ffn(c->pool, c->kern, &a, &b, moe_post_gate_up, &pc, &d, sum ? &sb : NULL,
+        st = cpu_moe_ffn(c->pool, c->kern, &a, &b, model_moe_post, &pc, &d, sum ? &sb : NULL,
                          fits ? c->mm_scratch : NULL, fits ? c->mm_scratch_size : 0, err);
         if (st == HM_OK && L->down_exps_b.data && !sum)
             cpu_moe_add_bias(op_pool(c->pool, n * K * E), job->y, L->down_exps_b.data, job->ids, n, K,
@@ -220,7 +225,7 @@ static hm_status moe_exec_cpu(hm_context *c, const hm_model *m, const hm_moe_job
         /* one job: gate and up rows of each chunk, then their biases and activation */
         size_t need = cpu_moe_scratch_size(&a);
         bool fits = need <= c->mm_scratch_size;
-        st = cpu_moe_matmul_pair(c->pool, c->kern, &a, &b, moe_post_gate_up, &pc,
+        st = cpu_moe_matmul_pair(c->pool, c->kern, &a, &b, model_moe_post, &pc,
                                  fits ? c->mm_scratch : NULL, fits ? c->mm_scratch_size : 0, err);
         if (st != HM_OK) return st;
     } else {
@@ -266,24 +271,8 @@ static hm_status attention_block(hm_context *c, int il, int n, hm_error *err) {
     return st;
 }
 
-/* The front of a decode layer as one staged job: the stages are the products (q/k/v,
- * attention, wo, router), each `then` the steps between it and the next. */
-typedef struct {
-    hm_context *c;
-    const hm_layer *L;
-    int n;
-    cpu_attn_args aa;
-    cpu_attn_job attn;
-    cpu_matmul_job qkv, wo, router;
-    cpu_rope_params rp;
-    atomic_int head_fail; /* a heads-stage item's rope refused its arguments */
-    atomic_int kv_fail;   /* bit t: token t's K or V could not be stored */
-    hm_status st;         /* of the `then` steps; a failed step skips the later ones */
-    hm_error err;
-} front_job;
-
 static void front_after_qkv(void *ctx) {
-    front_job *f = ctx;
+    model_front *f = ctx;
     f->st = qkv_finish(f->c, f->L, f->n, NULL, &f->err);
     if (f->st == HM_OK) f->st = cpu_attention_begin(NULL, &f->attn, &f->err);
 }
@@ -294,7 +283,7 @@ static void front_after_qkv(void *ctx) {
  * and stores both into the KV cache (cpu_kv_store_head: cpu_kv_store's bytes). */
 static void front_head_item(void *ctx, int64_t i, int ith) {
     (void)ith;
-    front_job *f = ctx;
+    model_front *f = ctx;
     const hm_context *c = f->c;
     const hm_layer *L = f->L;
     const hm_hparams *hp = &c->m->hp;
@@ -320,7 +309,7 @@ static void front_head_item(void *ctx, int64_t i, int ith) {
 /* After the heads stage: the stored positions marked (a failed token's slot emptied, as
  * cpu_kv_store does), then attention's check that it reads only cached positions. */
 static void front_after_heads(void *ctx) {
-    front_job *f = ctx;
+    model_front *f = ctx;
     const int fail = atomic_load(&f->kv_fail);
     cpu_kv_layer *kv = f->attn.kv;
     cpu_kv_mark(kv, f->c->pos[0], f->n);
@@ -337,13 +326,13 @@ static void front_after_heads(void *ctx) {
 }
 
 static void front_after_attn(void *ctx) {
-    front_job *f = ctx;
+    model_front *f = ctx;
     if (f->st == HM_OK) cpu_matmul_job_quantize(&f->wo, f->c->attn);
 }
 
 /* An attention item's output heads, quantised for wo by the core that wrote them. */
 static void front_attn_out(void *ctx, int64_t t, int h0, int h1) {
-    front_job *f = ctx;
+    model_front *f = ctx;
     const int64_t hd = f->c->m->hp.head_dim_v;
     cpu_matmul_job_quantize_part(&f->wo, f->c->attn, t, h0 * hd, (h1 - h0) * hd);
 }
@@ -352,7 +341,7 @@ static void front_attn_out(void *ctx, int64_t t, int h0, int h1) {
  * them (elementwise, so the same bytes); the FFN norm stays for the stage's `then`. */
 static void front_wo_rows(void *ctx, int mi, int64_t r0, int64_t r1) {
     (void)mi;
-    front_job *f = ctx;
+    model_front *f = ctx;
     const hm_context *c = f->c;
     const int64_t E = c->m->hp.n_embd;
     for (int t = 0; t < f->n; t++) {
@@ -364,7 +353,7 @@ static void front_wo_rows(void *ctx, int mi, int64_t r0, int64_t r1) {
 
 /* After the wo stage: the FFN norm of the whole residual row, the router's activations. */
 static void front_after_wo(void *ctx) {
-    front_job *f = ctx;
+    model_front *f = ctx;
     if (f->st != HM_OK) return;
     const hm_hparams *hp = &f->c->m->hp;
     cpu_rmsnorm(NULL, f->c->x, f->L->ffn_norm.data, f->c->xn, f->n, hp->n_embd, hp->rms_eps);
@@ -377,63 +366,82 @@ static tp_stage stage_then(tp_stage s, void (*then)(void *), void *ctx) {
     return s;
 }
 
-/* attention_block, ffn_norm and the router product of a decode step in one pool job; false
- * (nothing done) when a product cannot take part (q/k/v not one product, scratch too small). */
-static bool layer_front_staged(hm_context *c, int il, int n, hm_status *st, hm_error *err) {
-    front_job f = {.c = c, .L = &c->m->layers[il], .n = n, .rp = hm_model_rope_params(c->m),
-                   .st = HM_OK};
-    atomic_init(&f.head_fail, 0);
-    atomic_init(&f.kv_fail, 0);
-    const hm_layer *L = f.L;
+int model_front_plan(hm_context *c, int il, int n, model_front *fp, tp_stage *stages,
+                     hm_status *st, hm_error *err) {
+    *fp = (model_front){.c = c, .L = &c->m->layers[il], .n = n,
+                        .rp = hm_model_rope_params(c->m), .st = HM_OK};
+    model_front *f = fp;
+    atomic_init(&f->head_fail, 0);
+    atomic_init(&f->kv_fail, 0);
+    *st = HM_OK;
+    const hm_layer *L = f->L;
     const int nth = tp_size(c->pool);
     const hm_hparams *hp = &c->m->hp;
     cpu_matmul_mat q[3];
-    f.aa = attn_args(c, il, n);
+    f->aa = attn_args(c, il, n);
     /* with per-head (or no) q/k norms, the heads are items of a stage of their own, which also
      * store K and V (so attention stores nothing) */
     const bool by_head = c->m->desc->qk_norm != HM_QKNORM_FULL &&
                          hp->head_dim_k == hp->head_dim_v && c->kv[il].head_dim == hp->head_dim_k;
-    if (by_head) f.aa.k_new = f.aa.v_new = NULL;
+    if (by_head) f->aa.k_new = f->aa.v_new = NULL;
     if (n > FWD_FEW_TOK || !qkv_mats(c, L, q) || !mm_fits(c, &L->wq, n) ||
         !mm_fits(c, &L->wo, n) || !mm_fits(c, &L->router, n) ||
-        cpu_attention_scratch_size(&c->kv[il], &f.aa, nth) > c->attn_scratch_size)
-        return false;
+        cpu_attention_scratch_size(&c->kv[il], &f->aa, nth) > c->attn_scratch_size)
+        return 0;
     const cpu_matmul_mat o = {.wtype = L->wo.type, .w = L->wo.data, .n_rows = L->wo.ne[1],
                               .y = c->proj, .x8 = L->wo.x8};
     const cpu_matmul_mat r = {.wtype = L->router.type, .w = L->router.data,
                               .n_rows = L->router.ne[1], .y = c->router};
     void *ms = c->mm_scratch; /* every product's activations in turn */
     const size_t mss = c->mm_scratch_size;
-    *st = cpu_matmul_job_init(&f.qkv, c->kern, 3, q, L->wq.ne[0], n, nth, ms, mss, err);
-    if (*st == HM_OK) *st = cpu_matmul_job_init(&f.wo, c->kern, 1, &o, L->wo.ne[0], n, nth, ms,
+    *st = cpu_matmul_job_init(&f->qkv, c->kern, 3, q, L->wq.ne[0], n, nth, ms, mss, err);
+    if (*st == HM_OK) *st = cpu_matmul_job_init(&f->wo, c->kern, 1, &o, L->wo.ne[0], n, nth, ms,
                                                 mss, err);
-    if (*st == HM_OK) *st = cpu_matmul_job_init(&f.router, c->kern, 1, &r, L->router.ne[0], n,
+    if (*st == HM_OK) *st = cpu_matmul_job_init(&f->router, c->kern, 1, &r, L->router.ne[0], n,
                                                 nth, ms, mss, err);
-    if (*st == HM_OK) *st = cpu_attention_plan(&f.attn, &c->kv[il], &f.aa, nth, c->attn_scratch,
+    if (*st == HM_OK) *st = cpu_attention_plan(&f->attn, &c->kv[il], &f->aa, nth, c->attn_scratch,
                                                c->attn_scratch_size, err);
-    if (*st != HM_OK) return true;
+    if (*st != HM_OK) return 0;
     /* attention items quantise their own output heads for wo when those are whole blocks */
     const int64_t hdv = hp->head_dim_v;
-    const bool out_by_item = cpu_matmul_job_part_ok(&f.wo, 0, f.attn.rep_per_sub * hdv) &&
-                             cpu_matmul_job_part_ok(&f.wo, 0, f.attn.n_rep * hdv);
+    const bool out_by_item = cpu_matmul_job_part_ok(&f->wo, 0, f->attn.rep_per_sub * hdv) &&
+                             cpu_matmul_job_part_ok(&f->wo, 0, f->attn.n_rep * hdv);
     if (out_by_item) {
-        f.attn.on_out = front_attn_out;
-        f.attn.on_out_ctx = &f;
+        f->attn.on_out = front_attn_out;
+        f->attn.on_out_ctx = f;
     }
-    cpu_rmsnorm(NULL, c->x, L->attn_norm.data, c->xn, n, hp->n_embd, hp->rms_eps);
-    cpu_matmul_job_quantize(&f.qkv, c->xn);
-    const tp_stage heads = {.fn = front_head_item, .ctx = &f,
+    const tp_stage heads = {.fn = front_head_item, .ctx = f,
                             .n_items = (int64_t)n * (hp->n_head + hp->n_head_kv),
-                            .then = front_after_heads, .then_ctx = &f};
-    const tp_stage qkv = cpu_matmul_job_stage(&f.qkv), attn = cpu_attention_stage(&f.attn);
-    f.wo.on_rows = front_wo_rows; /* wo_finish's bias and residual add in the wo items */
-    f.wo.on_rows_ctx = &f;
-    tp_stage stages[5] = {by_head ? qkv : stage_then(qkv, front_after_qkv, &f), heads,
-                          out_by_item ? attn : stage_then(attn, front_after_attn, &f),
-                          stage_then(cpu_matmul_job_stage(&f.wo), front_after_wo, &f),
-                          cpu_matmul_job_stage(&f.router)};
-    if (!by_head) memmove(&stages[1], &stages[2], 3 * sizeof(stages[0]));
-    tp_run_stages(c->pool, stages, by_head ? 5 : 4);
+                            .then = front_after_heads, .then_ctx = f};
+    const tp_stage qkv = cpu_matmul_job_stage(&f->qkv), attn = cpu_attention_stage(&f->attn);
+    f->wo.on_rows = front_wo_rows; /* wo_finish's bias and residual add in the wo items */
+    f->wo.on_rows_ctx = f;
+    int ns = 0;
+    stages[ns++] = by_head ? qkv : stage_then(qkv, front_after_qkv, f);
+    if (by_head) stages[ns++] = heads;
+    stages[ns++] = out_by_item ? attn : stage_then(attn, front_after_attn, f);
+    stages[ns++] = stage_then(cpu_matmul_job_stage(&f->wo), front_after_wo, f);
+    stages[ns++] = cpu_matmul_job_stage(&f->router);
+    return ns;
+}
+
+void model_front_pre(model_front *f) {
+    const hm_context *c = f->c;
+    const hm_hparams *hp = &c->m->hp;
+    cpu_rmsnorm(NULL, c->x, f->L->attn_norm.data, c->xn, f->n, hp->n_embd, hp->rms_eps);
+    cpu_matmul_job_quantize(&f->qkv, c->xn);
+}
+
+/* attention_block, ffn_norm and the router product of a decode step in one pool job; false
+ * (nothing done) when a product cannot take part (q/k/v not one product, scratch too small). */
+static bool layer_front_staged(hm_context *c, int il, int n, hm_status *st, hm_error *err) {
+    model_front f;
+    tp_stage stages[MODEL_FRONT_STAGES];
+    const int ns = model_front_plan(c, il, n, &f, stages, st, err);
+    if (*st != HM_OK) return true;
+    if (ns == 0) return false;
+    model_front_pre(&f);
+    tp_run_stages(c->pool, stages, ns);
     *st = f.st;
     if (f.st != HM_OK && err) *err = f.err;
     return true;
@@ -524,6 +532,11 @@ hm_status model_forward_ubatch(hm_context *c, const int32_t *tokens, int n, int 
     /* every layer rotates q and k at these positions: their cos/sin once */
     const cpu_rope_params rp = hm_model_rope_params(m);
     st = cpu_rope_table(&rp, (int)hp->head_dim_k, c->pos, n, c->rope_cs, err);
+    if (st == HM_OK && n == 1) { /* decode: one pool job for the whole step when it can be */
+        bool done = false;
+        st = model_token_forward(c, mode == HM_LOGITS_NONE ? NULL : logits, &done, err);
+        if (done || st != HM_OK) return st;
+    }
     for (int il = 0; il < hp->n_layer && st == HM_OK; il++) {
         st = layer_front(c, il, n, err);
         if (st == HM_OK) st = moe_block(c, il, n, err);

@@ -69,6 +69,7 @@ struct hm_context {
     struct moe_tracer *tracer; /* or NULL */
     struct cuda_engine *gpu;   /* the whole model on the GPU (hm_decode runs there), or NULL;
                                   when set, kv and the CPU scratch above are not allocated */
+    struct token_job *tok;     /* model_token.c's plan of a one-job decode step, or NULL */
 };
 
 /* One ubatch: tokens at pos..pos+n-1 (n <= n_ubatch); logits rows for out_first.. into out. */

@@ -29,6 +29,9 @@ int quant_x8_avx512_built(void) { return 1; }
 #ifndef X8_PF
 #define X8_PF 4096 /* bytes of the weight stream prefetched ahead (build flag for A/B) */
 #endif
+#ifndef X8_PF_HINT
+#define X8_PF_HINT _MM_HINT_T0 /* build flag for A/B */
+#endif
 enum { X8_GROUP_BLOCK = 1152 };
 
 /* [sc0-7 | mn0-7] (bytes) of one row's 12 scale bytes. s + 12 .. s + 15 are read and ignored
@@ -60,7 +63,7 @@ void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *act, fl
         const uint8_t *qs = g + 32 + 96;
         /* the weight stream X8_PF bytes ahead: a core alone does not keep enough misses in
          * flight (as for the dot tiles, quant_simd_common.h) */
-        for (int o = 0; o < X8_GROUP_BLOCK; o += 64) _mm_prefetch((const char *)g + X8_PF + o, _MM_HINT_T0);
+        for (int o = 0; o < X8_GROUP_BLOCK; o += 64) _mm_prefetch((const char *)g + X8_PF + o, X8_PF_HINT);
         /* the rows' scale bytes: 16 per row (sc0-7 mn0-7), rows 0-3 in T0 and 4-7 in T1; then
          * sub-block jj's scales as dwords (sc, 0) in lanes 2r and 2r + 1, and the mins as [r][j]
          * bytes */
@@ -155,7 +158,7 @@ void quant_x8_dot_q6_K_avx512(int64_t nb, const void *group, const void *act, fl
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *g = (const uint8_t *)group + (size_t)b * G6;
         const block_q8_K *a = (const block_q8_K *)act + b;
-        for (int o = 0; o < G6; o += 64) _mm_prefetch((const char *)g + X8_PF + o, _MM_HINT_T0);
+        for (int o = 0; o < G6; o += 64) _mm_prefetch((const char *)g + X8_PF + o, X8_PF_HINT);
         const uint8_t *ql = g + 16 + 128, *qh = ql + 1024;
         const __m512i S0 = _mm512_loadu_si512(g + 16), S1 = _mm512_loadu_si512(g + 80);
         __m512i sc[16]; /* dwords (sc, 0): the int8 scale sign-extended to 16 bits */

@@ -1,0 +1,49 @@
+/* matmul_internal.h - what matmul.c (dense products) and matmul_moe.c (grouped expert
+ * products) share: work-item sizes, the kernel call over a chunk of rows, the repacked path. */
+#ifndef HM_CPU_MATMUL_INTERNAL_H
+#define HM_CPU_MATMUL_INTERNAL_H
+
+#include "cpu/matmul.h"
+
+#ifndef MM_GUIDED
+#define MM_GUIDED 1 /* build flag for A/B: 0 = one chunk size for every item of a product */
+#endif
+enum { MM_MAX_CHUNK = 256 }; /* rows of a work item at most */
+enum { MM_NR = 16, MM_TOK_TILE = 16, MM_ROW_ALIGN = QUANT_X8_ROWS };
+
+/* Repacked weights (quant_x8.h) are used for products of at most this many activation rows per
+ * matrix (decode); larger batches keep the dot tiles, which hold a token tile in cache. */
+enum { MM_X8_MAX_ROWS = 4 };
+
+/* Activations of at most this many elements are quantised by the calling thread before the
+ * job starts (a decode step's one row, or its n_used expert rows): cheaper than the barrier
+ * that a parallel quantisation phase needs. */
+enum { MM_INLINE_ACT = 16384 };
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define MM_RELAX() _mm_pause()
+#else
+#define MM_RELAX() ((void)0)
+#endif
+
+typedef cpu_matmul_kern mm_kern;
+
+/* The kernels of one weight type and row length; fails on an unsupported type or length. */
+hm_status mm_kern_init(const quant_kernels *kern, uint32_t wtype, int64_t k, mm_kern *mk,
+                       hm_error *err);
+/* kern, or the best table when NULL. */
+const quant_kernels *mm_default_kern(const quant_kernels *kern);
+/* Rows [r0, r1) of w against nc activation rows: out[c * ostride + (r - r0)]. */
+void mm_rows(const mm_kern *mk, const uint8_t *w, int64_t r0, int64_t r1, const uint8_t *act,
+             int64_t nc, float *out, size_t ostride);
+/* The same from the repacked copy x8 of w (r0, r1 whole groups of 8), with quant_x8's kernel. */
+void mm_rows_x8(quant_x8_dot_fn x8dot, const mm_kern *mk, const uint8_t *x8, int64_t r0,
+                int64_t r1, const uint8_t *act, int64_t nc, float *out, size_t ostride);
+/* quant_x8's kernel for a product of n_act activation rows over n_rows rows of wtype with a
+ * repacked copy x8, or NULL when the dot tiles serve (no copy, a batch, rows not in groups). */
+quant_x8_dot_fn mm_x8_pick(const void *x8, uint32_t wtype, int64_t n_rows, int64_t n_act);
+/* Rows of a work item when total_rows are shared by nth threads, ~8 items each. */
+int64_t mm_chunk_rows(int64_t total_rows, int nth);
+
+#endif

@@ -1,0 +1,61 @@
+/* model_steps.h - the staged steps of a decode layer, shared by model_forward.c (a layer as two
+ * pool jobs) and model_token.c (a whole decode step as one pool job). model/ sources only. */
+#ifndef HM_MODEL_STEPS_H
+#define HM_MODEL_STEPS_H
+
+#include <stdatomic.h>
+
+#include "cpu/matmul.h"
+#include "model/model_internal.h"
+
+/* The front of a decode layer as one staged job: the stages are the products (q/k/v, the
+ * heads, attention, wo, router), each `then` the steps between it and the next. */
+enum { MODEL_FRONT_STAGES = 5 };
+typedef struct {
+    hm_context *c;
+    const hm_layer *L;
+    int n;
+    cpu_attn_args aa;
+    cpu_attn_job attn;
+    cpu_matmul_job qkv, wo, router;
+    cpu_rope_params rp;
+    atomic_int head_fail; /* a heads-stage item's rope refused its arguments */
+    atomic_int kv_fail;   /* bit t: token t's K or V could not be stored */
+    hm_status st;         /* of the `then` steps; a failed step skips the later ones */
+    hm_error err;
+} model_front;
+
+/* Plans layer il's front for n tokens into *f (which must stay where it is until the stages
+ * have run) and writes its stages (at most MODEL_FRONT_STAGES); returns their number, or 0 when
+ * the layer cannot be one job (nothing done) or planning failed (*st says). The stages start
+ * from c->xn quantised for q/k/v: model_front_pre (the attention norm of c->x, then that). The
+ * last stage leaves the router logits in c->router and the FFN's input in c->xn. */
+int model_front_plan(hm_context *c, int il, int n, model_front *f, tp_stage *stages,
+                     hm_status *st, hm_error *err);
+void model_front_pre(model_front *f);
+
+/* The expert FFN's three products for layer il (ids [n][K], input x [n][n_embd], per-slot
+ * outputs y [n][K][n_embd]) and the gate/up post step's context; true when gate and up can be
+ * one paired product (cpu_moe_matmul_pair, cpu_moe_ffn). */
+typedef struct {
+    const hm_layer *L;
+    const int32_t *ids;
+    float *eg, *eu;
+    int64_t F;
+    bool oai;
+    int simd; /* cpu_act_simd(), read once per layer */
+} model_moe_post_ctx;
+bool model_moe_args(hm_context *c, int il, const int32_t *ids, int64_t n, int K, const float *x,
+                    float *y, cpu_moe_args *gate, cpu_moe_args *up, cpu_moe_args *down,
+                    model_moe_post_ctx *pc);
+/* cpu_moe_post_fn: rows [r0, r1) of slot p: expert biases, then the activation into eg. */
+void model_moe_post(void *ctx, int64_t p, int64_t r0, int64_t r1);
+
+/* model_token.c: a decode step of one token as one pool job (every layer's stages and the output
+ * matrix), when the model and context allow it (the default CPU expert executor, no routing
+ * hook, no shared expert, every layer's front stageable); *done false otherwise (nothing done).
+ * c->x holds the token's embedding and c->rope_cs its angles; logits [n_vocab] (NULL: none). */
+hm_status model_token_forward(hm_context *c, float *logits, bool *done, hm_error *err);
+void model_token_free(hm_context *c);
+
+#endif

@@ -1,0 +1,190 @@
+/* model_token.c - a decode step of one token as one pool job.
+ *
+ * DESIGN: a decode layer as two pool jobs (model_forward.c) leaves the threads idle twice per
+ * layer while the caller alone routes the token, plans the expert job, norms the residual and
+ * quantises the next product's input (~10 µs per gap on the 16-core host, 1 ms a token). Here
+ * every layer's stages are planned before the step and chained into one staged job (the pool
+ * runs up to TP_MAX_STAGES): per layer the front's stages (q/k/v, heads, attention, wo, router),
+ * then the expert FFN as one more stage, then the output matrix after the last layer. The
+ * serial steps become `then` steps on the thread that finishes a stage: after the router, the
+ * routing and the expert job's plan (whose item count is known in advance: one token's K experts
+ * are distinct); after the FFN, the next layer's attention norm and its q/k/v input (or the
+ * output norm). Meanwhile the other threads hold their first item of the next stage and
+ * prefetch its rows (the pool's gate prefetch), so the memory stream keeps going across what
+ * used to be job boundaries. The steps and kernels are model_forward.c's, so the bytes are.
+ * A failed `then` step records its error in its layer; the next layer's steps see it and skip.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "moe/tracer.h"
+#include "model/model_steps.h"
+
+typedef struct token_job token_job;
+
+typedef struct {
+    model_front f;
+    cpu_moe_args gate, up, down;
+    model_moe_post_ctx pc;
+    cpu_moe_sum sum;
+    cpu_moe_ffn_job *ffn; /* cpu_moe_ffn_job_size() bytes */
+    int64_t ffn_items;    /* the FFN stage's items, fixed before the routing */
+    tp_item_fn ffn_fn;    /* the expert job's item function */
+    token_job *t;
+    int il;
+} token_layer;
+
+struct token_job {
+    hm_context *c;
+    int n_layer;
+    token_layer *L;  /* [n_layer] */
+    uint8_t *ffn_mem; /* [n_layer] expert jobs */
+    size_t ffn_size;
+    tp_stage *stages; /* [n_layer * (MODEL_FRONT_STAGES + 1) + 1] */
+    cpu_matmul_job out;
+    float *logits; /* or NULL */
+};
+
+void model_token_free(hm_context *c) {
+    token_job *t = c->tok;
+    if (!t) return;
+    free(t->L);
+    free(t->ffn_mem);
+    free(t->stages);
+    free(t);
+    c->tok = NULL;
+}
+
+static token_job *token_alloc(hm_context *c) {
+    if (c->tok) return c->tok;
+    const int nl = (int)c->m->hp.n_layer;
+    token_job *t = calloc(1, sizeof(*t));
+    if (!t) return NULL;
+    t->c = c;
+    t->n_layer = nl;
+    t->ffn_size = (cpu_moe_ffn_job_size() + 63) / 64 * 64;
+    t->L = calloc((size_t)nl, sizeof(token_layer));
+    t->ffn_mem = aligned_alloc(64, t->ffn_size * (size_t)nl);
+    t->stages = calloc((size_t)nl * (MODEL_FRONT_STAGES + 1) + 1, sizeof(tp_stage));
+    c->tok = t;
+    if (!t->L || !t->ffn_mem || !t->stages) {
+        model_token_free(c);
+        return NULL;
+    }
+    for (int il = 0; il < nl; il++) {
+        t->L[il].ffn = (cpu_moe_ffn_job *)(void *)(t->ffn_mem + (size_t)il * t->ffn_size);
+        t->L[il].t = t;
+        t->L[il].il = il;
+    }
+    return t;
+}
+
+/* After the router stage: the token's routing, then the expert job's plan and inputs. */
+static void token_route(void *ctx) {
+    token_layer *tl = ctx;
+    model_front *f = &tl->f;
+    if (f->st != HM_OK) return;
+    hm_context *c = f->c;
+    const hm_hparams *hp = &c->m->hp;
+    const hm_arch_desc *d = c->m->desc;
+    const int K = (int)hp->n_expert_used;
+    const cpu_gate_mode gm = d->gating == HM_GATING_TOPK_SOFTMAX ? CPU_GATE_TOPK_SOFTMAX
+                                                                 : CPU_GATE_SOFTMAX_TOPK;
+    f->st = cpu_router(NULL, c->router, f->L->router_b.data, 1, (int)hp->n_expert, K, gm,
+                       d->gating == HM_GATING_SOFTMAX_TOPK_NORM, c->ids, c->gw, &f->err);
+    if (f->st != HM_OK) return;
+    if (c->tracer) moe_tracer_record(c->tracer, tl->il, c->ids, 1, K);
+    f->st = cpu_moe_ffn_job_init(tl->ffn, c->kern, &tl->gate, &tl->up, model_moe_post, &tl->pc,
+                                 &tl->down, &tl->sum, c->mm_scratch, c->mm_scratch_size, NULL,
+                                 tp_size(c->pool), &f->err);
+    if (f->st == HM_OK && cpu_moe_ffn_job_n_items(tl->ffn) != tl->ffn_items)
+        f->st = hm_error_set(&f->err, HM_ERR_STATE, "decode: layer %d's expert job has %lld "
+                             "items, %lld were planned (repeated expert ids?)", tl->il,
+                             (long long)cpu_moe_ffn_job_n_items(tl->ffn), (long long)tl->ffn_items);
+}
+
+static void token_ffn_item(void *ctx, int64_t it, int ith) {
+    token_layer *tl = ctx;
+    if (tl->f.st == HM_OK) tl->ffn_fn(tl->ffn, it, ith);
+}
+
+/* After the FFN stage: the next layer's input (its attention norm, quantised for q/k/v) or the
+ * output matrix's; a failure is handed on to the next layer. */
+static void token_after_ffn(void *ctx) {
+    token_layer *tl = ctx;
+    token_job *t = tl->t;
+    if (tl->il + 1 < t->n_layer) {
+        token_layer *nx = &t->L[tl->il + 1];
+        if (tl->f.st != HM_OK) {
+            nx->f.st = tl->f.st;
+            nx->f.err = tl->f.err;
+        } else {
+            model_front_pre(&nx->f);
+        }
+        return;
+    }
+    if (tl->f.st != HM_OK || !t->logits) return;
+    hm_context *c = t->c;
+    const hm_model *m = c->m;
+    cpu_rmsnorm(NULL, c->x, m->output_norm.data, c->xn, 1, m->hp.n_embd, m->hp.rms_eps);
+    cpu_matmul_job_quantize(&t->out, c->xn);
+}
+
+#ifndef MODEL_TOKEN_JOB
+#define MODEL_TOKEN_JOB 1 /* build flag for A/B: 0 = every decode layer as two jobs */
+#endif
+
+/* Whether this context's decode steps can be one job at all (model and executor). */
+static bool token_possible(const hm_context *c) {
+    const hm_model *m = c->m;
+    return MODEL_TOKEN_JOB && c->pool && tp_size(c->pool) > 1 && c->moe_exec == hm_moe_exec_cpu && !c->route_hook &&
+           !m->desc->shared_expert && m->hp.n_expert_used > 0 &&
+           m->hp.n_layer * (MODEL_FRONT_STAGES + 1) + 1 <= TP_MAX_STAGES;
+}
+
+hm_status model_token_forward(hm_context *c, float *logits, bool *done, hm_error *err) {
+    *done = false;
+    if (!token_possible(c)) return HM_OK;
+    token_job *t = token_alloc(c);
+    if (!t) return HM_OK; /* out of memory for the plan: the two-job path needs none */
+    const hm_model *m = c->m;
+    const int K = (int)m->hp.n_expert_used, nth = tp_size(c->pool);
+    int ns = 0;
+    hm_status st = HM_OK;
+    for (int il = 0; il < t->n_layer; il++) {
+        token_layer *tl = &t->L[il];
+        const int nf = model_front_plan(c, il, 1, &tl->f, t->stages + ns, &st, err);
+        if (st != HM_OK) return st;
+        if (nf == 0) return HM_OK;
+        ns += nf;
+        t->stages[ns - 1].then = token_route; /* the router's stage */
+        t->stages[ns - 1].then_ctx = tl;
+        if (!model_moe_args(c, il, c->ids, 1, K, c->xn, c->ey, &tl->gate, &tl->up, &tl->down,
+                            &tl->pc) ||
+            cpu_moe_ffn_scratch_size(&tl->gate, &tl->down) > c->mm_scratch_size)
+            return HM_OK;
+        tl->sum = (cpu_moe_sum){.w = c->gw, .bias = m->layers[il].down_exps_b.data,
+                                .out = c->proj, .residual = c->x};
+        tl->ffn_items = cpu_moe_ffn_job_items(&tl->gate, &tl->up, &tl->down, K, nth);
+        tl->ffn_fn = cpu_moe_ffn_job_stage(tl->ffn).fn;
+        t->stages[ns++] = (tp_stage){.fn = token_ffn_item, .ctx = tl, .n_items = tl->ffn_items,
+                                     .then = token_after_ffn, .then_ctx = tl};
+    }
+    t->logits = logits;
+    if (logits) {
+        const hm_tensor *o = &m->output;
+        const cpu_matmul_mat mat = {.wtype = o->type, .w = o->data, .n_rows = o->ne[1],
+                                    .y = logits, .x8 = o->x8};
+        if (cpu_matmul_scratch_size(o->type, o->ne[0], 1) > c->mm_scratch_size ||
+            cpu_matmul_job_init(&t->out, c->kern, 1, &mat, o->ne[0], 1, nth, c->mm_scratch,
+                                c->mm_scratch_size, NULL) != HM_OK)
+            return HM_OK;
+        t->stages[ns++] = cpu_matmul_job_stage(&t->out);
+    }
+    *done = true;
+    model_front_pre(&t->L[0].f);
+    tp_run_stages(c->pool, t->stages, ns);
+    const model_front *last = &t->L[t->n_layer - 1].f;
+    if (last->st != HM_OK && err) *err = last->err;
+    return last->st;
+}
