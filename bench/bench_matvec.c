@@ -6,10 +6,11 @@
  *                [--file PATH] [--huge]
  *
  * 1. Read bandwidth: all N threads sum an M MiB buffer (16-byte loads, four independent
- *    accumulators, software prefetch 4 KiB ahead like the kernels: without it a core cannot keep
- *    enough misses in flight and the "ceiling" is below what the matvec reaches), as contiguous
- *    per-thread slices and as dynamically taken 256 KiB chunks (cpu_matmul's pattern); the best
- *    of both and of R runs: the STREAM-like ceiling a matvec can reach.
+ *    accumulators, software prefetch 4 KiB ahead into L1 like the kernels, or 8 KiB ahead into L2
+ *    only: without prefetch a core cannot keep enough misses in flight and the "ceiling" is
+ *    below what the matvec reaches), as contiguous per-thread slices and as dynamically taken
+ *    256 KiB chunks (cpu_matmul's pattern); the best of the four and of R runs: the STREAM-like
+ *    ceiling a matvec can reach.
  *    Measured again at the end (a shared host's bandwidth drifts; compare the two).
  * 2. For each weight type: a weight matrix of about M MiB (rows of k = 2880, or 2048 for the
  *    256-element types; far larger than the caches) multiplied by one token with cpu_matmul on the
@@ -20,9 +21,9 @@
  * Weights are valid blocks (quantised random rows, repeated): values do not change the speed.
  * With --file PATH the weights are written to PATH and the matvec reads them through a read-only
  * shared mmap of it (page cache, as a model's weights are read), while the read ceiling stays on
- * anonymous memory: the difference shows what the mapping costs. With --x8 the q4_K matrix is
- * also repacked by eights (quant_x8.h) and multiplied that way (one more table row, its own
- * alternated read figure). With --huge the buffer (read
+ * anonymous memory: the difference shows what the mapping costs. With --x8 a q4_K or q6_K matrix
+ * is also repacked by eights (quant_x8.h) and multiplied that way, as the engine's decode does
+ * with --repack (one more table row, its own alternated read figure). With --huge the buffer (read
  * test and weights) is 2 MiB-aligned and madvise(MADV_HUGEPAGE)d: what 4 KiB pages cost.
  */
 #include <stdatomic.h>
@@ -57,35 +58,47 @@ typedef struct {
     const uint8_t *buf;
     size_t size;
     int chunked; /* 0: thread i reads slice i; 1: 256 KiB chunks from an atomic counter */
+    int l2;      /* prefetch into L2 only (read_range_t2) */
     atomic_size_t next;
     uint64_t sums[256];
 } read_job;
 
-static uint64_t read_range(const uint8_t *p, size_t n) {
-    uint64_t s = 0;
+/* Sums n bytes at p in 16-byte loads, prefetching 4 KiB ahead into L1 (hint T0, as the kernels
+ * do) or 8 KiB ahead into L2 only (T2): the read test takes the faster, so that no way of
+ * streaming the kernels could use beats the ceiling they are judged against. */
 #if defined(__x86_64__)
-    __m128i a0 = _mm_setzero_si128(), a1 = a0, a2 = a0, a3 = a0;
-    size_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-        _mm_prefetch((const char *)(p + i + 4096), _MM_HINT_T0); /* as the kernels do */
-        a0 = _mm_add_epi64(a0, _mm_load_si128((const __m128i *)(const void *)(p + i)));
-        a1 = _mm_add_epi64(a1, _mm_load_si128((const __m128i *)(const void *)(p + i + 16)));
-        a2 = _mm_add_epi64(a2, _mm_load_si128((const __m128i *)(const void *)(p + i + 32)));
-        a3 = _mm_add_epi64(a3, _mm_load_si128((const __m128i *)(const void *)(p + i + 48)));
+#define READ_RANGE(NAME, HINT, DIST)                                                              \
+    static uint64_t NAME(const uint8_t *p, size_t n) {                                             \
+        __m128i a0 = _mm_setzero_si128(), a1 = a0, a2 = a0, a3 = a0;                               \
+        size_t i = 0;                                                                              \
+        for (; i + 64 <= n; i += 64) {                                                             \
+            _mm_prefetch((const char *)(p + i + (DIST)), HINT);                                    \
+            a0 = _mm_add_epi64(a0, _mm_load_si128((const __m128i *)(const void *)(p + i)));        \
+            a1 = _mm_add_epi64(a1, _mm_load_si128((const __m128i *)(const void *)(p + i + 16)));   \
+            a2 = _mm_add_epi64(a2, _mm_load_si128((const __m128i *)(const void *)(p + i + 32)));   \
+            a3 = _mm_add_epi64(a3, _mm_load_si128((const __m128i *)(const void *)(p + i + 48)));   \
+        }                                                                                          \
+        __m128i a = _mm_add_epi64(_mm_add_epi64(a0, a1), _mm_add_epi64(a2, a3));                   \
+        uint64_t t[2];                                                                             \
+        _mm_storeu_si128((__m128i *)(void *)t, a);                                                 \
+        uint64_t s = t[0] + t[1];                                                                  \
+        for (; i < n; i++) s += p[i];                                                              \
+        return s;                                                                                  \
     }
-    __m128i a = _mm_add_epi64(_mm_add_epi64(a0, a1), _mm_add_epi64(a2, a3));
-    uint64_t t[2];
-    _mm_storeu_si128((__m128i *)(void *)t, a);
-    s = t[0] + t[1];
-    for (; i < n; i++) s += p[i];
+READ_RANGE(read_range_t0, _MM_HINT_T0, 4096)
+READ_RANGE(read_range_t2, _MM_HINT_T2, 8192)
 #else
+static uint64_t read_range_t0(const uint8_t *p, size_t n) {
+    uint64_t s = 0;
     for (size_t i = 0; i < n; i++) s += p[i];
-#endif
     return s;
 }
+#define read_range_t2 read_range_t0
+#endif
 
 static void read_fn(void *ctx, int ith, int nth) {
     read_job *j = ctx;
+    uint64_t (*read_range)(const uint8_t *, size_t) = j->l2 ? read_range_t2 : read_range_t0;
     uint64_t s = 0;
     if (j->chunked) {
         for (;;) {
@@ -122,12 +135,14 @@ static void fill_fn(void *ctx, int ith, int nth) {
 }
 
 /* best-of-reps seconds of one all-thread read of the buffer, each rep trying both schedules
- * (contiguous slices per thread, and dynamic 256 KiB chunks like cpu_matmul's row chunks) */
+ * (contiguous slices per thread, and dynamic 256 KiB chunks like cpu_matmul's row chunks) and
+ * both prefetch kinds */
 static double read_best(tp_pool *pool, read_job *rj, int reps) {
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
-        for (int mode = 0; mode < 2; mode++) {
-            rj->chunked = mode;
+        for (int mode = 0; mode < 4; mode++) {
+            rj->chunked = mode & 1;
+            rj->l2 = mode >> 1;
             atomic_store(&rj->next, 0);
             double t0 = now_s();
             tp_run(pool, read_fn, rj);
@@ -155,18 +170,14 @@ static const uint8_t *map_copy(const char *path, const uint8_t *src, size_t n) {
     return m;
 }
 
-/* --x8: the same q4_K matrix repacked by eights (quant_x8.h), products by items of X8_ITEM
- * groups of 8 rows */
-enum { X8_ITEM = 16 };
+/* --x8: the same matrix repacked by eights (quant_x8.h), multiplied by cpu_matmul_multi with
+ * the copy (cpu_matmul_mat.x8): the engine's decode path */
 typedef struct {
     uint32_t type;
-    int64_t k, groups;
-    const uint8_t *w;   /* rows, row size rs */
-    uint8_t *packed;    /* groups of 8 rows */
+    int64_t k;
+    const uint8_t *w; /* rows, row size rs */
+    uint8_t *packed;  /* groups of 8 rows */
     size_t rs, gs;
-    const void *act;
-    quant_x8_dot_fn dot;
-    float *y;
 } x8_job;
 
 static void x8_repack_item(void *ctx, int64_t g, int ith) {
@@ -174,13 +185,6 @@ static void x8_repack_item(void *ctx, int64_t g, int ith) {
     x8_job *j = ctx;
     hm_error err;
     quant_x8_repack(j->type, j->k, j->w + (size_t)g * 8 * j->rs, j->rs, j->packed + (size_t)g * j->gs, &err);
-}
-
-static void x8_dot_item(void *ctx, int64_t it, int ith) {
-    (void)ith;
-    const x8_job *j = ctx;
-    for (int64_t g = it * X8_ITEM; g < (it + 1) * X8_ITEM && g < j->groups; g++)
-        j->dot(j->k, j->packed + (size_t)g * j->gs, j->act, j->y + 8 * g);
 }
 
 static uint32_t g_rng = 12345;
@@ -260,7 +264,22 @@ int main(int argc, char **argv) {
                 if (!strncmp(line, "AnonHugePages:", 14)) printf("buffer: huge pages asked for; %s", line);
             if (sm) fclose(sm);
         }
-        printf("host read bandwidth at the start: %.2f GB/s\n", read_gbs);
+        printf("host read bandwidth at the start: %.2f GB/s (", read_gbs);
+        static const char *const mname[4] = {"L1 prefetch, slices", "L1 prefetch, chunks",
+                                             "L2 prefetch, slices", "L2 prefetch, chunks"};
+        for (int mode = 0; mode < 4; mode++) { /* each way alone, for the record */
+            rj.chunked = mode & 1;
+            rj.l2 = mode >> 1;
+            double bt = 1e30;
+            for (int r = 0; r < reps; r++) {
+                atomic_store(&rj.next, 0);
+                double t0 = now_s();
+                tp_run(pool, read_fn, &rj);
+                if (now_s() - t0 < bt) bt = now_s() - t0;
+            }
+            printf("%s%s %.2f", mode ? ", " : "", mname[mode], (double)size / bt / 1e9);
+        }
+        printf(")\n");
         printf("ratio = batch-1 matvec GB/s / read GB/s, each the best of %d runs taken alternately\n\n", reps);
         printf("| type | k | rows | GB/s (batch 1) | read GB/s | ratio |");
         for (int b = 2; b <= max_batch; b++) printf(" b=%d GB/s |", b);
@@ -342,30 +361,31 @@ int main(int argc, char **argv) {
             printf("\n");
         }
         if (x8 && !json && quant_x8_supported((uint32_t)t) && max_batch == 1 && split == 1) {
-            x8_job xj = {.type = (uint32_t)t, .k = k, .groups = rows / 8, .w = w, .rs = rs,
-                         .gs = quant_x8_group_size((uint32_t)t, k), .y = y,
-                         .dot = quant_x8_dot_get((uint32_t)t)};
-            xj.packed = aligned_alloc(64, (xj.gs * (size_t)xj.groups + 63) / 64 * 64);
-            void *act = malloc(cpu_matmul_scratch_size((uint32_t)t, k, 1));
+            const int64_t groups = rows / 8;
+            x8_job xj = {.type = (uint32_t)t, .k = k, .w = w, .rs = rs,
+                         .gs = quant_x8_group_size((uint32_t)t, k)};
+            xj.packed = aligned_alloc(64, (xj.gs * (size_t)groups + 63) / 64 * 64);
+            const size_t ass = cpu_matmul_scratch_size((uint32_t)t, k, 1);
+            void *act = malloc(ass);
             if (!xj.packed || !act) {
                 fprintf(stderr, "bench_matvec: out of memory for --x8\n");
                 return 1;
             }
-            tp_run_items(pool, x8_repack_item, &xj, xj.groups);
-            kern->act[quant_act_for((uint32_t)t)](f, act, k);
-            xj.act = act;
+            tp_run_items(pool, x8_repack_item, &xj, groups);
+            const cpu_matmul_mat mm = {.wtype = (uint32_t)t, .w = w, .n_rows = 8 * groups, .y = y,
+                                       .x8 = xj.packed};
             double best = 1e30, rt_best = 1e30;
             for (int r = 0; r < reps; r++) {
                 double rt = read_best(pool, &rj, 1);
                 if (rt < rt_best) rt_best = rt;
                 double t0 = now_s();
-                tp_run_items(pool, x8_dot_item, &xj, (xj.groups + X8_ITEM - 1) / X8_ITEM);
+                cpu_matmul_multi(pool, kern, 1, &mm, k, f, 1, act, ass, NULL);
                 double dt = now_s() - t0;
                 if (dt < best) best = dt;
             }
-            const double g8 = (double)xj.groups * (double)xj.gs / best / 1e9, rd = (double)size / rt_best / 1e9;
+            const double g8 = (double)groups * (double)xj.gs / best / 1e9, rd = (double)size / rt_best / 1e9;
             printf("| %s x8%s | %lld | %lld | %.2f | %.2f | %.2f |\n", hm_type_name((uint32_t)t),
-                   quant_x8_fast() ? "" : " (reference path)", (long long)k, (long long)(8 * xj.groups),
+                   quant_x8_fast() ? "" : " (reference path)", (long long)k, (long long)(8 * groups),
                    g8, rd, g8 / rd);
             free(xj.packed);
             free(act);

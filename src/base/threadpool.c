@@ -144,7 +144,7 @@ static void tp_prof_log(const struct tp_prof *f) {
     double in = 0.0;
     for (int i = 0; i < TP_PROF_KINDS && f->kinds[i].calls; i++) {
         const tp_prof_kind *k = &f->kinds[i];
-        char buf[384];
+        char buf[32 * TP_MAX_STAGES]; /* every stage (a decode step's job has hundreds) */
         int o = 0;
         for (int s = 0; s < k->n_stages && o < (int)sizeof(buf) - 32; s++)
             o += snprintf(buf + o, sizeof(buf) - (size_t)o, " %.1f (then %.1f)",
