@@ -13,7 +13,7 @@
 /* ---- grouped MoE ---- */
 
 typedef struct {
-    size_t act, pairs, counts, items; /* byte offsets into scratch */
+    size_t act, pairs, counts, items, eids; /* byte offsets into scratch */
     size_t total;
 } moe_layout;
 
@@ -28,7 +28,8 @@ static int moe_layout_get(const cpu_moe_args *a, moe_layout *l) {
     l->pairs = mm_align(l->act + arow * np);                                 /* int32 [np] */
     l->counts = mm_align(l->pairs + np * sizeof(int32_t));                   /* int64 [n_expert + 1] */
     l->items = mm_align(l->counts + ((size_t)a->n_expert + 1) * sizeof(int64_t)); /* int64 [n_expert + 1] */
-    l->total = mm_align(l->items + ((size_t)a->n_expert + 1) * sizeof(int64_t));
+    l->eids = mm_align(l->items + ((size_t)a->n_expert + 1) * sizeof(int64_t)); /* int32 [n_expert] */
+    l->total = mm_align(l->eids + (size_t)a->n_expert * sizeof(int32_t));
     return 1;
 }
 
@@ -43,12 +44,16 @@ typedef struct {
     cpu_moe_post_fn post;
     void *post_ctx;
     size_t wexp, wexpb; /* bytes of one expert of a, of b */
-    uint8_t *act;     /* [n_pairs] quantised rows, grouped by expert */
+    /* The plan touches only the selected experts' entries: a decode step's few cache lines,
+     * which the other cores read last layer (each write costs a transfer). */
+    uint8_t *act;     /* [n_pairs] quantised rows, grouped by expert (act_stride apart) */
+    size_t act_stride; /* bytes between grouped pairs' rows: 0 when all share row 0 (one token) */
     int32_t *pairs;   /* [n_pairs] t * n_used + s, grouped by expert */
-    int64_t *off;     /* [n_expert + 1] first grouped pair of each expert */
-    int64_t *item0;   /* [n_expert + 1] first work item of each expert */
-    int64_t n_pairs, chunk;
-    int64_t small, small_from; /* experts e >= small_from have items of small rows (a tail) */
+    int32_t *eid;     /* [n_active] the selected experts' ids, increasing */
+    int64_t *off;     /* [n_active + 1] first grouped pair of each selected expert */
+    int64_t *item0;   /* [n_active + 1] first work item of each selected expert */
+    int64_t n_pairs, n_active, chunk;
+    int64_t small, small_from; /* selected experts from small_from on have items of small rows */
     quant_x8_dot_fn x8dot, x8dotb; /* quant_x8's kernel for a, b (repacked copies), or NULL */
 } moe_job;
 
@@ -64,48 +69,65 @@ static void moe_act_item(void *ctx, int64_t g, int ith) {
 }
 
 /* The grouped pairs' activation rows. One token's pairs all read its row: it is quantised once
- * and copied (a decode step's 8 pairs cost one quantisation, not 8). */
+ * and every pair reads it (a decode step's 8 pairs cost one quantisation, not 8). */
 static void moe_acts(tp_pool *pool, moe_job *j) {
     const cpu_moe_args *a = j->a;
+    j->act_stride = j->mk.arow;
     if (!a->x_per_slot && a->n_tok == 1) {
         moe_act_item(j, 0, 0);
-        for (int64_t g = 1; g < j->n_pairs; g++)
-            memcpy(j->act + (size_t)g * j->mk.arow, j->act, j->mk.arow);
+        j->act_stride = 0;
         return;
     }
     tp_run_items(j->n_pairs * a->k <= MM_INLINE_ACT ? NULL : pool, moe_act_item, j,
                  j->n_pairs);
 }
 
-/* Rows [r0, r1) of item c of expert e (its c-th item). */
-static void moe_item_rows(const moe_job *j, int64_t e, int64_t c, int64_t *r0, int64_t *r1) {
-    const int64_t n = e < j->small_from ? j->chunk : j->small;
+/* Rows [r0, r1) of item c of selected expert ia (its c-th item). */
+static void moe_item_rows(const moe_job *j, int64_t ia, int64_t c, int64_t *r0, int64_t *r1) {
+    const int64_t n = ia < j->small_from ? j->chunk : j->small;
     *r0 = c * n;
     *r1 = *r0 + n < j->a->n_rows ? *r0 + n : j->a->n_rows;
 }
 
-/* Rows [r0, r1) of one product (weights w of expert e, kernel mk, repacked copy x8 when x8dot)
- * for the expert's grouped pairs, into y[pair][.]. */
+/* Rows [r0, r1) of one product (weights w of selected expert ia, kernel mk, repacked copy x8
+ * when x8dot) for the expert's grouped pairs, into y[pair][.]. */
 static void moe_rows(const moe_job *j, const mm_kern *mk, const uint8_t *w, const uint8_t *x8,
-                     quant_x8_dot_fn x8dot, float *y, int64_t e, int64_t r0, int64_t r1) {
-    const int64_t n_rows = j->a->n_rows, g0 = j->off[e], g1 = j->off[e + 1];
+                     quant_x8_dot_fn x8dot, float *y, int64_t ia, int64_t r0, int64_t r1) {
+    const int64_t n_rows = j->a->n_rows, g0 = j->off[ia], g1 = j->off[ia + 1], e = j->eid[ia];
     const size_t wexp = mk->wrow * (size_t)n_rows;
     if (x8dot && g1 - g0 <= MM_X8_MAX_ROWS) {
         /* each pair straight into its output row (pairs are a decode step's few) */
         for (int64_t g = g0; g < g1; g++)
-            mm_rows_x8(x8dot, mk, x8 + (size_t)e * wexp, r0, r1, j->act + (size_t)g * j->mk.arow,
+            mm_rows_x8(x8dot, mk, x8 + (size_t)e * wexp, r0, r1, j->act + (size_t)g * j->act_stride,
                        1, y + (size_t)j->pairs[g] * (size_t)n_rows + (size_t)r0, 0);
         return;
     }
     float tmp[MM_TOK_TILE * MM_MAX_CHUNK]; /* [tok][row] of one token tile */
     for (int64_t t0 = g0; t0 < g1; t0 += MM_TOK_TILE) {
         int64_t nc = g1 - t0 < MM_TOK_TILE ? g1 - t0 : MM_TOK_TILE;
-        mm_rows(mk, w + (size_t)e * wexp, r0, r1, j->act + (size_t)t0 * j->mk.arow, nc, tmp,
-                (size_t)(r1 - r0));
+        if (j->act_stride == 0) { /* shared row: the dot tiles want one row per pair */
+            mm_rows(mk, w + (size_t)e * wexp, r0, r1, j->act, 1, tmp, (size_t)(r1 - r0));
+            for (int64_t c = 1; c < nc; c++)
+                memcpy(tmp + (size_t)c * (size_t)(r1 - r0), tmp, (size_t)(r1 - r0) * sizeof(float));
+        } else {
+            mm_rows(mk, w + (size_t)e * wexp, r0, r1, j->act + (size_t)t0 * j->act_stride, nc, tmp,
+                    (size_t)(r1 - r0));
+        }
         for (int64_t c = 0; c < nc; c++)
             memcpy(y + (size_t)j->pairs[t0 + c] * (size_t)n_rows + (size_t)r0,
                    tmp + (size_t)c * (size_t)(r1 - r0), (size_t)(r1 - r0) * sizeof(float));
     }
+}
+
+/* The selected expert ia with item0[ia] <= it < item0[ia + 1]. */
+static int64_t item_active(const moe_job *j, int64_t it) {
+    int64_t lo = 0, hi = j->n_active;
+    while (hi - lo > 1) {
+        int64_t mid = (lo + hi) / 2;
+        if (j->item0[mid] <= it) lo = mid;
+        else hi = mid;
+    }
+    return lo;
 }
 
 /* Item it of the product job: one chunk of rows of one selected expert, every pair of it (both
@@ -114,20 +136,14 @@ static void moe_item(void *ctx, int64_t it, int ith) {
     (void)ith;
     const moe_job *j = ctx;
     const cpu_moe_args *a = j->a;
-    int64_t lo = 0, hi = a->n_expert; /* expert e with item0[e] <= it < item0[e + 1] */
-    while (hi - lo > 1) {
-        int64_t mid = (lo + hi) / 2;
-        if (j->item0[mid] <= it) lo = mid;
-        else hi = mid;
-    }
-    const int64_t e = lo;
+    const int64_t ia = item_active(j, it);
     int64_t r0, r1;
-    moe_item_rows(j, e, it - j->item0[e], &r0, &r1);
-    moe_rows(j, &j->mk, a->w, a->x8, j->x8dot, a->y, e, r0, r1);
+    moe_item_rows(j, ia, it - j->item0[ia], &r0, &r1);
+    moe_rows(j, &j->mk, a->w, a->x8, j->x8dot, a->y, ia, r0, r1);
     if (!j->b) return;
-    moe_rows(j, &j->mkb, j->b->w, j->b->x8, j->x8dotb, j->b->y, e, r0, r1);
+    moe_rows(j, &j->mkb, j->b->w, j->b->x8, j->x8dotb, j->b->y, ia, r0, r1);
     if (j->post)
-        for (int64_t g = j->off[e]; g < j->off[e + 1]; g++) j->post(j->post_ctx, j->pairs[g], r0, r1);
+        for (int64_t g = j->off[ia]; g < j->off[ia + 1]; g++) j->post(j->post_ctx, j->pairs[g], r0, r1);
 }
 
 hm_status cpu_moe_matmul(tp_pool *pool, const quant_kernels *kern, const cpu_moe_args *a,
@@ -173,43 +189,60 @@ static hm_status moe_check(const quant_kernels *kern, const cpu_moe_args *a,
 
 static void moe_number_items(moe_job *j);
 
-/* Points j into scratch s (layout l), groups the pairs by expert (counting sort; skipped slots,
- * id < 0, drop out) and numbers the work items. */
+/* Points j into scratch s (layout l), groups the pairs by expert (skipped slots, id < 0, drop
+ * out; within an expert the pairs keep their order) and numbers the work items. A decode step's
+ * few pairs are sorted in place; many go by a counting sort over every expert. */
 static void moe_plan(moe_job *j, const cpu_moe_args *a, const moe_layout *l, uint8_t *s, int nth) {
     const int64_t np = a->n_tok * a->n_used;
     j->a = a;
     j->act = s + l->act;
+    j->act_stride = j->mk.arow;
     j->pairs = (int32_t *)(void *)(s + l->pairs);
     j->off = (int64_t *)(void *)(s + l->counts);
     j->item0 = (int64_t *)(void *)(s + l->items);
+    j->eid = (int32_t *)(void *)(s + l->eids);
     j->wexp = j->mk.wrow * (size_t)a->n_rows;
     j->x8dot = mm_x8_pick(a->x8, a->wtype, a->n_rows, 0); /* used for experts of few pairs */
     j->x8dotb = j->b ? mm_x8_pick(j->b->x8, j->b->wtype, j->b->n_rows, 0) : NULL;
-    memset(j->off, 0, ((size_t)a->n_expert + 1) * sizeof(int64_t));
-    for (int64_t p = 0; p < np; p++)
-        if (a->ids[p] >= 0) j->off[a->ids[p] + 1]++;
-    int64_t active_rows = 0;
-    for (int64_t e = 0; e < a->n_expert; e++) {
-        if (j->off[e + 1]) active_rows += a->n_rows;
-        j->off[e + 1] += j->off[e];
+    int64_t n = 0;
+    if (np <= 64) { /* insertion sort by id, stable */
+        for (int64_t p = 0; p < np; p++) {
+            const int32_t id = a->ids[p];
+            if (id < 0) continue;
+            int64_t i = n++;
+            for (; i > 0 && a->ids[j->pairs[i - 1]] > id; i--) j->pairs[i] = j->pairs[i - 1];
+            j->pairs[i] = (int32_t)p;
+        }
+    } else { /* counting sort; item0 holds the per-expert counts, then the insertion cursors */
+        int64_t *cnt = j->item0;
+        memset(cnt, 0, ((size_t)a->n_expert + 1) * sizeof(int64_t));
+        for (int64_t p = 0; p < np; p++)
+            if (a->ids[p] >= 0) cnt[a->ids[p] + 1]++;
+        for (int64_t e = 0; e < a->n_expert; e++) cnt[e + 1] += cnt[e];
+        for (int64_t p = 0; p < np; p++)
+            if (a->ids[p] >= 0) j->pairs[cnt[a->ids[p]]++] = (int32_t)p;
+        n = cnt[a->n_expert];
     }
-    j->n_pairs = j->off[a->n_expert];
-    int64_t *fill = j->item0; /* reused as insertion cursors, then overwritten */
-    memcpy(fill, j->off, ((size_t)a->n_expert + 1) * sizeof(int64_t));
-    for (int64_t p = 0; p < np; p++)
-        if (a->ids[p] >= 0) j->pairs[fill[a->ids[p]]++] = (int32_t)p;
-    j->chunk = j->small = mm_chunk_rows(j->b ? 2 * active_rows : active_rows, nth);
-    j->small_from = a->n_expert;
+    j->n_pairs = n;
+    j->n_active = 0;
+    for (int64_t g = 0; g < n; g++) /* the selected experts and where their pairs start */
+        if (g == 0 || a->ids[j->pairs[g]] != a->ids[j->pairs[g - 1]]) {
+            j->eid[j->n_active] = a->ids[j->pairs[g]];
+            j->off[j->n_active++] = g;
+        }
+    j->off[j->n_active] = n;
+    j->chunk = j->small = mm_chunk_rows((j->b ? 2 : 1) * j->n_active * a->n_rows, nth);
+    j->small_from = j->n_active;
     moe_number_items(j);
 }
 
-/* item0 from off, chunk, small and small_from. */
+/* item0 from n_active, chunk, small and small_from. */
 static void moe_number_items(moe_job *j) {
-    const int64_t n_rows = j->a->n_rows, n_expert = j->a->n_expert;
+    const int64_t n_rows = j->a->n_rows;
     j->item0[0] = 0;
-    for (int64_t e = 0; e < n_expert; e++) {
-        const int64_t c = e < j->small_from ? j->chunk : j->small;
-        j->item0[e + 1] = j->item0[e] + (j->off[e + 1] > j->off[e] ? (n_rows + c - 1) / c : 0);
+    for (int64_t ia = 0; ia < j->n_active; ia++) {
+        const int64_t c = ia < j->small_from ? j->chunk : j->small;
+        j->item0[ia + 1] = j->item0[ia] + (n_rows + c - 1) / c;
     }
 }
 
@@ -230,7 +263,7 @@ hm_status cpu_moe_matmul_pair(tp_pool *pool, const quant_kernels *kern, const cp
     moe_plan(&j, a, &l, scratch, tp_size(pool));
     if (j.n_pairs > 0) {
         moe_acts(pool, &j);
-        tp_run_items(pool, moe_item, &j, j.item0[a->n_expert]);
+        tp_run_items(pool, moe_item, &j, j.item0[j.n_active]);
     }
     free(own);
     return HM_OK;
@@ -240,8 +273,8 @@ hm_status cpu_moe_matmul_pair(tp_pool *pool, const quant_kernels *kern, const cp
 
 struct cpu_moe_ffn_job {
     moe_job gu, dn;       /* gate/up pair (with its post) and down */
-    atomic_llong *done;   /* [n_expert] gate/up items finished */
-    atomic_int *ready;    /* [n_expert] 1 once the expert's down inputs are quantised */
+    atomic_llong *done;   /* [n_active] gate/up items finished, per selected expert */
+    atomic_int *ready;    /* [n_active] 1 once the expert's down inputs are quantised */
     int64_t per_expert;   /* gate/up items of a selected expert */
     const cpu_moe_sum *sum;
     atomic_int *chunk_done; /* [down row chunks] down items finished (with sum) */
@@ -272,22 +305,12 @@ static void ffn_sum_rows(const ffn_job *f, int64_t r0, int64_t r1) {
     }
 }
 
-static int64_t item_expert(const int64_t *item0, int64_t n_expert, int64_t it) {
-    int64_t lo = 0, hi = n_expert; /* expert e with item0[e] <= it < item0[e + 1] */
-    while (hi - lo > 1) {
-        int64_t mid = (lo + hi) / 2;
-        if (item0[mid] <= it) lo = mid;
-        else hi = mid;
-    }
-    return lo;
-}
-
 static void ffn_item(void *ctx, int64_t it, int ith) {
     ffn_job *f = ctx;
-    const int64_t n_expert = f->gu.a->n_expert, G = f->gu.item0[n_expert];
+    const int64_t G = f->gu.item0[f->gu.n_active];
     if (it < G) {
         moe_item(&f->gu, it, ith);
-        const int64_t e = item_expert(f->gu.item0, n_expert, it);
+        const int64_t e = item_active(&f->gu, it); /* the same selected experts as dn's */
         if (atomic_fetch_add_explicit(&f->done[e], 1, memory_order_acq_rel) + 1 == f->per_expert) {
             /* the expert's last gate/up item: every activation row of its pairs is complete */
             for (int64_t g = f->dn.off[e]; g < f->dn.off[e + 1]; g++) moe_act_item(&f->dn, g, ith);
@@ -297,7 +320,7 @@ static void ffn_item(void *ctx, int64_t it, int ith) {
     }
     /* a down item: its expert's gate/up items were all claimed before it (one counter, claimed
      * in order), so they complete; wait for them */
-    const int64_t id = it - G, e = item_expert(f->dn.item0, n_expert, id);
+    const int64_t id = it - G, e = item_active(&f->dn, id);
     for (int spins = 0; !atomic_load_explicit(&f->ready[e], memory_order_acquire);)
         if (++spins < 256) MM_RELAX();
         else sched_yield(); /* more threads than cores: let the holder of the item run */
@@ -383,22 +406,21 @@ hm_status cpu_moe_ffn_job_init(cpu_moe_ffn_job *j, const quant_kernels *kern,
     moe_plan(&f->gu, gate, &lg, s, nth);
     moe_plan(&f->dn, down, &ld, s + o_dn, nth);
     ffn_down_sizes(f->dn.chunk, &f->dn.chunk, &f->dn.small);
-    for (int64_t e = 0; e < down->n_expert; e++)
-        if (f->dn.off[e + 1] > f->dn.off[e]) f->dn.small_from = e;
+    f->dn.small_from = f->dn.n_active - 1; /* the last selected expert's items are small */
     moe_number_items(&f->dn);
     f->done = (atomic_llong *)(void *)(s + o_done);
     f->ready = (atomic_int *)(void *)(s + o_ready);
     f->chunk_done = (atomic_int *)(void *)(s + o_chunks);
-    for (int64_t e = 0; e < gate->n_expert; e++) {
+    f->n_active = (int)f->dn.n_active;
+    for (int64_t e = 0; e < f->n_active; e++) {
         atomic_init(&f->done[e], 0);
         atomic_init(&f->ready[e], 0);
-        f->n_active += f->dn.item0[e + 1] > f->dn.item0[e];
     }
-    for (int64_t c = 0; c <= down->n_rows / MM_ROW_ALIGN; c++) atomic_init(&f->chunk_done[c], 0);
+    for (int64_t c = 0; c * f->dn.small < down->n_rows; c++) atomic_init(&f->chunk_done[c], 0);
     f->per_expert = (gate->n_rows + f->gu.chunk - 1) / f->gu.chunk;
     if (f->gu.n_pairs > 0) {
         moe_acts(act_pool, &f->gu);
-        f->n_items = f->gu.item0[gate->n_expert] + f->dn.item0[down->n_expert];
+        f->n_items = f->gu.item0[f->gu.n_active] + f->dn.item0[f->dn.n_active];
     } else if (sum) {
         ffn_sum_rows(f, 0, down->n_rows); /* no slot ran: a sum of nothing */
     }
