@@ -406,6 +406,8 @@ int model_front_plan(hm_context *c, int il, int n, model_front *fp, tp_stage *st
     const int64_t hdv = hp->head_dim_v;
     const bool out_by_item = cpu_matmul_job_part_ok(&f->wo, 0, f->attn.rep_per_sub * hdv) &&
                              cpu_matmul_job_part_ok(&f->wo, 0, f->attn.n_rep * hdv);
+    f->by_head = by_head;
+    f->out_by_item = out_by_item;
     if (out_by_item) {
         f->attn.on_out = front_attn_out;
         f->attn.on_out_ctx = f;
@@ -423,6 +425,31 @@ int model_front_plan(hm_context *c, int il, int n, model_front *fp, tp_stage *st
     stages[ns++] = stage_then(cpu_matmul_job_stage(&f->wo), front_after_wo, f);
     stages[ns++] = cpu_matmul_job_stage(&f->router);
     return ns;
+}
+
+int model_front_replan(model_front *f, int il, tp_stage *attn, hm_status *st, hm_error *err) {
+    hm_context *c = f->c;
+    const int nth = tp_size(c->pool);
+    f->st = HM_OK;
+    atomic_store(&f->head_fail, 0);
+    atomic_store(&f->kv_fail, 0);
+    f->aa = attn_args(c, il, f->n);
+    if (f->by_head) f->aa.k_new = f->aa.v_new = NULL;
+    *st = HM_OK;
+    if (cpu_attention_scratch_size(&c->kv[il], &f->aa, nth) > c->attn_scratch_size) return 0;
+    *st = cpu_attention_plan(&f->attn, &c->kv[il], &f->aa, nth, c->attn_scratch,
+                             c->attn_scratch_size, err);
+    if (*st != HM_OK) return 1;
+    const int64_t hdv = c->m->hp.head_dim_v;
+    f->out_by_item = cpu_matmul_job_part_ok(&f->wo, 0, f->attn.rep_per_sub * hdv) &&
+                     cpu_matmul_job_part_ok(&f->wo, 0, f->attn.n_rep * hdv);
+    if (f->out_by_item) {
+        f->attn.on_out = front_attn_out;
+        f->attn.on_out_ctx = f;
+    }
+    *attn = f->out_by_item ? cpu_attention_stage(&f->attn)
+                           : stage_then(cpu_attention_stage(&f->attn), front_after_attn, f);
+    return 1;
 }
 
 void model_front_pre(model_front *f) {

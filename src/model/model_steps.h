@@ -23,6 +23,8 @@ typedef struct {
     atomic_int kv_fail;   /* bit t: token t's K or V could not be stored */
     hm_status st;         /* of the `then` steps; a failed step skips the later ones */
     hm_error err;
+    bool by_head;         /* q/k heads as items of a stage of their own (which stores K, V) */
+    bool out_by_item;     /* attention items quantise their output heads for wo */
 } model_front;
 
 /* Plans layer il's front for n tokens into *f (which must stay where it is until the stages
@@ -33,6 +35,11 @@ typedef struct {
 int model_front_plan(hm_context *c, int il, int n, model_front *f, tp_stage *stages,
                      hm_status *st, hm_error *err);
 void model_front_pre(model_front *f);
+/* For the next token of a planned front (the same layer, n and thread count): the attention's
+ * plan again (it depends on the position) and the failure flags cleared; *attn is the attention
+ * stage to run. Returns 0 when the front can no longer be one job (attention scratch too small
+ * for this context length: nothing done), 1 when done or planning failed (*st says). */
+int model_front_replan(model_front *f, int il, tp_stage *attn, hm_status *st, hm_error *err);
 
 /* The expert FFN's three products for layer il (ids [n][K], input x [n][n_embd], per-slot
  * outputs y [n][K][n_embd]) and the gate/up post step's context; true when gate and up can be

@@ -41,6 +41,8 @@ struct token_job {
     uint8_t *ffn_mem; /* [n_layer] expert jobs */
     size_t ffn_size;
     tp_stage *stages; /* [n_layer * (MODEL_FRONT_STAGES + 1) + 1] */
+    int *attn_at;     /* [n_layer] index of each layer's attention stage in stages */
+    int n_planned;    /* stages of the layers once planned (0: not yet) */
     cpu_matmul_job out;
     float *logits; /* or NULL */
 };
@@ -51,6 +53,7 @@ void model_token_free(hm_context *c) {
     free(t->L);
     free(t->ffn_mem);
     free(t->stages);
+    free(t->attn_at);
     free(t);
     c->tok = NULL;
 }
@@ -66,8 +69,9 @@ static token_job *token_alloc(hm_context *c) {
     t->L = calloc((size_t)nl, sizeof(token_layer));
     t->ffn_mem = aligned_alloc(64, t->ffn_size * (size_t)nl);
     t->stages = calloc((size_t)nl * (MODEL_FRONT_STAGES + 1) + 1, sizeof(tp_stage));
+    t->attn_at = calloc((size_t)nl, sizeof(int));
     c->tok = t;
-    if (!t->L || !t->ffn_mem || !t->stages) {
+    if (!t->L || !t->ffn_mem || !t->stages || !t->attn_at) {
         model_token_free(c);
         return NULL;
     }
@@ -142,27 +146,25 @@ static bool token_possible(const hm_context *c) {
            m->hp.n_layer * (MODEL_FRONT_STAGES + 1) + 1 <= TP_MAX_STAGES;
 }
 
-hm_status model_token_forward(hm_context *c, float *logits, bool *done, hm_error *err) {
-    *done = false;
-    if (!token_possible(c)) return HM_OK;
-    token_job *t = token_alloc(c);
-    if (!t) return HM_OK; /* out of memory for the plan: the two-job path needs none */
+/* Plans every layer's stages into t (once per context: the products, the expert job's size and
+ * the `then` steps do not change from token to token); false when a layer cannot take part. */
+static bool token_plan(token_job *t, hm_status *st, hm_error *err) {
+    hm_context *c = t->c;
     const hm_model *m = c->m;
     const int K = (int)m->hp.n_expert_used, nth = tp_size(c->pool);
     int ns = 0;
-    hm_status st = HM_OK;
     for (int il = 0; il < t->n_layer; il++) {
         token_layer *tl = &t->L[il];
-        const int nf = model_front_plan(c, il, 1, &tl->f, t->stages + ns, &st, err);
-        if (st != HM_OK) return st;
-        if (nf == 0) return HM_OK;
+        const int nf = model_front_plan(c, il, 1, &tl->f, t->stages + ns, st, err);
+        if (*st != HM_OK || nf == 0) return false;
+        t->attn_at[il] = ns + (tl->f.by_head ? 2 : 1);
         ns += nf;
         t->stages[ns - 1].then = token_route; /* the router's stage */
         t->stages[ns - 1].then_ctx = tl;
         if (!model_moe_args(c, il, c->ids, 1, K, c->xn, c->ey, &tl->gate, &tl->up, &tl->down,
                             &tl->pc) ||
             cpu_moe_ffn_scratch_size(&tl->gate, &tl->down) > c->mm_scratch_size)
-            return HM_OK;
+            return false;
         tl->sum = (cpu_moe_sum){.w = c->gw, .bias = m->layers[il].down_exps_b.data,
                                 .out = c->proj, .residual = c->x};
         tl->ffn_items = cpu_moe_ffn_job_items(&tl->gate, &tl->up, &tl->down, K, nth);
@@ -170,14 +172,33 @@ hm_status model_token_forward(hm_context *c, float *logits, bool *done, hm_error
         t->stages[ns++] = (tp_stage){.fn = token_ffn_item, .ctx = tl, .n_items = tl->ffn_items,
                                      .then = token_after_ffn, .then_ctx = tl};
     }
+    t->n_planned = ns;
+    return true;
+}
+
+hm_status model_token_forward(hm_context *c, float *logits, bool *done, hm_error *err) {
+    *done = false;
+    if (!token_possible(c)) return HM_OK;
+    token_job *t = token_alloc(c);
+    if (!t) return HM_OK; /* out of memory for the plan: the two-job path needs none */
+    hm_status st = HM_OK;
+    if (t->n_planned == 0) {
+        if (!token_plan(t, &st, err)) return st;
+    } else { /* this token's attention plans and cleared flags */
+        for (int il = 0; il < t->n_layer; il++)
+            if (!model_front_replan(&t->L[il].f, il, &t->stages[t->attn_at[il]], &st, err) ||
+                st != HM_OK)
+                return st;
+    }
+    int ns = t->n_planned;
     t->logits = logits;
     if (logits) {
-        const hm_tensor *o = &m->output;
+        const hm_tensor *o = &c->m->output;
         const cpu_matmul_mat mat = {.wtype = o->type, .w = o->data, .n_rows = o->ne[1],
                                     .y = logits, .x8 = o->x8};
         if (cpu_matmul_scratch_size(o->type, o->ne[0], 1) > c->mm_scratch_size ||
-            cpu_matmul_job_init(&t->out, c->kern, 1, &mat, o->ne[0], 1, nth, c->mm_scratch,
-                                c->mm_scratch_size, NULL) != HM_OK)
+            cpu_matmul_job_init(&t->out, c->kern, 1, &mat, o->ne[0], 1, tp_size(c->pool),
+                                c->mm_scratch, c->mm_scratch_size, NULL) != HM_OK)
             return HM_OK;
         t->stages[ns++] = cpu_matmul_job_stage(&t->out);
     }
