@@ -8,6 +8,7 @@
 # per token / read bandwidth). With TRACE=1 also a third tg128 run with HOTMOE_POOL_TRACE (every
 # item of 300 jobs from the 2000th on) summarised by bench/pool_trace.py.
 #   bash bench/device_cpu_profile.sh [THREADS...]     (default: 16)
+# env: ARGS (more `hotmoe bench` arguments, e.g. --repack), MODELS ("q3 goss").
 set -uo pipefail
 OUT=${OUT:-/tmp/hotmoe-out}
 mkdir -p "$OUT"
@@ -22,17 +23,19 @@ mkdir -p $m
 gb() { # weight bytes read per decode token (bench/RESULTS.md): qwen3 1.919 GB, gpt-oss 2.574 GB
   [ "$1" = q3 ] && echo 1.919 || echo 2.574
 }
-for f in q3 goss; do
+for f in ${MODELS:-q3 goss}; do
   for t in ${@:-16}; do
     rd=$($b/bench_matvec -t $t --reps 3 --types q4_K | grep -oE 'bandwidth at the start: [0-9.]+' |
       awk '{print $NF}')
-    HOTMOE_POOL_PROF=1 $b/hotmoe bench -m $m/$f.gguf -t $t -r 3 -p 0 -n 128 >$OUT/prof_${f}_$t.txt 2>&1
+    HOTMOE_POOL_PROF=1 $b/hotmoe bench -m $m/$f.gguf -t $t -r 3 -p 0 -n 128 ${ARGS:-} \
+      >$OUT/prof_${f}_$t.txt 2>&1
     ts=$(grep tg128 $OUT/prof_${f}_$t.txt | awk -F'|' '{print $(NF-1)}' | awk '{print $1}')
     echo "== $f -t $t: tg128 $ts tok/s, read $rd GB/s, ratio $(awk -v s="$ts" -v r="$rd" -v g="$(gb $f)" \
       'BEGIN {printf "%.3f", s / (r / g)}')"
-    grep 'pool profile' $OUT/prof_${f}_$t.txt | sed 's/^hotmoe info: //'
+    grep 'pool profile' $OUT/prof_${f}_$t.txt | sed 's/^hotmoe info: //' | cut -c1-400
+    python3 bench/pool_stages.py $OUT/prof_${f}_$t.txt
     if [ -n "${TRACE:-}" ]; then
-      HOTMOE_POOL_TRACE=$OUT/trace_${f}_$t.csv $b/hotmoe bench -m $m/$f.gguf -t $t -r 1 -p 0 -n 128 \
+      HOTMOE_POOL_TRACE=$OUT/trace_${f}_$t.csv $b/hotmoe bench -m $m/$f.gguf -t $t -r 1 -p 0 -n 128 ${ARGS:-} \
         >/dev/null 2>&1
       python3 bench/pool_trace.py $OUT/trace_${f}_$t.csv
     fi

@@ -32,7 +32,7 @@ hm_log_level hm_log_get_level(void) {
 void hm_log(hm_log_level level, const char *fmt, ...) {
     static const char *const tag[] = {"error", "warn", "info", "debug"};
     if (level > hm_log_get_level()) return;
-    char line[1024];
+    char line[8192]; /* the pool profile of a one-job decode step lists every stage */
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(line, sizeof(line), fmt, ap);

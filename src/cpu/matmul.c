@@ -7,11 +7,13 @@
  * (2) threads claim work items one at a time. A work item is a chunk of MM_ROW_ALIGN-aligned weight rows (of one expert for MoE);
  * inside it, tokens go in tiles of MM_TOK_TILE and rows in groups of MM_NR, each one call of
  * the kernel table's tile function: the MM_NR weight rows stay in L1/L2 while the tile's
- * tokens pass, the token tile's activations stay in L2 while the chunk's rows pass. Chunks are sized so
- * that there are several per thread (load balance) but never below MM_NR rows. For MoE the
- * caller thread first groups (token, slot) pairs by expert (counting sort), phase 1 quantises
- * each pair's input into its grouped position, and phase 2's items are (expert, row chunk) over
- * all selected experts; results go through a small per-item buffer to y[t][s][.].
+ * tokens pass, the token tile's activations stay in L2 while the chunk's rows pass. Chunks are
+ * big first and small for each thread's last two or so (mm_chunk_plan: long streams between
+ * item starts, threads that still finish together). With a repacked copy (x8) a product of a
+ * few tokens calls quant_x8's kernel per group of 8 rows instead. For MoE the caller thread
+ * first groups (token, slot) pairs by expert, phase 1 quantises each pair's input into its
+ * grouped position, and phase 2's items are (expert, row chunk) over all selected experts;
+ * results go through a small per-item buffer to y[t][s][.] (matmul_moe.c).
  * Fused forms for decode, where every pool job costs a dispatch, a barrier and a tail:
  * cpu_matmul_multi shares one quantised input and one item counter among up to 4 matrices
  * (q/k/v), cpu_moe_matmul_pair computes the same rows of two expert products (gate/up) in one

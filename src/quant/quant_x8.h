@@ -14,9 +14,9 @@
  * Types: q4_K, q6_K. The AVX-512 kernels (quant_x8_avx512.c) need F/BW/VL/VNNI and VBMI;
  * elsewhere the reference path reads the group directly (slow, same bits).
  *
- * Status: measured, not used by the engine (bench/RESULTS.md, session 8). q4_K on the 16-core
- * host: 16 cores in cache 1.5x the dot tile; a lone streaming matvec 0.85-0.98 of read (tile
- * 0.78-0.87); the expert FFN with gate/up repacked (f6a3dd4): no gain the host's noise resolves.
+ * Used by the CPU engine with -rtr/--repack (model_repack.c: a repacked copy of every q4_K
+ * matrix; cpu_matmul_mat.x8 and cpu_moe_args.x8 take it for products of a few tokens).
+ * Measured in bench/RESULTS.md (sessions 8 and 9).
  */
 #ifndef HM_QUANT_QUANT_X8_H
 #define HM_QUANT_QUANT_X8_H
