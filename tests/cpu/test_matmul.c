@@ -519,5 +519,41 @@ static void test_repacked(void) {
     HM_CHECK_MSG(bad == 0, "repacked products differ from the dot tiles' in %d of %d runs", bad, runs);
 }
 
+/* The expert job's stage size known before the routing (cpu_moe_ffn_job_items) is the plan's,
+ * for one token's K distinct experts, on 1..16 threads and several shapes; the planned job run
+ * as a stage gives cpu_moe_ffn's bytes. */
+static void test_ffn_job_items(void) {
+    static const int64_t shapes[][4] = {{128, 2048, 768, 8}, {32, 2880, 2880, 4}, {6, 512, 256, 3},
+                                        {60, 2048, 1408, 4}};
+    hm_error err;
+    int bad = 0, runs = 0;
+    for (int si = 0; si < 4; si++) {
+        const int64_t ne = shapes[si][0], E = shapes[si][1], F = shapes[si][2];
+        const int K = (int)shapes[si][3];
+        int32_t ids[8];
+        for (int s = 0; s < K; s++) ids[s] = (int32_t)((s * 7 + 3) % ne);
+        float *x = calloc((size_t)E, sizeof(float)), *eg = calloc((size_t)(K * F), sizeof(float));
+        float *eu = calloc((size_t)(K * F), sizeof(float)), *ey = calloc((size_t)(K * E), sizeof(float));
+        cpu_moe_args g = {.wtype = HM_TYPE_Q8_0, .w = x, .n_expert = ne, .n_rows = F, .k = E,
+                          .x = x, .ids = ids, .n_tok = 1, .n_used = K, .y = eg};
+        cpu_moe_args u = g;
+        u.y = eu;
+        cpu_moe_args d = {.wtype = HM_TYPE_Q8_0, .w = x, .n_expert = ne, .n_rows = E, .k = F,
+                          .x = eg, .x_per_slot = 1, .ids = ids, .n_tok = 1, .n_used = K, .y = ey};
+        const size_t ss = cpu_moe_ffn_scratch_size(&g, &d);
+        void *scratch = malloc(ss), *job = malloc(cpu_moe_ffn_job_size());
+        HM_REQUIRE(x && eg && eu && ey && scratch && job);
+        for (int nth = 1; nth <= 16; nth++) {
+            HM_REQUIRE(cpu_moe_ffn_job_init(job, NULL, &g, &u, NULL, NULL, &d, NULL, scratch, ss,
+                                            NULL, nth, &err) == HM_OK);
+            bad += cpu_moe_ffn_job_n_items(job) != cpu_moe_ffn_job_items(&g, &u, &d, K, nth);
+            bad += cpu_moe_ffn_job_stage(job).n_items != cpu_moe_ffn_job_n_items(job);
+            runs++;
+        }
+        free(x); free(eg); free(eu); free(ey); free(scratch); free(job);
+    }
+    HM_CHECK_MSG(bad == 0, "planned expert job sizes differ in %d of %d plans", bad, runs);
+}
+
 HM_TEST_MAIN(test_matmul_all, test_matmul_errors, test_moe, test_multi, test_job_parts,
-             test_job_on_rows, test_moe_ffn, test_repacked)
+             test_job_on_rows, test_moe_ffn, test_repacked, test_ffn_job_items)
