@@ -17,12 +17,13 @@
  * slowest) more than for most of its ops, so a layer is two jobs: the front of the layer — q/k/v,
  * attention, wo and the router product — is one staged job (tp_run_stages), and the expert FFN
  * is one (cpu_moe_ffn); a one-token step with the default expert executor is one job for all
- * layers (model_token.c, from the same steps: model_steps.h). In the front job the small steps run where their data is: each q/k head
- * is an item (bias, norm, rope; a k head also stores K and V), each attention item quantises
- * the output heads it wrote for wo; what needs a whole row (the residual add and the FFN norm,
- * a whole-projection q/k norm) runs on the thread that finishes the stage before. A thread
- * waiting for the next stage prefetches the weight (or KV) rows of the item it holds. Both
- * paths call the same step functions and kernels, so they give the same bytes.
+ * layers (model_token.c, from the same steps: model_steps.h). In the front job the small steps
+ * run where their data is: each q/k head is an item (bias, norm, rope; a k head also stores K
+ * and V), each attention item quantises the output heads it wrote for wo; what needs a whole
+ * row (the residual add and the FFN norm, a whole-projection q/k norm) runs on the thread that
+ * finishes the stage before. A thread waiting for the next stage prefetches the weight (or KV)
+ * rows of the item it holds. All paths call the same step functions and kernels, so they give
+ * the same bytes.
  *
  * Buffers (nu = n_ubatch, n = tokens in this ubatch; shapes in model_internal.h):
  *   x [n][n_embd] residual; xn [n][n_embd] normed; q/k/v projections; attn [n][n_head*hd];

@@ -141,8 +141,8 @@ static void token_after_ffn(void *ctx) {
 /* Whether this context's decode steps can be one job at all (model and executor). */
 static bool token_possible(const hm_context *c) {
     const hm_model *m = c->m;
-    return MODEL_TOKEN_JOB && c->pool && tp_size(c->pool) > 1 && c->moe_exec == hm_moe_exec_cpu && !c->route_hook &&
-           !m->desc->shared_expert && m->hp.n_expert_used > 0 &&
+    return MODEL_TOKEN_JOB && c->pool && tp_size(c->pool) > 1 && c->moe_exec == hm_moe_exec_cpu &&
+           !c->route_hook && !m->desc->shared_expert && m->hp.n_expert_used > 0 &&
            m->hp.n_layer * (MODEL_FRONT_STAGES + 1) + 1 <= TP_MAX_STAGES;
 }
 
