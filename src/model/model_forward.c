@@ -308,6 +308,22 @@ static void front_head_item(void *ctx, int64_t i, int ith) {
         atomic_fetch_or(&f->kv_fail, 1 << t);
 }
 
+/* A q/k/v item's rows [r0, r1) of matrix mi (heads_in_qkv): counted to their heads; the item
+ * that completes a head runs that head's step at once, on rows still in its cache. A q head
+ * needs its head_dim rows of q, a k head its rows of k and of v (its item stores both). */
+static void front_qkv_rows(void *ctx, int mi, int64_t r0, int64_t r1) {
+    model_front *f = ctx;
+    const hm_hparams *hp = &f->c->m->hp;
+    const int64_t hd = hp->head_dim_k, nh = hp->n_head;
+    for (int64_t h = r0 / hd; h * hd < r1; h++) {
+        const int64_t lo = h * hd > r0 ? h * hd : r0, hi = (h + 1) * hd < r1 ? (h + 1) * hd : r1;
+        const int64_t head = mi == 0 ? h : nh + h, need = mi == 0 ? hd : 2 * hd;
+        if (atomic_fetch_add_explicit(&f->head_rows[head], (int)(hi - lo), memory_order_acq_rel) +
+                (hi - lo) == need)
+            front_head_item(f, head, 0);
+    }
+}
+
 /* After the heads stage: the stored positions marked (a failed token's slot emptied, as
  * cpu_kv_store does), then attention's check that it reads only cached positions. */
 static void front_after_heads(void *ctx) {
@@ -409,13 +425,20 @@ int model_front_plan(hm_context *c, int il, int n, model_front *fp, tp_stage *st
     const bool out_by_item = cpu_matmul_job_part_ok(&f->wo, 0, f->attn.rep_per_sub * hdv) &&
                              cpu_matmul_job_part_ok(&f->wo, 0, f->attn.n_rep * hdv);
     f->by_head = by_head;
+    f->heads_in_qkv = by_head && n == 1 && hp->n_head + hp->n_head_kv <= MODEL_MAX_HEADS;
+    for (int64_t h = 0; f->heads_in_qkv && h < hp->n_head + hp->n_head_kv; h++)
+        atomic_init(&f->head_rows[h], 0);
+    if (f->heads_in_qkv) {
+        f->qkv.on_rows = front_qkv_rows;
+        f->qkv.on_rows_ctx = f;
+    }
     f->out_by_item = out_by_item;
     if (out_by_item) {
         f->attn.on_out = front_attn_out;
         f->attn.on_out_ctx = f;
     }
-    const tp_stage heads = {.fn = front_head_item, .ctx = f,
-                            .n_items = (int64_t)n * (hp->n_head + hp->n_head_kv),
+    const tp_stage heads = {.fn = f->heads_in_qkv ? NULL : front_head_item, .ctx = f,
+                            .n_items = f->heads_in_qkv ? 0 : (int64_t)n * (hp->n_head + hp->n_head_kv),
                             .then = front_after_heads, .then_ctx = f};
     const tp_stage qkv = cpu_matmul_job_stage(&f->qkv), attn = cpu_attention_stage(&f->attn);
     f->wo.on_rows = front_wo_rows; /* wo_finish's bias and residual add in the wo items */
@@ -435,6 +458,8 @@ int model_front_replan(model_front *f, int il, tp_stage *attn, hm_status *st, hm
     f->st = HM_OK;
     atomic_store(&f->head_fail, 0);
     atomic_store(&f->kv_fail, 0);
+    for (int64_t h = 0; f->heads_in_qkv && h < c->m->hp.n_head + c->m->hp.n_head_kv; h++)
+        atomic_store_explicit(&f->head_rows[h], 0, memory_order_relaxed);
     f->aa = attn_args(c, il, f->n);
     if (f->by_head) f->aa.k_new = f->aa.v_new = NULL;
     *st = HM_OK;

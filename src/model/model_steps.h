@@ -10,7 +10,7 @@
 
 /* The front of a decode layer as one staged job: the stages are the products (q/k/v, the
  * heads, attention, wo, router), each `then` the steps between it and the next. */
-enum { MODEL_FRONT_STAGES = 5 };
+enum { MODEL_FRONT_STAGES = 5, MODEL_MAX_HEADS = 256 };
 typedef struct {
     hm_context *c;
     const hm_layer *L;
@@ -24,6 +24,10 @@ typedef struct {
     hm_status st;         /* of the `then` steps; a failed step skips the later ones */
     hm_error err;
     bool by_head;         /* q/k heads as items of a stage of their own (which stores K, V) */
+    bool heads_in_qkv;    /* one token: each head's item runs in the q/k/v stage, on the thread
+                             that completes its rows (a k head: its k and v rows); the heads
+                             stage keeps only its `then` */
+    atomic_int head_rows[MODEL_MAX_HEADS]; /* [n_head + n_head_kv] rows done (heads_in_qkv) */
     bool out_by_item;     /* attention items quantise their output heads for wo */
 } model_front;
 
