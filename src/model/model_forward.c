@@ -437,8 +437,8 @@ int model_front_plan(hm_context *c, int il, int n, model_front *fp, tp_stage *st
         f->attn.on_out = front_attn_out;
         f->attn.on_out_ctx = f;
     }
-    const tp_stage heads = {.fn = f->heads_in_qkv ? NULL : front_head_item, .ctx = f,
-                            .n_items = f->heads_in_qkv ? 0 : (int64_t)n * (hp->n_head + hp->n_head_kv),
+    const int64_t n_heads = f->heads_in_qkv ? 0 : (int64_t)n * (hp->n_head + hp->n_head_kv);
+    const tp_stage heads = {.fn = n_heads ? front_head_item : NULL, .ctx = f, .n_items = n_heads,
                             .then = front_after_heads, .then_ctx = f};
     const tp_stage qkv = cpu_matmul_job_stage(&f->qkv), attn = cpu_attention_stage(&f->attn);
     f->wo.on_rows = front_wo_rows; /* wo_finish's bias and residual add in the wo items */
