@@ -75,6 +75,7 @@ static token_job *token_alloc(hm_context *c) {
         model_token_free(c);
         return NULL;
     }
+    memset(t->ffn_mem, 0, t->ffn_size * (size_t)nl);
     for (int il = 0; il < nl; il++) {
         t->L[il].ffn = (cpu_moe_ffn_job *)(void *)(t->ffn_mem + (size_t)il * t->ffn_size);
         t->L[il].t = t;
