@@ -65,7 +65,11 @@ int cli_engine_open(cli_engine *e, const char *cmd, const cli_common_args *a, un
     }
     hm_error err = {0};
     hm_model_params mp = hm_model_default_params();
-    mp.repack = a->repack;
+    /* the repacked copies serve the CPU's decode only: not made for a model meant for the GPU */
+    mp.repack = a->repack && a->n_gpu_layers <= 0;
+    if (a->repack && a->n_gpu_layers > 0)
+        fprintf(stderr, "hotmoe %s: --repack is for CPU decode; ignored with -ngl %d\n", cmd,
+                a->n_gpu_layers);
     if (hm_model_load(a->model, &mp, &e->model, &err) != HM_OK) {
         fprintf(stderr, "hotmoe %s: %s\n", cmd, err.msg);
         return 1;

@@ -111,6 +111,9 @@ HOTMOE_ISA=avx2 "$bin" logits -m "$q" -p "the cat sat on the mat and then" -ub 1
   -o "$tmp/r.bin" 2>"$tmp/err"
 expect "--repack without the fast kernel: same logits" cmp -s "$tmp/p.bin" "$tmp/r.bin"
 expect "--repack without the fast kernel: says so" grep -q "repack" "$tmp/err"
+"$bin" logits -m "$q" -p "the cat sat on the mat and then" -ub 1 -t 2 -rtr -ngl 99 \
+  -o "$tmp/r.bin" 2>"$tmp/err"
+expect "--repack with -ngl: says it is ignored" grep -q "ignored with -ngl" "$tmp/err"
 
 # ---- a model too large for this machine's RAM (HOTMOE_RAM_MIB pretends the RAM size) ----
 HOTMOE_RAM_MIB=1 "$bin" run -m "$m" -p hi -n 2 >/dev/null 2>"$tmp/err"
