@@ -10,6 +10,8 @@
 # mean per variant and model.
 #   bash bench/device_ab.sh base=.devrun/a new=.devrun/b nopdl=.devrun/b:-DCUDA_PDL=0
 # env: ROUNDS (2), MODELS ("q3 goss": the forged qwen3-30b-a3b q4_k_m, gpt-oss-20b mxfp4), CPU,
+# READ_FROM (the variant whose bench_matvec measures the read bandwidth; default the last one:
+# usually the newest tree, whose read test tries the most ways),
 # PP (e.g. 512: ppPP instead of tg128), PROF (CPU=1: runs with HOTMOE_POOL_PROF=1 and prints each
 # run's mean time per job kind and between jobs, steadier than tok/s for small changes).
 set -uo pipefail
@@ -39,6 +41,7 @@ for v in "$@"; do
 done
 wait
 b=/tmp/ab-${names[0]}
+rb=/tmp/ab-${READ_FROM:-${names[-1]}} # the read figure from this variant's bench_matvec
 [ -f $m/q3.gguf ] || $b/hotmoe forge --preset qwen3-30b-a3b --type q4_k_m -o $m/q3.gguf 2>&1 | tail -1
 [ -f $m/goss.gguf ] || $b/hotmoe forge --preset gpt-oss-20b --type mxfp4 -o $m/goss.gguf 2>&1 | tail -1
 test="-p 0 -n 128" row=tg128
@@ -47,7 +50,7 @@ where="-ngl 99 --gpu-strict"
 [ -n "${CPU:-}" ] && where="-t 16"
 for f in $models; do
   for r in $(seq $rounds); do
-    [ -n "${CPU:-}" ] && echo "$f read round $r: $($b/bench_matvec -t 16 --reps 3 --types q4_K |
+    [ -n "${CPU:-}" ] && echo "$f read round $r: $($rb/bench_matvec -t 16 --reps 3 --types q4_K |
       grep -oE 'bandwidth at the start: [0-9.]+' | awk '{print $NF}')" | tee -a $OUT/ab.txt
     for n in "${names[@]}"; do
       HOTMOE_POOL_PROF=${PROF:-0} /tmp/ab-$n/hotmoe bench -m $m/$f.gguf $where -r 3 $test ${vargs[$n]} \
