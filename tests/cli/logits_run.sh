@@ -93,6 +93,14 @@ expect "run: greedy is deterministic across thread counts" cmp -s "$tmp/out" "$t
 expect "run: prompt longer than the context: exit 1" test $? -eq 1
 expect "run: prompt longer than the context: says so" grep -q "context" "$tmp/err"
 
+# ---- the expert tracer counts the same on 1 thread (layers as pool jobs of their own) and on 3
+# (a decode step as one pool job: the routing, and its record, in a `then` step) ----
+"$bin" run -m "$m" -p "the cat" -n 8 --temp 0 -t 1 --expert-trace-output "$tmp/tr1.json" \
+  >/dev/null 2>&1
+"$bin" run -m "$m" -p "the cat" -n 8 --temp 0 -t 3 --expert-trace-output "$tmp/tr3.json" \
+  >/dev/null 2>&1
+expect "tracer: same counts on 1 and 3 threads" cmp -s "$tmp/tr1.json" "$tmp/tr3.json"
+
 # ---- --repack: the q4_K matrices also held repacked by eights (quant_x8.h) give the same
 # logits, one token at a time (the repacked path) and in a batch, on 1 and 3 threads; where the
 # fast kernel cannot run (HOTMOE_ISA=avx2) the weights stay as they are and the run says so ----
