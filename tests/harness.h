@@ -42,6 +42,14 @@ static int hm_t_failed_checks;
         }                                                                                  \
     } while (0)
 
+/* The tests' random numbers: xorshift64 on *state (a test's own seed), the upper bits. */
+static inline unsigned hm_t_rnd(unsigned long long *state) {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    return (unsigned)(*state >> 16);
+}
+
 typedef void (*hm_t_fn)(void);
 
 static inline int hm_t_run(const char *names, hm_t_fn *fns, int n) {

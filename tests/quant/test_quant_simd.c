@@ -11,12 +11,9 @@
 #include "quant/quant.h"
 #include "quant/quant_simd_tables.h"
 
-static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static unsigned long long g_rng = 0x9e3779b97f4a7c15ull;
 static uint32_t rnd(void) {
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (uint32_t)(g_rng >> 16);
+    return hm_t_rnd(&g_rng);
 }
 static float rndf(float lo, float hi) { return lo + (hi - lo) * (float)(rnd() & 0xffffff) / 16777216.0f; }
 
