@@ -172,21 +172,6 @@ static const uint8_t *map_copy(const char *path, const uint8_t *src, size_t n) {
 
 /* --x8: the same matrix repacked by eights (quant_x8.h), multiplied by cpu_matmul_multi with
  * the copy (cpu_matmul_mat.x8): the engine's decode path */
-typedef struct {
-    uint32_t type;
-    int64_t k;
-    const uint8_t *w; /* rows, row size rs */
-    uint8_t *packed;  /* groups of 8 rows */
-    size_t rs, gs;
-} x8_job;
-
-static void x8_repack_item(void *ctx, int64_t g, int ith) {
-    (void)ith;
-    x8_job *j = ctx;
-    hm_error err;
-    quant_x8_repack(j->type, j->k, j->w + (size_t)g * 8 * j->rs, j->rs, j->packed + (size_t)g * j->gs, &err);
-}
-
 static uint32_t g_rng = 12345;
 static float rndf(void) {
     g_rng = g_rng * 1664525u + 1013904223u;
@@ -362,18 +347,17 @@ int main(int argc, char **argv) {
         }
         if (x8 && !json && quant_x8_supported((uint32_t)t) && max_batch == 1 && split == 1) {
             const int64_t groups = rows / 8;
-            x8_job xj = {.type = (uint32_t)t, .k = k, .w = w, .rs = rs,
-                         .gs = quant_x8_group_size((uint32_t)t, k)};
-            xj.packed = aligned_alloc(64, (xj.gs * (size_t)groups + 63) / 64 * 64);
+            const size_t gs = quant_x8_group_size((uint32_t)t, k);
+            uint8_t *packed = aligned_alloc(64, (gs * (size_t)groups + 63) / 64 * 64);
             const size_t ass = cpu_matmul_scratch_size((uint32_t)t, k, 1);
             void *act = malloc(ass);
-            if (!xj.packed || !act) {
+            if (!packed || !act ||
+                quant_x8_repack_rows((uint32_t)t, k, w, rs, 8 * groups, packed, pool, NULL) != HM_OK) {
                 fprintf(stderr, "bench_matvec: out of memory for --x8\n");
                 return 1;
             }
-            tp_run_items(pool, x8_repack_item, &xj, groups);
             const cpu_matmul_mat mm = {.wtype = (uint32_t)t, .w = w, .n_rows = 8 * groups, .y = y,
-                                       .x8 = xj.packed};
+                                       .x8 = packed};
             double best = 1e30, rt_best = 1e30;
             for (int r = 0; r < reps; r++) {
                 double rt = read_best(pool, &rj, 1);
@@ -383,11 +367,11 @@ int main(int argc, char **argv) {
                 double dt = now_s() - t0;
                 if (dt < best) best = dt;
             }
-            const double g8 = (double)groups * (double)xj.gs / best / 1e9, rd = (double)size / rt_best / 1e9;
+            const double g8 = (double)groups * (double)gs / best / 1e9, rd = (double)size / rt_best / 1e9;
             printf("| %s x8%s | %lld | %lld | %.2f | %.2f | %.2f |\n", hm_type_name((uint32_t)t),
                    quant_x8_fast() ? "" : " (reference path)", (long long)k, (long long)(8 * groups),
                    g8, rd, g8 / rd);
-            free(xj.packed);
+            free(packed);
             free(act);
         }
         fflush(stdout);

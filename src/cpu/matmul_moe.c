@@ -43,7 +43,6 @@ typedef struct {
     const cpu_moe_args *a, *b; /* b: optional second product over the same inputs */
     cpu_moe_post_fn post;
     void *post_ctx;
-    size_t wexp, wexpb; /* bytes of one expert of a, of b */
     /* The plan touches only the selected experts' entries: a decode step's few cache lines,
      * which the other cores read last layer (each write costs a transfer). */
     uint8_t *act;     /* [n_pairs] quantised rows, grouped by expert (act_stride apart) */
@@ -152,7 +151,7 @@ hm_status cpu_moe_matmul(tp_pool *pool, const quant_kernels *kern, const cpu_moe
 }
 
 /* Kernels, pair compatibility, layout and expert ids of a grouped product (j: mk, mkb, b,
- * wexpb, post). */
+ * post). */
 static hm_status moe_check(const quant_kernels *kern, const cpu_moe_args *a,
                            const cpu_moe_args *b, cpu_moe_post_fn post, void *post_ctx,
                            moe_job *j, moe_layout *l, hm_error *err) {
@@ -169,7 +168,6 @@ static hm_status moe_check(const quant_kernels *kern, const cpu_moe_args *a,
             return hm_error_set(err, HM_ERR_ARG, "moe matmul: the two products of a pair must "
                                 "share inputs, shapes and activation format");
         j->b = b;
-        j->wexpb = j->mkb.wrow * (size_t)b->n_rows;
     }
     j->post = post;
     j->post_ctx = post_ctx;
@@ -201,7 +199,6 @@ static void moe_plan(moe_job *j, const cpu_moe_args *a, const moe_layout *l, uin
     j->off = (int64_t *)(void *)(s + l->counts);
     j->item0 = (int64_t *)(void *)(s + l->items);
     j->eid = (int32_t *)(void *)(s + l->eids);
-    j->wexp = j->mk.wrow * (size_t)a->n_rows;
     j->x8dot = mm_x8_pick(a->x8, a->wtype, a->n_rows, 0); /* used for experts of few pairs */
     j->x8dotb = j->b ? mm_x8_pick(j->b->x8, j->b->wtype, j->b->n_rows, 0) : NULL;
     int64_t n = 0;
@@ -358,7 +355,7 @@ size_t cpu_moe_ffn_scratch_size(const cpu_moe_args *gate, const cpu_moe_args *do
  * in small ones (the job's tail); big is a whole number of small cells (the slot sum's unit). */
 static void ffn_down_sizes(int64_t chunk, int64_t *big, int64_t *small) {
     *big = *small = chunk;
-    if (MM_GUIDED != 1) return;
+    if (!MM_GUIDED) return;
     const int64_t sm = chunk / 2 / MM_ROW_ALIGN * MM_ROW_ALIGN;
     *small = sm < MM_ROW_ALIGN ? MM_ROW_ALIGN : sm;
     const int64_t mult = MM_MAX_CHUNK / *small;

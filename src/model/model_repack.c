@@ -9,7 +9,6 @@
  * anonymous mapping advised for transparent huge pages (fewer TLB misses on a stream). Only
  * where the fast kernel runs (quant_x8_fast): elsewhere the copies would be slower.
  */
-#include <stdatomic.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -74,27 +73,6 @@ uint64_t model_repack_bytes(const hm_model *m) {
     return n;
 }
 
-typedef struct {
-    const hm_tensor *t;
-    uint8_t *dst;
-    size_t gs; /* bytes of a group */
-    hm_error err;
-    atomic_int fail;
-} repack_job;
-
-/* Item g: group g of t (experts' rows follow each other: groups never straddle two experts,
- * since each expert has whole groups). */
-static void repack_item(void *ctx, int64_t g, int ith) {
-    (void)ith;
-    repack_job *j = ctx;
-    hm_error e;
-    if (quant_x8_repack(j->t->type, j->t->ne[0],
-                        (const uint8_t *)j->t->data + (size_t)g * QUANT_X8_ROWS * j->t->row_size,
-                        j->t->row_size, j->dst + (size_t)g * j->gs, &e) != HM_OK &&
-        atomic_exchange(&j->fail, 1) == 0)
-        j->err = e;
-}
-
 hm_status model_repack(hm_model *m, hm_error *err) {
     const int n = n_mats(m);
     m->x8_copies = calloc((size_t)n, sizeof(*m->x8_copies));
@@ -115,14 +93,10 @@ hm_status model_repack(hm_model *m, hm_error *err) {
         }
         (void)madvise(p, bytes, MADV_HUGEPAGE); /* advice only: 4 KiB pages work too */
         m->x8_copies[m->n_x8_copies++] = (struct model_x8_copy){p, bytes};
-        repack_job j = {.t = t, .dst = p, .gs = quant_x8_group_size(t->type, t->ne[0])};
-        atomic_init(&j.fail, 0);
-        tp_run_items(pool, repack_item, &j, (int64_t)(bytes / j.gs));
-        if (atomic_load(&j.fail)) {
-            st = hm_error_set(err, HM_ERR_FORMAT, "repack of %s: %s", t->name, j.err.msg);
-            break;
-        }
-        t->x8 = p;
+        /* experts' rows follow each other: each expert has whole groups, none straddles two */
+        st = quant_x8_repack_rows(t->type, t->ne[0], t->data, t->row_size,
+                                  t->ne[1] * (t->ne[2] > 0 ? t->ne[2] : 1), p, pool, err);
+        if (st == HM_OK) t->x8 = p;
     }
     tp_free(pool);
     return st;

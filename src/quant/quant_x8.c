@@ -113,6 +113,39 @@ hm_status quant_x8_repack(uint32_t wtype, int64_t k, const void *rows, size_t ro
     return HM_OK;
 }
 
+typedef struct {
+    uint32_t wtype;
+    int64_t k, n_groups;
+    const uint8_t *rows;
+    size_t row_stride, gs;
+    uint8_t *dst;
+} x8_rows_job;
+
+enum { X8_REPACK_ITEM = 64 }; /* groups per item of quant_x8_repack_rows */
+
+static void x8_rows_item(void *ctx, int64_t it, int ith) {
+    (void)ith;
+    const x8_rows_job *j = ctx;
+    for (int64_t g = it * X8_REPACK_ITEM; g < (it + 1) * X8_REPACK_ITEM && g < j->n_groups; g++)
+        x8_move(j->wtype, j->k / X8_QK, (uint8_t *)(uintptr_t)(j->rows + (size_t)g * 8 * j->row_stride),
+                j->row_stride, j->dst + (size_t)g * j->gs, true);
+}
+
+hm_status quant_x8_repack_rows(uint32_t wtype, int64_t k, const void *rows, size_t row_stride,
+                               int64_t n_rows, void *dst, tp_pool *pool, hm_error *err) {
+    if (n_rows < 0 || n_rows % 8)
+        return hm_error_set(err, HM_ERR_ARG, "x8 repack: %lld rows are not whole groups of 8",
+                            (long long)n_rows);
+    if (n_rows == 0) return HM_OK;
+    hm_status st = quant_x8_repack(wtype, k, rows, row_stride, dst, err); /* checks; group 0 */
+    if (st != HM_OK) return st;
+    const x8_rows_job j = {.wtype = wtype, .k = k, .n_groups = n_rows / 8, .rows = rows,
+                           .row_stride = row_stride, .gs = quant_x8_group_size(wtype, k),
+                           .dst = dst};
+    tp_run_items(pool, x8_rows_item, (void *)&j, (j.n_groups + X8_REPACK_ITEM - 1) / X8_REPACK_ITEM);
+    return HM_OK;
+}
+
 void quant_x8_unpack(uint32_t wtype, int64_t k, const void *group, void *rows, size_t row_stride) {
     if (quant_x8_supported(wtype))
         x8_move(wtype, k / X8_QK, rows, row_stride, (uint8_t *)(uintptr_t)group, false);

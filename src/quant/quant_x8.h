@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "base/threadpool.h"
 
 enum { QUANT_X8_ROWS = 8 };
 
@@ -39,6 +40,10 @@ size_t quant_x8_group_size(uint32_t wtype, int64_t k);
 /* 8 rows (row r at rows + r * row_stride, k elements of wtype) into group. */
 hm_status quant_x8_repack(uint32_t wtype, int64_t k, const void *rows, size_t row_stride,
                           void *group, hm_error *err);
+/* A whole matrix: n_rows rows (a multiple of 8) into n_rows / 8 consecutive groups at dst,
+ * shared out on pool (NULL: the calling thread). */
+hm_status quant_x8_repack_rows(uint32_t wtype, int64_t k, const void *rows, size_t row_stride,
+                               int64_t n_rows, void *dst, tp_pool *pool, hm_error *err);
 /* The 8 rows back (for tests and the reference path). */
 void quant_x8_unpack(uint32_t wtype, int64_t k, const void *group, void *rows, size_t row_stride);
 

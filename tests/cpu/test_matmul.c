@@ -15,12 +15,9 @@
 #include "cpu/ops.h"
 #include "harness.h"
 
-static uint64_t g_rng = 0x243f6a8885a308d3ull;
+static unsigned long long g_rng = 0x243f6a8885a308d3ull;
 static uint32_t rnd(void) {
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (uint32_t)(g_rng >> 16);
+    return hm_t_rnd(&g_rng);
 }
 static float rndf(float lo, float hi) { return lo + (hi - lo) * (float)(rnd() & 0xffffff) / 16777216.0f; }
 
@@ -420,13 +417,11 @@ static void test_moe_ffn(void) {
 
 /* rows (a multiple of 8) of type t repacked by eights; NULL if the type has no such form */
 static uint8_t *repack_rows(uint32_t t, const uint8_t *w, int64_t rows, int64_t k) {
-    const size_t rs = hm_row_size(t, k), gs = quant_x8_group_size(t, k);
-    uint8_t *x8 = gs ? malloc(rs * (size_t)rows) : NULL;
-    for (int64_t g = 0; x8 && g < rows / QUANT_X8_ROWS; g++)
-        if (quant_x8_repack(t, k, w + (size_t)g * 8 * rs, rs, x8 + (size_t)g * gs, NULL) != HM_OK) {
-            free(x8);
-            x8 = NULL;
-        }
+    uint8_t *x8 = malloc(hm_row_size(t, k) * (size_t)rows);
+    if (x8 && quant_x8_repack_rows(t, k, w, hm_row_size(t, k), rows, x8, NULL, NULL) != HM_OK) {
+        free(x8);
+        x8 = NULL;
+    }
     return x8;
 }
 

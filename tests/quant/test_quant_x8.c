@@ -13,12 +13,9 @@
 #include "quant/quant.h"
 #include "quant/quant_x8.h"
 
-static uint64_t g_rng = 0x2545f4914f6cdd1dull;
+static unsigned long long g_rng = 0x2545f4914f6cdd1dull;
 static uint32_t rnd(void) {
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (uint32_t)(g_rng >> 16);
+    return hm_t_rnd(&g_rng);
 }
 static float rndf(void) { return (float)(rnd() & 0xffffff) / 8388608.0f - 1.0f; }
 
@@ -117,4 +114,33 @@ static void test_dot_reference_path(void) {
     free(keep);
 }
 
-HM_TEST_MAIN(test_repack_roundtrip, test_dot_fast, test_dot_reference_path)
+/* A whole matrix (quant_x8_repack_rows, on a pool of 3 and on the caller): group g is the
+ * repack of rows 8g..8g+7; row counts that are not whole groups are refused. */
+static void test_repack_rows(void) {
+    const int64_t k = 512, n_rows = 8 * 150; /* more groups than one pool item */
+    tp_pool *pool = NULL;
+    HM_REQUIRE(tp_init(3, &pool, NULL) == HM_OK);
+    for (int ti = 0; ti < 2; ti++) {
+        const uint32_t type = k_types[ti];
+        const size_t ws = hm_row_size(type, k), gs = quant_x8_group_size(type, k);
+        uint8_t *w = malloc(ws * (size_t)n_rows), *a = malloc(ws * (size_t)n_rows);
+        uint8_t *b = malloc(ws * (size_t)n_rows), *g = malloc(gs);
+        HM_REQUIRE(w && a && b && g);
+        for (int64_t r = 0; r < n_rows; r += 8) make_rows(type, k, w + (size_t)r * ws, ws);
+        hm_error err;
+        HM_CHECK(quant_x8_repack_rows(type, k, w, ws, n_rows, a, pool, &err) == HM_OK);
+        HM_CHECK(quant_x8_repack_rows(type, k, w, ws, n_rows, b, NULL, &err) == HM_OK);
+        HM_CHECK(!memcmp(a, b, ws * (size_t)n_rows));
+        int bad = 0;
+        for (int64_t grp = 0; grp < n_rows / 8; grp++) {
+            HM_REQUIRE(quant_x8_repack(type, k, w + (size_t)grp * 8 * ws, ws, g, &err) == HM_OK);
+            bad += memcmp(g, a + (size_t)grp * gs, gs) != 0;
+        }
+        HM_CHECK_MSG(bad == 0, "%s: %d groups differ from quant_x8_repack's", hm_type_name(type), bad);
+        HM_CHECK(quant_x8_repack_rows(type, k, w, ws, 12, a, pool, &err) == HM_ERR_ARG);
+        free(w), free(a), free(b), free(g);
+    }
+    tp_free(pool);
+}
+
+HM_TEST_MAIN(test_repack_roundtrip, test_repack_rows, test_dot_fast, test_dot_reference_path)
