@@ -1,11 +1,18 @@
 /* quant_x8.c - repacking by eights and the portable parts of quant_x8.h.
  *
  * Group layout of q4_K (per block b of the 8 rows, 1152 bytes = 8 x 144): fp16 d[8], fp16
- * dmin[8], the 12 scale bytes of each row, then the quants: for chunk j (0..3; its 32 bytes hold
- * sub-block 2j in the low nibbles, 2j+1 in the high), part m (0..3), row r (0..7): row r's bytes
- * 8m .. 8m + 7 of chunk j. So the 64 bytes at (j, m) give one 512-bit register whose 64-bit lane
- * r holds 8 bytes of row r, and the activation bytes they meet (8 of sub-block 2j or 2j + 1) are
- * one 64-bit broadcast of the q8_K row: the kernel reads the activation as it is.
+ * dmin[8], the rows' 64 six-bit scales and 64 six-bit mins regrouped (sm, below), then the
+ * quants: for chunk j (0..3; its 32 bytes hold sub-block 2j in the low nibbles, 2j+1 in the
+ * high), part m (0..3), row r (0..7): row r's bytes 8m .. 8m + 7 of chunk j. So the 64 bytes at
+ * (j, m) give one 512-bit register whose 64-bit lane r holds 8 bytes of row r, and the activation
+ * bytes they meet (8 of sub-block 2j or 2j + 1) are one 64-bit broadcast of the q8_K row: the
+ * kernel reads the activation as it is.
+ * sm (96 bytes, the 8 rows' 12 scale bytes re-encoded, so the kernel decodes all of them with a
+ * few whole-register steps instead of per row): scale value i is (sub-block i / 8, row i % 8),
+ * min value i is (sub-block 2 (i / 16) + i % 2, row (i / 2) % 8); sm[i] holds the low 4 bits of
+ * scale i (bits 0-3) and of min i (bits 4-7); sm[64 + 2w], sm[65 + 2w] (a little-endian word)
+ * hold the top 2 bits of scales 8w .. 8w + 7 (bits 2k, 2k + 1 for scale 8w + k); sm[80 + 2w],
+ * sm[81 + 2w] those of mins 8w .. 8w + 7.
  * q6_K (per block, 1680 bytes = 8 x 210): fp16 d[8], the 16 int8 scales of each row, then ql as
  * [half n][part m][a/b][row r][8 bytes] = row r's ql bytes 64n + 32ab + 8m .. + 7, then qh as
  * [n][m][r][8 bytes] = row r's qh bytes 32n + 8m .. + 7.
@@ -26,9 +33,51 @@ enum { X8_QK = 256 };
 
 typedef struct {
     uint16_t d[8], dmin[8];
-    uint8_t scales[8][12];
+    uint8_t sm[96]; /* the scales and mins (header) */
     uint8_t qs[1024];
 } x8_q4_K;
+
+static int x8_k4_sc_index(int jj, int r) { return 8 * jj + r; }
+static int x8_k4_mn_index(int jj, int r) { return 16 * (jj / 2) + 2 * r + jj % 2; }
+
+/* value i of sm's scales (is_min 0) or mins (1) */
+static int x8_k4_get(const uint8_t *sm, int i, int is_min) {
+    const int lo = (sm[i] >> (4 * is_min)) & 0xF;
+    const int w = sm[64 + 16 * is_min + 2 * (i / 8)] | sm[65 + 16 * is_min + 2 * (i / 8)] << 8;
+    return lo | ((w >> (2 * (i % 8))) & 3) << 4;
+}
+
+static void x8_k4_set(uint8_t *sm, int i, int is_min, int v) {
+    sm[i] = (uint8_t)((sm[i] & (0xF0 >> (4 * is_min))) | (v & 0xF) << (4 * is_min));
+    uint8_t *h = sm + 64 + 16 * is_min + 2 * (i / 8) + (i % 8) / 4;
+    const int sh = 2 * (i % 4);
+    *h = (uint8_t)((*h & ~(3 << sh)) | ((v >> 4) & 3) << sh);
+}
+
+/* The 8 rows' 12 scale bytes (row r at sc12[r]) into sm or back: a bijection of 96 bits. */
+static void x8_k4_sm_move(uint8_t *sc12[8], uint8_t *sm, bool to_group) {
+    for (int r = 0; r < 8; r++) {
+        uint8_t sc[8], mn[8];
+        if (to_group) {
+            for (int jj = 0; jj < 8; jj++) {
+                quant_k4_scale_min(jj, sc12[r], &sc[jj], &mn[jj]);
+                x8_k4_set(sm, x8_k4_sc_index(jj, r), 0, sc[jj]);
+                x8_k4_set(sm, x8_k4_mn_index(jj, r), 1, mn[jj]);
+            }
+            continue;
+        }
+        for (int jj = 0; jj < 8; jj++) {
+            sc[jj] = (uint8_t)x8_k4_get(sm, x8_k4_sc_index(jj, r), 0);
+            mn[jj] = (uint8_t)x8_k4_get(sm, x8_k4_mn_index(jj, r), 1);
+        }
+        uint8_t *q = sc12[r]; /* quant_k4_scale_min's packing, inverted */
+        for (int j = 0; j < 4; j++) {
+            q[j] = (uint8_t)(sc[j] | (sc[j + 4] >> 4) << 6);
+            q[j + 4] = (uint8_t)(mn[j] | (mn[j + 4] >> 4) << 6);
+            q[j + 8] = (uint8_t)((sc[j + 4] & 0xF) | (mn[j + 4] & 0xF) << 4);
+        }
+    }
+}
 
 typedef struct {
     uint16_t d[8];
@@ -69,7 +118,13 @@ static void x8_piece(uint8_t *row, uint8_t *grp, size_t ro, size_t go, size_t n,
 static void x8_move(uint32_t wtype, int64_t nb, uint8_t *rows, size_t row_stride, uint8_t *group,
                     bool to_group) {
     const size_t rb = hm_type_get(wtype)->type_size, gb = 8 * rb;
-    for (int64_t b = 0; b < nb; b++)
+    for (int64_t b = 0; b < nb; b++) {
+        if (wtype == HM_TYPE_Q4_K) {
+            uint8_t *sc12[8];
+            for (int r = 0; r < 8; r++)
+                sc12[r] = rows + (size_t)r * row_stride + (size_t)b * rb + offsetof(block_q4_K, scales);
+            x8_k4_sm_move(sc12, group + (size_t)b * gb + offsetof(x8_q4_K, sm), to_group);
+        }
         for (int r = 0; r < 8; r++) {
             uint8_t *x = rows + (size_t)r * row_stride + (size_t)b * rb, *g = group + (size_t)b * gb;
             if (wtype == HM_TYPE_Q6_K) {
@@ -89,14 +144,13 @@ static void x8_move(uint32_t wtype, int64_t nb, uint8_t *rows, size_t row_stride
                 x8_piece(x, g, offsetof(block_q4_K, d), offsetof(x8_q4_K, d) + 2 * (size_t)r, 2, to_group);
                 x8_piece(x, g, offsetof(block_q4_K, dmin), offsetof(x8_q4_K, dmin) + 2 * (size_t)r, 2,
                          to_group);
-                x8_piece(x, g, offsetof(block_q4_K, scales), offsetof(x8_q4_K, scales) + 12 * (size_t)r,
-                         12, to_group);
                 for (int j = 0; j < 4; j++)
                     for (int m = 0; m < 4; m++)
                         x8_piece(x, g, offsetof(block_q4_K, qs) + (size_t)(32 * j + 8 * m),
                                  offsetof(x8_q4_K, qs) + (size_t)(256 * j + 64 * m + 8 * r), 8, to_group);
             }
         }
+    }
 }
 
 hm_status quant_x8_repack(uint32_t wtype, int64_t k, const void *rows, size_t row_stride,
@@ -160,8 +214,8 @@ static void x8_dot_q4_K_ref(int64_t nb, const x8_q4_K *g, const block_q8_K *a, f
         for (int64_t b = 0; b < nb; b++) {
             int32_t s = 0, t = 0;
             for (int j = 0; j < 8; j++) {
-                uint8_t sc, mn;
-                quant_k4_scale_min(j, g[b].scales[r], &sc, &mn);
+                const int sc = x8_k4_get(g[b].sm, x8_k4_sc_index(j, r), 0);
+                const int mn = x8_k4_get(g[b].sm, x8_k4_mn_index(j, r), 1);
                 int32_t sj = 0;
                 for (int l = 0; l < 32; l++) { /* byte l of chunk j / 2 */
                     const uint8_t byte = g[b].qs[256 * (j / 2) + 64 * (l / 8) + 8 * r + (l & 7)];

@@ -1,24 +1,26 @@
-/* quant_x8_avx512.c - the AVX-512 kernel of quant_x8.h: 8 repacked q4_K rows against one q8_K
- * activation row (layout in quant_x8.c). CMake gives this file the AVX-512 F/BW/VL/DQ/VNNI
- * flags; the kernel adds VBMI (vpermt2b, the scale transpose) by a target attribute (GCC and
+/* quant_x8_avx512.c - the AVX-512 kernels of quant_x8.h: 8 repacked q4_K or q6_K rows against
+ * one q8_K activation row (layouts in quant_x8.c). CMake gives this file the AVX-512 F/BW/VL/DQ/VNNI
+ * flags; the kernels add VBMI (vpermb, vpermt2b, vpmultishiftqb) by a target attribute (GCC and
  * clang). The caller checks the CPU (quant_x8_fast).
  *
- * Per block of the 8 rows: each (chunk j, part m) register of quants gives two vpdpbusd, low
- * nibbles against 8 bytes of sub-block 2j's activation and high nibbles against 2j + 1's (each
- * a 64-bit broadcast), into 32-bit lanes 2r + h that stay below 2^15; vpdpwssd then scales them
- * by the row's sub-block scale (as the int16 pair (sc, 0): the lane's low half is its whole
- * value), so lanes 2r and 2r + 1 sum to row r's s. t is the rows' mins against
- * bsums[2j] + bsums[2j + 1] by pmaddwd.
- * The float part is the reference's per row, with the rows in the 8 lanes of a register:
- * acc[b % 32] = fma(d * da, s, acc), then fma(-(dmin * da), t, acc); then the halving tree
- * across the 32 registers.
+ * q4_K, per block of the 8 rows: the 64 scales and 64 mins come out of quant_x8.c's sm as bytes
+ * in five whole-register steps (nibbles masked, top bits placed by vpmultishiftqb). Each
+ * (chunk j, part m) register of quants gives two vpdpbusd: low nibbles against 8 bytes of
+ * sub-block 2j's activation, high nibbles (masked in place, so 16 times their value, exact)
+ * against 2j + 1's (each a 64-bit broadcast from memory), into 32-bit lanes 2r + h below 2^15
+ * (2^19 for the high ones, shifted back by 4). vpackssdw then makes int16 pairs of one row and
+ * sub-block, and one vpdpwssd per chunk scales them by their (sc, sc) pairs (vpermb from the
+ * scale bytes); rows are summed out of lanes 4L + c at the end. t is the mins against
+ * bsums[2jj] + bsums[2jj + 1] by pmaddwd. All of it exact integers, so the same s and t as the
+ * reference. The float part is the reference's per row, with the rows in the 8 lanes of a
+ * register: acc[b % 32] = fma(d * da, s, acc), then fma(-(dmin * da), t, acc); then the halving
+ * tree across the 32 registers.
  */
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "quant/blocks.h"
-#include "quant/quant_simd_k4.h"
 
 int quant_x8_avx512_built(void);
 void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *act, float out[8]);
@@ -34,29 +36,33 @@ int quant_x8_avx512_built(void) { return 1; }
 #endif
 enum { X8_GROUP_BLOCK = 1152 };
 
-/* [sc0-7 | mn0-7] (bytes) of one row's 12 scale bytes. s + 12 .. s + 15 are read and ignored
- * (the next row's scales, or the quants that follow the last row's). */
-static inline __m128i x8_scale_bytes(const uint8_t *s) {
-    return _mm256_castsi256_si128(simd_k4_scale_bytes(s));
-}
-
-/* sub-block j's scale of rows 0-7, each twice (lanes 2r and 2r + 1) */
-#define X8_R8(j) j, j, 16 + j, 16 + j, 32 + j, 32 + j, 48 + j, 48 + j, 64 + j, 64 + j, 80 + j, \
-                 80 + j, 96 + j, 96 + j, 112 + j, 112 + j
-#define X8_M8(r) 16 * r + 8, 16 * r + 9, 16 * r + 10, 16 * r + 11, 16 * r + 12, 16 * r + 13, \
-                 16 * r + 14, 16 * r + 15
-static const uint8_t k_isc[2][64] __attribute__((aligned(64))) = {
-    {X8_R8(0), X8_R8(1), X8_R8(2), X8_R8(3)}, {X8_R8(4), X8_R8(5), X8_R8(6), X8_R8(7)}};
-static const uint8_t k_imn[64] __attribute__((aligned(64))) = {
-    X8_M8(0), X8_M8(1), X8_M8(2), X8_M8(3), X8_M8(4), X8_M8(5), X8_M8(6), X8_M8(7)};
+/* Byte indexes into the decoded scales (value 8 jj + r: sub-block jj, row r) for chunk j's
+ * vpdpwssd: dword lane 4L + c holds (sc, sc) as int16 of row 2L + (c & 1), sub-block
+ * 2j + (c >> 1) (bytes 0 and 2; the odd bytes are zeroed by the mask). */
+#define X8_SCL(j, L) 8 * (2 * j) + 2 * L, 0, 8 * (2 * j) + 2 * L, 0, \
+                     8 * (2 * j) + 2 * L + 1, 0, 8 * (2 * j) + 2 * L + 1, 0, \
+                     8 * (2 * j + 1) + 2 * L, 0, 8 * (2 * j + 1) + 2 * L, 0, \
+                     8 * (2 * j + 1) + 2 * L + 1, 0, 8 * (2 * j + 1) + 2 * L + 1, 0
+#define X8_SCJ(j) {X8_SCL(j, 0), X8_SCL(j, 1), X8_SCL(j, 2), X8_SCL(j, 3)}
+static const uint8_t k_isc[4][64] __attribute__((aligned(64))) = {X8_SCJ(0), X8_SCJ(1), X8_SCJ(2),
+                                                                   X8_SCJ(3)};
+/* vpmultishiftqb offsets: byte k of a qword takes bits 2k - 4 .. 2k + 3 (mod 64), so the top two
+ * bits of value 8w + k (bits 2k, 2k + 1 of word w, zero-extended to qword w) land at bits 4-5 */
+#define X8_MS 60, 62, 0, 2, 4, 6, 8, 10
+static const uint8_t k_ms[64] __attribute__((aligned(64))) = {X8_MS, X8_MS, X8_MS, X8_MS,
+                                                              X8_MS, X8_MS, X8_MS, X8_MS};
 
 __attribute__((target("avx512vbmi")))
 void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *act, float out[8]) {
     __m256 acc[32];
     for (int i = 0; i < 32; i++) acc[i] = _mm256_setzero_ps();
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i m4 = _mm512_set1_epi8(0x0f), mf0 = _mm512_set1_epi8((char)0xf0);
+    const __m512i m30 = _mm512_set1_epi8(0x30), ms = _mm512_load_si512(k_ms);
     const __m512i isc0 = _mm512_load_si512(k_isc[0]), isc1 = _mm512_load_si512(k_isc[1]);
-    const __m512i imn = _mm512_load_si512(k_imn);
+    const __m512i isc2 = _mm512_load_si512(k_isc[2]), isc3 = _mm512_load_si512(k_isc[3]);
+    const __m512i rows = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i iba = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m512i ibb = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *g = (const uint8_t *)group + (size_t)b * X8_GROUP_BLOCK;
         const block_q8_K *a = (const block_q8_K *)act + b;
@@ -64,34 +70,17 @@ void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *act, fl
         /* the weight stream X8_PF bytes ahead: a core alone does not keep enough misses in
          * flight (as for the dot tiles, quant_simd_common.h) */
         for (int o = 0; o < X8_GROUP_BLOCK; o += 64) _mm_prefetch((const char *)g + X8_PF + o, X8_PF_HINT);
-        /* the rows' scale bytes: 16 per row (sc0-7 mn0-7), rows 0-3 in T0 and 4-7 in T1; then
-         * sub-block jj's scales as dwords (sc, 0) in lanes 2r and 2r + 1, and the mins as [r][j]
-         * bytes */
-        /* built in registers: a store and a wider reload here cannot be forwarded, and would
-         * hold the scales (and the block's sums) until the loads before them retire, tying the
-         * arithmetic to the weights' memory latency */
-        const __m512i T0 = _mm512_inserti32x4(
-            _mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(x8_scale_bytes(g + 32)),
-                                                  x8_scale_bytes(g + 44), 1),
-                               x8_scale_bytes(g + 56), 2),
-            x8_scale_bytes(g + 68), 3);
-        const __m512i T1 = _mm512_inserti32x4(
-            _mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(x8_scale_bytes(g + 80)),
-                                                  x8_scale_bytes(g + 92), 1),
-                               x8_scale_bytes(g + 104), 2),
-            x8_scale_bytes(g + 116), 3);
-        const __m512i SCa = _mm512_permutex2var_epi8(T0, isc0, T1);
-        const __m512i SCb = _mm512_permutex2var_epi8(T0, isc1, T1);
-        const __m512i MN = _mm512_permutex2var_epi8(T0, imn, T1);
-        __m512i sc[8];
-        sc[0] = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(SCa, 0));
-        sc[1] = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(SCa, 1));
-        sc[2] = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(SCa, 2));
-        sc[3] = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(SCa, 3));
-        sc[4] = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(SCb, 0));
-        sc[5] = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(SCb, 1));
-        sc[6] = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(SCb, 2));
-        sc[7] = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(SCb, 3));
+        /* the 64 scales SC and 64 mins MN as bytes (quant_x8.c's sm) */
+        const __m512i nib = _mm512_loadu_si512(g + 32);
+        const __m512i hs = _mm512_multishift_epi64_epi8(
+            ms, _mm512_cvtepu16_epi64(_mm_loadu_si128((const __m128i *)(g + 32 + 64))));
+        const __m512i hm = _mm512_multishift_epi64_epi8(
+            ms, _mm512_cvtepu16_epi64(_mm_loadu_si128((const __m128i *)(g + 32 + 80))));
+        const __m512i SC = _mm512_ternarylogic_epi32(_mm512_and_si512(nib, m4), hs, m30, 0xf8);
+        const __m512i MN = _mm512_ternarylogic_epi32(
+            _mm512_and_si512(_mm512_srli_epi16(nib, 4), m4), hm, m30, 0xf8); /* A | (B & C) */
+        /* chunk j: lo and hi (lanes 2r + h of row r, |x| < 2^15) packed to int16 pairs of one
+         * row and sub-block, times that scale pair: sacc lane 4L + c, see X8_SCL */
         __m512i sacc = _mm512_setzero_si512();
         _Pragma("GCC unroll 4")
         for (int j = 0; j < 4; j++) {
@@ -99,29 +88,30 @@ void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *act, fl
             _Pragma("GCC unroll 4")
             for (int m = 0; m < 4; m++) {
                 const __m512i q = _mm512_loadu_si512(qs + 256 * j + 64 * m);
-                int64_t a0, a1; /* elements 8m.. of sub-blocks 2j and 2j + 1 */
-                memcpy(&a0, a->qs + 64 * j + 8 * m, 8);
-                memcpy(&a1, a->qs + 64 * j + 32 + 8 * m, 8);
-                lo = _mm512_dpbusd_epi32(lo, _mm512_and_si512(q, m4), _mm512_set1_epi64(a0));
-                hi = _mm512_dpbusd_epi32(hi, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4),
-                                         _mm512_set1_epi64(a1));
+                /* elements 8m.. of sub-blocks 2j and 2j + 1, each broadcast from memory */
+                const __m512i a0 = _mm512_broadcastq_epi64(_mm_loadl_epi64((const __m128i *)(a->qs + 64 * j + 8 * m)));
+                const __m512i a1 = _mm512_broadcastq_epi64(_mm_loadl_epi64((const __m128i *)(a->qs + 64 * j + 32 + 8 * m)));
+                lo = _mm512_dpbusd_epi32(lo, _mm512_and_si512(q, m4), a0);
+                hi = _mm512_dpbusd_epi32(hi, _mm512_and_si512(q, mf0), a1); /* 16 x, exact */
             }
-            sacc = _mm512_dpwssd_epi32(sacc, lo, sc[2 * j]);
-            sacc = _mm512_dpwssd_epi32(sacc, hi, sc[2 * j + 1]);
+            const __m512i isc = j == 0 ? isc0 : j == 1 ? isc1 : j == 2 ? isc2 : isc3;
+            const __m512i scp = _mm512_maskz_permutexvar_epi8(0x5555555555555555ull, isc, SC);
+            sacc = _mm512_dpwssd_epi32(sacc, _mm512_packs_epi32(lo, _mm512_srai_epi32(hi, 4)), scp);
         }
-        /* row r: lanes 2r + 2r + 1 */
-        const __m256i s = _mm512_cvtepi64_epi32(_mm512_add_epi32(sacc, _mm512_srli_epi64(sacc, 32)));
-        /* t: row r's mins . bs2 as pmaddwd pairs (rows 0-3 in pa, 4-7 in pb, one 128-bit lane
-         * per row), summed within the lane; bs2[j] = bsums[2j] + bsums[2j + 1] */
+        /* row 2L + c: lanes 4L + c and 4L + c + 2 */
+        const __m256i s = _mm512_castsi512_si256(_mm512_permutexvar_epi32(
+            rows, _mm512_add_epi32(sacc, _mm512_shuffle_epi32(sacc, _MM_PERM_BADC))));
+        /* t: min value 16 q + 2 r + e (sub-block 2q + e) against bs2[2q + e] = bsums[4q + 2e] +
+         * bsums[4q + 2e + 1], by pmaddwd: lanes 8q + r of ta (q < 2) and tb (q >= 2) */
         const __m256i bsum = _mm256_loadu_si256((const __m256i *)a->bsums);
-        const __m256i bs32 = _mm256_madd_epi16(bsum, _mm256_set1_epi16(1));
-        const __m512i bs = _mm512_broadcast_i32x4(_mm256_cvtepi32_epi16(bs32));
-        const __m512i pa = _mm512_madd_epi16(_mm512_cvtepu8_epi16(_mm512_castsi512_si256(MN)), bs);
-        const __m512i pb = _mm512_madd_epi16(_mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(MN, 1)), bs);
-        __m512i h = _mm512_add_epi32(_mm512_unpacklo_epi32(pa, pb), _mm512_unpackhi_epi32(pa, pb));
-        h = _mm512_add_epi32(h, _mm512_shuffle_epi32(h, 0x4e)); /* lane r: [t_r, t_r+4, ..] */
-        const __m256i t = _mm512_castsi512_si256(_mm512_permutexvar_epi32(
-            _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0), h));
+        const __m512i bs2 = _mm512_castsi256_si512(_mm256_castsi128_si256(
+            _mm256_cvtepi32_epi16(_mm256_madd_epi16(bsum, _mm256_set1_epi16(1)))));
+        const __m512i ta = _mm512_madd_epi16(_mm512_cvtepu8_epi16(_mm512_castsi512_si256(MN)),
+                                             _mm512_permutexvar_epi32(iba, bs2));
+        const __m512i tb = _mm512_madd_epi16(_mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(MN, 1)),
+                                             _mm512_permutexvar_epi32(ibb, bs2));
+        const __m512i tt = _mm512_add_epi32(ta, tb);
+        const __m256i t = _mm256_add_epi32(_mm512_castsi512_si256(tt), _mm512_extracti64x4_epi64(tt, 1));
         const __m256 vda = _mm256_set1_ps(a->d);
         const __m256 d1 = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g)), vda);
         const __m256 d2 = _mm256_xor_ps(_mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 16))), vda),

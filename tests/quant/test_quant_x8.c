@@ -114,6 +114,54 @@ static void test_dot_reference_path(void) {
     free(keep);
 }
 
+/* Raw blocks at the integer limits (every quant at its maximum or random bytes, scales of all 6
+ * or 8 bits) against activations of -128 and 127 (a q8_K row as q8_K's quantiser never makes
+ * it, but the type allows): the kernel's int16 and int32 lanes must still give the reference's
+ * exact integers. fp16 factors are kept finite (the float part is not what is tested). */
+static void test_dot_extremes(void) {
+    enum { NB = 4, K = 256 * NB };
+    for (int ti = 0; ti < 2; ti++) {
+        const uint32_t type = k_types[ti];
+        const size_t ws = hm_row_size(type, K), bs = ws / NB;
+        uint8_t *w = malloc(8 * ws);
+        void *g = malloc(quant_x8_group_size(type, K));
+        block_q8_K *a = malloc(sizeof(block_q8_K) * NB);
+        HM_REQUIRE(w && g && a);
+        int bad = 0;
+        for (int c = 0; c < 12; c++) {
+            for (size_t i = 0; i < 8 * ws; i++) w[i] = c < 6 ? 0xff : (uint8_t)rnd();
+            for (int r = 0; r < 8; r++)
+                for (int b = 0; b < NB; b++) { /* d (and q4_K's dmin) = 2^-e, e in 0..7 */
+                    uint8_t *blk = w + (size_t)r * ws + (size_t)b * bs;
+                    const size_t dpos = type == HM_TYPE_Q6_K ? bs - 2 : 0;
+                    const uint16_t d = (uint16_t)(0x3c00 - 0x400 * (rnd() % 8));
+                    memcpy(blk + dpos, &d, 2);
+                    if (type == HM_TYPE_Q4_K) memcpy(blk + 2, &d, 2);
+                }
+            for (int b = 0; b < NB; b++) {
+                a[b].d = 1.0f;
+                for (int i = 0; i < 256; i++)
+                    a[b].qs[i] = (int8_t)(c % 3 == 0 ? -128 : c % 3 == 1 ? 127 : (int)(rnd() % 256) - 128);
+                for (int i = 0; i < 16; i++) {
+                    int sum = 0;
+                    for (int l = 0; l < 16; l++) sum += a[b].qs[16 * i + l];
+                    a[b].bsums[i] = (int16_t)sum;
+                }
+            }
+            hm_error err;
+            HM_REQUIRE(quant_x8_repack(type, K, w, ws, g, &err) == HM_OK);
+            float out[8];
+            quant_x8_dot_get(type)(K, g, a, out);
+            for (int r = 0; r < 8; r++) {
+                const float ref = quant_dot_ref(type, K, w + (size_t)r * ws, a);
+                bad += memcmp(&ref, &out[r], sizeof(float)) != 0;
+            }
+        }
+        HM_CHECK_MSG(bad == 0, "%s: %d rows at the limits differ from the reference", hm_type_name(type), bad);
+        free(w), free(g), free(a);
+    }
+}
+
 /* A whole matrix (quant_x8_repack_rows, on a pool of 3 and on the caller): group g is the
  * repack of rows 8g..8g+7; row counts that are not whole groups are refused. */
 static void test_repack_rows(void) {
@@ -143,4 +191,5 @@ static void test_repack_rows(void) {
     tp_free(pool);
 }
 
-HM_TEST_MAIN(test_repack_roundtrip, test_repack_rows, test_dot_fast, test_dot_reference_path)
+HM_TEST_MAIN(test_repack_roundtrip, test_repack_rows, test_dot_fast, test_dot_extremes,
+             test_dot_reference_path)
