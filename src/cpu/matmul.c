@@ -77,22 +77,45 @@ int64_t mm_chunk_rows(int64_t total_rows, int nth) {
 
 
 /* A product job's item sizes: its rows (all matrices' in order, as the items are claimed) go in
- * big chunks first, then in small ones for about the last two items of each thread, so that the
- * stream runs long between item starts (each costs a cold stream start; items of ~40 KB stream
- * ~8% slower than items of ~100 KB) while the threads still finish together. */
-static void mm_chunk_plan(int64_t total_rows, int nth, int64_t *big, int64_t *small,
-                          int64_t *small_from) {
+ * a first wave of nth big chunks (each thread's first item, whose rows it prefetches while it
+ * waits at the stage's gate), a second wave of nth chunks half as big, then small ones for about
+ * the last two items of each thread. Long streams between item starts (each costs a cold
+ * stream start; items of ~40 KB stream ~8% slower than items of ~100 KB), while the thread that
+ * starts late (it ran the stage's `then`, its first item is not prefetched) and the threads
+ * that stream slower than the rest still finish with the others (host traces, bench/RESULTS.md
+ * session 10). */
+static void mm_chunk_plan(int64_t total_rows, int nth, int64_t *big, int64_t *mid, int64_t *small) {
     const int64_t a = MM_ROW_ALIGN;
     int64_t sm = (total_rows / ((int64_t)nth * 16) + a - 1) / a * a;
     sm = sm < a ? a : sm > MM_MAX_CHUNK ? MM_MAX_CHUNK : sm;
     int64_t tail = sm * 2 * nth;
     if (tail > total_rows) tail = total_rows;
-    int64_t bg = (total_rows - tail) / ((int64_t)nth * 2) / a * a;
+    int64_t bg = (total_rows - tail) * 2 / ((int64_t)nth * 3) / a * a;
     bg = bg < sm ? sm : bg > MM_MAX_CHUNK ? MM_MAX_CHUNK : bg;
-    if (!MM_GUIDED) bg = sm = mm_chunk_rows(total_rows, nth), tail = 0;
+    int64_t md = bg / 2 / a * a;
+    md = md < sm ? sm : md;
+    if (!MM_GUIDED) bg = md = sm = mm_chunk_rows(total_rows, nth);
     *big = bg;
+    *mid = md;
     *small = sm;
-    *small_from = total_rows - tail;
+}
+
+/* Item it's rows [v0, v1) of a job's row space (n_v rows): nth items of big rows, nth of mid,
+ * then items of small rows. */
+static void mm_item_range(const cpu_matmul_job *j, int64_t it, int64_t *v0, int64_t *v1) {
+    int64_t at, n;
+    if (it < j->nth) at = it * j->big, n = j->big;
+    else if (it < 2 * j->nth) at = j->nth * j->big + (it - j->nth) * j->mid, n = j->mid;
+    else at = j->nth * (j->big + j->mid) + (it - 2 * j->nth) * j->small, n = j->small;
+    *v0 = at < j->n_v ? at : j->n_v;
+    *v1 = at + n < j->n_v ? at + n : j->n_v;
+}
+
+static int64_t mm_plan_items(const cpu_matmul_job *j) {
+    const int64_t waves = j->nth * (j->big + j->mid);
+    if (j->n_v <= j->nth * j->big) return (j->n_v + j->big - 1) / j->big;
+    if (j->n_v <= waves) return j->nth + (j->n_v - j->nth * j->big + j->mid - 1) / j->mid;
+    return 2 * j->nth + (j->n_v - waves + j->small - 1) / j->small;
 }
 
 const quant_kernels *mm_default_kern(const quant_kernels *kern) {
@@ -135,39 +158,46 @@ static void mm_act_item(void *ctx, int64_t t, int ith) {
     mk0->act(j->x + (size_t)t * (size_t)mk0->k, j->act + (size_t)t * mk0->arow, mk0->k);
 }
 
-/* Item it of a product job: matrix *m's rows [r0, r1). */
-static const mm_mat *mm_item_rows(const mm_job *j, int64_t it, int64_t *r0, int64_t *r1) {
-    int mi = j->n_mat - 1;
-    while (j->m[mi].item0 > it) mi--;
+/* The matrices' rows lie one after another in the job's row space (each from a multiple of
+ * MM_ROW_ALIGN, v0), so that an item's size does not depend on where a matrix ends: an item may
+ * hold rows of two matrices. Matrix mi's rows [r0, r1) of item it; false if it has none. */
+static bool mm_item_part(const mm_job *j, int64_t it, int mi, int64_t *r0, int64_t *r1) {
+    int64_t v0, v1;
+    mm_item_range(j, it, &v0, &v1);
     const mm_mat *m = &j->m[mi];
-    const int64_t li = it - m->item0; /* n_big items of chunk rows, then items of small rows */
-    *r0 = li < m->n_big ? li * m->chunk : m->n_big * m->chunk + (li - m->n_big) * m->small;
-    const int64_t r = *r0 + (li < m->n_big ? m->chunk : m->small);
-    *r1 = r < m->n_rows ? r : m->n_rows;
-    return m;
+    *r0 = v0 > m->v0 ? v0 - m->v0 : 0;
+    *r1 = v1 - m->v0 < m->n_rows ? v1 - m->v0 : m->n_rows;
+    return *r0 < *r1;
 }
 
-/* Item it of the product job: one chunk of rows of one matrix against every token. */
+/* Item it of the product job: its rows (of one matrix or two) against every token. */
 static void mm_item(void *ctx, int64_t it, int ith) {
     (void)ith;
     const mm_job *j = ctx;
-    int64_t r0, r1;
-    const mm_mat *m = mm_item_rows(j, it, &r0, &r1);
-    if (m->x8dot)
-        mm_rows_x8(m->x8dot, &m->mk, m->x8, r0, r1, j->act, j->n_tok, m->y + r0, (size_t)m->n_rows);
-    else
-        mm_rows(&m->mk, m->w, r0, r1, j->act, j->n_tok, m->y + r0, (size_t)m->n_rows);
-    if (j->on_rows) j->on_rows(j->on_rows_ctx, (int)(m - j->m), r0, r1);
+    for (int mi = 0; mi < j->n_mat; mi++) {
+        const mm_mat *m = &j->m[mi];
+        int64_t r0, r1;
+        if (!mm_item_part(j, it, mi, &r0, &r1)) continue;
+        if (m->x8dot)
+            mm_rows_x8(m->x8dot, &m->mk, m->x8, r0, r1, j->act, j->n_tok, m->y + r0, (size_t)m->n_rows);
+        else
+            mm_rows(&m->mk, m->w, r0, r1, j->act, j->n_tok, m->y + r0, (size_t)m->n_rows);
+        if (j->on_rows) j->on_rows(j->on_rows_ctx, mi, r0, r1);
+    }
 }
 
 /* The weight rows of item it into the calling core's L2 (prefetcht1): the thread runs the item
  * once its stage opens, so the stream of weights need not stop at the stage's gate. */
 static void mm_item_prefetch(void *ctx, int64_t it) {
-    int64_t r0, r1;
-    const mm_mat *m = mm_item_rows(ctx, it, &r0, &r1);
-    const uint8_t *w = (m->x8dot ? m->x8 : m->w) + (size_t)r0 * m->mk.wrow; /* a group: 8 rows */
-    const size_t bytes = (size_t)(r1 - r0) * m->mk.wrow;
-    for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(w + o, 0, 2);
+    const mm_job *j = ctx;
+    for (int mi = 0; mi < j->n_mat; mi++) {
+        const mm_mat *m = &j->m[mi];
+        int64_t r0, r1;
+        if (!mm_item_part(j, it, mi, &r0, &r1)) continue;
+        const uint8_t *w = (m->x8dot ? m->x8 : m->w) + (size_t)r0 * m->mk.wrow; /* a group: 8 rows */
+        const size_t bytes = (size_t)(r1 - r0) * m->mk.wrow;
+        for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(w + o, 0, 2);
+    }
 }
 
 hm_status cpu_matmul_job_init(mm_job *j, const quant_kernels *kern, int n_mat,
@@ -180,7 +210,6 @@ hm_status cpu_matmul_job_init(mm_job *j, const quant_kernels *kern, int n_mat,
                             CPU_MATMUL_MAX_MULTI);
     if (n_tok <= 0)
         return hm_error_set(err, HM_ERR_ARG, "matmul: empty product (%lld tokens)", (long long)n_tok);
-    int64_t total_rows = 0;
     for (int i = 0; i < n_mat; i++) {
         hm_status st = mm_kern_init(kern, mats[i].wtype, k, &j->m[i].mk, err);
         if (st != HM_OK) return st;
@@ -190,29 +219,25 @@ hm_status cpu_matmul_job_init(mm_job *j, const quant_kernels *kern, int n_mat,
         if (quant_act_for(mats[i].wtype) != quant_act_for(mats[0].wtype))
             return hm_error_set(err, HM_ERR_ARG, "matmul: %s and %s do not share an activation "
                                 "format", hm_type_name(mats[0].wtype), hm_type_name(mats[i].wtype));
-        total_rows += mats[i].n_rows;
     }
     size_t need = cpu_matmul_scratch_size(mats[0].wtype, k, n_tok);
     if (!scratch || scratch_size < need)
         return hm_error_set(err, HM_ERR_ARG, "matmul: scratch of %zu bytes, %zu needed", scratch_size, need);
     /* item sizes from the matrices' total (rows of similar cost), in claiming order */
-    int64_t big, small, small_from, at = 0;
-    mm_chunk_plan(total_rows, nth, &big, &small, &small_from);
+    int64_t v = 0;
     for (int i = 0; i < n_mat; i++) {
         j->m[i].w = mats[i].w;
         j->m[i].n_rows = mats[i].n_rows;
         j->m[i].y = mats[i].y;
         j->m[i].x8 = mats[i].x8;
         j->m[i].x8dot = mm_x8_pick(mats[i].x8, mats[i].wtype, mats[i].n_rows, n_tok);
-        const int64_t n = mats[i].n_rows, in_big = small_from - at < 0 ? 0 : small_from - at;
-        j->m[i].chunk = big;
-        j->m[i].small = small;
-        j->m[i].n_big = ((in_big < n ? in_big : n) + big - 1) / big;
-        const int64_t rest = n - j->m[i].n_big * big;
-        j->m[i].item0 = j->n_items;
-        j->n_items += j->m[i].n_big + (rest > 0 ? (rest + small - 1) / small : 0);
-        at += n;
+        j->m[i].v0 = v;
+        v += (mats[i].n_rows + MM_ROW_ALIGN - 1) / MM_ROW_ALIGN * MM_ROW_ALIGN;
     }
+    j->n_v = j->m[n_mat - 1].v0 + mats[n_mat - 1].n_rows;
+    j->nth = nth < 1 ? 1 : nth;
+    mm_chunk_plan(v, (int)j->nth, &j->big, &j->mid, &j->small);
+    j->n_items = mm_plan_items(j);
     j->n_mat = n_mat;
     j->n_tok = n_tok;
     j->act = scratch;

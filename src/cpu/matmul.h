@@ -72,8 +72,7 @@ typedef struct {
 typedef struct {
     cpu_matmul_kern mk;
     const uint8_t *w;
-    int64_t n_rows, item0; /* item0: first work item of this matrix */
-    int64_t chunk, n_big, small; /* its items: n_big of chunk rows, then ones of small rows */
+    int64_t n_rows, v0; /* v0: its first row in the job's row space (matmul.c) */
     float *y;
     const uint8_t *x8;     /* the repacked rows when x8dot is set */
     quant_x8_dot_fn x8dot; /* quant_x8's kernel for this product, or NULL (the dot tiles) */
@@ -82,6 +81,7 @@ typedef struct {
     cpu_matmul_part m[CPU_MATMUL_MAX_MULTI];
     int n_mat;
     int64_t n_tok, n_items;
+    int64_t n_v, nth, big, mid, small; /* the item plan (mm_item_range) */
     const float *x;
     uint8_t *act; /* [n_tok] quantised rows of m[0].mk.arow bytes (shared by every matrix) */
     /* may be set after cpu_matmul_job_init: called by the item that wrote rows [r0, r1) of
