@@ -5,6 +5,12 @@
 
 #include "cpu/matmul.h"
 
+#ifndef MM_GATE_PF_MAX
+#define MM_GATE_PF_MAX 32768 /* bytes of an item prefetched at a stage's gate at most (build flag
+                                for A/B; 0: the whole item). A whole big item (~160 KB) kept the
+                                threads issuing prefetches ~11 us into the stage they waited for;
+                                32 KB was faster on the host (bench/RESULTS.md, session 10) */
+#endif
 #ifndef MM_GUIDED
 #define MM_GUIDED 1 /* build flag for A/B: 0 = one chunk size for every item of a product */
 #endif
