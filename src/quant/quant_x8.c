@@ -33,7 +33,7 @@ enum { X8_QK = 256 };
 
 typedef struct {
     uint16_t d[8], dmin[8];
-    uint8_t sm[96]; /* the scales and mins (header) */
+    uint8_t sm[96]; /* the scales and mins, as this file's header lays them out */
     uint8_t qs[1024];
 } x8_q4_K;
 
