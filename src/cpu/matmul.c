@@ -142,9 +142,10 @@ void mm_rows_x8(quant_x8_dot_fn x8dot, const mm_kern *mk, const uint8_t *x8, int
 
 /* quant_x8's kernel for a product of n_act activation rows over n_rows rows of wtype with a
  * repacked copy x8, or NULL when the dot tiles serve (no copy, a batch, rows not in groups). */
-quant_x8_dot_fn mm_x8_pick(const void *x8, uint32_t wtype, int64_t n_rows, int64_t n_act) {
+quant_x8_dot_fn mm_x8_pick(const quant_kernels *kern, const void *x8, uint32_t wtype,
+                           int64_t n_rows, int64_t n_act) {
     return x8 && n_act <= MM_X8_MAX_ROWS && n_rows % QUANT_X8_ROWS == 0
-               ? quant_x8_dot_get(wtype) : NULL;
+               ? quant_x8_dot_for(wtype, kern) : NULL;
 }
 
 typedef cpu_matmul_part mm_mat;
@@ -232,7 +233,7 @@ hm_status cpu_matmul_job_init(mm_job *j, const quant_kernels *kern, int n_mat,
         j->m[i].n_rows = mats[i].n_rows;
         j->m[i].y = mats[i].y;
         j->m[i].x8 = mats[i].x8;
-        j->m[i].x8dot = mm_x8_pick(mats[i].x8, mats[i].wtype, mats[i].n_rows, n_tok);
+        j->m[i].x8dot = mm_x8_pick(kern, mats[i].x8, mats[i].wtype, mats[i].n_rows, n_tok);
         j->m[i].v0 = v;
         v += (mats[i].n_rows + MM_ROW_ALIGN - 1) / MM_ROW_ALIGN * MM_ROW_ALIGN;
     }

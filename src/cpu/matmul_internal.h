@@ -47,7 +47,8 @@ void mm_rows_x8(quant_x8_dot_fn x8dot, const mm_kern *mk, const uint8_t *x8, int
                 int64_t r1, const uint8_t *act, int64_t nc, float *out, size_t ostride);
 /* quant_x8's kernel for a product of n_act activation rows over n_rows rows of wtype with a
  * repacked copy x8, or NULL when the dot tiles serve (no copy, a batch, rows not in groups). */
-quant_x8_dot_fn mm_x8_pick(const void *x8, uint32_t wtype, int64_t n_rows, int64_t n_act);
+quant_x8_dot_fn mm_x8_pick(const quant_kernels *kern, const void *x8, uint32_t wtype,
+                           int64_t n_rows, int64_t n_act);
 /* Rows of a work item when total_rows are shared by nth threads, ~8 items each. */
 int64_t mm_chunk_rows(int64_t total_rows, int nth);
 

@@ -54,6 +54,7 @@ typedef struct {
     int64_t n_pairs, n_active, chunk;
     int64_t small, small_from; /* selected experts from small_from on have items of small rows */
     quant_x8_dot_fn x8dot, x8dotb; /* quant_x8's kernel for a, b (repacked copies), or NULL */
+    const quant_kernels *kern;      /* the kernel table (the x8 kernels go with it) */
 } moe_job;
 
 /* Item g of the quantisation job: the input of grouped pair g. */
@@ -156,6 +157,7 @@ static hm_status moe_check(const quant_kernels *kern, const cpu_moe_args *a,
                            const cpu_moe_args *b, cpu_moe_post_fn post, void *post_ctx,
                            moe_job *j, moe_layout *l, hm_error *err) {
     memset(j, 0, sizeof(*j));
+    j->kern = kern;
     hm_status st = mm_kern_init(kern, a->wtype, a->k, &j->mk, err);
     if (st != HM_OK) return st;
     if (b) {
@@ -199,8 +201,8 @@ static void moe_plan(moe_job *j, const cpu_moe_args *a, const moe_layout *l, uin
     j->off = (int64_t *)(void *)(s + l->counts);
     j->item0 = (int64_t *)(void *)(s + l->items);
     j->eid = (int32_t *)(void *)(s + l->eids);
-    j->x8dot = mm_x8_pick(a->x8, a->wtype, a->n_rows, 0); /* used for experts of few pairs */
-    j->x8dotb = j->b ? mm_x8_pick(j->b->x8, j->b->wtype, j->b->n_rows, 0) : NULL;
+    j->x8dot = mm_x8_pick(j->kern, a->x8, a->wtype, a->n_rows, 0); /* experts of few pairs */
+    j->x8dotb = j->b ? mm_x8_pick(j->kern, j->b->x8, j->b->wtype, j->b->n_rows, 0) : NULL;
     int64_t n = 0;
     if (np <= 64) { /* insertion sort by id, stable */
         for (int64_t p = 0; p < np; p++) {

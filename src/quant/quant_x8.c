@@ -93,16 +93,20 @@ int quant_x8_avx512_built(void);
 
 bool quant_x8_supported(uint32_t wtype) { return wtype == HM_TYPE_Q4_K || wtype == HM_TYPE_Q6_K; }
 
-bool quant_x8_fast(void) {
+/* Whether the fast kernels go with kernel table kern: its ISA, plus VBMI */
+static bool x8_fast_for(const quant_kernels *kern) {
 #if defined(__x86_64__) && defined(__GNUC__)
-    /* the kernel tables' choice (HOTMOE_ISA caps it) decides, plus VBMI */
-    if (!quant_x8_avx512_built() || quant_kernels_best()->isa != QUANT_ISA_AVX512) return false;
+    if (!quant_x8_avx512_built() || !kern || kern->isa != QUANT_ISA_AVX512) return false;
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512vbmi");
 #else
+    (void)kern;
     return false;
 #endif
 }
+
+/* the kernel tables' choice (HOTMOE_ISA caps it) decides */
+bool quant_x8_fast(void) { return x8_fast_for(quant_kernels_best()); }
 
 size_t quant_x8_group_size(uint32_t wtype, int64_t k) {
     return quant_x8_supported(wtype) ? 8 * hm_row_size(wtype, k) : 0;
@@ -275,8 +279,13 @@ static void x8_dot_q4_K(int64_t k, const void *group, const void *act, float out
     x8_dot_q4_K_ref(k / X8_QK, group, act, out);
 }
 
-quant_x8_dot_fn quant_x8_dot_get(uint32_t wtype) {
+quant_x8_dot_fn quant_x8_dot_for(uint32_t wtype, const quant_kernels *kern) {
     if (!quant_x8_supported(wtype)) return NULL;
-    if (wtype == HM_TYPE_Q6_K) return quant_x8_fast() ? x8_dot_q6_K_fast : x8_dot_q6_K;
-    return quant_x8_fast() ? x8_dot_q4_K_fast : x8_dot_q4_K;
+    const bool fast = x8_fast_for(kern);
+    if (wtype == HM_TYPE_Q6_K) return fast ? x8_dot_q6_K_fast : x8_dot_q6_K;
+    return fast ? x8_dot_q4_K_fast : x8_dot_q4_K;
+}
+
+quant_x8_dot_fn quant_x8_dot_get(uint32_t wtype) {
+    return quant_x8_dot_for(wtype, quant_kernels_best());
 }

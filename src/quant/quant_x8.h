@@ -27,6 +27,7 @@
 
 #include "base/status.h"
 #include "base/threadpool.h"
+#include "quant/quant.h"
 
 enum { QUANT_X8_ROWS = 8 };
 
@@ -53,5 +54,8 @@ void quant_x8_unpack(uint32_t wtype, int64_t k, const void *group, void *rows, s
  * path; NULL if unsupported). */
 typedef void (*quant_x8_dot_fn)(int64_t k, const void *group, const void *act, float out[8]);
 quant_x8_dot_fn quant_x8_dot_get(uint32_t wtype);
+/* The same for a given kernel table (the fast kernel when kern is the AVX-512 table and the CPU
+ * has VBMI): no lookup of the environment, for callers that pick per product. */
+quant_x8_dot_fn quant_x8_dot_for(uint32_t wtype, const quant_kernels *kern);
 
 #endif
