@@ -4,14 +4,16 @@
     python3 bench/pool_stages.py PROFILE.txt [PERIOD]
 
 Reads the `pool profile` lines of HOTMOE_POOL_PROF=1 runs (hotmoe's stderr) and, for every job
-kind with more than 16 stages (model_token.c's job: PERIOD stages per layer, default 6: q/k/v,
-heads, attention, wo, router, expert FFN; then the output matrix), prints the mean time of each
-stage position over the layers after the first (from the stage closes) and of its `then` step.
+kind with more than 16 stages (model_token.c's job: PERIOD stages per layer, default 4: q/k/v
+with attention inside, wo, router, expert FFN; 6 for builds before session 10's attention in the
+q/k/v stage or with -DMODEL_ATTN_IN_QKV=0: q/k/v, heads, attention, wo, router, expert FFN; then
+the output matrix), prints the mean time of each stage position over the layers after the first
+(from the stage closes) and of its `then` step.
 """
 import re
 import sys
 
-NAMES = ["qkv", "heads", "attn", "wo", "router", "ffn"]
+NAMES = {6: ["qkv", "heads", "attn", "wo", "router", "ffn"], 4: ["qkv+attn", "wo", "router", "ffn"]}
 
 
 def main(path, per):
@@ -31,7 +33,7 @@ def main(path, per):
         for k in range(per):
             d = sum(dur[l * per + k] for l in range(1, nl)) / (nl - 1)
             t = sum(then[l * per + k] for l in range(1, nl)) / (nl - 1)
-            name = NAMES[k] if per == len(NAMES) else f"s{k}"
+            name = NAMES[per][k] if per in NAMES else f"s{k}"
             cols.append(f"{name} {d:.1f} (then {t:.1f})")
         layer = sum(sum(dur[l * per:(l + 1) * per]) for l in range(1, nl)) / (nl - 1)
         tail = f", output {dur[-1]:.0f}" if len(dur) % per == 1 else ""
@@ -40,4 +42,4 @@ def main(path, per):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 6)
+    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 4)

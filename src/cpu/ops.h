@@ -245,6 +245,10 @@ hm_status cpu_attention_plan(cpu_attn_job *j, cpu_kv_layer *kv, const cpu_attn_a
                              void *scratch, size_t scratch_size, hm_error *err);
 hm_status cpu_attention_begin(tp_pool *pool, cpu_attn_job *j, hm_error *err);
 tp_stage cpu_attention_stage(cpu_attn_job *j);
+/* Which token t, KV head g and query heads [h0, h1) item `item` of the stage computes (a caller
+ * that runs the items as soon as those heads are ready). */
+void cpu_attention_item_heads(const cpu_attn_job *j, int64_t item, int64_t *t, int *g, int *h0,
+                              int *h1);
 
 /* ------------------------------------------------------------------ routers */
 

@@ -315,6 +315,14 @@ static void attn_item(attn_job *j, int64_t item, uint8_t *scr) {
     if (j->on_out) j->on_out(j->on_out_ctx, t, h0, h0 + nh);
 }
 
+void cpu_attention_item_heads(const attn_job *j, int64_t item, int64_t *t, int *g, int *h0, int *h1) {
+    const attn_span sp = attn_item_span(j, item);
+    *t = sp.t;
+    *g = sp.g;
+    *h0 = sp.h0;
+    *h1 = sp.h1;
+}
+
 static void attn_item_fn(void *ctx, int64_t it, int ith) {
     attn_job *j = ctx;
     attn_item(j, it, j->scratch + (size_t)ith * j->per_thread);

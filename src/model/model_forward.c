@@ -30,9 +30,14 @@
  *   proj [n][n_embd] block output; router [n][n_expert]; ids/gw [n][n_used];
  *   eg/eu [n][n_used][n_ff_exp]; ey [n][n_used][n_embd]; sg/su [n][n_ff_shexp]; sgate [n].
  */
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <string.h>
+
+#ifndef MODEL_ATTN_IN_QKV
+#define MODEL_ATTN_IN_QKV 1 /* build flag for A/B: 0 = attention as a stage of its own */
+#endif
 
 #include "cpu/matmul.h"
 #include "model/model_internal.h"
@@ -319,18 +324,18 @@ static void front_qkv_rows(void *ctx, int mi, int64_t r0, int64_t r1) {
         const int64_t lo = h * hd > r0 ? h * hd : r0, hi = (h + 1) * hd < r1 ? (h + 1) * hd : r1;
         const int64_t head = mi == 0 ? h : nh + h, need = mi == 0 ? hd : 2 * hd;
         if (atomic_fetch_add_explicit(&f->head_rows[head], (int)(hi - lo), memory_order_acq_rel) +
-                (hi - lo) == need)
+                (hi - lo) == need) {
             front_head_item(f, head, 0);
+            atomic_store_explicit(&f->head_done[head], 1, memory_order_release);
+        }
     }
 }
 
 /* After the heads stage: the stored positions marked (a failed token's slot emptied, as
  * cpu_kv_store does), then attention's check that it reads only cached positions. */
-static void front_after_heads(void *ctx) {
-    model_front *f = ctx;
+static void front_heads_failed(model_front *f) {
     const int fail = atomic_load(&f->kv_fail);
     cpu_kv_layer *kv = f->attn.kv;
-    cpu_kv_mark(kv, f->c->pos[0], f->n);
     for (int t = 0; t < f->n; t++)
         if (fail >> t & 1) kv->slot_pos[f->c->pos[t] % kv->n_slots] = -1;
     if (atomic_load(&f->head_fail))
@@ -340,7 +345,65 @@ static void front_after_heads(void *ctx) {
         f->st = hm_error_set(&f->err, HM_ERR_RANGE,
                              "KV store: K or V of position %d is not finite (q8_0 cache)",
                              f->c->pos[__builtin_ctz((unsigned)fail)]);
+}
+
+static void front_after_heads(void *ctx) {
+    model_front *f = ctx;
+    cpu_kv_mark(f->attn.kv, f->c->pos[0], f->n);
+    front_heads_failed(f);
     if (f->st == HM_OK) f->st = cpu_attention_begin(NULL, &f->attn, &f->err);
+}
+
+/* ---- attention inside the q/k/v stage (attn_in_qkv): the stage's items are the q/k/v items,
+ * then the attention items; an attention item waits for its q heads and KV head (their rows'
+ * items were all claimed before it: one counter, claimed in order, so they complete) and runs
+ * while the last q/k/v items finish, instead of after a gate. Positions are marked and checked
+ * before the stage (model_front_pre); a failed K/V store empties its slot after it, as above
+ * (the layer's error then stops the step). */
+static void front_wait_head(const model_front *f, int h) {
+    for (int spins = 0; !atomic_load_explicit(&f->head_done[h], memory_order_acquire);) {
+        if (++spins < 256) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+        } else {
+            sched_yield(); /* more threads than cores: let the holder of the head run */
+        }
+    }
+}
+
+static void front_qkv_attn_item(void *ctx, int64_t it, int ith) {
+    model_front *f = ctx;
+    if (it < f->qkv_stage.n_items) {
+        f->qkv_stage.fn(f->qkv_stage.ctx, it, ith);
+        return;
+    }
+    it -= f->qkv_stage.n_items;
+    int64_t t;
+    int g, h0, h1;
+    cpu_attention_item_heads(&f->attn, it, &t, &g, &h0, &h1);
+    front_wait_head(f, (int)f->c->m->hp.n_head + g);
+    for (int h = h0; h < h1; h++) front_wait_head(f, h);
+    f->attn_stage.fn(f->attn_stage.ctx, it, ith);
+}
+
+static void front_qkv_attn_prefetch(void *ctx, int64_t it) {
+    model_front *f = ctx;
+    if (it < f->qkv_stage.n_items) f->qkv_stage.prefetch(f->qkv_stage.ctx, it);
+    else if (f->attn_stage.prefetch) f->attn_stage.prefetch(f->attn_stage.ctx, it - f->qkv_stage.n_items);
+}
+
+static void front_after_qkv_attn(void *ctx) {
+    model_front *f = ctx;
+    front_heads_failed(f);
+    if (f->st == HM_OK && !f->out_by_item) cpu_matmul_job_quantize(&f->wo, f->c->attn);
+}
+
+static tp_stage front_qkv_attn_stage(model_front *f) {
+    return (tp_stage){.fn = front_qkv_attn_item, .ctx = f,
+                      .n_items = f->qkv_stage.n_items + f->attn_stage.n_items,
+                      .then = front_after_qkv_attn, .then_ctx = f,
+                      .prefetch = front_qkv_attn_prefetch};
 }
 
 static void front_after_attn(void *ctx) {
@@ -412,9 +475,13 @@ int model_front_plan(hm_context *c, int il, int n, model_front *fp, tp_stage *st
                               .n_rows = L->router.ne[1], .y = c->router};
     void *ms = c->mm_scratch; /* every product's activations in turn */
     const size_t mss = c->mm_scratch_size;
+    /* wo's activations after q/k/v's where they fit, so that attention items may write them
+     * while q/k/v items still read theirs (attn_in_qkv) */
+    size_t wo_at = (cpu_matmul_scratch_size(q[0].wtype, L->wq.ne[0], n) + 63) / 64 * 64;
+    if (wo_at + cpu_matmul_scratch_size(L->wo.type, L->wo.ne[0], n) > mss) wo_at = 0;
     *st = cpu_matmul_job_init(&f->qkv, c->kern, 3, q, L->wq.ne[0], n, nth, ms, mss, err);
-    if (*st == HM_OK) *st = cpu_matmul_job_init(&f->wo, c->kern, 1, &o, L->wo.ne[0], n, nth, ms,
-                                                mss, err);
+    if (*st == HM_OK) *st = cpu_matmul_job_init(&f->wo, c->kern, 1, &o, L->wo.ne[0], n, nth,
+                                                (uint8_t *)ms + wo_at, mss - wo_at, err);
     if (*st == HM_OK) *st = cpu_matmul_job_init(&f->router, c->kern, 1, &r, L->router.ne[0], n,
                                                 nth, ms, mss, err);
     if (*st == HM_OK) *st = cpu_attention_plan(&f->attn, &c->kv[il], &f->aa, nth, c->attn_scratch,
@@ -426,8 +493,11 @@ int model_front_plan(hm_context *c, int il, int n, model_front *fp, tp_stage *st
                              cpu_matmul_job_part_ok(&f->wo, 0, f->attn.n_rep * hdv);
     f->by_head = by_head;
     f->heads_in_qkv = by_head && n == 1 && hp->n_head + hp->n_head_kv <= MODEL_MAX_HEADS;
-    for (int64_t h = 0; f->heads_in_qkv && h < hp->n_head + hp->n_head_kv; h++)
+    f->attn_in_qkv = f->heads_in_qkv && MODEL_ATTN_IN_QKV && wo_at > 0;
+    for (int64_t h = 0; f->heads_in_qkv && h < hp->n_head + hp->n_head_kv; h++) {
         atomic_init(&f->head_rows[h], 0);
+        atomic_init(&f->head_done[h], 0);
+    }
     if (f->heads_in_qkv) {
         f->qkv.on_rows = front_qkv_rows;
         f->qkv.on_rows_ctx = f;
@@ -444,9 +514,17 @@ int model_front_plan(hm_context *c, int il, int n, model_front *fp, tp_stage *st
     f->wo.on_rows = front_wo_rows; /* wo_finish's bias and residual add in the wo items */
     f->wo.on_rows_ctx = f;
     int ns = 0;
-    stages[ns++] = by_head ? qkv : stage_then(qkv, front_after_qkv, f);
-    if (by_head) stages[ns++] = heads;
-    stages[ns++] = out_by_item ? attn : stage_then(attn, front_after_attn, f);
+    if (f->attn_in_qkv) {
+        f->qkv_stage = qkv;
+        f->attn_stage = attn;
+        f->attn_at = ns;
+        stages[ns++] = front_qkv_attn_stage(f);
+    } else {
+        stages[ns++] = by_head ? qkv : stage_then(qkv, front_after_qkv, f);
+        if (by_head) stages[ns++] = heads;
+        f->attn_at = ns;
+        stages[ns++] = out_by_item ? attn : stage_then(attn, front_after_attn, f);
+    }
     stages[ns++] = stage_then(cpu_matmul_job_stage(&f->wo), front_after_wo, f);
     stages[ns++] = cpu_matmul_job_stage(&f->router);
     return ns;
@@ -458,8 +536,10 @@ int model_front_replan(model_front *f, int il, tp_stage *attn, hm_status *st, hm
     f->st = HM_OK;
     atomic_store(&f->head_fail, 0);
     atomic_store(&f->kv_fail, 0);
-    for (int64_t h = 0; f->heads_in_qkv && h < c->m->hp.n_head + c->m->hp.n_head_kv; h++)
+    for (int64_t h = 0; f->heads_in_qkv && h < c->m->hp.n_head + c->m->hp.n_head_kv; h++) {
         atomic_store_explicit(&f->head_rows[h], 0, memory_order_relaxed);
+        atomic_store_explicit(&f->head_done[h], 0, memory_order_relaxed);
+    }
     f->aa = attn_args(c, il, f->n);
     if (f->by_head) f->aa.k_new = f->aa.v_new = NULL;
     *st = HM_OK;
@@ -474,6 +554,11 @@ int model_front_replan(model_front *f, int il, tp_stage *attn, hm_status *st, hm
         f->attn.on_out = front_attn_out;
         f->attn.on_out_ctx = f;
     }
+    if (f->attn_in_qkv) {
+        f->attn_stage = cpu_attention_stage(&f->attn);
+        *attn = front_qkv_attn_stage(f);
+        return 1;
+    }
     *attn = f->out_by_item ? cpu_attention_stage(&f->attn)
                            : stage_then(cpu_attention_stage(&f->attn), front_after_attn, f);
     return 1;
@@ -484,6 +569,10 @@ void model_front_pre(model_front *f) {
     const hm_hparams *hp = &c->m->hp;
     cpu_rmsnorm(NULL, c->x, f->L->attn_norm.data, c->xn, f->n, hp->n_embd, hp->rms_eps);
     cpu_matmul_job_quantize(&f->qkv, c->xn);
+    if (f->attn_in_qkv && f->st == HM_OK) { /* front_after_heads' steps before the stage */
+        cpu_kv_mark(f->attn.kv, c->pos[0], f->n);
+        f->st = cpu_attention_begin(NULL, &f->attn, &f->err);
+    }
 }
 
 /* attention_block, ffn_norm and the router product of a decode step in one pool job; false

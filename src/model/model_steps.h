@@ -28,6 +28,11 @@ typedef struct {
                              that completes its rows (a k head: its k and v rows); the heads
                              stage keeps only its `then` */
     atomic_int head_rows[MODEL_MAX_HEADS]; /* [n_head + n_head_kv] rows done (heads_in_qkv) */
+    bool attn_in_qkv;     /* heads_in_qkv and each attention item an item of the q/k/v stage too,
+                             run once its q heads and KV head are done (no stage of its own) */
+    atomic_int head_done[MODEL_MAX_HEADS]; /* [n_head + n_head_kv] 1 once the head's step ran */
+    tp_stage qkv_stage, attn_stage; /* the two parts of that merged stage */
+    int attn_at;          /* index of the attention (or merged) stage among the front's stages */
     bool out_by_item;     /* attention items quantise their output heads for wo */
 } model_front;
 

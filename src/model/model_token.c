@@ -158,7 +158,7 @@ static bool token_plan(token_job *t, hm_status *st, hm_error *err) {
         token_layer *tl = &t->L[il];
         const int nf = model_front_plan(c, il, 1, &tl->f, t->stages + ns, st, err);
         if (*st != HM_OK || nf == 0) return false;
-        t->attn_at[il] = ns + (tl->f.by_head ? 2 : 1);
+        t->attn_at[il] = ns + tl->f.attn_at;
         ns += nf;
         t->stages[ns - 1].then = token_route; /* the router's stage */
         t->stages[ns - 1].then_ctx = tl;
