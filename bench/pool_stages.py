@@ -4,17 +4,16 @@
     python3 bench/pool_stages.py PROFILE.txt [PERIOD]
 
 Reads the `pool profile` lines of HOTMOE_POOL_PROF=1 runs (hotmoe's stderr) and, for every job
-kind with more than 16 stages (model_token.c's job: PERIOD stages per layer, default 5: the
-layer's input, q/k/v with attention inside, wo, router, expert FFN; 4 without the input stage
-(-DMODEL_PRE_ITEMS=0); 6 for builds before session 10 or with -DMODEL_ATTN_IN_QKV=0: q/k/v,
-heads, attention, wo, router, expert FFN; then the output matrix), prints the mean time of each
-stage position over the layers after the first (from the stage closes) and of its `then` step.
+kind with more than 16 stages (model_token.c's job: PERIOD stages per layer, default 4: q/k/v
+with attention inside, wo, router, expert FFN; 6 for builds before session 10's attention in the
+q/k/v stage or with -DMODEL_ATTN_IN_QKV=0: q/k/v, heads, attention, wo, router, expert FFN; then
+the output matrix), prints the mean time of each stage position over the layers after the first
+(from the stage closes) and of its `then` step.
 """
 import re
 import sys
 
-NAMES = {6: ["qkv", "heads", "attn", "wo", "router", "ffn"], 4: ["qkv+attn", "wo", "router", "ffn"],
-         5: ["pre", "qkv+attn", "wo", "router", "ffn"]}
+NAMES = {6: ["qkv", "heads", "attn", "wo", "router", "ffn"], 4: ["qkv+attn", "wo", "router", "ffn"]}
 
 
 def main(path, per):
@@ -43,4 +42,4 @@ def main(path, per):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 5)
+    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 4)

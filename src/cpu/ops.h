@@ -41,10 +41,6 @@
  *   - olmoe q/k norm over the whole projection: n_rows = n_tok, n = n_head*head_dim. */
 void cpu_rmsnorm(tp_pool *pool, const float *x, const float *w, float *y, int64_t n_rows,
                  int64_t n, float eps);
-/* Elements [i0, i1) of one row's cpu_rmsnorm (its scale from the whole row x [n]): the same
- * bits, so that several threads can each write a slice of a row. */
-void cpu_rmsnorm_slice(const float *x, const float *w, float *y, int64_t n, float eps, int64_t i0,
-                       int64_t i1);
 
 /* y[i] = a[i] + b[i]; a, b, y: [n]. */
 void cpu_add(tp_pool *pool, const float *a, const float *b, float *y, int64_t n);

@@ -155,7 +155,7 @@ typedef struct {
 
 /* 32 double chains (element i into chain i mod 32) so that a GPU warp runs them as its lanes;
  * (double)x * x is exact, so only the adds round */
-static float rmsnorm_scale(const float *x, int64_t n, float eps) {
+static void rmsnorm_row(const float *x, const float *w, float *y, int64_t n, float eps) {
     double c[32] = {0.0};
     int64_t k = 0;
     for (; k + 32 <= n; k += 32)
@@ -164,11 +164,7 @@ static float rmsnorm_scale(const float *x, int64_t n, float eps) {
     for (int w2 = 16; w2 >= 1; w2 /= 2)
         for (int l = 0; l < w2; l++) c[l] += c[l + w2];
     float mean = (float)(c[0] / (double)n);
-    return 1.0f / sqrtf(mean + eps);
-}
-
-static void rmsnorm_row(const float *x, const float *w, float *y, int64_t n, float eps) {
-    const float s = rmsnorm_scale(x, n, eps);
+    float s = 1.0f / sqrtf(mean + eps);
     if (w)
         for (int64_t i = 0; i < n; i++) y[i] = (x[i] * s) * w[i];
     else
@@ -230,16 +226,6 @@ void cpu_rmsnorm(tp_pool *pool, const float *x, const float *w, float *y, int64_
                  int64_t n, float eps) {
     row_job j = {ROW_RMSNORM, x, w, y, NULL, n_rows, n, 0, eps, hm_cpu_has_avx2()};
     row_run(pool, &j, n_rows * n);
-}
-
-void cpu_rmsnorm_slice(const float *x, const float *w, float *y, int64_t n, float eps, int64_t i0,
-                       int64_t i1) {
-    if (n <= 0 || i0 >= i1) return;
-    const float s = hm_cpu_has_avx2() ? ops_rmsnorm_scale_avx2(x, n, eps) : rmsnorm_scale(x, n, eps);
-    if (w)
-        for (int64_t i = i0; i < i1; i++) y[i] = (x[i] * s) * w[i];
-    else
-        for (int64_t i = i0; i < i1; i++) y[i] = x[i] * s;
 }
 
 void cpu_add_bias(tp_pool *pool, float *x, const float *b, int64_t n_rows, int64_t n) {

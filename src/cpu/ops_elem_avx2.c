@@ -67,7 +67,7 @@ void ops_act_avx2(int op, const float *a, const float *b, float *y, int64_t n, f
     for (; i < n; i++) y[i] = act1(op, a[i], b ? b[i] : 0.0f, alpha, limit);
 }
 
-float ops_rmsnorm_scale_avx2(const float *x, int64_t n, float eps) {
+void ops_rmsnorm_row_avx2(const float *x, const float *w, float *y, int64_t n, float eps) {
     /* chain l = element index mod 32: register 2g holds chains 8g..8g+3, 2g+1 8g+4..8g+7 */
     __m256d c[8];
     for (int j = 0; j < 8; j++) c[j] = _mm256_setzero_pd();
@@ -96,11 +96,7 @@ float ops_rmsnorm_scale_avx2(const float *x, int64_t n, float eps) {
         sum = cc[0];
     }
     const float mean = (float)(sum / (double)n);
-    return 1.0f / sqrtf(mean + eps);
-}
-
-void ops_rmsnorm_row_avx2(const float *x, const float *w, float *y, int64_t n, float eps) {
-    const float s = ops_rmsnorm_scale_avx2(x, n, eps);
+    const float s = 1.0f / sqrtf(mean + eps);
     const __m256 vs = _mm256_set1_ps(s);
     int64_t i = 0;
     if (w) {

@@ -44,8 +44,6 @@ void ops_act_avx2(int op, const float *a, const float *b, float *y, int64_t n, f
  * ids[s] < 0 skipped, ids NULL = none; slot s's row at ys + s * stride), with the same
  * operations vectorised across elements: bit-identical (ops_elem_avx2.c; AVX2 only). */
 void ops_rmsnorm_row_avx2(const float *x, const float *w, float *y, int64_t n, float eps);
-/* 1 / sqrt(mean(x^2) + eps) of ops_rmsnorm_row_avx2 (the same bits as ops_elem.c's scalar) */
-float ops_rmsnorm_scale_avx2(const float *x, int64_t n, float eps);
 void ops_combine_row_avx2(const float *ys, size_t stride, const float *w, const int32_t *ids,
                           int n_used, int64_t n, float *out);
 

@@ -38,9 +38,6 @@
 #ifndef MODEL_ATTN_IN_QKV
 #define MODEL_ATTN_IN_QKV 1 /* build flag for A/B: 0 = attention as a stage of its own */
 #endif
-#ifndef MODEL_PRE_ITEMS
-#define MODEL_PRE_ITEMS 1 /* build flag for A/B: 0 = a one-token layer's input made by one thread */
-#endif
 
 #include "cpu/matmul.h"
 #include "model/model_internal.h"
@@ -402,53 +399,6 @@ static void front_after_qkv_attn(void *ctx) {
     if (f->st == HM_OK && !f->out_by_item) cpu_matmul_job_quantize(&f->wo, f->c->attn);
 }
 
-/* The layer's input for q/k/v in parallel (pre_items): item b norms elements [b pre_part, ...)
- * of x with the whole row's scale (cpu_rmsnorm_slice: cpu_rmsnorm's bits) and quantises them,
- * instead of one thread norming the whole row in the `then` of the stage before. */
-static void front_pre_item(void *ctx, int64_t b, int ith) {
-    (void)ith;
-    model_front *f = ctx;
-    const hm_context *c = f->c;
-    const hm_hparams *hp = &c->m->hp;
-    const int64_t E = hp->n_embd, i0 = b * f->pre_part;
-    const int64_t i1 = i0 + f->pre_part < E ? i0 + f->pre_part : E;
-    cpu_rmsnorm_slice(c->x, f->L->attn_norm.data, c->xn, E, hp->rms_eps, i0, i1);
-    cpu_matmul_job_quantize_part(&f->qkv, c->xn, 0, i0, i1 - i0);
-}
-
-/* Before attention reads the cache (attn_in_qkv): the new position marked, every position read
- * checked (front_after_heads' steps, ahead of the stage that stores and reads). */
-static void front_attn_begin(model_front *f) {
-    if (f->st != HM_OK) return;
-    cpu_kv_mark(f->attn.kv, f->c->pos[0], f->n);
-    f->st = cpu_attention_begin(NULL, &f->attn, &f->err);
-}
-
-static void front_after_pre(void *ctx) { front_attn_begin(ctx); }
-
-/* pre_items and pre_part for a one-token front: about 8 items of whole activation blocks (0: the
- * input is made in one piece by model_front_pre) */
-static void front_pre_plan(model_front *f, int64_t E) {
-    f->pre_items = f->pre_part = 0;
-    if (f->n != 1 || !MODEL_PRE_ITEMS) return;
-    int64_t blk = 0;
-    for (int i = 0; i < 3 && !blk; i++) {
-        const int64_t b = i == 0 ? 256 : i == 1 ? 32 : 1;
-        if (E % b == 0 && cpu_matmul_job_part_ok(&f->qkv, 0, b)) blk = b;
-    }
-    if (!blk) return;
-    const int64_t per = (E / blk + 7) / 8;
-    f->pre_part = per * blk;
-    f->pre_items = (E + f->pre_part - 1) / f->pre_part;
-    for (int64_t b = 0; b < f->pre_items; b++) {
-        const int64_t i0 = b * f->pre_part, n = i0 + f->pre_part < E ? f->pre_part : E - i0;
-        if (!cpu_matmul_job_part_ok(&f->qkv, i0, n)) {
-            f->pre_items = f->pre_part = 0;
-            return;
-        }
-    }
-}
-
 static tp_stage front_qkv_attn_stage(model_front *f) {
     return (tp_stage){.fn = front_qkv_attn_item, .ctx = f,
                       .n_items = f->qkv_stage.n_items + f->attn_stage.n_items,
@@ -567,10 +517,6 @@ int model_front_plan(hm_context *c, int il, int n, model_front *fp, tp_stage *st
     if (f->attn_in_qkv) {
         f->qkv_stage = qkv;
         f->attn_stage = attn;
-        front_pre_plan(f, hp->n_embd);
-        if (f->pre_items)
-            stages[ns++] = (tp_stage){.fn = front_pre_item, .ctx = f, .n_items = f->pre_items,
-                                      .then = front_after_pre, .then_ctx = f};
         f->attn_at = ns;
         stages[ns++] = front_qkv_attn_stage(f);
     } else {
@@ -619,12 +565,14 @@ int model_front_replan(model_front *f, int il, tp_stage *attn, hm_status *st, hm
 }
 
 void model_front_pre(model_front *f) {
-    if (f->pre_items) return; /* the front's first stage makes the input */
     const hm_context *c = f->c;
     const hm_hparams *hp = &c->m->hp;
     cpu_rmsnorm(NULL, c->x, f->L->attn_norm.data, c->xn, f->n, hp->n_embd, hp->rms_eps);
     cpu_matmul_job_quantize(&f->qkv, c->xn);
-    if (f->attn_in_qkv) front_attn_begin(f);
+    if (f->attn_in_qkv && f->st == HM_OK) { /* front_after_heads' steps before the stage */
+        cpu_kv_mark(f->attn.kv, c->pos[0], f->n);
+        f->st = cpu_attention_begin(NULL, &f->attn, &f->err);
+    }
 }
 
 /* attention_block, ffn_norm and the router product of a decode step in one pool job; false

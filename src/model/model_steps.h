@@ -33,8 +33,6 @@ typedef struct {
     atomic_int head_done[MODEL_MAX_HEADS]; /* [n_head + n_head_kv] 1 once the head's step ran */
     tp_stage qkv_stage, attn_stage; /* the two parts of that merged stage */
     int attn_at;          /* index of the attention (or merged) stage among the front's stages */
-    int64_t pre_items, pre_part; /* attn_in_qkv: the layer's input normed and quantised for q/k/v
-                                    by a first stage of pre_items items of pre_part elements */
     bool out_by_item;     /* attention items quantise their output heads for wo */
 } model_front;
 
