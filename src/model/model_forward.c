@@ -19,7 +19,9 @@
  * is one (cpu_moe_ffn); a one-token step with the default expert executor is one job for all
  * layers (model_token.c, from the same steps: model_steps.h). In the front job the small steps
  * run where their data is: each q/k head is an item (bias, norm, rope; a k head also stores K
- * and V), each attention item quantises the output heads it wrote for wo; what needs a whole
+ * and V; for one token it runs on the q/k/v item that completes its rows, and the attention
+ * items are items of the q/k/v stage too, each started once its heads are done), each attention
+ * item quantises the output heads it wrote for wo; what needs a whole
  * row (the residual add and the FFN norm, a whole-projection q/k norm) runs on the thread that
  * finishes the stage before. A thread waiting for the next stage prefetches the weight (or KV)
  * rows of the item it holds. All paths call the same step functions and kernels, so they give

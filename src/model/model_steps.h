@@ -9,7 +9,8 @@
 #include "model/model_internal.h"
 
 /* The front of a decode layer as one staged job: the stages are the products (q/k/v, the
- * heads, attention, wo, router), each `then` the steps between it and the next. */
+ * heads, attention, wo, router; for one token q/k/v, heads and attention are one stage:
+ * attn_in_qkv), each `then` the steps between it and the next. */
 enum { MODEL_FRONT_STAGES = 5, MODEL_MAX_HEADS = 256 };
 typedef struct {
     hm_context *c;

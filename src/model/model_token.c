@@ -4,7 +4,7 @@
  * layer while the caller alone routes the token, plans the expert job, norms the residual and
  * quantises the next product's input (~10 µs per gap on the 16-core host, 1 ms a token). Here
  * every layer's stages are planned before the step and chained into one staged job (the pool
- * runs up to TP_MAX_STAGES): per layer the front's stages (q/k/v, heads, attention, wo, router),
+ * runs up to TP_MAX_STAGES): per layer the front's stages (q/k/v with attention, wo, router),
  * then the expert FFN as one more stage, then the output matrix after the last layer. The
  * serial steps become `then` steps on the thread that finishes a stage: after the router, the
  * routing and the expert job's plan (whose item count is known in advance: one token's K experts
