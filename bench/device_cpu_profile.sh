@@ -6,7 +6,8 @@
 # layer is the staged front job and the expert FFN job; the output matrix a third kind) and the
 # time between jobs. Prints tok/s, the read bandwidth and tok/s over the roofline (weight bytes
 # per token / read bandwidth). With TRACE=1 also a third tg128 run with HOTMOE_POOL_TRACE (every
-# item of 300 jobs from the 2000th on) summarised by bench/pool_trace.py.
+# item of 20 decode steps from the 60th on) summarised by `bench/pool_trace.py --layers PERIOD`
+# (env PERIOD, default 4: the stages of a one-job decode layer).
 #   bash bench/device_cpu_profile.sh [THREADS...]     (default: 16)
 # env: ARGS (more `hotmoe bench` arguments, e.g. --repack), MODELS ("q3 goss").
 set -uo pipefail
@@ -35,9 +36,10 @@ for f in ${MODELS:-q3 goss}; do
     grep 'pool profile' $OUT/prof_${f}_$t.txt | sed 's/^hotmoe info: //' | cut -c1-400
     python3 bench/pool_stages.py $OUT/prof_${f}_$t.txt
     if [ -n "${TRACE:-}" ]; then
+      HOTMOE_POOL_TRACE_SKIP=${HOTMOE_POOL_TRACE_SKIP:-60} HOTMOE_POOL_TRACE_JOBS=${HOTMOE_POOL_TRACE_JOBS:-20} \
       HOTMOE_POOL_TRACE=$OUT/trace_${f}_$t.csv $b/hotmoe bench -m $m/$f.gguf -t $t -r 1 -p 0 -n 128 ${ARGS:-} \
         >/dev/null 2>&1
-      python3 bench/pool_trace.py $OUT/trace_${f}_$t.csv
+      python3 bench/pool_trace.py $OUT/trace_${f}_$t.csv --layers ${PERIOD:-4}
     fi
   done
 done

@@ -2,6 +2,16 @@
 """pool_trace.py - summary of a pool trace (HOTMOE_POOL_TRACE=FILE, see src/base/threadpool.c).
 
     python3 bench/pool_trace.py TRACE.csv
+    python3 bench/pool_trace.py TRACE.csv --layers PERIOD
+
+The second form folds one-job decode steps (model_token.c: PERIOD stages per layer, 4 with
+attention inside q/k/v, 6 before; trace them with HOTMOE_POOL_TRACE_SKIP=60
+HOTMOE_POOL_TRACE_JOBS=20) by stage position: per position over every layer after the first, the
+span from the stage's opening to its last item's end, the share of it the threads spend in items,
+how long the last thread ends after the second-to-last (a trailing item), how late a thread
+starts its first item and how long it idles after its last, and the median item time by item
+index (where big items trail); then per layer the last position's span (the expert FFN: layers
+whose expert down matrix is of a slower type stand out).
 
 Per job kind (jobs with the same number of stages), means over the traced jobs, in us from the
 job's start: when the job was published; per thread, when it claimed its first item (the wake-up);
@@ -96,7 +106,70 @@ def main(path):
                   f"{m['wait']:.1f} | {m['gap']:.2f} |")
 
 
+def per_layer(path, per):
+    items = collections.defaultdict(lambda: collections.defaultdict(list))  # (job, stage) -> ith
+    stages = {}                                                              # (job, stage) -> then
+    n_stages = {}
+    with open(path) as f:
+        next(f)
+        for line in f:
+            job, ns, ith, st, it, c, o, e = line.strip().split(",")
+            job, ns, ith, st, it = int(job), int(ns), int(ith), int(st), int(it)
+            if ns <= 16:
+                continue
+            n_stages[job] = ns
+            if ith >= 0:
+                items[(job, st)][ith].append((it, float(o), float(e)))
+            elif st >= 0:
+                stages[(job, st)] = (float(c), float(e))
+    med = lambda v: sorted(v)[len(v) // 2] if v else 0.0
+    threads = collections.defaultdict(set)
+    for (job, st), per_t in items.items():
+        threads[job].update(per_t)
+    acc = collections.defaultdict(lambda: collections.defaultdict(list))
+    by_item = collections.defaultdict(lambda: collections.defaultdict(list))
+    layer_span = collections.defaultdict(list)
+    for (job, st), per_t in items.items():
+        if st < per or st >= n_stages[job] - 1:
+            continue  # layer 0 (cold) and the output matrix
+        prev = max((s for s in range(st) if (job, s) in stages), default=None)
+        if prev is None:
+            continue
+        opened = stages[(job, prev)][1]
+        ends = sorted(max(e for _, _, e in v) for v in per_t.values())
+        span = ends[-1] - opened
+        busy = sum(e - o for v in per_t.values() for _, o, e in v)
+        k = st % per
+        a = acc[k]
+        a["span"].append(span)
+        a["busy"].append(busy / (len(threads[job]) * span) if span > 0 else 0.0)
+        a["lag"].append(ends[-1] - ends[-2] if len(ends) > 1 else 0.0)
+        a["first"].extend(min(o for _, o, _ in v) - opened for v in per_t.values())
+        a["tail"].extend(ends[-1] - max(e for _, _, e in v) for v in per_t.values())
+        for v in per_t.values():
+            for it, o, e in v:
+                by_item[k][it].append(e - o)
+        if k == per - 1:
+            layer_span[st // per].append(span)
+    mean = lambda v: sum(v) / len(v) if v else 0.0
+    print("| position | span us | busy share | last-thread lag us | first item at us | idle after "
+          "last us |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for k in sorted(acc):
+        a = acc[k]
+        print(f"| {k} | {mean(a['span']):.1f} | {mean(a['busy']):.2f} | {mean(a['lag']):.1f} | "
+              f"{mean(a['first']):.1f} | {mean(a['tail']):.1f} |")
+    for k in sorted(by_item):
+        print(f"position {k}, median item us by index: " +
+              " ".join(f"{it}:{med(v):.1f}" for it, v in sorted(by_item[k].items())))
+    print("per layer, median span of position {}: ".format(per - 1) +
+          " ".join(f"{l}:{med(v):.0f}" for l, v in sorted(layer_span.items())))
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: pool_trace.py TRACE.csv")
-    main(sys.argv[1])
+    if len(sys.argv) == 4 and sys.argv[2] == "--layers":
+        per_layer(sys.argv[1], int(sys.argv[3]))
+    elif len(sys.argv) == 2:
+        main(sys.argv[1])
+    else:
+        sys.exit("usage: pool_trace.py TRACE.csv [--layers PERIOD]")
