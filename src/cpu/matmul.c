@@ -187,9 +187,9 @@ static void mm_item(void *ctx, int64_t it, int ith) {
     }
 }
 
-/* The first MM_GATE_PF_MAX bytes of item it's weight rows into the calling core's L2
- * (prefetcht1): the thread runs the item once its stage opens, so the stream of weights need not
- * stop at the stage's gate (the kernel's own prefetch takes over from there). */
+/* The weight rows of item it into the calling core's L2 (prefetcht1): the thread runs the item
+ * once its stage opens, so the stream of weights need not stop at the stage's gate. (A cap of
+ * 32 or 64 KB was tried in session 10: inside the host's noise.) */
 static void mm_item_prefetch(void *ctx, int64_t it) {
     const mm_job *j = ctx;
     for (int mi = 0; mi < j->n_mat; mi++) {
@@ -197,8 +197,7 @@ static void mm_item_prefetch(void *ctx, int64_t it) {
         int64_t r0, r1;
         if (!mm_item_part(j, it, mi, &r0, &r1)) continue;
         const uint8_t *w = (m->x8dot ? m->x8 : m->w) + (size_t)r0 * m->mk.wrow; /* a group: 8 rows */
-        size_t bytes = (size_t)(r1 - r0) * m->mk.wrow;
-        if (MM_GATE_PF_MAX && bytes > (size_t)MM_GATE_PF_MAX) bytes = (size_t)MM_GATE_PF_MAX;
+        const size_t bytes = (size_t)(r1 - r0) * m->mk.wrow;
         for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(w + o, 0, 2);
     }
 }

@@ -5,11 +5,6 @@
 
 #include "cpu/matmul.h"
 
-#ifndef MM_GATE_PF_MAX
-#define MM_GATE_PF_MAX 0 /* build flag for A/B: bytes of an item prefetched at a stage's gate at
-                            most (0: the whole item). 32 KB was faster in one host call and slower
-                            in the next (bench/RESULTS.md, session 10): inside the host's noise */
-#endif
 #ifndef MM_GUIDED
 #define MM_GUIDED 1 /* build flag for A/B: 0 = one chunk size for every item of a product */
 #endif
