@@ -3,6 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
+mkdir -p build
 [ -d /usr/local/cuda/bin ] && export PATH="$PATH:/usr/local/cuda/bin"
 cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release >build/cmake-release.log 2>&1 \
   || { cat build/cmake-release.log; exit 1; }
