@@ -13,9 +13,13 @@
  * scale i (bits 0-3) and of min i (bits 4-7); sm[64 + 2w], sm[65 + 2w] (a little-endian word)
  * hold the top 2 bits of scales 8w .. 8w + 7 (bits 2k, 2k + 1 for scale 8w + k); sm[80 + 2w],
  * sm[81 + 2w] those of mins 8w .. 8w + 7.
- * q6_K (per block, 1680 bytes = 8 x 210): fp16 d[8], the 16 int8 scales of each row, then ql as
- * [half n][part m][a/b][row r][8 bytes] = row r's ql bytes 64n + 32ab + 8m .. + 7, then qh as
- * [n][m][r][8 bytes] = row r's qh bytes 32n + 8m .. + 7.
+ * q6_K (per block, 1680 bytes = 8 x 210): fp16 d[8], the 16 int8 scales of each row, then the
+ * 6-bit quants re-encoded as qb[half n][part m][plane p][row r][8 bytes]: byte c of plane p
+ * (p < 3) holds quarter p's quant of element 32p + 8m + c of the half (bits 0-5) and bits 2p,
+ * 2p + 1 of quarter 3's quant of element 96 + 8m + c (bits 6-7). A quarter's elements are 32
+ * apart in the half (l, 32 + l, 64 + l, 96 + l share ql/qh bytes in q6_K). So the kernel gets
+ * quarters 0-2 by one mask each and quarter 3 from the three top bit pairs (six steps for four
+ * registers, against thirteen for q6_K's nibble and 2-bit planes).
  */
 #include "quant/quant_x8.h"
 
@@ -82,9 +86,40 @@ static void x8_k4_sm_move(uint8_t *sc12[8], uint8_t *sm, bool to_group) {
 typedef struct {
     uint16_t d[8];
     int8_t scales[8][16];
-    uint8_t ql[1024];
-    uint8_t qh[512];
+    uint8_t qb[1536]; /* [n][m][p][r][c], see above */
 } x8_q6_K;
+
+/* quant of element e (0..255) of a q6_K block, 0..63 (the value is quant - 32) */
+static int x8_q6_get(const block_q6_K *x, int e) {
+    const int n = e / 128, q4 = (e % 128) / 32, l = e % 32;
+    const uint8_t lo = x->ql[64 * n + 32 * (q4 & 1) + l], hi = x->qh[32 * n + l];
+    return ((q4 & 2) ? lo >> 4 : lo & 0xF) | ((hi >> (2 * q4)) & 3) << 4;
+}
+
+static void x8_q6_set(block_q6_K *x, int e, int q) {
+    const int n = e / 128, q4 = (e % 128) / 32, l = e % 32, sh = (q4 & 2) ? 4 : 0;
+    uint8_t *lo = &x->ql[64 * n + 32 * (q4 & 1) + l], *hi = &x->qh[32 * n + l];
+    *lo = (uint8_t)((*lo & ~(0xF << sh)) | (q & 0xF) << sh);
+    *hi = (uint8_t)((*hi & ~(3 << (2 * q4))) | ((q >> 4) & 3) << (2 * q4));
+}
+
+/* the same in a group block, row r */
+static int x8_q6g_get(const x8_q6_K *g, int r, int e) {
+    const int n = e / 128, q4 = (e % 128) / 32, m = (e % 32) / 8, c = e % 8;
+    const uint8_t *b = g->qb + 768 * n + 192 * m + 8 * r + c;
+    if (q4 < 3) return b[64 * q4] & 63;
+    return b[0] >> 6 | (b[64] >> 6) << 2 | (b[128] >> 6) << 4;
+}
+
+static void x8_q6g_set(x8_q6_K *g, int r, int e, int q) {
+    const int n = e / 128, q4 = (e % 128) / 32, m = (e % 32) / 8, c = e % 8;
+    uint8_t *b = g->qb + 768 * n + 192 * m + 8 * r + c;
+    if (q4 < 3) {
+        b[64 * q4] = (uint8_t)((b[64 * q4] & 0xC0) | q);
+        return;
+    }
+    for (int p = 0; p < 3; p++) b[64 * p] = (uint8_t)((b[64 * p] & 63) | ((q >> (2 * p)) & 3) << 6);
+}
 
 /* the AVX-512 kernel (quant_x8_avx512.c; quant_x8_avx512_built() is 0 where the build lacks it) */
 void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *act, float out[8]);
@@ -135,15 +170,12 @@ static void x8_move(uint32_t wtype, int64_t nb, uint8_t *rows, size_t row_stride
                 x8_piece(x, g, offsetof(block_q6_K, d), offsetof(x8_q6_K, d) + 2 * (size_t)r, 2, to_group);
                 x8_piece(x, g, offsetof(block_q6_K, scales), offsetof(x8_q6_K, scales) + 16 * (size_t)r,
                          16, to_group);
-                for (int n = 0; n < 2; n++)
-                    for (int m = 0; m < 4; m++) {
-                        for (int ab = 0; ab < 2; ab++)
-                            x8_piece(x, g, offsetof(block_q6_K, ql) + (size_t)(64 * n + 32 * ab + 8 * m),
-                                     offsetof(x8_q6_K, ql) + (size_t)(512 * n + 128 * m + 64 * ab + 8 * r),
-                                     8, to_group);
-                        x8_piece(x, g, offsetof(block_q6_K, qh) + (size_t)(32 * n + 8 * m),
-                                 offsetof(x8_q6_K, qh) + (size_t)(256 * n + 64 * m + 8 * r), 8, to_group);
-                    }
+                block_q6_K *xb = (block_q6_K *)(void *)x;
+                x8_q6_K *gb6 = (x8_q6_K *)(void *)g;
+                for (int e = 0; e < X8_QK; e++) {
+                    if (to_group) x8_q6g_set(gb6, r, e, x8_q6_get(xb, e));
+                    else x8_q6_set(xb, e, x8_q6g_get(gb6, r, e));
+                }
             } else {
                 x8_piece(x, g, offsetof(block_q4_K, d), offsetof(x8_q4_K, d) + 2 * (size_t)r, 2, to_group);
                 x8_piece(x, g, offsetof(block_q4_K, dmin), offsetof(x8_q4_K, dmin) + 2 * (size_t)r, 2,
@@ -246,13 +278,8 @@ static void x8_dot_q6_K_ref(int64_t nb, const x8_q6_K *g, const block_q8_K *a, f
             int32_t s = 0;
             for (int j = 0; j < 16; j++) {
                 int32_t sj = 0;
-                for (int e = 16 * j; e < 16 * j + 16; e++) {
-                    const int n = e / 128, q4 = (e % 128) / 32, l = e % 32, m = l / 8, c = l % 8;
-                    const uint8_t lo = g[b].ql[512 * n + 128 * m + 64 * (q4 & 1) + 8 * r + c];
-                    const uint8_t hi = g[b].qh[256 * n + 64 * m + 8 * r + c];
-                    const int q = ((q4 & 2) ? lo >> 4 : lo & 0xF) | (((hi >> (2 * q4)) & 3) << 4);
-                    sj += (q - 32) * a[b].qs[e];
-                }
+                for (int e = 16 * j; e < 16 * j + 16; e++)
+                    sj += (x8_q6g_get(&g[b], r, e) - 32) * a[b].qs[e];
                 s += g[b].scales[r][j] * sj;
             }
             acc[b % 32] = fmaf(hm_fp16_to_f32(g[b].d[r]) * a[b].d, (float)s, acc[b % 32]);

@@ -125,8 +125,8 @@ void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *act, fl
     _mm256_storeu_ps(out, acc[0]);
 }
 
-/* ---- q6_K: per (half n, part m) three registers (ql a, ql b, qh) give the 6-bit quants of the
- * four quarters g of 8 bytes per row; each quarter's vpdpbusd against its 8 activation bytes
+/* ---- q6_K: per (half n, part m) three registers (quant_x8.c's planes) give the 6-bit quants
+ * of the four quarters g of 8 bytes per row; each quarter's vpdpbusd against its 8 activation bytes
  * gives lanes below 2^15 (4 x 63 x 127). Quarters (0, 1) and (2, 3) are packed to int16 pairs
  * of one row and sub-block (vpackssdw, exact) and one vpdpwssd scales a pair of quarters by
  * their sub-blocks' int8 scales (8n + 2g + m / 2), as in q4_K: half the scaling instructions
@@ -134,7 +134,7 @@ void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *act, fl
  * quant is folded in as 32 x sum_j sc[j] x bsums[j] (the same exact integer as the
  * reference's sum). The loops are unrolled by pragma: GCC 12 otherwise keeps the quarter loop
  * and spills the quants to the stack (bench_dot --x8 q6_K, Zen 5: 36 GB/s before, 45 with the
- * unrolling, 57 packed). ---- */
+ * unrolling, 57 packed, 64 with the planes). ---- */
 
 /* Scale pairs of the packed sums: register (n, mh, p) holds, in dword lane 4L + c, sub-block
  * j = 8n + mh + 4p + 2 (c >> 1)'s scale of row 2L + (c & 1), in all four bytes (an arithmetic
@@ -150,14 +150,14 @@ __attribute__((target("avx512vbmi")))
 void quant_x8_dot_q6_K_avx512(int64_t nb, const void *group, const void *act, float out[8]) {
     __m256 acc[32];
     for (int i = 0; i < 32; i++) acc[i] = _mm256_setzero_ps();
-    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m3f = _mm512_set1_epi8(0x3f), m3 = _mm512_set1_epi8(3);
     const __m512i rows = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 0, 0, 0, 0, 0, 0, 0, 0);
     enum { G6 = 1680 };
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *g = (const uint8_t *)group + (size_t)b * G6;
         const block_q8_K *a = (const block_q8_K *)act + b;
         for (int o = 0; o < G6; o += 64) _mm_prefetch((const char *)g + X8_PF + o, X8_PF_HINT);
-        const uint8_t *ql = g + 16 + 128, *qh = ql + 1024;
+        const uint8_t *qb = g + 16 + 128;
         const __m512i S0 = _mm512_loadu_si512(g + 16), S1 = _mm512_loadu_si512(g + 80);
         __m512i sc[8]; /* (n, mh, p) as k_is6: int16 pairs (sc, sc) */
         _Pragma("GCC unroll 8")
@@ -168,15 +168,19 @@ void quant_x8_dot_q6_K_avx512(int64_t nb, const void *group, const void *act, fl
         for (int n = 0; n < 2; n++) {
             _Pragma("GCC unroll 4")
             for (int m = 0; m < 4; m++) {
-                const __m512i la = _mm512_loadu_si512(ql + 512 * n + 128 * m);
-                const __m512i lb = _mm512_loadu_si512(ql + 512 * n + 128 * m + 64);
-                const __m512i h = _mm512_loadu_si512(qh + 256 * n + 64 * m);
+                const uint8_t *pb = qb + 768 * n + 192 * m;
+                const __m512i b0 = _mm512_loadu_si512(pb), b1 = _mm512_loadu_si512(pb + 64);
+                const __m512i b2 = _mm512_loadu_si512(pb + 128);
                 __m512i q[4];
-                q[0] = _mm512_or_si512(_mm512_and_si512(la, m4), _mm512_and_si512(_mm512_slli_epi16(h, 4), m30));
-                q[1] = _mm512_or_si512(_mm512_and_si512(lb, m4), _mm512_and_si512(_mm512_slli_epi16(h, 2), m30));
-                q[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(la, 4), m4), _mm512_and_si512(h, m30));
-                q[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(lb, 4), m4),
-                                       _mm512_and_si512(_mm512_srli_epi16(h, 2), m30));
+                q[0] = _mm512_and_si512(b0, m3f);
+                q[1] = _mm512_and_si512(b1, m3f);
+                q[2] = _mm512_and_si512(b2, m3f);
+                /* quarter 3: bits 0-1 from b0's top pair, 2-3 from b1's (0xe4: C ? A : B), 4-5
+                 * from b2's (cleared below them first, so the shift brings in no other bits) */
+                const __m512i w = _mm512_ternarylogic_epi32(_mm512_srli_epi16(b0, 6),
+                                                            _mm512_srli_epi16(b1, 4), m3, 0xe4);
+                q[3] = _mm512_ternarylogic_epi32(w, _mm512_srli_epi16(_mm512_andnot_si512(m3f, b2), 2),
+                                                 m4, 0xe4);
                 __m512i v[4];
                 _Pragma("GCC unroll 4")
                 for (int q4 = 0; q4 < 4; q4++) {
