@@ -89,36 +89,27 @@ typedef struct {
     uint8_t qb[1536]; /* [n][m][p][r][c], see above */
 } x8_q6_K;
 
-/* quant of element e (0..255) of a q6_K block, 0..63 (the value is quant - 32) */
-static int x8_q6_get(const block_q6_K *x, int e) {
-    const int n = e / 128, q4 = (e % 128) / 32, l = e % 32;
-    const uint8_t lo = x->ql[64 * n + 32 * (q4 & 1) + l], hi = x->qh[32 * n + l];
-    return ((q4 & 2) ? lo >> 4 : lo & 0xF) | ((hi >> (2 * q4)) & 3) << 4;
+/* The four quarters' quants (0..63) of element l (0..31) of half n of a q6_K block, or back */
+static void x8_q6_get4(const block_q6_K *x, int n, int l, int q[4]) {
+    const int la = x->ql[64 * n + l], lb = x->ql[64 * n + 32 + l], h = x->qh[32 * n + l];
+    q[0] = (la & 0xF) | (h & 3) << 4;
+    q[1] = (lb & 0xF) | ((h >> 2) & 3) << 4;
+    q[2] = (la >> 4) | ((h >> 4) & 3) << 4;
+    q[3] = (lb >> 4) | ((h >> 6) & 3) << 4;
 }
 
-static void x8_q6_set(block_q6_K *x, int e, int q) {
-    const int n = e / 128, q4 = (e % 128) / 32, l = e % 32, sh = (q4 & 2) ? 4 : 0;
-    uint8_t *lo = &x->ql[64 * n + 32 * (q4 & 1) + l], *hi = &x->qh[32 * n + l];
-    *lo = (uint8_t)((*lo & ~(0xF << sh)) | (q & 0xF) << sh);
-    *hi = (uint8_t)((*hi & ~(3 << (2 * q4))) | ((q >> 4) & 3) << (2 * q4));
+static void x8_q6_set4(block_q6_K *x, int n, int l, const int q[4]) {
+    x->ql[64 * n + l] = (uint8_t)((q[0] & 0xF) | (q[2] & 0xF) << 4);
+    x->ql[64 * n + 32 + l] = (uint8_t)((q[1] & 0xF) | (q[3] & 0xF) << 4);
+    x->qh[32 * n + l] = (uint8_t)(q[0] >> 4 | (q[1] >> 4) << 2 | (q[2] >> 4) << 4 | (q[3] >> 4) << 6);
 }
 
-/* the same in a group block, row r */
+/* quant of element e (0..255) of row r in a group block (the reference path) */
 static int x8_q6g_get(const x8_q6_K *g, int r, int e) {
     const int n = e / 128, q4 = (e % 128) / 32, m = (e % 32) / 8, c = e % 8;
     const uint8_t *b = g->qb + 768 * n + 192 * m + 8 * r + c;
     if (q4 < 3) return b[64 * q4] & 63;
     return b[0] >> 6 | (b[64] >> 6) << 2 | (b[128] >> 6) << 4;
-}
-
-static void x8_q6g_set(x8_q6_K *g, int r, int e, int q) {
-    const int n = e / 128, q4 = (e % 128) / 32, m = (e % 32) / 8, c = e % 8;
-    uint8_t *b = g->qb + 768 * n + 192 * m + 8 * r + c;
-    if (q4 < 3) {
-        b[64 * q4] = (uint8_t)((b[64 * q4] & 0xC0) | q);
-        return;
-    }
-    for (int p = 0; p < 3; p++) b[64 * p] = (uint8_t)((b[64 * p] & 63) | ((q >> (2 * p)) & 3) << 6);
 }
 
 /* the AVX-512 kernel (quant_x8_avx512.c; quant_x8_avx512_built() is 0 where the build lacks it) */
@@ -172,10 +163,20 @@ static void x8_move(uint32_t wtype, int64_t nb, uint8_t *rows, size_t row_stride
                          16, to_group);
                 block_q6_K *xb = (block_q6_K *)(void *)x;
                 x8_q6_K *gb6 = (x8_q6_K *)(void *)g;
-                for (int e = 0; e < X8_QK; e++) {
-                    if (to_group) x8_q6g_set(gb6, r, e, x8_q6_get(xb, e));
-                    else x8_q6_set(xb, e, x8_q6g_get(gb6, r, e));
-                }
+                for (int n = 0; n < 2; n++)
+                    for (int l = 0; l < 32; l++) {
+                        uint8_t *pb = gb6->qb + 768 * n + 192 * (l / 8) + 8 * r + l % 8;
+                        int q[4];
+                        if (to_group) {
+                            x8_q6_get4(xb, n, l, q);
+                            for (int p = 0; p < 3; p++)
+                                pb[64 * p] = (uint8_t)(q[p] | ((q[3] >> (2 * p)) & 3) << 6);
+                        } else {
+                            for (int p = 0; p < 3; p++) q[p] = pb[64 * p] & 63;
+                            q[3] = pb[0] >> 6 | (pb[64] >> 6) << 2 | (pb[128] >> 6) << 4;
+                            x8_q6_set4(xb, n, l, q);
+                        }
+                    }
             } else {
                 x8_piece(x, g, offsetof(block_q4_K, d), offsetof(x8_q4_K, d) + 2 * (size_t)r, 2, to_group);
                 x8_piece(x, g, offsetof(block_q4_K, dmin), offsetof(x8_q4_K, dmin) + 2 * (size_t)r, 2,

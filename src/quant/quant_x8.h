@@ -14,9 +14,9 @@
  * Types: q4_K, q6_K. The AVX-512 kernels (quant_x8_avx512.c) need F/BW/VL/VNNI and VBMI;
  * elsewhere the reference path reads the group directly (slow, same bits).
  *
- * Used by the CPU engine with -rtr/--repack (model_repack.c: a repacked copy of every q4_K
- * matrix; cpu_matmul_mat.x8 and cpu_moe_args.x8 take it for products of a few tokens).
- * Measured in bench/RESULTS.md (sessions 8 and 9).
+ * Used by the CPU engine with -rtr/--repack (model_repack.c: a repacked copy of every q4_K and
+ * q6_K matrix; cpu_matmul_mat.x8 and cpu_moe_args.x8 take it for products of a few tokens).
+ * Measured in bench/RESULTS.md (sessions 8 to 11).
  */
 #ifndef HM_QUANT_QUANT_X8_H
 #define HM_QUANT_QUANT_X8_H
