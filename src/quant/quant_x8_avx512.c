@@ -36,6 +36,25 @@ int quant_x8_avx512_built(void) { return 1; }
 #endif
 enum { X8_GROUP_BLOCK = 1152 };
 
+/* The reference's halving tree over acc[32] (docs/ARITHMETIC.md) where only acc[0, na) can be
+ * nonzero: na, the power of two that covers the blocks (at most 32). Short rows (k = 768: three
+ * blocks) then skip the zero-init and the adds of 28 of the 32 accumulators. */
+static int x8_acc_used(int64_t nb) {
+    int na = 1;
+    while (na < 32 && na < nb) na *= 2;
+    return na;
+}
+
+/* The tree's stages above na/2 add only +0.0f (sums of untouched zeros) to acc[0, na): once is
+ * the same as several (it turns a -0.0f into +0.0f), so one + 0.0f, then the stages from na/2. */
+static __m256 x8_acc_tree(__m256 *acc, int na) {
+    if (na < 32)
+        for (int i = 0; i < na; i++) acc[i] = _mm256_add_ps(acc[i], _mm256_setzero_ps());
+    for (int st = na / 2; st >= 1; st /= 2)
+        for (int i = 0; i < st; i++) acc[i] = _mm256_add_ps(acc[i], acc[i + st]);
+    return acc[0];
+}
+
 /* Byte indexes into the decoded scales (value 8 jj + r: sub-block jj, row r) for chunk j's
  * vpdpwssd: dword lane 4L + c holds (sc, sc) as int16 of row 2L + (c & 1), sub-block
  * 2j + (c >> 1) (bytes 0 and 2; the odd bytes are zeroed by the mask). */
@@ -55,7 +74,8 @@ static const uint8_t k_ms[64] __attribute__((aligned(64))) = {X8_MS, X8_MS, X8_M
 __attribute__((target("avx512vbmi")))
 void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *act, float out[8]) {
     __m256 acc[32];
-    for (int i = 0; i < 32; i++) acc[i] = _mm256_setzero_ps();
+    const int na = x8_acc_used(nb);
+    for (int i = 0; i < na; i++) acc[i] = _mm256_setzero_ps();
     const __m512i m4 = _mm512_set1_epi8(0x0f), mf0 = _mm512_set1_epi8((char)0xf0);
     const __m512i m30 = _mm512_set1_epi8(0x30), ms = _mm512_load_si512(k_ms);
     const __m512i isc0 = _mm512_load_si512(k_isc[0]), isc1 = _mm512_load_si512(k_isc[1]);
@@ -120,9 +140,7 @@ void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *act, fl
         *ac = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(s), *ac);
         *ac = _mm256_fmadd_ps(d2, _mm256_cvtepi32_ps(t), *ac);
     }
-    for (int st = 16; st >= 1; st /= 2)
-        for (int i = 0; i < st; i++) acc[i] = _mm256_add_ps(acc[i], acc[i + st]);
-    _mm256_storeu_ps(out, acc[0]);
+    _mm256_storeu_ps(out, x8_acc_tree(acc, na));
 }
 
 /* ---- q6_K: per (half n, part m) three registers (quant_x8.c's planes) give the 6-bit quants
@@ -149,7 +167,8 @@ static const uint8_t k_is6[8][64] __attribute__((aligned(64))) = {
 __attribute__((target("avx512vbmi")))
 void quant_x8_dot_q6_K_avx512(int64_t nb, const void *group, const void *act, float out[8]) {
     __m256 acc[32];
-    for (int i = 0; i < 32; i++) acc[i] = _mm256_setzero_ps();
+    const int na = x8_acc_used(nb);
+    for (int i = 0; i < na; i++) acc[i] = _mm256_setzero_ps();
     const __m512i m4 = _mm512_set1_epi8(0x0f), m3f = _mm512_set1_epi8(0x3f), m3 = _mm512_set1_epi8(3);
     const __m512i rows = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 0, 0, 0, 0, 0, 0, 0, 0);
     enum { G6 = 1680 };
@@ -224,7 +243,5 @@ void quant_x8_dot_q6_K_avx512(int64_t nb, const void *group, const void *act, fl
         __m256 *ac = &acc[b % 32];
         *ac = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(s), *ac);
     }
-    for (int st = 16; st >= 1; st /= 2)
-        for (int i = 0; i < st; i++) acc[i] = _mm256_add_ps(acc[i], acc[i + st]);
-    _mm256_storeu_ps(out, acc[0]);
+    _mm256_storeu_ps(out, x8_acc_tree(acc, na));
 }
