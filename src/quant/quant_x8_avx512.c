@@ -39,7 +39,7 @@ enum { X8_GROUP_BLOCK = 1152 };
 /* The reference's halving tree over acc[32] (docs/ARITHMETIC.md) where only acc[0, na) can be
  * nonzero: na, the power of two that covers the blocks (at most 32). Short rows (k = 768: three
  * blocks) then skip the zero-init and the adds of 28 of the 32 accumulators. */
-static int x8_acc_used(int64_t nb) {
+static inline __attribute__((always_inline)) int x8_acc_used(int64_t nb) {
     int na = 1;
     while (na < 32 && na < nb) na *= 2;
     return na;
@@ -47,7 +47,7 @@ static int x8_acc_used(int64_t nb) {
 
 /* The tree's stages above na/2 add only +0.0f (sums of untouched zeros) to acc[0, na): once is
  * the same as several (it turns a -0.0f into +0.0f), so one + 0.0f, then the stages from na/2. */
-static __m256 x8_acc_tree(__m256 *acc, int na) {
+static inline __attribute__((always_inline)) __m256 x8_acc_tree(__m256 *acc, int na) {
     if (na < 32)
         for (int i = 0; i < na; i++) acc[i] = _mm256_add_ps(acc[i], _mm256_setzero_ps());
     for (int st = na / 2; st >= 1; st /= 2)
