@@ -36,6 +36,10 @@ int quant_x8_avx512_built(void) { return 1; }
 #endif
 enum { X8_GROUP_BLOCK = 1152 };
 
+/* Keeps a loaded register a register: GCC otherwise folds the load into each of its uses and
+ * reads the same 64 bytes twice (a load-port slot each, and the ports are this kernel's limit). */
+#define X8_IN_REG(x) __asm__("" : "+v"(x))
+
 /* The reference's halving tree over acc[32] (docs/ARITHMETIC.md) where only acc[0, na) can be
  * nonzero: na, the power of two that covers the blocks (at most 32). Short rows (k = 768: three
  * blocks) then skip the zero-init and the adds of 28 of the 32 accumulators. */
@@ -107,7 +111,8 @@ void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *act, fl
             __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
             _Pragma("GCC unroll 4")
             for (int m = 0; m < 4; m++) {
-                const __m512i q = _mm512_loadu_si512(qs + 256 * j + 64 * m);
+                __m512i q = _mm512_loadu_si512(qs + 256 * j + 64 * m);
+                X8_IN_REG(q);
                 /* elements 8m.. of sub-blocks 2j and 2j + 1, each broadcast from memory */
                 const __m512i a0 = _mm512_broadcastq_epi64(_mm_loadl_epi64((const __m128i *)(a->qs + 64 * j + 8 * m)));
                 const __m512i a1 = _mm512_broadcastq_epi64(_mm_loadl_epi64((const __m128i *)(a->qs + 64 * j + 32 + 8 * m)));
@@ -188,8 +193,11 @@ void quant_x8_dot_q6_K_avx512(int64_t nb, const void *group, const void *act, fl
             _Pragma("GCC unroll 4")
             for (int m = 0; m < 4; m++) {
                 const uint8_t *pb = qb + 768 * n + 192 * m;
-                const __m512i b0 = _mm512_loadu_si512(pb), b1 = _mm512_loadu_si512(pb + 64);
-                const __m512i b2 = _mm512_loadu_si512(pb + 128);
+                __m512i b0 = _mm512_loadu_si512(pb), b1 = _mm512_loadu_si512(pb + 64);
+                __m512i b2 = _mm512_loadu_si512(pb + 128);
+                X8_IN_REG(b0);
+                X8_IN_REG(b1);
+                X8_IN_REG(b2);
                 __m512i q[4];
                 q[0] = _mm512_and_si512(b0, m3f);
                 q[1] = _mm512_and_si512(b1, m3f);
