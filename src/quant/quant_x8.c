@@ -20,6 +20,11 @@
  * apart in the half (l, 32 + l, 64 + l, 96 + l share ql/qh bytes in q6_K). So the kernel gets
  * quarters 0-2 by one mask each and quarter 3 from the three top bit pairs (six steps for four
  * registers, against thirteen for q6_K's nibble and 2-bit planes).
+ * mxfp4 (32-element blocks of 17 bytes; 8 x 17 = 136 per block of the 8 rows): blocks go by
+ * pairs (b, b + 1), 272 bytes: the 16 scale bytes e[2][8] (block b's rows, then b + 1's), then
+ * each block's quants as [part m][row r][8 bytes] = row r's qs bytes 8m .. 8m + 7. An odd last
+ * block is e[8] and its quants. So the kernel takes two blocks per step, the rows of both in the
+ * 16 lanes of one register.
  */
 #include "quant/quant_x8.h"
 
@@ -112,12 +117,31 @@ static int x8_q6g_get(const x8_q6_K *g, int r, int e) {
     return b[0] >> 6 | (b[64] >> 6) << 2 | (b[128] >> 6) << 4;
 }
 
+/* Where block b (of nb) of the 8 rows lies in an mxfp4 group: its 8 scale bytes at *e, its
+ * quants ([m][r][8]) at *q. */
+static void x8_mx_at(int64_t nb, int64_t b, size_t *e, size_t *q) {
+    if (b < nb - (nb & 1)) {
+        const size_t base = 272 * (size_t)(b / 2);
+        *e = base + 8 * (size_t)(b & 1);
+        *q = base + 16 + 128 * (size_t)(b & 1);
+    } else { /* the odd last block */
+        *e = 272 * (size_t)(b / 2);
+        *q = *e + 8;
+    }
+}
+
 /* the AVX-512 kernel (quant_x8_avx512.c; quant_x8_avx512_built() is 0 where the build lacks it) */
 void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *act, float out[8]);
 void quant_x8_dot_q6_K_avx512(int64_t nb, const void *group, const void *act, float out[8]);
+void quant_x8_dot_mxfp4_avx512(int64_t nb, const void *group, const void *act, float out[8]);
 int quant_x8_avx512_built(void);
 
-bool quant_x8_supported(uint32_t wtype) { return wtype == HM_TYPE_Q4_K || wtype == HM_TYPE_Q6_K; }
+bool quant_x8_supported(uint32_t wtype) {
+    return wtype == HM_TYPE_Q4_K || wtype == HM_TYPE_Q6_K || wtype == HM_TYPE_MXFP4;
+}
+
+/* elements per block of a supported type */
+static int64_t x8_block(uint32_t wtype) { return wtype == HM_TYPE_MXFP4 ? 32 : X8_QK; }
 
 /* Whether the fast kernels go with kernel table kern: its ISA, plus VBMI */
 static bool x8_fast_for(const quant_kernels *kern) {
@@ -135,7 +159,8 @@ static bool x8_fast_for(const quant_kernels *kern) {
 bool quant_x8_fast(void) { return x8_fast_for(quant_kernels_best()); }
 
 size_t quant_x8_group_size(uint32_t wtype, int64_t k) {
-    return quant_x8_supported(wtype) ? 8 * hm_row_size(wtype, k) : 0;
+    return quant_x8_supported(wtype) && k > 0 && k % x8_block(wtype) == 0
+               ? 8 * hm_row_size(wtype, k) : 0;
 }
 
 /* Where every byte of row r's block b lies in the group block: n bytes at row offset ro and group
@@ -148,6 +173,20 @@ static void x8_piece(uint8_t *row, uint8_t *grp, size_t ro, size_t go, size_t n,
 static void x8_move(uint32_t wtype, int64_t nb, uint8_t *rows, size_t row_stride, uint8_t *group,
                     bool to_group) {
     const size_t rb = hm_type_get(wtype)->type_size, gb = 8 * rb;
+    if (wtype == HM_TYPE_MXFP4) {
+        for (int64_t b = 0; b < nb; b++) {
+            size_t e, q;
+            x8_mx_at(nb, b, &e, &q);
+            for (int r = 0; r < 8; r++) {
+                uint8_t *x = rows + (size_t)r * row_stride + (size_t)b * rb;
+                x8_piece(x, group, offsetof(block_mxfp4, e), e + (size_t)r, 1, to_group);
+                for (int m = 0; m < 2; m++)
+                    x8_piece(x, group, offsetof(block_mxfp4, qs) + 8 * (size_t)m,
+                             q + 64 * (size_t)m + 8 * (size_t)r, 8, to_group);
+            }
+        }
+        return;
+    }
     for (int64_t b = 0; b < nb; b++) {
         if (wtype == HM_TYPE_Q4_K) {
             uint8_t *sc12[8];
@@ -195,12 +234,12 @@ hm_status quant_x8_repack(uint32_t wtype, int64_t k, const void *rows, size_t ro
     if (!quant_x8_supported(wtype))
         return hm_error_set(err, HM_ERR_UNSUPPORTED, "x8 repack: %s has no repacked form",
                             hm_type_name(wtype));
-    if (k <= 0 || k % X8_QK)
-        return hm_error_set(err, HM_ERR_ARG, "x8 repack: row length %lld is not a multiple of 256",
-                            (long long)k);
+    if (k <= 0 || k % x8_block(wtype))
+        return hm_error_set(err, HM_ERR_ARG, "x8 repack: row length %lld is not a multiple of %lld",
+                            (long long)k, (long long)x8_block(wtype));
     _Static_assert(sizeof(x8_q4_K) == 8 * sizeof(block_q4_K), "x8 q4_K group block size");
     _Static_assert(sizeof(x8_q6_K) == 8 * sizeof(block_q6_K), "x8 q6_K group block size");
-    x8_move(wtype, k / X8_QK, (uint8_t *)(uintptr_t)rows, row_stride, group, true);
+    x8_move(wtype, k / x8_block(wtype), (uint8_t *)(uintptr_t)rows, row_stride, group, true);
     return HM_OK;
 }
 
@@ -218,7 +257,7 @@ static void x8_rows_item(void *ctx, int64_t it, int ith) {
     (void)ith;
     const x8_rows_job *j = ctx;
     for (int64_t g = it * X8_REPACK_ITEM; g < (it + 1) * X8_REPACK_ITEM && g < j->n_groups; g++)
-        x8_move(j->wtype, j->k / X8_QK, (uint8_t *)(uintptr_t)(j->rows + (size_t)g * 8 * j->row_stride),
+        x8_move(j->wtype, j->k / x8_block(j->wtype), (uint8_t *)(uintptr_t)(j->rows + (size_t)g * 8 * j->row_stride),
                 j->row_stride, j->dst + (size_t)g * j->gs, true);
 }
 
@@ -239,7 +278,7 @@ hm_status quant_x8_repack_rows(uint32_t wtype, int64_t k, const void *rows, size
 
 void quant_x8_unpack(uint32_t wtype, int64_t k, const void *group, void *rows, size_t row_stride) {
     if (quant_x8_supported(wtype))
-        x8_move(wtype, k / X8_QK, rows, row_stride, (uint8_t *)(uintptr_t)group, false);
+        x8_move(wtype, k / x8_block(wtype), rows, row_stride, (uint8_t *)(uintptr_t)group, false);
 }
 
 /* The reference path: docs/ARITHMETIC.md's q4_K block product (quant_ref_dot.c's dot_k4) read
@@ -291,6 +330,35 @@ static void x8_dot_q6_K_ref(int64_t nb, const x8_q6_K *g, const block_q8_K *a, f
     }
 }
 
+/* mxfp4's reference block product (quant_ref_dot.c's dot_mxfp4) read from the group, per row */
+static void x8_dot_mxfp4_ref(int64_t nb, const uint8_t *g, const block_q8_32 *a, float out[8]) {
+    for (int r = 0; r < 8; r++) {
+        float acc[32];
+        for (int l = 0; l < 32; l++) acc[l] = 0.0f;
+        for (int64_t b = 0; b < nb; b++) {
+            size_t e, q;
+            x8_mx_at(nb, b, &e, &q);
+            int32_t s = 0;
+            for (int j = 0; j < 16; j++) {
+                const uint8_t byte = g[q + 64 * (size_t)(j / 8) + 8 * (size_t)r + (size_t)(j % 8)];
+                s += hm_kvalues_mxfp4[byte & 0xF] * a[b].qs[j] + hm_kvalues_mxfp4[byte >> 4] * a[b].qs[j + 16];
+            }
+            acc[b % 32] = fmaf(hm_e8m0_half_to_f32(g[e + (size_t)r]) * a[b].d, (float)s, acc[b % 32]);
+        }
+        for (int st = 16; st >= 1; st /= 2)
+            for (int i = 0; i < st; i++) acc[i] = acc[i] + acc[i + st];
+        out[r] = acc[0];
+    }
+}
+
+static void x8_dot_mxfp4_fast(int64_t k, const void *group, const void *act, float out[8]) {
+    quant_x8_dot_mxfp4_avx512(k / 32, group, act, out);
+}
+
+static void x8_dot_mxfp4(int64_t k, const void *group, const void *act, float out[8]) {
+    x8_dot_mxfp4_ref(k / 32, group, act, out);
+}
+
 static void x8_dot_q6_K_fast(int64_t k, const void *group, const void *act, float out[8]) {
     quant_x8_dot_q6_K_avx512(k / X8_QK, group, act, out);
 }
@@ -311,6 +379,7 @@ quant_x8_dot_fn quant_x8_dot_for(uint32_t wtype, const quant_kernels *kern) {
     if (!quant_x8_supported(wtype)) return NULL;
     const bool fast = x8_fast_for(kern);
     if (wtype == HM_TYPE_Q6_K) return fast ? x8_dot_q6_K_fast : x8_dot_q6_K;
+    if (wtype == HM_TYPE_MXFP4) return fast ? x8_dot_mxfp4_fast : x8_dot_mxfp4;
     return fast ? x8_dot_q4_K_fast : x8_dot_q4_K;
 }
 

@@ -11,12 +11,13 @@
  * row — so results are bit-identical to quant_dot_ref on the original rows. The activation row
  * is the usual one (q8_K for q4_K): the interleave makes 8 of its bytes one 64-bit broadcast.
  *
- * Types: q4_K, q6_K. The AVX-512 kernels (quant_x8_avx512.c) need F/BW/VL/VNNI and VBMI;
- * elsewhere the reference path reads the group directly (slow, same bits).
+ * Types: q4_K, q6_K (q8_K activations), mxfp4 (q8_32). The AVX-512 kernels
+ * (quant_x8_avx512.c) need F/BW/VL/DQ/VNNI and VBMI; elsewhere the reference path reads the
+ * group directly (slow, same bits).
  *
- * Used by the CPU engine with -rtr/--repack (model_repack.c: a repacked copy of every q4_K and
- * q6_K matrix; cpu_matmul_mat.x8 and cpu_moe_args.x8 take it for products of a few tokens).
- * Measured in bench/RESULTS.md (sessions 8 to 11).
+ * Used by the CPU engine with -rtr/--repack (model_repack.c: a repacked copy of every q4_K,
+ * q6_K and mxfp4 matrix; cpu_matmul_mat.x8 and cpu_moe_args.x8 take it for products of a few
+ * tokens). Measured in bench/RESULTS.md (sessions 8 to 11).
  */
 #ifndef HM_QUANT_QUANT_X8_H
 #define HM_QUANT_QUANT_X8_H
@@ -49,7 +50,7 @@ hm_status quant_x8_repack_rows(uint32_t wtype, int64_t k, const void *rows, size
 void quant_x8_unpack(uint32_t wtype, int64_t k, const void *group, void *rows, size_t row_stride);
 
 /* out[r] = dot(row r of group, act) for the 8 rows, bit-identical to quant_dot_ref; act is one
- * activation row of k elements in wtype's format (q8_K for both). quant_x8_dot_get gives the
+ * activation row of k elements in wtype's format (quant_act_for). quant_x8_dot_get gives the
  * kernel for wtype once per product (the fast one when quant_x8_fast(), else the reference
  * path; NULL if unsupported). */
 typedef void (*quant_x8_dot_fn)(int64_t k, const void *group, const void *act, float out[8]);

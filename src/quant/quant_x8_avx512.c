@@ -1,6 +1,6 @@
 /* quant_x8_avx512.c - the AVX-512 kernels of quant_x8.h: 8 repacked q4_K or q6_K rows against
- * one q8_K activation row (layouts in quant_x8.c). CMake gives this file the AVX-512 F/BW/VL/DQ/VNNI
- * flags; the kernels add VBMI (vpermb, vpermt2b, vpmultishiftqb) by a target attribute (GCC and
+ * one q8_K activation row, or 8 mxfp4 rows against a q8_32 one (layouts in quant_x8.c). CMake
+ * gives this file the AVX-512 F/BW/VL/DQ/VNNI flags; the kernels add VBMI (vpermb, vpermt2b, vpmultishiftqb) by a target attribute (GCC and
  * clang). The caller checks the CPU (quant_x8_fast).
  *
  * q4_K, per block of the 8 rows: the 64 scales and 64 mins come out of quant_x8.c's sm as bytes
@@ -25,6 +25,7 @@
 int quant_x8_avx512_built(void);
 void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *act, float out[8]);
 void quant_x8_dot_q6_K_avx512(int64_t nb, const void *group, const void *act, float out[8]);
+void quant_x8_dot_mxfp4_avx512(int64_t nb, const void *group, const void *act, float out[8]);
 
 int quant_x8_avx512_built(void) { return 1; }
 
@@ -252,4 +253,79 @@ void quant_x8_dot_q6_K_avx512(int64_t nb, const void *group, const void *act, fl
         *ac = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(s), *ac);
     }
     _mm256_storeu_ps(out, x8_acc_tree(acc, na));
+}
+
+/* ---- mxfp4: two blocks per step (quant_x8.c's pairs), the 8 rows of block b in lanes 0-7 and
+ * of b + 1 in lanes 8-15. Per block, each of the two quant registers gives its low and high
+ * nibbles' unsigned values u = kvalues_mxfp4 + 12 by one vpermb each (on the 16-entry table
+ * replicated 4x, so the index bits above the nibble do not matter) and two vpdpbusd against 8
+ * activation bytes; the row's two dword lanes are summed, then s = sum u*a - 12 * sum_a (one
+ * vpdpwssd of the int16 sum by -12). d * da is vscalefps(da, e - 128): da * 2^(e - 128)
+ * rounded once, the reference's product. The 32 accumulators are 16 registers of two (lanes
+ * 0-7: acc[2j], 8-15: acc[2j + 1]), so the tree's steps above 1 are whole-register adds. ---- */
+static const uint8_t k_mx_u[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
+
+/* dword lanes 2r, 2r + 1: row r's two halves of sum u * a over block q (quants [m][r][8]) */
+__attribute__((target("avx512vbmi")))
+static inline __m512i x8_mx_block(const uint8_t *q, const block_q8_32 *a, __m512i t) {
+    __m512i q0 = _mm512_loadu_si512(q), q1 = _mm512_loadu_si512(q + 64);
+    X8_IN_REG(q0);
+    X8_IN_REG(q1);
+    int64_t a0, a1, a2, a3;
+    memcpy(&a0, a->qs, 8);
+    memcpy(&a1, a->qs + 8, 8);
+    memcpy(&a2, a->qs + 16, 8);
+    memcpy(&a3, a->qs + 24, 8);
+    __m512i v = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_permutexvar_epi8(q0, t), _mm512_set1_epi64(a0));
+    v = _mm512_dpbusd_epi32(v, _mm512_permutexvar_epi8(_mm512_srli_epi16(q0, 4), t), _mm512_set1_epi64(a2));
+    v = _mm512_dpbusd_epi32(v, _mm512_permutexvar_epi8(q1, t), _mm512_set1_epi64(a1));
+    return _mm512_dpbusd_epi32(v, _mm512_permutexvar_epi8(_mm512_srli_epi16(q1, 4), t), _mm512_set1_epi64(a3));
+}
+
+__attribute__((target("avx512vbmi")))
+void quant_x8_dot_mxfp4_avx512(int64_t nb, const void *group, const void *act, float out[8]) {
+    __m512 acc[16]; /* acc[j]: the reference's acc[2j] (lanes 0-7) and acc[2j + 1] (8-15) */
+    const int na = x8_acc_used(nb), np = (na + 1) / 2;
+    for (int i = 0; i < np; i++) acc[i] = _mm512_setzero_ps();
+    const __m512i t = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)k_mx_u));
+    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    const __m512i m12 = _mm512_set1_epi32(0xfff4); /* int16 pairs (-12, 0) */
+    const __m512i e128 = _mm512_set1_epi32(128);
+    const block_q8_32 *a = (const block_q8_32 *)act;
+    const uint8_t *g = (const uint8_t *)group;
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2, g += 272) {
+        for (int o = 0; o < 272; o += 64) _mm_prefetch((const char *)g + X8_PF + o, X8_PF_HINT);
+        const __m512i v0 = x8_mx_block(g + 16, a + b, t), v1 = x8_mx_block(g + 144, a + b + 1, t);
+        __m512i s = _mm512_add_epi32(_mm512_permutex2var_epi32(v0, ie, v1),
+                                     _mm512_permutex2var_epi32(v0, io, v1));
+        const __m512i sa = _mm512_inserti64x4(_mm512_set1_epi32(a[b].sum), _mm256_set1_epi32(a[b + 1].sum), 1);
+        s = _mm512_dpwssd_epi32(s, sa, m12); /* |sum| <= 32 * 127: an int16 */
+        const __m512i ev = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)g));
+        const __m512 da = _mm512_insertf32x8(_mm512_set1_ps(a[b].d), _mm256_set1_ps(a[b + 1].d), 1);
+        const __m512 dd = _mm512_scalef_ps(da, _mm512_cvtepi32_ps(_mm512_sub_epi32(ev, e128)));
+        __m512 *ac = &acc[(b % 32) / 2];
+        *ac = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(s), *ac);
+    }
+    if (b < nb) { /* the odd last block: lanes 0-7 of its register (b is even) */
+        const __m512i v = x8_mx_block(g + 8, a + b, t);
+        __m256i s = _mm512_cvtepi64_epi32(_mm512_add_epi32(v, _mm512_srli_epi64(v, 32)));
+        s = _mm256_sub_epi32(s, _mm256_set1_epi32(12 * a[b].sum));
+        const __m256i ev = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)g));
+        const __m256 dd = _mm256_scalef_ps(_mm256_set1_ps(a[b].d),
+                                           _mm256_cvtepi32_ps(_mm256_sub_epi32(ev, _mm256_set1_epi32(128))));
+        __m512 *ac = &acc[(b % 32) / 2];
+        const __m256 lo = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(s), _mm512_castps512_ps256(*ac));
+        *ac = _mm512_insertf32x8(*ac, lo, 0);
+    }
+    /* the tree (x8_acc_tree's, on pairs): one + 0.0f for the stages above na / 2, whole-register
+     * steps down to 2, then acc[0] + acc[1] across the halves */
+    if (na < 32)
+        for (int i = 0; i < np; i++) acc[i] = _mm512_add_ps(acc[i], _mm512_setzero_ps());
+    for (int st = na / 4; st >= 1; st /= 2)
+        for (int i = 0; i < st; i++) acc[i] = _mm512_add_ps(acc[i], acc[i + st]);
+    __m256 r = _mm512_castps512_ps256(acc[0]);
+    if (na >= 2) r = _mm256_add_ps(r, _mm512_extractf32x8_ps(acc[0], 1));
+    _mm256_storeu_ps(out, r);
 }

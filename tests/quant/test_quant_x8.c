@@ -1,8 +1,8 @@
-/* test_quant_x8.c - rows repacked by eights (quant_x8.h), q4_K and q6_K: repacking loses
- * nothing, and the 8-row product is bit-identical to quant_dot_ref on the original rows, on the
- * fast kernel when this CPU runs it and on the reference path (HOTMOE_ISA=avx2), for row lengths
- * of 1 to 40 blocks (past 32 blocks a row's lanes take a second block each) and rows of random
- * scales. */
+/* test_quant_x8.c - rows repacked by eights (quant_x8.h), q4_K, q6_K and mxfp4: repacking
+ * loses nothing, and the 8-row product is bit-identical to quant_dot_ref on the original rows,
+ * on the fast kernel when this CPU runs it and on the reference path (HOTMOE_ISA=avx2), for row
+ * lengths of 1 to 40 blocks (past 32 blocks a row's lanes take a second block each; mxfp4's odd
+ * counts end in a block without a pair) and rows of random scales. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +19,12 @@ static uint32_t rnd(void) {
 }
 static float rndf(void) { return (float)(rnd() & 0xffffff) / 8388608.0f - 1.0f; }
 
-static const uint32_t k_types[2] = {HM_TYPE_Q4_K, HM_TYPE_Q6_K};
+enum { N_TYPES = 3 };
+static const uint32_t k_types[N_TYPES] = {HM_TYPE_Q4_K, HM_TYPE_Q6_K, HM_TYPE_MXFP4};
+
+/* elements per block and the activation format of a type */
+static int64_t blk(uint32_t type) { return type == HM_TYPE_MXFP4 ? 32 : 256; }
+static quant_act act_of(uint32_t type) { return quant_act_for(type); }
 
 /* 8 rows of k elements of type (quantised random floats, every row its own range), stride ws */
 static void make_rows(uint32_t type, int64_t k, uint8_t *w, size_t ws) {
@@ -27,7 +32,7 @@ static void make_rows(uint32_t type, int64_t k, uint8_t *w, size_t ws) {
     for (int r = 0; r < 8; r++) {
         const float scale = 0.01f + (float)(rnd() % 1000) * 0.01f;
         for (int64_t i = 0; i < k; i++) x[i] = scale * rndf();
-        if (r == 3) memset(x, 0, sizeof(float) * 256); /* an all-zero block */
+        if (r == 3) memset(x, 0, sizeof(float) * (size_t)blk(type)); /* an all-zero block */
         HM_REQUIRE(quant_quantize_row(type, x, w + (size_t)r * ws, k) == HM_OK);
     }
     free(x);
@@ -35,7 +40,7 @@ static void make_rows(uint32_t type, int64_t k, uint8_t *w, size_t ws) {
 
 static void test_repack_roundtrip(void) {
     const int64_t k = 2048;
-    for (int ti = 0; ti < 2; ti++) {
+    for (int ti = 0; ti < N_TYPES; ti++) {
         const uint32_t type = k_types[ti];
         const size_t ws = hm_row_size(type, k) + 16; /* rows need not be contiguous */
         uint8_t *w = calloc(8, ws), *back = calloc(8, ws);
@@ -57,20 +62,20 @@ static void test_repack_roundtrip(void) {
     hm_error err;
     uint8_t buf[64];
     HM_CHECK(quant_x8_repack(HM_TYPE_Q8_0, 2048, buf, 0, buf, &err) == HM_ERR_UNSUPPORTED);
-    HM_CHECK(!quant_x8_supported(HM_TYPE_Q8_0) && !quant_x8_dot_get(HM_TYPE_MXFP4));
+    HM_CHECK(!quant_x8_supported(HM_TYPE_Q8_0) && !quant_x8_dot_get(HM_TYPE_Q5_K));
 }
 
 /* the 8-row product against quant_dot_ref for rows of nb blocks; returns rows that differ */
 static int check_len(uint32_t type, int64_t nb) {
-    const int64_t k = 256 * nb;
+    const int64_t k = blk(type) * nb;
     const size_t ws = hm_row_size(type, k);
     uint8_t *w = malloc(8 * ws);
     void *g = malloc(quant_x8_group_size(type, k));
     float *x = malloc(sizeof(float) * (size_t)k);
-    block_q8_K *a = malloc(sizeof(block_q8_K) * (size_t)nb);
+    void *a = malloc(quant_act_row_size(act_of(type), k));
     make_rows(type, k, w, ws);
     for (int64_t i = 0; i < k; i++) x[i] = rndf() * (i % 97 == 0 ? 50.0f : 1.0f);
-    quant_act_quantize_ref(QUANT_ACT_Q8_K, x, a, k);
+    quant_act_quantize_ref(act_of(type), x, a, k);
     hm_error err;
     if (quant_x8_repack(type, k, w, ws, g, &err) != HM_OK) return 8;
     float out[8];
@@ -93,7 +98,7 @@ static int check_len(uint32_t type, int64_t nb) {
 
 static void test_dot_fast(void) {
     printf("  fast kernel on this CPU: %s\n", quant_x8_fast() ? "yes" : "no (reference path)");
-    for (int ti = 0; ti < 2; ti++)
+    for (int ti = 0; ti < N_TYPES; ti++)
         for (int64_t nb = 1; nb <= 40; nb++)
             for (int rep = 0; rep < 3; rep++)
                 HM_CHECK_MSG(check_len(k_types[ti], nb) == 0, "%s, %lld blocks",
@@ -105,7 +110,7 @@ static void test_dot_reference_path(void) {
     char *keep = old ? strdup(old) : NULL;
     setenv("HOTMOE_ISA", "avx2", 1);
     HM_CHECK(!quant_x8_fast());
-    for (int ti = 0; ti < 2; ti++)
+    for (int ti = 0; ti < N_TYPES; ti++)
         for (int64_t nb = 1; nb <= 34; nb += 3)
             HM_CHECK_MSG(check_len(k_types[ti], nb) == 0, "%s, %lld blocks",
                          hm_type_name(k_types[ti]), (long long)nb);
@@ -115,39 +120,67 @@ static void test_dot_reference_path(void) {
 }
 
 /* Raw blocks at the integer limits (every quant at its maximum or random bytes, scales of all 6
- * or 8 bits) against activations of -128 and 127 (a q8_K row as q8_K's quantiser never makes
- * it, but the type allows): the kernel's int16 and int32 lanes must still give the reference's
- * exact integers. fp16 factors are kept finite (the float part is not what is tested). */
+ * or 8 bits) against activations of -128 and 127 (a row as the quantisers never make it, but the
+ * types allow): the kernel's int16 and int32 lanes must still give the reference's exact
+ * integers. Float factors are kept finite (the float part is not what is tested). */
+static void x8_fill_act(uint32_t type, void *act, int nb, int c) {
+    for (int b = 0; b < nb; b++) {
+        int8_t *qs;
+        int n;
+        if (type == HM_TYPE_MXFP4) {
+            block_q8_32 *a = (block_q8_32 *)act + b;
+            a->d = 1.0f;
+            qs = a->qs;
+            n = 32;
+        } else {
+            block_q8_K *a = (block_q8_K *)act + b;
+            a->d = 1.0f;
+            qs = a->qs;
+            n = 256;
+        }
+        for (int i = 0; i < n; i++)
+            qs[i] = (int8_t)(c % 3 == 0 ? -128 : c % 3 == 1 ? 127 : (int)(rnd() % 256) - 128);
+        if (type == HM_TYPE_MXFP4) {
+            block_q8_32 *a = (block_q8_32 *)act + b;
+            a->sum = 0;
+            for (int i = 0; i < 32; i++) a->sum += qs[i];
+        } else {
+            block_q8_K *a = (block_q8_K *)act + b;
+            for (int i = 0; i < 16; i++) {
+                int sum = 0;
+                for (int l = 0; l < 16; l++) sum += qs[16 * i + l];
+                a->bsums[i] = (int16_t)sum;
+            }
+        }
+    }
+}
+
 static void test_dot_extremes(void) {
-    enum { NB = 4, K = 256 * NB };
-    for (int ti = 0; ti < 2; ti++) {
+    enum { NB = 5 };
+    for (int ti = 0; ti < N_TYPES; ti++) {
         const uint32_t type = k_types[ti];
+        const int64_t K = blk(type) * NB;
         const size_t ws = hm_row_size(type, K), bs = ws / NB;
         uint8_t *w = malloc(8 * ws);
         void *g = malloc(quant_x8_group_size(type, K));
-        block_q8_K *a = malloc(sizeof(block_q8_K) * NB);
+        void *a = malloc(quant_act_row_size(act_of(type), K));
         HM_REQUIRE(w && g && a);
         int bad = 0;
         for (int c = 0; c < 12; c++) {
             for (size_t i = 0; i < 8 * ws; i++) w[i] = c < 6 ? 0xff : (uint8_t)rnd();
             for (int r = 0; r < 8; r++)
                 for (int b = 0; b < NB; b++) { /* d (and q4_K's dmin) = 2^-e, e in 0..7 */
-                    uint8_t *blk = w + (size_t)r * ws + (size_t)b * bs;
+                    uint8_t *blk0 = w + (size_t)r * ws + (size_t)b * bs;
+                    if (type == HM_TYPE_MXFP4) { /* 2^(e - 128), e in 121..128 */
+                        blk0[0] = (uint8_t)(121 + rnd() % 8);
+                        continue;
+                    }
                     const size_t dpos = type == HM_TYPE_Q6_K ? bs - 2 : 0;
                     const uint16_t d = (uint16_t)(0x3c00 - 0x400 * (rnd() % 8));
-                    memcpy(blk + dpos, &d, 2);
-                    if (type == HM_TYPE_Q4_K) memcpy(blk + 2, &d, 2);
+                    memcpy(blk0 + dpos, &d, 2);
+                    if (type == HM_TYPE_Q4_K) memcpy(blk0 + 2, &d, 2);
                 }
-            for (int b = 0; b < NB; b++) {
-                a[b].d = 1.0f;
-                for (int i = 0; i < 256; i++)
-                    a[b].qs[i] = (int8_t)(c % 3 == 0 ? -128 : c % 3 == 1 ? 127 : (int)(rnd() % 256) - 128);
-                for (int i = 0; i < 16; i++) {
-                    int sum = 0;
-                    for (int l = 0; l < 16; l++) sum += a[b].qs[16 * i + l];
-                    a[b].bsums[i] = (int16_t)sum;
-                }
-            }
+            x8_fill_act(type, a, NB, c);
             hm_error err;
             HM_REQUIRE(quant_x8_repack(type, K, w, ws, g, &err) == HM_OK);
             float out[8];
@@ -168,7 +201,7 @@ static void test_repack_rows(void) {
     const int64_t k = 512, n_rows = 8 * 150; /* more groups than one pool item */
     tp_pool *pool = NULL;
     HM_REQUIRE(tp_init(3, &pool, NULL) == HM_OK);
-    for (int ti = 0; ti < 2; ti++) {
+    for (int ti = 0; ti < N_TYPES; ti++) {
         const uint32_t type = k_types[ti];
         const size_t ws = hm_row_size(type, k), gs = quant_x8_group_size(type, k);
         uint8_t *w = malloc(ws * (size_t)n_rows), *a = malloc(ws * (size_t)n_rows);
