@@ -20,11 +20,11 @@
  * apart in the half (l, 32 + l, 64 + l, 96 + l share ql/qh bytes in q6_K). So the kernel gets
  * quarters 0-2 by one mask each and quarter 3 from the three top bit pairs (six steps for four
  * registers, against thirteen for q6_K's nibble and 2-bit planes).
- * mxfp4 (32-element blocks of 17 bytes; 8 x 17 = 136 per block of the 8 rows): blocks go by
- * pairs (b, b + 1), 272 bytes: the 16 scale bytes e[2][8] (block b's rows, then b + 1's), then
- * each block's quants as [part m][row r][8 bytes] = row r's qs bytes 8m .. 8m + 7. An odd last
- * block is e[8] and its quants. So the kernel takes two blocks per step, the rows of both in the
- * 16 lanes of one register.
+ * mxfp4 and q8_0 (32-element blocks: a scale, e or fp16 d, then 16 or 32 quant bytes): blocks
+ * go by pairs (b, b + 1): the scales [2][8] (block b's rows, then b + 1's), then each block's
+ * quants as [part m][row r][8 bytes] = row r's qs bytes 8m .. 8m + 7. An odd last block is its
+ * scales [8] and its quants. So the kernel takes two blocks per step, the rows of both in the 16
+ * lanes of one register.
  */
 #include "quant/quant_x8.h"
 
@@ -117,16 +117,24 @@ static int x8_q6g_get(const x8_q6_K *g, int r, int e) {
     return b[0] >> 6 | (b[64] >> 6) << 2 | (b[128] >> 6) << 4;
 }
 
-/* Where block b (of nb) of the 8 rows lies in an mxfp4 group: its 8 scale bytes at *e, its
- * quants ([m][r][8]) at *q. */
-static void x8_mx_at(int64_t nb, int64_t b, size_t *e, size_t *q) {
+/* The 32-element types' pieces: scale bytes and quant bytes per row and block. */
+static void x8_q32_sizes(uint32_t wtype, size_t *scb, size_t *qb) {
+    *scb = wtype == HM_TYPE_MXFP4 ? 1 : 2;
+    *qb = wtype == HM_TYPE_MXFP4 ? 16 : 32;
+}
+
+/* Where block b (of nb) of the 8 rows lies in a group of a 32-element type: its 8 scales at *e,
+ * its quants ([m][r][8]) at *q. */
+static void x8_pair_at(uint32_t wtype, int64_t nb, int64_t b, size_t *e, size_t *q) {
+    size_t scb, qb;
+    x8_q32_sizes(wtype, &scb, &qb);
+    const size_t pair = 16 * (scb + qb), base = pair * (size_t)(b / 2);
     if (b < nb - (nb & 1)) {
-        const size_t base = 272 * (size_t)(b / 2);
-        *e = base + 8 * (size_t)(b & 1);
-        *q = base + 16 + 128 * (size_t)(b & 1);
+        *e = base + 8 * scb * (size_t)(b & 1);
+        *q = base + 16 * scb + 8 * qb * (size_t)(b & 1);
     } else { /* the odd last block */
-        *e = 272 * (size_t)(b / 2);
-        *q = *e + 8;
+        *e = base;
+        *q = base + 8 * scb;
     }
 }
 
@@ -134,14 +142,18 @@ static void x8_mx_at(int64_t nb, int64_t b, size_t *e, size_t *q) {
 void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *act, float out[8]);
 void quant_x8_dot_q6_K_avx512(int64_t nb, const void *group, const void *act, float out[8]);
 void quant_x8_dot_mxfp4_avx512(int64_t nb, const void *group, const void *act, float out[8]);
+void quant_x8_dot_q8_0_avx512(int64_t nb, const void *group, const void *act, float out[8]);
 int quant_x8_avx512_built(void);
 
 bool quant_x8_supported(uint32_t wtype) {
-    return wtype == HM_TYPE_Q4_K || wtype == HM_TYPE_Q6_K || wtype == HM_TYPE_MXFP4;
+    return wtype == HM_TYPE_Q4_K || wtype == HM_TYPE_Q6_K || wtype == HM_TYPE_MXFP4 ||
+           wtype == HM_TYPE_Q8_0;
 }
 
 /* elements per block of a supported type */
-static int64_t x8_block(uint32_t wtype) { return wtype == HM_TYPE_MXFP4 ? 32 : X8_QK; }
+static int64_t x8_block(uint32_t wtype) {
+    return wtype == HM_TYPE_MXFP4 || wtype == HM_TYPE_Q8_0 ? 32 : X8_QK;
+}
 
 /* Whether the fast kernels go with kernel table kern: its ISA, plus VBMI */
 static bool x8_fast_for(const quant_kernels *kern) {
@@ -173,16 +185,17 @@ static void x8_piece(uint8_t *row, uint8_t *grp, size_t ro, size_t go, size_t n,
 static void x8_move(uint32_t wtype, int64_t nb, uint8_t *rows, size_t row_stride, uint8_t *group,
                     bool to_group) {
     const size_t rb = hm_type_get(wtype)->type_size, gb = 8 * rb;
-    if (wtype == HM_TYPE_MXFP4) {
+    if (x8_block(wtype) == 32) { /* mxfp4, q8_0: the scale first, then the quants */
+        size_t scb, qb;
+        x8_q32_sizes(wtype, &scb, &qb);
         for (int64_t b = 0; b < nb; b++) {
             size_t e, q;
-            x8_mx_at(nb, b, &e, &q);
+            x8_pair_at(wtype, nb, b, &e, &q);
             for (int r = 0; r < 8; r++) {
                 uint8_t *x = rows + (size_t)r * row_stride + (size_t)b * rb;
-                x8_piece(x, group, offsetof(block_mxfp4, e), e + (size_t)r, 1, to_group);
-                for (int m = 0; m < 2; m++)
-                    x8_piece(x, group, offsetof(block_mxfp4, qs) + 8 * (size_t)m,
-                             q + 64 * (size_t)m + 8 * (size_t)r, 8, to_group);
+                x8_piece(x, group, 0, e + scb * (size_t)r, scb, to_group);
+                for (size_t m = 0; m < qb / 8; m++)
+                    x8_piece(x, group, scb + 8 * m, q + 64 * m + 8 * (size_t)r, 8, to_group);
             }
         }
         return;
@@ -337,7 +350,7 @@ static void x8_dot_mxfp4_ref(int64_t nb, const uint8_t *g, const block_q8_32 *a,
         for (int l = 0; l < 32; l++) acc[l] = 0.0f;
         for (int64_t b = 0; b < nb; b++) {
             size_t e, q;
-            x8_mx_at(nb, b, &e, &q);
+            x8_pair_at(HM_TYPE_MXFP4, nb, b, &e, &q);
             int32_t s = 0;
             for (int j = 0; j < 16; j++) {
                 const uint8_t byte = g[q + 64 * (size_t)(j / 8) + 8 * (size_t)r + (size_t)(j % 8)];
@@ -349,6 +362,35 @@ static void x8_dot_mxfp4_ref(int64_t nb, const uint8_t *g, const block_q8_32 *a,
             for (int i = 0; i < st; i++) acc[i] = acc[i] + acc[i + st];
         out[r] = acc[0];
     }
+}
+
+/* q8_0's reference block product (quant_ref_dot.c's dot_q8_0) read from the group, per row */
+static void x8_dot_q8_0_ref(int64_t nb, const uint8_t *g, const block_q8_32 *a, float out[8]) {
+    for (int r = 0; r < 8; r++) {
+        float acc[32];
+        for (int l = 0; l < 32; l++) acc[l] = 0.0f;
+        for (int64_t b = 0; b < nb; b++) {
+            size_t e, q;
+            x8_pair_at(HM_TYPE_Q8_0, nb, b, &e, &q);
+            int32_t s = 0;
+            for (int j = 0; j < 32; j++)
+                s += (int8_t)g[q + 64 * (size_t)(j / 8) + 8 * (size_t)r + (size_t)(j % 8)] * a[b].qs[j];
+            uint16_t d;
+            memcpy(&d, g + e + 2 * (size_t)r, 2);
+            acc[b % 32] = fmaf(hm_fp16_to_f32(d) * a[b].d, (float)s, acc[b % 32]);
+        }
+        for (int st = 16; st >= 1; st /= 2)
+            for (int i = 0; i < st; i++) acc[i] = acc[i] + acc[i + st];
+        out[r] = acc[0];
+    }
+}
+
+static void x8_dot_q8_0_fast(int64_t k, const void *group, const void *act, float out[8]) {
+    quant_x8_dot_q8_0_avx512(k / 32, group, act, out);
+}
+
+static void x8_dot_q8_0(int64_t k, const void *group, const void *act, float out[8]) {
+    x8_dot_q8_0_ref(k / 32, group, act, out);
 }
 
 static void x8_dot_mxfp4_fast(int64_t k, const void *group, const void *act, float out[8]) {
@@ -380,6 +422,7 @@ quant_x8_dot_fn quant_x8_dot_for(uint32_t wtype, const quant_kernels *kern) {
     const bool fast = x8_fast_for(kern);
     if (wtype == HM_TYPE_Q6_K) return fast ? x8_dot_q6_K_fast : x8_dot_q6_K;
     if (wtype == HM_TYPE_MXFP4) return fast ? x8_dot_mxfp4_fast : x8_dot_mxfp4;
+    if (wtype == HM_TYPE_Q8_0) return fast ? x8_dot_q8_0_fast : x8_dot_q8_0;
     return fast ? x8_dot_q4_K_fast : x8_dot_q4_K;
 }
 

@@ -11,12 +11,12 @@
  * row — so results are bit-identical to quant_dot_ref on the original rows. The activation row
  * is the usual one (q8_K for q4_K): the interleave makes 8 of its bytes one 64-bit broadcast.
  *
- * Types: q4_K, q6_K (q8_K activations), mxfp4 (q8_32). The AVX-512 kernels
+ * Types: q4_K, q6_K (q8_K activations), mxfp4, q8_0 (q8_32). The AVX-512 kernels
  * (quant_x8_avx512.c) need F/BW/VL/DQ/VNNI and VBMI; elsewhere the reference path reads the
  * group directly (slow, same bits).
  *
  * Used by the CPU engine with -rtr/--repack (model_repack.c: a repacked copy of every q4_K,
- * q6_K and mxfp4 matrix; cpu_matmul_mat.x8 and cpu_moe_args.x8 take it for products of a few
+ * q6_K, q8_0 and mxfp4 matrix; cpu_matmul_mat.x8 and cpu_moe_args.x8 take it for products of a few
  * tokens). Measured in bench/RESULTS.md (sessions 8 to 11).
  */
 #ifndef HM_QUANT_QUANT_X8_H

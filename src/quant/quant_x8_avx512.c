@@ -1,5 +1,5 @@
 /* quant_x8_avx512.c - the AVX-512 kernels of quant_x8.h: 8 repacked q4_K or q6_K rows against
- * one q8_K activation row, or 8 mxfp4 rows against a q8_32 one (layouts in quant_x8.c). CMake
+ * one q8_K activation row, or 8 mxfp4 or q8_0 rows against a q8_32 one (layouts in quant_x8.c). CMake
  * gives this file the AVX-512 F/BW/VL/DQ/VNNI flags; the kernels add VBMI (vpermb, vpermt2b, vpmultishiftqb) by a target attribute (GCC and
  * clang). The caller checks the CPU (quant_x8_fast).
  *
@@ -26,6 +26,7 @@ int quant_x8_avx512_built(void);
 void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *act, float out[8]);
 void quant_x8_dot_q6_K_avx512(int64_t nb, const void *group, const void *act, float out[8]);
 void quant_x8_dot_mxfp4_avx512(int64_t nb, const void *group, const void *act, float out[8]);
+void quant_x8_dot_q8_0_avx512(int64_t nb, const void *group, const void *act, float out[8]);
 
 int quant_x8_avx512_built(void) { return 1; }
 
@@ -255,77 +256,134 @@ void quant_x8_dot_q6_K_avx512(int64_t nb, const void *group, const void *act, fl
     _mm256_storeu_ps(out, x8_acc_tree(acc, na));
 }
 
-/* ---- mxfp4: two blocks per step (quant_x8.c's pairs), the 8 rows of block b in lanes 0-7 and
- * of b + 1 in lanes 8-15. Per block, each of the two quant registers gives its low and high
- * nibbles' unsigned values u = kvalues_mxfp4 + 12 by one vpermb each (on the 16-entry table
- * replicated 4x, so the index bits above the nibble do not matter) and two vpdpbusd against 8
- * activation bytes; the row's two dword lanes are summed, then s = sum u*a - 12 * sum_a (one
- * vpdpwssd of the int16 sum by -12). d * da is vscalefps(da, e - 128): da * 2^(e - 128)
- * rounded once, the reference's product. The 32 accumulators are 16 registers of two (lanes
- * 0-7: acc[2j], 8-15: acc[2j + 1]), so the tree's steps above 1 are whole-register adds. ---- */
+/* ---- mxfp4 and q8_0: two blocks per step (quant_x8.c's pairs), the 8 rows of block b in lanes
+ * 0-7 and of b + 1 in lanes 8-15. A block's quant registers give u * a sums by vpdpbusd against
+ * 8 activation bytes each, with unsigned u: mxfp4 u = kvalues_mxfp4 + 12 by one vpermb per
+ * nibble half (on the 16-entry table replicated 4x, so the index bits above the nibble do not
+ * matter), q8_0 u = q ^ 0x80 = q + 128. The row's two dword lanes are summed, then s = sum u*a -
+ * OFF * sum_a (one vpdpwssd of the int16 sum by -OFF). d * da: mxfp4 vscalefps(da, e - 128),
+ * da * 2^(e - 128) rounded once, the reference's product; q8_0 an ordinary multiply. The 32
+ * accumulators are 16 registers of two (lanes 0-7: acc[2j], 8-15: acc[2j + 1]), so the tree's
+ * steps above 1 are whole-register adds. ---- */
 static const uint8_t k_mx_u[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
 
-/* dword lanes 2r, 2r + 1: row r's two halves of sum u * a over block q (quants [m][r][8]) */
+/* 8 activation bytes at p as a 64-bit broadcast */
+static inline __m512i x8_bcast8(const int8_t *p) {
+    int64_t v;
+    memcpy(&v, p, 8);
+    return _mm512_set1_epi64(v);
+}
+
+/* dword lanes 2r, 2r + 1: row r's two halves of sum u * a over mxfp4 block q ([m][r][8]) */
 __attribute__((target("avx512vbmi")))
 static inline __m512i x8_mx_block(const uint8_t *q, const block_q8_32 *a, __m512i t) {
     __m512i q0 = _mm512_loadu_si512(q), q1 = _mm512_loadu_si512(q + 64);
     X8_IN_REG(q0);
     X8_IN_REG(q1);
-    int64_t a0, a1, a2, a3;
-    memcpy(&a0, a->qs, 8);
-    memcpy(&a1, a->qs + 8, 8);
-    memcpy(&a2, a->qs + 16, 8);
-    memcpy(&a3, a->qs + 24, 8);
-    __m512i v = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_permutexvar_epi8(q0, t), _mm512_set1_epi64(a0));
-    v = _mm512_dpbusd_epi32(v, _mm512_permutexvar_epi8(_mm512_srli_epi16(q0, 4), t), _mm512_set1_epi64(a2));
-    v = _mm512_dpbusd_epi32(v, _mm512_permutexvar_epi8(q1, t), _mm512_set1_epi64(a1));
-    return _mm512_dpbusd_epi32(v, _mm512_permutexvar_epi8(_mm512_srli_epi16(q1, 4), t), _mm512_set1_epi64(a3));
+    __m512i v = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_permutexvar_epi8(q0, t), x8_bcast8(a->qs));
+    v = _mm512_dpbusd_epi32(v, _mm512_permutexvar_epi8(_mm512_srli_epi16(q0, 4), t), x8_bcast8(a->qs + 16));
+    v = _mm512_dpbusd_epi32(v, _mm512_permutexvar_epi8(q1, t), x8_bcast8(a->qs + 8));
+    return _mm512_dpbusd_epi32(v, _mm512_permutexvar_epi8(_mm512_srli_epi16(q1, 4), t), x8_bcast8(a->qs + 24));
+}
+
+/* the same for q8_0 block q ([m][r][8], four parts) */
+static inline __m512i x8_q8_block(const uint8_t *q, const block_q8_32 *a) {
+    const __m512i sgn = _mm512_set1_epi8((char)0x80);
+    __m512i v = _mm512_setzero_si512();
+    _Pragma("GCC unroll 4")
+    for (int m = 0; m < 4; m++)
+        v = _mm512_dpbusd_epi32(v, _mm512_xor_si512(_mm512_loadu_si512(q + 64 * m), sgn),
+                                x8_bcast8(a->qs + 8 * m));
+    return v;
+}
+
+/* [row sums of block b | of block b + 1] from their lanes 2r, 2r + 1, minus off * sum_a */
+static inline __m512i x8_pair_isum(__m512i v0, __m512i v1, const block_q8_32 *a, int off) {
+    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    const __m512i s = _mm512_add_epi32(_mm512_permutex2var_epi32(v0, ie, v1),
+                                       _mm512_permutex2var_epi32(v0, io, v1));
+    const __m512i sa = _mm512_inserti64x4(_mm512_set1_epi32(a[0].sum), _mm256_set1_epi32(a[1].sum), 1);
+    /* |sum_a| <= 32 * 127: an int16, times the int16 pair (-off, 0) */
+    return _mm512_dpwssd_epi32(s, sa, _mm512_set1_epi32(-off & 0xffff));
+}
+
+/* one block's row sums (lanes 2r, 2r + 1 of v) minus off * sum_a, as 8 lanes */
+static inline __m256i x8_one_isum(__m512i v, const block_q8_32 *a, int off) {
+    const __m256i s = _mm512_cvtepi64_epi32(_mm512_add_epi32(v, _mm512_srli_epi64(v, 32)));
+    return _mm256_sub_epi32(s, _mm256_set1_epi32(off * a->sum));
+}
+
+/* the two blocks' da in lanes 0-7 and 8-15 */
+static inline __m512 x8_pair_da(const block_q8_32 *a) {
+    return _mm512_insertf32x8(_mm512_set1_ps(a[0].d), _mm256_set1_ps(a[1].d), 1);
+}
+
+/* acc[j] (pairs) += the odd last block's update in lanes 0-7 (its index is even) */
+static inline void x8_acc_low(__m512 *ac, __m256 dd, __m256i s) {
+    const __m256 lo = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(s), _mm512_castps512_ps256(*ac));
+    *ac = _mm512_insertf32x8(*ac, lo, 0);
+}
+
+/* x8_acc_tree on pairs: one + 0.0f for the stages above na / 2, whole-register steps down to
+ * 2, then acc[0] + acc[1] across the halves */
+static inline void x8_pair_tree(__m512 *acc, int na, float out[8]) {
+    if (na < 32)
+        for (int i = 0; i < (na + 1) / 2; i++) acc[i] = _mm512_add_ps(acc[i], _mm512_setzero_ps());
+    for (int st = na / 4; st >= 1; st /= 2)
+        for (int i = 0; i < st; i++) acc[i] = _mm512_add_ps(acc[i], acc[i + st]);
+    __m256 r = _mm512_castps512_ps256(acc[0]);
+    if (na >= 2) r = _mm256_add_ps(r, _mm512_extractf32x8_ps(acc[0], 1));
+    _mm256_storeu_ps(out, r);
 }
 
 __attribute__((target("avx512vbmi")))
 void quant_x8_dot_mxfp4_avx512(int64_t nb, const void *group, const void *act, float out[8]) {
     __m512 acc[16]; /* acc[j]: the reference's acc[2j] (lanes 0-7) and acc[2j + 1] (8-15) */
-    const int na = x8_acc_used(nb), np = (na + 1) / 2;
-    for (int i = 0; i < np; i++) acc[i] = _mm512_setzero_ps();
+    const int na = x8_acc_used(nb);
+    for (int i = 0; i < (na + 1) / 2; i++) acc[i] = _mm512_setzero_ps();
     const __m512i t = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)k_mx_u));
-    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-    const __m512i m12 = _mm512_set1_epi32(0xfff4); /* int16 pairs (-12, 0) */
     const __m512i e128 = _mm512_set1_epi32(128);
     const block_q8_32 *a = (const block_q8_32 *)act;
     const uint8_t *g = (const uint8_t *)group;
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2, g += 272) {
         for (int o = 0; o < 272; o += 64) _mm_prefetch((const char *)g + X8_PF + o, X8_PF_HINT);
-        const __m512i v0 = x8_mx_block(g + 16, a + b, t), v1 = x8_mx_block(g + 144, a + b + 1, t);
-        __m512i s = _mm512_add_epi32(_mm512_permutex2var_epi32(v0, ie, v1),
-                                     _mm512_permutex2var_epi32(v0, io, v1));
-        const __m512i sa = _mm512_inserti64x4(_mm512_set1_epi32(a[b].sum), _mm256_set1_epi32(a[b + 1].sum), 1);
-        s = _mm512_dpwssd_epi32(s, sa, m12); /* |sum| <= 32 * 127: an int16 */
+        const __m512i s = x8_pair_isum(x8_mx_block(g + 16, a + b, t), x8_mx_block(g + 144, a + b + 1, t),
+                                       a + b, 12);
         const __m512i ev = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)g));
-        const __m512 da = _mm512_insertf32x8(_mm512_set1_ps(a[b].d), _mm256_set1_ps(a[b + 1].d), 1);
-        const __m512 dd = _mm512_scalef_ps(da, _mm512_cvtepi32_ps(_mm512_sub_epi32(ev, e128)));
+        const __m512 dd = _mm512_scalef_ps(x8_pair_da(a + b), _mm512_cvtepi32_ps(_mm512_sub_epi32(ev, e128)));
         __m512 *ac = &acc[(b % 32) / 2];
         *ac = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(s), *ac);
     }
-    if (b < nb) { /* the odd last block: lanes 0-7 of its register (b is even) */
-        const __m512i v = x8_mx_block(g + 8, a + b, t);
-        __m256i s = _mm512_cvtepi64_epi32(_mm512_add_epi32(v, _mm512_srli_epi64(v, 32)));
-        s = _mm256_sub_epi32(s, _mm256_set1_epi32(12 * a[b].sum));
+    if (b < nb) { /* the odd last block */
+        const __m256i s = x8_one_isum(x8_mx_block(g + 8, a + b, t), a + b, 12);
         const __m256i ev = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)g));
         const __m256 dd = _mm256_scalef_ps(_mm256_set1_ps(a[b].d),
                                            _mm256_cvtepi32_ps(_mm256_sub_epi32(ev, _mm256_set1_epi32(128))));
-        __m512 *ac = &acc[(b % 32) / 2];
-        const __m256 lo = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(s), _mm512_castps512_ps256(*ac));
-        *ac = _mm512_insertf32x8(*ac, lo, 0);
+        x8_acc_low(&acc[(b % 32) / 2], dd, s);
     }
-    /* the tree (x8_acc_tree's, on pairs): one + 0.0f for the stages above na / 2, whole-register
-     * steps down to 2, then acc[0] + acc[1] across the halves */
-    if (na < 32)
-        for (int i = 0; i < np; i++) acc[i] = _mm512_add_ps(acc[i], _mm512_setzero_ps());
-    for (int st = na / 4; st >= 1; st /= 2)
-        for (int i = 0; i < st; i++) acc[i] = _mm512_add_ps(acc[i], acc[i + st]);
-    __m256 r = _mm512_castps512_ps256(acc[0]);
-    if (na >= 2) r = _mm256_add_ps(r, _mm512_extractf32x8_ps(acc[0], 1));
-    _mm256_storeu_ps(out, r);
+    x8_pair_tree(acc, na, out);
+}
+
+void quant_x8_dot_q8_0_avx512(int64_t nb, const void *group, const void *act, float out[8]) {
+    __m512 acc[16]; /* as in the mxfp4 kernel */
+    const int na = x8_acc_used(nb);
+    for (int i = 0; i < (na + 1) / 2; i++) acc[i] = _mm512_setzero_ps();
+    const block_q8_32 *a = (const block_q8_32 *)act;
+    const uint8_t *g = (const uint8_t *)group;
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2, g += 544) {
+        for (int o = 0; o < 544; o += 64) _mm_prefetch((const char *)g + X8_PF + o, X8_PF_HINT);
+        const __m512i s = x8_pair_isum(x8_q8_block(g + 32, a + b), x8_q8_block(g + 288, a + b + 1), a + b, 128);
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)g));
+        __m512 *ac = &acc[(b % 32) / 2];
+        *ac = _mm512_fmadd_ps(_mm512_mul_ps(dw, x8_pair_da(a + b)), _mm512_cvtepi32_ps(s), *ac);
+    }
+    if (b < nb) { /* the odd last block */
+        const __m256i s = x8_one_isum(x8_q8_block(g + 16, a + b), a + b, 128);
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)g));
+        x8_acc_low(&acc[(b % 32) / 2], _mm256_mul_ps(dw, _mm256_set1_ps(a[b].d)), s);
+    }
+    x8_pair_tree(acc, na, out);
 }

@@ -1,8 +1,8 @@
-/* test_quant_x8.c - rows repacked by eights (quant_x8.h), q4_K, q6_K and mxfp4: repacking
+/* test_quant_x8.c - rows repacked by eights (quant_x8.h), q4_K, q6_K, mxfp4, q8_0: repacking
  * loses nothing, and the 8-row product is bit-identical to quant_dot_ref on the original rows,
  * on the fast kernel when this CPU runs it and on the reference path (HOTMOE_ISA=avx2), for row
- * lengths of 1 to 40 blocks (past 32 blocks a row's lanes take a second block each; mxfp4's odd
- * counts end in a block without a pair) and rows of random scales. */
+ * lengths of 1 to 40 blocks (past 32 blocks a row's lanes take a second block each; the 32-element
+ * types' odd counts end in a block without a pair) and rows of random scales. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,11 +19,11 @@ static uint32_t rnd(void) {
 }
 static float rndf(void) { return (float)(rnd() & 0xffffff) / 8388608.0f - 1.0f; }
 
-enum { N_TYPES = 3 };
-static const uint32_t k_types[N_TYPES] = {HM_TYPE_Q4_K, HM_TYPE_Q6_K, HM_TYPE_MXFP4};
+enum { N_TYPES = 4 };
+static const uint32_t k_types[N_TYPES] = {HM_TYPE_Q4_K, HM_TYPE_Q6_K, HM_TYPE_MXFP4, HM_TYPE_Q8_0};
 
 /* elements per block and the activation format of a type */
-static int64_t blk(uint32_t type) { return type == HM_TYPE_MXFP4 ? 32 : 256; }
+static int64_t blk(uint32_t type) { return type == HM_TYPE_MXFP4 || type == HM_TYPE_Q8_0 ? 32 : 256; }
 static quant_act act_of(uint32_t type) { return quant_act_for(type); }
 
 /* 8 rows of k elements of type (quantised random floats, every row its own range), stride ws */
@@ -61,8 +61,8 @@ static void test_repack_roundtrip(void) {
     }
     hm_error err;
     uint8_t buf[64];
-    HM_CHECK(quant_x8_repack(HM_TYPE_Q8_0, 2048, buf, 0, buf, &err) == HM_ERR_UNSUPPORTED);
-    HM_CHECK(!quant_x8_supported(HM_TYPE_Q8_0) && !quant_x8_dot_get(HM_TYPE_Q5_K));
+    HM_CHECK(quant_x8_repack(HM_TYPE_Q4_0, 2048, buf, 0, buf, &err) == HM_ERR_UNSUPPORTED);
+    HM_CHECK(!quant_x8_supported(HM_TYPE_Q4_0) && !quant_x8_dot_get(HM_TYPE_Q5_K));
 }
 
 /* the 8-row product against quant_dot_ref for rows of nb blocks; returns rows that differ */
@@ -127,7 +127,7 @@ static void x8_fill_act(uint32_t type, void *act, int nb, int c) {
     for (int b = 0; b < nb; b++) {
         int8_t *qs;
         int n;
-        if (type == HM_TYPE_MXFP4) {
+        if (blk(type) == 32) {
             block_q8_32 *a = (block_q8_32 *)act + b;
             a->d = 1.0f;
             qs = a->qs;
@@ -140,7 +140,7 @@ static void x8_fill_act(uint32_t type, void *act, int nb, int c) {
         }
         for (int i = 0; i < n; i++)
             qs[i] = (int8_t)(c % 3 == 0 ? -128 : c % 3 == 1 ? 127 : (int)(rnd() % 256) - 128);
-        if (type == HM_TYPE_MXFP4) {
+        if (blk(type) == 32) {
             block_q8_32 *a = (block_q8_32 *)act + b;
             a->sum = 0;
             for (int i = 0; i < 32; i++) a->sum += qs[i];
@@ -175,7 +175,7 @@ static void test_dot_extremes(void) {
                         blk0[0] = (uint8_t)(121 + rnd() % 8);
                         continue;
                     }
-                    const size_t dpos = type == HM_TYPE_Q6_K ? bs - 2 : 0;
+                    const size_t dpos = type == HM_TYPE_Q6_K ? bs - 2 : 0; /* q8_0: 0 too */
                     const uint16_t d = (uint16_t)(0x3c00 - 0x400 * (rnd() % 8));
                     memcpy(blk0 + dpos, &d, 2);
                     if (type == HM_TYPE_Q4_K) memcpy(blk0 + 2, &d, 2);
