@@ -101,17 +101,23 @@ expect "run: prompt longer than the context: says so" grep -q "context" "$tmp/er
   >/dev/null 2>&1
 expect "tracer: same counts on 1 and 3 threads" cmp -s "$tmp/tr1.json" "$tmp/tr3.json"
 
-# ---- --repack: the q4_K matrices also held repacked by eights (quant_x8.h) give the same
-# logits, one token at a time (the repacked path) and in a batch, on 1 and 3 threads; where the
-# fast kernel cannot run (HOTMOE_ISA=avx2) the weights stay as they are and the run says so ----
+# ---- --repack: the q4_K, q6_K, q8_0 and mxfp4 matrices also held repacked by eights
+# (quant_x8.h) give the same logits, one token at a time (the repacked path) and in a batch, on
+# 1 and 3 threads (qwen3moe q4_k_m: q4_K and q6_K; gpt-oss mxfp4: mxfp4 experts, q8_0 the rest);
+# where the fast kernel cannot run (HOTMOE_ISA=avx2) the weights stay as they are and the run
+# says so ----
 q=$tmp/q3.gguf
 "$bin" forge --preset tiny-qwen3moe --type q4_k_m --no-hf -q -o "$q" >/dev/null 2>&1
-for t in 1 3; do
-  for ub in 1 512; do
-    "$bin" logits -m "$q" -p "the cat sat on the mat and then" -ub $ub -t $t -o "$tmp/p.bin" 2>/dev/null
-    "$bin" logits -m "$q" -p "the cat sat on the mat and then" -ub $ub -t $t --repack \
-      -o "$tmp/r.bin" 2>/dev/null
-    expect "--repack: same logits (-t $t -ub $ub)" cmp -s "$tmp/p.bin" "$tmp/r.bin"
+g=$tmp/goss.gguf
+"$bin" forge --preset tiny-gpt-oss --type mxfp4 --no-hf -q -o "$g" >/dev/null 2>&1
+for f in "$q" "$g"; do
+  for t in 1 3; do
+    for ub in 1 512; do
+      "$bin" logits -m "$f" -p "the cat sat on the mat and then" -ub $ub -t $t -o "$tmp/p.bin" 2>/dev/null
+      "$bin" logits -m "$f" -p "the cat sat on the mat and then" -ub $ub -t $t --repack \
+        -o "$tmp/r.bin" 2>/dev/null
+      expect "--repack: same logits ($(basename "$f") -t $t -ub $ub)" cmp -s "$tmp/p.bin" "$tmp/r.bin"
+    done
   done
 done
 "$bin" logits -m "$q" -p "the cat sat on the mat and then" -ub 1 -t 2 -o "$tmp/p.bin" 2>/dev/null

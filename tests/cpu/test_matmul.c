@@ -426,17 +426,18 @@ static uint8_t *repack_rows(uint32_t t, const uint8_t *w, int64_t rows, int64_t 
 }
 
 /* The repacked path (decode: up to 4 tokens per product, few pairs per expert) and the batch
- * path beside it give the dot tiles' bits: dense products of 1..6 tokens (q4_K and q6_K, one
+ * path beside it give the dot tiles' bits: dense products of 1..6 tokens (q4_K, q6_K, mxfp4 and
+ * q8_0, one
  * matrix repacked and one not in the same job), grouped products with shared and per-slot
  * inputs, and the one-job FFN with gate/up/down all repacked. */
 static void test_repacked(void) {
-    static const uint32_t types[] = {HM_TYPE_Q4_K, HM_TYPE_Q6_K};
+    static const uint32_t types[] = {HM_TYPE_Q4_K, HM_TYPE_Q6_K, HM_TYPE_MXFP4, HM_TYPE_Q8_0};
     hm_error err;
     int bad = 0, runs = 0;
     for (int th = 1; th <= 3; th += 2) {
         tp_pool *pool = NULL;
         HM_REQUIRE(tp_init(th, &pool, NULL) == HM_OK);
-        for (int ti = 0; ti < 2; ti++) {
+        for (int ti = 0; ti < (int)(sizeof(types) / sizeof(types[0])); ti++) {
             const uint32_t t = types[ti];
             const int64_t k = 512, n_rows = 136, ne = 5, F = 64, used = 3;
             uint8_t *w = make_weights(t, n_rows, k), *w2 = make_weights(t, 40, k);
