@@ -21,10 +21,11 @@
  * Weights are valid blocks (quantised random rows, repeated): values do not change the speed.
  * With --file PATH the weights are written to PATH and the matvec reads them through a read-only
  * shared mmap of it (page cache, as a model's weights are read), while the read ceiling stays on
- * anonymous memory: the difference shows what the mapping costs. With --x8 a q4_K or q6_K matrix
- * is also repacked by eights (quant_x8.h) and multiplied that way, as the engine's decode does
- * with --repack (one more table row, its own alternated read figure). With --huge the buffer (read
- * test and weights) is 2 MiB-aligned and madvise(MADV_HUGEPAGE)d: what 4 KiB pages cost.
+ * anonymous memory: the difference shows what the mapping costs. With --x8 a matrix of a type
+ * quant_x8 supports (q4_K, q6_K, q8_0, mxfp4) is also repacked by eights (quant_x8.h) and
+ * multiplied that way, as the engine's decode does with --repack (one more table row, its own
+ * alternated read figure). With --huge the buffer (read test and weights) is 2 MiB-aligned and
+ * madvise(MADV_HUGEPAGE)d: what 4 KiB pages cost.
  */
 #include <stdatomic.h>
 #include <stdint.h>
@@ -182,7 +183,7 @@ int main(int argc, char **argv) {
     int threads = 1, reps = 5, max_batch = 1, json = 0;
     const char *file = NULL; /* weights through an mmap of this file instead of anonymous memory */
     int huge = 0;            /* --huge: anonymous memory on transparent huge pages */
-    int x8 = 0;              /* --x8: also the repacked q4_K product (quant_x8.h) */
+    int x8 = 0;              /* --x8: also the repacked product (quant_x8.h) */
     size_t mib = 1024;
     long split = 1;
     long k_opt = 0; /* --k: row length instead of 2048 / 2880 */
