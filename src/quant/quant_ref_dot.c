@@ -217,6 +217,10 @@ static const dot_block_fn k_dot_block[HM_TYPE_COUNT] = {
     [HM_TYPE_Q6_K] = dot_q6_K,     [HM_TYPE_IQ4_XS] = dot_iq4_xs,
 };
 
+void quant_ref_dot_block(uint32_t wtype, const void *w, const void *act, float *acc) {
+    k_dot_block[wtype](w, act, acc);
+}
+
 /* ---- combining the lanes (ARITHMETIC.md §3) ---- */
 
 static float lanes_combine(float acc[32]) {

@@ -43,6 +43,10 @@ static inline float quant_safe_inv(float d) {
 
 static inline int quant_clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
+/* One block's product of a quantised type into its lane accumulator *acc (docs/ARITHMETIC.md
+ * §2: the integer sums, then the fmaf update; quant_ref_dot.c). */
+void quant_ref_dot_block(uint32_t wtype, const void *w, const void *act, float *acc);
+
 /* K-quant quantisers (quant_ref_quantize_k.c): nb super-blocks of 256 floats -> y. */
 void quant_ref_qz_q4_K(const float *x, void *y, int64_t nb);
 void quant_ref_qz_q5_K(const float *x, void *y, int64_t nb);

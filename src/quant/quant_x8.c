@@ -109,14 +109,6 @@ static void x8_q6_set4(block_q6_K *x, int n, int l, const int q[4]) {
     x->qh[32 * n + l] = (uint8_t)(q[0] >> 4 | (q[1] >> 4) << 2 | (q[2] >> 4) << 4 | (q[3] >> 4) << 6);
 }
 
-/* quant of element e (0..255) of row r in a group block (the reference path) */
-static int x8_q6g_get(const x8_q6_K *g, int r, int e) {
-    const int n = e / 128, q4 = (e % 128) / 32, m = (e % 32) / 8, c = e % 8;
-    const uint8_t *b = g->qb + 768 * n + 192 * m + 8 * r + c;
-    if (q4 < 3) return b[64 * q4] & 63;
-    return b[0] >> 6 | (b[64] >> 6) << 2 | (b[128] >> 6) << 4;
-}
-
 /* The 32-element types' pieces: scale bytes and quant bytes per row and block. */
 static void x8_q32_sizes(uint32_t wtype, size_t *scb, size_t *qb) {
     *scb = wtype == HM_TYPE_MXFP4 ? 1 : 2;
@@ -182,64 +174,66 @@ static void x8_piece(uint8_t *row, uint8_t *grp, size_t ro, size_t go, size_t n,
     else memcpy(row + ro, grp + go, n);
 }
 
-static void x8_move(uint32_t wtype, int64_t nb, uint8_t *rows, size_t row_stride, uint8_t *group,
-                    bool to_group) {
-    const size_t rb = hm_type_get(wtype)->type_size, gb = 8 * rb;
+/* Block b (of nb) of the 8 rows (row r's at blk + r * row_stride) into the group or back. */
+static void x8_move_block(uint32_t wtype, int64_t nb, int64_t b, uint8_t *blk, size_t row_stride,
+                          uint8_t *group, bool to_group) {
     if (x8_block(wtype) == 32) { /* mxfp4, q8_0: the scale first, then the quants */
-        size_t scb, qb;
+        size_t scb, qb, e, q;
         x8_q32_sizes(wtype, &scb, &qb);
-        for (int64_t b = 0; b < nb; b++) {
-            size_t e, q;
-            x8_pair_at(wtype, nb, b, &e, &q);
-            for (int r = 0; r < 8; r++) {
-                uint8_t *x = rows + (size_t)r * row_stride + (size_t)b * rb;
-                x8_piece(x, group, 0, e + scb * (size_t)r, scb, to_group);
-                for (size_t m = 0; m < qb / 8; m++)
-                    x8_piece(x, group, scb + 8 * m, q + 64 * m + 8 * (size_t)r, 8, to_group);
-            }
+        x8_pair_at(wtype, nb, b, &e, &q);
+        for (int r = 0; r < 8; r++) {
+            uint8_t *x = blk + (size_t)r * row_stride;
+            x8_piece(x, group, 0, e + scb * (size_t)r, scb, to_group);
+            for (size_t m = 0; m < qb / 8; m++)
+                x8_piece(x, group, scb + 8 * m, q + 64 * m + 8 * (size_t)r, 8, to_group);
         }
         return;
     }
-    for (int64_t b = 0; b < nb; b++) {
-        if (wtype == HM_TYPE_Q4_K) {
-            uint8_t *sc12[8];
-            for (int r = 0; r < 8; r++)
-                sc12[r] = rows + (size_t)r * row_stride + (size_t)b * rb + offsetof(block_q4_K, scales);
-            x8_k4_sm_move(sc12, group + (size_t)b * gb + offsetof(x8_q4_K, sm), to_group);
-        }
-        for (int r = 0; r < 8; r++) {
-            uint8_t *x = rows + (size_t)r * row_stride + (size_t)b * rb, *g = group + (size_t)b * gb;
-            if (wtype == HM_TYPE_Q6_K) {
-                x8_piece(x, g, offsetof(block_q6_K, d), offsetof(x8_q6_K, d) + 2 * (size_t)r, 2, to_group);
-                x8_piece(x, g, offsetof(block_q6_K, scales), offsetof(x8_q6_K, scales) + 16 * (size_t)r,
-                         16, to_group);
-                block_q6_K *xb = (block_q6_K *)(void *)x;
-                x8_q6_K *gb6 = (x8_q6_K *)(void *)g;
-                for (int n = 0; n < 2; n++)
-                    for (int l = 0; l < 32; l++) {
-                        uint8_t *pb = gb6->qb + 768 * n + 192 * (l / 8) + 8 * r + l % 8;
-                        int q[4];
-                        if (to_group) {
-                            x8_q6_get4(xb, n, l, q);
-                            for (int p = 0; p < 3; p++)
-                                pb[64 * p] = (uint8_t)(q[p] | ((q[3] >> (2 * p)) & 3) << 6);
-                        } else {
-                            for (int p = 0; p < 3; p++) q[p] = pb[64 * p] & 63;
-                            q[3] = pb[0] >> 6 | (pb[64] >> 6) << 2 | (pb[128] >> 6) << 4;
-                            x8_q6_set4(xb, n, l, q);
-                        }
+    uint8_t *g = group + (size_t)b * 8 * hm_type_get(wtype)->type_size;
+    if (wtype == HM_TYPE_Q4_K) {
+        uint8_t *sc12[8];
+        for (int r = 0; r < 8; r++) sc12[r] = blk + (size_t)r * row_stride + offsetof(block_q4_K, scales);
+        x8_k4_sm_move(sc12, g + offsetof(x8_q4_K, sm), to_group);
+    }
+    for (int r = 0; r < 8; r++) {
+        uint8_t *x = blk + (size_t)r * row_stride;
+        if (wtype == HM_TYPE_Q6_K) {
+            x8_piece(x, g, offsetof(block_q6_K, d), offsetof(x8_q6_K, d) + 2 * (size_t)r, 2, to_group);
+            x8_piece(x, g, offsetof(block_q6_K, scales), offsetof(x8_q6_K, scales) + 16 * (size_t)r,
+                     16, to_group);
+            block_q6_K *xb = (block_q6_K *)(void *)x;
+            x8_q6_K *gb6 = (x8_q6_K *)(void *)g;
+            for (int n = 0; n < 2; n++)
+                for (int l = 0; l < 32; l++) {
+                    uint8_t *pb = gb6->qb + 768 * n + 192 * (l / 8) + 8 * r + l % 8;
+                    int q[4];
+                    if (to_group) {
+                        x8_q6_get4(xb, n, l, q);
+                        for (int p = 0; p < 3; p++)
+                            pb[64 * p] = (uint8_t)(q[p] | ((q[3] >> (2 * p)) & 3) << 6);
+                    } else {
+                        for (int p = 0; p < 3; p++) q[p] = pb[64 * p] & 63;
+                        q[3] = pb[0] >> 6 | (pb[64] >> 6) << 2 | (pb[128] >> 6) << 4;
+                        x8_q6_set4(xb, n, l, q);
                     }
-            } else {
-                x8_piece(x, g, offsetof(block_q4_K, d), offsetof(x8_q4_K, d) + 2 * (size_t)r, 2, to_group);
-                x8_piece(x, g, offsetof(block_q4_K, dmin), offsetof(x8_q4_K, dmin) + 2 * (size_t)r, 2,
-                         to_group);
-                for (int j = 0; j < 4; j++)
-                    for (int m = 0; m < 4; m++)
-                        x8_piece(x, g, offsetof(block_q4_K, qs) + (size_t)(32 * j + 8 * m),
-                                 offsetof(x8_q4_K, qs) + (size_t)(256 * j + 64 * m + 8 * r), 8, to_group);
-            }
+                }
+        } else {
+            x8_piece(x, g, offsetof(block_q4_K, d), offsetof(x8_q4_K, d) + 2 * (size_t)r, 2, to_group);
+            x8_piece(x, g, offsetof(block_q4_K, dmin), offsetof(x8_q4_K, dmin) + 2 * (size_t)r, 2,
+                     to_group);
+            for (int j = 0; j < 4; j++)
+                for (int m = 0; m < 4; m++)
+                    x8_piece(x, g, offsetof(block_q4_K, qs) + (size_t)(32 * j + 8 * m),
+                             offsetof(x8_q4_K, qs) + (size_t)(256 * j + 64 * m + 8 * r), 8, to_group);
         }
     }
+}
+
+static void x8_move(uint32_t wtype, int64_t nb, uint8_t *rows, size_t row_stride, uint8_t *group,
+                    bool to_group) {
+    const size_t rb = hm_type_get(wtype)->type_size;
+    for (int64_t b = 0; b < nb; b++)
+        x8_move_block(wtype, nb, b, rows + (size_t)b * rb, row_stride, group, to_group);
 }
 
 hm_status quant_x8_repack(uint32_t wtype, int64_t k, const void *rows, size_t row_stride,
@@ -294,128 +288,41 @@ void quant_x8_unpack(uint32_t wtype, int64_t k, const void *group, void *rows, s
         x8_move(wtype, k / x8_block(wtype), rows, row_stride, (uint8_t *)(uintptr_t)group, false);
 }
 
-/* The reference path: docs/ARITHMETIC.md's q4_K block product (quant_ref_dot.c's dot_k4) read
- * from the group, per row, then the halving tree. */
-static void x8_dot_q4_K_ref(int64_t nb, const x8_q4_K *g, const block_q8_K *a, float out[8]) {
+/* The reference path, any type: block b of the 8 rows unpacked from the group (x8_move_block),
+ * each row's block product and lane update by quant_ref_dot_block (docs/ARITHMETIC.md §2), then
+ * the halving tree per row: quant_dot_ref's operations on the original rows, by construction. */
+static void x8_dot_ref(uint32_t wtype, int64_t k, const void *group, const void *act, float out[8]) {
+    const size_t rb = hm_type_get(wtype)->type_size;
+    const size_t ab = quant_act_row_size(quant_act_for(wtype), x8_block(wtype));
+    const int64_t nb = k / x8_block(wtype);
+    uint8_t blk[8 * sizeof(block_q6_K)]; /* the largest block of a supported type */
+    float acc[8][32];
+    for (int r = 0; r < 8; r++)
+        for (int l = 0; l < 32; l++) acc[r][l] = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        x8_move_block(wtype, nb, b, blk, rb, (uint8_t *)(uintptr_t)group, false);
+        for (int r = 0; r < 8; r++)
+            quant_ref_dot_block(wtype, blk + (size_t)r * rb, (const uint8_t *)act + (size_t)b * ab,
+                                &acc[r][b % 32]);
+    }
     for (int r = 0; r < 8; r++) {
-        float acc[32];
-        for (int l = 0; l < 32; l++) acc[l] = 0.0f;
-        for (int64_t b = 0; b < nb; b++) {
-            int32_t s = 0, t = 0;
-            for (int j = 0; j < 8; j++) {
-                const int sc = x8_k4_get(g[b].sm, x8_k4_sc_index(j, r), 0);
-                const int mn = x8_k4_get(g[b].sm, x8_k4_mn_index(j, r), 1);
-                int32_t sj = 0;
-                for (int l = 0; l < 32; l++) { /* byte l of chunk j / 2 */
-                    const uint8_t byte = g[b].qs[256 * (j / 2) + 64 * (l / 8) + 8 * r + (l & 7)];
-                    sj += ((j & 1) ? byte >> 4 : byte & 0xF) * a[b].qs[32 * j + l];
-                }
-                s += sc * sj;
-                t += mn * (a[b].bsums[2 * j] + a[b].bsums[2 * j + 1]);
-            }
-            acc[b % 32] = fmaf(hm_fp16_to_f32(g[b].d[r]) * a[b].d, (float)s, acc[b % 32]);
-            acc[b % 32] = fmaf(-(hm_fp16_to_f32(g[b].dmin[r]) * a[b].d), (float)t, acc[b % 32]);
-        }
         for (int st = 16; st >= 1; st /= 2)
-            for (int i = 0; i < st; i++) acc[i] = acc[i] + acc[i + st];
-        out[r] = acc[0];
+            for (int i = 0; i < st; i++) acc[r][i] = acc[r][i] + acc[r][i + st];
+        out[r] = acc[r][0];
     }
 }
 
-/* q6_K's reference block product (quant_ref_dot.c's dot_q6_K) read from the group, per row */
-static void x8_dot_q6_K_ref(int64_t nb, const x8_q6_K *g, const block_q8_K *a, float out[8]) {
-    for (int r = 0; r < 8; r++) {
-        float acc[32];
-        for (int l = 0; l < 32; l++) acc[l] = 0.0f;
-        for (int64_t b = 0; b < nb; b++) {
-            int32_t s = 0;
-            for (int j = 0; j < 16; j++) {
-                int32_t sj = 0;
-                for (int e = 16 * j; e < 16 * j + 16; e++)
-                    sj += (x8_q6g_get(&g[b], r, e) - 32) * a[b].qs[e];
-                s += g[b].scales[r][j] * sj;
-            }
-            acc[b % 32] = fmaf(hm_fp16_to_f32(g[b].d[r]) * a[b].d, (float)s, acc[b % 32]);
-        }
-        for (int st = 16; st >= 1; st /= 2)
-            for (int i = 0; i < st; i++) acc[i] = acc[i] + acc[i + st];
-        out[r] = acc[0];
+#define X8_DOT_FNS(T, TYPE, ELEMS)                                                              \
+    static void x8_dot_##T##_fast(int64_t k, const void *group, const void *act, float out[8]) { \
+        quant_x8_dot_##T##_avx512(k / (ELEMS), group, act, out);                               \
+    }                                                                                          \
+    static void x8_dot_##T(int64_t k, const void *group, const void *act, float out[8]) {      \
+        x8_dot_ref(TYPE, k, group, act, out);                                                  \
     }
-}
-
-/* mxfp4's reference block product (quant_ref_dot.c's dot_mxfp4) read from the group, per row */
-static void x8_dot_mxfp4_ref(int64_t nb, const uint8_t *g, const block_q8_32 *a, float out[8]) {
-    for (int r = 0; r < 8; r++) {
-        float acc[32];
-        for (int l = 0; l < 32; l++) acc[l] = 0.0f;
-        for (int64_t b = 0; b < nb; b++) {
-            size_t e, q;
-            x8_pair_at(HM_TYPE_MXFP4, nb, b, &e, &q);
-            int32_t s = 0;
-            for (int j = 0; j < 16; j++) {
-                const uint8_t byte = g[q + 64 * (size_t)(j / 8) + 8 * (size_t)r + (size_t)(j % 8)];
-                s += hm_kvalues_mxfp4[byte & 0xF] * a[b].qs[j] + hm_kvalues_mxfp4[byte >> 4] * a[b].qs[j + 16];
-            }
-            acc[b % 32] = fmaf(hm_e8m0_half_to_f32(g[e + (size_t)r]) * a[b].d, (float)s, acc[b % 32]);
-        }
-        for (int st = 16; st >= 1; st /= 2)
-            for (int i = 0; i < st; i++) acc[i] = acc[i] + acc[i + st];
-        out[r] = acc[0];
-    }
-}
-
-/* q8_0's reference block product (quant_ref_dot.c's dot_q8_0) read from the group, per row */
-static void x8_dot_q8_0_ref(int64_t nb, const uint8_t *g, const block_q8_32 *a, float out[8]) {
-    for (int r = 0; r < 8; r++) {
-        float acc[32];
-        for (int l = 0; l < 32; l++) acc[l] = 0.0f;
-        for (int64_t b = 0; b < nb; b++) {
-            size_t e, q;
-            x8_pair_at(HM_TYPE_Q8_0, nb, b, &e, &q);
-            int32_t s = 0;
-            for (int j = 0; j < 32; j++)
-                s += (int8_t)g[q + 64 * (size_t)(j / 8) + 8 * (size_t)r + (size_t)(j % 8)] * a[b].qs[j];
-            uint16_t d;
-            memcpy(&d, g + e + 2 * (size_t)r, 2);
-            acc[b % 32] = fmaf(hm_fp16_to_f32(d) * a[b].d, (float)s, acc[b % 32]);
-        }
-        for (int st = 16; st >= 1; st /= 2)
-            for (int i = 0; i < st; i++) acc[i] = acc[i] + acc[i + st];
-        out[r] = acc[0];
-    }
-}
-
-static void x8_dot_q8_0_fast(int64_t k, const void *group, const void *act, float out[8]) {
-    quant_x8_dot_q8_0_avx512(k / 32, group, act, out);
-}
-
-static void x8_dot_q8_0(int64_t k, const void *group, const void *act, float out[8]) {
-    x8_dot_q8_0_ref(k / 32, group, act, out);
-}
-
-static void x8_dot_mxfp4_fast(int64_t k, const void *group, const void *act, float out[8]) {
-    quant_x8_dot_mxfp4_avx512(k / 32, group, act, out);
-}
-
-static void x8_dot_mxfp4(int64_t k, const void *group, const void *act, float out[8]) {
-    x8_dot_mxfp4_ref(k / 32, group, act, out);
-}
-
-static void x8_dot_q6_K_fast(int64_t k, const void *group, const void *act, float out[8]) {
-    quant_x8_dot_q6_K_avx512(k / X8_QK, group, act, out);
-}
-
-static void x8_dot_q6_K(int64_t k, const void *group, const void *act, float out[8]) {
-    x8_dot_q6_K_ref(k / X8_QK, group, act, out);
-}
-
-static void x8_dot_q4_K_fast(int64_t k, const void *group, const void *act, float out[8]) {
-    quant_x8_dot_q4_K_avx512(k / X8_QK, group, act, out);
-}
-
-static void x8_dot_q4_K(int64_t k, const void *group, const void *act, float out[8]) {
-    x8_dot_q4_K_ref(k / X8_QK, group, act, out);
-}
+X8_DOT_FNS(q4_K, HM_TYPE_Q4_K, X8_QK)
+X8_DOT_FNS(q6_K, HM_TYPE_Q6_K, X8_QK)
+X8_DOT_FNS(mxfp4, HM_TYPE_MXFP4, 32)
+X8_DOT_FNS(q8_0, HM_TYPE_Q8_0, 32)
 
 quant_x8_dot_fn quant_x8_dot_for(uint32_t wtype, const quant_kernels *kern) {
     if (!quant_x8_supported(wtype)) return NULL;
