@@ -44,14 +44,15 @@ typedef struct {
     int nc;
     uint8_t *w, *act;
     float *out;
-    quant_x8_dot_fn x8; /* --x8: w holds rows / 8 groups */
+    quant_x8_dotn_fn x8; /* --x8: w holds rows / 8 groups */
     long passes;        /* for the threaded runs */
 } dot_ctx;
 
 static void one_pass(const dot_ctx *d) {
     if (d->x8) {
         for (int64_t g = 0; g < d->rows / 8; g++)
-            d->x8(d->k, d->w + (size_t)g * 8 * d->wrow, d->act, d->out + 8 * g);
+            d->x8(d->k, d->w + (size_t)g * 8 * d->wrow, d->act, d->arow, d->nc,
+                  d->out + 8 * (size_t)g * (size_t)d->nc);
         return;
     }
     const quant_dot_tile_fn dot = d->kt->dot[d->type];
@@ -116,10 +117,8 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (kib < 1 || nc < 1 || nc > 64 || ms <= 0.0 || kopt < 0 || nthr < 1 || nthr > 1024 ||
-        (x8 && nc != 1)) {
-        fprintf(stderr, "bench_dot: bad argument (kib >= 1, 1 <= nc <= 64, ms > 0, 1 <= t <= 1024, "
-                "--x8 with one activation row)\n");
+    if (kib < 1 || nc < 1 || nc > 64 || ms <= 0.0 || kopt < 0 || nthr < 1 || nthr > 1024) {
+        fprintf(stderr, "bench_dot: bad argument (kib >= 1, 1 <= nc <= 64, ms > 0, 1 <= t <= 1024)\n");
         return 2;
     }
     tp_pool *pool = NULL;
@@ -129,7 +128,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf("kernel table: %s%s, %d thread(s) (each its own copy), %lld KiB of weights, %d "
-           "activation row(s)\n\n", kt->name, x8 ? " (q4_K: repacked by eights)" : "", nthr,
+           "activation row(s)\n\n", kt->name, x8 ? " (x8: rows repacked by eights)" : "", nthr,
            (long long)kib, nc);
     printf("| type | k | rows | GB/s (all threads) | ns per block (one thread) |\n"
            "| --- | --- | --- | --- | --- |\n");
@@ -165,7 +164,7 @@ int main(int argc, char **argv) {
         for (int th = 0; th < nthr; th++) {
             dot_ctx *d = &ds[th];
             *d = (dot_ctx){.kt = kt, .type = type, .k = k, .rows = rows, .wrow = wrow, .arow = arow,
-                           .nc = nc, .x8 = rep ? quant_x8_dot_get(type) : NULL};
+                           .nc = nc, .x8 = rep ? quant_x8_dotn_for(type, kt) : NULL};
             d->w = malloc(wrow * (size_t)rows);
             d->act = malloc(arow * (size_t)nc);
             d->out = malloc(sizeof(float) * (size_t)(rows * nc));

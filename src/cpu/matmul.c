@@ -131,21 +131,29 @@ size_t cpu_matmul_scratch_size(uint32_t wtype, int64_t k, int64_t n_tok) {
     return arow * (size_t)n_tok;
 }
 /* The same as mm_rows from the repacked copy x8 of w (rows r0, r1 whole groups of 8): each
- * group of 8 rows is one quant_x8 product per activation row, the group in L1 across them. */
-void mm_rows_x8(quant_x8_dot_fn x8dot, const mm_kern *mk, const uint8_t *x8, int64_t r0,
-                       int64_t r1, const uint8_t *act, int64_t nc, float *out, size_t ostride) {
-    for (int64_t r = r0; r < r1; r += QUANT_X8_ROWS)
-        for (int64_t c = 0; c < nc; c++)
-            x8dot(mk->k, x8 + (size_t)r * mk->wrow, act + (size_t)c * mk->arow,
-                  out + (size_t)c * ostride + (size_t)(r - r0));
+ * group of 8 rows against MM_TOK_TILE activation rows at a time (the multi-row kernel decodes
+ * each weight block once for several of them), the group in L1 across the tiles. */
+void mm_rows_x8(quant_x8_dotn_fn x8dot, const mm_kern *mk, const uint8_t *x8, int64_t r0,
+                int64_t r1, const uint8_t *act, int64_t nc, float *out, size_t ostride) {
+    if (nc == 1) { /* a decode step: straight into the output */
+        for (int64_t r = r0; r < r1; r += QUANT_X8_ROWS)
+            x8dot(mk->k, x8 + (size_t)r * mk->wrow, act, mk->arow, 1, out + (size_t)(r - r0));
+        return;
+    }
+    float tmp[MM_TOK_TILE * QUANT_X8_ROWS]; /* [token][row] of one group */
+    for (int64_t c0 = 0; c0 < nc; c0 += MM_TOK_TILE) {
+        const int n = nc - c0 < MM_TOK_TILE ? (int)(nc - c0) : MM_TOK_TILE;
+        for (int64_t r = r0; r < r1; r += QUANT_X8_ROWS) {
+            x8dot(mk->k, x8 + (size_t)r * mk->wrow, act + (size_t)c0 * mk->arow, mk->arow, n, tmp);
+            for (int c = 0; c < n; c++)
+                memcpy(out + (size_t)(c0 + c) * ostride + (size_t)(r - r0), tmp + QUANT_X8_ROWS * c,
+                       QUANT_X8_ROWS * sizeof(float));
+        }
+    }
 }
 
-/* quant_x8's kernel for a product of n_act activation rows over n_rows rows of wtype with a
- * repacked copy x8, or NULL when the dot tiles serve (no copy, a batch, rows not in groups). */
-quant_x8_dot_fn mm_x8_pick(const quant_kernels *kern, const void *x8, uint32_t wtype,
-                           int64_t n_rows, int64_t n_act) {
-    return x8 && n_act <= MM_X8_MAX_ROWS && n_rows % QUANT_X8_ROWS == 0
-               ? quant_x8_dot_for(wtype, kern) : NULL;
+quant_x8_dotn_fn mm_x8_pick(const quant_kernels *kern, const void *x8, uint32_t wtype, int64_t n_rows) {
+    return x8 && n_rows % QUANT_X8_ROWS == 0 ? quant_x8_dotn_for(wtype, kern) : NULL;
 }
 
 typedef cpu_matmul_part mm_mat;
@@ -232,7 +240,7 @@ hm_status cpu_matmul_job_init(mm_job *j, const quant_kernels *kern, int n_mat,
         j->m[i].n_rows = mats[i].n_rows;
         j->m[i].y = mats[i].y;
         j->m[i].x8 = mats[i].x8;
-        j->m[i].x8dot = mm_x8_pick(kern, mats[i].x8, mats[i].wtype, mats[i].n_rows, n_tok);
+        j->m[i].x8dot = mm_x8_pick(kern, mats[i].x8, mats[i].wtype, mats[i].n_rows);
         j->m[i].v0 = v;
         v += (mats[i].n_rows + MM_ROW_ALIGN - 1) / MM_ROW_ALIGN * MM_ROW_ALIGN;
     }

@@ -11,9 +11,11 @@
 enum { MM_MAX_CHUNK = 256 }; /* rows of a work item at most */
 enum { MM_NR = 16, MM_TOK_TILE = 16, MM_ROW_ALIGN = QUANT_X8_ROWS };
 
-/* Repacked weights (quant_x8.h) are used for products of at most this many activation rows per
- * matrix (decode); larger batches keep the dot tiles, which hold a token tile in cache. */
-enum { MM_X8_MAX_ROWS = 4 };
+/* A repacked copy (quant_x8.h) serves every product of its matrix, batches too (the multi-row
+ * kernels, MM_TOK_TILE activation rows at a time). An expert's gate and up products go row group
+ * by row group together (their two streams advancing at once) for at most this many pairs (a
+ * few tokens); more go product by product. */
+enum { MM_X8_PAIR_MAX = 4 };
 
 /* Activations of at most this many elements are quantised by the calling thread before the
  * job starts (a decode step's one row, or its n_used expert rows): cheaper than the barrier
@@ -38,12 +40,11 @@ const quant_kernels *mm_default_kern(const quant_kernels *kern);
 void mm_rows(const mm_kern *mk, const uint8_t *w, int64_t r0, int64_t r1, const uint8_t *act,
              int64_t nc, float *out, size_t ostride);
 /* The same from the repacked copy x8 of w (r0, r1 whole groups of 8), with quant_x8's kernel. */
-void mm_rows_x8(quant_x8_dot_fn x8dot, const mm_kern *mk, const uint8_t *x8, int64_t r0,
+void mm_rows_x8(quant_x8_dotn_fn x8dot, const mm_kern *mk, const uint8_t *x8, int64_t r0,
                 int64_t r1, const uint8_t *act, int64_t nc, float *out, size_t ostride);
-/* quant_x8's kernel for a product of n_act activation rows over n_rows rows of wtype with a
- * repacked copy x8, or NULL when the dot tiles serve (no copy, a batch, rows not in groups). */
-quant_x8_dot_fn mm_x8_pick(const quant_kernels *kern, const void *x8, uint32_t wtype,
-                           int64_t n_rows, int64_t n_act);
+/* quant_x8's kernel for a product over n_rows rows of wtype with a repacked copy x8, or NULL
+ * when the dot tiles serve (no copy, rows not in groups of 8). */
+quant_x8_dotn_fn mm_x8_pick(const quant_kernels *kern, const void *x8, uint32_t wtype, int64_t n_rows);
 /* Rows of a work item when total_rows are shared by nth threads, ~8 items each. */
 int64_t mm_chunk_rows(int64_t total_rows, int nth);
 

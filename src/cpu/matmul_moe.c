@@ -53,7 +53,7 @@ typedef struct {
     int64_t *item0;   /* [n_active + 1] first work item of each selected expert */
     int64_t n_pairs, n_active, chunk;
     int64_t small, small_from; /* selected experts from small_from on have items of small rows */
-    quant_x8_dot_fn x8dot, x8dotb; /* quant_x8's kernel for a, b (repacked copies), or NULL */
+    quant_x8_dotn_fn x8dot, x8dotb; /* quant_x8's kernel for a, b (repacked copies), or NULL */
     const quant_kernels *kern;      /* the kernel table (the x8 kernels go with it) */
 } moe_job;
 
@@ -92,14 +92,28 @@ static void moe_item_rows(const moe_job *j, int64_t ia, int64_t c, int64_t *r0, 
 /* Rows [r0, r1) of one product (weights w of selected expert ia, kernel mk, repacked copy x8
  * when x8dot) for the expert's grouped pairs, into y[pair][.]. */
 static void moe_rows(const moe_job *j, const mm_kern *mk, const uint8_t *w, const uint8_t *x8,
-                     quant_x8_dot_fn x8dot, float *y, int64_t ia, int64_t r0, int64_t r1) {
+                     quant_x8_dotn_fn x8dot, float *y, int64_t ia, int64_t r0, int64_t r1) {
     const int64_t n_rows = j->a->n_rows, g0 = j->off[ia], g1 = j->off[ia + 1], e = j->eid[ia];
     const size_t wexp = mk->wrow * (size_t)n_rows;
-    if (x8dot && g1 - g0 <= MM_X8_MAX_ROWS) {
-        /* each pair straight into its output row (pairs are a decode step's few) */
-        for (int64_t g = g0; g < g1; g++)
-            mm_rows_x8(x8dot, mk, x8 + (size_t)e * wexp, r0, r1, j->act + (size_t)g * j->act_stride,
-                       1, y + (size_t)j->pairs[g] * (size_t)n_rows + (size_t)r0, 0);
+    if (x8dot) {
+        const uint8_t *xe = x8 + (size_t)e * wexp;
+        if (g1 - g0 == 1) { /* one pair (a decode step): straight into its output row */
+            for (int64_t r = r0; r < r1; r += QUANT_X8_ROWS)
+                x8dot(mk->k, xe + (size_t)r * mk->wrow, j->act + (size_t)g0 * j->act_stride, 0, 1,
+                      y + (size_t)j->pairs[g0] * (size_t)n_rows + (size_t)r);
+            return;
+        }
+        float tmp[MM_TOK_TILE * QUANT_X8_ROWS]; /* [pair][row] of one group */
+        for (int64_t t0 = g0; t0 < g1; t0 += MM_TOK_TILE) {
+            const int nc = g1 - t0 < MM_TOK_TILE ? (int)(g1 - t0) : MM_TOK_TILE;
+            for (int64_t r = r0; r < r1; r += QUANT_X8_ROWS) {
+                x8dot(mk->k, xe + (size_t)r * mk->wrow, j->act + (size_t)t0 * j->act_stride,
+                      j->act_stride, nc, tmp);
+                for (int c = 0; c < nc; c++)
+                    memcpy(y + (size_t)j->pairs[t0 + c] * (size_t)n_rows + (size_t)r,
+                           tmp + QUANT_X8_ROWS * c, QUANT_X8_ROWS * sizeof(float));
+            }
+        }
         return;
     }
     float tmp[MM_TOK_TILE * MM_MAX_CHUNK]; /* [tok][row] of one token tile */
@@ -145,8 +159,8 @@ static void moe_rows_x8_pair(const moe_job *j, int64_t ia, int64_t r0, int64_t r
         for (int64_t g = j->off[ia]; g < j->off[ia + 1]; g++) {
             const uint8_t *act = j->act + (size_t)g * j->act_stride;
             const size_t o = (size_t)j->pairs[g] * (size_t)n_rows + (size_t)r;
-            j->x8dot(j->mk.k, wa + (size_t)r * j->mk.wrow, act, a->y + o);
-            j->x8dotb(j->mkb.k, wb + (size_t)r * j->mkb.wrow, act, b->y + o);
+            j->x8dot(j->mk.k, wa + (size_t)r * j->mk.wrow, act, 0, 1, a->y + o);
+            j->x8dotb(j->mkb.k, wb + (size_t)r * j->mkb.wrow, act, 0, 1, b->y + o);
         }
 }
 
@@ -157,7 +171,7 @@ static void moe_item(void *ctx, int64_t it, int ith) {
     const int64_t ia = item_active(j, it);
     int64_t r0, r1;
     moe_item_rows(j, ia, it - j->item0[ia], &r0, &r1);
-    if (j->b && j->x8dot && j->x8dotb && j->off[ia + 1] - j->off[ia] <= MM_X8_MAX_ROWS) {
+    if (j->b && j->x8dot && j->x8dotb && j->off[ia + 1] - j->off[ia] <= MM_X8_PAIR_MAX) {
         moe_rows_x8_pair(j, ia, r0, r1);
     } else {
         moe_rows(j, &j->mk, a->w, a->x8, j->x8dot, a->y, ia, r0, r1);
@@ -223,8 +237,8 @@ static void moe_plan(moe_job *j, const cpu_moe_args *a, const moe_layout *l, uin
     j->off = (int64_t *)(void *)(s + l->counts);
     j->item0 = (int64_t *)(void *)(s + l->items);
     j->eid = (int32_t *)(void *)(s + l->eids);
-    j->x8dot = mm_x8_pick(j->kern, a->x8, a->wtype, a->n_rows, 0); /* experts of few pairs */
-    j->x8dotb = j->b ? mm_x8_pick(j->kern, j->b->x8, j->b->wtype, j->b->n_rows, 0) : NULL;
+    j->x8dot = mm_x8_pick(j->kern, a->x8, a->wtype, a->n_rows);
+    j->x8dotb = j->b ? mm_x8_pick(j->kern, j->b->x8, j->b->wtype, j->b->n_rows) : NULL;
     int64_t n = 0;
     if (np <= 64) { /* insertion sort by id, stable */
         for (int64_t p = 0; p < np; p++) {

@@ -313,11 +313,22 @@ static void x8_dot_ref(uint32_t wtype, int64_t k, const void *group, const void 
 }
 
 #define X8_DOT_FNS(T, TYPE, ELEMS)                                                              \
+    void quant_x8_dotn_##T##_avx512(int64_t nb, const void *group, const void *act, size_t astride, \
+                                    int n, float *out);                                          \
     static void x8_dot_##T##_fast(int64_t k, const void *group, const void *act, float out[8]) { \
         quant_x8_dot_##T##_avx512(k / (ELEMS), group, act, out);                               \
     }                                                                                          \
     static void x8_dot_##T(int64_t k, const void *group, const void *act, float out[8]) {      \
         x8_dot_ref(TYPE, k, group, act, out);                                                  \
+    }                                                                                          \
+    static void x8_dotn_##T##_fast(int64_t k, const void *group, const void *act, size_t astride, \
+                                   int n, float *out) {                                        \
+        quant_x8_dotn_##T##_avx512(k / (ELEMS), group, act, astride, n, out);                  \
+    }                                                                                          \
+    static void x8_dotn_##T(int64_t k, const void *group, const void *act, size_t astride, int n, \
+                            float *out) {                                                      \
+        for (int t = 0; t < n; t++)                                                            \
+            x8_dot_ref(TYPE, k, group, (const uint8_t *)act + (size_t)t * astride, out + 8 * t); \
     }
 X8_DOT_FNS(q4_K, HM_TYPE_Q4_K, X8_QK)
 X8_DOT_FNS(q6_K, HM_TYPE_Q6_K, X8_QK)
@@ -331,6 +342,15 @@ quant_x8_dot_fn quant_x8_dot_for(uint32_t wtype, const quant_kernels *kern) {
     if (wtype == HM_TYPE_MXFP4) return fast ? x8_dot_mxfp4_fast : x8_dot_mxfp4;
     if (wtype == HM_TYPE_Q8_0) return fast ? x8_dot_q8_0_fast : x8_dot_q8_0;
     return fast ? x8_dot_q4_K_fast : x8_dot_q4_K;
+}
+
+quant_x8_dotn_fn quant_x8_dotn_for(uint32_t wtype, const quant_kernels *kern) {
+    if (!quant_x8_supported(wtype)) return NULL;
+    const bool fast = x8_fast_for(kern);
+    if (wtype == HM_TYPE_Q6_K) return fast ? x8_dotn_q6_K_fast : x8_dotn_q6_K;
+    if (wtype == HM_TYPE_MXFP4) return fast ? x8_dotn_mxfp4_fast : x8_dotn_mxfp4;
+    if (wtype == HM_TYPE_Q8_0) return fast ? x8_dotn_q8_0_fast : x8_dotn_q8_0;
+    return fast ? x8_dotn_q4_K_fast : x8_dotn_q4_K;
 }
 
 quant_x8_dot_fn quant_x8_dot_get(uint32_t wtype) {

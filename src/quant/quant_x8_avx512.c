@@ -24,6 +24,14 @@
 
 int quant_x8_avx512_built(void);
 void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *act, float out[8]);
+void quant_x8_dotn_q4_K_avx512(int64_t nb, const void *group, const void *act, size_t astride,
+                               int n, float *out);
+void quant_x8_dotn_q6_K_avx512(int64_t nb, const void *group, const void *act, size_t astride,
+                               int n, float *out);
+void quant_x8_dotn_mxfp4_avx512(int64_t nb, const void *group, const void *act, size_t astride,
+                                int n, float *out);
+void quant_x8_dotn_q8_0_avx512(int64_t nb, const void *group, const void *act, size_t astride,
+                               int n, float *out);
 void quant_x8_dot_q6_K_avx512(int64_t nb, const void *group, const void *act, float out[8]);
 void quant_x8_dot_mxfp4_avx512(int64_t nb, const void *group, const void *act, float out[8]);
 void quant_x8_dot_q8_0_avx512(int64_t nb, const void *group, const void *act, float out[8]);
@@ -77,21 +85,24 @@ static const uint8_t k_isc[4][64] __attribute__((aligned(64))) = {X8_SCJ(0), X8_
 static const uint8_t k_ms[64] __attribute__((aligned(64))) = {X8_MS, X8_MS, X8_MS, X8_MS,
                                                               X8_MS, X8_MS, X8_MS, X8_MS};
 
-__attribute__((target("avx512vbmi")))
-void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *act, float out[8]) {
-    __m256 acc[32];
+/* The q4_K kernel for NT (1..4) activation rows at act + t * astride: each weight register is
+ * loaded, masked and its scales decoded once for all of them; out[t * 8 + r]. */
+__attribute__((target("avx512vbmi"))) static inline __attribute__((always_inline)) void
+x8_q4_K_rows(int64_t nb, const void *group, const uint8_t *act, size_t astride, const int NT,
+             float *out) {
+    __m256 acc[4][32];
     const int na = x8_acc_used(nb);
-    for (int i = 0; i < na; i++) acc[i] = _mm256_setzero_ps();
+    for (int t = 0; t < NT; t++)
+        for (int i = 0; i < na; i++) acc[t][i] = _mm256_setzero_ps();
     const __m512i m4 = _mm512_set1_epi8(0x0f), mf0 = _mm512_set1_epi8((char)0xf0);
     const __m512i m30 = _mm512_set1_epi8(0x30), ms = _mm512_load_si512(k_ms);
-    const __m512i isc0 = _mm512_load_si512(k_isc[0]), isc1 = _mm512_load_si512(k_isc[1]);
-    const __m512i isc2 = _mm512_load_si512(k_isc[2]), isc3 = _mm512_load_si512(k_isc[3]);
     const __m512i rows = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 0, 0, 0, 0, 0, 0, 0, 0);
     const __m512i iba = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     const __m512i ibb = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *g = (const uint8_t *)group + (size_t)b * X8_GROUP_BLOCK;
-        const block_q8_K *a = (const block_q8_K *)act + b;
+        const block_q8_K *a[4];
+        for (int t = 0; t < NT; t++) a[t] = (const block_q8_K *)(const void *)(act + (size_t)t * astride) + b;
         const uint8_t *qs = g + 32 + 96;
         /* the weight stream X8_PF bytes ahead: a core alone does not keep enough misses in
          * flight (as for the dot tiles, quant_simd_common.h) */
@@ -107,47 +118,73 @@ void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *act, fl
             _mm512_and_si512(_mm512_srli_epi16(nib, 4), m4), hm, m30, 0xf8); /* A | (B & C) */
         /* chunk j: lo and hi (lanes 2r + h of row r, |x| < 2^15) packed to int16 pairs of one
          * row and sub-block, times that scale pair: sacc lane 4L + c, see X8_SCL */
-        __m512i sacc = _mm512_setzero_si512();
+        __m512i sacc[4];
+        for (int t = 0; t < NT; t++) sacc[t] = _mm512_setzero_si512();
         _Pragma("GCC unroll 4")
         for (int j = 0; j < 4; j++) {
-            __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+            __m512i lo[4], hi[4];
+            for (int t = 0; t < NT; t++) lo[t] = hi[t] = _mm512_setzero_si512();
             _Pragma("GCC unroll 4")
             for (int m = 0; m < 4; m++) {
                 __m512i q = _mm512_loadu_si512(qs + 256 * j + 64 * m);
                 X8_IN_REG(q);
-                /* elements 8m.. of sub-blocks 2j and 2j + 1, each broadcast from memory */
-                const __m512i a0 = _mm512_broadcastq_epi64(_mm_loadl_epi64((const __m128i *)(a->qs + 64 * j + 8 * m)));
-                const __m512i a1 = _mm512_broadcastq_epi64(_mm_loadl_epi64((const __m128i *)(a->qs + 64 * j + 32 + 8 * m)));
-                lo = _mm512_dpbusd_epi32(lo, _mm512_and_si512(q, m4), a0);
-                hi = _mm512_dpbusd_epi32(hi, _mm512_and_si512(q, mf0), a1); /* 16 x, exact */
+                const __m512i ql = _mm512_and_si512(q, m4), qh = _mm512_and_si512(q, mf0);
+                _Pragma("GCC unroll 4")
+                for (int t = 0; t < NT; t++) {
+                    /* elements 8m.. of sub-blocks 2j and 2j + 1, each broadcast from memory */
+                    const __m512i a0 = _mm512_broadcastq_epi64(_mm_loadl_epi64((const __m128i *)(a[t]->qs + 64 * j + 8 * m)));
+                    const __m512i a1 = _mm512_broadcastq_epi64(_mm_loadl_epi64((const __m128i *)(a[t]->qs + 64 * j + 32 + 8 * m)));
+                    lo[t] = _mm512_dpbusd_epi32(lo[t], ql, a0);
+                    hi[t] = _mm512_dpbusd_epi32(hi[t], qh, a1); /* 16 x, exact */
+                }
             }
-            const __m512i isc = j == 0 ? isc0 : j == 1 ? isc1 : j == 2 ? isc2 : isc3;
-            const __m512i scp = _mm512_maskz_permutexvar_epi8(0x5555555555555555ull, isc, SC);
-            sacc = _mm512_dpwssd_epi32(sacc, _mm512_packs_epi32(lo, _mm512_srai_epi32(hi, 4)), scp);
+            const __m512i scp = _mm512_maskz_permutexvar_epi8(0x5555555555555555ull,
+                                                              _mm512_load_si512(k_isc[j]), SC);
+            _Pragma("GCC unroll 4")
+            for (int t = 0; t < NT; t++)
+                sacc[t] = _mm512_dpwssd_epi32(sacc[t], _mm512_packs_epi32(lo[t], _mm512_srai_epi32(hi[t], 4)), scp);
         }
-        /* row 2L + c: lanes 4L + c and 4L + c + 2 */
-        const __m256i s = _mm512_castsi512_si256(_mm512_permutexvar_epi32(
-            rows, _mm512_add_epi32(sacc, _mm512_shuffle_epi32(sacc, _MM_PERM_BADC))));
-        /* t: min value 16 q + 2 r + e (sub-block 2q + e) against bs2[2q + e] = bsums[4q + 2e] +
-         * bsums[4q + 2e + 1], by pmaddwd: lanes 8q + r of ta (q < 2) and tb (q >= 2) */
-        const __m256i bsum = _mm256_loadu_si256((const __m256i *)a->bsums);
-        const __m512i bs2 = _mm512_castsi256_si512(_mm256_castsi128_si256(
-            _mm256_cvtepi32_epi16(_mm256_madd_epi16(bsum, _mm256_set1_epi16(1)))));
-        const __m512i ta = _mm512_madd_epi16(_mm512_cvtepu8_epi16(_mm512_castsi512_si256(MN)),
-                                             _mm512_permutexvar_epi32(iba, bs2));
-        const __m512i tb = _mm512_madd_epi16(_mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(MN, 1)),
-                                             _mm512_permutexvar_epi32(ibb, bs2));
-        const __m512i tt = _mm512_add_epi32(ta, tb);
-        const __m256i t = _mm256_add_epi32(_mm512_castsi512_si256(tt), _mm512_extracti64x4_epi64(tt, 1));
-        const __m256 vda = _mm256_set1_ps(a->d);
-        const __m256 d1 = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g)), vda);
-        const __m256 d2 = _mm256_xor_ps(_mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 16))), vda),
-                                        _mm256_set1_ps(-0.0f));
-        __m256 *ac = &acc[b % 32];
-        *ac = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(s), *ac);
-        *ac = _mm256_fmadd_ps(d2, _mm256_cvtepi32_ps(t), *ac);
+        const __m512i mlo = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(MN));
+        const __m512i mhi = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(MN, 1));
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));
+        const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 16)));
+        _Pragma("GCC unroll 4")
+        for (int t = 0; t < NT; t++) {
+            /* row 2L + c: lanes 4L + c and 4L + c + 2 */
+            const __m256i s = _mm512_castsi512_si256(_mm512_permutexvar_epi32(
+                rows, _mm512_add_epi32(sacc[t], _mm512_shuffle_epi32(sacc[t], _MM_PERM_BADC))));
+            /* t: min value 16 q + 2 r + e (sub-block 2q + e) against bs2[2q + e] = bsums[4q + 2e] +
+             * bsums[4q + 2e + 1], by pmaddwd: lanes 8q + r of ta (q < 2) and tb (q >= 2) */
+            const __m256i bsum = _mm256_loadu_si256((const __m256i *)a[t]->bsums);
+            const __m512i bs2 = _mm512_castsi256_si512(_mm256_castsi128_si256(
+                _mm256_cvtepi32_epi16(_mm256_madd_epi16(bsum, _mm256_set1_epi16(1)))));
+            const __m512i tt = _mm512_add_epi32(_mm512_madd_epi16(mlo, _mm512_permutexvar_epi32(iba, bs2)),
+                                                _mm512_madd_epi16(mhi, _mm512_permutexvar_epi32(ibb, bs2)));
+            const __m256i tm = _mm256_add_epi32(_mm512_castsi512_si256(tt), _mm512_extracti64x4_epi64(tt, 1));
+            const __m256 vda = _mm256_set1_ps(a[t]->d);
+            const __m256 d1 = _mm256_mul_ps(dw, vda);
+            const __m256 d2 = _mm256_xor_ps(_mm256_mul_ps(dm, vda), _mm256_set1_ps(-0.0f));
+            __m256 *ac = &acc[t][b % 32];
+            *ac = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(s), *ac);
+            *ac = _mm256_fmadd_ps(d2, _mm256_cvtepi32_ps(tm), *ac);
+        }
     }
-    _mm256_storeu_ps(out, x8_acc_tree(acc, na));
+    for (int t = 0; t < NT; t++) _mm256_storeu_ps(out + 8 * t, x8_acc_tree(acc[t], na));
+}
+
+__attribute__((target("avx512vbmi")))
+void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *act, float out[8]) {
+    x8_q4_K_rows(nb, group, (const uint8_t *)act, 0, 1, out);
+}
+
+__attribute__((target("avx512vbmi")))
+void quant_x8_dotn_q4_K_avx512(int64_t nb, const void *group, const void *act, size_t astride,
+                               int n, float *out) {
+    const uint8_t *a = (const uint8_t *)act;
+    for (; n >= 4; n -= 4, a += 4 * astride, out += 32) x8_q4_K_rows(nb, group, a, astride, 4, out);
+    if (n == 3) x8_q4_K_rows(nb, group, a, astride, 3, out);
+    else if (n == 2) x8_q4_K_rows(nb, group, a, astride, 2, out);
+    else if (n == 1) x8_q4_K_rows(nb, group, a, astride, 1, out);
 }
 
 /* ---- q6_K: per (half n, part m) three registers (quant_x8.c's planes) give the 6-bit quants
@@ -387,3 +424,15 @@ void quant_x8_dot_q8_0_avx512(int64_t nb, const void *group, const void *act, fl
     }
     x8_pair_tree(acc, na, out);
 }
+
+/* The kernels without a multi-row form yet: one activation row after another (each group of 8
+ * rows stays in L1 across them). */
+#define X8_DOTN_LOOP(T)                                                                           \
+    void quant_x8_dotn_##T##_avx512(int64_t nb, const void *group, const void *act, size_t astride, \
+                                    int n, float *out) {                                         \
+        for (int t = 0; t < n; t++)                                                              \
+            quant_x8_dot_##T##_avx512(nb, group, (const uint8_t *)act + (size_t)t * astride, out + 8 * t); \
+    }
+X8_DOTN_LOOP(q6_K)
+X8_DOTN_LOOP(mxfp4)
+X8_DOTN_LOOP(q8_0)

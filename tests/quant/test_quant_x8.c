@@ -224,5 +224,51 @@ static void test_repack_rows(void) {
     tp_free(pool);
 }
 
+/* The multi-row kernel: n activation rows (1 to 9: tiles of 4 and their rest) give each row's
+ * quant_x8_dot bits, on the fast kernel and the reference path. */
+static int check_dotn(uint32_t type, int64_t nb, int n, const quant_kernels *kern) {
+    const int64_t k = blk(type) * nb;
+    const size_t ws = hm_row_size(type, k), as = quant_act_row_size(act_of(type), k);
+    uint8_t *w = malloc(8 * ws), *a = malloc(as * (size_t)n);
+    void *g = malloc(quant_x8_group_size(type, k));
+    float *x = malloc(sizeof(float) * (size_t)k), *out = malloc(sizeof(float) * 8 * (size_t)n);
+    hm_error err;
+    int bad = 0;
+    if (!w || !a || !g || !x || !out) {
+        bad = n;
+        goto done;
+    }
+    make_rows(type, k, w, ws);
+    for (int t = 0; t < n; t++) {
+        for (int64_t i = 0; i < k; i++) x[i] = rndf();
+        quant_act_quantize_ref(act_of(type), x, a + (size_t)t * as, k);
+    }
+    if (quant_x8_repack(type, k, w, ws, g, &err) != HM_OK) {
+        bad = n;
+        goto done;
+    }
+    quant_x8_dotn_for(type, kern)(k, g, a, as, n, out);
+    for (int t = 0; t < n; t++) {
+        float one[8];
+        quant_x8_dot_for(type, kern)(k, g, a + (size_t)t * as, one);
+        bad += memcmp(one, out + 8 * t, sizeof(one)) != 0;
+    }
+done:
+    free(w), free(a), free(g), free(x), free(out);
+    return bad;
+}
+
+static void test_dotn(void) {
+    const quant_kernels *kerns[2] = {quant_kernels_best(), quant_kernels_get(QUANT_ISA_AVX2)};
+    for (int ki = 0; ki < 2; ki++) {
+        if (!kerns[ki]) continue;
+        for (int ti = 0; ti < N_TYPES; ti++)
+            for (int n = 1; n <= 9; n++)
+                for (int64_t nb = 1; nb <= 9; nb += 4)
+                    HM_CHECK_MSG(check_dotn(k_types[ti], nb, n, kerns[ki]) == 0, "%s, %s, %d rows, %lld blocks",
+                                 kerns[ki]->name, hm_type_name(k_types[ti]), n, (long long)nb);
+    }
+}
+
 HM_TEST_MAIN(test_repack_roundtrip, test_repack_rows, test_dot_fast, test_dot_extremes,
-             test_dot_reference_path)
+             test_dot_reference_path, test_dotn)
