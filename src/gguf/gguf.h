@@ -80,6 +80,10 @@ uint32_t gguf_version(const gguf_ctx *ctx);
 uint32_t gguf_alignment(const gguf_ctx *ctx);
 uint64_t gguf_file_size(const gguf_ctx *ctx);
 uint64_t gguf_data_offset(const gguf_ctx *ctx); /* byte offset of the data section */
+/* Whether [p, p + n) lies in the file's own read-only shared mapping (gguf_open): pages of it
+ * that are dropped (madvise MADV_DONTNEED) come back from the file when read again. False for
+ * gguf_open_mem images, whose pages are the caller's. */
+bool gguf_in_file_map(const gguf_ctx *ctx, const void *p, size_t n);
 
 int64_t gguf_kv_count(const gguf_ctx *ctx);
 const char *gguf_kv_key(const gguf_ctx *ctx, int64_t i);

@@ -548,6 +548,11 @@ hm_status gguf_open(const char *path, gguf_ctx **out, hm_error *err) {
     return HM_OK;
 }
 
+bool gguf_in_file_map(const gguf_ctx *c, const void *p, size_t n) {
+    const uintptr_t a = (uintptr_t)c->map, q = (uintptr_t)p;
+    return c->map && q >= a && n <= c->map_size && q - a <= c->map_size - n;
+}
+
 void gguf_close(gguf_ctx *c) {
     if (!c) return;
     if (c->map) munmap(c->map, c->map_size);

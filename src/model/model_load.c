@@ -351,14 +351,15 @@ hm_status hm_model_load_gguf(gguf_ctx *g, const hm_model_params *params, hm_mode
     }
     if (st == HM_OK) st = read_hparams(m, err);
     if (st == HM_OK) st = bind_all(m, p.f32_weights, err);
-    const uint64_t x8_bytes = st == HM_OK && p.repack ? model_repack_bytes(m) : 0;
+    uint64_t x8_extra = 0; /* RAM the repacking needs beyond the weights */
+    const uint64_t x8_bytes = st == HM_OK && p.repack ? model_repack_bytes(m, &x8_extra) : 0;
     if (st == HM_OK && p.check_ram) {
         uint64_t ram = hm_ram_bytes();
-        if (ram && m->weight_bytes + x8_bytes > ram) {
+        if (ram && m->weight_bytes + x8_extra > ram) {
             char b1[32], b2[32];
             st = hm_error_set(err, HM_ERR_NOMEM, "model needs %s of RAM for its weights%s but "
-                              "this machine has %s", hm_bytes_str(m->weight_bytes + x8_bytes, b1),
-                              x8_bytes ? " and their repacked copies (--repack)" : "",
+                              "this machine has %s", hm_bytes_str(m->weight_bytes + x8_extra, b1),
+                              x8_bytes ? " and repacking them (--repack)" : "",
                               hm_bytes_str(ram, b2));
         }
     }

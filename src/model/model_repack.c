@@ -1,13 +1,14 @@
-/* model_repack.c - hm_model_params.repack: the CPU's matrices also held repacked by eights.
+/* model_repack.c - hm_model_params.repack: the CPU's matrices held repacked by eights.
  *
- * DESIGN: a decode step multiplies each weight matrix by one activation row, and on AVX-512
- * CPUs quant_x8's kernel does that faster from rows repacked by eights (quant_x8.h) than the
- * dot tiles do from the file's layout, with the same bits. So with repack every matrix of a
- * repackable type gets such a copy at load (hm_tensor.x8), made on a pool of all CPUs; the
- * products of a few tokens use it, prompt batches and the GPU keep reading the mapped file (whose
- * pages the kernel may then drop under memory pressure: they are clean). Each copy is its own
- * anonymous mapping advised for transparent huge pages (fewer TLB misses on a stream). Only
- * where the fast kernel runs (quant_x8_fast): elsewhere the copies would be slower.
+ * DESIGN: on AVX-512 CPUs quant_x8's kernels multiply rows repacked by eights (quant_x8.h)
+ * faster than the dot tiles do from the file's layout, with the same bits, for one activation
+ * row (decode) and for batches. So with repack every matrix of a repackable type gets such a
+ * copy at load (hm_tensor.x8), made on a pool of all CPUs, and every CPU product of it reads the
+ * copy. The file's pages of that matrix are then released (MADV_DONTNEED on the read-only file
+ * mapping: if anything reads them again they come back from the file), so RAM holds about the
+ * model's size, plus one matrix while loading. Each copy is its own anonymous mapping advised
+ * for transparent huge pages (fewer TLB misses on a stream). Only where the fast kernel runs
+ * (quant_x8_fast): elsewhere the copies would be slower. The GPU engine does not repack.
  */
 #include <stddef.h>
 #include <stdlib.h>
@@ -60,7 +61,9 @@ static size_t mat_bytes(const hm_tensor *t) {
     return t->row_size * (size_t)(t->ne[1] * (t->ne[2] > 0 ? t->ne[2] : 1));
 }
 
-uint64_t model_repack_bytes(const hm_model *m) {
+uint64_t model_repack_bytes(const hm_model *m, uint64_t *extra) {
+    uint64_t largest = 0, kept = 0;
+    *extra = 0;
     if (!quant_x8_fast()) { /* the reference path would be slower than the dot tiles */
         HM_LOGW("--repack: this CPU (or HOTMOE_ISA) has no AVX-512 VNNI+VBMI kernel for "
                 "repacked rows; the weights stay as they are");
@@ -69,9 +72,22 @@ uint64_t model_repack_bytes(const hm_model *m) {
     uint64_t n = 0;
     for (int i = 0; i < n_mats(m); i++) {
         const hm_tensor *t = mat_at((hm_model *)m, i);
-        if (wanted(t)) n += mat_bytes(t);
+        if (!wanted(t)) continue;
+        n += mat_bytes(t);
+        if (!m->g || !gguf_in_file_map(m->g, t->data, mat_bytes(t))) kept += mat_bytes(t);
+        else if (mat_bytes(t) > largest) largest = mat_bytes(t);
     }
+    *extra = largest + kept;
     return n;
+}
+
+/* The whole pages of [p, p + n) dropped from this process when they are the file's mapping. */
+static void model_release_pages(const hm_model *m, const void *p, size_t n) {
+    if (!m->g || !gguf_in_file_map(m->g, p, n)) return;
+    const long pg = sysconf(_SC_PAGESIZE);
+    const uintptr_t page = pg > 0 ? (uintptr_t)pg : 4096;
+    const uintptr_t a = ((uintptr_t)p + page - 1) / page * page, b = ((uintptr_t)p + n) / page * page;
+    if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED); /* advice: on failure they stay */
 }
 
 hm_status model_repack(hm_model *m, hm_error *err) {
@@ -97,7 +113,9 @@ hm_status model_repack(hm_model *m, hm_error *err) {
         /* experts' rows follow each other: each expert has whole groups, none straddles two */
         st = quant_x8_repack_rows(t->type, t->ne[0], t->data, t->row_size,
                                   t->ne[1] * (t->ne[2] > 0 ? t->ne[2] : 1), p, pool, err);
-        if (st == HM_OK) t->x8 = p;
+        if (st != HM_OK) break;
+        t->x8 = p;
+        model_release_pages(m, t->data, bytes);
     }
     tp_free(pool);
     return st;

@@ -128,6 +128,15 @@ expect "--repack without the fast kernel: says so" grep -q "repack" "$tmp/err"
 "$bin" logits -m "$q" -p "the cat sat on the mat and then" -ub 1 -t 2 -rtr -ngl 99 \
   -o "$tmp/r.bin" 2>"$tmp/err"
 expect "--repack with -ngl: says it is ignored" grep -q "ignored with -ngl" "$tmp/err"
+# repacking releases the file's pages of each matrix it copies: RAM for the weights plus a little
+# (not twice the weights) is enough, and the logits stay the same
+ram=$(( $(stat -c %s "$q") / 1048576 + 2 ))
+HOTMOE_RAM_MIB=$ram "$bin" logits -m "$q" -p "the cat sat on the mat and then" -ub 1 -t 2 -c 64 \
+  --repack -o "$tmp/r.bin" 2>"$tmp/err"
+expect "--repack in RAM for the weights + 2 MiB: exit 0" test $? -eq 0
+expect "--repack in RAM for the weights + 2 MiB: same logits" cmp -s "$tmp/p.bin" "$tmp/r.bin"
+HOTMOE_RAM_MIB=1 "$bin" logits -m "$q" -p "the" -t 2 --repack -o "$tmp/r.bin" 2>"$tmp/err"
+expect "--repack too large for RAM: says so" grep -q "for its weights and repacking them (--repack)" "$tmp/err"
 
 # ---- a model too large for this machine's RAM (HOTMOE_RAM_MIB pretends the RAM size) ----
 HOTMOE_RAM_MIB=1 "$bin" run -m "$m" -p hi -n 2 >/dev/null 2>"$tmp/err"
