@@ -60,9 +60,9 @@ quant_x8_dot_fn quant_x8_dot_get(uint32_t wtype);
 quant_x8_dot_fn quant_x8_dot_for(uint32_t wtype, const quant_kernels *kern);
 
 /* The same for n activation rows (act + t * act_stride, t < n): out[t * 8 + r] = dot(row r,
- * activation row t), each bit-identical to quant_x8_dot's. The q4_K kernel loads and decodes
- * each weight block once for up to 4 activation rows (a prompt batch's products); the others
- * take the rows one after another for now. */
+ * activation row t), each bit-identical to quant_x8_dot's. The q4_K, q8_0 and mxfp4 kernels
+ * load and decode each weight block once for up to 4 activation rows (a prompt batch's
+ * products); q6_K's takes the rows one after another for now. */
 typedef void (*quant_x8_dotn_fn)(int64_t k, const void *group, const void *act, size_t act_stride,
                                  int n, float *out);
 quant_x8_dotn_fn quant_x8_dotn_for(uint32_t wtype, const quant_kernels *kern);

@@ -311,27 +311,31 @@ static inline __m512i x8_bcast8(const int8_t *p) {
     return _mm512_set1_epi64(v);
 }
 
-/* dword lanes 2r, 2r + 1: row r's two halves of sum u * a over mxfp4 block q ([m][r][8]) */
-__attribute__((target("avx512vbmi")))
-static inline __m512i x8_mx_block(const uint8_t *q, const block_q8_32 *a, __m512i t) {
-    __m512i q0 = _mm512_loadu_si512(q), q1 = _mm512_loadu_si512(q + 64);
-    X8_IN_REG(q0);
-    X8_IN_REG(q1);
-    __m512i v = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_permutexvar_epi8(q0, t), x8_bcast8(a->qs));
-    v = _mm512_dpbusd_epi32(v, _mm512_permutexvar_epi8(_mm512_srli_epi16(q0, 4), t), x8_bcast8(a->qs + 16));
-    v = _mm512_dpbusd_epi32(v, _mm512_permutexvar_epi8(q1, t), x8_bcast8(a->qs + 8));
-    return _mm512_dpbusd_epi32(v, _mm512_permutexvar_epi8(_mm512_srli_epi16(q1, 4), t), x8_bcast8(a->qs + 24));
+/* A block's unsigned quant registers U[0..NU) ([m][r][8] parts; mxfp4 U = low halves of parts
+ * 0, 1, then high halves: elements 0-7, 8-15, 16-23, 24-31 like q8_0's four parts). */
+__attribute__((target("avx512vbmi"))) static inline __attribute__((always_inline)) void
+x8_q32_unpack(const uint8_t *q, int MX, __m512i t, __m512i U[4]) {
+    if (MX) {
+        __m512i q0 = _mm512_loadu_si512(q), q1 = _mm512_loadu_si512(q + 64);
+        X8_IN_REG(q0);
+        X8_IN_REG(q1);
+        U[0] = _mm512_permutexvar_epi8(q0, t);
+        U[1] = _mm512_permutexvar_epi8(q1, t);
+        U[2] = _mm512_permutexvar_epi8(_mm512_srli_epi16(q0, 4), t);
+        U[3] = _mm512_permutexvar_epi8(_mm512_srli_epi16(q1, 4), t);
+        return;
+    }
+    const __m512i sgn = _mm512_set1_epi8((char)0x80);
+    _Pragma("GCC unroll 4")
+    for (int m = 0; m < 4; m++) U[m] = _mm512_xor_si512(_mm512_loadu_si512(q + 64 * m), sgn);
 }
 
-/* the same for q8_0 block q ([m][r][8], four parts) */
-static inline __m512i x8_q8_block(const uint8_t *q, const block_q8_32 *a) {
-    const __m512i sgn = _mm512_set1_epi8((char)0x80);
-    __m512i v = _mm512_setzero_si512();
-    _Pragma("GCC unroll 4")
-    for (int m = 0; m < 4; m++)
-        v = _mm512_dpbusd_epi32(v, _mm512_xor_si512(_mm512_loadu_si512(q + 64 * m), sgn),
-                                x8_bcast8(a->qs + 8 * m));
-    return v;
+/* dword lanes 2r, 2r + 1: row r's two halves of sum u * a, U against activation block a */
+static inline __m512i x8_q32_dot(const __m512i U[4], const block_q8_32 *a) {
+    __m512i v = _mm512_dpbusd_epi32(_mm512_setzero_si512(), U[0], x8_bcast8(a->qs));
+    v = _mm512_dpbusd_epi32(v, U[1], x8_bcast8(a->qs + 8));
+    v = _mm512_dpbusd_epi32(v, U[2], x8_bcast8(a->qs + 16));
+    return _mm512_dpbusd_epi32(v, U[3], x8_bcast8(a->qs + 24));
 }
 
 /* [row sums of block b | of block b + 1] from their lanes 2r, 2r + 1, minus off * sum_a */
@@ -374,56 +378,83 @@ static inline void x8_pair_tree(__m512 *acc, int na, float out[8]) {
     _mm256_storeu_ps(out, r);
 }
 
-__attribute__((target("avx512vbmi")))
-void quant_x8_dot_mxfp4_avx512(int64_t nb, const void *group, const void *act, float out[8]) {
-    __m512 acc[16]; /* acc[j]: the reference's acc[2j] (lanes 0-7) and acc[2j + 1] (8-15) */
+/* The mxfp4 (MX) or q8_0 kernel for NT (1..4) activation rows at act + t * astride: each weight
+ * block is unpacked once for all of them; out[t * 8 + r]. Group strides: a pair of blocks is
+ * 272 (mxfp4) or 544 (q8_0) bytes, scales first (1 or 2 bytes per row and block). */
+__attribute__((target("avx512vbmi"))) static inline __attribute__((always_inline)) void
+x8_q32_rows(int64_t nb, const void *group, const uint8_t *act, size_t astride, const int NT,
+            const int MX, float *out) {
+    __m512 acc[4][16]; /* acc[t][j]: the reference's acc[2j] (lanes 0-7) and acc[2j + 1] (8-15) */
     const int na = x8_acc_used(nb);
-    for (int i = 0; i < (na + 1) / 2; i++) acc[i] = _mm512_setzero_ps();
-    const __m512i t = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)k_mx_u));
-    const __m512i e128 = _mm512_set1_epi32(128);
-    const block_q8_32 *a = (const block_q8_32 *)act;
+    for (int t = 0; t < NT; t++)
+        for (int i = 0; i < (na + 1) / 2; i++) acc[t][i] = _mm512_setzero_ps();
+    const __m512i tab = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)k_mx_u));
+    const int off = MX ? 12 : 128;
+    const size_t pair = MX ? 272 : 544, sc8 = MX ? 8 : 16, qb8 = MX ? 128 : 256;
     const uint8_t *g = (const uint8_t *)group;
+    const block_q8_32 *a[4];
+    for (int t = 0; t < NT; t++) a[t] = (const block_q8_32 *)(const void *)(act + (size_t)t * astride);
     int64_t b = 0;
-    for (; b + 2 <= nb; b += 2, g += 272) {
-        for (int o = 0; o < 272; o += 64) _mm_prefetch((const char *)g + X8_PF + o, X8_PF_HINT);
-        const __m512i s = x8_pair_isum(x8_mx_block(g + 16, a + b, t), x8_mx_block(g + 144, a + b + 1, t),
-                                       a + b, 12);
-        const __m512i ev = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)g));
-        const __m512 dd = _mm512_scalef_ps(x8_pair_da(a + b), _mm512_cvtepi32_ps(_mm512_sub_epi32(ev, e128)));
-        __m512 *ac = &acc[(b % 32) / 2];
-        *ac = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(s), *ac);
+    for (; b + 2 <= nb; b += 2, g += pair) {
+        for (size_t o = 0; o < pair; o += 64) _mm_prefetch((const char *)g + X8_PF + o, X8_PF_HINT);
+        /* one row: each block's products right after its unpacking; several: both blocks
+         * unpacked first (fewer live registers than every row's partial sums) */
+        __m512i U0[4], U1[4], v0 = _mm512_setzero_si512(), v1 = v0;
+        x8_q32_unpack(g + 2 * sc8, MX, tab, U0);
+        if (NT == 1) v0 = x8_q32_dot(U0, a[0] + b);
+        x8_q32_unpack(g + 2 * sc8 + qb8, MX, tab, U1);
+        if (NT == 1) v1 = x8_q32_dot(U1, a[0] + b + 1);
+        __m512 dw; /* mxfp4: e - 128 as floats (vscalefps); q8_0: d */
+        if (MX)
+            dw = _mm512_cvtepi32_ps(_mm512_sub_epi32(
+                _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)g)), _mm512_set1_epi32(128)));
+        else
+            dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)g));
+        _Pragma("GCC unroll 4")
+        for (int t = 0; t < NT; t++) {
+            const __m512i s = NT == 1 ? x8_pair_isum(v0, v1, a[0] + b, off)
+                                      : x8_pair_isum(x8_q32_dot(U0, a[t] + b),
+                                                     x8_q32_dot(U1, a[t] + b + 1), a[t] + b, off);
+            const __m512 da = x8_pair_da(a[t] + b);
+            const __m512 dd = MX ? _mm512_scalef_ps(da, dw) : _mm512_mul_ps(dw, da);
+            __m512 *ac = &acc[t][(b % 32) / 2];
+            *ac = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(s), *ac);
+        }
     }
-    if (b < nb) { /* the odd last block */
-        const __m256i s = x8_one_isum(x8_mx_block(g + 8, a + b, t), a + b, 12);
-        const __m256i ev = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)g));
-        const __m256 dd = _mm256_scalef_ps(_mm256_set1_ps(a[b].d),
-                                           _mm256_cvtepi32_ps(_mm256_sub_epi32(ev, _mm256_set1_epi32(128))));
-        x8_acc_low(&acc[(b % 32) / 2], dd, s);
+    if (b < nb) { /* the odd last block: lanes 0-7 of its register (b is even) */
+        __m512i U[4];
+        x8_q32_unpack(g + sc8, MX, tab, U);
+        __m256 dw;
+        if (MX)
+            dw = _mm256_cvtepi32_ps(_mm256_sub_epi32(
+                _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)g)), _mm256_set1_epi32(128)));
+        else
+            dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)g));
+        for (int t = 0; t < NT; t++) {
+            const __m256i s = x8_one_isum(x8_q32_dot(U, a[t] + b), a[t] + b, off);
+            const __m256 da = _mm256_set1_ps(a[t][b].d);
+            x8_acc_low(&acc[t][(b % 32) / 2], MX ? _mm256_scalef_ps(da, dw) : _mm256_mul_ps(dw, da), s);
+        }
     }
-    x8_pair_tree(acc, na, out);
+    for (int t = 0; t < NT; t++) x8_pair_tree(acc[t], na, out + 8 * t);
 }
 
-void quant_x8_dot_q8_0_avx512(int64_t nb, const void *group, const void *act, float out[8]) {
-    __m512 acc[16]; /* as in the mxfp4 kernel */
-    const int na = x8_acc_used(nb);
-    for (int i = 0; i < (na + 1) / 2; i++) acc[i] = _mm512_setzero_ps();
-    const block_q8_32 *a = (const block_q8_32 *)act;
-    const uint8_t *g = (const uint8_t *)group;
-    int64_t b = 0;
-    for (; b + 2 <= nb; b += 2, g += 544) {
-        for (int o = 0; o < 544; o += 64) _mm_prefetch((const char *)g + X8_PF + o, X8_PF_HINT);
-        const __m512i s = x8_pair_isum(x8_q8_block(g + 32, a + b), x8_q8_block(g + 288, a + b + 1), a + b, 128);
-        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)g));
-        __m512 *ac = &acc[(b % 32) / 2];
-        *ac = _mm512_fmadd_ps(_mm512_mul_ps(dw, x8_pair_da(a + b)), _mm512_cvtepi32_ps(s), *ac);
+#define X8_Q32_ENTRY(T, MX)                                                                       \
+    __attribute__((target("avx512vbmi")))                                                        \
+    void quant_x8_dot_##T##_avx512(int64_t nb, const void *group, const void *act, float out[8]) { \
+        x8_q32_rows(nb, group, (const uint8_t *)act, 0, 1, MX, out);                             \
+    }                                                                                            \
+    __attribute__((target("avx512vbmi")))                                                        \
+    void quant_x8_dotn_##T##_avx512(int64_t nb, const void *group, const void *act, size_t astride, \
+                                    int n, float *out) {                                         \
+        const uint8_t *a = (const uint8_t *)act;                                                 \
+        for (; n >= 4; n -= 4, a += 4 * astride, out += 32) x8_q32_rows(nb, group, a, astride, 4, MX, out); \
+        if (n == 3) x8_q32_rows(nb, group, a, astride, 3, MX, out);                              \
+        else if (n == 2) x8_q32_rows(nb, group, a, astride, 2, MX, out);                         \
+        else if (n == 1) x8_q32_rows(nb, group, a, astride, 1, MX, out);                         \
     }
-    if (b < nb) { /* the odd last block */
-        const __m256i s = x8_one_isum(x8_q8_block(g + 16, a + b), a + b, 128);
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)g));
-        x8_acc_low(&acc[(b % 32) / 2], _mm256_mul_ps(dw, _mm256_set1_ps(a[b].d)), s);
-    }
-    x8_pair_tree(acc, na, out);
-}
+X8_Q32_ENTRY(mxfp4, 1)
+X8_Q32_ENTRY(q8_0, 0)
 
 /* The kernels without a multi-row form yet: one activation row after another (each group of 8
  * rows stays in L1 across them). */
@@ -434,5 +465,3 @@ void quant_x8_dot_q8_0_avx512(int64_t nb, const void *group, const void *act, fl
             quant_x8_dot_##T##_avx512(nb, group, (const uint8_t *)act + (size_t)t * astride, out + 8 * t); \
     }
 X8_DOTN_LOOP(q6_K)
-X8_DOTN_LOOP(mxfp4)
-X8_DOTN_LOOP(q8_0)
