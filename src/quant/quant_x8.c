@@ -335,22 +335,30 @@ X8_DOT_FNS(q6_K, HM_TYPE_Q6_K, X8_QK)
 X8_DOT_FNS(mxfp4, HM_TYPE_MXFP4, 32)
 X8_DOT_FNS(q8_0, HM_TYPE_Q8_0, 32)
 
+/* Each type's kernels: fast (AVX-512) and reference, one activation row and n. */
+typedef struct {
+    uint32_t type;
+    quant_x8_dot_fn fast, ref;
+    quant_x8_dotn_fn nfast, nref;
+} x8_kernels;
+#define X8_KERNELS(T, TYPE) {TYPE, x8_dot_##T##_fast, x8_dot_##T, x8_dotn_##T##_fast, x8_dotn_##T}
+static const x8_kernels k_x8[] = {X8_KERNELS(q4_K, HM_TYPE_Q4_K), X8_KERNELS(q6_K, HM_TYPE_Q6_K),
+                                  X8_KERNELS(mxfp4, HM_TYPE_MXFP4), X8_KERNELS(q8_0, HM_TYPE_Q8_0)};
+
+static const x8_kernels *x8_kernels_of(uint32_t wtype) {
+    for (size_t i = 0; i < sizeof(k_x8) / sizeof(k_x8[0]); i++)
+        if (k_x8[i].type == wtype) return &k_x8[i];
+    return NULL;
+}
+
 quant_x8_dot_fn quant_x8_dot_for(uint32_t wtype, const quant_kernels *kern) {
-    if (!quant_x8_supported(wtype)) return NULL;
-    const bool fast = x8_fast_for(kern);
-    if (wtype == HM_TYPE_Q6_K) return fast ? x8_dot_q6_K_fast : x8_dot_q6_K;
-    if (wtype == HM_TYPE_MXFP4) return fast ? x8_dot_mxfp4_fast : x8_dot_mxfp4;
-    if (wtype == HM_TYPE_Q8_0) return fast ? x8_dot_q8_0_fast : x8_dot_q8_0;
-    return fast ? x8_dot_q4_K_fast : x8_dot_q4_K;
+    const x8_kernels *k = x8_kernels_of(wtype);
+    return !k ? NULL : x8_fast_for(kern) ? k->fast : k->ref;
 }
 
 quant_x8_dotn_fn quant_x8_dotn_for(uint32_t wtype, const quant_kernels *kern) {
-    if (!quant_x8_supported(wtype)) return NULL;
-    const bool fast = x8_fast_for(kern);
-    if (wtype == HM_TYPE_Q6_K) return fast ? x8_dotn_q6_K_fast : x8_dotn_q6_K;
-    if (wtype == HM_TYPE_MXFP4) return fast ? x8_dotn_mxfp4_fast : x8_dotn_mxfp4;
-    if (wtype == HM_TYPE_Q8_0) return fast ? x8_dotn_q8_0_fast : x8_dotn_q8_0;
-    return fast ? x8_dotn_q4_K_fast : x8_dotn_q4_K;
+    const x8_kernels *k = x8_kernels_of(wtype);
+    return !k ? NULL : x8_fast_for(kern) ? k->nfast : k->nref;
 }
 
 quant_x8_dot_fn quant_x8_dot_get(uint32_t wtype) {
