@@ -24,11 +24,11 @@ struct hm_model {
     int n_x8_copies;
 };
 
-/* model_repack.c: params.repack's copies. The bytes they will take (0: none wanted), then the
- * copies themselves (hm_tensor.x8 of each), and their release. */
-/* Bytes of the repacked copies (0: none, the CPU lacks the kernels), and in *extra the RAM that
- * repacking needs beyond the weights: the largest matrix (its copy exists before the file's
- * pages of it are released), plus every copy whose source is not the file's mapping. */
+/* model_repack.c: params.repack's copies. The bytes they will take (0: none wanted or the CPU
+ * lacks the kernels) and in *extra the RAM that repacking needs beyond the weights (the largest
+ * matrix, whose copy exists before the file's pages of it are released, plus every copy whose
+ * source is not the file's mapping); then the copies themselves (hm_tensor.x8 of each), and
+ * their release. */
 uint64_t model_repack_bytes(const hm_model *m, uint64_t *extra);
 hm_status model_repack(hm_model *m, hm_error *err);
 void model_repack_free(hm_model *m);
