@@ -56,11 +56,22 @@ static int x8_k4_get(const uint8_t *sm, int i, int is_min) {
     return lo | ((w >> (2 * (i % 8))) & 3) << 4;
 }
 
-static void x8_k4_set(uint8_t *sm, int i, int is_min, int v) {
-    sm[i] = (uint8_t)((sm[i] & (0xF0 >> (4 * is_min))) | (v & 0xF) << (4 * is_min));
-    uint8_t *h = sm + 64 + 16 * is_min + 2 * (i / 8) + (i % 8) / 4;
-    const int sh = 2 * (i % 4);
-    *h = (uint8_t)((*h & ~(3 << sh)) | ((v >> 4) & 3) << sh);
+/* The 8 rows' 12 scale bytes (row r at sc12[r]) into sm (this file's header's layout). */
+static void x8_k4_sm_pack(uint8_t *sc12[8], uint8_t *sm) {
+    uint8_t sv[64], mv[64]; /* scale and min values in sm's order */
+    for (int r = 0; r < 8; r++)
+        for (int jj = 0; jj < 8; jj++)
+            quant_k4_scale_min(jj, sc12[r], &sv[x8_k4_sc_index(jj, r)], &mv[x8_k4_mn_index(jj, r)]);
+    for (int i = 0; i < 64; i++) sm[i] = (uint8_t)((sv[i] & 0xF) | (mv[i] & 0xF) << 4);
+    for (int w = 0; w < 8; w++) {
+        unsigned hs = 0, hm = 0;
+        for (int k = 0; k < 8; k++) {
+            hs |= (unsigned)((sv[8 * w + k] >> 4) & 3) << (2 * k);
+            hm |= (unsigned)((mv[8 * w + k] >> 4) & 3) << (2 * k);
+        }
+        sm[64 + 2 * w] = (uint8_t)hs, sm[65 + 2 * w] = (uint8_t)(hs >> 8);
+        sm[80 + 2 * w] = (uint8_t)hm, sm[81 + 2 * w] = (uint8_t)(hm >> 8);
+    }
 }
 
 /* The 8 rows' 12 scale bytes (row r at sc12[r]) into sm or back: a bijection of 96 bits. */
@@ -68,12 +79,8 @@ static void x8_k4_sm_move(uint8_t *sc12[8], uint8_t *sm, bool to_group) {
     for (int r = 0; r < 8; r++) {
         uint8_t sc[8], mn[8];
         if (to_group) {
-            for (int jj = 0; jj < 8; jj++) {
-                quant_k4_scale_min(jj, sc12[r], &sc[jj], &mn[jj]);
-                x8_k4_set(sm, x8_k4_sc_index(jj, r), 0, sc[jj]);
-                x8_k4_set(sm, x8_k4_mn_index(jj, r), 1, mn[jj]);
-            }
-            continue;
+            x8_k4_sm_pack(sc12, sm);
+            return;
         }
         for (int jj = 0; jj < 8; jj++) {
             sc[jj] = (uint8_t)x8_k4_get(sm, x8_k4_sc_index(jj, r), 0);
@@ -169,7 +176,8 @@ size_t quant_x8_group_size(uint32_t wtype, int64_t k) {
 
 /* Where every byte of row r's block b lies in the group block: n bytes at row offset ro and group
  * offset go, copied one way (to_group: repack) or the other (unpack). The one map of both. */
-static void x8_piece(uint8_t *row, uint8_t *grp, size_t ro, size_t go, size_t n, bool to_group) {
+static inline __attribute__((always_inline)) void x8_piece(uint8_t *row, uint8_t *grp, size_t ro,
+                                                            size_t go, size_t n, bool to_group) {
     if (to_group) memcpy(grp + go, row + ro, n);
     else memcpy(row + ro, grp + go, n);
 }
