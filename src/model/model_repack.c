@@ -22,8 +22,8 @@
 #include "quant/quant_x8.h"
 
 #ifndef REPACK_Q6K
-#define REPACK_Q6K 1 /* build flag: 0 leaves q6_K matrices as they are (A/B: session 11's x8 q6_K
-                        kernel is 1.75x the one session 10 measured slower when streaming) */
+#define REPACK_Q6K 1 /* build flag: 0 leaves q6_K matrices as they are (A/B; on the 16-core host
+                        the decode is the same either way, bench/RESULTS.md session 11) */
 #endif
 
 struct model_x8_copy {
