@@ -44,7 +44,7 @@ typedef struct {
     int nc;
     uint8_t *w, *act;
     float *out;
-    quant_x8_dotn_fn x8; /* --x8: w holds rows / 8 groups */
+    quant_x8_dot_fn x8; /* --x8: w holds rows / 8 groups */
     long passes;        /* for the threaded runs */
 } dot_ctx;
 
@@ -164,7 +164,7 @@ int main(int argc, char **argv) {
         for (int th = 0; th < nthr; th++) {
             dot_ctx *d = &ds[th];
             *d = (dot_ctx){.kt = kt, .type = type, .k = k, .rows = rows, .wrow = wrow, .arow = arow,
-                           .nc = nc, .x8 = rep ? quant_x8_dotn_for(type, kt) : NULL};
+                           .nc = nc, .x8 = rep ? quant_x8_dot_for(type, kt) : NULL};
             d->w = malloc(wrow * (size_t)rows);
             d->act = malloc(arow * (size_t)nc);
             d->out = malloc(sizeof(float) * (size_t)(rows * nc));

@@ -133,7 +133,7 @@ size_t cpu_matmul_scratch_size(uint32_t wtype, int64_t k, int64_t n_tok) {
 /* The same as mm_rows from the repacked copy x8 of w (rows r0, r1 whole groups of 8): each
  * group of 8 rows against MM_TOK_TILE activation rows at a time (the multi-row kernel decodes
  * each weight block once for several of them), the group in L1 across the tiles. */
-void mm_rows_x8(quant_x8_dotn_fn x8dot, const mm_kern *mk, const uint8_t *x8, int64_t r0,
+void mm_rows_x8(quant_x8_dot_fn x8dot, const mm_kern *mk, const uint8_t *x8, int64_t r0,
                 int64_t r1, const uint8_t *act, int64_t nc, float *out, size_t ostride) {
     if (nc == 1) { /* a decode step: straight into the output */
         for (int64_t r = r0; r < r1; r += QUANT_X8_ROWS)
@@ -152,8 +152,8 @@ void mm_rows_x8(quant_x8_dotn_fn x8dot, const mm_kern *mk, const uint8_t *x8, in
     }
 }
 
-quant_x8_dotn_fn mm_x8_pick(const quant_kernels *kern, const void *x8, uint32_t wtype, int64_t n_rows) {
-    return x8 && n_rows % QUANT_X8_ROWS == 0 ? quant_x8_dotn_for(wtype, kern) : NULL;
+quant_x8_dot_fn mm_x8_pick(const quant_kernels *kern, const void *x8, uint32_t wtype, int64_t n_rows) {
+    return x8 && n_rows % QUANT_X8_ROWS == 0 ? quant_x8_dot_for(wtype, kern) : NULL;
 }
 
 typedef cpu_matmul_part mm_mat;

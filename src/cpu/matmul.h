@@ -75,7 +75,7 @@ typedef struct {
     int64_t n_rows, v0; /* v0: its first row in the job's row space (matmul.c) */
     float *y;
     const uint8_t *x8;     /* the repacked rows when x8dot is set */
-    quant_x8_dotn_fn x8dot; /* quant_x8's kernel for this product, or NULL (the dot tiles) */
+    quant_x8_dot_fn x8dot; /* quant_x8's kernel for this product, or NULL (the dot tiles) */
 } cpu_matmul_part;
 typedef struct {
     cpu_matmul_part m[CPU_MATMUL_MAX_MULTI];

@@ -53,7 +53,7 @@ typedef struct {
     int64_t *item0;   /* [n_active + 1] first work item of each selected expert */
     int64_t n_pairs, n_active, chunk;
     int64_t small, small_from; /* selected experts from small_from on have items of small rows */
-    quant_x8_dotn_fn x8dot, x8dotb; /* quant_x8's kernel for a, b (repacked copies), or NULL */
+    quant_x8_dot_fn x8dot, x8dotb; /* quant_x8's kernel for a, b (repacked copies), or NULL */
     const quant_kernels *kern;      /* the kernel table (the x8 kernels go with it) */
 } moe_job;
 
@@ -92,7 +92,7 @@ static void moe_item_rows(const moe_job *j, int64_t ia, int64_t c, int64_t *r0, 
 /* Rows [r0, r1) of one product (weights w of selected expert ia, kernel mk, repacked copy x8
  * when x8dot) for the expert's grouped pairs, into y[pair][.]. */
 static void moe_rows(const moe_job *j, const mm_kern *mk, const uint8_t *w, const uint8_t *x8,
-                     quant_x8_dotn_fn x8dot, float *y, int64_t ia, int64_t r0, int64_t r1) {
+                     quant_x8_dot_fn x8dot, float *y, int64_t ia, int64_t r0, int64_t r1) {
     const int64_t n_rows = j->a->n_rows, g0 = j->off[ia], g1 = j->off[ia + 1], e = j->eid[ia];
     const size_t wexp = mk->wrow * (size_t)n_rows;
     if (x8dot) {

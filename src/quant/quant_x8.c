@@ -138,10 +138,6 @@ static void x8_pair_at(uint32_t wtype, int64_t nb, int64_t b, size_t *e, size_t 
 }
 
 /* the AVX-512 kernel (quant_x8_avx512.c; quant_x8_avx512_built() is 0 where the build lacks it) */
-void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *act, float out[8]);
-void quant_x8_dot_q6_K_avx512(int64_t nb, const void *group, const void *act, float out[8]);
-void quant_x8_dot_mxfp4_avx512(int64_t nb, const void *group, const void *act, float out[8]);
-void quant_x8_dot_q8_0_avx512(int64_t nb, const void *group, const void *act, float out[8]);
 int quant_x8_avx512_built(void);
 
 bool quant_x8_supported(uint32_t wtype) {
@@ -320,36 +316,35 @@ static void x8_dot_ref(uint32_t wtype, int64_t k, const void *group, const void 
     }
 }
 
+/* The reference path for n activation rows (tests, and CPUs without the fast kernels) */
+static void x8_dot_ref_rows(uint32_t wtype, int64_t k, const void *group, const void *act,
+                            size_t astride, int n, float *out) {
+    for (int t = 0; t < n; t++)
+        x8_dot_ref(wtype, k, group, (const uint8_t *)act + (size_t)t * astride, out + 8 * t);
+}
+
 #define X8_DOT_FNS(T, TYPE, ELEMS)                                                              \
-    void quant_x8_dotn_##T##_avx512(int64_t nb, const void *group, const void *act, size_t astride, \
-                                    int n, float *out);                                          \
-    static void x8_dot_##T##_fast(int64_t k, const void *group, const void *act, float out[8]) { \
-        quant_x8_dot_##T##_avx512(k / (ELEMS), group, act, out);                               \
+    void quant_x8_dot_##T##_avx512(int64_t nb, const void *group, const void *act, size_t astride, \
+                                   int n, float *out);                                           \
+    static void x8_dot_##T##_fast(int64_t k, const void *group, const void *act, size_t astride, \
+                                  int n, float *out) {                                         \
+        quant_x8_dot_##T##_avx512(k / (ELEMS), group, act, astride, n, out);                   \
     }                                                                                          \
-    static void x8_dot_##T(int64_t k, const void *group, const void *act, float out[8]) {      \
-        x8_dot_ref(TYPE, k, group, act, out);                                                  \
-    }                                                                                          \
-    static void x8_dotn_##T##_fast(int64_t k, const void *group, const void *act, size_t astride, \
-                                   int n, float *out) {                                        \
-        quant_x8_dotn_##T##_avx512(k / (ELEMS), group, act, astride, n, out);                  \
-    }                                                                                          \
-    static void x8_dotn_##T(int64_t k, const void *group, const void *act, size_t astride, int n, \
-                            float *out) {                                                      \
-        for (int t = 0; t < n; t++)                                                            \
-            x8_dot_ref(TYPE, k, group, (const uint8_t *)act + (size_t)t * astride, out + 8 * t); \
+    static void x8_dot_##T(int64_t k, const void *group, const void *act, size_t astride, int n, \
+                           float *out) {                                                       \
+        x8_dot_ref_rows(TYPE, k, group, act, astride, n, out);                                 \
     }
 X8_DOT_FNS(q4_K, HM_TYPE_Q4_K, X8_QK)
 X8_DOT_FNS(q6_K, HM_TYPE_Q6_K, X8_QK)
 X8_DOT_FNS(mxfp4, HM_TYPE_MXFP4, 32)
 X8_DOT_FNS(q8_0, HM_TYPE_Q8_0, 32)
 
-/* Each type's kernels: fast (AVX-512) and reference, one activation row and n. */
+/* Each type's kernels: fast (AVX-512) and reference. */
 typedef struct {
     uint32_t type;
     quant_x8_dot_fn fast, ref;
-    quant_x8_dotn_fn nfast, nref;
 } x8_kernels;
-#define X8_KERNELS(T, TYPE) {TYPE, x8_dot_##T##_fast, x8_dot_##T, x8_dotn_##T##_fast, x8_dotn_##T}
+#define X8_KERNELS(T, TYPE) {TYPE, x8_dot_##T##_fast, x8_dot_##T}
 static const x8_kernels k_x8[] = {X8_KERNELS(q4_K, HM_TYPE_Q4_K), X8_KERNELS(q6_K, HM_TYPE_Q6_K),
                                   X8_KERNELS(mxfp4, HM_TYPE_MXFP4), X8_KERNELS(q8_0, HM_TYPE_Q8_0)};
 
@@ -362,11 +357,6 @@ static const x8_kernels *x8_kernels_of(uint32_t wtype) {
 quant_x8_dot_fn quant_x8_dot_for(uint32_t wtype, const quant_kernels *kern) {
     const x8_kernels *k = x8_kernels_of(wtype);
     return !k ? NULL : x8_fast_for(kern) ? k->fast : k->ref;
-}
-
-quant_x8_dotn_fn quant_x8_dotn_for(uint32_t wtype, const quant_kernels *kern) {
-    const x8_kernels *k = x8_kernels_of(wtype);
-    return !k ? NULL : x8_fast_for(kern) ? k->nfast : k->nref;
 }
 
 quant_x8_dot_fn quant_x8_dot_get(uint32_t wtype) {

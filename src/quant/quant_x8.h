@@ -49,22 +49,17 @@ hm_status quant_x8_repack_rows(uint32_t wtype, int64_t k, const void *rows, size
 /* The 8 rows back (for tests and the reference path). */
 void quant_x8_unpack(uint32_t wtype, int64_t k, const void *group, void *rows, size_t row_stride);
 
-/* out[r] = dot(row r of group, act) for the 8 rows, bit-identical to quant_dot_ref; act is one
- * activation row of k elements in wtype's format (quant_act_for). quant_x8_dot_get gives the
- * kernel for wtype once per product (the fast one when quant_x8_fast(), else the reference
- * path; NULL if unsupported). */
-typedef void (*quant_x8_dot_fn)(int64_t k, const void *group, const void *act, float out[8]);
+/* out[t * 8 + r] = dot(row r of group, activation row t) for the 8 rows and n activation rows
+ * (act + t * act_stride, k elements each in wtype's format, quant_act_for), each bit-identical
+ * to quant_dot_ref. The q4_K, q8_0 and mxfp4 kernels load and decode each weight block once for
+ * up to 4 activation rows (a prompt batch's products); q6_K's takes the rows one after another.
+ * quant_x8_dot_get gives the kernel for wtype once per product (the fast one when
+ * quant_x8_fast(), else the reference path; NULL if unsupported). */
+typedef void (*quant_x8_dot_fn)(int64_t k, const void *group, const void *act, size_t act_stride,
+                                int n, float *out);
 quant_x8_dot_fn quant_x8_dot_get(uint32_t wtype);
 /* The same for a given kernel table (the fast kernel when kern is the AVX-512 table and the CPU
  * has VBMI): no lookup of the environment, for callers that pick per product. */
 quant_x8_dot_fn quant_x8_dot_for(uint32_t wtype, const quant_kernels *kern);
-
-/* The same for n activation rows (act + t * act_stride, t < n): out[t * 8 + r] = dot(row r,
- * activation row t), each bit-identical to quant_x8_dot's. The q4_K, q8_0 and mxfp4 kernels
- * load and decode each weight block once for up to 4 activation rows (a prompt batch's
- * products); q6_K's takes the rows one after another for now. */
-typedef void (*quant_x8_dotn_fn)(int64_t k, const void *group, const void *act, size_t act_stride,
-                                 int n, float *out);
-quant_x8_dotn_fn quant_x8_dotn_for(uint32_t wtype, const quant_kernels *kern);
 
 #endif

@@ -23,18 +23,14 @@
 #include "quant/blocks.h"
 
 int quant_x8_avx512_built(void);
-void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *act, float out[8]);
-void quant_x8_dotn_q4_K_avx512(int64_t nb, const void *group, const void *act, size_t astride,
-                               int n, float *out);
-void quant_x8_dotn_q6_K_avx512(int64_t nb, const void *group, const void *act, size_t astride,
-                               int n, float *out);
-void quant_x8_dotn_mxfp4_avx512(int64_t nb, const void *group, const void *act, size_t astride,
-                                int n, float *out);
-void quant_x8_dotn_q8_0_avx512(int64_t nb, const void *group, const void *act, size_t astride,
-                               int n, float *out);
-void quant_x8_dot_q6_K_avx512(int64_t nb, const void *group, const void *act, float out[8]);
-void quant_x8_dot_mxfp4_avx512(int64_t nb, const void *group, const void *act, float out[8]);
-void quant_x8_dot_q8_0_avx512(int64_t nb, const void *group, const void *act, float out[8]);
+/* quant_x8.h's kernel for n activation rows (act + t * astride), out[t * 8 + r], per type */
+#define X8_DOT_DECL(T) \
+    void quant_x8_dot_##T##_avx512(int64_t nb, const void *group, const void *act, size_t astride, \
+                                   int n, float *out);
+X8_DOT_DECL(q4_K)
+X8_DOT_DECL(q6_K)
+X8_DOT_DECL(mxfp4)
+X8_DOT_DECL(q8_0)
 
 int quant_x8_avx512_built(void) { return 1; }
 
@@ -172,19 +168,23 @@ x8_q4_K_rows(int64_t nb, const void *group, const uint8_t *act, size_t astride, 
     for (int t = 0; t < NT; t++) _mm256_storeu_ps(out + 8 * t, x8_acc_tree(acc[t], na));
 }
 
-__attribute__((target("avx512vbmi")))
-void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *act, float out[8]) {
-    x8_q4_K_rows(nb, group, (const uint8_t *)act, 0, 1, out);
-}
+/* n activation rows by tiles of 4 and the rest, through a kernel template ROWS(..., NT, ...) */
+#define X8_ROWS_BY4(ROWS, nb, group, act, astride, n, out, ...)                                 \
+    do {                                                                                         \
+        const uint8_t *a_ = (const uint8_t *)(act);                                              \
+        int n_ = (n);                                                                            \
+        float *o_ = (out);                                                                       \
+        for (; n_ >= 4; n_ -= 4, a_ += 4 * (astride), o_ += 32)                                  \
+            ROWS(nb, group, a_, astride, 4, __VA_ARGS__ o_);                                     \
+        if (n_ == 3) ROWS(nb, group, a_, astride, 3, __VA_ARGS__ o_);                            \
+        else if (n_ == 2) ROWS(nb, group, a_, astride, 2, __VA_ARGS__ o_);                       \
+        else if (n_ == 1) ROWS(nb, group, a_, astride, 1, __VA_ARGS__ o_);                       \
+    } while (0)
 
 __attribute__((target("avx512vbmi")))
-void quant_x8_dotn_q4_K_avx512(int64_t nb, const void *group, const void *act, size_t astride,
-                               int n, float *out) {
-    const uint8_t *a = (const uint8_t *)act;
-    for (; n >= 4; n -= 4, a += 4 * astride, out += 32) x8_q4_K_rows(nb, group, a, astride, 4, out);
-    if (n == 3) x8_q4_K_rows(nb, group, a, astride, 3, out);
-    else if (n == 2) x8_q4_K_rows(nb, group, a, astride, 2, out);
-    else if (n == 1) x8_q4_K_rows(nb, group, a, astride, 1, out);
+void quant_x8_dot_q4_K_avx512(int64_t nb, const void *group, const void *act, size_t astride,
+                              int n, float *out) {
+    X8_ROWS_BY4(x8_q4_K_rows, nb, group, act, astride, n, out, );
 }
 
 /* ---- q6_K: per (half n, part m) three registers (quant_x8.c's planes) give the 6-bit quants
@@ -208,8 +208,9 @@ void quant_x8_dotn_q4_K_avx512(int64_t nb, const void *group, const void *act, s
 static const uint8_t k_is6[8][64] __attribute__((aligned(64))) = {
     X8_S6R(0), X8_S6R(4), X8_S6R(1), X8_S6R(5), X8_S6R(8), X8_S6R(12), X8_S6R(9), X8_S6R(13)};
 
-__attribute__((target("avx512vbmi")))
-void quant_x8_dot_q6_K_avx512(int64_t nb, const void *group, const void *act, float out[8]) {
+/* One activation row (q6_K has no multi-row form: its one-row kernel lost 2-5% to it) */
+__attribute__((target("avx512vbmi"))) static void x8_q6_K_row(int64_t nb, const void *group,
+                                                             const void *act, float out[8]) {
     __m256 acc[32];
     const int na = x8_acc_used(nb);
     for (int i = 0; i < na; i++) acc[i] = _mm256_setzero_ps();
@@ -441,27 +442,16 @@ x8_q32_rows(int64_t nb, const void *group, const uint8_t *act, size_t astride, c
 
 #define X8_Q32_ENTRY(T, MX)                                                                       \
     __attribute__((target("avx512vbmi")))                                                        \
-    void quant_x8_dot_##T##_avx512(int64_t nb, const void *group, const void *act, float out[8]) { \
-        x8_q32_rows(nb, group, (const uint8_t *)act, 0, 1, MX, out);                             \
-    }                                                                                            \
-    __attribute__((target("avx512vbmi")))                                                        \
-    void quant_x8_dotn_##T##_avx512(int64_t nb, const void *group, const void *act, size_t astride, \
-                                    int n, float *out) {                                         \
-        const uint8_t *a = (const uint8_t *)act;                                                 \
-        for (; n >= 4; n -= 4, a += 4 * astride, out += 32) x8_q32_rows(nb, group, a, astride, 4, MX, out); \
-        if (n == 3) x8_q32_rows(nb, group, a, astride, 3, MX, out);                              \
-        else if (n == 2) x8_q32_rows(nb, group, a, astride, 2, MX, out);                         \
-        else if (n == 1) x8_q32_rows(nb, group, a, astride, 1, MX, out);                         \
+    void quant_x8_dot_##T##_avx512(int64_t nb, const void *group, const void *act, size_t astride, \
+                                   int n, float *out) {                                          \
+        X8_ROWS_BY4(x8_q32_rows, nb, group, act, astride, n, out, MX,);                          \
     }
 X8_Q32_ENTRY(mxfp4, 1)
 X8_Q32_ENTRY(q8_0, 0)
 
-/* The kernels without a multi-row form yet: one activation row after another (each group of 8
- * rows stays in L1 across them). */
-#define X8_DOTN_LOOP(T)                                                                           \
-    void quant_x8_dotn_##T##_avx512(int64_t nb, const void *group, const void *act, size_t astride, \
-                                    int n, float *out) {                                         \
-        for (int t = 0; t < n; t++)                                                              \
-            quant_x8_dot_##T##_avx512(nb, group, (const uint8_t *)act + (size_t)t * astride, out + 8 * t); \
-    }
-X8_DOTN_LOOP(q6_K)
+/* q6_K: one activation row after another (each group of 8 rows stays in L1 across them) */
+void quant_x8_dot_q6_K_avx512(int64_t nb, const void *group, const void *act, size_t astride,
+                              int n, float *out) {
+    for (int t = 0; t < n; t++)
+        x8_q6_K_row(nb, group, (const uint8_t *)act + (size_t)t * astride, out + 8 * t);
+}

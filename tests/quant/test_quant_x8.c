@@ -79,7 +79,7 @@ static int check_len(uint32_t type, int64_t nb) {
     hm_error err;
     if (quant_x8_repack(type, k, w, ws, g, &err) != HM_OK) return 8;
     float out[8];
-    quant_x8_dot_get(type)(k, g, a, out);
+    quant_x8_dot_get(type)(k, g, a, 0, 1, out);
     int bad = 0;
     for (int r = 0; r < 8; r++) {
         const float ref = quant_dot_ref(type, k, w + (size_t)r * ws, a);
@@ -184,7 +184,7 @@ static void test_dot_extremes(void) {
             hm_error err;
             HM_REQUIRE(quant_x8_repack(type, K, w, ws, g, &err) == HM_OK);
             float out[8];
-            quant_x8_dot_get(type)(K, g, a, out);
+            quant_x8_dot_get(type)(K, g, a, 0, 1, out);
             for (int r = 0; r < 8; r++) {
                 const float ref = quant_dot_ref(type, K, w + (size_t)r * ws, a);
                 bad += memcmp(&ref, &out[r], sizeof(float)) != 0;
@@ -224,8 +224,8 @@ static void test_repack_rows(void) {
     tp_free(pool);
 }
 
-/* The multi-row kernel: n activation rows (1 to 9: tiles of 4 and their rest) give each row's
- * quant_x8_dot bits, on the fast kernel and the reference path. */
+/* n activation rows at once (1 to 9: tiles of 4 and their rest) give each row's bits of the
+ * one-row call, on the fast kernel and the reference path. */
 static int check_dotn(uint32_t type, int64_t nb, int n, const quant_kernels *kern) {
     const int64_t k = blk(type) * nb;
     const size_t ws = hm_row_size(type, k), as = quant_act_row_size(act_of(type), k);
@@ -247,10 +247,10 @@ static int check_dotn(uint32_t type, int64_t nb, int n, const quant_kernels *ker
         bad = n;
         goto done;
     }
-    quant_x8_dotn_for(type, kern)(k, g, a, as, n, out);
+    quant_x8_dot_for(type, kern)(k, g, a, as, n, out);
     for (int t = 0; t < n; t++) {
         float one[8];
-        quant_x8_dot_for(type, kern)(k, g, a + (size_t)t * as, one);
+        quant_x8_dot_for(type, kern)(k, g, a + (size_t)t * as, 0, 1, one);
         bad += memcmp(one, out + 8 * t, sizeof(one)) != 0;
     }
 done:
