@@ -24,7 +24,6 @@
 #include "cpu/matmul.h"
 #include "cpu/ops.h"
 
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>

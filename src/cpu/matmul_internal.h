@@ -22,13 +22,6 @@ enum { MM_X8_PAIR_MAX = 4 };
  * that a parallel quantisation phase needs. */
 enum { MM_INLINE_ACT = 16384 };
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define MM_RELAX() _mm_pause()
-#else
-#define MM_RELAX() ((void)0)
-#endif
-
 typedef cpu_matmul_kern mm_kern;
 
 /* The kernels of one weight type and row length; fails on an unsupported type or length. */

@@ -1,10 +1,10 @@
 /* matmul_moe.c - the grouped expert products: cpu_moe_matmul, cpu_moe_matmul_pair and the
  * one-job expert FFN cpu_moe_ffn (see matmul.h; the shared design notes are matmul.c's).
  */
+#include "base/spin.h"
 #include "cpu/matmul_internal.h"
 #include "cpu/ops.h"
 
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -356,9 +356,7 @@ static void ffn_item(void *ctx, int64_t it, int ith) {
     /* a down item: its expert's gate/up items were all claimed before it (one counter, claimed
      * in order), so they complete; wait for them */
     const int64_t id = it - G, e = item_active(&f->dn, id);
-    for (int spins = 0; !atomic_load_explicit(&f->ready[e], memory_order_acquire);)
-        if (++spins < 256) MM_RELAX();
-        else sched_yield(); /* more threads than cores: let the holder of the item run */
+    hm_spin_until(&f->ready[e], 1);
     moe_item(&f->dn, id, ith);
     if (!f->sum) return;
     /* its rows' cells of dn.small rows: each sums once every active expert's rows there are */

@@ -32,7 +32,6 @@
  *   proj [n][n_embd] block output; router [n][n_expert]; ids/gw [n][n_used];
  *   eg/eu [n][n_used][n_ff_exp]; ey [n][n_used][n_embd]; sg/su [n][n_ff_shexp]; sgate [n].
  */
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <string.h>
@@ -41,6 +40,7 @@
 #define MODEL_ATTN_IN_QKV 1 /* build flag for A/B: 0 = attention as a stage of its own */
 #endif
 
+#include "base/spin.h"
 #include "cpu/matmul.h"
 #include "model/model_internal.h"
 #include "model/model_steps.h"
@@ -362,16 +362,8 @@ static void front_after_heads(void *ctx) {
  * while the last q/k/v items finish, instead of after a gate. Positions are marked and checked
  * before the stage (model_front_pre); a failed K/V store empties its slot after it, as above
  * (the layer's error then stops the step). */
-static void front_wait_head(const model_front *f, int h) {
-    for (int spins = 0; !atomic_load_explicit(&f->head_done[h], memory_order_acquire);) {
-        if (++spins < 256) {
-#if defined(__x86_64__) || defined(__i386__)
-            __builtin_ia32_pause();
-#endif
-        } else {
-            sched_yield(); /* more threads than cores: let the holder of the head run */
-        }
-    }
+static void front_wait_head(model_front *f, int h) {
+    hm_spin_until(&f->head_done[h], 1);
 }
 
 static void front_qkv_attn_item(void *ctx, int64_t it, int ith) {
