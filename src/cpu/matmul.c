@@ -129,24 +129,29 @@ size_t cpu_matmul_scratch_size(uint32_t wtype, int64_t k, int64_t n_tok) {
     if (arow == 0 || n_tok <= 0) return 0;
     return arow * (size_t)n_tok;
 }
-/* The same as mm_rows from the repacked copy x8 of w (rows r0, r1 whole groups of 8): each
- * group of 8 rows against MM_TOK_TILE activation rows at a time (the multi-row kernel decodes
- * each weight block once for several of them), the group in L1 across the tiles. */
+/* Rows [r0, r1) (whole groups of 8) of the repacked copy x8 against nc activation rows (act +
+ * c * astride), into out[idx(c) * ostride + r] with idx(c) = c, or slots[c] when given (an
+ * expert's scattered pairs): each group of 8 rows against MM_TOK_TILE activation rows at a time
+ * (the multi-row kernels decode each weight block once for several of them), the group in L1
+ * across the tiles; one activation row (a decode step) straight into its output. */
 void mm_rows_x8(quant_x8_dot_fn x8dot, const mm_kern *mk, const uint8_t *x8, int64_t r0,
-                int64_t r1, const uint8_t *act, int64_t nc, float *out, size_t ostride) {
-    if (nc == 1) { /* a decode step: straight into the output */
+                int64_t r1, const uint8_t *act, size_t astride, int64_t nc, float *out,
+                size_t ostride, const int32_t *slots) {
+    if (nc == 1) {
+        float *o = out + (size_t)(slots ? slots[0] : 0) * ostride;
         for (int64_t r = r0; r < r1; r += QUANT_X8_ROWS)
-            x8dot(mk->k, x8 + (size_t)r * mk->wrow, act, mk->arow, 1, out + (size_t)(r - r0));
+            x8dot(mk->k, x8 + (size_t)r * mk->wrow, act, astride, 1, o + (size_t)r);
         return;
     }
     float tmp[MM_TOK_TILE * QUANT_X8_ROWS]; /* [token][row] of one group */
     for (int64_t c0 = 0; c0 < nc; c0 += MM_TOK_TILE) {
         const int n = nc - c0 < MM_TOK_TILE ? (int)(nc - c0) : MM_TOK_TILE;
         for (int64_t r = r0; r < r1; r += QUANT_X8_ROWS) {
-            x8dot(mk->k, x8 + (size_t)r * mk->wrow, act + (size_t)c0 * mk->arow, mk->arow, n, tmp);
-            for (int c = 0; c < n; c++)
-                memcpy(out + (size_t)(c0 + c) * ostride + (size_t)(r - r0), tmp + QUANT_X8_ROWS * c,
-                       QUANT_X8_ROWS * sizeof(float));
+            x8dot(mk->k, x8 + (size_t)r * mk->wrow, act + (size_t)c0 * astride, astride, n, tmp);
+            for (int c = 0; c < n; c++) {
+                const size_t o = (size_t)(slots ? slots[c0 + c] : c0 + c) * ostride + (size_t)r;
+                memcpy(out + o, tmp + QUANT_X8_ROWS * c, QUANT_X8_ROWS * sizeof(float));
+            }
         }
     }
 }
@@ -187,7 +192,8 @@ static void mm_item(void *ctx, int64_t it, int ith) {
         int64_t r0, r1;
         if (!mm_item_part(j, it, mi, &r0, &r1)) continue;
         if (m->x8dot)
-            mm_rows_x8(m->x8dot, &m->mk, m->x8, r0, r1, j->act, j->n_tok, m->y + r0, (size_t)m->n_rows);
+            mm_rows_x8(m->x8dot, &m->mk, m->x8, r0, r1, j->act, m->mk.arow, j->n_tok, m->y,
+                       (size_t)m->n_rows, NULL);
         else
             mm_rows(&m->mk, m->w, r0, r1, j->act, j->n_tok, m->y + r0, (size_t)m->n_rows);
         if (j->on_rows) j->on_rows(j->on_rows_ctx, mi, r0, r1);

@@ -32,9 +32,12 @@ const quant_kernels *mm_default_kern(const quant_kernels *kern);
 /* Rows [r0, r1) of w against nc activation rows: out[c * ostride + (r - r0)]. */
 void mm_rows(const mm_kern *mk, const uint8_t *w, int64_t r0, int64_t r1, const uint8_t *act,
              int64_t nc, float *out, size_t ostride);
-/* The same from the repacked copy x8 of w (r0, r1 whole groups of 8), with quant_x8's kernel. */
+/* The same from the repacked copy x8 of w (r0, r1 whole groups of 8), with quant_x8's kernel:
+ * activation row c at act + c * astride, its outputs at out + (slots ? slots[c] : c) * ostride,
+ * indexed by the absolute row r. */
 void mm_rows_x8(quant_x8_dot_fn x8dot, const mm_kern *mk, const uint8_t *x8, int64_t r0,
-                int64_t r1, const uint8_t *act, int64_t nc, float *out, size_t ostride);
+                int64_t r1, const uint8_t *act, size_t astride, int64_t nc, float *out,
+                size_t ostride, const int32_t *slots);
 /* quant_x8's kernel for a product over n_rows rows of wtype with a repacked copy x8, or NULL
  * when the dot tiles serve (no copy, rows not in groups of 8). */
 quant_x8_dot_fn mm_x8_pick(const quant_kernels *kern, const void *x8, uint32_t wtype, int64_t n_rows);

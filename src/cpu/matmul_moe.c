@@ -95,25 +95,9 @@ static void moe_rows(const moe_job *j, const mm_kern *mk, const uint8_t *w, cons
                      quant_x8_dot_fn x8dot, float *y, int64_t ia, int64_t r0, int64_t r1) {
     const int64_t n_rows = j->a->n_rows, g0 = j->off[ia], g1 = j->off[ia + 1], e = j->eid[ia];
     const size_t wexp = mk->wrow * (size_t)n_rows;
-    if (x8dot) {
-        const uint8_t *xe = x8 + (size_t)e * wexp;
-        if (g1 - g0 == 1) { /* one pair (a decode step): straight into its output row */
-            for (int64_t r = r0; r < r1; r += QUANT_X8_ROWS)
-                x8dot(mk->k, xe + (size_t)r * mk->wrow, j->act + (size_t)g0 * j->act_stride, 0, 1,
-                      y + (size_t)j->pairs[g0] * (size_t)n_rows + (size_t)r);
-            return;
-        }
-        float tmp[MM_TOK_TILE * QUANT_X8_ROWS]; /* [pair][row] of one group */
-        for (int64_t t0 = g0; t0 < g1; t0 += MM_TOK_TILE) {
-            const int nc = g1 - t0 < MM_TOK_TILE ? (int)(g1 - t0) : MM_TOK_TILE;
-            for (int64_t r = r0; r < r1; r += QUANT_X8_ROWS) {
-                x8dot(mk->k, xe + (size_t)r * mk->wrow, j->act + (size_t)t0 * j->act_stride,
-                      j->act_stride, nc, tmp);
-                for (int c = 0; c < nc; c++)
-                    memcpy(y + (size_t)j->pairs[t0 + c] * (size_t)n_rows + (size_t)r,
-                           tmp + QUANT_X8_ROWS * c, QUANT_X8_ROWS * sizeof(float));
-            }
-        }
+    if (x8dot) { /* the expert's pairs, each into its own output row */
+        mm_rows_x8(x8dot, mk, x8 + (size_t)e * wexp, r0, r1, j->act + (size_t)g0 * j->act_stride,
+                   j->act_stride, g1 - g0, y, (size_t)n_rows, j->pairs + g0);
         return;
     }
     float tmp[MM_TOK_TILE * MM_MAX_CHUNK]; /* [tok][row] of one token tile */

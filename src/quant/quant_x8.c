@@ -76,12 +76,12 @@ static void x8_k4_sm_pack(uint8_t *sc12[8], uint8_t *sm) {
 
 /* The 8 rows' 12 scale bytes (row r at sc12[r]) into sm or back: a bijection of 96 bits. */
 static void x8_k4_sm_move(uint8_t *sc12[8], uint8_t *sm, bool to_group) {
+    if (to_group) {
+        x8_k4_sm_pack(sc12, sm);
+        return;
+    }
     for (int r = 0; r < 8; r++) {
         uint8_t sc[8], mn[8];
-        if (to_group) {
-            x8_k4_sm_pack(sc12, sm);
-            return;
-        }
         for (int jj = 0; jj < 8; jj++) {
             sc[jj] = (uint8_t)x8_k4_get(sm, x8_k4_sc_index(jj, r), 0);
             mn[jj] = (uint8_t)x8_k4_get(sm, x8_k4_mn_index(jj, r), 1);
@@ -146,9 +146,7 @@ bool quant_x8_supported(uint32_t wtype) {
 }
 
 /* elements per block of a supported type */
-static int64_t x8_block(uint32_t wtype) {
-    return wtype == HM_TYPE_MXFP4 || wtype == HM_TYPE_Q8_0 ? 32 : X8_QK;
-}
+static int64_t x8_block(uint32_t wtype) { return hm_type_get(wtype)->block_size; }
 
 /* Whether the fast kernels go with kernel table kern: its ISA, plus VBMI */
 static bool x8_fast_for(const quant_kernels *kern) {
