@@ -6,11 +6,11 @@
  *                [--file PATH] [--huge]
  *
  * 1. Read bandwidth: all N threads sum an M MiB buffer (16-byte loads, four independent
- *    accumulators, software prefetch 4 KiB ahead into L1 like the kernels, or 8 KiB ahead into L2
- *    only: without prefetch a core cannot keep enough misses in flight and the "ceiling" is
- *    below what the matvec reaches), as contiguous per-thread slices and as dynamically taken
- *    256 KiB chunks (cpu_matmul's pattern); the best of the four and of R runs: the STREAM-like
- *    ceiling a matvec can reach.
+ *    accumulators, software prefetch 4 KiB ahead into L1, or 8 KiB ahead into L2 only, or both
+ *    2 KiB ahead into L1 and 12 KiB into L2 like the x8 kernels: without prefetch a core cannot
+ *    keep enough misses in flight and the "ceiling" is below what the matvec reaches), as
+ *    contiguous per-thread slices and as dynamically taken 256 KiB chunks (cpu_matmul's
+ *    pattern); the best of the six and of R runs: the STREAM-like ceiling a matvec can reach.
  *    Measured again at the end (a shared host's bandwidth drifts; compare the two).
  * 2. For each weight type: a weight matrix of about M MiB (rows of k = 2880, or 2048 for the
  *    256-element types; far larger than the caches) multiplied by one token with cpu_matmul on the
@@ -53,13 +53,13 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-enum { READ_CHUNK = 256 << 10 };
+enum { READ_CHUNK = 256 << 10, READ_MODES = 6 };
 
 typedef struct {
     const uint8_t *buf;
     size_t size;
     int chunked; /* 0: thread i reads slice i; 1: 256 KiB chunks from an atomic counter */
-    int l2;      /* prefetch into L2 only (read_range_t2) */
+    int pf;      /* prefetch kind: 0 L1 (read_range_t0), 1 L2 only (t2), 2 both (2l) */
     atomic_size_t next;
     uint64_t sums[256];
 } read_job;
@@ -68,12 +68,13 @@ typedef struct {
  * do) or 8 KiB ahead into L2 only (T2): the read test takes the faster, so that no way of
  * streaming the kernels could use beats the ceiling they are judged against. */
 #if defined(__x86_64__)
-#define READ_RANGE(NAME, HINT, DIST)                                                              \
+#define READ_RANGE(NAME, HINT, DIST, DIST2)                                                       \
     static uint64_t NAME(const uint8_t *p, size_t n) {                                             \
         __m128i a0 = _mm_setzero_si128(), a1 = a0, a2 = a0, a3 = a0;                               \
         size_t i = 0;                                                                              \
         for (; i + 64 <= n; i += 64) {                                                             \
             _mm_prefetch((const char *)(p + i + (DIST)), HINT);                                    \
+            if (DIST2) _mm_prefetch((const char *)(p + i + (DIST2)), _MM_HINT_T2);                 \
             a0 = _mm_add_epi64(a0, _mm_load_si128((const __m128i *)(const void *)(p + i)));        \
             a1 = _mm_add_epi64(a1, _mm_load_si128((const __m128i *)(const void *)(p + i + 16)));   \
             a2 = _mm_add_epi64(a2, _mm_load_si128((const __m128i *)(const void *)(p + i + 32)));   \
@@ -86,8 +87,9 @@ typedef struct {
         for (; i < n; i++) s += p[i];                                                              \
         return s;                                                                                  \
     }
-READ_RANGE(read_range_t0, _MM_HINT_T0, 4096)
-READ_RANGE(read_range_t2, _MM_HINT_T2, 8192)
+READ_RANGE(read_range_t0, _MM_HINT_T0, 4096, 0)
+READ_RANGE(read_range_t2, _MM_HINT_T2, 8192, 0)
+READ_RANGE(read_range_2l, _MM_HINT_T0, 2048, 12288)
 #else
 static uint64_t read_range_t0(const uint8_t *p, size_t n) {
     uint64_t s = 0;
@@ -95,11 +97,13 @@ static uint64_t read_range_t0(const uint8_t *p, size_t n) {
     return s;
 }
 #define read_range_t2 read_range_t0
+#define read_range_2l read_range_t0
 #endif
 
 static void read_fn(void *ctx, int ith, int nth) {
     read_job *j = ctx;
-    uint64_t (*read_range)(const uint8_t *, size_t) = j->l2 ? read_range_t2 : read_range_t0;
+    uint64_t (*read_range)(const uint8_t *, size_t) =
+        j->pf == 2 ? read_range_2l : j->pf == 1 ? read_range_t2 : read_range_t0;
     uint64_t s = 0;
     if (j->chunked) {
         for (;;) {
@@ -141,9 +145,9 @@ static void fill_fn(void *ctx, int ith, int nth) {
 static double read_best(tp_pool *pool, read_job *rj, int reps) {
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
-        for (int mode = 0; mode < 4; mode++) {
+        for (int mode = 0; mode < READ_MODES; mode++) {
             rj->chunked = mode & 1;
-            rj->l2 = mode >> 1;
+            rj->pf = mode >> 1;
             atomic_store(&rj->next, 0);
             double t0 = now_s();
             tp_run(pool, read_fn, rj);
@@ -251,11 +255,12 @@ int main(int argc, char **argv) {
             if (sm) fclose(sm);
         }
         printf("host read bandwidth at the start: %.2f GB/s (", read_gbs);
-        static const char *const mname[4] = {"L1 prefetch, slices", "L1 prefetch, chunks",
-                                             "L2 prefetch, slices", "L2 prefetch, chunks"};
-        for (int mode = 0; mode < 4; mode++) { /* each way alone, for the record */
+        static const char *const mname[READ_MODES] = {
+            "L1 prefetch, slices", "L1 prefetch, chunks", "L2 prefetch, slices",
+            "L2 prefetch, chunks", "L1+L2 prefetch, slices", "L1+L2 prefetch, chunks"};
+        for (int mode = 0; mode < READ_MODES; mode++) { /* each way alone, for the record */
             rj.chunked = mode & 1;
-            rj.l2 = mode >> 1;
+            rj.pf = mode >> 1;
             double bt = 1e30;
             for (int r = 0; r < reps; r++) {
                 atomic_store(&rj.next, 0);

@@ -68,7 +68,7 @@ void mm_rows(const mm_kern *mk, const uint8_t *w, int64_t r0, int64_t r1,
 }
 
 int64_t mm_chunk_rows(int64_t total_rows, int nth) {
-    int64_t c = total_rows / ((int64_t)nth * 8);
+    int64_t c = total_rows / ((int64_t)nth * MM_ITEMS_PER_THREAD);
     if (c > MM_MAX_CHUNK) c = MM_MAX_CHUNK;
     c = c / MM_ROW_ALIGN * MM_ROW_ALIGN;
     return c < MM_ROW_ALIGN ? MM_ROW_ALIGN : c;

@@ -8,6 +8,9 @@
 #ifndef MM_GUIDED
 #define MM_GUIDED 1 /* build flag for A/B: 0 = one chunk size for every item of a product */
 #endif
+#ifndef MM_ITEMS_PER_THREAD
+#define MM_ITEMS_PER_THREAD 8 /* build flag for A/B: items per thread of a plain-chunk product */
+#endif
 enum { MM_MAX_CHUNK = 256 }; /* rows of a work item at most */
 enum { MM_NR = 16, MM_TOK_TILE = 16, MM_ROW_ALIGN = QUANT_X8_ROWS };
 

@@ -34,12 +34,26 @@ X8_DOT_DECL(q8_0)
 
 int quant_x8_avx512_built(void) { return 1; }
 
+/* The weight stream is prefetched at two distances: X8_PF bytes ahead into L1 and X8_PF2 bytes
+ * ahead into L2 only. A core alone cannot keep enough misses in flight through its L1 fill
+ * buffers; the L2-only requests add more, further ahead. On the 16-core host (bench/RESULTS.md,
+ * session 12) 2 KiB + 12 KiB streamed q4_K 8% faster than 4 KiB into L1 alone, and decode was
+ * faster in 11 of 12 alternated pairs (~9% on average). Build flags for A/B (X8_PF2 = 0: L1 only). */
 #ifndef X8_PF
-#define X8_PF 4096 /* bytes of the weight stream prefetched ahead (build flag for A/B) */
+#define X8_PF 2048
 #endif
 #ifndef X8_PF_HINT
-#define X8_PF_HINT _MM_HINT_T0 /* build flag for A/B */
+#define X8_PF_HINT _MM_HINT_T0
 #endif
+#ifndef X8_PF2
+#define X8_PF2 12288
+#endif
+/* The n bytes of the weight stream X8_PF (and X8_PF2) bytes after g. */
+#define X8_PREFETCH(g, n)                                                                      \
+    for (int o_ = 0; o_ < (int)(n); o_ += 64) {                                                \
+        _mm_prefetch((const char *)(g) + X8_PF + o_, X8_PF_HINT);                              \
+        if (X8_PF2) _mm_prefetch((const char *)(g) + X8_PF2 + o_, _MM_HINT_T2);                \
+    }
 enum { X8_GROUP_BLOCK = 1152 };
 
 /* Keeps a loaded register a register: GCC otherwise folds the load into each of its uses and
@@ -100,9 +114,7 @@ x8_q4_K_rows(int64_t nb, const void *group, const uint8_t *act, size_t astride, 
         const block_q8_K *a[4];
         for (int t = 0; t < NT; t++) a[t] = (const block_q8_K *)(const void *)(act + (size_t)t * astride) + b;
         const uint8_t *qs = g + 32 + 96;
-        /* the weight stream X8_PF bytes ahead: a core alone does not keep enough misses in
-         * flight (as for the dot tiles, quant_simd_common.h) */
-        for (int o = 0; o < X8_GROUP_BLOCK; o += 64) _mm_prefetch((const char *)g + X8_PF + o, X8_PF_HINT);
+        X8_PREFETCH(g, X8_GROUP_BLOCK)
         /* the 64 scales SC and 64 mins MN as bytes (quant_x8.c's sm) */
         const __m512i nib = _mm512_loadu_si512(g + 32);
         const __m512i hs = _mm512_multishift_epi64_epi8(
@@ -220,7 +232,7 @@ __attribute__((target("avx512vbmi"))) static void x8_q6_K_row(int64_t nb, const 
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *g = (const uint8_t *)group + (size_t)b * G6;
         const block_q8_K *a = (const block_q8_K *)act + b;
-        for (int o = 0; o < G6; o += 64) _mm_prefetch((const char *)g + X8_PF + o, X8_PF_HINT);
+        X8_PREFETCH(g, G6)
         const uint8_t *qb = g + 16 + 128;
         const __m512i S0 = _mm512_loadu_si512(g + 16), S1 = _mm512_loadu_si512(g + 80);
         __m512i sc[8]; /* (n, mh, p) as k_is6: int16 pairs (sc, sc) */
@@ -397,7 +409,7 @@ x8_q32_rows(int64_t nb, const void *group, const uint8_t *act, size_t astride, c
     for (int t = 0; t < NT; t++) a[t] = (const block_q8_32 *)(const void *)(act + (size_t)t * astride);
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2, g += pair) {
-        for (size_t o = 0; o < pair; o += 64) _mm_prefetch((const char *)g + X8_PF + o, X8_PF_HINT);
+        X8_PREFETCH(g, pair)
         /* one row: each block's products right after its unpacking; several: both blocks
          * unpacked first (fewer live registers than every row's partial sums) */
         __m512i U0[4], U1[4], v0 = _mm512_setzero_si512(), v1 = v0;
