@@ -51,14 +51,8 @@
 #ifndef SIMD_PF_HINT
 #define SIMD_PF_HINT _MM_HINT_T0 /* build flag for A/B (T1, T2: into L2 only) */
 #endif
-#ifndef SIMD_PF2
-#define SIMD_PF2 0 /* build flag for A/B: bytes ahead of a second prefetch, into L2 only (0: none) */
-#endif
 SIMD_INLINE void simd_prefetch_w(const uint8_t *p, size_t len) {
-    for (size_t o = 0; o < len; o += 64) {
-        _mm_prefetch((const char *)(p + SIMD_PF_DIST + o), SIMD_PF_HINT);
-        if (SIMD_PF2) _mm_prefetch((const char *)(p + SIMD_PF2 + o), _MM_HINT_T2);
-    }
+    for (size_t o = 0; o < len; o += 64) _mm_prefetch((const char *)(p + SIMD_PF_DIST + o), SIMD_PF_HINT);
 }
 
 /* The 32 accumulator lanes: a[j] holds lanes 8j..8j+7. */
