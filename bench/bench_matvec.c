@@ -44,6 +44,7 @@
 
 #if defined(__x86_64__)
 #include <emmintrin.h>
+#include <immintrin.h>
 #include <xmmintrin.h>
 #endif
 
@@ -59,7 +60,8 @@ typedef struct {
     const uint8_t *buf;
     size_t size;
     int chunked; /* 0: thread i reads slice i; 1: 256 KiB chunks from an atomic counter */
-    int pf;      /* prefetch kind: 0 L1 (read_range_t0), 1 L2 only (t2), 2 both (2l) */
+    int pf;      /* prefetch kind: 0 L1 (read_range_t0), 1 L2 only (t2), 2 both (2l), 3 none
+                    (read_range_plain: recorded, not part of the best) */
     atomic_size_t next;
     uint64_t sums[256];
 } read_job;
@@ -90,6 +92,22 @@ typedef struct {
 READ_RANGE(read_range_t0, _MM_HINT_T0, 4096, 0)
 READ_RANGE(read_range_t2, _MM_HINT_T2, 8192, 0)
 READ_RANGE(read_range_2l, _MM_HINT_T0, 2048, 12288)
+
+/* Sums n bytes at p in 32-byte loads without software prefetch: ../shared/BENCHMARKS.md's "plain
+ * AVX2 read loop" (recorded beside the ceiling, not part of it). */
+__attribute__((target("avx2"))) static uint64_t read_range_plain(const uint8_t *p, size_t n) {
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0;
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        a0 = _mm256_add_epi64(a0, _mm256_load_si256((const __m256i *)(const void *)(p + i)));
+        a1 = _mm256_add_epi64(a1, _mm256_load_si256((const __m256i *)(const void *)(p + i + 32)));
+    }
+    uint64_t t[4];
+    _mm256_storeu_si256((__m256i *)(void *)t, _mm256_add_epi64(a0, a1));
+    uint64_t s = t[0] + t[1] + t[2] + t[3];
+    for (; i < n; i++) s += p[i];
+    return s;
+}
 #else
 static uint64_t read_range_t0(const uint8_t *p, size_t n) {
     uint64_t s = 0;
@@ -98,12 +116,14 @@ static uint64_t read_range_t0(const uint8_t *p, size_t n) {
 }
 #define read_range_t2 read_range_t0
 #define read_range_2l read_range_t0
+#define read_range_plain read_range_t0
 #endif
 
 static void read_fn(void *ctx, int ith, int nth) {
     read_job *j = ctx;
     uint64_t (*read_range)(const uint8_t *, size_t) =
-        j->pf == 2 ? read_range_2l : j->pf == 1 ? read_range_t2 : read_range_t0;
+        j->pf == 3 ? read_range_plain : j->pf == 2 ? read_range_2l
+        : j->pf == 1 ? read_range_t2 : read_range_t0;
     uint64_t s = 0;
     if (j->chunked) {
         for (;;) {
@@ -271,6 +291,16 @@ int main(int argc, char **argv) {
             printf("%s%s %.2f", mode ? ", " : "", mname[mode], (double)size / bt / 1e9);
         }
         printf(")\n");
+        rj.chunked = 0; /* BENCHMARKS.md's plain loop, for the record */
+        rj.pf = 3;
+        double bt = 1e30;
+        for (int r = 0; r < reps; r++) {
+            double t0 = now_s();
+            tp_run(pool, read_fn, &rj);
+            if (now_s() - t0 < bt) bt = now_s() - t0;
+        }
+        printf("plain AVX2 read loop (no prefetch, slices; not part of the ceiling): %.2f GB/s\n",
+               (double)size / bt / 1e9);
         printf("ratio = batch-1 matvec GB/s / read GB/s, each the best of %d runs taken alternately\n\n", reps);
         printf("| type | k | rows | GB/s (batch 1) | read GB/s | ratio |");
         for (int b = 2; b <= max_batch; b++) printf(" b=%d GB/s |", b);

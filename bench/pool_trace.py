@@ -32,7 +32,7 @@ def main(path):
     with open(path) as f:
         next(f)
         for line in f:
-            job, ns, ith, st, it, c, o, e = line.strip().split(",")
+            job, ns, ith, st, it, c, o, e = line.strip().split(",")[:8]
             job, ns, ith, st, it = int(job), int(ns), int(ith), int(st), int(it)
             c, o, e = float(c), float(o), float(e)
             if ith >= 0:
@@ -110,16 +110,20 @@ def per_layer(path, per):
     items = collections.defaultdict(lambda: collections.defaultdict(list))  # (job, stage) -> ith
     stages = {}                                                              # (job, stage) -> then
     n_stages = {}
+    cpus = []  # (stage, item, vCPU, thread, us)
     with open(path) as f:
         next(f)
         for line in f:
-            job, ns, ith, st, it, c, o, e = line.strip().split(",")
+            f9 = line.strip().split(",")
+            job, ns, ith, st, it, c, o, e = f9[:8]
+            cpu = int(f9[8]) if len(f9) > 8 else -1  # traces before the cpu column: -1
             job, ns, ith, st, it = int(job), int(ns), int(ith), int(st), int(it)
             if ns <= 16:
                 continue
             n_stages[job] = ns
             if ith >= 0:
                 items[(job, st)][ith].append((it, float(o), float(e)))
+                cpus.append((st, it, cpu, ith, float(e) - float(o)))
             elif st >= 0:
                 stages[(job, st)] = (float(c), float(e))
     med = lambda v: sorted(v)[len(v) // 2] if v else 0.0
@@ -164,6 +168,24 @@ def per_layer(path, per):
               " ".join(f"{it}:{med(v):.1f}" for it, v in sorted(by_item[k].items())))
     print("per layer, median span of position {}: ".format(per - 1) +
           " ".join(f"{l}:{med(v):.0f}" for l, v in sorted(layer_span.items())))
+    # per vCPU: each item's time over the median time of its (position, index), so that big and
+    # small items weigh alike; a vCPU that streams slower stands above 1
+    ref = {(k, it): med(v) for k in by_item for it, v in by_item[k].items()}
+    slow = collections.defaultdict(list)
+    owners = collections.defaultdict(set)
+    for st, it, cpu, ith, us in cpus:
+        k = st % per
+        if st < per or (k, it) not in ref or ref[(k, it)] <= 0:
+            continue
+        slow[(cpu, k)].append(us / ref[(k, it)])
+        owners[cpu].add(ith)
+    if slow:
+        print("per vCPU, median item time over the item's median (position: items, ratio); threads "
+              "seen on it")
+        for cpu in sorted({c for c, _ in slow}):
+            print(f"vCPU {cpu}: " + " ".join(
+                f"{k}: {len(slow[(cpu, k)])}, {med(slow[(cpu, k)]):.2f}" for k in range(per)
+                if (cpu, k) in slow) + f"; threads {sorted(owners[cpu])}")
 
 
 if __name__ == "__main__":

@@ -14,8 +14,8 @@
  * can only succeed for the job the word describes; a worker that wakes late sees a finished or
  * newer word and claims nothing of a job it has not read. A fetch_add never fails, so the threads
  * of a job's start take their first items in one cache-line transfer each (a CAS loop retries
- * once per competing thread). Each call of tp_items_work ends with one failed claim, at most
- * two per thread and word, so next stays below count + 2 * 1024 < 2^22 for counts of at most
+ * once per competing thread). Each call of tp_items_work ends with one failed claim (its last
+ * claim, whether made for the next item or one ahead), at most two per thread and word, so next stays below count + 2 * 1024 < 2^22 for counts of at most
  * TP_ITEM_MAX = 2^21. Once its claim succeeded the job cannot complete before the
  * item does, so reading the job's fields after the claim is safe (they are written before the
  * word is published); after counting its item done a thread reads none of them again.
@@ -30,6 +30,7 @@
  * yet open calls that stage's prefetch with the item before it waits, so the memory stream of
  * the next stage starts during the gate (its tail items and the `then` steps).
  */
+#define _GNU_SOURCE /* sched_getcpu, for the trace */
 #include "base/threadpool.h"
 
 #include <limits.h>
@@ -61,6 +62,9 @@
 
 #ifndef TP_GATE_PREFETCH
 #define TP_GATE_PREFETCH 1 /* build flag: 0 ignores the stages' prefetch (A/B) */
+#endif
+#ifndef TP_LOOKAHEAD
+#define TP_LOOKAHEAD 1 /* build flag: 0 claims no item ahead (A/B) */
 #endif
 
 enum { TP_SPIN_PAUSE = 4000, TP_SPIN_YIELD = 200, TP_WAIT_PAUSE = 256 };
@@ -184,15 +188,16 @@ static void tp_prof_end(tp_pool *p, int k, const tp_stage *stages, int n) {
 
 /* ---- the trace (HOTMOE_POOL_TRACE=FILE): every item of item jobs number SKIP to SKIP + JOBS - 1
  * (HOTMOE_POOL_TRACE_SKIP, default 2000; HOTMOE_POOL_TRACE_JOBS, default 300), written by tp_free
- * as CSV, one line per item: job, stages of the job, thread, stage, item, and the times in us from
- * the job's start at which the thread claimed it, found its stage open and finished it. Rows of
+ * as CSV, one line per item: job, stages of the job, thread, stage, item, the times in us from
+ * the job's start at which the thread claimed it, found its stage open and finished it, and the
+ * vCPU it finished on (which vCPUs stream slower: bench/pool_trace.py --layers). Rows of
  * thread -1 describe the job: per stage (item -1) its `then` step's start and end and the
  * close (claim, open, end columns); per job (stage -1) its start in us from the first traced
  * job's start, the publication and the end. Each thread writes its own rows (the stage rows:
  * the closing threads, one after another). */
 enum { TP_TRACE_CAP = 1 << 16 };
 typedef struct {
-    int32_t job, n_stages, ith, stage, item;
+    int32_t job, n_stages, ith, stage, item, cpu;
     float claim, open, end;
 } tp_trace_rec;
 
@@ -233,7 +238,7 @@ static void tp_trace_add(struct tp_trace *t, int ith, int stage, int64_t item, d
     if (t->n[ith] >= TP_TRACE_CAP) return;
     t->rec[(size_t)ith * TP_TRACE_CAP + (size_t)t->n[ith]++] = (tp_trace_rec){
         .job = (int32_t)t->job, .n_stages = n_stages, .ith = ith, .stage = stage,
-        .item = (int32_t)item, .claim = (float)(1e6 * (claim - t->t0)),
+        .item = (int32_t)item, .cpu = sched_getcpu(), .claim = (float)(1e6 * (claim - t->t0)),
         .open = (float)(1e6 * (open - t->t0)), .end = (float)(1e6 * (end - t->t0))};
 }
 
@@ -243,12 +248,12 @@ static void tp_trace_write(const struct tp_trace *t, int nth) {
         HM_LOGW("pool trace: cannot write %s", t->path);
         return;
     }
-    fprintf(f, "job,n_stages,ith,stage,item,claim_us,open_us,end_us\n");
+    fprintf(f, "job,n_stages,ith,stage,item,claim_us,open_us,end_us,cpu\n");
     for (int i = 0; i <= nth; i++)
         for (int r = 0; r < t->n[i]; r++) {
             const tp_trace_rec *e = &t->rec[(size_t)i * TP_TRACE_CAP + (size_t)r];
-            fprintf(f, "%d,%d,%d,%d,%d,%.3f,%.3f,%.3f\n", e->job, e->n_stages,
-                    i == nth ? -1 : e->ith, e->stage, e->item, e->claim, e->open, e->end);
+            fprintf(f, "%d,%d,%d,%d,%d,%.3f,%.3f,%.3f,%d\n", e->job, e->n_stages,
+                    i == nth ? -1 : e->ith, e->stage, e->item, e->claim, e->open, e->end, e->cpu);
         }
     fclose(f);
     HM_LOGI("pool trace: %s written", t->path);
@@ -282,17 +287,42 @@ static void tp_items_done(tp_pool *p, int s, int64_t end, int64_t k) {
         tp_stages_close(p, s, end);
 }
 
+/* Claims the job's next item into *next; false when none is left. */
+static bool tp_claim(tp_pool *p, uint64_t *next) {
+    const uint64_t v = atomic_fetch_add_explicit(&p->items, 1ull << TP_ITEM_BITS,
+                                                 memory_order_acq_rel);
+    *next = (v >> TP_ITEM_BITS) & TP_ITEM_MASK;
+    return *next < (v & TP_ITEM_MASK);
+}
+
+/* Whether a thread running an item of stage s should claim its next item now: the stage has a
+ * prefetch_next and more unclaimed items than threads (near a stage's end a held item would
+ * wait behind the running one while other threads idle). */
+static bool tp_ahead(tp_pool *p, int s) {
+    if (!TP_LOOKAHEAD || !p->stages[s].prefetch_next) return false;
+    const uint64_t v = atomic_load_explicit(&p->items, memory_order_relaxed);
+    return (int64_t)((v >> TP_ITEM_BITS) & TP_ITEM_MASK) + p->n < p->end[s];
+}
+
 /* Claims and runs items of the job in `items` until none is left. A thread counts its finished
  * items of one stage together (one atomic add instead of one per item), before its next claim
- * turns out to be of another stage or none. */
+ * turns out to be of another stage or none. While a stage has items to spare, a thread claims
+ * its next item before it runs the current one and lets the stage prefetch it (tp_ahead): the
+ * items a thread holds are still claimed in order, and every wait of an item (a stage's gate, an
+ * item that waits for earlier items) is for items claimed before it, which run first on their
+ * threads, so the held item delays nothing but its own start. */
 static void tp_items_work(tp_pool *p, int ith) {
     int ds = 0;                  /* stage of the uncounted items */
     int64_t dn = 0, dend = 0;    /* how many, end of their stage */
+    uint64_t next, held = 0;
+    bool have = false;           /* held: an item claimed ahead */
     for (;;) {
-        const uint64_t v = atomic_fetch_add_explicit(&p->items, 1ull << TP_ITEM_BITS,
-                                                     memory_order_acq_rel);
-        const uint64_t next = (v >> TP_ITEM_BITS) & TP_ITEM_MASK, count = v & TP_ITEM_MASK;
-        if (next >= count) break;
+        if (have) {
+            next = held;
+            have = false;
+        } else if (!tp_claim(p, &next)) {
+            break;
+        }
         int s = ds; /* a thread's claims only increase */
         while ((int64_t)next >= p->end[s]) s++;
         if (s != ds) { /* before waiting at stage s: the gate may wait for these items */
@@ -312,10 +342,18 @@ static void tp_items_work(tp_pool *p, int ith) {
         }
         ds = s;
         dend = p->end[s];
+        bool last = false; /* the claim ahead failed: this item is the thread's last */
+        if (tp_ahead(p, s)) {
+            have = tp_claim(p, &held);
+            last = !have;
+            if (have && (int64_t)held < p->end[s])
+                st->prefetch_next(st->ctx, p->ibase + (int64_t)held - first);
+        }
         const double to = tr ? tp_now() : 0.0;
         st->fn(st->ctx, p->ibase + (int64_t)next - first, ith);
         if (tr) tp_trace_add(tr, ith, s, (int64_t)next - first, tc, to, tp_now(), p->n_stages);
         dn++;
+        if (last) break;
     }
     tp_items_done(p, ds, dend, dn);
 }
