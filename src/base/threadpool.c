@@ -14,8 +14,8 @@
  * can only succeed for the job the word describes; a worker that wakes late sees a finished or
  * newer word and claims nothing of a job it has not read. A fetch_add never fails, so the threads
  * of a job's start take their first items in one cache-line transfer each (a CAS loop retries
- * once per competing thread). Each call of tp_items_work ends with one failed claim (its last
- * claim, whether made for the next item or one ahead), at most two per thread and word, so next stays below count + 2 * 1024 < 2^22 for counts of at most
+ * once per competing thread). Each call of tp_items_work ends with one failed claim, at most
+ * two per thread and word, so next stays below count + 2 * 1024 < 2^22 for counts of at most
  * TP_ITEM_MAX = 2^21. Once its claim succeeded the job cannot complete before the
  * item does, so reading the job's fields after the claim is safe (they are written before the
  * word is published); after counting its item done a thread reads none of them again.
@@ -62,9 +62,6 @@
 
 #ifndef TP_GATE_PREFETCH
 #define TP_GATE_PREFETCH 1 /* build flag: 0 ignores the stages' prefetch (A/B) */
-#endif
-#ifndef TP_LOOKAHEAD
-#define TP_LOOKAHEAD 1 /* build flag: 0 claims no item ahead (A/B) */
 #endif
 
 enum { TP_SPIN_PAUSE = 4000, TP_SPIN_YIELD = 200, TP_WAIT_PAUSE = 256 };
@@ -287,42 +284,17 @@ static void tp_items_done(tp_pool *p, int s, int64_t end, int64_t k) {
         tp_stages_close(p, s, end);
 }
 
-/* Claims the job's next item into *next; false when none is left. */
-static bool tp_claim(tp_pool *p, uint64_t *next) {
-    const uint64_t v = atomic_fetch_add_explicit(&p->items, 1ull << TP_ITEM_BITS,
-                                                 memory_order_acq_rel);
-    *next = (v >> TP_ITEM_BITS) & TP_ITEM_MASK;
-    return *next < (v & TP_ITEM_MASK);
-}
-
-/* Whether a thread running an item of stage s should claim its next item now: the stage has a
- * prefetch_next and more unclaimed items than threads (near a stage's end a held item would
- * wait behind the running one while other threads idle). */
-static bool tp_ahead(tp_pool *p, int s) {
-    if (!TP_LOOKAHEAD || !p->stages[s].prefetch_next) return false;
-    const uint64_t v = atomic_load_explicit(&p->items, memory_order_relaxed);
-    return (int64_t)((v >> TP_ITEM_BITS) & TP_ITEM_MASK) + p->n < p->end[s];
-}
-
 /* Claims and runs items of the job in `items` until none is left. A thread counts its finished
  * items of one stage together (one atomic add instead of one per item), before its next claim
- * turns out to be of another stage or none. While a stage has items to spare, a thread claims
- * its next item before it runs the current one and lets the stage prefetch it (tp_ahead): the
- * items a thread holds are still claimed in order, and every wait of an item (a stage's gate, an
- * item that waits for earlier items) is for items claimed before it, which run first on their
- * threads, so the held item delays nothing but its own start. */
+ * turns out to be of another stage or none. */
 static void tp_items_work(tp_pool *p, int ith) {
     int ds = 0;                  /* stage of the uncounted items */
     int64_t dn = 0, dend = 0;    /* how many, end of their stage */
-    uint64_t next, held = 0;
-    bool have = false;           /* held: an item claimed ahead */
     for (;;) {
-        if (have) {
-            next = held;
-            have = false;
-        } else if (!tp_claim(p, &next)) {
-            break;
-        }
+        const uint64_t v = atomic_fetch_add_explicit(&p->items, 1ull << TP_ITEM_BITS,
+                                                     memory_order_acq_rel);
+        const uint64_t next = (v >> TP_ITEM_BITS) & TP_ITEM_MASK, count = v & TP_ITEM_MASK;
+        if (next >= count) break;
         int s = ds; /* a thread's claims only increase */
         while ((int64_t)next >= p->end[s]) s++;
         if (s != ds) { /* before waiting at stage s: the gate may wait for these items */
@@ -342,18 +314,10 @@ static void tp_items_work(tp_pool *p, int ith) {
         }
         ds = s;
         dend = p->end[s];
-        bool last = false; /* the claim ahead failed: this item is the thread's last */
-        if (tp_ahead(p, s)) {
-            have = tp_claim(p, &held);
-            last = !have;
-            if (have && (int64_t)held < p->end[s])
-                st->prefetch_next(st->ctx, p->ibase + (int64_t)held - first);
-        }
         const double to = tr ? tp_now() : 0.0;
         st->fn(st->ctx, p->ibase + (int64_t)next - first, ith);
         if (tr) tp_trace_add(tr, ith, s, (int64_t)next - first, tc, to, tp_now(), p->n_stages);
         dn++;
-        if (last) break;
     }
     tp_items_done(p, ds, dend, dn);
 }

@@ -63,12 +63,6 @@ typedef struct {
      * stage opened, before it waits at the gate: e.g. the item's weight rows prefetched into the
      * core's cache while the stages before it finish (the thread will run that item first) */
     void (*prefetch)(void *ctx, int64_t item);
-    /* may be NULL: called with an item of this stage, its stage open, by the thread that claimed
-     * it while that thread still has the item before it to run (a thread claims one item ahead
-     * while its stage has more items left than there are threads): e.g. the first KiB of the
-     * item's weight streams, which a kernel's own prefetch (a fixed distance ahead of what it
-     * reads) reaches only once the item has started */
-    void (*prefetch_next)(void *ctx, int64_t item);
 } tp_stage;
 enum { TP_MAX_STAGES = 1024 }; /* e.g. a decode step's every layer in one job */
 void tp_run_stages(tp_pool *pool, const tp_stage *stages, int n_stages);

@@ -215,18 +215,6 @@ static void mm_item_prefetch(void *ctx, int64_t it) {
     }
 }
 
-/* The start of item it's weight rows into L2, while the thread's item before it runs. */
-static void mm_item_prefetch_next(void *ctx, int64_t it) {
-    const mm_job *j = ctx;
-    for (int mi = 0; mi < j->n_mat; mi++) {
-        const mm_mat *m = &j->m[mi];
-        int64_t r0, r1;
-        if (mm_item_part(j, it, mi, &r0, &r1))
-            mm_prefetch_head((m->x8dot ? m->x8 : m->w) + (size_t)r0 * m->mk.wrow,
-                             (size_t)(r1 - r0) * m->mk.wrow);
-    }
-}
-
 hm_status cpu_matmul_job_init(mm_job *j, const quant_kernels *kern, int n_mat,
                               const cpu_matmul_mat *mats, int64_t k, int64_t n_tok, int nth,
                               void *scratch, size_t scratch_size, hm_error *err) {
@@ -289,8 +277,7 @@ void cpu_matmul_job_quantize_part(mm_job *j, const float *x, int64_t t, int64_t 
 }
 
 tp_stage cpu_matmul_job_stage(mm_job *j) {
-    return (tp_stage){.fn = mm_item, .ctx = j, .n_items = j->n_items, .prefetch = mm_item_prefetch,
-                      .prefetch_next = mm_item_prefetch_next};
+    return (tp_stage){.fn = mm_item, .ctx = j, .n_items = j->n_items, .prefetch = mm_item_prefetch};
 }
 
 hm_status cpu_matmul_multi(tp_pool *pool, const quant_kernels *kern, int n_mat,

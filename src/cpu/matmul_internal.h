@@ -47,16 +47,4 @@ quant_x8_dot_fn mm_x8_pick(const quant_kernels *kern, const void *x8, uint32_t w
 /* Rows of a work item when total_rows are shared by nth threads, ~8 items each. */
 int64_t mm_chunk_rows(int64_t total_rows, int nth);
 
-/* How much of a work item's weight stream (its rows, contiguous in the matrix or its repacked
- * copy) a thread prefetches into L2 while the item before it runs (tp_stage.prefetch_next): the
- * x8 kernels prefetch X8_PF2 = 12 KiB ahead of what they read, so an item's first 12 KiB would
- * otherwise start cold. Build flag for A/B. */
-#ifndef MM_HEAD_PF
-#define MM_HEAD_PF 12288
-#endif
-static inline void mm_prefetch_head(const uint8_t *w, size_t bytes) {
-    if (bytes > MM_HEAD_PF) bytes = MM_HEAD_PF;
-    for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(w + o, 0, 2);
-}
-
 #endif

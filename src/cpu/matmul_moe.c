@@ -352,28 +352,6 @@ static void ffn_item(void *ctx, int64_t it, int ith) {
             ffn_sum_rows(f, c * n, (c + 1) * n < n_rows ? (c + 1) * n : n_rows);
 }
 
-/* The start of a product's rows [r0, r1) of selected expert ia (its repacked copy when the job
- * uses it) into L2. */
-static void moe_prefetch_head(const moe_job *j, const cpu_moe_args *a, const mm_kern *mk,
-                              quant_x8_dot_fn x8dot, int64_t ia, int64_t r0, int64_t r1) {
-    const size_t wexp = mk->wrow * (size_t)a->n_rows;
-    mm_prefetch_head((x8dot ? a->x8 : a->w) + (size_t)j->eid[ia] * wexp + (size_t)r0 * mk->wrow,
-                     (size_t)(r1 - r0) * mk->wrow);
-}
-
-/* The start of item it's weight streams (gate and up, or down) while the item before it runs:
- * the stage is open, so the routing and the plan are made. */
-static void ffn_item_prefetch_next(void *ctx, int64_t it) {
-    const ffn_job *f = ctx;
-    const int64_t G = f->gu.item0[f->gu.n_active];
-    const moe_job *j = it < G ? &f->gu : &f->dn;
-    const int64_t i = it < G ? it : it - G, ia = item_active(j, i);
-    int64_t r0, r1;
-    moe_item_rows(j, ia, i - j->item0[ia], &r0, &r1);
-    moe_prefetch_head(j, j->a, &j->mk, j->x8dot, ia, r0, r1);
-    if (j->b) moe_prefetch_head(j, j->b, &j->mkb, j->x8dotb, ia, r0, r1);
-}
-
 /* scratch: gate/up layout, down layout, done[n_expert], ready[n_expert], chunk_done[down rows /
  * MM_ROW_ALIGN + 1] (row chunks are whole MM_ROW_ALIGN groups) */
 static size_t ffn_scratch(const moe_layout *lg, const moe_layout *ld, int64_t n_expert,
@@ -469,8 +447,7 @@ hm_status cpu_moe_ffn_job_init(cpu_moe_ffn_job *j, const quant_kernels *kern,
 int64_t cpu_moe_ffn_job_n_items(const cpu_moe_ffn_job *j) { return j->n_items; }
 
 tp_stage cpu_moe_ffn_job_stage(cpu_moe_ffn_job *j) {
-    return (tp_stage){.fn = ffn_item, .ctx = j, .n_items = j->n_items,
-                      .prefetch_next = ffn_item_prefetch_next};
+    return (tp_stage){.fn = ffn_item, .ctx = j, .n_items = j->n_items};
 }
 
 hm_status cpu_moe_ffn(tp_pool *pool, const quant_kernels *kern, const cpu_moe_args *gate,

@@ -387,11 +387,6 @@ static void front_qkv_attn_prefetch(void *ctx, int64_t it) {
     else if (f->attn_stage.prefetch) f->attn_stage.prefetch(f->attn_stage.ctx, it - f->qkv_stage.n_items);
 }
 
-static void front_qkv_attn_prefetch_next(void *ctx, int64_t it) {
-    model_front *f = ctx;
-    if (it < f->qkv_stage.n_items) f->qkv_stage.prefetch_next(f->qkv_stage.ctx, it);
-}
-
 static void front_after_qkv_attn(void *ctx) {
     model_front *f = ctx;
     front_heads_failed(f);
@@ -402,8 +397,7 @@ static tp_stage front_qkv_attn_stage(model_front *f) {
     return (tp_stage){.fn = front_qkv_attn_item, .ctx = f,
                       .n_items = f->qkv_stage.n_items + f->attn_stage.n_items,
                       .then = front_after_qkv_attn, .then_ctx = f,
-                      .prefetch = front_qkv_attn_prefetch,
-                      .prefetch_next = front_qkv_attn_prefetch_next};
+                      .prefetch = front_qkv_attn_prefetch};
 }
 
 static void front_after_attn(void *ctx) {

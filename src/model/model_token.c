@@ -30,7 +30,6 @@ typedef struct {
     cpu_moe_ffn_job *ffn; /* cpu_moe_ffn_job_size() bytes */
     int64_t ffn_items;    /* the FFN stage's items, fixed before the routing */
     tp_item_fn ffn_fn;    /* the expert job's item function */
-    void (*ffn_pf)(void *, int64_t); /* and its prefetch of an item held next */
     token_job *t;
     int il;
 } token_layer;
@@ -114,11 +113,6 @@ static void token_ffn_item(void *ctx, int64_t it, int ith) {
     if (tl->f.st == HM_OK) tl->ffn_fn(tl->ffn, it, ith);
 }
 
-static void token_ffn_prefetch_next(void *ctx, int64_t it) {
-    token_layer *tl = ctx;
-    if (tl->f.st == HM_OK) tl->ffn_pf(tl->ffn, it);
-}
-
 /* After the FFN stage: the next layer's input (its attention norm, quantised for q/k/v) or the
  * output matrix's; a failure is handed on to the next layer. */
 static void token_after_ffn(void *ctx) {
@@ -175,13 +169,9 @@ static bool token_plan(token_job *t, hm_status *st, hm_error *err) {
         tl->sum = (cpu_moe_sum){.w = c->gw, .bias = m->layers[il].down_exps_b.data,
                                 .out = c->proj, .residual = c->x};
         tl->ffn_items = cpu_moe_ffn_job_items(&tl->gate, &tl->up, &tl->down, K, nth);
-        const tp_stage fs = cpu_moe_ffn_job_stage(tl->ffn);
-        tl->ffn_fn = fs.fn;
-        tl->ffn_pf = fs.prefetch_next;
+        tl->ffn_fn = cpu_moe_ffn_job_stage(tl->ffn).fn;
         t->stages[ns++] = (tp_stage){.fn = token_ffn_item, .ctx = tl, .n_items = tl->ffn_items,
-                                     .then = token_after_ffn, .then_ctx = tl,
-                                     .prefetch_next = fs.prefetch_next ? token_ffn_prefetch_next
-                                                                       : NULL};
+                                     .then = token_after_ffn, .then_ctx = tl};
     }
     t->n_planned = ns;
     return true;
