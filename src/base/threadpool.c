@@ -63,6 +63,9 @@
 #ifndef TP_GATE_PREFETCH
 #define TP_GATE_PREFETCH 1 /* build flag: 0 ignores the stages' prefetch (A/B) */
 #endif
+#ifndef TP_GATE_STOP
+#define TP_GATE_STOP 1 /* build flag: 0 lets a gate prefetch run to its item's end (A/B) */
+#endif
 
 enum { TP_SPIN_PAUSE = 4000, TP_SPIN_YIELD = 200, TP_WAIT_PAUSE = 256 };
 
@@ -107,6 +110,15 @@ static void tp_futex_wake_all(atomic_uint *addr) {
 enum { TP_ITEM_BITS = 22 };
 #define TP_ITEM_MASK ((1ull << TP_ITEM_BITS) - 1)
 #define TP_ITEM_MAX ((int64_t)1 << 21) /* items of one word (jobs of more go by parts) */
+
+struct tp_gate {
+    const atomic_int *open;
+    int stage;
+};
+
+bool tp_gate_open(const tp_gate *gate) {
+    return TP_GATE_STOP && atomic_load_explicit(gate->open, memory_order_relaxed) >= gate->stage;
+}
 
 /* Spins (then yields: more threads than cores) until *a >= v. */
 static void tp_wait_at_least(atomic_int *a, int v) {
@@ -307,8 +319,10 @@ static void tp_items_work(tp_pool *p, int ith) {
         const double tc = tr ? tp_now() : 0.0;
         if (s > 0) {
 #if TP_GATE_PREFETCH
-            if (st->prefetch && atomic_load_explicit(&p->open, memory_order_acquire) < s)
-                st->prefetch(st->ctx, p->ibase + (int64_t)next - first);
+            if (st->prefetch && atomic_load_explicit(&p->open, memory_order_acquire) < s) {
+                const tp_gate gate = {.open = &p->open, .stage = s};
+                st->prefetch(st->ctx, p->ibase + (int64_t)next - first, &gate);
+            }
 #endif
             tp_wait_at_least(&p->open, s);
         }

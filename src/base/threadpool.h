@@ -14,6 +14,7 @@
 #ifndef HM_BASE_THREADPOOL_H
 #define HM_BASE_THREADPOOL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "base/status.h"
@@ -53,6 +54,12 @@ void tp_run_items(tp_pool *pool, tp_item_fn fn, void *ctx, int64_t n_items);
  * items of all stages share one counter, claimed in order, so a thread waiting at a stage holds
  * no earlier item. tp_run_stages returns once the last stage's `then` has returned. A NULL pool
  * runs everything on the caller, in order. Neither items nor `then` may call tp_run*. */
+/* The gate a stage's prefetch runs at: it stops prefetching once the gate is open, so that a
+ * thread that reached the gate late starts its item (whose kernel prefetches the rest as it
+ * goes) instead of first loading all of it. */
+typedef struct tp_gate tp_gate;
+bool tp_gate_open(const tp_gate *gate);
+
 typedef struct {
     tp_item_fn fn;           /* items [0, n_items) as in tp_run_items; NULL if n_items == 0 */
     void *ctx;
@@ -61,8 +68,9 @@ typedef struct {
     void *then_ctx;
     /* may be NULL: called with an item of this stage by a thread that claimed it before the
      * stage opened, before it waits at the gate: e.g. the item's weight rows prefetched into the
-     * core's cache while the stages before it finish (the thread will run that item first) */
-    void (*prefetch)(void *ctx, int64_t item);
+     * core's cache while the stages before it finish (the thread will run that item first),
+     * in order, until tp_gate_open(gate) */
+    void (*prefetch)(void *ctx, int64_t item, const tp_gate *gate);
 } tp_stage;
 enum { TP_MAX_STAGES = 1024 }; /* e.g. a decode step's every layer in one job */
 void tp_run_stages(tp_pool *pool, const tp_stage *stages, int n_stages);

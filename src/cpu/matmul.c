@@ -200,10 +200,13 @@ static void mm_item(void *ctx, int64_t it, int ith) {
     }
 }
 
-/* The weight rows of item it into the calling core's L2 (prefetcht1): the thread runs the item
- * once its stage opens, so the stream of weights need not stop at the stage's gate. (A cap of
- * 32 or 64 KB was tried in session 10: inside the host's noise.) */
-static void mm_item_prefetch(void *ctx, int64_t it) {
+/* The weight rows of item it into the calling core's L2 (prefetcht1), from its first row on,
+ * until the gate opens: the thread runs the item once its stage opens, so the stream of weights
+ * need not stop at the stage's gate, and a thread that came late starts the item at once (each
+ * prefetch instruction waits for a free fill buffer: loading a whole item first kept late
+ * threads from computing for up to ~10 µs after the gate opened; host trace, session 13). (A
+ * cap of 32 or 64 KB was tried in session 10: inside the host's noise.) */
+static void mm_item_prefetch(void *ctx, int64_t it, const tp_gate *gate) {
     const mm_job *j = ctx;
     for (int mi = 0; mi < j->n_mat; mi++) {
         const mm_mat *m = &j->m[mi];
@@ -211,7 +214,10 @@ static void mm_item_prefetch(void *ctx, int64_t it) {
         if (!mm_item_part(j, it, mi, &r0, &r1)) continue;
         const uint8_t *w = (m->x8dot ? m->x8 : m->w) + (size_t)r0 * m->mk.wrow; /* a group: 8 rows */
         const size_t bytes = (size_t)(r1 - r0) * m->mk.wrow;
-        for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(w + o, 0, 2);
+        for (size_t o = 0; o < bytes; o += 64) {
+            if (o % 1024 == 0 && tp_gate_open(gate)) return;
+            __builtin_prefetch(w + o, 0, 2);
+        }
     }
 }
 

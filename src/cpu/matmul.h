@@ -161,10 +161,12 @@ hm_status cpu_moe_ffn(tp_pool *pool, const quant_kernels *kern, const cpu_moe_ar
 /* cpu_moe_ffn in steps, as one stage of a caller's staged job (a decode step in one job):
  * cpu_moe_ffn_job_items says how many items the stage will have when n_active experts have
  * pairs (known before the routing, e.g. n_used of one token), for a pool of nth threads;
- * cpu_moe_ffn_job_init checks and plans (scratch required, cpu_moe_ffn_scratch_size bytes) and
- * quantises the inputs (on act_pool, or the calling thread when NULL: e.g. in the previous
- * stage's `then`); cpu_moe_ffn_job_stage is the stage. The arguments must live until the stage
- * has run. Results are those of cpu_moe_ffn. The job is opaque: cpu_moe_ffn_job_size() bytes. */
+ * cpu_moe_ffn_job_init checks and plans (scratch required, cpu_moe_ffn_scratch_size bytes), then
+ * cpu_moe_ffn_job_inputs quantises the inputs (on act_pool, or the calling thread when NULL: e.g.
+ * in the previous stage's `then`); cpu_moe_ffn_job_stage is the stage. Once planned, a job's
+ * item can be prefetched (cpu_moe_ffn_job_prefetch: its weight rows into L2 until the gate
+ * opens, as a stage's prefetch). The arguments must live until the stage has run. Results are
+ * those of cpu_moe_ffn. The job is opaque: cpu_moe_ffn_job_size() bytes. */
 typedef struct cpu_moe_ffn_job cpu_moe_ffn_job;
 size_t cpu_moe_ffn_job_size(void);
 int64_t cpu_moe_ffn_job_items(const cpu_moe_args *gate, const cpu_moe_args *up,
@@ -173,7 +175,9 @@ hm_status cpu_moe_ffn_job_init(cpu_moe_ffn_job *j, const quant_kernels *kern,
                                const cpu_moe_args *gate, const cpu_moe_args *up,
                                cpu_moe_post_fn post, void *post_ctx, const cpu_moe_args *down,
                                const cpu_moe_sum *sum, void *scratch, size_t scratch_size,
-                               tp_pool *act_pool, int nth, hm_error *err);
+                               int nth, hm_error *err);
+void cpu_moe_ffn_job_inputs(cpu_moe_ffn_job *j, tp_pool *act_pool);
+void cpu_moe_ffn_job_prefetch(const cpu_moe_ffn_job *j, int64_t item, const tp_gate *gate);
 int64_t cpu_moe_ffn_job_n_items(const cpu_moe_ffn_job *j);
 tp_stage cpu_moe_ffn_job_stage(cpu_moe_ffn_job *j);
 

@@ -398,7 +398,7 @@ hm_status cpu_moe_ffn_job_init(cpu_moe_ffn_job *j, const quant_kernels *kern,
                                const cpu_moe_args *gate, const cpu_moe_args *up,
                                cpu_moe_post_fn post, void *post_ctx, const cpu_moe_args *down,
                                const cpu_moe_sum *sum, void *scratch, size_t scratch_size,
-                               tp_pool *act_pool, int nth, hm_error *err) {
+                               int nth, hm_error *err) {
     kern = mm_default_kern(kern);
     memset(j, 0, sizeof(*j));
     ffn_job *f = j;
@@ -429,19 +429,48 @@ hm_status cpu_moe_ffn_job_init(cpu_moe_ffn_job *j, const quant_kernels *kern,
     f->ready = (atomic_int *)(void *)(s + o_ready);
     f->chunk_done = (atomic_int *)(void *)(s + o_chunks);
     f->n_active = (int)f->dn.n_active;
+    f->per_expert = (gate->n_rows + f->gu.chunk - 1) / f->gu.chunk;
+    if (f->gu.n_pairs > 0) f->n_items = f->gu.item0[f->gu.n_active] + f->dn.item0[f->dn.n_active];
+    return HM_OK;
+}
+
+void cpu_moe_ffn_job_inputs(cpu_moe_ffn_job *j, tp_pool *act_pool) {
+    ffn_job *f = j;
     for (int64_t e = 0; e < f->n_active; e++) {
         atomic_init(&f->done[e], 0);
         atomic_init(&f->ready[e], 0);
     }
-    for (int64_t c = 0; c * f->dn.small < down->n_rows; c++) atomic_init(&f->chunk_done[c], 0);
-    f->per_expert = (gate->n_rows + f->gu.chunk - 1) / f->gu.chunk;
-    if (f->gu.n_pairs > 0) {
-        moe_acts(act_pool, &f->gu);
-        f->n_items = f->gu.item0[f->gu.n_active] + f->dn.item0[f->dn.n_active];
-    } else if (sum) {
-        ffn_sum_rows(f, 0, down->n_rows); /* no slot ran: a sum of nothing */
+    const int64_t n = f->dn.a->n_rows;
+    for (int64_t c = 0; c * f->dn.small < n; c++) atomic_init(&f->chunk_done[c], 0);
+    if (f->gu.n_pairs > 0) moe_acts(act_pool, &f->gu);
+    else if (f->sum) ffn_sum_rows(f, 0, n); /* no slot ran: a sum of nothing */
+}
+
+/* Rows [r0, r1) of one product of selected expert ia (its repacked copy when the job uses it)
+ * into L2, until the gate opens. */
+static bool moe_prefetch_rows(const moe_job *j, const cpu_moe_args *a, const mm_kern *mk,
+                              quant_x8_dot_fn x8dot, int64_t ia, int64_t r0, int64_t r1,
+                              const tp_gate *gate) {
+    const uint8_t *w = (x8dot ? a->x8 : a->w) + ((size_t)j->eid[ia] * (size_t)a->n_rows +
+                                                 (size_t)r0) * mk->wrow;
+    const size_t bytes = (size_t)(r1 - r0) * mk->wrow;
+    for (size_t o = 0; o < bytes; o += 64) {
+        if (o % 1024 == 0 && tp_gate_open(gate)) return false;
+        __builtin_prefetch(w + o, 0, 2);
     }
-    return HM_OK;
+    return true;
+}
+
+void cpu_moe_ffn_job_prefetch(const cpu_moe_ffn_job *j, int64_t it, const tp_gate *gate) {
+    const ffn_job *f = j;
+    const int64_t G = f->gu.item0[f->gu.n_active];
+    if (it < 0 || it >= f->n_items) return;
+    const moe_job *m = it < G ? &f->gu : &f->dn;
+    const int64_t i = it < G ? it : it - G, ia = item_active(m, i);
+    int64_t r0, r1;
+    moe_item_rows(m, ia, i - m->item0[ia], &r0, &r1);
+    if (moe_prefetch_rows(m, m->a, &m->mk, m->x8dot, ia, r0, r1, gate) && m->b)
+        moe_prefetch_rows(m, m->b, &m->mkb, m->x8dotb, ia, r0, r1, gate);
 }
 
 int64_t cpu_moe_ffn_job_n_items(const cpu_moe_ffn_job *j) { return j->n_items; }
@@ -462,7 +491,8 @@ hm_status cpu_moe_ffn(tp_pool *pool, const quant_kernels *kern, const cpu_moe_ar
     }
     cpu_moe_ffn_job f;
     hm_status st = cpu_moe_ffn_job_init(&f, kern, gate, up, post, post_ctx, down, sum, scratch,
-                                        scratch_size, pool, tp_size(pool), err);
+                                        scratch_size, tp_size(pool), err);
+    if (st == HM_OK) cpu_moe_ffn_job_inputs(&f, pool);
     if (st == HM_OK && f.n_items > 0) tp_run_items(pool, ffn_item, &f, f.n_items);
     free(own);
     return st;

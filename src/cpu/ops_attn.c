@@ -331,13 +331,13 @@ static void attn_item_fn(void *ctx, int64_t it, int ith) {
 /* The K and V rows of item it's KV head at the cached positions before its token into the
  * calling core's L2 (prefetcht1), while the thread waits for the stage (the new rows are being
  * stored then). */
-static void attn_item_prefetch(void *ctx, int64_t it) {
+static void attn_item_prefetch(void *ctx, int64_t it, const tp_gate *gate) {
     const attn_job *j = ctx;
     const cpu_kv_layer *kv = j->kv;
     const attn_span sp = attn_item_span(j, it);
     if (sp.h1 <= sp.h0) return;
     const size_t kb = hm_row_size(kv->type_k, kv->head_dim), vb = hm_row_size(kv->type_v, kv->head_dim);
-    for (int64_t q = sp.q0; q < sp.p; q++) {
+    for (int64_t q = sp.q0; q < sp.p && !tp_gate_open(gate); q++) {
         const int64_t s = q % kv->n_slots;
         const uint8_t *kr = (const uint8_t *)kv->k + (size_t)s * kv->k_row_size + kb * (size_t)sp.g;
         const uint8_t *vr = (const uint8_t *)kv->v + (size_t)s * kv->v_row_size + vb * (size_t)sp.g;

@@ -381,10 +381,11 @@ static void front_qkv_attn_item(void *ctx, int64_t it, int ith) {
     f->attn_stage.fn(f->attn_stage.ctx, it, ith);
 }
 
-static void front_qkv_attn_prefetch(void *ctx, int64_t it) {
+static void front_qkv_attn_prefetch(void *ctx, int64_t it, const tp_gate *gate) {
     model_front *f = ctx;
-    if (it < f->qkv_stage.n_items) f->qkv_stage.prefetch(f->qkv_stage.ctx, it);
-    else if (f->attn_stage.prefetch) f->attn_stage.prefetch(f->attn_stage.ctx, it - f->qkv_stage.n_items);
+    if (it < f->qkv_stage.n_items) f->qkv_stage.prefetch(f->qkv_stage.ctx, it, gate);
+    else if (f->attn_stage.prefetch)
+        f->attn_stage.prefetch(f->attn_stage.ctx, it - f->qkv_stage.n_items, gate);
 }
 
 static void front_after_qkv_attn(void *ctx) {

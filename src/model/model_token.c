@@ -11,12 +11,15 @@
  * are distinct); after the FFN, the next layer's attention norm and its q/k/v input (or the
  * output norm). Meanwhile the other threads hold their first item of the next stage and
  * prefetch its rows (the pool's gate prefetch), so the memory stream keeps going across what
- * used to be job boundaries. The steps and kernels are model_forward.c's, so the bytes are.
+ * used to be job boundaries. The expert FFN's items are known only once the router's `then` has
+ * planned the expert job: that step publishes the plan (`planned`) before it quantises the
+ * FFN's input, and a thread waiting at the FFN's gate prefetches its item from then on. The steps and kernels are model_forward.c's, so the bytes are.
  * A failed `then` step records its error in its layer; the next layer's steps see it and skip.
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/spin.h"
 #include "moe/tracer.h"
 #include "model/model_steps.h"
 
@@ -32,6 +35,7 @@ typedef struct {
     tp_item_fn ffn_fn;    /* the expert job's item function */
     token_job *t;
     int il;
+    atomic_uint planned;  /* the token (token_job.serial) whose expert job is planned */
 } token_layer;
 
 struct token_job {
@@ -45,6 +49,7 @@ struct token_job {
     int n_planned;    /* stages of the layers once planned (0: not yet) */
     cpu_matmul_job out;
     float *logits; /* or NULL */
+    unsigned serial; /* this decode step's number (the layers' `planned`) */
 };
 
 void model_token_free(hm_context *c) {
@@ -98,14 +103,33 @@ static void token_route(void *ctx) {
     f->st = cpu_router(NULL, c->router, f->L->router_b.data, 1, (int)hp->n_expert, K, gm,
                        d->gating == HM_GATING_SOFTMAX_TOPK_NORM, c->ids, c->gw, &f->err);
     if (f->st != HM_OK) return;
-    if (c->tracer) moe_tracer_record(c->tracer, tl->il, c->ids, 1, K);
     f->st = cpu_moe_ffn_job_init(tl->ffn, c->kern, &tl->gate, &tl->up, model_moe_post, &tl->pc,
-                                 &tl->down, &tl->sum, c->mm_scratch, c->mm_scratch_size, NULL,
+                                 &tl->down, &tl->sum, c->mm_scratch, c->mm_scratch_size,
                                  tp_size(c->pool), &f->err);
     if (f->st == HM_OK && cpu_moe_ffn_job_n_items(tl->ffn) != tl->ffn_items)
         f->st = hm_error_set(&f->err, HM_ERR_STATE, "decode: layer %d's expert job has %lld "
                              "items, %lld were planned (repeated expert ids?)", tl->il,
                              (long long)cpu_moe_ffn_job_n_items(tl->ffn), (long long)tl->ffn_items);
+    if (f->st != HM_OK) return;
+    atomic_store_explicit(&tl->planned, tl->t->serial, memory_order_release);
+    if (c->tracer) moe_tracer_record(c->tracer, tl->il, c->ids, 1, K);
+    cpu_moe_ffn_job_inputs(tl->ffn, NULL);
+}
+
+#ifndef MODEL_FFN_GATE_PF
+#define MODEL_FFN_GATE_PF 1 /* build flag for A/B: 0 = no prefetch at the FFN's gate */
+#endif
+
+/* At the FFN's gate: once this token's expert job is planned, item it's weight rows until the
+ * gate opens. */
+static void token_ffn_prefetch(void *ctx, int64_t it, const tp_gate *gate) {
+    token_layer *tl = ctx;
+    const unsigned want = tl->t->serial;
+    while (atomic_load_explicit(&tl->planned, memory_order_acquire) != want) {
+        if (tp_gate_open(gate)) return; /* a failed `then` plans nothing */
+        HM_SPIN_RELAX();
+    }
+    cpu_moe_ffn_job_prefetch(tl->ffn, it, gate);
 }
 
 static void token_ffn_item(void *ctx, int64_t it, int ith) {
@@ -171,7 +195,8 @@ static bool token_plan(token_job *t, hm_status *st, hm_error *err) {
         tl->ffn_items = cpu_moe_ffn_job_items(&tl->gate, &tl->up, &tl->down, K, nth);
         tl->ffn_fn = cpu_moe_ffn_job_stage(tl->ffn).fn;
         t->stages[ns++] = (tp_stage){.fn = token_ffn_item, .ctx = tl, .n_items = tl->ffn_items,
-                                     .then = token_after_ffn, .then_ctx = tl};
+                                     .then = token_after_ffn, .then_ctx = tl,
+                                     .prefetch = MODEL_FFN_GATE_PF ? token_ffn_prefetch : NULL};
     }
     t->n_planned = ns;
     return true;
@@ -193,6 +218,7 @@ hm_status model_token_forward(hm_context *c, float *logits, bool *done, hm_error
     }
     int ns = t->n_planned;
     t->logits = logits;
+    t->serial++;
     if (logits) {
         const hm_tensor *o = &c->m->output;
         const cpu_matmul_mat mat = {.wtype = o->type, .w = o->data, .n_rows = o->ne[1],

@@ -5,7 +5,8 @@
  * items are done even when a worker is slow (oversubscribed pool). Staged jobs run each stage's
  * items after every item and the `then` of the stages before them (whose plain writes they
  * see), each `then` once after its stage's items, empty stages included. A thread that holds an
- * item of a stage not yet open calls the stage's prefetch with that item (and only then). */
+ * item of a stage not yet open calls the stage's prefetch with that item (and only then), whose
+ * gate reports the stage open once it is. */
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
@@ -228,6 +229,7 @@ enum { PF_ITEMS = 6 };
 typedef struct {
     atomic_int prefetched[2][PF_ITEMS]; /* prefetch calls per stage and item */
     atomic_int bad;
+    atomic_int saw_open; /* stage 1 prefetches that saw their gate open */
 } pf_ctx;
 
 /* Stage 0's only item holds its stage closed until a thread has prefetched an item of stage 1
@@ -247,15 +249,25 @@ static void pf_item1(void *ctx, int64_t item, int ith) {
     (void)ctx, (void)item, (void)ith;
 }
 
-static void pf_prefetch0(void *ctx, int64_t item) {
+static void pf_prefetch0(void *ctx, int64_t item, const tp_gate *gate) {
+    (void)gate;
     pf_ctx *c = ctx;
     atomic_fetch_add(&c->prefetched[0][item >= 0 && item < PF_ITEMS ? item : 0], 1);
 }
 
-static void pf_prefetch1(void *ctx, int64_t item) {
+/* Records the call, then waits (bounded: 2 s) for the gate to report the stage open, as a
+ * prefetch loop stops once it does. */
+static void pf_prefetch1(void *ctx, int64_t item, const tp_gate *gate) {
     pf_ctx *c = ctx;
     if (item < 0 || item >= PF_ITEMS) atomic_fetch_add(&c->bad, 1);
     else atomic_fetch_add(&c->prefetched[1][item], 1);
+    for (int ms = 0; ms < 2000; ms++) {
+        if (tp_gate_open(gate)) {
+            atomic_fetch_add(&c->saw_open, 1);
+            return;
+        }
+        usleep(1000);
+    }
 }
 
 static void test_stage_prefetch(void) {
@@ -277,6 +289,8 @@ static void test_stage_prefetch(void) {
         HM_CHECK_MSG(twice == 0, "%d threads: an item prefetched twice", n);
         HM_CHECK_MSG(atomic_load(&c.prefetched[0][0]) == 0, "%d threads: an open stage prefetched", n);
         HM_CHECK_MSG(atomic_load(&c.bad) == 0, "%d threads: prefetch of a wrong item", n);
+        HM_CHECK_MSG(atomic_load(&c.saw_open) == got, "%d threads: %d of %d prefetches saw "
+                     "their gate open", n, atomic_load(&c.saw_open), got);
         tp_free(p);
     }
 }

@@ -541,7 +541,7 @@ static void test_ffn_job_items(void) {
         HM_REQUIRE(x && eg && eu && ey && scratch && job);
         for (int nth = 1; nth <= 16; nth++) {
             HM_REQUIRE(cpu_moe_ffn_job_init(job, NULL, &g, &u, NULL, NULL, &d, NULL, scratch, ss,
-                                            NULL, nth, &err) == HM_OK);
+                                            nth, &err) == HM_OK);
             bad += cpu_moe_ffn_job_n_items(job) != cpu_moe_ffn_job_items(&g, &u, &d, K, nth);
             bad += cpu_moe_ffn_job_stage(job).n_items != cpu_moe_ffn_job_n_items(job);
             runs++;
