@@ -185,17 +185,17 @@ static bool mm_item_part(const mm_job *j, int64_t it, int mi, int64_t *r0, int64
 
 /* Item it of the product job: its rows (of one matrix or two) against every token. */
 static void mm_item(void *ctx, int64_t it, int ith) {
-    (void)ith;
     const mm_job *j = ctx;
+    const uint8_t *act = j->act_for ? j->act_for(j->act_for_ctx, ith) : j->act;
     for (int mi = 0; mi < j->n_mat; mi++) {
         const mm_mat *m = &j->m[mi];
         int64_t r0, r1;
         if (!mm_item_part(j, it, mi, &r0, &r1)) continue;
         if (m->x8dot)
-            mm_rows_x8(m->x8dot, &m->mk, m->x8, r0, r1, j->act, m->mk.arow, j->n_tok, m->y,
+            mm_rows_x8(m->x8dot, &m->mk, m->x8, r0, r1, act, m->mk.arow, j->n_tok, m->y,
                        (size_t)m->n_rows, NULL);
         else
-            mm_rows(&m->mk, m->w, r0, r1, j->act, j->n_tok, m->y + r0, (size_t)m->n_rows);
+            mm_rows(&m->mk, m->w, r0, r1, act, j->n_tok, m->y + r0, (size_t)m->n_rows);
         if (j->on_rows) j->on_rows(j->on_rows_ctx, mi, r0, r1);
     }
 }

@@ -88,6 +88,11 @@ typedef struct {
      * matrix mi's y (every token), right after (e.g. a bias and a residual add on that core) */
     void (*on_rows)(void *ctx, int mi, int64_t r0, int64_t r1);
     void *on_rows_ctx;
+    /* may be set after cpu_matmul_job_init: the activation rows (act's layout) an item on thread
+     * ith reads instead of act, e.g. that thread's own copy, made from the input at its first
+     * item (cpu_matmul_job_quantize is then not needed) */
+    const uint8_t *(*act_for)(void *ctx, int ith);
+    void *act_for_ctx;
 } cpu_matmul_job;
 hm_status cpu_matmul_job_init(cpu_matmul_job *j, const quant_kernels *kern, int n_mat,
                               const cpu_matmul_mat *mats, int64_t k, int64_t n_tok, int nth,
@@ -115,6 +120,8 @@ typedef struct {
     float *y;               /* [n_tok][n_used][n_rows]; rows of skipped slots are not written */
     const void *x8;         /* NULL, or w repacked by eights (quant_x8.h): experts with few
                                pairs then use quant_x8's kernel, the same results */
+    const void *xq;         /* NULL, or (one token, x shared by the slots) x already quantised
+                               to the product's activation format by the caller: read instead */
 } cpu_moe_args;
 
 size_t cpu_moe_scratch_size(const cpu_moe_args *a);

@@ -69,12 +69,14 @@ static void moe_act_item(void *ctx, int64_t g, int ith) {
 }
 
 /* The grouped pairs' activation rows. One token's pairs all read its row: it is quantised once
- * and every pair reads it (a decode step's 8 pairs cost one quantisation, not 8). */
+ * (or was, by the caller: xq) and every pair reads it (a decode step's 8 pairs cost one
+ * quantisation, not 8). */
 static void moe_acts(tp_pool *pool, moe_job *j) {
     const cpu_moe_args *a = j->a;
     j->act_stride = j->mk.arow;
     if (!a->x_per_slot && a->n_tok == 1) {
-        moe_act_item(j, 0, 0);
+        if (a->xq) j->act = (uint8_t *)(uintptr_t)a->xq;
+        else moe_act_item(j, 0, 0);
         j->act_stride = 0;
         return;
     }

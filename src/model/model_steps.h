@@ -8,6 +8,19 @@
 #include "cpu/matmul.h"
 #include "model/model_internal.h"
 
+/* Up to this many tokens a layer is two pool jobs (the staged front, the one-job expert FFN). */
+enum { MODEL_FEW_TOK = 4 };
+
+/* model_forward.c's steps that the front (model_front.c) shares. */
+bool model_mm_fits(const hm_context *c, const hm_tensor *w, int64_t n);
+/* The q, k and v products of one layer: mats [3] (outputs c->q, c->k, c->v); true when they
+ * share their input length and activation format (one product of three matrices). */
+bool model_qkv_mats(hm_context *c, const hm_layer *L, cpu_matmul_mat *mats);
+/* After the q/k/v products: their biases, the q/k norms and rope (pool NULL inside a job). */
+hm_status model_qkv_finish(hm_context *c, const hm_layer *L, int n, tp_pool *pool,
+                           hm_error *err);
+cpu_attn_args model_attn_args(const hm_context *c, int il, int n);
+
 /* The front of a decode layer as one staged job: the stages are the products (q/k/v, the
  * heads, attention, wo, router; for one token q/k/v, heads and attention are one stage:
  * attn_in_qkv), each `then` the steps between it and the next. */
