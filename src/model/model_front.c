@@ -188,7 +188,7 @@ static tp_stage stage_then(tp_stage s, void (*then)(void *), void *ctx) {
 int model_front_plan(hm_context *c, int il, int n, model_front *fp, tp_stage *stages,
                      hm_status *st, hm_error *err) {
     *fp = (model_front){.c = c, .L = &c->m->layers[il], .n = n,
-                        .rp = hm_model_rope_params(c->m), .st = HM_OK};
+                        .rp = hm_model_rope_params(c->m), .st = HM_OK, .il = il, .epoch = 1};
     model_front *f = fp;
     atomic_init(&f->head_fail, 0);
     atomic_init(&f->kv_fail, 0);
@@ -272,6 +272,7 @@ int model_front_replan(model_front *f, int il, tp_stage *attn, hm_status *st, hm
     hm_context *c = f->c;
     const int nth = tp_size(c->pool);
     f->st = HM_OK;
+    f->epoch++;
     atomic_store(&f->head_fail, 0);
     atomic_store(&f->kv_fail, 0);
     for (int64_t h = 0; f->heads_in_qkv && h < c->m->hp.n_head + c->m->hp.n_head_kv; h++) {
@@ -305,11 +306,109 @@ int model_front_replan(model_front *f, int il, tp_stage *attn, hm_status *st, hm
 void model_front_pre(model_front *f) {
     const hm_context *c = f->c;
     const hm_hparams *hp = &c->m->hp;
-    cpu_rmsnorm(NULL, c->x, f->L->attn_norm.data, c->xn, f->n, hp->n_embd, hp->rms_eps);
-    cpu_matmul_job_quantize(&f->qkv, c->xn);
+    if (!f->thr) { /* else each thread norms the row at its first q/k/v item */
+        cpu_rmsnorm(NULL, c->x, f->L->attn_norm.data, c->xn, f->n, hp->n_embd, hp->rms_eps);
+        cpu_matmul_job_quantize(&f->qkv, c->xn);
+    }
     if (f->attn_in_qkv && f->st == HM_OK) { /* front_after_heads' steps before the stage */
         cpu_kv_mark(f->attn.kv, c->pos[0], f->n);
         f->st = cpu_attention_begin(NULL, &f->attn, &f->err);
     }
 }
 
+
+/* ---- per-thread norms (model_front_thr) ---- */
+
+enum { THR_TAG = 64 };
+
+static size_t thr_align(size_t v) { return (v + 63) / 64 * 64; }
+
+size_t model_thr_stride(const hm_context *c) {
+    const size_t row = thr_align((size_t)c->m->hp.n_embd * sizeof(float)); /* any act row fits */
+    return THR_TAG + 3 * row;
+}
+
+/* Thread ith's slot: its row normed with norm (kind 0: attention, 1: FFN) for this plan of the
+ * layer, made now if the slot holds another; *made says whether it was. */
+static uint8_t *thr_slot(model_front *f, int ith, int kind, const hm_tensor *norm, bool *made) {
+    const hm_context *c = f->c;
+    uint8_t *s = f->thr->buf + (size_t)ith * f->thr->stride;
+    const uint64_t tag = ((f->epoch * (uint64_t)c->m->hp.n_layer + (uint64_t)f->il) << 1 |
+                          (uint64_t)kind) + 1;
+    *made = false;
+    if (*(uint64_t *)(void *)s != tag) {
+        cpu_rmsnorm(NULL, c->x, norm->data, (float *)(void *)(s + THR_TAG), 1, c->m->hp.n_embd,
+                    c->m->hp.rms_eps);
+        *(uint64_t *)(void *)s = tag;
+        *made = true;
+    }
+    return s;
+}
+
+static const uint8_t *front_qkv_act(void *ctx, int ith) {
+    model_front *f = ctx;
+    bool made;
+    uint8_t *s = thr_slot(f, ith, 0, &f->L->attn_norm, &made);
+    uint8_t *act = s + THR_TAG + thr_align((size_t)f->c->m->hp.n_embd * sizeof(float));
+    const cpu_matmul_kern *mk = &f->qkv.m[0].mk;
+    if (made) mk->act((const float *)(const void *)(s + THR_TAG), act, mk->k);
+    return act;
+}
+
+static const uint8_t *front_router_act(void *ctx, int ith) {
+    model_front *f = ctx;
+    bool made;
+    uint8_t *s = thr_slot(f, ith, 1, &f->L->ffn_norm, &made);
+    const cpu_matmul_kern *mk = &f->router.m[0].mk;
+    if (mk->atype == QUANT_ACT_F32) return s + THR_TAG; /* the f32 activation is the row */
+    uint8_t *act = s + THR_TAG + 2 * thr_align((size_t)f->c->m->hp.n_embd * sizeof(float));
+    if (made) mk->act((const float *)(const void *)(s + THR_TAG), act, mk->k);
+    return act;
+}
+
+/* A router item: the FFN input's blocks it, it + N, ... quantised from this thread's normed
+ * row, then its rows of the router product (which reads the thread's activation row). */
+static void front_router_item(void *ctx, int64_t it, int ith) {
+    model_front *f = ctx;
+    front_router_act(f, ith);
+    const float *xn = (const float *)(const void *)(f->thr->buf + (size_t)ith * f->thr->stride +
+                                                    THR_TAG);
+    const int64_t E = f->c->m->hp.n_embd, B = f->ffn_blk, N = f->router_stage.n_items;
+    for (int64_t b = it; b * B < E; b += N)
+        f->ffn_act(xn + b * B, f->thr->xq + quant_act_row_size(f->ffn_atype, b * B), B);
+    f->router_stage.fn(f->router_stage.ctx, it, ith);
+}
+
+static void front_router_prefetch(void *ctx, int64_t it, const tp_gate *gate) {
+    model_front *f = ctx;
+    if (f->router_stage.prefetch) f->router_stage.prefetch(f->router_stage.ctx, it, gate);
+}
+
+bool model_front_thr(model_front *f, const model_thr *thr, tp_stage *stages, int ns,
+                     uint32_t ffn_wtype) {
+    const hm_context *c = f->c;
+    const int64_t E = c->m->hp.n_embd;
+    const quant_act at = quant_act_for(ffn_wtype);
+    const quant_kernels *kern = c->kern ? c->kern : quant_kernels_best();
+    int64_t B = 0;
+    for (int64_t b = 1; b <= 256 && !B; b *= 2)
+        if (quant_act_row_size(at, b) > 0) B = b;
+    if (f->n != 1 || ns < 2 || at == QUANT_ACT_COUNT || !B || E % B || !kern->act[at] ||
+        f->qkv.m[0].mk.k != E || f->router.m[0].mk.k != E ||
+        stages[ns - 1].ctx != (void *)&f->router || stages[ns - 2].ctx != (void *)&f->wo)
+        return false;
+    f->thr = thr;
+    f->ffn_act = kern->act[at];
+    f->ffn_atype = at;
+    f->ffn_blk = B;
+    f->qkv.act_for = front_qkv_act;
+    f->qkv.act_for_ctx = f;
+    f->router.act_for = front_router_act;
+    f->router.act_for_ctx = f;
+    f->router_stage = stages[ns - 1];
+    stages[ns - 1].fn = front_router_item;
+    stages[ns - 1].ctx = f;
+    stages[ns - 1].prefetch = front_router_prefetch;
+    stages[ns - 2].then = NULL; /* the router items norm the row */
+    return true;
+}

@@ -48,7 +48,34 @@ typedef struct {
     tp_stage qkv_stage, attn_stage; /* the two parts of that merged stage */
     int attn_at;          /* index of the attention (or merged) stage among the front's stages */
     bool out_by_item;     /* attention items quantise their output heads for wo */
+    /* per-thread norms (model_front_thr) */
+    int il;
+    uint64_t epoch;       /* this layer's plans: the per-thread rows' tags */
+    const struct model_thr *thr; /* NULL: the norms run as `then` steps */
+    tp_stage router_stage; /* the router product's own stage (router items wrap it) */
+    quant_act_fn ffn_act;  /* the FFN input's activation format: its function and block */
+    quant_act ffn_atype;
+    int64_t ffn_blk;
 } model_front;
+
+/* Per-thread norms of a one-token front (model_token.c): instead of one thread norming the
+ * residual row (and quantising it) while the others wait, each thread norms it itself at its
+ * first q/k/v item (the attention norm) and at its router item (the FFN norm), into its own
+ * slot, and uses that row: the same function on the same row, so the same bytes, and no serial
+ * step between the FFN and the next q/k/v, nor between wo and the router. The router items
+ * also quantise the FFN's input, block by block (item i the blocks i, i + N, ...), into xq. */
+typedef struct model_thr {
+    uint8_t *buf;  /* [threads][stride]: a tag (u64), then the normed row [n_embd] (f32), then its
+                      activation row for q/k/v and for the router, each 64-byte aligned */
+    size_t stride; /* model_thr_stride() */
+    uint8_t *xq;   /* the FFN's input row in its activation format (cpu_moe_args.xq) */
+} model_thr;
+size_t model_thr_stride(const hm_context *c);
+/* Makes a planned one-token front (its stages as model_front_plan wrote them, ns of them) use
+ * thr with the FFN's gate product of weight type ffn_wtype; false (nothing changed) when it
+ * cannot. */
+bool model_front_thr(model_front *f, const model_thr *thr, tp_stage *stages, int ns,
+                     uint32_t ffn_wtype);
 
 /* Plans layer il's front for n tokens into *f (which must stay where it is until the stages
  * have run) and writes its stages (at most MODEL_FRONT_STAGES); returns their number, or 0 when

@@ -50,7 +50,12 @@ struct token_job {
     cpu_matmul_job out;
     float *logits; /* or NULL */
     unsigned serial; /* this decode step's number (the layers' `planned`) */
+    model_thr thr;   /* per-thread norms (MODEL_THR_NORM) */
 };
+
+#ifndef MODEL_THR_NORM
+#define MODEL_THR_NORM 1 /* build flag for A/B: 0 = the norms as `then` steps */
+#endif
 
 void model_token_free(hm_context *c) {
     token_job *t = c->tok;
@@ -59,6 +64,8 @@ void model_token_free(hm_context *c) {
     free(t->ffn_mem);
     free(t->stages);
     free(t->attn_at);
+    free(t->thr.buf);
+    free(t->thr.xq);
     free(t);
     c->tok = NULL;
 }
@@ -75,12 +82,16 @@ static token_job *token_alloc(hm_context *c) {
     t->ffn_mem = aligned_alloc(64, t->ffn_size * (size_t)nl);
     t->stages = calloc((size_t)nl * (MODEL_FRONT_STAGES + 1) + 1, sizeof(tp_stage));
     t->attn_at = calloc((size_t)nl, sizeof(int));
+    t->thr.stride = model_thr_stride(c);
+    t->thr.buf = aligned_alloc(64, t->thr.stride * (size_t)tp_size(c->pool));
+    t->thr.xq = aligned_alloc(64, t->thr.stride); /* any activation row of n_embd fits */
     c->tok = t;
-    if (!t->L || !t->ffn_mem || !t->stages || !t->attn_at) {
+    if (!t->L || !t->ffn_mem || !t->stages || !t->attn_at || !t->thr.buf || !t->thr.xq) {
         model_token_free(c);
         return NULL;
     }
     memset(t->ffn_mem, 0, t->ffn_size * (size_t)nl);
+    memset(t->thr.buf, 0, t->thr.stride * (size_t)tp_size(c->pool)); /* tag 0: no row */
     for (int il = 0; il < nl; il++) {
         t->L[il].ffn = (cpu_moe_ffn_job *)(void *)(t->ffn_mem + (size_t)il * t->ffn_size);
         t->L[il].t = t;
@@ -183,13 +194,15 @@ static bool token_plan(token_job *t, hm_status *st, hm_error *err) {
         const int nf = model_front_plan(c, il, 1, &tl->f, t->stages + ns, st, err);
         if (*st != HM_OK || nf == 0) return false;
         t->attn_at[il] = ns + tl->f.attn_at;
-        ns += nf;
-        t->stages[ns - 1].then = token_route; /* the router's stage */
-        t->stages[ns - 1].then_ctx = tl;
+        t->stages[ns + nf - 1].then = token_route; /* the router's stage */
+        t->stages[ns + nf - 1].then_ctx = tl;
         if (!model_moe_args(c, il, c->ids, 1, K, c->xn, c->ey, &tl->gate, &tl->up, &tl->down,
                             &tl->pc) ||
             cpu_moe_ffn_scratch_size(&tl->gate, &tl->down) > c->mm_scratch_size)
             return false;
+        if (MODEL_THR_NORM && model_front_thr(&tl->f, &t->thr, t->stages + ns, nf, tl->gate.wtype))
+            tl->gate.xq = tl->up.xq = t->thr.xq; /* quantised by the router items */
+        ns += nf;
         tl->sum = (cpu_moe_sum){.w = c->gw, .bias = m->layers[il].down_exps_b.data,
                                 .out = c->proj, .residual = c->x};
         tl->ffn_items = cpu_moe_ffn_job_items(&tl->gate, &tl->up, &tl->down, K, nth);
