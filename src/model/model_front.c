@@ -22,6 +22,9 @@
 #ifndef MODEL_ATTN_IN_QKV
 #define MODEL_ATTN_IN_QKV 1 /* build flag for A/B: 0 = attention as a stage of its own */
 #endif
+#ifndef MODEL_KV_FIRST
+#define MODEL_KV_FIRST 1 /* build flag for A/B: 0 = q/k/v rows in that order */
+#endif
 
 static void front_after_qkv(void *ctx) {
     model_front *f = ctx;
@@ -67,7 +70,7 @@ static void front_qkv_rows(void *ctx, int mi, int64_t r0, int64_t r1) {
     const int64_t hd = hp->head_dim_k, nh = hp->n_head;
     for (int64_t h = r0 / hd; h * hd < r1; h++) {
         const int64_t lo = h * hd > r0 ? h * hd : r0, hi = (h + 1) * hd < r1 ? (h + 1) * hd : r1;
-        const int64_t head = mi == 0 ? h : nh + h, need = mi == 0 ? hd : 2 * hd;
+        const int64_t head = mi == f->q_mi ? h : nh + h, need = mi == f->q_mi ? hd : 2 * hd;
         if (atomic_fetch_add_explicit(&f->head_rows[head], (int)(hi - lo), memory_order_acq_rel) +
                 (hi - lo) == need) {
             front_head_item(f, head, 0);
@@ -207,6 +210,17 @@ int model_front_plan(hm_context *c, int il, int n, model_front *fp, tp_stage *st
         !model_mm_fits(c, &L->wo, n) || !model_mm_fits(c, &L->router, n) ||
         cpu_attention_scratch_size(&c->kv[il], &f->aa, nth) > c->attn_scratch_size)
         return 0;
+    /* one token, heads in the q/k/v stage: k and v rows first, then q's, so that the KV heads
+     * are done early and the attention items of the first groups of q heads run while the last
+     * q rows stream, instead of every attention item waiting for the last v rows */
+    f->q_mi = 0;
+    if (MODEL_KV_FIRST && by_head && n == 1 && hp->n_head + hp->n_head_kv <= MODEL_MAX_HEADS) {
+        const cpu_matmul_mat mq = q[0];
+        q[0] = q[1];
+        q[1] = q[2];
+        q[2] = mq;
+        f->q_mi = 2;
+    }
     const cpu_matmul_mat o = {.wtype = L->wo.type, .w = L->wo.data, .n_rows = L->wo.ne[1],
                               .y = c->proj, .x8 = L->wo.x8};
     const cpu_matmul_mat r = {.wtype = L->router.type, .w = L->router.data,
@@ -215,7 +229,7 @@ int model_front_plan(hm_context *c, int il, int n, model_front *fp, tp_stage *st
     const size_t mss = c->mm_scratch_size;
     /* wo's activations after q/k/v's where they fit, so that attention items may write them
      * while q/k/v items still read theirs (attn_in_qkv) */
-    size_t wo_at = (cpu_matmul_scratch_size(q[0].wtype, L->wq.ne[0], n) + 63) / 64 * 64;
+    size_t wo_at = (cpu_matmul_scratch_size(L->wq.type, L->wq.ne[0], n) + 63) / 64 * 64;
     if (wo_at + cpu_matmul_scratch_size(L->wo.type, L->wo.ne[0], n) > mss) wo_at = 0;
     *st = cpu_matmul_job_init(&f->qkv, c->kern, 3, q, L->wq.ne[0], n, nth, ms, mss, err);
     if (*st == HM_OK) *st = cpu_matmul_job_init(&f->wo, c->kern, 1, &o, L->wo.ne[0], n, nth,

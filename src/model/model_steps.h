@@ -48,6 +48,7 @@ typedef struct {
     tp_stage qkv_stage, attn_stage; /* the two parts of that merged stage */
     int attn_at;          /* index of the attention (or merged) stage among the front's stages */
     bool out_by_item;     /* attention items quantise their output heads for wo */
+    int q_mi;             /* q's index among the q/k/v job's matrices (k, v, q for one token) */
     /* per-thread norms (model_front_thr) */
     int il;
     uint64_t epoch;       /* this layer's plans: the per-thread rows' tags */
