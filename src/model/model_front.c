@@ -6,7 +6,8 @@
  * and the attention items are items of the q/k/v stage too, each started once its heads are
  * done), each attention item quantises the output heads it wrote for wo, each wo item adds the
  * bias and the residual on its rows; what needs a whole row (the FFN norm, a whole-projection
- * q/k norm) runs on the thread that finishes the stage before. A thread waiting for the next
+ * q/k norm) runs on the thread that finishes the stage before, or, the norms of a one-token
+ * step, on every thread that needs the row (model_front_thr). A thread waiting for the next
  * stage prefetches the weight (or KV) rows of the item it holds. The steps and kernels are
  * model_forward.c's, so the bytes are.
  */

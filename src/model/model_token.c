@@ -8,12 +8,15 @@
  * then the expert FFN as one more stage, then the output matrix after the last layer. The
  * serial steps become `then` steps on the thread that finishes a stage: after the router, the
  * routing and the expert job's plan (whose item count is known in advance: one token's K experts
- * are distinct); after the FFN, the next layer's attention norm and its q/k/v input (or the
- * output norm). Meanwhile the other threads hold their first item of the next stage and
- * prefetch its rows (the pool's gate prefetch), so the memory stream keeps going across what
- * used to be job boundaries. The expert FFN's items are known only once the router's `then` has
- * planned the expert job: that step publishes the plan (`planned`) before it quantises the
- * FFN's input, and a thread waiting at the FFN's gate prefetches its item from then on. The steps and kernels are model_forward.c's, so the bytes are.
+ * are distinct); after the FFN, the next layer's attention bookkeeping (or the output norm).
+ * The norms of the residual row are no serial steps: each thread norms it itself at its first
+ * q/k/v item and at its router item (model_front_thr), and the router items quantise the FFN's
+ * input. Meanwhile the other threads hold their first item of the next stage and prefetch its
+ * rows (the pool's gate prefetch), so the memory stream keeps going across what used to be job
+ * boundaries. The expert FFN's items are known only once the router's `then` has planned the
+ * expert job: that step publishes the plan (`planned`) first, and a thread waiting at the FFN's
+ * gate prefetches its item from then on. The steps and kernels are model_forward.c's and
+ * model_front.c's, so the bytes are.
  * A failed `then` step records its error in its layer; the next layer's steps see it and skip.
  */
 #include <stdlib.h>
