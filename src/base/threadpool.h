@@ -46,6 +46,12 @@ void tp_barrier(tp_pool *pool);
 typedef void (*tp_item_fn)(void *ctx, int64_t item, int ith);
 void tp_run_items(tp_pool *pool, tp_item_fn fn, void *ctx, int64_t n_items);
 
+/* The gate a stage's prefetch runs at: it stops prefetching once the gate is open, so that a
+ * thread that reached the gate late starts its item (whose kernel prefetches the rest as it
+ * goes) instead of first loading all of it. */
+typedef struct tp_gate tp_gate;
+bool tp_gate_open(const tp_gate *gate);
+
 /* A staged item job: dependent steps in one job instead of one job each (a decode layer's
  * products and the small serial steps between them). Stage s's items start only once every item
  * of the stages before it has completed and their `then` steps have run; `then` (may be NULL)
@@ -54,12 +60,6 @@ void tp_run_items(tp_pool *pool, tp_item_fn fn, void *ctx, int64_t n_items);
  * items of all stages share one counter, claimed in order, so a thread waiting at a stage holds
  * no earlier item. tp_run_stages returns once the last stage's `then` has returned. A NULL pool
  * runs everything on the caller, in order. Neither items nor `then` may call tp_run*. */
-/* The gate a stage's prefetch runs at: it stops prefetching once the gate is open, so that a
- * thread that reached the gate late starts its item (whose kernel prefetches the rest as it
- * goes) instead of first loading all of it. */
-typedef struct tp_gate tp_gate;
-bool tp_gate_open(const tp_gate *gate);
-
 typedef struct {
     tp_item_fn fn;           /* items [0, n_items) as in tp_run_items; NULL if n_items == 0 */
     void *ctx;
