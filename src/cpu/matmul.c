@@ -213,12 +213,16 @@ static void mm_item_prefetch(void *ctx, int64_t it, const tp_gate *gate) {
         int64_t r0, r1;
         if (!mm_item_part(j, it, mi, &r0, &r1)) continue;
         const uint8_t *w = (m->x8dot ? m->x8 : m->w) + (size_t)r0 * m->mk.wrow; /* a group: 8 rows */
-        const size_t bytes = (size_t)(r1 - r0) * m->mk.wrow;
-        for (size_t o = 0; o < bytes; o += 64) {
-            if (o % 1024 == 0 && tp_gate_open(gate)) return;
-            __builtin_prefetch(w + o, 0, 2);
-        }
+        if (!mm_prefetch_until(w, (size_t)(r1 - r0) * m->mk.wrow, gate)) return;
     }
+}
+
+bool mm_prefetch_until(const uint8_t *w, size_t bytes, const tp_gate *gate) {
+    for (size_t o = 0; o < bytes; o += 64) {
+        if (o % 1024 == 0 && tp_gate_open(gate)) return false;
+        __builtin_prefetch(w + o, 0, 2);
+    }
+    return true;
 }
 
 hm_status cpu_matmul_job_init(mm_job *j, const quant_kernels *kern, int n_mat,

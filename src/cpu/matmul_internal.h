@@ -46,5 +46,8 @@ void mm_rows_x8(quant_x8_dot_fn x8dot, const mm_kern *mk, const uint8_t *x8, int
 quant_x8_dot_fn mm_x8_pick(const quant_kernels *kern, const void *x8, uint32_t wtype, int64_t n_rows);
 /* Rows of a work item when total_rows are shared by nth threads, ~8 items each. */
 int64_t mm_chunk_rows(int64_t total_rows, int nth);
+/* bytes at w into the calling core's L2 (prefetcht1), in order, until the gate opens (a stage's
+ * gate prefetch); false when it opened first. */
+bool mm_prefetch_until(const uint8_t *w, size_t bytes, const tp_gate *gate);
 
 #endif

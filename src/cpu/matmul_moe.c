@@ -455,12 +455,7 @@ static bool moe_prefetch_rows(const moe_job *j, const cpu_moe_args *a, const mm_
                               const tp_gate *gate) {
     const uint8_t *w = (x8dot ? a->x8 : a->w) + ((size_t)j->eid[ia] * (size_t)a->n_rows +
                                                  (size_t)r0) * mk->wrow;
-    const size_t bytes = (size_t)(r1 - r0) * mk->wrow;
-    for (size_t o = 0; o < bytes; o += 64) {
-        if (o % 1024 == 0 && tp_gate_open(gate)) return false;
-        __builtin_prefetch(w + o, 0, 2);
-    }
-    return true;
+    return mm_prefetch_until(w, (size_t)(r1 - r0) * mk->wrow, gate);
 }
 
 void cpu_moe_ffn_job_prefetch(const cpu_moe_ffn_job *j, int64_t it, const tp_gate *gate) {

@@ -343,6 +343,11 @@ size_t model_thr_stride(const hm_context *c) {
     return THR_TAG + 3 * row;
 }
 
+/* Thread ith's normed row (f32, after the slot's tag). */
+static float *thr_row(const model_front *f, int ith) {
+    return (float *)(void *)(f->thr->buf + (size_t)ith * f->thr->stride + THR_TAG);
+}
+
 /* Thread ith's slot: its row normed with norm (kind 0: attention, 1: FFN) for this plan of the
  * layer, made now if the slot holds another; *made says whether it was. */
 static uint8_t *thr_slot(model_front *f, int ith, int kind, const hm_tensor *norm, bool *made) {
@@ -352,7 +357,7 @@ static uint8_t *thr_slot(model_front *f, int ith, int kind, const hm_tensor *nor
                           (uint64_t)kind) + 1;
     *made = false;
     if (*(uint64_t *)(void *)s != tag) {
-        cpu_rmsnorm(NULL, c->x, norm->data, (float *)(void *)(s + THR_TAG), 1, c->m->hp.n_embd,
+        cpu_rmsnorm(NULL, c->x, norm->data, thr_row(f, ith), 1, c->m->hp.n_embd,
                     c->m->hp.rms_eps);
         *(uint64_t *)(void *)s = tag;
         *made = true;
@@ -386,8 +391,7 @@ static const uint8_t *front_router_act(void *ctx, int ith) {
 static void front_router_item(void *ctx, int64_t it, int ith) {
     model_front *f = ctx;
     front_router_act(f, ith);
-    const float *xn = (const float *)(const void *)(f->thr->buf + (size_t)ith * f->thr->stride +
-                                                    THR_TAG);
+    const float *xn = thr_row(f, ith);
     const int64_t E = f->c->m->hp.n_embd, B = f->ffn_blk, N = f->router_stage.n_items;
     for (int64_t b = it; b * B < E; b += N)
         f->ffn_act(xn + b * B, f->thr->xq + quant_act_row_size(f->ffn_atype, b * B), B);
