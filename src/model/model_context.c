@@ -57,9 +57,9 @@ static hm_status resolve_params(const hm_model *m, const hm_context_params *in,
                             p->n_threads);
     for (int i = 0; i < 2; i++) {
         uint32_t t = i ? p->type_v : p->type_k;
-        if (t != HM_TYPE_F16 && t != HM_TYPE_Q8_0 && t != HM_TYPE_F32)
-            return hm_error_set(err, HM_ERR_UNSUPPORTED, "unsupported KV cache type %s (use f16,"
-                                " q8_0 or f32)", hm_type_name(t));
+        if (t != HM_TYPE_F16 && t != HM_TYPE_Q8_0 && t != HM_TYPE_F32 && t != HM_TYPE_BF16)
+            return hm_error_set(err, HM_ERR_UNSUPPORTED, "unsupported KV cache type %s (use f32,"
+                                " f16, bf16 or q8_0)", hm_type_name(t));
         if (t == HM_TYPE_Q8_0 && m->hp.head_dim_k % 32)
             return hm_error_set(err, HM_ERR_UNSUPPORTED, "q8_0 KV cache needs a head size that "
                                 "is a multiple of 32 (this model: %lld)",
