@@ -20,13 +20,6 @@
 #include "model/model_internal.h"
 #include "model/model_steps.h"
 
-#ifndef MODEL_ATTN_IN_QKV
-#define MODEL_ATTN_IN_QKV 1 /* build flag for A/B: 0 = attention as a stage of its own */
-#endif
-#ifndef MODEL_KV_FIRST
-#define MODEL_KV_FIRST 1 /* build flag for A/B: 0 = q/k/v rows in that order */
-#endif
-
 static void front_after_qkv(void *ctx) {
     model_front *f = ctx;
     f->st = model_qkv_finish(f->c, f->L, f->n, NULL, &f->err);
@@ -215,7 +208,7 @@ int model_front_plan(hm_context *c, int il, int n, model_front *fp, tp_stage *st
      * are done early and the attention items of the first groups of q heads run while the last
      * q rows stream, instead of every attention item waiting for the last v rows */
     f->q_mi = 0;
-    if (MODEL_KV_FIRST && by_head && n == 1 && hp->n_head + hp->n_head_kv <= MODEL_MAX_HEADS) {
+    if (by_head && n == 1 && hp->n_head + hp->n_head_kv <= MODEL_MAX_HEADS) {
         const cpu_matmul_mat mq = q[0];
         q[0] = q[1];
         q[1] = q[2];
@@ -246,7 +239,7 @@ int model_front_plan(hm_context *c, int il, int n, model_front *fp, tp_stage *st
                              cpu_matmul_job_part_ok(&f->wo, 0, f->attn.n_rep * hdv);
     f->by_head = by_head;
     f->heads_in_qkv = by_head && n == 1 && hp->n_head + hp->n_head_kv <= MODEL_MAX_HEADS;
-    f->attn_in_qkv = f->heads_in_qkv && MODEL_ATTN_IN_QKV && wo_at > 0;
+    f->attn_in_qkv = f->heads_in_qkv && wo_at > 0;
     for (int64_t h = 0; f->heads_in_qkv && h < hp->n_head + hp->n_head_kv; h++) {
         atomic_init(&f->head_rows[h], 0);
         atomic_init(&f->head_done[h], 0);
@@ -330,7 +323,6 @@ void model_front_pre(model_front *f) {
         f->st = cpu_attention_begin(NULL, &f->attn, &f->err);
     }
 }
-
 
 /* ---- per-thread norms (model_front_thr) ---- */
 

@@ -21,11 +21,6 @@
 #include "quant/qtypes.h"
 #include "quant/quant_x8.h"
 
-#ifndef REPACK_Q6K
-#define REPACK_Q6K 1 /* build flag: 0 leaves q6_K matrices as they are (A/B; on the 16-core host
-                        the decode is the same either way, bench/RESULTS.md session 11) */
-#endif
-
 struct model_x8_copy {
     void *p;
     size_t bytes;
@@ -51,7 +46,7 @@ static int n_mats(const hm_model *m) { return 1 + (int)m->hp.n_layer * N_LAYER_M
 
 /* Rows of t (every expert's) in whole groups of 8 per matrix, of a type with a fast kernel. */
 static bool wanted(const hm_tensor *t) {
-    if (!t->data || !quant_x8_supported(t->type) || (t->type == HM_TYPE_Q6_K && !REPACK_Q6K))
+    if (!t->data || !quant_x8_supported(t->type))
         return false;
     return t->ne[1] % QUANT_X8_ROWS == 0 && quant_x8_group_size(t->type, t->ne[0]) > 0 &&
            t->ne[3] <= 1;

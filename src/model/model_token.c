@@ -53,12 +53,8 @@ struct token_job {
     cpu_matmul_job out;
     float *logits; /* or NULL */
     unsigned serial; /* this decode step's number (the layers' `planned`) */
-    model_thr thr;   /* per-thread norms (MODEL_THR_NORM) */
+    model_thr thr;   /* per-thread norms */
 };
-
-#ifndef MODEL_THR_NORM
-#define MODEL_THR_NORM 1 /* build flag for A/B: 0 = the norms as `then` steps */
-#endif
 
 void model_token_free(hm_context *c) {
     token_job *t = c->tok;
@@ -130,10 +126,6 @@ static void token_route(void *ctx) {
     cpu_moe_ffn_job_inputs(tl->ffn, NULL);
 }
 
-#ifndef MODEL_FFN_GATE_PF
-#define MODEL_FFN_GATE_PF 1 /* build flag for A/B: 0 = no prefetch at the FFN's gate */
-#endif
-
 /* At the FFN's gate: once this token's expert job is planned, item it's weight rows until the
  * gate opens. */
 static void token_ffn_prefetch(void *ctx, int64_t it, const tp_gate *gate) {
@@ -173,14 +165,10 @@ static void token_after_ffn(void *ctx) {
     cpu_matmul_job_quantize(&t->out, c->xn);
 }
 
-#ifndef MODEL_TOKEN_JOB
-#define MODEL_TOKEN_JOB 1 /* build flag for A/B: 0 = every decode layer as two jobs */
-#endif
-
 /* Whether this context's decode steps can be one job at all (model and executor). */
 static bool token_possible(const hm_context *c) {
     const hm_model *m = c->m;
-    return MODEL_TOKEN_JOB && c->pool && tp_size(c->pool) > 1 && c->moe_exec == hm_moe_exec_cpu &&
+    return c->pool && tp_size(c->pool) > 1 && c->moe_exec == hm_moe_exec_cpu &&
            !c->route_hook && !m->desc->shared_expert && m->hp.n_expert_used > 0 &&
            m->hp.n_layer * (MODEL_FRONT_STAGES + 1) + 1 <= TP_MAX_STAGES;
 }
@@ -203,7 +191,7 @@ static bool token_plan(token_job *t, hm_status *st, hm_error *err) {
                             &tl->pc) ||
             cpu_moe_ffn_scratch_size(&tl->gate, &tl->down) > c->mm_scratch_size)
             return false;
-        if (MODEL_THR_NORM && model_front_thr(&tl->f, &t->thr, t->stages + ns, nf, tl->gate.wtype))
+        if (model_front_thr(&tl->f, &t->thr, t->stages + ns, nf, tl->gate.wtype))
             tl->gate.xq = tl->up.xq = t->thr.xq; /* quantised by the router items */
         ns += nf;
         tl->sum = (cpu_moe_sum){.w = c->gw, .bias = m->layers[il].down_exps_b.data,
@@ -212,7 +200,7 @@ static bool token_plan(token_job *t, hm_status *st, hm_error *err) {
         tl->ffn_fn = cpu_moe_ffn_job_stage(tl->ffn).fn;
         t->stages[ns++] = (tp_stage){.fn = token_ffn_item, .ctx = tl, .n_items = tl->ffn_items,
                                      .then = token_after_ffn, .then_ctx = tl,
-                                     .prefetch = MODEL_FFN_GATE_PF ? token_ffn_prefetch : NULL};
+                                     .prefetch = token_ffn_prefetch};
     }
     t->n_planned = ns;
     return true;
