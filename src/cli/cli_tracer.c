@@ -18,11 +18,6 @@ int cli_tracer_attach(cli_engine *e, const moe_tracer_config *tc, const char *mo
                       moe_tracer **out) {
     *out = NULL;
     if (!moe_tracer_config_enabled(tc)) return 0;
-    if (hm_context_gpu(e->ctx)) {
-        fprintf(stderr, "hotmoe %s: the expert usage tracer reads the routing on the CPU path; "
-                        "run with -ngl 0 to trace\n", e->cmd);
-        return 1;
-    }
     hm_error err = {0};
     const hm_hparams *hp = hm_model_hparams(e->model);
     moe_tracer *tr = NULL;
@@ -34,16 +29,25 @@ int cli_tracer_attach(cli_engine *e, const moe_tracer_config *tc, const char *mo
         moe_tracer_free(tr);
         return 1;
     }
-    hm_context_set_tracer(e->ctx, tr);
+    if (hm_context_set_tracer(e->ctx, tr, &err) != HM_OK) {
+        fprintf(stderr, "hotmoe %s: %s\n", e->cmd, err.msg);
+        moe_tracer_free(tr);
+        return 1;
+    }
     *out = tr;
     return 0;
 }
 
 int cli_tracer_finish(cli_engine *e, moe_tracer *tr) {
     if (!tr) return 0;
-    if (e->ctx) hm_context_set_tracer(e->ctx, NULL);
     hm_error err = {0};
     int rc = 0;
+    /* what the GPU counted since the last generation ended, then detach */
+    if (e->ctx && (hm_context_flush_routes(e->ctx, &err) != HM_OK ||
+                   hm_context_set_tracer(e->ctx, NULL, &err) != HM_OK)) {
+        fprintf(stderr, "hotmoe %s: %s\n", e->cmd, err.msg);
+        rc = 1;
+    }
     if (moe_tracer_finish(tr, &err) != HM_OK) {
         fprintf(stderr, "hotmoe %s: %s\n", e->cmd, err.msg);
         rc = 1;

@@ -4,7 +4,7 @@
  * DESIGN: as llama-bench does: one warm-up run (the prompt test once, a short generation),
  * then per repetition the KV cache is emptied and timed from scratch. ppN feeds N tokens in
  * batches of -b (logits of the last only); tgN decodes N tokens one at a time starting from an
- * empty cache through the generation API (model/generate.h) as `run` does: one pseudo-random
+ * empty cache through the generation API (runtime/generate.h) as `run` does: one pseudo-random
  * token as the prompt, then N - 1 greedy tokens and hm_gen_end (N forward passes in all; on a
  * GPU context the autonomous decode graph, so the figure includes device sampling and the
  * token ring). Prompt tokens are pseudo-random ids (LCG seeded with 42) so runs are repeatable.

@@ -11,7 +11,7 @@
  * drops the analysis channel). So with templates that keep history as generated, only the new
  * user turn is processed. A reply ends at the template's end-of-turn tokens
  * (chat_stop_texts, else the vocabulary's end-of-generation set), after -n tokens, or when the
- * context is full. Tokens come from the generation API (model/generate.h; on a GPU context the
+ * context is full. Tokens come from the generation API (runtime/generate.h; on a GPU context the
  * autonomous decode graph); hm_gen_end after each reply leaves exactly the prompt and the
  * tokens taken (the end-of-turn token included) in the cache, and they are what `cached`
  * lists. For harmony only the final channel is shown (and text before any channel).
@@ -346,6 +346,12 @@ int cmd_chat(int argc, char **argv) {
     if (rc != CLI_ARGS_CONTINUE) return rc;
     if (n_predict < -1) {
         fprintf(stderr, "hotmoe chat: -n must be >= -1\n");
+        return 2;
+    }
+    if (effort && !chat_reasoning_effort_valid(effort)) {
+        fprintf(stderr, "hotmoe chat: --reasoning-effort '%s' is not one of " CHAT_REASONING_EFFORTS
+                        "\n",
+                effort);
         return 2;
     }
     cli_engine e;

@@ -20,15 +20,10 @@
 
 #define CMD "learn"
 
-static int argmax_row(const float *l, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (l[i] > l[b]) b = i;
-    return b;
-}
-
-/* Runs one prompt (and n_gen greedy tokens); returns 0 or prints the error and returns 1. */
-static int learn_one(cli_engine *e, tok_ids *ids, int line, int n_gen, float *logits,
+/* One prompt from an empty cache, then up to n_gen greedy tokens through the generator (on a
+ * GPU context its autonomous loop: no host synchronisation per token; the routing is counted on
+ * the device and reported when the generation ends). */
+static int learn_one(cli_engine *e, hm_gen *gen, tok_ids *ids, int line, int n_gen,
                      long long *n_tok) {
     hm_error err = {0};
     int n_ctx = hm_context_n_ctx(e->ctx);
@@ -41,19 +36,23 @@ static int learn_one(cli_engine *e, tok_ids *ids, int line, int n_gen, float *lo
         n = room;
     }
     hm_context_reset(e->ctx);
-    if (cli_engine_eval(e, ids->ids, n, logits, NULL, &err) != HM_OK) {
+    if (hm_gen_reset_sampler(gen, &err) != HM_OK || hm_gen_prompt(gen, ids->ids, n, &err) != HM_OK) {
         fprintf(stderr, "hotmoe " CMD ": line %d: %s\n", line, err.msg);
         return 1;
     }
     *n_tok += n;
-    for (int s = 0; s < n_gen && n + s < n_ctx; s++) {
-        int32_t tok = argmax_row(logits, e->n_vocab);
-        if (tok_is_eog(e->vocab, tok)) break;
-        if (cli_engine_eval(e, &tok, 1, logits, NULL, &err) != HM_OK) {
+    for (int s = 0; s < n_gen && hm_gen_room(gen) > 0; s++) {
+        int32_t tok;
+        if (hm_gen_next(gen, &tok, &err) != HM_OK) {
             fprintf(stderr, "hotmoe " CMD ": line %d, generated token %d: %s\n", line, s, err.msg);
             return 1;
         }
         (*n_tok)++;
+        if (tok_is_eog(e->vocab, tok)) break;
+    }
+    if (hm_gen_end(gen, &err) != HM_OK) {
+        fprintf(stderr, "hotmoe " CMD ": line %d: %s\n", line, err.msg);
+        return 1;
     }
     return 0;
 }
@@ -107,9 +106,16 @@ int cmd_learn(int argc, char **argv) {
     int ret = 1;
     moe_tracer *tr = NULL;
     tok_ids ids = {0};
-    float *logits = malloc((size_t)e.n_vocab * sizeof(float));
+    hm_gen *gen = NULL;
     const hm_hparams *hp = hm_model_hparams(e.model);
-    if (!logits) goto done;
+    sample_params sp = sample_params_default();
+    sp.temperature = 0.0f; /* greedy */
+    hm_gen_params gp = hm_gen_default_params();
+    gp.n_max = n_gen;
+    if (hm_gen_init(e.ctx, &sp, &gp, &gen, &err) != HM_OK) {
+        fprintf(stderr, "hotmoe " CMD ": %s\n", err.msg);
+        goto done;
+    }
     if (moe_tracer_init(&tr, &tc, (int)hp->n_layer, (int)hp->n_expert, (int)hp->n_expert_used,
                         &err) != HM_OK ||
         moe_tracer_set_model_info(tr, hm_model_arch(e.model)->name, NULL, a.model, &err) !=
@@ -117,7 +123,10 @@ int cmd_learn(int argc, char **argv) {
         fprintf(stderr, "hotmoe " CMD ": %s\n", err.msg);
         goto done;
     }
-    hm_context_set_tracer(e.ctx, tr);
+    if (hm_context_set_tracer(e.ctx, tr, &err) != HM_OK) {
+        fprintf(stderr, "hotmoe " CMD ": %s\n", err.msg);
+        goto done;
+    }
     long long n_tok = 0;
     int n_prompts = 0, line = 0;
     double t0 = cli_now();
@@ -138,7 +147,7 @@ int cmd_learn(int argc, char **argv) {
                 goto done;
             }
             if (ids.n) {
-                if (learn_one(&e, &ids, line, n_gen, logits, &n_tok)) goto done;
+                if (learn_one(&e, gen, &ids, line, n_gen, &n_tok)) goto done;
                 moe_tracer_add_prompt(tr);
                 n_prompts++;
             }
@@ -149,7 +158,10 @@ int cmd_learn(int argc, char **argv) {
         fprintf(stderr, "hotmoe " CMD ": %s has no prompts (no non-empty line)\n", a.file);
         goto done;
     }
-    hm_context_set_tracer(e.ctx, NULL);
+    if (hm_context_set_tracer(e.ctx, NULL, &err) != HM_OK) {
+        fprintf(stderr, "hotmoe " CMD ": %s\n", err.msg);
+        goto done;
+    }
     if (moe_tracer_finish(tr, &err) != HM_OK) {
         fprintf(stderr, "hotmoe " CMD ": %s\n", err.msg);
         goto done;
@@ -158,10 +170,10 @@ int cmd_learn(int argc, char **argv) {
             cli_now() - t0, out);
     ret = 0;
 done:
-    if (e.ctx) hm_context_set_tracer(e.ctx, NULL);
+    hm_gen_free(gen);
+    if (e.ctx) hm_context_set_tracer(e.ctx, NULL, NULL);
     moe_tracer_free(tr);
     tok_ids_free(&ids);
-    free(logits);
     free(text);
     cli_engine_close(&e);
     return ret;

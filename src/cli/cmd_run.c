@@ -1,7 +1,7 @@
 /* cmd_run.c - `hotmoe run -m MODEL -p PROMPT -n N [options]`: one prompt, text streamed to
  * stdout as it is generated, then prompt and generation speeds (tok/s) on stderr, like
  * llama.cpp's llama-cli/llama-simple. Stops after -n tokens (-1: until an end-of-generation
- * token or a full context). Tokens come from the generation API (model/generate.h): on a GPU
+ * token or a full context). Tokens come from the generation API (runtime/generate.h): on a GPU
  * context (-ngl) from the autonomous decode graph, else decode + sample per token; --audit
  * prints what the loop cost the host (seed 004 section 15). The expert usage tracer flags (--expert-trace-*, moe/tracer.h) are
  * taken out of argv before the common parser sees the rest.

@@ -1,5 +1,5 @@
 /* engine.h - what the inference commands (chat, bench, perplexity) share: opening a model, its
- * vocabulary, a context (on the GPU with -ngl) and a generator (model/generate.h: sampler +
+ * vocabulary, a context (on the GPU with -ngl) and a generator (runtime/generate.h: sampler +
  * decode loop) from the common flags, and feeding a token list through hm_decode in pieces of
  * at most n_batch tokens.
  *
@@ -13,8 +13,8 @@
 #include <stdint.h>
 
 #include "cli/args.h"
-#include "model/generate.h"
-#include "model/model.h"
+#include "runtime/generate.h"
+#include "runtime/context.h"
 #include "sample/sample.h"
 #include "tokenizer/tokenizer.h"
 

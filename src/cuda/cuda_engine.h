@@ -65,4 +65,17 @@ hm_status cuda_engine_decode(cuda_engine *e, const int32_t *tokens, int n_tok, i
 /* "NVIDIA H100 80GB HBM3 (device 0), 123 MiB weights + 45 MiB KV + 6 MiB buffers" */
 const char *cuda_engine_describe(const cuda_engine *e);
 
+/* Host synchronisations (stream syncs, device->host copies) the engine made so far (the audit). */
+uint64_t cuda_engine_host_syncs(const cuda_engine *e);
+
+/* Routing counts on the device: with on, the router step of every forward pass (host API and the
+ * captured decode step) adds each layer's calls, tokens and expert hits to device counters
+ * (allocated and zeroed here); off removes that work. */
+hm_status cuda_engine_route_counts_enable(cuda_engine *e, bool on, hm_error *err);
+/* Adds the counts accumulated since the last read into hits [n_layer][n_expert], calls [n_layer]
+ * and tokens [n_layer] (host arrays) and zeroes the device counters: one stream synchronisation,
+ * counted in cuda_engine_host_syncs. */
+hm_status cuda_engine_route_counts_read(cuda_engine *e, uint64_t *hits, uint64_t *calls,
+                                        uint64_t *tokens, hm_error *err);
+
 #endif

@@ -182,3 +182,14 @@ void cuda_decode_get_stats(const cuda_decode *d, cuda_decode_stats *s) {
 }
 
 uint64_t cuda_decode_host_syncs(const cuda_decode *d) { return 0; }
+
+uint64_t cuda_engine_host_syncs(const cuda_engine *e) { return 0; }
+
+hm_status cuda_engine_route_counts_enable(cuda_engine *e, bool on, hm_error *err) {
+    return hm_error_set(err, HM_ERR_UNSUPPORTED, "built without CUDA");
+}
+
+hm_status cuda_engine_route_counts_read(cuda_engine *e, uint64_t *hits, uint64_t *calls,
+                                        uint64_t *tokens, hm_error *err) {
+    return hm_error_set(err, HM_ERR_UNSUPPORTED, "built without CUDA");
+}

@@ -1,4 +1,4 @@
-/* model.h - Mixture-of-Experts language models from GGUF files and their CPU forward pass.
+/* model.h - a Mixture-of-Experts language model from a GGUF file: its description.
  *
  * DESIGN: hm_model_load maps the file (gguf_open; weights are never copied), reads the
  * hyper-parameters from `{arch}.*` metadata with llama.cpp's key names and defaults, and binds
@@ -6,22 +6,10 @@
  * its type. What differs between architectures is data, not code: one hm_arch_desc per
  * architecture (a row of a constant table) holds flags — q/k norm kind, biases, sinks,
  * sliding-window pattern, rope kind and scaling, gating kind, shared expert, expert biases,
- * swiglu kind — and the single forward pass (model_forward.c) reads them.
+ * swiglu kind — and the engines' single forward passes (cpu_engine/, cuda/) read them.
  *
- * hm_context holds everything that changes while a sequence is processed: the KV cache (f16 or
- * q8_0 rows, n_ctx positions; sliding-window layers keep a ring of window + n_ubatch rows), the
- * scratch buffers (allocated once at init, sized for n_ubatch tokens), the thread pool. A prompt
- * is processed in ubatches of at most n_ubatch tokens; every output element is computed by the
- * same per-row code whatever the ubatch size or thread count, so a batch and the same tokens one
- * at a time give bit-identical logits (tested).
- *
- * The expert FFN is behind a small interface (hm_moe_exec below): routing result in, per-slot
- * outputs out; the forward pass sums the per-slot outputs weighted, in slot order, so a later
- * tier may compute some experts on a GPU without changing a bit of the result.
- *
- * hm_context_params.n_gpu_layers > 0 runs the whole forward pass on a GPU instead
- * (cuda/cuda_engine.h): decode-sized steps give the CPU's bytes except attention's summation
- * order; prompt ubatches use tensor-core GEMMs (f16 inputs). See hm_context_gpu.
+ * A model is read-only once loaded: the engines that run it (the CPU engine, the GPU engine) and
+ * the runtime that chooses between them (runtime/context.h) hold everything that changes.
  */
 #ifndef HM_MODEL_MODEL_H
 #define HM_MODEL_MODEL_H
@@ -197,99 +185,11 @@ uint64_t hm_model_weight_bytes(const hm_model *m); /* tensor data bytes */
 /* The RoPE of every layer (kind, dimensions, base, YaRN) as cpu_rope takes it. */
 cpu_rope_params hm_model_rope_params(const hm_model *m);
 
-/* ---- the expert FFN interface ---- */
-
-/* One layer's routing result and the place for the per-slot outputs. */
-typedef struct {
-    int layer;
-    int64_t n_tok;
-    int n_used;
-    const float *x;        /* [n_tok][n_embd] ffn-normed input */
-    const int32_t *ids;    /* [n_tok][n_used] selected experts, slot order */
-    const float *weights;  /* [n_tok][n_used] gating weights (informative; y is unweighted) */
-    float *y;              /* [n_tok][n_used][n_embd] out: expert(ids[t][s])(x[t]), unweighted,
-                              expert biases included */
-} hm_moe_job;
-
-/* Computes every slot of a job. The default (CPU, cpu_moe_matmul) is used when a context has
- * none set; hm_context_set_moe_exec installs another (e.g. a GPU/CPU split). */
-typedef hm_status (*hm_moe_exec_fn)(void *impl, const hm_model *m, const hm_moe_job *job,
-                                    hm_error *err);
-
-/* The default: every slot on the CPU (cpu_moe_matmul, expert biases, swiglu). impl must be the
- * hm_context the job comes from (its scratch is used). Slots whose id is < 0 are skipped and
- * their rows of y left alone, so an executor may run a subset of the slots here and the rest
- * elsewhere; each slot's output does not depend on which other slots ran. */
-hm_status hm_moe_exec_cpu(void *impl, const hm_model *m, const hm_moe_job *job, hm_error *err);
-
-/* Called with each layer's routing result when set (tracer, learn). NULL costs nothing. */
-typedef void (*hm_route_hook_fn)(void *user, int layer, int64_t n_tok, int n_used,
-                                 const int32_t *ids, const float *weights);
-
-/* ---- context: KV cache, scratch, threads ---- */
-
-typedef struct hm_context hm_context;
-
-typedef struct {
-    int n_ctx;        /* KV positions (-c); 0 = min(n_ctx_train, 4096) */
-    int n_batch;      /* -b: largest n_tok one hm_decode call accepts (default 2048) */
-    int n_ubatch;     /* -ub: tokens computed together (default 512) */
-    int n_threads;    /* -t; 0 = number of online CPUs */
-    uint32_t type_k;  /* KV cache types: HM_TYPE_F16 (default) or HM_TYPE_Q8_0 */
-    uint32_t type_v;
-    bool check_ram;   /* refuse when weights + cache + scratch exceed physical RAM (default true) */
-    int n_gpu_layers; /* -ngl: 0 = CPU (default); > 0 = the whole model on the GPU (partial
-                         placement is not implemented: 0 < ngl < n_layer + 1 also places all of
-                         it and says so in the log) */
-    int main_gpu;     /* -mg: CUDA device index (default 0) */
-    bool gpu_strict;  /* --gpu-strict: when the GPU cannot take the model, hm_context_init fails
-                         with the reason (admission control) instead of running on the CPU */
-} hm_context_params;
-
-hm_context_params hm_context_default_params(void);
-
-hm_status hm_context_init(const hm_model *m, const hm_context_params *params, hm_context **out,
-                          hm_error *err);
-void hm_context_free(hm_context *ctx);
-
-/* Bytes hm_context_init would allocate (KV cache + scratch) for these params. */
-uint64_t hm_context_bytes(const hm_model *m, const hm_context_params *params);
-
+/* What a forward pass returns (both engines and hm_decode). */
 typedef enum {
     HM_LOGITS_NONE = 0, /* logits may be NULL */
     HM_LOGITS_LAST,     /* logits: [n_vocab] of the last token */
     HM_LOGITS_ALL,      /* logits: [n_tok][n_vocab] */
 } hm_logits_mode;
-
-/* Runs tokens[0..n_tok) at positions pos..pos+n_tok-1 and appends them to the KV cache.
- * pos must be <= hm_context_n_past(ctx) (a smaller pos truncates first, as
- * hm_context_truncate); pos + n_tok must be <= n_ctx; n_tok <= n_batch. Token ids are checked
- * against n_vocab. */
-hm_status hm_decode(hm_context *ctx, const int32_t *tokens, int n_tok, int pos, float *logits,
-                    hm_logits_mode mode, hm_error *err);
-
-int hm_context_n_past(const hm_context *ctx);
-int hm_context_n_ctx(const hm_context *ctx);
-/* Empties the KV cache. */
-void hm_context_reset(hm_context *ctx);
-/* Keeps positions [0, n_keep). Sliding-window layers keep a ring, so truncating further back
- * than n_ubatch positions before n_past is HM_ERR_STATE when the model has them. */
-hm_status hm_context_truncate(hm_context *ctx, int n_keep, hm_error *err);
-
-void hm_context_set_route_hook(hm_context *ctx, hm_route_hook_fn fn, void *user);
-/* fn NULL restores the CPU default. */
-void hm_context_set_moe_exec(hm_context *ctx, hm_moe_exec_fn fn, void *impl);
-/* Expert usage tracer (moe/tracer.h): moe_tracer_record is called with each layer's routing
- * result; NULL (the default) costs one pointer test per layer. Not owned. */
-struct moe_tracer;
-void hm_context_set_tracer(hm_context *ctx, struct moe_tracer *t);
-int hm_context_n_threads(const hm_context *ctx);
-const hm_model *hm_context_model(const hm_context *ctx);
-
-/* The GPU engine running this context (cuda/cuda_engine.h), or NULL on the CPU path. When it is
- * set, hm_decode runs on the GPU: the route hook, the tracer and a custom expert executor are
- * CPU-path features (hm_decode returns HM_ERR_UNSUPPORTED while one is set). */
-struct cuda_engine;
-struct cuda_engine *hm_context_gpu(const hm_context *ctx);
 
 #endif

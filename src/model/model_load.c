@@ -399,3 +399,7 @@ const hm_layer *hm_model_layer(const hm_model *m, int il) {
 }
 const gguf_ctx *hm_model_gguf(const hm_model *m) { return m->g; }
 uint64_t hm_model_weight_bytes(const hm_model *m) { return m->weight_bytes; }
+
+const hm_tensor *hm_model_tok_embd(const hm_model *m) { return &m->tok_embd; }
+const hm_tensor *hm_model_output_norm(const hm_model *m) { return &m->output_norm; }
+const hm_tensor *hm_model_output(const hm_model *m) { return &m->output; }

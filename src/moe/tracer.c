@@ -214,21 +214,26 @@ hm_status moe_tracer_set_model_info(moe_tracer *t, const char *arch, const char 
 
 #define RELAXED memory_order_relaxed
 
-static void log_names(moe_tracer *t, int layer, const int32_t *ids, int64_t n_tok, int n_used) {
-    /* tokens per expert of this call, experts in ascending id order */
-    uint32_t *cnt = calloc((size_t)t->n_expert, sizeof(*cnt));
-    if (!cnt) return;
-    for (int64_t i = 0; i < n_tok * n_used; i++)
-        if (ids[i] >= 0 && ids[i] < t->n_expert) cnt[ids[i]]++;
+/* One name line per used expert of layer (cnt [n_expert] tokens each), ascending ids. */
+static void log_counts(moe_tracer *t, int layer, const uint64_t *cnt) {
     pthread_mutex_lock(&t->log_mu);
     for (int e = 0; e < t->n_expert; e++) {
         if (!cnt[e]) continue;
         for (int p = 0; p < t->tnames[layer].n; p++)
-            fprintf(t->log, "[EXPERT-TRACE] Layer %d, Expert %d (%u tokens): %s[%d]\n", layer, e,
-                    cnt[e], t->tnames[layer].name[p], e);
+            fprintf(t->log, "[EXPERT-TRACE] Layer %d, Expert %d (%llu tokens): %s[%d]\n", layer,
+                    e, (unsigned long long)cnt[e], t->tnames[layer].name[p], e);
     }
     fflush(t->log);
     pthread_mutex_unlock(&t->log_mu);
+}
+
+static void log_names(moe_tracer *t, int layer, const int32_t *ids, int64_t n_tok, int n_used) {
+    /* tokens per expert of this call */
+    uint64_t *cnt = calloc((size_t)t->n_expert, sizeof(*cnt));
+    if (!cnt) return;
+    for (int64_t i = 0; i < n_tok * n_used; i++)
+        if (ids[i] >= 0 && ids[i] < t->n_expert) cnt[ids[i]]++;
+    log_counts(t, layer, cnt);
     free(cnt);
 }
 
@@ -265,6 +270,25 @@ void moe_tracer_record(moe_tracer *t, int layer, const int32_t *ids, int64_t n_t
         if (bad) atomic_fetch_add_explicit(&t->rejected, bad, RELAXED);
     }
     if (t->names) log_names(t, layer, ids, n_tok, n_used);
+}
+
+void moe_tracer_add_counts(moe_tracer *t, int layer, uint64_t calls, uint64_t tokens,
+                           const uint64_t *hits) {
+    if (!t || !hits) return;
+    if (layer < 0 || layer >= t->n_layer) {
+        uint64_t all = 0;
+        for (int e = 0; e < t->n_expert; e++) all += hits[e];
+        atomic_fetch_add_explicit(&t->rejected, all, RELAXED);
+        return;
+    }
+    if (t->counting) {
+        _Atomic uint64_t *h = t->hits + (size_t)layer * (size_t)t->n_expert;
+        atomic_fetch_add_explicit(&t->calls[layer], calls, RELAXED);
+        atomic_fetch_add_explicit(&t->tokens[layer], tokens, RELAXED);
+        for (int e = 0; e < t->n_expert; e++)
+            if (hits[e]) atomic_fetch_add_explicit(&h[e], hits[e], RELAXED);
+    }
+    if (t->names) log_counts(t, layer, hits);
 }
 
 void moe_tracer_add_time_ns(moe_tracer *t, int layer, uint64_t ns) {

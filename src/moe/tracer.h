@@ -105,6 +105,12 @@ hm_status moe_tracer_set_model_info(moe_tracer *t, const char *arch, const char 
  * crash, never a write out of bounds). */
 void moe_tracer_record(moe_tracer *t, int layer, const int32_t *ids, int64_t n_tok, int n_used);
 
+/* Adds counts accumulated elsewhere (a GPU engine's device counters): calls and tokens of the
+ * layer and hits [n_expert] of each expert, as if the record calls behind them had been made;
+ * with name logging, one line per used expert (the tokens of the whole span, not of one call).
+ * A layer out of range counts every hit as rejected. Thread-safe; t == NULL does nothing. */
+void moe_tracer_add_counts(moe_tracer *t, int layer, uint64_t calls, uint64_t tokens,
+                           const uint64_t *hits);
 /* Adds the wall time of one MoE block call of `layer`, in nanoseconds (optional; goes to the
  * learn file's moe_time_us). Thread-safe; t == NULL does nothing. */
 void moe_tracer_add_time_ns(moe_tracer *t, int layer, uint64_t ns);
@@ -131,7 +137,9 @@ uint64_t moe_tracer_prompts(const moe_tracer *t);
  * descending, ties by lower id; with per_layer also each layer's experts sorted the same way). */
 void moe_tracer_print_summary(const moe_tracer *t, FILE *f);
 
-/* Writes the statistics as one JSON object in the learn-file schema (docs/LEARN.md) into j. */
+/* Writes the statistics as one JSON object in the learn-file schema (docs/LEARN.md) into j,
+ * with seed 000's keys beside it: expert_activations ({"<id>": hits} of experts with hits) and,
+ * when per_layer is on, per_layer ({"<layer>": {"<id>": hits}} of layers with calls). */
 void moe_tracer_write_json(const moe_tracer *t, hm_json *j);
 
 /* CSV: header "layer,expert,hits,calls,tokens", then one row for every (layer, expert) pair of

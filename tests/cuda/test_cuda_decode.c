@@ -1,4 +1,4 @@
-/* test_cuda_decode.c - the generation API (model/generate.h) and its GPU-autonomous loop
+/* test_cuda_decode.c - the generation API (runtime/generate.h) and its GPU-autonomous loop
  * (cuda/cuda_decode.h), on tiny forged models of every architecture (f32 mix: the GPU's decode
  * logits are then within 2e-3 of the logits' std of the CPU's, test_cuda_engine; quantised
  * mixes re-quantise activations, which amplifies attention's last-bit differences).
@@ -37,8 +37,8 @@
 #include "cuda/cuda_device.h"
 #include "harness.h"
 #include "cuda_test_util.h"
-#include "model/generate.h"
-#include "model/model.h"
+#include "runtime/generate.h"
+#include "runtime/context.h"
 #include "sample/sample.h"
 
 #define N_PROMPT 21 /* > 2 x tiny-gpt-oss's window of 8 */
@@ -448,5 +448,5 @@ static void test_gpu(void) {
     hm_model_free(m);
 }
 
-HM_TEST_MAIN(test_cpu_equals_old_loop, test_cpu_second_prompt, test_cpu_limits, test_bad_params,
+TU_TEST_MAIN(test_cpu_equals_old_loop, test_cpu_second_prompt, test_cpu_limits, test_bad_params,
              test_gpu)

@@ -26,7 +26,7 @@
 #include "cuda/cuda_engine.h"
 #include "harness.h"
 #include "cuda_test_util.h"
-#include "model/model.h"
+#include "runtime/context.h"
 #include "quant/qtypes.h"
 
 #define N_PROMPT 21  /* > 2 x tiny-gpt-oss's window of 8 */
@@ -227,11 +227,12 @@ static void test_fallback_and_admission(void) {
         HM_CHECK_MSG(log && strstr(log, "partial GPU placement is not implemented"), "log '%s'",
                      log ? log : "");
         HM_CHECK(c && hm_context_gpu(c) != NULL);
-        /* GPU-only features refused on the GPU path */
+        /* an observer that needs every routing result on the host: refused on the GPU path */
         if (c) {
-            hm_context_set_route_hook(c, noop_hook, NULL);
+            const moe_observer obs = {.route = noop_hook};
+            HM_CHECK(hm_context_set_observer(c, &obs, &err) == HM_OK);
             HM_CHECK(hm_decode(c, ids, 1, 0, got, HM_LOGITS_LAST, &err) == HM_ERR_UNSUPPORTED);
-            hm_context_set_route_hook(c, NULL, NULL);
+            HM_CHECK(hm_context_set_observer(c, NULL, &err) == HM_OK);
             HM_CHECK_MSG(hm_decode(c, ids, N_PROMPT, 0, got, HM_LOGITS_LAST, &err) == HM_OK,
                          "%s", err.msg);
         }
@@ -360,4 +361,4 @@ static void test_gpu_matches_cpu(void) {
         }
 }
 
-HM_TEST_MAIN(test_fallback_and_admission, test_gpu_matches_cpu)
+TU_TEST_MAIN(test_fallback_and_admission, test_gpu_matches_cpu)

@@ -37,7 +37,7 @@
 
 #include "harness.h"
 #include "../forge/forge_test_util.h"
-#include "model/model.h"
+#include "runtime/context.h"
 
 #define GOLDEN_DIR "tests/model/golden"
 /* Under the sanitizers (Debug, -O0, ~15x slower) a lighter pass keeps the program near 20 s:

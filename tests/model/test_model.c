@@ -13,7 +13,7 @@
 
 #include "harness.h"
 #include "../forge/forge_test_util.h"
-#include "model/model.h"
+#include "runtime/context.h"
 #include "quant/qtypes.h"
 
 #define N_PROMPT 21 /* > 2 x tiny-gpt-oss's window of 8 */
@@ -311,33 +311,27 @@ static void test_load_errors(void) {
     free(img);
 }
 
-/* ---- expert FFN interface and routing hook ---- */
+/* ---- expert executor lanes and the routing observer ---- */
 
 typedef struct {
-    hm_context *c;
-    int exec_calls, hook_calls;
-    int64_t hook_tokens;
+    moe_exec *other;  /* a second executor: the "other lane" computes with it */
+    int lane_calls, hook_calls;
+    int64_t hook_tokens, lane_slots;
     bool ids_ok;
 } split_state;
 
-/* Runs the even slots and the odd slots in two separate calls of the CPU executor, as a tiered
- * executor would run hot and cold experts in two places. */
-static hm_status split_exec(void *impl, const hm_model *m, const hm_moe_job *job, hm_error *err) {
+/* Lane 1: the slots the executor hands it, computed by a separate executor (as a tiered engine
+ * computes its hot experts elsewhere); every slot it gets must be an odd expert. */
+static hm_status other_lane(void *impl, const hm_model *m, const moe_job *job, hm_error *err) {
     split_state *s = impl;
-    s->exec_calls++;
-    size_t n = (size_t)job->n_tok * (size_t)job->n_used;
-    int32_t *ids = malloc(n * sizeof(int32_t));
-    if (!ids) return hm_error_set(err, HM_ERR_NOMEM, "oom");
-    hm_status st = HM_OK;
-    for (int half = 0; half < 2 && st == HM_OK; half++) {
-        for (size_t i = 0; i < n; i++)
-            ids[i] = (int)(i % (size_t)job->n_used) % 2 == half ? job->ids[i] : -1;
-        hm_moe_job j = *job;
-        j.ids = ids;
-        st = hm_moe_exec_cpu(s->c, m, &j, err);
+    s->lane_calls++;
+    for (int64_t i = 0; i < job->n_tok * job->n_used; i++) {
+        if (job->ids[i] >= 0 && job->ids[i] % 2 == 0) s->ids_ok = false;
+        s->lane_slots += job->ids[i] >= 0;
     }
-    free(ids);
-    return st;
+    bool summed;
+    (void)m;
+    return moe_exec_run(s->other, job, NULL, &summed, err);
 }
 
 static void route_hook(void *user, int layer, int64_t n_tok, int n_used, const int32_t *ids,
@@ -355,7 +349,8 @@ static void route_hook(void *user, int layer, int64_t n_tok, int n_used, const i
     (void)layer;
 }
 
-static void test_moe_exec_split_and_hook(void) {
+/* The odd experts of every layer on another lane: the same logits, for prompts and decode. */
+static void test_moe_exec_lanes_and_observer(void) {
     const char *presets[] = {"tiny-qwen2moe", "tiny-gpt-oss"}; /* shared expert; expert biases */
     int32_t ids[N_PROMPT];
     prompt_ids(ids, N_PROMPT, 13);
@@ -368,27 +363,43 @@ static void test_moe_exec_split_and_hook(void) {
         const int64_t V = hm_model_hparams(m)->n_vocab, L = hm_model_hparams(m)->n_layer;
         HM_CHECK(hm_model_hparams(m)->n_expert == 8);
         size_t sz = (size_t)N_PROMPT * (size_t)V;
-        float *a = malloc(sz * 4), *b = malloc(sz * 4);
+        float *a = malloc(sz * 4), *b = malloc(sz * 4), *c1 = malloc(sz * 4);
         hm_context *c = mkctx(m, 64, 8, 2, HM_TYPE_F16);
-        HM_REQUIRE(c && a && b);
+        HM_REQUIRE(c && a && b && c1);
         HM_CHECK(run_all(c, ids, N_PROMPT, false, a));
-        split_state s = {.c = c, .ids_ok = true};
-        hm_context_set_moe_exec(c, split_exec, &s);
-        hm_context_set_route_hook(c, route_hook, &s);
+        HM_CHECK(run_all(c, ids, N_PROMPT, true, c1)); /* one token at a time */
+        split_state s = {.ids_ok = true};
+        HM_REQUIRE(moe_exec_init(m, NULL, 8, &s.other, &err) == HM_OK);
+        moe_exec *x = hm_context_exec(c);
+        HM_REQUIRE(x && moe_exec_all_cpu(x));
+        HM_CHECK(moe_exec_set_lane(x, 0, 1, 1, &err) == HM_ERR_ARG); /* lane 1 not installed */
+        HM_REQUIRE(moe_exec_set_lane_fn(x, 1, other_lane, &s, &err) == HM_OK);
+        for (int il = 0; il < L; il++)
+            for (int e = 1; e < 8; e += 2) HM_REQUIRE(moe_exec_set_lane(x, il, e, 1, &err) == HM_OK);
+        HM_CHECK(!moe_exec_all_cpu(x) && moe_exec_lane(x, 0, 3) == 1 && moe_exec_lane(x, 0, 2) == 0);
+        const moe_observer obs = {.route = route_hook, .user = &s};
+        HM_REQUIRE(hm_context_set_observer(c, &obs, &err) == HM_OK);
         HM_CHECK(run_all(c, ids, N_PROMPT, false, b));
-        HM_CHECK_MSG(!memcmp(a, b, sz * 4), "%s: split executor changed the logits", presets[pi]);
-        HM_CHECK(s.exec_calls == 3 * L); /* 21 tokens in ubatches of 8: 3 per layer */
+        HM_CHECK_MSG(!memcmp(a, b, sz * 4), "%s: experts on another lane changed the logits",
+                     presets[pi]);
+        HM_CHECK(s.lane_calls > 0 && s.lane_calls <= 3 * L); /* 21 tokens in ubatches of 8 */
+        HM_CHECK(s.lane_slots > 0 && s.lane_slots < (int64_t)N_PROMPT * L * hm_model_hparams(m)->n_expert_used);
         HM_CHECK(s.hook_calls == 3 * L && s.hook_tokens == N_PROMPT * L);
         HM_CHECK(s.ids_ok);
-        hm_context_set_moe_exec(c, NULL, NULL); /* back to the default */
-        hm_context_set_route_hook(c, NULL, NULL);
+        HM_CHECK(run_all(c, ids, N_PROMPT, true, b)); /* decode: the one-token job steps aside */
+        HM_CHECK_MSG(!memcmp(c1, b, sz * 4), "%s: lanes changed the decode logits", presets[pi]);
+        HM_REQUIRE(moe_exec_set_lane_fn(x, 1, NULL, NULL, &err) == HM_OK); /* all back */
+        HM_CHECK(moe_exec_all_cpu(x) && moe_exec_lane(x, 0, 3) == 0);
+        HM_REQUIRE(hm_context_set_observer(c, NULL, &err) == HM_OK);
+        const int calls = s.lane_calls, hooks = s.hook_calls;
         HM_CHECK(run_all(c, ids, N_PROMPT, false, b));
-        HM_CHECK(!memcmp(a, b, sz * 4) && s.exec_calls == 3 * L);
+        HM_CHECK(!memcmp(a, b, sz * 4) && s.lane_calls == calls && s.hook_calls == hooks);
+        moe_exec_free(s.other);
         hm_context_free(c);
-        free(a), free(b);
+        free(a), free(b), free(c1);
         hm_model_free(m);
     }
 }
 
 HM_TEST_MAIN(test_presets_batch_threads_determinism, test_sliding_window_ring,
-             test_rewind_and_q8_cache, test_load_errors, test_moe_exec_split_and_hook)
+             test_rewind_and_q8_cache, test_load_errors, test_moe_exec_lanes_and_observer)

@@ -1,6 +1,7 @@
 /* test_tracer_model.c - the tracer attached to the real forward pass (tiny-olmoe and
  * tiny-gpt-oss, f32): logits bit-identical with and without it (seed 000), its counts equal to
- * those of an independent route hook (hm_context_set_route_hook) for a batch plus single-token
+ * those of an independent route hook (an observer of its own, hm_context_set_observer); counts handed over in bulk
+ * (moe_tracer_add_counts, as from a GPU engine) give the same tracer for a batch plus single-token
  * decodes, calls per layer = forward calls, and its cost printed: the record calls of a
  * 128-token prompt timed alone against that prompt's forward pass (informative, not asserted:
  * timings on a shared 2-core machine). */
@@ -13,7 +14,7 @@
 
 #include "harness.h"
 #include "../forge/forge_test_util.h"
-#include "model/model.h"
+#include "runtime/context.h"
 #include "moe/tracer.h"
 
 typedef struct {
@@ -68,7 +69,7 @@ static void check_preset(const char *preset) {
         HM_REQUIRE(hm_decode(c, &prompt[n_prompt + s], 1, n_prompt + s,
                              a + (size_t)V * (n_prompt + s), HM_LOGITS_LAST, &err) == HM_OK);
 
-    /* with the tracer and an independent hook */
+    /* an independent observer hook, then the tracer: the same logits, the same counts */
     moe_tracer_config tc;
     moe_tracer_config_init(&tc);
     tc.stats = true;
@@ -76,14 +77,25 @@ static void check_preset(const char *preset) {
     HM_REQUIRE(moe_tracer_init(&t, &tc, L, E, (int)hp->n_expert_used, &err) == HM_OK);
     hook_counts *h = calloc(1, sizeof(*h));
     HM_REQUIRE(h);
-    hm_context_set_tracer(c, t);
-    hm_context_set_route_hook(c, count_hook, h);
-    hm_context_reset(c);
-    HM_REQUIRE(hm_decode(c, prompt, n_prompt, 0, b, HM_LOGITS_ALL, &err) == HM_OK);
-    for (int s = 0; s < n_dec; s++)
-        HM_REQUIRE(hm_decode(c, &prompt[n_prompt + s], 1, n_prompt + s,
-                             b + (size_t)V * (n_prompt + s), HM_LOGITS_LAST, &err) == HM_OK);
-    hm_context_set_route_hook(c, NULL, NULL);
+    const moe_observer hook = {.route = count_hook, .user = h};
+    for (int run = 0; run < 2; run++) {
+        if (run == 0) HM_REQUIRE(hm_context_set_observer(c, &hook, &err) == HM_OK);
+        else HM_REQUIRE(hm_context_set_tracer(c, t, &err) == HM_OK);
+        hm_context_reset(c);
+        HM_REQUIRE(hm_decode(c, prompt, n_prompt, 0, b, HM_LOGITS_ALL, &err) == HM_OK);
+        for (int s = 0; s < n_dec; s++)
+            HM_REQUIRE(hm_decode(c, &prompt[n_prompt + s], 1, n_prompt + s,
+                                 b + (size_t)V * (n_prompt + s), HM_LOGITS_LAST, &err) == HM_OK);
+        HM_CHECK_MSG(!memcmp(a, b, sizeof(float) * (size_t)V * (n_prompt + n_dec)),
+                     "%s: logits differ with the %s attached", preset, run ? "tracer" : "hook");
+    }
+    HM_REQUIRE(hm_context_set_tracer(c, NULL, &err) == HM_OK);
+    /* counts handed over in bulk (as a GPU engine's device counters are) give the same tracer */
+    moe_tracer *t2 = NULL;
+    HM_REQUIRE(moe_tracer_init(&t2, &tc, L, E, (int)hp->n_expert_used, &err) == HM_OK);
+    for (int l = 0; l < L; l++)
+        moe_tracer_add_counts(t2, l, h->calls[l], h->calls[l] ? (uint64_t)(n_prompt + n_dec) : 0,
+                              h->hits[l]);
     HM_CHECK_MSG(!memcmp(a, b, sizeof(float) * (size_t)V * (n_prompt + n_dec)),
                  "%s: logits differ with the tracer attached", preset);
     int bad = 0;
@@ -91,8 +103,10 @@ static void check_preset(const char *preset) {
     for (int l = 0; l < L; l++) {
         bad += moe_tracer_calls(t, l) != h->calls[l] || h->calls[l] != (uint64_t)(1 + n_dec);
         bad += moe_tracer_tokens(t, l) != (uint64_t)(n_prompt + n_dec);
+        bad += moe_tracer_calls(t2, l) != h->calls[l] || moe_tracer_tokens(t2, l) != moe_tracer_tokens(t, l);
         for (int e = 0; e < E; e++) {
             bad += moe_tracer_hits(t, l, e) != h->hits[l][e];
+            bad += moe_tracer_hits(t2, l, e) != h->hits[l][e];
             total += moe_tracer_hits(t, l, e);
         }
     }
@@ -104,7 +118,6 @@ static void check_preset(const char *preset) {
      * timed on their own, against the forward pass without the tracer; best of 3 / 5 */
     float *lg = malloc(sizeof(float) * (size_t)V);
     HM_REQUIRE(lg);
-    hm_context_set_tracer(c, NULL);
     double fwd = 1e9, rec = 1e9;
     for (int rep = 0; rep < 3; rep++) {
         hm_context_reset(c);
@@ -127,8 +140,8 @@ static void check_preset(const char *preset) {
     printf("  %-14s 128-token prompt: forward %.2f ms, tracer records %.2f us (%.3f%%)\n", preset,
            fwd * 1e3, rec * 1e6, 100.0 * rec / fwd);
     free(ids);
-    hm_context_set_tracer(c, NULL);
     free(lg);
+    moe_tracer_free(t2);
     free(h);
     moe_tracer_free(t);
     free(a);

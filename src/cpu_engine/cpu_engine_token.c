@@ -10,28 +10,27 @@
  * routing and the expert job's plan (whose item count is known in advance: one token's K experts
  * are distinct); after the FFN, the next layer's attention bookkeeping (or the output norm).
  * The norms of the residual row are no serial steps: each thread norms it itself at its first
- * q/k/v item and at its router item (model_front_thr), and the router items quantise the FFN's
+ * q/k/v item and at its router item (ce_front_thr), and the router items quantise the FFN's
  * input. Meanwhile the other threads hold their first item of the next stage and prefetch its
  * rows (the pool's gate prefetch), so the memory stream keeps going across what used to be job
  * boundaries. The expert FFN's items are known only once the router's `then` has planned the
  * expert job: that step publishes the plan (`planned`) first, and a thread waiting at the FFN's
  * gate prefetches its item from then on. The steps and kernels are model_forward.c's and
- * model_front.c's, so the bytes are.
+ * ce_front.c's, so the bytes are.
  * A failed `then` step records its error in its layer; the next layer's steps see it and skip.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/spin.h"
-#include "moe/tracer.h"
-#include "model/model_steps.h"
+#include "cpu_engine/cpu_engine_steps.h"
 
 typedef struct token_job token_job;
 
 typedef struct {
-    model_front f;
+    ce_front f;
     cpu_moe_args gate, up, down;
-    model_moe_post_ctx pc;
+    moe_post_ctx pc;
     cpu_moe_sum sum;
     cpu_moe_ffn_job *ffn; /* cpu_moe_ffn_job_size() bytes */
     int64_t ffn_items;    /* the FFN stage's items, fixed before the routing */
@@ -42,21 +41,21 @@ typedef struct {
 } token_layer;
 
 struct token_job {
-    hm_context *c;
+    cpu_engine *c;
     int n_layer;
     token_layer *L;  /* [n_layer] */
     uint8_t *ffn_mem; /* [n_layer] expert jobs */
     size_t ffn_size;
-    tp_stage *stages; /* [n_layer * (MODEL_FRONT_STAGES + 1) + 1] */
+    tp_stage *stages; /* [n_layer * (CE_FRONT_STAGES + 1) + 1] */
     int *attn_at;     /* [n_layer] index of each layer's attention stage in stages */
     int n_planned;    /* stages of the layers once planned (0: not yet) */
     cpu_matmul_job out;
     float *logits; /* or NULL */
     unsigned serial; /* this decode step's number (the layers' `planned`) */
-    model_thr thr;   /* per-thread norms */
+    ce_thr thr;   /* per-thread norms */
 };
 
-void model_token_free(hm_context *c) {
+void ce_token_free(cpu_engine *c) {
     token_job *t = c->tok;
     if (!t) return;
     free(t->L);
@@ -69,9 +68,9 @@ void model_token_free(hm_context *c) {
     c->tok = NULL;
 }
 
-static token_job *token_alloc(hm_context *c) {
+static token_job *token_alloc(cpu_engine *c) {
     if (c->tok) return c->tok;
-    const int nl = (int)c->m->hp.n_layer;
+    const int nl = (int)c->hp->n_layer;
     token_job *t = calloc(1, sizeof(*t));
     if (!t) return NULL;
     t->c = c;
@@ -79,14 +78,14 @@ static token_job *token_alloc(hm_context *c) {
     t->ffn_size = (cpu_moe_ffn_job_size() + 63) / 64 * 64;
     t->L = calloc((size_t)nl, sizeof(token_layer));
     t->ffn_mem = aligned_alloc(64, t->ffn_size * (size_t)nl);
-    t->stages = calloc((size_t)nl * (MODEL_FRONT_STAGES + 1) + 1, sizeof(tp_stage));
+    t->stages = calloc((size_t)nl * (CE_FRONT_STAGES + 1) + 1, sizeof(tp_stage));
     t->attn_at = calloc((size_t)nl, sizeof(int));
-    t->thr.stride = model_thr_stride(c);
+    t->thr.stride = ce_thr_stride(c);
     t->thr.buf = aligned_alloc(64, t->thr.stride * (size_t)tp_size(c->pool));
     t->thr.xq = aligned_alloc(64, t->thr.stride); /* any activation row of n_embd fits */
     c->tok = t;
     if (!t->L || !t->ffn_mem || !t->stages || !t->attn_at || !t->thr.buf || !t->thr.xq) {
-        model_token_free(c);
+        ce_token_free(c);
         return NULL;
     }
     memset(t->ffn_mem, 0, t->ffn_size * (size_t)nl);
@@ -102,18 +101,18 @@ static token_job *token_alloc(hm_context *c) {
 /* After the router stage: the token's routing, then the expert job's plan and inputs. */
 static void token_route(void *ctx) {
     token_layer *tl = ctx;
-    model_front *f = &tl->f;
+    ce_front *f = &tl->f;
     if (f->st != HM_OK) return;
-    hm_context *c = f->c;
-    const hm_hparams *hp = &c->m->hp;
-    const hm_arch_desc *d = c->m->desc;
+    cpu_engine *c = f->c;
+    const hm_hparams *hp = c->hp;
+    const hm_arch_desc *d = c->desc;
     const int K = (int)hp->n_expert_used;
     const cpu_gate_mode gm = d->gating == HM_GATING_TOPK_SOFTMAX ? CPU_GATE_TOPK_SOFTMAX
                                                                  : CPU_GATE_SOFTMAX_TOPK;
     f->st = cpu_router(NULL, c->router, f->L->router_b.data, 1, (int)hp->n_expert, K, gm,
                        d->gating == HM_GATING_SOFTMAX_TOPK_NORM, c->ids, c->gw, &f->err);
     if (f->st != HM_OK) return;
-    f->st = cpu_moe_ffn_job_init(tl->ffn, c->kern, &tl->gate, &tl->up, model_moe_post, &tl->pc,
+    f->st = cpu_moe_ffn_job_init(tl->ffn, c->kern, &tl->gate, &tl->up, moe_exec_post, &tl->pc,
                                  &tl->down, &tl->sum, c->mm_scratch, c->mm_scratch_size,
                                  tp_size(c->pool), &f->err);
     if (f->st == HM_OK && cpu_moe_ffn_job_n_items(tl->ffn) != tl->ffn_items)
@@ -122,7 +121,7 @@ static void token_route(void *ctx) {
                              (long long)cpu_moe_ffn_job_n_items(tl->ffn), (long long)tl->ffn_items);
     if (f->st != HM_OK) return;
     atomic_store_explicit(&tl->planned, tl->t->serial, memory_order_release);
-    if (c->tracer) moe_tracer_record(c->tracer, tl->il, c->ids, 1, K);
+    if (c->obs.route) c->obs.route(c->obs.user, tl->il, 1, K, c->ids, c->gw);
     cpu_moe_ffn_job_inputs(tl->ffn, NULL);
 }
 
@@ -154,47 +153,46 @@ static void token_after_ffn(void *ctx) {
             nx->f.st = tl->f.st;
             nx->f.err = tl->f.err;
         } else {
-            model_front_pre(&nx->f);
+            ce_front_pre(&nx->f);
         }
         return;
     }
     if (tl->f.st != HM_OK || !t->logits) return;
-    hm_context *c = t->c;
+    cpu_engine *c = t->c;
     const hm_model *m = c->m;
-    cpu_rmsnorm(NULL, c->x, m->output_norm.data, c->xn, 1, m->hp.n_embd, m->hp.rms_eps);
+    cpu_rmsnorm(NULL, c->x, hm_model_output_norm(m)->data, c->xn, 1, c->hp->n_embd, c->hp->rms_eps);
     cpu_matmul_job_quantize(&t->out, c->xn);
 }
 
 /* Whether this context's decode steps can be one job at all (model and executor). */
-static bool token_possible(const hm_context *c) {
-    const hm_model *m = c->m;
-    return c->pool && tp_size(c->pool) > 1 && c->moe_exec == hm_moe_exec_cpu &&
-           !c->route_hook && !m->desc->shared_expert && m->hp.n_expert_used > 0 &&
-           m->hp.n_layer * (MODEL_FRONT_STAGES + 1) + 1 <= TP_MAX_STAGES;
+static bool token_possible(const cpu_engine *c) {
+    return c->pool && tp_size(c->pool) > 1 && moe_exec_all_cpu(c->exec) &&
+           !c->desc->shared_expert && c->hp->n_expert_used > 0 &&
+           c->hp->n_layer * (CE_FRONT_STAGES + 1) + 1 <= TP_MAX_STAGES;
 }
 
 /* Plans every layer's stages into t (once per context: the products, the expert job's size and
  * the `then` steps do not change from token to token); false when a layer cannot take part. */
 static bool token_plan(token_job *t, hm_status *st, hm_error *err) {
-    hm_context *c = t->c;
+    cpu_engine *c = t->c;
     const hm_model *m = c->m;
-    const int K = (int)m->hp.n_expert_used, nth = tp_size(c->pool);
+    const int K = (int)c->hp->n_expert_used, nth = tp_size(c->pool);
     int ns = 0;
     for (int il = 0; il < t->n_layer; il++) {
         token_layer *tl = &t->L[il];
-        const int nf = model_front_plan(c, il, 1, &tl->f, t->stages + ns, st, err);
+        const int nf = ce_front_plan(c, il, 1, &tl->f, t->stages + ns, st, err);
         if (*st != HM_OK || nf == 0) return false;
         t->attn_at[il] = ns + tl->f.attn_at;
         t->stages[ns + nf - 1].then = token_route; /* the router's stage */
         t->stages[ns + nf - 1].then_ctx = tl;
-        if (!model_moe_args(c, il, c->ids, 1, K, c->xn, c->ey, &tl->gate, &tl->up, &tl->down,
+        if (!moe_exec_cpu_args(c->exec, il, c->ids, 1, K, c->xn, c->ey, &tl->gate, &tl->up, &tl->down,
                             &tl->pc) ||
             cpu_moe_ffn_scratch_size(&tl->gate, &tl->down) > c->mm_scratch_size)
             return false;
-        if (model_front_thr(&tl->f, &t->thr, t->stages + ns, nf, tl->gate.wtype))
+        if (ce_front_thr(&tl->f, &t->thr, t->stages + ns, nf, tl->gate.wtype))
             tl->gate.xq = tl->up.xq = t->thr.xq; /* quantised by the router items */
         ns += nf;
-        tl->sum = (cpu_moe_sum){.w = c->gw, .bias = m->layers[il].down_exps_b.data,
+        tl->sum = (cpu_moe_sum){.w = c->gw, .bias = hm_model_layer(m, il)->down_exps_b.data,
                                 .out = c->proj, .residual = c->x};
         tl->ffn_items = cpu_moe_ffn_job_items(&tl->gate, &tl->up, &tl->down, K, nth);
         tl->ffn_fn = cpu_moe_ffn_job_stage(tl->ffn).fn;
@@ -206,7 +204,7 @@ static bool token_plan(token_job *t, hm_status *st, hm_error *err) {
     return true;
 }
 
-hm_status model_token_forward(hm_context *c, float *logits, bool *done, hm_error *err) {
+hm_status ce_token_forward(cpu_engine *c, float *logits, bool *done, hm_error *err) {
     *done = false;
     if (!token_possible(c)) return HM_OK;
     token_job *t = token_alloc(c);
@@ -216,7 +214,7 @@ hm_status model_token_forward(hm_context *c, float *logits, bool *done, hm_error
         if (!token_plan(t, &st, err)) return st;
     } else { /* this token's attention plans and cleared flags */
         for (int il = 0; il < t->n_layer; il++)
-            if (!model_front_replan(&t->L[il].f, il, &t->stages[t->attn_at[il]], &st, err) ||
+            if (!ce_front_replan(&t->L[il].f, il, &t->stages[t->attn_at[il]], &st, err) ||
                 st != HM_OK)
                 return st;
     }
@@ -224,7 +222,7 @@ hm_status model_token_forward(hm_context *c, float *logits, bool *done, hm_error
     t->logits = logits;
     t->serial++;
     if (logits) {
-        const hm_tensor *o = &c->m->output;
+        const hm_tensor *o = hm_model_output(c->m);
         const cpu_matmul_mat mat = {.wtype = o->type, .w = o->data, .n_rows = o->ne[1],
                                     .y = logits, .x8 = o->x8};
         if (cpu_matmul_scratch_size(o->type, o->ne[0], 1) > c->mm_scratch_size ||
@@ -234,9 +232,9 @@ hm_status model_token_forward(hm_context *c, float *logits, bool *done, hm_error
         t->stages[ns++] = cpu_matmul_job_stage(&t->out);
     }
     *done = true;
-    model_front_pre(&t->L[0].f);
+    ce_front_pre(&t->L[0].f);
     tp_run_stages(c->pool, t->stages, ns);
-    const model_front *last = &t->L[t->n_layer - 1].f;
+    const ce_front *last = &t->L[t->n_layer - 1].f;
     if (last->st != HM_OK && err) *err = last->err;
     return last->st;
 }

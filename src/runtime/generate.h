@@ -29,14 +29,14 @@
  *   hm_gen_end(g, &err);            (cache: prompt + tokens taken; hm_gen_next continues)
  *   hm_gen_free(g);
  */
-#ifndef HM_MODEL_GENERATE_H
-#define HM_MODEL_GENERATE_H
+#ifndef HM_RUNTIME_GENERATE_H
+#define HM_RUNTIME_GENERATE_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "base/status.h"
-#include "model/model.h"
+#include "runtime/context.h"
 #include "sample/sample.h"
 
 typedef struct hm_gen hm_gen;

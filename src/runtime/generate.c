@@ -13,7 +13,7 @@
  *    hm_gen_end can put the device sampler back where the caller stopped.
  * The generator checks that nobody else moved the cache between its calls (expect_past).
  */
-#include "model/generate.h"
+#include "runtime/generate.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -21,8 +21,8 @@
 #include <time.h>
 
 #include "cuda/cuda_decode.h"
-#include "cuda/cuda_engine_internal.h"
-#include "model/model_internal.h"
+#include "cuda/cuda_engine.h"
+#include "runtime/runtime_internal.h"
 
 #define GEN_MAX_LOOKAHEAD CUDA_DECODE_MAX_DEPTH
 
@@ -79,7 +79,7 @@ static double now_s(void) {
 }
 
 static uint64_t host_syncs(const hm_gen *g) {
-    return g->eng ? g->eng->n_host_syncs : 0;
+    return g->eng ? cuda_engine_host_syncs(g->eng) : 0;
 }
 
 static uint64_t dec_queries(const hm_gen *g) {
@@ -108,7 +108,7 @@ void hm_gen_free(hm_gen *g) {
     if (!g) return;
     if (g->gpu && g->active) { /* steps may still write the cache: wait, keep what was taken */
         cuda_decode_finish(g->dec, NULL);
-        g->ctx->n_past = g->pos0 + g->taken;
+        runtime_context_set_past(g->ctx, g->pos0 + g->taken);
     }
     cuda_decode_free(g->dec);
     sample_free(g->smp);
@@ -195,7 +195,9 @@ static hm_status end_cpu(hm_gen *g, hm_error *err) {
 static hm_status end_gpu(hm_gen *g, hm_error *err) {
     hm_status st = cuda_decode_finish(g->dec, err);
     if (st != HM_OK) return st;
-    g->ctx->n_past = g->pos0 + g->taken;
+    runtime_context_set_past(g->ctx, g->pos0 + g->taken);
+    st = hm_context_flush_routes(g->ctx, err); /* the generation's routing, counted on the GPU */
+    if (st != HM_OK) return st;
     if (g->launched > g->taken) { /* the device ran ahead: put it back where the caller stopped */
         int32_t *h = NULL;
         if (g->hist_len > 0 && !(h = malloc(sizeof(int32_t) * (size_t)g->hist_len)))
@@ -203,7 +205,7 @@ static hm_status end_gpu(hm_gen *g, hm_error *err) {
         if (h) hist_linear(g, h);
         st = cuda_decode_sampler_set(g->dec, h, g->hist_len, g->draws, err);
         free(h);
-        if (st == HM_OK) st = cuda_decode_redo(g->dec, g->last_tok, g->ctx->n_past - 1, err);
+        if (st == HM_OK) st = cuda_decode_redo(g->dec, g->last_tok, hm_context_n_past(g->ctx) - 1, err);
         if (st != HM_OK) return st;
     }
     return HM_OK;
@@ -228,7 +230,7 @@ hm_status hm_gen_prompt(hm_gen *g, const int32_t *tokens, int n, hm_error *err) 
     hm_status st = hm_gen_end(g, err);
     if (st != HM_OK) return st;
     g->have_logits = false;
-    const int n_batch = g->ctx->p.n_batch;
+    const int n_batch = hm_context_n_batch(g->ctx);
     for (int done = 0; done < n;) {
         int k = n - done < n_batch ? n - done : n_batch;
         bool last = done + k == n;

@@ -1,4 +1,4 @@
-/* model_front.c - the front of a decode layer as one staged job (model_steps.h): q/k/v with the
+/* ce_front.c - the front of a decode layer as one staged job (cpu_engine_steps.h): q/k/v with the
  * heads and attention, wo, the router product, and the small steps between them.
  *
  * DESIGN: the small steps run where their data is: each q/k head is an item (bias, norm, rope; a
@@ -7,7 +7,7 @@
  * done), each attention item quantises the output heads it wrote for wo, each wo item adds the
  * bias and the residual on its rows; what needs a whole row (the FFN norm, a whole-projection
  * q/k norm) runs on the thread that finishes the stage before, or, the norms of a one-token
- * step, on every thread that needs the row (model_front_thr). A thread waiting for the next
+ * step, on every thread that needs the row (ce_front_thr). A thread waiting for the next
  * stage prefetches the weight (or KV) rows of the item it holds. The steps and kernels are
  * model_forward.c's, so the bytes are.
  */
@@ -17,12 +17,11 @@
 
 #include "base/spin.h"
 #include "cpu/matmul.h"
-#include "model/model_internal.h"
-#include "model/model_steps.h"
+#include "cpu_engine/cpu_engine_steps.h"
 
 static void front_after_qkv(void *ctx) {
-    model_front *f = ctx;
-    f->st = model_qkv_finish(f->c, f->L, f->n, NULL, &f->err);
+    ce_front *f = ctx;
+    f->st = ce_qkv_finish(f->c, f->L, f->n, NULL, &f->err);
     if (f->st == HM_OK) f->st = cpu_attention_begin(NULL, &f->attn, &f->err);
 }
 
@@ -32,10 +31,10 @@ static void front_after_qkv(void *ctx) {
  * and stores both into the KV cache (cpu_kv_store_head: cpu_kv_store's bytes). */
 static void front_head_item(void *ctx, int64_t i, int ith) {
     (void)ith;
-    model_front *f = ctx;
-    const hm_context *c = f->c;
+    ce_front *f = ctx;
+    const cpu_engine *c = f->c;
     const hm_layer *L = f->L;
-    const hm_hparams *hp = &c->m->hp;
+    const hm_hparams *hp = c->hp;
     const int nh = (int)hp->n_head, nkv = (int)hp->n_head_kv, hd = (int)hp->head_dim_k;
     const int64_t t = i / (nh + nkv);
     const int h = (int)(i % (nh + nkv));
@@ -44,7 +43,7 @@ static void front_head_item(void *ctx, int64_t i, int ith) {
     float *row = (is_q ? c->q + t * nh * hd : c->k + t * nkv * hd) + (int64_t)hh * hd;
     const hm_tensor *b = is_q ? &L->bq : &L->bk, *w = is_q ? &L->q_norm : &L->k_norm;
     if (b->data) cpu_add_bias(NULL, row, (const float *)b->data + (int64_t)hh * hd, 1, hd);
-    if (c->m->desc->qk_norm == HM_QKNORM_HEAD) cpu_rmsnorm(NULL, row, w->data, row, 1, hd, hp->rms_eps);
+    if (c->desc->qk_norm == HM_QKNORM_HEAD) cpu_rmsnorm(NULL, row, w->data, row, 1, hd, hp->rms_eps);
     if (cpu_rope_with_table(NULL, row, 1, 1, hd, c->rope_cs + t * f->rp.n_dims, &f->rp, NULL) != HM_OK)
         atomic_store(&f->head_fail, 1);
     if (is_q) return;
@@ -59,8 +58,8 @@ static void front_head_item(void *ctx, int64_t i, int ith) {
  * that completes a head runs that head's step at once, on rows still in its cache. A q head
  * needs its head_dim rows of q, a k head its rows of k and of v (its item stores both). */
 static void front_qkv_rows(void *ctx, int mi, int64_t r0, int64_t r1) {
-    model_front *f = ctx;
-    const hm_hparams *hp = &f->c->m->hp;
+    ce_front *f = ctx;
+    const hm_hparams *hp = f->c->hp;
     const int64_t hd = hp->head_dim_k, nh = hp->n_head;
     for (int64_t h = r0 / hd; h * hd < r1; h++) {
         const int64_t lo = h * hd > r0 ? h * hd : r0, hi = (h + 1) * hd < r1 ? (h + 1) * hd : r1;
@@ -75,14 +74,14 @@ static void front_qkv_rows(void *ctx, int mi, int64_t r0, int64_t r1) {
 
 /* After the heads stage: the stored positions marked (a failed token's slot emptied, as
  * cpu_kv_store does), then attention's check that it reads only cached positions. */
-static void front_heads_failed(model_front *f) {
+static void front_heads_failed(ce_front *f) {
     const int fail = atomic_load(&f->kv_fail);
     cpu_kv_layer *kv = f->attn.kv;
     for (int t = 0; t < f->n; t++)
         if (fail >> t & 1) kv->slot_pos[f->c->pos[t] % kv->n_slots] = -1;
     if (atomic_load(&f->head_fail))
         f->st = hm_error_set(&f->err, HM_ERR_ARG, "rope: arguments refused for %s",
-                             f->c->m->desc->name);
+                             f->c->desc->name);
     else if (fail)
         f->st = hm_error_set(&f->err, HM_ERR_RANGE,
                              "KV store: K or V of position %d is not finite (q8_0 cache)",
@@ -90,7 +89,7 @@ static void front_heads_failed(model_front *f) {
 }
 
 static void front_after_heads(void *ctx) {
-    model_front *f = ctx;
+    ce_front *f = ctx;
     cpu_kv_mark(f->attn.kv, f->c->pos[0], f->n);
     front_heads_failed(f);
     if (f->st == HM_OK) f->st = cpu_attention_begin(NULL, &f->attn, &f->err);
@@ -100,14 +99,14 @@ static void front_after_heads(void *ctx) {
  * then the attention items; an attention item waits for its q heads and KV head (their rows'
  * items were all claimed before it: one counter, claimed in order, so they complete) and runs
  * while the last q/k/v items finish, instead of after a gate. Positions are marked and checked
- * before the stage (model_front_pre); a failed K/V store empties its slot after it, as above
+ * before the stage (ce_front_pre); a failed K/V store empties its slot after it, as above
  * (the layer's error then stops the step). */
-static void front_wait_head(model_front *f, int h) {
+static void front_wait_head(ce_front *f, int h) {
     hm_spin_until(&f->head_done[h], 1);
 }
 
 static void front_qkv_attn_item(void *ctx, int64_t it, int ith) {
-    model_front *f = ctx;
+    ce_front *f = ctx;
     if (it < f->qkv_stage.n_items) {
         f->qkv_stage.fn(f->qkv_stage.ctx, it, ith);
         return;
@@ -116,25 +115,25 @@ static void front_qkv_attn_item(void *ctx, int64_t it, int ith) {
     int64_t t;
     int g, h0, h1;
     cpu_attention_item_heads(&f->attn, it, &t, &g, &h0, &h1);
-    front_wait_head(f, (int)f->c->m->hp.n_head + g);
+    front_wait_head(f, (int)f->c->hp->n_head + g);
     for (int h = h0; h < h1; h++) front_wait_head(f, h);
     f->attn_stage.fn(f->attn_stage.ctx, it, ith);
 }
 
 static void front_qkv_attn_prefetch(void *ctx, int64_t it, const tp_gate *gate) {
-    model_front *f = ctx;
+    ce_front *f = ctx;
     if (it < f->qkv_stage.n_items) f->qkv_stage.prefetch(f->qkv_stage.ctx, it, gate);
     else if (f->attn_stage.prefetch)
         f->attn_stage.prefetch(f->attn_stage.ctx, it - f->qkv_stage.n_items, gate);
 }
 
 static void front_after_qkv_attn(void *ctx) {
-    model_front *f = ctx;
+    ce_front *f = ctx;
     front_heads_failed(f);
     if (f->st == HM_OK && !f->out_by_item) cpu_matmul_job_quantize(&f->wo, f->c->attn);
 }
 
-static tp_stage front_qkv_attn_stage(model_front *f) {
+static tp_stage front_qkv_attn_stage(ce_front *f) {
     return (tp_stage){.fn = front_qkv_attn_item, .ctx = f,
                       .n_items = f->qkv_stage.n_items + f->attn_stage.n_items,
                       .then = front_after_qkv_attn, .then_ctx = f,
@@ -142,14 +141,14 @@ static tp_stage front_qkv_attn_stage(model_front *f) {
 }
 
 static void front_after_attn(void *ctx) {
-    model_front *f = ctx;
+    ce_front *f = ctx;
     if (f->st == HM_OK) cpu_matmul_job_quantize(&f->wo, f->c->attn);
 }
 
 /* An attention item's output heads, quantised for wo by the core that wrote them. */
 static void front_attn_out(void *ctx, int64_t t, int h0, int h1) {
-    model_front *f = ctx;
-    const int64_t hd = f->c->m->hp.head_dim_v;
+    ce_front *f = ctx;
+    const int64_t hd = f->c->hp->head_dim_v;
     cpu_matmul_job_quantize_part(&f->wo, f->c->attn, t, h0 * hd, (h1 - h0) * hd);
 }
 
@@ -157,9 +156,9 @@ static void front_attn_out(void *ctx, int64_t t, int h0, int h1) {
  * them (elementwise, so the same bytes); the FFN norm stays for the stage's `then`. */
 static void front_wo_rows(void *ctx, int mi, int64_t r0, int64_t r1) {
     (void)mi;
-    model_front *f = ctx;
-    const hm_context *c = f->c;
-    const int64_t E = c->m->hp.n_embd;
+    ce_front *f = ctx;
+    const cpu_engine *c = f->c;
+    const int64_t E = c->hp->n_embd;
     for (int t = 0; t < f->n; t++) {
         float *p = c->proj + t * E + r0, *x = c->x + t * E + r0;
         if (f->L->bo.data) cpu_add_bias(NULL, p, (const float *)f->L->bo.data + r0, 1, r1 - r0);
@@ -169,9 +168,9 @@ static void front_wo_rows(void *ctx, int mi, int64_t r0, int64_t r1) {
 
 /* After the wo stage: the FFN norm of the whole residual row, the router's activations. */
 static void front_after_wo(void *ctx) {
-    model_front *f = ctx;
+    ce_front *f = ctx;
     if (f->st != HM_OK) return;
-    const hm_hparams *hp = &f->c->m->hp;
+    const hm_hparams *hp = f->c->hp;
     cpu_rmsnorm(NULL, f->c->x, f->L->ffn_norm.data, f->c->xn, f->n, hp->n_embd, hp->rms_eps);
     cpu_matmul_job_quantize(&f->router, f->c->xn);
 }
@@ -182,33 +181,33 @@ static tp_stage stage_then(tp_stage s, void (*then)(void *), void *ctx) {
     return s;
 }
 
-int model_front_plan(hm_context *c, int il, int n, model_front *fp, tp_stage *stages,
+int ce_front_plan(cpu_engine *c, int il, int n, ce_front *fp, tp_stage *stages,
                      hm_status *st, hm_error *err) {
-    *fp = (model_front){.c = c, .L = &c->m->layers[il], .n = n,
+    *fp = (ce_front){.c = c, .L = hm_model_layer(c->m, il), .n = n,
                         .rp = hm_model_rope_params(c->m), .st = HM_OK, .il = il, .epoch = 1};
-    model_front *f = fp;
+    ce_front *f = fp;
     atomic_init(&f->head_fail, 0);
     atomic_init(&f->kv_fail, 0);
     *st = HM_OK;
     const hm_layer *L = f->L;
     const int nth = tp_size(c->pool);
-    const hm_hparams *hp = &c->m->hp;
+    const hm_hparams *hp = c->hp;
     cpu_matmul_mat q[3];
-    f->aa = model_attn_args(c, il, n);
+    f->aa = ce_attn_args(c, il, n);
     /* with per-head (or no) q/k norms, the heads are items of a stage of their own, which also
      * store K and V (so attention stores nothing) */
-    const bool by_head = c->m->desc->qk_norm != HM_QKNORM_FULL &&
+    const bool by_head = c->desc->qk_norm != HM_QKNORM_FULL &&
                          hp->head_dim_k == hp->head_dim_v && c->kv[il].head_dim == hp->head_dim_k;
     if (by_head) f->aa.k_new = f->aa.v_new = NULL;
-    if (n > MODEL_FEW_TOK || !model_qkv_mats(c, L, q) || !model_mm_fits(c, &L->wq, n) ||
-        !model_mm_fits(c, &L->wo, n) || !model_mm_fits(c, &L->router, n) ||
+    if (n > MOE_FEW_TOK || !ce_qkv_mats(c, L, q) || !ce_mm_fits(c, &L->wq, n) ||
+        !ce_mm_fits(c, &L->wo, n) || !ce_mm_fits(c, &L->router, n) ||
         cpu_attention_scratch_size(&c->kv[il], &f->aa, nth) > c->attn_scratch_size)
         return 0;
     /* one token, heads in the q/k/v stage: k and v rows first, then q's, so that the KV heads
      * are done early and the attention items of the first groups of q heads run while the last
      * q rows stream, instead of every attention item waiting for the last v rows */
     f->q_mi = 0;
-    if (by_head && n == 1 && hp->n_head + hp->n_head_kv <= MODEL_MAX_HEADS) {
+    if (by_head && n == 1 && hp->n_head + hp->n_head_kv <= CE_MAX_HEADS) {
         const cpu_matmul_mat mq = q[0];
         q[0] = q[1];
         q[1] = q[2];
@@ -238,7 +237,7 @@ int model_front_plan(hm_context *c, int il, int n, model_front *fp, tp_stage *st
     const bool out_by_item = cpu_matmul_job_part_ok(&f->wo, 0, f->attn.rep_per_sub * hdv) &&
                              cpu_matmul_job_part_ok(&f->wo, 0, f->attn.n_rep * hdv);
     f->by_head = by_head;
-    f->heads_in_qkv = by_head && n == 1 && hp->n_head + hp->n_head_kv <= MODEL_MAX_HEADS;
+    f->heads_in_qkv = by_head && n == 1 && hp->n_head + hp->n_head_kv <= CE_MAX_HEADS;
     f->attn_in_qkv = f->heads_in_qkv && wo_at > 0;
     for (int64_t h = 0; f->heads_in_qkv && h < hp->n_head + hp->n_head_kv; h++) {
         atomic_init(&f->head_rows[h], 0);
@@ -276,25 +275,25 @@ int model_front_plan(hm_context *c, int il, int n, model_front *fp, tp_stage *st
     return ns;
 }
 
-int model_front_replan(model_front *f, int il, tp_stage *attn, hm_status *st, hm_error *err) {
-    hm_context *c = f->c;
+int ce_front_replan(ce_front *f, int il, tp_stage *attn, hm_status *st, hm_error *err) {
+    cpu_engine *c = f->c;
     const int nth = tp_size(c->pool);
     f->st = HM_OK;
     f->epoch++;
     atomic_store(&f->head_fail, 0);
     atomic_store(&f->kv_fail, 0);
-    for (int64_t h = 0; f->heads_in_qkv && h < c->m->hp.n_head + c->m->hp.n_head_kv; h++) {
+    for (int64_t h = 0; f->heads_in_qkv && h < c->hp->n_head + c->hp->n_head_kv; h++) {
         atomic_store_explicit(&f->head_rows[h], 0, memory_order_relaxed);
         atomic_store_explicit(&f->head_done[h], 0, memory_order_relaxed);
     }
-    f->aa = model_attn_args(c, il, f->n);
+    f->aa = ce_attn_args(c, il, f->n);
     if (f->by_head) f->aa.k_new = f->aa.v_new = NULL;
     *st = HM_OK;
     if (cpu_attention_scratch_size(&c->kv[il], &f->aa, nth) > c->attn_scratch_size) return 0;
     *st = cpu_attention_plan(&f->attn, &c->kv[il], &f->aa, nth, c->attn_scratch,
                              c->attn_scratch_size, err);
     if (*st != HM_OK) return 1;
-    const int64_t hdv = c->m->hp.head_dim_v;
+    const int64_t hdv = c->hp->head_dim_v;
     f->out_by_item = cpu_matmul_job_part_ok(&f->wo, 0, f->attn.rep_per_sub * hdv) &&
                      cpu_matmul_job_part_ok(&f->wo, 0, f->attn.n_rep * hdv);
     if (f->out_by_item) {
@@ -311,9 +310,9 @@ int model_front_replan(model_front *f, int il, tp_stage *attn, hm_status *st, hm
     return 1;
 }
 
-void model_front_pre(model_front *f) {
-    const hm_context *c = f->c;
-    const hm_hparams *hp = &c->m->hp;
+void ce_front_pre(ce_front *f) {
+    const cpu_engine *c = f->c;
+    const hm_hparams *hp = c->hp;
     if (!f->thr) { /* else each thread norms the row at its first q/k/v item */
         cpu_rmsnorm(NULL, c->x, f->L->attn_norm.data, c->xn, f->n, hp->n_embd, hp->rms_eps);
         cpu_matmul_job_quantize(&f->qkv, c->xn);
@@ -324,33 +323,33 @@ void model_front_pre(model_front *f) {
     }
 }
 
-/* ---- per-thread norms (model_front_thr) ---- */
+/* ---- per-thread norms (ce_front_thr) ---- */
 
 enum { THR_TAG = 64 };
 
 static size_t thr_align(size_t v) { return (v + 63) / 64 * 64; }
 
-size_t model_thr_stride(const hm_context *c) {
-    const size_t row = thr_align((size_t)c->m->hp.n_embd * sizeof(float)); /* any act row fits */
+size_t ce_thr_stride(const cpu_engine *c) {
+    const size_t row = thr_align((size_t)c->hp->n_embd * sizeof(float)); /* any act row fits */
     return THR_TAG + 3 * row;
 }
 
 /* Thread ith's normed row (f32, after the slot's tag). */
-static float *thr_row(const model_front *f, int ith) {
+static float *thr_row(const ce_front *f, int ith) {
     return (float *)(void *)(f->thr->buf + (size_t)ith * f->thr->stride + THR_TAG);
 }
 
 /* Thread ith's slot: its row normed with norm (kind 0: attention, 1: FFN) for this plan of the
  * layer, made now if the slot holds another; *made says whether it was. */
-static uint8_t *thr_slot(model_front *f, int ith, int kind, const hm_tensor *norm, bool *made) {
-    const hm_context *c = f->c;
+static uint8_t *thr_slot(ce_front *f, int ith, int kind, const hm_tensor *norm, bool *made) {
+    const cpu_engine *c = f->c;
     uint8_t *s = f->thr->buf + (size_t)ith * f->thr->stride;
-    const uint64_t tag = ((f->epoch * (uint64_t)c->m->hp.n_layer + (uint64_t)f->il) << 1 |
+    const uint64_t tag = ((f->epoch * (uint64_t)c->hp->n_layer + (uint64_t)f->il) << 1 |
                           (uint64_t)kind) + 1;
     *made = false;
     if (*(uint64_t *)(void *)s != tag) {
-        cpu_rmsnorm(NULL, c->x, norm->data, thr_row(f, ith), 1, c->m->hp.n_embd,
-                    c->m->hp.rms_eps);
+        cpu_rmsnorm(NULL, c->x, norm->data, thr_row(f, ith), 1, c->hp->n_embd,
+                    c->hp->rms_eps);
         *(uint64_t *)(void *)s = tag;
         *made = true;
     }
@@ -358,22 +357,22 @@ static uint8_t *thr_slot(model_front *f, int ith, int kind, const hm_tensor *nor
 }
 
 static const uint8_t *front_qkv_act(void *ctx, int ith) {
-    model_front *f = ctx;
+    ce_front *f = ctx;
     bool made;
     uint8_t *s = thr_slot(f, ith, 0, &f->L->attn_norm, &made);
-    uint8_t *act = s + THR_TAG + thr_align((size_t)f->c->m->hp.n_embd * sizeof(float));
+    uint8_t *act = s + THR_TAG + thr_align((size_t)f->c->hp->n_embd * sizeof(float));
     const cpu_matmul_kern *mk = &f->qkv.m[0].mk;
     if (made) mk->act((const float *)(const void *)(s + THR_TAG), act, mk->k);
     return act;
 }
 
 static const uint8_t *front_router_act(void *ctx, int ith) {
-    model_front *f = ctx;
+    ce_front *f = ctx;
     bool made;
     uint8_t *s = thr_slot(f, ith, 1, &f->L->ffn_norm, &made);
     const cpu_matmul_kern *mk = &f->router.m[0].mk;
     if (mk->atype == QUANT_ACT_F32) return s + THR_TAG; /* the f32 activation is the row */
-    uint8_t *act = s + THR_TAG + 2 * thr_align((size_t)f->c->m->hp.n_embd * sizeof(float));
+    uint8_t *act = s + THR_TAG + 2 * thr_align((size_t)f->c->hp->n_embd * sizeof(float));
     if (made) mk->act((const float *)(const void *)(s + THR_TAG), act, mk->k);
     return act;
 }
@@ -381,24 +380,24 @@ static const uint8_t *front_router_act(void *ctx, int ith) {
 /* A router item: the FFN input's blocks it, it + N, ... quantised from this thread's normed
  * row, then its rows of the router product (which reads the thread's activation row). */
 static void front_router_item(void *ctx, int64_t it, int ith) {
-    model_front *f = ctx;
+    ce_front *f = ctx;
     front_router_act(f, ith);
     const float *xn = thr_row(f, ith);
-    const int64_t E = f->c->m->hp.n_embd, B = f->ffn_blk, N = f->router_stage.n_items;
+    const int64_t E = f->c->hp->n_embd, B = f->ffn_blk, N = f->router_stage.n_items;
     for (int64_t b = it; b * B < E; b += N)
         f->ffn_act(xn + b * B, f->thr->xq + quant_act_row_size(f->ffn_atype, b * B), B);
     f->router_stage.fn(f->router_stage.ctx, it, ith);
 }
 
 static void front_router_prefetch(void *ctx, int64_t it, const tp_gate *gate) {
-    model_front *f = ctx;
+    ce_front *f = ctx;
     if (f->router_stage.prefetch) f->router_stage.prefetch(f->router_stage.ctx, it, gate);
 }
 
-bool model_front_thr(model_front *f, const model_thr *thr, tp_stage *stages, int ns,
+bool ce_front_thr(ce_front *f, const ce_thr *thr, tp_stage *stages, int ns,
                      uint32_t ffn_wtype) {
-    const hm_context *c = f->c;
-    const int64_t E = c->m->hp.n_embd;
+    const cpu_engine *c = f->c;
+    const int64_t E = c->hp->n_embd;
     const quant_act at = quant_act_for(ffn_wtype);
     const quant_kernels *kern = c->kern ? c->kern : quant_kernels_best();
     int64_t B = 0;

@@ -1,0 +1,171 @@
+/* cpu_engine.c - the CPU engine's state: KV cache, scratch buffers, thread pool, the expert
+ * executor; cpu_engine_decode.
+ *
+ * DESIGN: everything a forward pass writes is allocated here once, sized for n_ubatch tokens,
+ * so a decode allocates nothing (the matmul/attention scratch sizes are computed for the
+ * largest call; a call that would need more falls back to the kernel's own allocation rather
+ * than failing). Full-attention layers keep n_ctx positions; sliding-window layers a ring of
+ * window + n_ubatch - 1 (cpu_kv_slots_needed). Buffer shapes: cpu_engine_internal.h.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/matmul.h"
+#include "cpu_engine/cpu_engine_steps.h"
+#include "quant/qtypes.h"
+
+static int64_t layer_slots(const hm_model *m, const cpu_engine_params *p, int il) {
+    const hm_hparams *hp = hm_model_hparams(m);
+    if (hm_model_layer(m, il)->swa) {
+        int64_t s = cpu_kv_slots_needed(hp->sliding_window, p->n_ubatch);
+        if (s > 0 && s < p->n_ctx) return s;
+    }
+    return p->n_ctx;
+}
+
+/* Floats of the scratch buffers (see cpu_engine_internal.h for each buffer's shape). */
+static uint64_t scratch_floats(const hm_model *m, const cpu_engine_params *p) {
+    const hm_hparams *hp = hm_model_hparams(m);
+    uint64_t nu = (uint64_t)p->n_ubatch, E = (uint64_t)hp->n_embd, K = (uint64_t)hp->n_expert_used;
+    uint64_t nq = (uint64_t)(hp->n_head * hp->head_dim_k);
+    uint64_t nk = (uint64_t)(hp->n_head_kv * hp->head_dim_k);
+    return nu * (3 * E + 2 * nq + 2 * nk + (uint64_t)hp->n_expert + K + 2 * K * hp->n_ff_exp +
+                 K * E + 2 * (uint64_t)hp->n_ff_shexp + 1);
+}
+
+uint64_t cpu_engine_bytes(const hm_model *m, const cpu_engine_params *p) {
+    const hm_hparams *hp = hm_model_hparams(m);
+    uint64_t kv = 0;
+    for (int il = 0; il < hp->n_layer; il++)
+        kv += (uint64_t)layer_slots(m, p, il) *
+              (hm_row_size(p->type_k, hp->n_head_kv * hp->head_dim_k) +
+               hm_row_size(p->type_v, hp->n_head_kv * hp->head_dim_v));
+    return kv + scratch_floats(m, p) * sizeof(float);
+}
+
+/* Largest dense-product scratch any call of a ubatch needs, and the one-job expert FFN's (the
+ * one-token job runs it from this scratch). */
+static size_t mm_scratch_max(const hm_model *m, int64_t nu, const moe_exec *x) {
+    const hm_hparams *hp = hm_model_hparams(m);
+    const hm_tensor *out = hm_model_output(m);
+    size_t mx = cpu_matmul_scratch_size(out->type, hp->n_embd, nu);
+    for (int il = 0; il < hp->n_layer; il++) {
+        const hm_layer *L = hm_model_layer(m, il);
+        const hm_tensor *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->router, &L->sh_gate,
+                                   &L->sh_up, &L->sh_down, &L->sh_gate_inp};
+        for (size_t i = 0; i < sizeof(mats) / sizeof(mats[0]); i++) {
+            if (!mats[i]->data) continue;
+            size_t s = cpu_matmul_scratch_size(mats[i]->type, mats[i]->ne[0], nu);
+            if (s > mx) mx = s;
+        }
+    }
+    size_t s = moe_exec_ffn_scratch_size(x);
+    return s > mx ? s : mx;
+}
+
+hm_status cpu_engine_init(const hm_model *m, const cpu_engine_params *p, cpu_engine **out,
+                          hm_error *err) {
+    *out = NULL;
+    const hm_hparams *hp = hm_model_hparams(m);
+    cpu_engine *c = calloc(1, sizeof(*c));
+    if (!c) return hm_error_set(err, HM_ERR_NOMEM, "out of memory (CPU engine)");
+    c->m = m;
+    c->p = *p;
+    c->hp = hp;
+    c->desc = hm_model_arch(m);
+    c->kern = quant_kernels_best();
+    hm_status st = tp_init(p->n_threads, &c->pool, err);
+    if (st == HM_OK) st = moe_exec_init(m, c->pool, p->n_ubatch, &c->exec, err);
+    if (st == HM_OK && !(c->kv = calloc((size_t)hp->n_layer, sizeof(cpu_kv_layer))))
+        st = hm_error_set(err, HM_ERR_NOMEM, "out of memory (KV cache)");
+    for (int il = 0; il < hp->n_layer && st == HM_OK; il++)
+        st = cpu_kv_init(&c->kv[il], p->type_k, p->type_v, (int)hp->n_head_kv,
+                         (int)hp->head_dim_k, layer_slots(m, p, il), err);
+    if (st != HM_OK) {
+        cpu_engine_free(c);
+        return st;
+    }
+    const int64_t nu = p->n_ubatch, E = hp->n_embd, K = hp->n_expert_used;
+    const int64_t nq = hp->n_head * hp->head_dim_k, nk = hp->n_head_kv * hp->head_dim_k;
+    bool ok = true;
+#define ALLOC(ptr, count)                                                                        \
+    do {                                                                                         \
+        size_t n_ = (size_t)(count);                                                             \
+        (ptr) = n_ ? malloc(n_ * sizeof(*(ptr))) : NULL;                                         \
+        if (n_ && !(ptr)) ok = false;                                                            \
+    } while (0)
+    ALLOC(c->x, nu * E);
+    ALLOC(c->xn, nu * E);
+    ALLOC(c->q, nu * nq);
+    ALLOC(c->k, nu * nk);
+    ALLOC(c->v, nu * nk);
+    ALLOC(c->attn, nu * nq);
+    ALLOC(c->proj, nu * E);
+    ALLOC(c->pos, nu);
+    ALLOC(c->rope_cs, nu * (hp->n_rot > 0 ? hp->n_rot : 1));
+    ALLOC(c->router, nu * hp->n_expert);
+    ALLOC(c->ids, nu * K);
+    ALLOC(c->gw, nu * K);
+    ALLOC(c->ey, nu * K * E);
+    ALLOC(c->sg, nu * hp->n_ff_shexp);
+    ALLOC(c->su, nu * hp->n_ff_shexp);
+    ALLOC(c->sgate, nu);
+#undef ALLOC
+    c->mm_scratch_size = mm_scratch_max(m, nu, c->exec);
+    c->mm_scratch = malloc(c->mm_scratch_size ? c->mm_scratch_size : 1);
+    /* attention scratch for the largest call: a full ubatch at the end of the context */
+    cpu_attn_args a = {.n_head = (int)hp->n_head, .n_tok = nu, .pos0 = p->n_ctx - nu};
+    for (int il = 0; il < hp->n_layer; il++) {
+        a.window = hm_model_layer(m, il)->swa ? hp->sliding_window : 0;
+        size_t s = cpu_attention_scratch_size(&c->kv[il], &a, tp_size(c->pool));
+        if (s > c->attn_scratch_size) c->attn_scratch_size = s;
+    }
+    c->attn_scratch = malloc(c->attn_scratch_size ? c->attn_scratch_size : 1);
+    if (!ok || !c->mm_scratch || !c->attn_scratch) {
+        cpu_engine_free(c);
+        return hm_error_set(err, HM_ERR_NOMEM, "out of memory (CPU engine buffers)");
+    }
+    *out = c;
+    return HM_OK;
+}
+
+void cpu_engine_free(cpu_engine *c) {
+    if (!c) return;
+    if (c->kv)
+        for (int il = 0; il < c->hp->n_layer; il++) cpu_kv_free(&c->kv[il]);
+    free(c->kv);
+    ce_token_free(c);
+    tp_free(c->pool);
+    moe_exec_free(c->exec);
+    void *bufs[] = {c->x,   c->xn, c->q,  c->k,     c->v,          c->attn,
+                    c->proj, c->pos, c->rope_cs, c->router, c->ids, c->gw,
+                    c->ey,  c->sg, c->su, c->sgate, c->mm_scratch, c->attn_scratch};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]);
+    free(c);
+}
+
+void cpu_engine_reset(cpu_engine *c) {
+    for (int il = 0; il < c->hp->n_layer; il++) cpu_kv_clear(&c->kv[il]);
+}
+
+hm_status cpu_engine_truncate_check(const cpu_engine *c, int n_keep, hm_error *err) {
+    const int64_t W = c->hp->sliding_window;
+    for (int il = 0; il < c->hp->n_layer; il++) {
+        const cpu_kv_layer *kv = &c->kv[il];
+        if (!hm_model_layer(c->m, il)->swa || kv->n_slots >= c->p.n_ctx) continue;
+        for (int64_t q = n_keep - W + 1 > 0 ? n_keep - W + 1 : 0; q < n_keep; q++)
+            if (kv->slot_pos[q % kv->n_slots] != q)
+                return hm_error_set(err, HM_ERR_STATE, "cannot rewind to position %d: the "
+                                    "sliding-window cache of layer %d no longer holds position "
+                                    "%lld", n_keep, il, (long long)q);
+    }
+    return HM_OK;
+}
+
+moe_exec *cpu_engine_exec(cpu_engine *c) { return c->exec; }
+
+void cpu_engine_set_observer(cpu_engine *c, const moe_observer *o) {
+    c->obs = o ? *o : (moe_observer){0};
+}
+
+int cpu_engine_n_threads(const cpu_engine *c) { return tp_size(c->pool); }

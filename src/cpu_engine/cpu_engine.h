@@ -1,0 +1,54 @@
+/* cpu_engine.h - the CPU forward pass of a model: KV cache, scratch, thread pool, decode.
+ *
+ * DESIGN: the runtime (runtime/context.h) creates one engine per context that runs on the CPU
+ * and calls cpu_engine_decode once per ubatch; the engine knows nothing of GPUs, generation or
+ * sampling. The expert FFN goes through an expert executor (moe/moe_exec.h) that the engine
+ * creates on its own pool (cpu_engine_exec: the caller may move experts to other lanes), and
+ * every layer's routing result goes to the observer when one is set. Every output element is
+ * computed by the same per-row code whatever the ubatch size or thread count, so a batch and the
+ * same tokens one at a time give bit-identical logits.
+ */
+#ifndef HM_CPU_ENGINE_CPU_ENGINE_H
+#define HM_CPU_ENGINE_CPU_ENGINE_H
+
+#include <stdint.h>
+
+#include "base/status.h"
+#include "model/model.h"
+#include "moe/moe_exec.h"
+
+typedef struct cpu_engine cpu_engine;
+
+typedef struct {
+    int n_ctx;       /* KV positions (> 0) */
+    int n_ubatch;    /* most tokens of one cpu_engine_decode call (> 0) */
+    int n_threads;   /* pool size (> 0) */
+    uint32_t type_k; /* KV cache row types (cpu_kv_init) */
+    uint32_t type_v;
+} cpu_engine_params;
+
+/* Bytes cpu_engine_init allocates for these params (KV cache + scratch). */
+uint64_t cpu_engine_bytes(const hm_model *m, const cpu_engine_params *p);
+
+hm_status cpu_engine_init(const hm_model *m, const cpu_engine_params *p, cpu_engine **out,
+                          hm_error *err);
+void cpu_engine_free(cpu_engine *e);
+
+/* One ubatch: tokens[0..n) (n <= n_ubatch, ids checked by the caller) at positions
+ * pos..pos+n-1, appended to the KV cache; logits as hm_logits_mode says. */
+hm_status cpu_engine_decode(cpu_engine *e, const int32_t *tokens, int n, int pos, float *logits,
+                            hm_logits_mode mode, hm_error *err);
+
+/* Empties the KV cache. */
+void cpu_engine_reset(cpu_engine *e);
+/* HM_OK when the cache, holding n_past positions, can be cut back to n_keep (a sliding-window
+ * ring must still hold the window before n_keep), else HM_ERR_STATE naming the layer. */
+hm_status cpu_engine_truncate_check(const cpu_engine *e, int n_keep, hm_error *err);
+
+/* The engine's expert executor (owned by the engine). */
+moe_exec *cpu_engine_exec(cpu_engine *e);
+/* Every layer's routing result goes to o (copied; NULL: none). */
+void cpu_engine_set_observer(cpu_engine *e, const moe_observer *o);
+int cpu_engine_n_threads(const cpu_engine *e);
+
+#endif

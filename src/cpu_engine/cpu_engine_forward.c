@@ -1,0 +1,192 @@
+/* model_forward.c - the forward pass of every supported architecture, one ubatch at a time.
+ *
+ * DESIGN: one function reads like the model (llama2.c style): embed, then per layer an
+ * attention block and an MoE block, each `x = x + f(norm(x))`, then the final norm and the
+ * output matrix. Where architectures differ the layer's descriptor (hm_arch_desc) decides:
+ * biases, q/k norms, rope kind and YaRN, sinks and the sliding window, gating, swiglu kind,
+ * expert biases and the shared expert. Every step works on whole rows with the kernels of
+ * cpu/matmul.h and cpu/ops.h, which compute each output element the same way whatever the
+ * number of tokens or threads — so a prompt batch and the same tokens one by one give
+ * bit-identical logits.
+ *
+ * The expert FFN goes through ctx->moe_exec (routing result in, unweighted per-slot outputs
+ * out); the weighted sum over the slots happens here, in slot order (cpu_moe_combine) — or,
+ * with the default executor at decode, inside the expert job (cpu_moe_sum: the same bytes).
+ *
+ * Decode (up to MOE_FEW_TOK tokens) pays for every pool job (wake the threads, wait for the
+ * slowest) more than for most of its ops, so a layer is two jobs: the front of the layer — q/k/v,
+ * attention, wo and the router product — is one staged job (tp_run_stages), and the expert FFN
+ * is one (cpu_moe_ffn); a one-token step with the default expert executor is one job for all
+ * layers (model_token.c, from the same steps: cpu_engine_steps.h; the front job is ce_front.c's).
+ * All paths call the same step functions and kernels, so they give the same bytes.
+ *
+ * Buffers (nu = n_ubatch, n = tokens in this ubatch; shapes in cpu_engine_internal.h):
+ *   x [n][n_embd] residual; xn [n][n_embd] normed; q/k/v projections; attn [n][n_head*hd];
+ *   proj [n][n_embd] block output; router [n][n_expert]; ids/gw [n][n_used];
+ *   eg/eu [n][n_used][n_ff_exp]; ey [n][n_used][n_embd]; sg/su [n][n_ff_shexp]; sgate [n].
+ */
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "base/spin.h"
+#include "cpu/matmul.h"
+#include "cpu_engine/cpu_engine_steps.h"
+
+/* q, k and v of one input, without biases: one pool job (activations quantised once) when the
+ * three weight types share an activation format, else three products. */
+static hm_status linear_qkv(cpu_engine *c, const hm_layer *L, const float *x, int64_t n,
+                            hm_error *err) {
+    cpu_matmul_mat mats[3];
+    if (!ce_qkv_mats(c, L, mats)) {
+        const hm_tensor *w[3] = {&L->wq, &L->wk, &L->wv};
+        hm_status st = HM_OK;
+        for (int i = 0; i < 3 && st == HM_OK; i++) st = ce_linear(c, w[i], NULL, x, n, mats[i].y, err);
+        return st;
+    }
+    bool fits = ce_mm_fits(c, &L->wq, n);
+    return cpu_matmul_multi(c->pool, c->kern, 3, mats, L->wq.ne[0], x, n,
+                            fits ? c->mm_scratch : NULL, fits ? c->mm_scratch_size : 0, err);
+}
+
+/* After the wo product: its bias, the residual add x += proj and the FFN norm of x into xn
+ * (pool NULL inside a job). */
+static void wo_finish(cpu_engine *c, const hm_layer *L, int n, tp_pool *pool) {
+    const hm_hparams *hp = c->hp;
+    tp_pool *pe = ce_op_pool(pool, n * hp->n_embd);
+    ce_add_bias(pool, &L->bo, c->proj, n, L->wo.ne[1]);
+    cpu_add(pe, c->x, c->proj, c->x, (int64_t)n * hp->n_embd);
+    cpu_rmsnorm(pe, c->x, L->ffn_norm.data, c->xn, n, hp->n_embd, hp->rms_eps);
+}
+
+/* Attention norm, q/k/v, attention and the wo product into proj (its bias and the residual:
+ * wo_finish). */
+static hm_status attention_block(cpu_engine *c, int il, int n, hm_error *err) {
+    const hm_hparams *hp = c->hp;
+    const hm_layer *L = hm_model_layer(c->m, il);
+    tp_pool *pe = ce_op_pool(c->pool, n * hp->n_embd);
+
+    cpu_rmsnorm(pe, c->x, L->attn_norm.data, c->xn, n, hp->n_embd, hp->rms_eps);
+    hm_status st = linear_qkv(c, L, c->xn, n, err);
+    if (st == HM_OK) st = ce_qkv_finish(c, L, n, c->pool, err);
+    if (st != HM_OK) return st;
+    cpu_attn_args a = ce_attn_args(c, il, n);
+    size_t need = cpu_attention_scratch_size(&c->kv[il], &a, tp_size(c->pool));
+    bool fits = need <= c->attn_scratch_size;
+    st = cpu_attention(c->pool, &c->kv[il], &a, fits ? c->attn_scratch : NULL,
+                       fits ? c->attn_scratch_size : 0, err);
+    if (st == HM_OK) st = ce_linear(c, &L->wo, NULL, c->attn, n, c->proj, err);
+    return st;
+}
+
+/* attention_block, ffn_norm and the router product of a decode step in one pool job; false
+ * (nothing done) when a product cannot take part (q/k/v not one product, scratch too small). */
+static bool layer_front_staged(cpu_engine *c, int il, int n, hm_status *st, hm_error *err) {
+    ce_front f;
+    tp_stage stages[CE_FRONT_STAGES];
+    const int ns = ce_front_plan(c, il, n, &f, stages, st, err);
+    if (*st != HM_OK) return true;
+    if (ns == 0) return false;
+    ce_front_pre(&f);
+    tp_run_stages(c->pool, stages, ns);
+    *st = f.st;
+    if (f.st != HM_OK && err) *err = f.err;
+    return true;
+}
+
+/* Attention block, FFN norm and router logits of layer il: c->xn, c->router. */
+static hm_status layer_front(cpu_engine *c, int il, int n, hm_error *err) {
+    hm_status st = HM_OK;
+    if (layer_front_staged(c, il, n, &st, err)) return st;
+    const hm_layer *L = hm_model_layer(c->m, il);
+    st = attention_block(c, il, n, err);
+    if (st != HM_OK) return st;
+    wo_finish(c, L, n, c->pool);
+    return ce_linear(c, &L->router, NULL, c->xn, n, c->router, err);
+}
+
+/* Routing from the logits in c->router, the experts, their weighted sum, the shared expert. */
+static hm_status moe_block(cpu_engine *c, int il, int n, hm_error *err) {
+    const hm_model *m = c->m;
+    const hm_hparams *hp = hm_model_hparams(m);
+    const hm_arch_desc *d = hm_model_arch(m);
+    const hm_layer *L = hm_model_layer(m, il);
+    const int K = (int)hp->n_expert_used;
+    const int64_t E = hp->n_embd;
+    tp_pool *pe = ce_op_pool(c->pool, n * E);
+
+    /* routing: logits -> top-k ids and weights (slot order = descending score) */
+    cpu_gate_mode gm = d->gating == HM_GATING_TOPK_SOFTMAX ? CPU_GATE_TOPK_SOFTMAX
+                                                           : CPU_GATE_SOFTMAX_TOPK;
+    hm_status st = cpu_router(ce_op_pool(c->pool, n * hp->n_expert * 8), c->router, L->router_b.data,
+                              n, (int)hp->n_expert, K, gm,
+                              d->gating == HM_GATING_SOFTMAX_TOPK_NORM, c->ids, c->gw, err);
+    if (st != HM_OK) return st;
+    if (c->obs.route) c->obs.route(c->obs.user, il, n, K, c->ids, c->gw);
+
+    /* experts: per-slot outputs, then their weighted sum in slot order (with every expert on
+     * the CPU at decode, inside the expert job, with the residual add when no shared expert
+     * follows) */
+    const moe_job job = {.layer = il, .n_tok = n, .n_used = K, .x = c->xn, .ids = c->ids,
+                         .weights = c->gw, .y = c->ey};
+    const cpu_moe_sum sum = {.w = c->gw, .out = c->proj, .residual = d->shared_expert ? NULL : c->x};
+    bool summed = false;
+    st = moe_exec_run(c->exec, &job, &sum, &summed, err);
+    if (st != HM_OK) return st;
+    if (!summed) cpu_moe_combine(ce_op_pool(c->pool, n * K * E), c->ey, c->gw, c->ids, n, K, E, c->proj);
+
+    if (d->shared_expert) { /* proj += sigmoid(xn . gate_inp) * down(silu(gate xn) * up xn) */
+        const int64_t S = hp->n_ff_shexp;
+        st = ce_linear(c, &L->sh_gate, NULL, c->xn, n, c->sg, err);
+        if (st == HM_OK) st = ce_linear(c, &L->sh_up, NULL, c->xn, n, c->su, err);
+        if (st != HM_OK) return st;
+        cpu_swiglu(ce_op_pool(c->pool, n * S), c->sg, c->su, c->sg, n * S);
+        float *sh = c->ey; /* [n][E]: the per-slot outputs are consumed already */
+        st = ce_linear(c, &L->sh_down, NULL, c->sg, n, sh, err);
+        if (st == HM_OK) st = ce_linear(c, &L->sh_gate_inp, NULL, c->xn, n, c->sgate, err);
+        if (st != HM_OK) return st;
+        cpu_sigmoid(NULL, c->sgate, c->sgate, n);
+        for (int t = 0; t < n; t++) cpu_scale(NULL, sh + t * E, c->sgate[t], sh + t * E, E);
+        cpu_add(pe, c->proj, sh, c->proj, n * E);
+    }
+    if (!summed || d->shared_expert) cpu_add(pe, c->x, c->proj, c->x, n * E);
+    return HM_OK;
+}
+
+hm_status cpu_engine_decode(cpu_engine *c, const int32_t *tokens, int n, int pos,
+                               float *logits, hm_logits_mode mode, hm_error *err) {
+    const hm_model *m = c->m;
+    const hm_hparams *hp = hm_model_hparams(m);
+    const int64_t E = hp->n_embd;
+    hm_status st = HM_OK;
+
+    /* embed: row tokens[t] of token_embd, dequantised */
+    for (int t = 0; t < n; t++) {
+        c->pos[t] = pos + t;
+        st = quant_dequantize_row(hm_model_tok_embd(m)->type,
+                                  (const char *)hm_model_tok_embd(m)->data +
+                                      (size_t)tokens[t] * hm_model_tok_embd(m)->row_size,
+                                  c->x + t * E, E);
+        if (st != HM_OK)
+            return hm_error_set(err, st, "cannot read row %d of %s", tokens[t], hm_model_tok_embd(m)->name);
+    }
+    /* every layer rotates q and k at these positions: their cos/sin once */
+    const cpu_rope_params rp = hm_model_rope_params(m);
+    st = cpu_rope_table(&rp, (int)hp->head_dim_k, c->pos, n, c->rope_cs, err);
+    if (st == HM_OK && n == 1) { /* decode: one pool job for the whole step when it can be */
+        bool done = false;
+        st = ce_token_forward(c, mode == HM_LOGITS_NONE ? NULL : logits, &done, err);
+        if (done || st != HM_OK) return st;
+    }
+    for (int il = 0; il < hp->n_layer && st == HM_OK; il++) {
+        st = layer_front(c, il, n, err);
+        if (st == HM_OK) st = moe_block(c, il, n, err);
+    }
+    if (st != HM_OK || mode == HM_LOGITS_NONE) return st;
+
+    /* output: final norm and logits, for every token or only the last */
+    int first = mode == HM_LOGITS_ALL ? 0 : n - 1;
+    int cnt = n - first;
+    cpu_rmsnorm(ce_op_pool(c->pool, cnt * E), c->x + first * E, hm_model_output_norm(m)->data, c->xn, cnt, E, hp->rms_eps);
+    return ce_linear(c, hm_model_output(m), NULL, c->xn, cnt, logits, err);
+}

@@ -1,0 +1,46 @@
+/* cpu_engine_internal.h - the CPU engine's struct, shared by the cpu_engine/ sources only. */
+#ifndef HM_CPU_ENGINE_INTERNAL_H
+#define HM_CPU_ENGINE_INTERNAL_H
+
+#include "base/threadpool.h"
+#include "cpu/ops.h"
+#include "cpu_engine/cpu_engine.h"
+#include "quant/quant.h"
+
+struct cpu_engine {
+    const hm_model *m;
+    const hm_hparams *hp;     /* the model's */
+    const hm_arch_desc *desc; /* the model's */
+    cpu_engine_params p;
+    tp_pool *pool;
+    const quant_kernels *kern;
+    cpu_kv_layer *kv;      /* [n_layer]; sliding-window layers hold a ring */
+
+    /* scratch, sized for n_ubatch tokens (nu) */
+    float *x;        /* [nu][n_embd] residual stream */
+    float *xn;       /* [nu][n_embd] normed input of a sub-block */
+    float *q;        /* [nu][n_head * hd_k] */
+    float *k;        /* [nu][n_head_kv * hd_k] */
+    float *v;        /* [nu][n_head_kv * hd_v] */
+    float *attn;     /* [nu][n_head * hd_v] attention output (before wo) */
+    float *proj;     /* [nu][n_embd] output of wo / of the MoE block */
+    int32_t *pos;    /* [nu] positions of the ubatch's tokens */
+    float *rope_cs;  /* [nu][n_rot / 2][2] cos, sin of each token's angles (every layer's rope) */
+    void *attn_scratch;   /* cpu_attention scratch */
+    size_t attn_scratch_size;
+    float *router;   /* [nu][n_expert] router logits */
+    int32_t *ids;    /* [nu][n_used] selected experts */
+    float *gw;       /* [nu][n_used] gating weights */
+    float *ey;       /* [nu][n_used][n_embd] per-slot expert outputs */
+    float *sg;       /* [nu][n_ff_shexp] shared expert gate, then activation */
+    float *su;       /* [nu][n_ff_shexp] shared expert up */
+    float *sgate;    /* [nu] shared expert sigmoid gate logit */
+    void *mm_scratch;     /* cpu_matmul / cpu_moe_ffn job scratch */
+    size_t mm_scratch_size;
+
+    moe_exec *exec;       /* the expert FFN (its own scratch: gate/up activations) */
+    moe_observer obs;     /* routing observer (obs.route NULL: none) */
+    struct token_job *tok; /* cpu_engine_token.c's plan of a one-job decode step, or NULL */
+};
+
+#endif

@@ -1,0 +1,76 @@
+/* cpu_engine_steps.c - the steps of a layer that the forward pass (cpu_engine_forward.c) and the
+ * staged front (cpu_engine_front.c) share: products with their scratch, q/k/v and what follows
+ * them, the attention's arguments. */
+#include "cpu_engine/cpu_engine_steps.h"
+
+tp_pool *ce_op_pool(tp_pool *pool, int64_t elems) {
+    return elems <= CE_INLINE_ELEMS ? NULL : pool;
+}
+
+void ce_add_bias(tp_pool *pool, const hm_tensor *b, float *y, int64_t n, int64_t rows) {
+    if (b && b->data) cpu_add_bias(ce_op_pool(pool, n * rows), y, b->data, n, rows);
+}
+
+bool ce_mm_fits(const cpu_engine *c, const hm_tensor *w, int64_t n) {
+    return cpu_matmul_scratch_size(w->type, w->ne[0], n) <= c->mm_scratch_size;
+}
+
+hm_status ce_linear(cpu_engine *c, const hm_tensor *w, const hm_tensor *b, const float *x,
+                        int64_t n, float *y, hm_error *err) {
+    size_t need = cpu_matmul_scratch_size(w->type, w->ne[0], n);
+    bool fits = need <= c->mm_scratch_size;
+    const cpu_matmul_mat mat = {.wtype = w->type, .w = w->data, .n_rows = w->ne[1], .y = y,
+                                .x8 = w->x8};
+    hm_status st = cpu_matmul_multi(c->pool, c->kern, 1, &mat, w->ne[0], x, n,
+                                    fits ? c->mm_scratch : NULL, fits ? c->mm_scratch_size : 0,
+                                    err);
+    if (st == HM_OK) ce_add_bias(c->pool, b, y, n, w->ne[1]);
+    return st;
+}
+
+/* The q, k and v products of one layer: mats [3] (outputs c->q, c->k, c->v); true when they
+ * share their input length and activation format (one product of three matrices). */
+bool ce_qkv_mats(cpu_engine *c, const hm_layer *L, cpu_matmul_mat *mats) {
+    const hm_tensor *w[3] = {&L->wq, &L->wk, &L->wv};
+    float *y[3] = {c->q, c->k, c->v};
+    bool same = true;
+    for (int i = 0; i < 3; i++) {
+        mats[i] = (cpu_matmul_mat){.wtype = w[i]->type, .w = w[i]->data, .n_rows = w[i]->ne[1],
+                                   .y = y[i], .x8 = w[i]->x8};
+        same = same && w[i]->ne[0] == w[0]->ne[0] &&
+               quant_act_for(w[i]->type) == quant_act_for(w[0]->type);
+    }
+    return same;
+}
+
+/* After the q/k/v products: their biases, the q/k norms and rope (pool NULL inside a job). */
+hm_status ce_qkv_finish(cpu_engine *c, const hm_layer *L, int n, tp_pool *pool,
+                            hm_error *err) {
+    const hm_hparams *hp = c->hp;
+    const int nh = (int)hp->n_head, nkv = (int)hp->n_head_kv, hd = (int)hp->head_dim_k;
+    tp_pool *pq = ce_op_pool(pool, (int64_t)n * nh * hd);
+    ce_add_bias(pool, &L->bq, c->q, n, L->wq.ne[1]);
+    ce_add_bias(pool, &L->bk, c->k, n, L->wk.ne[1]);
+    ce_add_bias(pool, &L->bv, c->v, n, L->wv.ne[1]);
+    if (c->desc->qk_norm == HM_QKNORM_HEAD) { /* each head of q [n][nh][hd], k [n][nkv][hd] */
+        cpu_rmsnorm(pq, c->q, L->q_norm.data, c->q, (int64_t)n * nh, hd, hp->rms_eps);
+        cpu_rmsnorm(pq, c->k, L->k_norm.data, c->k, (int64_t)n * nkv, hd, hp->rms_eps);
+    } else if (c->desc->qk_norm == HM_QKNORM_FULL) { /* the whole projection of each token */
+        cpu_rmsnorm(pq, c->q, L->q_norm.data, c->q, n, (int64_t)nh * hd, hp->rms_eps);
+        cpu_rmsnorm(pq, c->k, L->k_norm.data, c->k, n, (int64_t)nkv * hd, hp->rms_eps);
+    }
+    const cpu_rope_params rp = hm_model_rope_params(c->m);
+    hm_status st = cpu_rope_with_table(pq, c->q, n, nh, hd, c->rope_cs, &rp, err);
+    if (st == HM_OK) st = cpu_rope_with_table(pq, c->k, n, nkv, hd, c->rope_cs, &rp, err);
+    return st;
+}
+
+cpu_attn_args ce_attn_args(const cpu_engine *c, int il, int n) {
+    const hm_hparams *hp = c->hp;
+    const hm_layer *L = hm_model_layer(c->m, il);
+    return (cpu_attn_args){.n_head = (int)hp->n_head, .n_tok = n, .pos0 = c->pos[0],
+                           .window = L->swa ? hp->sliding_window : 0, .scale = 0.0f,
+                           .sinks = L->sinks.data, .q = c->q, .k_new = c->k, .v_new = c->v,
+                           .out = c->attn};
+}
+
