@@ -150,11 +150,12 @@ hm_status cpu_rope_with_table(tp_pool *pool, float *x, int64_t n_tok, int n_head
  * A full-attention layer uses n_slots = n_ctx; a sliding-window layer (window W, batches of at
  * most n_batch tokens) may use n_slots = cpu_kv_slots_needed(W, n_batch) and never holds more.
  * Row layout: one row per position, [n_head_kv][head_dim] elements of type_k / type_v
- * (HM_TYPE_F32, HM_TYPE_F16 or HM_TYPE_Q8_0; q8_0 needs head_dim % 32 == 0, blocks never cross
- * heads). slot_pos[s] is the position stored in slot s, -1 when empty: attention checks that
- * every position it reads is present (HM_ERR_STATE otherwise), so a rewind that lost positions
- * of a window ring is an error rather than garbage. The struct is a view: cpu_kv_init allocates
- * the buffers, but a caller may point k/v/slot_pos at memory of its own. */
+ * (HM_TYPE_F32, HM_TYPE_F16, HM_TYPE_BF16 or HM_TYPE_Q8_0; q8_0 needs head_dim % 32 == 0,
+ * blocks never cross heads). slot_pos[s] is the position stored in slot s, -1 when empty:
+ * attention checks that every position it reads is present (HM_ERR_STATE otherwise), so a
+ * rewind that lost positions of a window ring is an error rather than garbage. The struct is a
+ * view: cpu_kv_init allocates the buffers, but a caller may point k/v/slot_pos at memory of its
+ * own. */
 typedef struct {
     uint32_t type_k, type_v;
     int n_head_kv, head_dim;
@@ -176,7 +177,8 @@ void cpu_kv_free(cpu_kv_layer *kv);
 /* Marks every slot empty (a new sequence). */
 void cpu_kv_clear(cpu_kv_layer *kv);
 /* Stores rows for positions pos0..pos0+n_tok-1: k, v: [n_tok][n_head_kv][head_dim] f32
- * (converted to the cache types: f16 rounds to nearest even, q8_0 as quant_quantize_row). */
+ * (converted to the cache types: f32 copied, f16 and bf16 round to nearest even, q8_0 as
+ * quant_quantize_row). */
 hm_status cpu_kv_store(tp_pool *pool, cpu_kv_layer *kv, int64_t pos0, int64_t n_tok,
                        const float *k, const float *v, hm_error *err);
 /* cpu_kv_store by parts, e.g. from the items that computed them: kv head h of position pos

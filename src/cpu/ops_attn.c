@@ -12,7 +12,9 @@
  * operations per element in the same order (bit-identical; used without AVX2/FMA/F16C or a
  * head_dim that is not a multiple of 16). Everything an output element depends on is
  * computed by one thread in a fixed order, so the result does not depend on the thread count
- * or on which thread took which item. cpu_attention is three steps — plan (checks, items),
+ * or on which thread took which item. Cache types: f32 (rows read in place), f16, bf16 (both
+ * converted exactly), q8_0; a row is stored with quant_quantize_row (f16/bf16: round to nearest
+ * even). cpu_attention is three steps — plan (checks, items),
  * begin (store, positions present), the item stage — that a caller may also run apart, as a
  * stage of its own staged job (tp_run_stages).
  */
@@ -79,9 +81,10 @@ static void attn_pv_ref(uint32_t vtype, const uint8_t *v, size_t v_stride, int n
 /* ---------------------------------------------------------------- cache */
 
 static hm_status kv_check_type(uint32_t t, int head_dim, const char *which, hm_error *err) {
-    if (t != HM_TYPE_F32 && t != HM_TYPE_F16 && t != HM_TYPE_Q8_0)
+    if (t != HM_TYPE_F32 && t != HM_TYPE_F16 && t != HM_TYPE_BF16 && t != HM_TYPE_Q8_0)
         return hm_error_set(err, HM_ERR_UNSUPPORTED,
-                            "KV cache: %s type %u not supported (f32, f16 or q8_0)", which, t);
+                            "KV cache: %s type %s not supported (f32, f16, bf16 or q8_0)", which,
+                            hm_type_name(t));
     if (t == HM_TYPE_Q8_0 && head_dim % 32)
         return hm_error_set(err, HM_ERR_UNSUPPORTED,
                             "KV cache: q8_0 %s needs head_dim %% 32 == 0 (head_dim %d)", which,
