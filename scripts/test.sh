@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Runs every test three ways: a release build (with CUDA compiled when nvcc is present), an
 # ASan+UBSan build, and a clang libFuzzer build that fuzzes the GGUF reader for a bounded time.
-# Ends with one line: "tests: N passed, N failed".
+# Ends with one line: "tests: N passed, N failed, N skipped" (a test that exits 77, such as a GPU
+# test on a machine without a CUDA device, is skipped: ctest lists it under "did not run").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh || exit 1
 [ -d /usr/local/cuda/bin ] && export PATH="$PATH:/usr/local/cuda/bin"
 jobs=$(nproc)
-pass=0; fail=0; broken=0
+pass=0; fail=0; skip=0; broken=0
 mkdir -p build
 
 suite() { # name build-dir ctest-args -- cmake-args
@@ -20,12 +21,17 @@ suite() { # name build-dir ctest-args -- cmake-args
     echo "$name: build failed"; tail -n 40 "$dir.cmake.log" "$dir.build.log" 2>/dev/null; broken=1; return
   fi
   ctest --test-dir "$dir" --output-on-failure -j"$jobs" "${cargs[@]}" 2>&1 | tee "$dir.ctest.log"
-  local line t f
+  local line t f s
   line=$(grep -E 'tests passed, [0-9]+ tests failed out of [0-9]+' "$dir.ctest.log" | tail -n 1)
   if [ -z "$line" ]; then echo "$name: no ctest summary"; broken=1; return; fi
   f=$(echo "$line" | sed -E 's/.* ([0-9]+) tests failed out of ([0-9]+).*/\1/')
   t=$(echo "$line" | sed -E 's/.* ([0-9]+) tests failed out of ([0-9]+).*/\2/')
-  pass=$((pass + t - f)); fail=$((fail + f))
+  # ctest counts a skipped test among the passed ones; it lists each after "did not run"
+  s=$(awk '/^The following tests did not run:/ { on = 1; next }
+           on && /^[[:space:]]+[0-9]+ - / { if (/\(Skipped\)[[:space:]]*$/) n++; next }
+           on { on = 0 }
+           END { print n + 0 }' "$dir.ctest.log")
+  pass=$((pass + t - f - s)); fail=$((fail + f)); skip=$((skip + s))
 }
 
 suite release build/release -- -DCMAKE_BUILD_TYPE=Release
@@ -34,5 +40,5 @@ suite fuzz build/fuzz -L fuzz -- -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=cla
   -DHM_FUZZ_SECONDS="${HOTMOE_FUZZ_SECONDS:-60}"
 
 [ $broken -ne 0 ] && fail=$((fail + 1))
-echo "tests: $pass passed, $fail failed"
+echo "tests: $pass passed, $fail failed, $skip skipped"
 [ $fail -eq 0 ]

@@ -1,7 +1,8 @@
 /* cuda_test_util.h - small helpers shared by the tests/cuda programs: a seeded
  * generator, the GPU presence rule of the CUDA tests (no GPU: GPU checks are skipped with a
- * line, unless HOTMOE_EXPECT_GPU=1, which makes their absence a failure), device buffers,
- * their byte comparison and random weight rows (CUDA builds only). */
+ * line, unless HOTMOE_EXPECT_GPU=1, which makes their absence a failure), TU_TEST_MAIN (a
+ * program that could not run its GPU checks exits TU_SKIP_CODE: ctest reports it skipped, not
+ * passed), device buffers, their byte comparison and random weight rows (CUDA builds only). */
 #ifndef HM_TESTS_CUDA_TEST_UTIL_H
 #define HM_TESTS_CUDA_TEST_UTIL_H
 
@@ -61,6 +62,33 @@ static inline int tu_have_gpu(void) {
     printf("no CUDA device: GPU checks not run\n");
     return 0;
 }
+
+/* The exit status of a test program whose checks passed but which could not run all of them
+ * (no CUDA device, or a build without CUDA): CMakeLists.txt gives it to ctest as
+ * SKIP_RETURN_CODE, so the test is counted as skipped, never as passed. */
+#define TU_SKIP_CODE 77
+
+/* The status of a GPU test program after its checks: a failure stays a failure; with no CUDA
+ * device the host-side checks passed but the GPU ones did not run, so the program reports
+ * itself skipped (and fails instead under HOTMOE_EXPECT_GPU=1). */
+static inline int tu_exit_status(int rc) {
+    if (rc != 0 || tu_gpu_count() > 0) return rc;
+    if (tu_expect_gpu()) {
+        fprintf(stderr, "HOTMOE_EXPECT_GPU=1 but no CUDA device\n");
+        return 1;
+    }
+    printf("skipped: %s; the host checks passed, the GPU checks did not run (exit %d)\n",
+           cuda_compiled() ? "no CUDA device" : "built without CUDA", TU_SKIP_CODE);
+    return TU_SKIP_CODE;
+}
+
+/* HM_TEST_MAIN for the GPU test programs: the same run, then tu_exit_status. */
+#define TU_TEST_MAIN(...)                                                                  \
+    int main(void) {                                                                       \
+        hm_t_fn fns[] = {__VA_ARGS__};                                                     \
+        return tu_exit_status(                                                             \
+            hm_t_run(#__VA_ARGS__, fns, (int)(sizeof(fns) / sizeof(fns[0]))));             \
+    }
 
 #ifdef HOTMOE_HAVE_CUDA
 /* device copy of n bytes of h (h NULL: uninitialised); NULL on failure */

@@ -256,4 +256,4 @@ static void test_gpu(void) { (void)tu_have_gpu(); }
 
 #endif
 
-HM_TEST_MAIN(test_host, test_gpu)
+TU_TEST_MAIN(test_host, test_gpu)

@@ -1,8 +1,10 @@
-/* Device enumeration: never an error on a machine without a GPU; with HOTMOE_EXPECT_GPU=1 (set
- * on the GPU machine) a CUDA build must find a device with memory and a compute capability. */
+/* Device enumeration: never an error on a machine without a GPU (the program then reports
+ * itself skipped: the device checks did not run); with HOTMOE_EXPECT_GPU=1 (set on the GPU
+ * machine) a CUDA build must find a device with memory and a compute capability. */
 #include <stdlib.h>
 
 #include "cuda/cuda_device.h"
+#include "cuda_test_util.h"
 #include "harness.h"
 
 static void test_query(void) {
@@ -26,4 +28,4 @@ static void test_query(void) {
     }
 }
 
-HM_TEST_MAIN(test_query)
+TU_TEST_MAIN(test_query)

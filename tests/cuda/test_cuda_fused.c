@@ -635,4 +635,4 @@ static void test_gpu(void) {
 #endif
 }
 
-HM_TEST_MAIN(test_host, test_no_gpu_error, test_gpu)
+TU_TEST_MAIN(test_host, test_no_gpu_error, test_gpu)

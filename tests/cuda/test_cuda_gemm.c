@@ -346,7 +346,7 @@ static void test_moe_all_skipped(void) {
     free(wq), free(wd), free(x);
 }
 
-HM_TEST_MAIN(test_planning, test_errors, test_dense, test_moe, test_moe_all_skipped)
+TU_TEST_MAIN(test_planning, test_errors, test_dense, test_moe, test_moe_all_skipped)
 #else
-HM_TEST_MAIN(test_planning, test_errors)
+TU_TEST_MAIN(test_planning, test_errors)
 #endif

@@ -38,4 +38,4 @@ static void test_golden_gpu(void) {
     hm_model_free(m);
 }
 
-HM_TEST_MAIN(test_golden_gpu)
+TU_TEST_MAIN(test_golden_gpu)

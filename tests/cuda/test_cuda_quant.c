@@ -395,5 +395,5 @@ static void test_gpu_bytes(void) { HM_CHECK(!tu_have_gpu()); }
 static void test_gpu_act_corners(void) { HM_CHECK(!cuda_compiled()); }
 #endif
 
-HM_TEST_MAIN(test_row_bytes, test_clean_errors, test_gpu_act_corners, test_gpu_half_patterns,
+TU_TEST_MAIN(test_row_bytes, test_clean_errors, test_gpu_act_corners, test_gpu_half_patterns,
              test_gpu_bytes)

@@ -369,4 +369,4 @@ static void test_graph(void) {
 static void test_graph(void) { HM_CHECK(!cuda_compiled()); }
 #endif
 
-HM_TEST_MAIN(test_tail_bound, test_errors, test_rows, test_loop, test_graph)
+TU_TEST_MAIN(test_tail_bound, test_errors, test_rows, test_loop, test_graph)
