@@ -63,7 +63,9 @@ typedef struct {
     const char *bos_token;        /* the vocabulary's BOS/EOS text ("<s>"); NULL = "" */
     const char *eos_token;
     int enable_thinking;          /* chatml with enable_thinking: -1 undefined, 0 false, 1 true */
-    const char *reasoning_effort; /* harmony; NULL = "medium" */
+    const char *reasoning_effort; /* harmony: "low", "medium" or "high" (any other value is an
+                                     HM_ERR_ARG of chat_render); NULL = the template's default
+                                     ("medium") */
     const char *model_identity;   /* harmony (OpenAI's); NULL = "You are ChatGPT, a large
                                      language model trained by OpenAI." */
     const char *date;             /* harmony (OpenAI's) "Current date: YYYY-MM-DD"; NULL = today
@@ -88,9 +90,15 @@ void chat_template_free(chat_template *t);
 const char *chat_family_name(chat_family f);
 const char *chat_family_names(void); /* "chatml, harmony, mistral, mistral-legacy, tulu" */
 
+/* The reasoning efforts of the harmony format (gpt-oss): true for "low", "medium", "high". */
+#define CHAT_REASONING_EFFORTS "low, medium, high"
+bool chat_reasoning_effort_valid(const char *effort);
+
 /* Renders msgs into a malloc'd NUL-terminated string (*out, *out_len). Errors are what the
  * Jinja template raises (HM_ERR_ARG with its message): roles not alternating (mistral), a system
- * message (mistral-legacy), an unknown role. opts NULL = defaults. */
+ * message (mistral-legacy), an unknown role; and (harmony) a reasoning effort other than
+ * CHAT_REASONING_EFFORTS, which the template would write into the prompt as it is. opts NULL =
+ * defaults. */
 hm_status chat_render(const chat_template *t, const chat_message *msgs, size_t n,
                       const chat_render_opts *opts, char **out, size_t *out_len, hm_error *err);
 

@@ -299,6 +299,10 @@ static hm_status render_tulu(const chat_message *msgs, size_t n, const chat_rend
     return HM_OK;
 }
 
+bool chat_reasoning_effort_valid(const char *effort) {
+    return effort && (!strcmp(effort, "low") || !strcmp(effort, "medium") || !strcmp(effort, "high"));
+}
+
 hm_status chat_render(const chat_template *t, const chat_message *msgs, size_t n,
                       const chat_render_opts *opts, char **out, size_t *out_len, hm_error *err) {
     *out = NULL;
@@ -309,6 +313,11 @@ hm_status chat_render(const chat_template *t, const chat_message *msgs, size_t n
     for (size_t i = 0; i < n; i++)
         if (!msgs[i].role || !msgs[i].content || !msgs[i].role[0])
             return hm_error_set(err, HM_ERR_ARG, "chat: message %zu has no role or content", i);
+    if (t->family == CHAT_HARMONY && o->reasoning_effort &&
+        !chat_reasoning_effort_valid(o->reasoning_effort))
+        return hm_error_set(err, HM_ERR_ARG,
+                            "chat: reasoning effort '%s' is not one of " CHAT_REASONING_EFFORTS,
+                            o->reasoning_effort);
     sbuf b = {0};
     hm_status st = HM_OK;
     switch (t->family) {
