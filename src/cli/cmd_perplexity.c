@@ -15,6 +15,10 @@
  * --score-all scores every token of a chunk after its first (first = 0) and needs only n_ctx
  * tokens: with -c equal to the text's token count this is the plain causal-LM perplexity of the
  * whole text in one context, which is what the HuggingFace reference goldens hold.
+ * Nothing to score is an error, never "PPL = nan" with status 0: a context that scores no token
+ * (-c below 3, or below 2 with --score-all), --chunks below 1 (-1, the default, is every chunk,
+ * as in llama.cpp), a text shorter than one evaluation (the error names the file and both token
+ * counts), and a result that is not a finite number.
  */
 #include <math.h>
 #include <stdio.h>
@@ -24,6 +28,10 @@
 #include "cli/cli_tracer.h"
 #include "cli/commands.h"
 #include "cli/engine.h"
+
+/* The smallest context that scores a token: positions first .. n_ctx - 2 are scored, first =
+ * n_ctx / 2 (0 with --score-all). */
+static int min_ctx(bool score_all) { return score_all ? 2 : 3; }
 
 /* -log softmax(logits)[tok] with llama.cpp's arithmetic (float max, double sum of expf). */
 static double nll_of(const float *logits, int n_vocab, int32_t tok) {
@@ -39,8 +47,8 @@ int cmd_perplexity(int argc, char **argv) {
     int n_chunks = -1;
     bool score_all = false;
     const cli_arg_spec extra[] = {
-        {"--chunks", NULL, CLI_ARG_INT, &n_chunks, "N", "evaluate at most N chunks (default: "
-                                                        "all)"},
+        {"--chunks", NULL, CLI_ARG_INT, &n_chunks, "N", "evaluate at most N chunks, N >= 1 "
+                                                        "(default: -1, all)"},
         {"--score-all", NULL, CLI_ARG_BOOL, &score_all, NULL,
          "score every token after a chunk's first, not only the second half (needs n_ctx "
          "tokens, not 2 n_ctx)"},
@@ -62,6 +70,20 @@ int cmd_perplexity(int argc, char **argv) {
         fprintf(stderr, "hotmoe perplexity: no text given (-f FILE)\n");
         return 2;
     }
+    if (n_chunks != -1 && n_chunks < 1) {
+        fprintf(stderr, "hotmoe perplexity: --chunks must be >= 1 (or -1 for every chunk), got "
+                        "%d\n",
+                n_chunks);
+        return 2;
+    }
+    if (a.n_ctx > 0 && a.n_ctx < min_ctx(score_all)) {
+        fprintf(stderr, "hotmoe perplexity: -c %d scores no token: the context must be at least "
+                        "%d%s\n",
+                a.n_ctx, min_ctx(score_all),
+                score_all ? " (--score-all scores positions 1 .. c-1)"
+                          : " (the second half of each chunk is scored; --score-all: at least 2)");
+        return 2;
+    }
     size_t text_len = 0;
     char *text = cli_read_file("perplexity", a.file, &text_len);
     if (!text) return 1;
@@ -72,6 +94,14 @@ int cmd_perplexity(int argc, char **argv) {
     }
     int n_ctx = hm_context_n_ctx(e.ctx);
     hm_error err = {0};
+    if (n_ctx < min_ctx(score_all)) { /* -c 0: the default context, which the model may cap */
+        fprintf(stderr, "hotmoe perplexity: a context of %d tokens scores no token (at least %d "
+                        "needed)\n",
+                n_ctx, min_ctx(score_all));
+        cli_engine_close(&e);
+        free(text);
+        return 1;
+    }
     tok_ids toks = {0};
     float *logits = NULL;
     int status = 1;
@@ -88,9 +118,11 @@ int cmd_perplexity(int argc, char **argv) {
     size_t need = (score_all ? 1 : 2) * (size_t)n_ctx;
     if (toks.n < need) {
         fprintf(stderr,
-                "hotmoe perplexity: you need at least %zu tokens to evaluate perplexity with a "
-                "context of %d (the text has %zu)\n",
-                need, n_ctx, toks.n);
+                "hotmoe perplexity: %s has %zu tokens; at least %zu are needed to evaluate "
+                "perplexity with a context of %d (%s; lower -c%s)\n",
+                a.file, toks.n, need, n_ctx,
+                score_all ? "--score-all: one context" : "two contexts",
+                score_all ? "" : " or use --score-all");
         goto done;
     }
     int n_chunk = (int)(toks.n / (size_t)n_ctx);
@@ -133,8 +165,18 @@ int cmd_perplexity(int argc, char **argv) {
         fflush(stdout);
     }
     printf("\n");
+    if (count == 0) { /* excluded above; never a nan estimate with status 0 */
+        fprintf(stderr, "hotmoe perplexity: no token was scored\n");
+        goto done;
+    }
     double mean = nll / (double)count, var = nll2 / (double)count - mean * mean;
     double ppl = exp(mean);
+    if (!isfinite(ppl)) {
+        fprintf(stderr, "hotmoe perplexity: the perplexity is %f, not a finite number (mean "
+                        "NLL %f over %ld tokens)\n",
+                ppl, mean, count);
+        goto done;
+    }
     if (var > 0 && count > 1)
         printf("Final estimate: PPL = %.4f +/- %.5f\n", ppl, sqrt(var / (double)(count - 1)) * ppl);
     else

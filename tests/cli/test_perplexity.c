@@ -125,24 +125,95 @@ static void test_perplexity_vs_hf(void) {
     }
 }
 
-/* Bad input: a text shorter than two contexts, a missing file, no -f. */
+/* Runs cmd with stdout and stderr in files; returns its exit status (-1 when it did not exit)
+ * and the stderr text and stdout text in err/out (NUL-terminated, cut at cap). */
+static int run_capture(const char *cmd, char *out, char *err, size_t cap) {
+    const char *tmp = getenv("HOTMOE_TMP");
+    char full[4096], po[512], pe[512];
+    snprintf(po, sizeof(po), "%s/ppl-refusal.out", tmp);
+    snprintf(pe, sizeof(pe), "%s/ppl-refusal.err", tmp);
+    snprintf(full, sizeof(full), "%s >%s 2>%s", cmd, po, pe);
+    int st = system(full);
+    const char *paths[2] = {po, pe};
+    char *bufs[2] = {out, err};
+    for (int i = 0; i < 2; i++) {
+        bufs[i][0] = 0;
+        FILE *f = fopen(paths[i], "rb");
+        if (!f) continue;
+        size_t n = fread(bufs[i], 1, cap - 1, f);
+        bufs[i][n] = 0;
+        fclose(f);
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Bad input: a text shorter than two contexts, a missing file, no -f; and nothing to score is
+ * an error naming the cause, never "PPL = nan" with status 0: -c 1 and -c 2 (the second half of
+ * a chunk is empty), --score-all -c 1, --chunks 0 and -2, a text shorter than one evaluation
+ * (the error names the file and both token counts). The smallest contexts that score a token
+ * (-c 3; --score-all -c 2) give a finite estimate. */
 static void test_perplexity_errors(void) {
     const char *bin = getenv("HOTMOE_BIN"), *tmp = getenv("HOTMOE_TMP");
     HM_REQUIRE(bin && tmp);
-    char model[512], cmd[2048];
+    char model[512], cmd[2048], shortf[512];
     snprintf(model, sizeof(model), "%s/ppl-err.gguf", tmp);
     snprintf(cmd, sizeof(cmd), "%s forge --preset tiny-olmoe --type q8_0 --no-hf -q -o %s", bin,
              model);
     HM_REQUIRE(system(cmd) == 0);
-    snprintf(cmd, sizeof(cmd), "%s perplexity -m %s -f tests/model/golden/ppl_text.txt -c 4096 "
-                               ">/dev/null 2>&1",
-             bin, model);
-    HM_CHECK(WEXITSTATUS(system(cmd)) == 1);
-    snprintf(cmd, sizeof(cmd), "%s perplexity -m %s -f /nonexistent >/dev/null 2>&1", bin, model);
-    HM_CHECK(WEXITSTATUS(system(cmd)) == 1);
-    snprintf(cmd, sizeof(cmd), "%s perplexity -m %s >/dev/null 2>&1", bin, model);
-    HM_CHECK(WEXITSTATUS(system(cmd)) == 2);
+    snprintf(shortf, sizeof(shortf), "%s/ppl-short.txt", tmp);
+    FILE *f = fopen(shortf, "w");
+    HM_REQUIRE(f);
+    fputs("A short text.", f);
+    fclose(f);
+    static char out[1 << 16], err[1 << 16];
+    const char *text = "tests/model/golden/ppl_text.txt";
+    struct {
+        const char *file, *flags;
+        int status;
+        const char *says; /* in stderr; NULL: stdout has a finite "Final estimate: PPL = " */
+    } cases[] = {
+        {text, "-c 1", 2, "-c 1 scores no token: the context must be at least 3"},
+        {text, "-c 2", 2, "-c 2 scores no token: the context must be at least 3"},
+        {text, "-c 2 --chunks 1", 2, "-c 2 scores no token"},
+        {text, "--score-all -c 1", 2, "-c 1 scores no token: the context must be at least 2"},
+        {text, "-c 8 --chunks 0", 2, "--chunks must be >= 1 (or -1 for every chunk), got 0"},
+        {text, "-c 8 --chunks -2", 2, "--chunks must be >= 1 (or -1 for every chunk), got -2"},
+        {text, "-c 4096", 1, "ppl_text.txt has "},
+        {shortf, "-c 64", 1, "tokens; at least 128 are needed to evaluate perplexity with a "
+                             "context of 64"},
+        {shortf, "--score-all -c 64", 1, "tokens; at least 64 are needed"},
+        {text, "-c 3 --chunks 2", 0, NULL},
+        {text, "--score-all -c 2 --chunks 2", 0, NULL},
+        {text, "-c 8 --chunks -1", 0, NULL},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        snprintf(cmd, sizeof(cmd), "%s perplexity -m %s -f %s %s -t 2", bin, model,
+                 cases[i].file, cases[i].flags);
+        int st = run_capture(cmd, out, err, sizeof(out));
+        HM_CHECK_MSG(st == cases[i].status, "%s: exit %d, expected %d; stderr: %s",
+                     cases[i].flags, st, cases[i].status, err);
+        HM_CHECK_MSG(!strstr(out, "nan") && !strstr(out, "inf"), "%s: stdout '%s'",
+                     cases[i].flags, out);
+        if (cases[i].says) {
+            HM_CHECK_MSG(strstr(err, cases[i].says) != NULL, "%s: stderr lacks '%s': %s",
+                         cases[i].flags, cases[i].says, err);
+            HM_CHECK_MSG(!strstr(out, "Final estimate"), "%s: an estimate: %s", cases[i].flags,
+                         out);
+        } else {
+            const char *q = strstr(out, "Final estimate: PPL = ");
+            double ppl = q ? strtod(q + 22, NULL) : NAN;
+            HM_CHECK_MSG(q && isfinite(ppl) && ppl > 0, "%s: stdout '%s'", cases[i].flags, out);
+        }
+        if (cases[i].status == 1 && cases[i].file == shortf) /* the file, by name */
+            HM_CHECK_MSG(strstr(err, shortf) != NULL, "%s: stderr does not name %s: %s",
+                         cases[i].flags, shortf, err);
+    }
+    snprintf(cmd, sizeof(cmd), "%s perplexity -m %s -f /nonexistent", bin, model);
+    HM_CHECK(run_capture(cmd, out, err, sizeof(out)) == 1 && strstr(err, "/nonexistent"));
+    snprintf(cmd, sizeof(cmd), "%s perplexity -m %s", bin, model);
+    HM_CHECK(run_capture(cmd, out, err, sizeof(out)) == 2 && strstr(err, "-f FILE"));
     remove(model);
+    remove(shortf);
 }
 
 HM_TEST_MAIN(test_perplexity_vs_hf, test_perplexity_errors)
