@@ -4,7 +4,8 @@
  * into cli_common_args, help); a command's extra flags are a second table with pointers. Lookup
  * tries the command's table first, so a command may redefine a common name. Numbers go through
  * strtol/strtof/strtoull and must consume the whole value; ranges of the common flags are
- * checked once after parsing so the error names the flag.
+ * checked once after parsing so the error names the flag. -m, -p and -f given twice, and -p
+ * with -f, are errors: no value is dropped silently.
  */
 #include "cli/args.h"
 
@@ -220,6 +221,13 @@ int cli_args_parse(const cli_args_def *def, int argc, char **argv, cli_common_ar
                 kind = s->kind;
                 dest = (char *)out + s->off;
                 found = true;
+                /* one model, one prompt, one file: a second one is not silently taken */
+                if ((s->off == OFF(model) || s->off == OFF(prompt) || s->off == OFF(file)) &&
+                    *(const char **)dest) {
+                    fprintf(stderr, "hotmoe %s: %s given twice; give it once\n", def->cmd,
+                            s->name);
+                    return CLI_ARGS_USAGE;
+                }
                 if (s->off == OFF(seed)) out->seed_given = true;
                 if (s->off == OFF(n_predict)) out->given_n_predict = true;
             }
@@ -249,6 +257,10 @@ int cli_args_parse(const cli_args_def *def, int argc, char **argv, cli_common_ar
                     arg, kind_what(kind), val);
             return CLI_ARGS_USAGE;
         }
+    }
+    if (out->prompt && out->file) {
+        fprintf(stderr, "hotmoe %s: -p and -f both given; use one\n", def->cmd);
+        return CLI_ARGS_USAGE;
     }
     char buf[160];
     const char *bad = check_ranges(out, def->groups, buf, sizeof(buf));

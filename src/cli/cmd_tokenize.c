@@ -85,8 +85,12 @@ int cmd_tokenize(int argc, char **argv) {
         fprintf(stderr, "hotmoe tokenize: -m MODEL is required\n");
         return 2;
     }
-    if (!prompt == !a.file) {
-        fprintf(stderr, "hotmoe tokenize: give exactly one of -p TEXT or -f FILE\n");
+    if (prompt && a.file) {
+        fprintf(stderr, "hotmoe tokenize: -p and -f both given; use one\n");
+        return 2;
+    }
+    if (!prompt && !a.file) {
+        fprintf(stderr, "hotmoe tokenize: give one of -p TEXT or -f FILE\n");
         return 2;
     }
     size_t len = 0;

@@ -40,8 +40,8 @@ static void test_values(void) {
                    "-ub", "16", "-t", "3", "--temp", "0", "--top-k", "5", "--top-p=0.5",
                    "--min-p", "0.1", "--repeat-penalty", "1.1", "--presence-penalty", "0.5",
                    "--frequency-penalty", "-0.5", "-s", "42", "-ctk", "q8_0",
-                   "--cache-type-v=q8_0", "-f", "t.txt") == CLI_ARGS_CONTINUE);
-    HM_CHECK(!strcmp(a.model, "x.gguf") && !strcmp(a.prompt, "hi") && !strcmp(a.file, "t.txt"));
+                   "--cache-type-v=q8_0") == CLI_ARGS_CONTINUE);
+    HM_CHECK(!strcmp(a.model, "x.gguf") && !strcmp(a.prompt, "hi") && !a.file);
     HM_CHECK(a.n_predict == 7 && a.n_ctx == 256 && a.n_batch == 64 && a.n_ubatch == 16);
     HM_CHECK(a.n_threads == 3 && a.temp == 0.0f && a.top_k == 5 && a.top_p == 0.5f);
     HM_CHECK(a.min_p == 0.1f && a.repeat_penalty == 1.1f && a.presence_penalty == 0.5f);
@@ -51,6 +51,26 @@ static void test_values(void) {
     HM_CHECK(PARSE(&k_all, &a, "--seed", "-1") == CLI_ARGS_CONTINUE && a.seed == CLI_SEED_RANDOM);
     HM_CHECK(PARSE(&k_all, &a, "--model=m", "--n-predict=3") == CLI_ARGS_CONTINUE &&
              !strcmp(a.model, "m") && a.n_predict == 3);
+    HM_CHECK(PARSE(&k_all, &a, "-f", "t.txt") == CLI_ARGS_CONTINUE && !strcmp(a.file, "t.txt") &&
+             !a.prompt);
+}
+
+/* Nothing given is dropped silently: -m, -p or -f twice, and -p with -f, are usage errors
+ * (their text: tests/cli/errors.sh). Other flags keep llama.cpp's "the last one counts". */
+static void test_conflicts(void) {
+    cli_common_args a;
+    HM_CHECK(PARSE(&k_all, &a, "-m", "a.gguf", "-m", "b.gguf") == CLI_ARGS_USAGE);
+    HM_CHECK(PARSE(&k_all, &a, "--model=a.gguf", "-m", "a.gguf") == CLI_ARGS_USAGE);
+    HM_CHECK(PARSE(&k_all, &a, "-p", "one", "--prompt", "two") == CLI_ARGS_USAGE);
+    HM_CHECK(PARSE(&k_all, &a, "-f", "a.txt", "-f", "b.txt") == CLI_ARGS_USAGE);
+    HM_CHECK(PARSE(&k_all, &a, "-p", "hi", "-f", "t.txt") == CLI_ARGS_USAGE);
+    HM_CHECK(PARSE(&k_all, &a, "--file=t.txt", "-p", "hi") == CLI_ARGS_USAGE);
+    HM_CHECK(PARSE(&k_all, &a, "-n", "1", "-n", "2") == CLI_ARGS_CONTINUE && a.n_predict == 2);
+    /* a command's own -p (bench's token count) is not the prompt */
+    int n_prompt = 0;
+    const cli_arg_spec extra[] = {{"-p", NULL, CLI_ARG_INT, &n_prompt, "N", "tokens"}};
+    const cli_args_def def = {"t", NULL, NULL, CLI_ARGS_MODEL | CLI_ARGS_FILE, extra, 1};
+    HM_CHECK(PARSE(&def, &a, "-p", "8", "-f", "t.txt") == CLI_ARGS_CONTINUE && n_prompt == 8);
 }
 
 static void test_errors(void) {
@@ -108,4 +128,4 @@ static void test_extra(void) {
     HM_CHECK(rc == CLI_ARGS_HELP);
 }
 
-HM_TEST_MAIN(test_defaults, test_values, test_errors, test_extra)
+HM_TEST_MAIN(test_defaults, test_values, test_conflicts, test_errors, test_extra)
