@@ -47,6 +47,15 @@ char *cli_read_file(const char *cmd, const char *path, size_t *len) {
     return buf;
 }
 
+/* "hotmoe CMD: PATH: message" for an error of the model file, so that the line always names
+ * the file (the loader's messages may not); the path once when the message already has it. */
+static void print_model_error(const char *cmd, const char *path, const hm_error *err) {
+    if (strstr(err->msg, path))
+        fprintf(stderr, "hotmoe %s: %s\n", cmd, err->msg);
+    else
+        fprintf(stderr, "hotmoe %s: %s: %s\n", cmd, path, err->msg);
+}
+
 void cli_engine_close(cli_engine *e) {
     hm_gen_free(e->gen);
     hm_context_free(e->ctx);
@@ -71,14 +80,14 @@ int cli_engine_open(cli_engine *e, const char *cmd, const cli_common_args *a, un
         fprintf(stderr, "hotmoe %s: --repack is for CPU decode; ignored with -ngl %d\n", cmd,
                 a->n_gpu_layers);
     if (hm_model_load(a->model, &mp, &e->model, &err) != HM_OK) {
-        fprintf(stderr, "hotmoe %s: %s\n", cmd, err.msg);
+        print_model_error(cmd, a->model, &err);
         return 1;
     }
     const hm_hparams *hp = hm_model_hparams(e->model);
     e->n_vocab = (int)hp->n_vocab;
     if (what & CLI_ENGINE_VOCAB) {
         if (tok_vocab_load(hm_model_gguf(e->model), &e->vocab, &err) != HM_OK) {
-            fprintf(stderr, "hotmoe %s: %s\n", cmd, err.msg);
+            print_model_error(cmd, a->model, &err);
             cli_engine_close(e);
             return 1;
         }
