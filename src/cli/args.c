@@ -41,9 +41,9 @@ static const common_spec k_common[] = {
     {"-ub", "--ubatch-size", CLI_ARGS_CONTEXT, CLI_ARG_INT, OFF(n_ubatch), "N",
      "physical batch size (default: 512)"},
     {"-ctk", "--cache-type-k", CLI_ARGS_CONTEXT, CLI_ARG_STR, OFF(cache_type_k), "TYPE",
-     "KV cache type for K: f16, q8_0 (default: f16)"},
+     "KV cache type for K: " CLI_CACHE_TYPES " (default: f16; the GPU: f16 only)"},
     {"-ctv", "--cache-type-v", CLI_ARGS_CONTEXT, CLI_ARG_STR, OFF(cache_type_v), "TYPE",
-     "KV cache type for V: f16, q8_0 (default: f16)"},
+     "KV cache type for V: " CLI_CACHE_TYPES " (default: f16; the GPU: f16 only)"},
     {"-ngl", "--n-gpu-layers", CLI_ARGS_CONTEXT, CLI_ARG_INT, OFF(n_gpu_layers), "N",
      "layers on the GPU (default: 0, CPU only; any N > 0 places the whole model on the GPU)"},
     {"-mg", "--main-gpu", CLI_ARGS_CONTEXT, CLI_ARG_INT, OFF(main_gpu), "INDEX",
@@ -101,7 +101,9 @@ int cli_args_default_threads(void) {
 
 int cli_args_cache_type(const char *name) {
     if (!name) return -1;
+    if (!strcmp(name, "f32")) return HM_TYPE_F32;
     if (!strcmp(name, "f16")) return HM_TYPE_F16;
+    if (!strcmp(name, "bf16")) return HM_TYPE_BF16;
     if (!strcmp(name, "q8_0")) return HM_TYPE_Q8_0;
     return -1;
 }
@@ -160,12 +162,14 @@ static const char *check_ranges(const cli_common_args *a, unsigned groups, char 
         if (a->n_gpu_layers < 0) return "-ngl must be >= 0";
         if (a->main_gpu < 0) return "-mg must be >= 0";
         if (cli_args_cache_type(a->cache_type_k) < 0) {
-            snprintf(buf, cap, "-ctk: unsupported KV cache type '%s' (supported: f16, q8_0)",
+            snprintf(buf, cap,
+                     "-ctk: unsupported KV cache type '%s' (supported: " CLI_CACHE_TYPES ")",
                      a->cache_type_k);
             return buf;
         }
         if (cli_args_cache_type(a->cache_type_v) < 0) {
-            snprintf(buf, cap, "-ctv: unsupported KV cache type '%s' (supported: f16, q8_0)",
+            snprintf(buf, cap,
+                     "-ctv: unsupported KV cache type '%s' (supported: " CLI_CACHE_TYPES ")",
                      a->cache_type_v);
             return buf;
         }

@@ -47,7 +47,7 @@ typedef struct {
     int n_batch;              /* -b (2048) */
     int n_ubatch;             /* -ub (512) */
     int n_threads;            /* -t: 0 = number of online CPUs (0) */
-    const char *cache_type_k; /* -ctk: "f16" or "q8_0" ("f16") */
+    const char *cache_type_k; /* -ctk: "f32", "f16", "bf16" or "q8_0" ("f16") */
     const char *cache_type_v; /* -ctv ("f16") */
     int n_gpu_layers;         /* -ngl: 0 = CPU (0); > 0 = the whole model on the GPU */
     int main_gpu;             /* -mg: CUDA device index (0) */
@@ -107,7 +107,10 @@ void cli_args_usage(FILE *f, const cli_args_def *def);
 /* Threads to use for n_threads == 0: the number of online CPUs (at least 1). */
 int cli_args_default_threads(void);
 
-/* "f16"/"q8_0" -> ggml type id; -1 for anything else. */
+/* The KV cache types -ctk/-ctv accept, llama.cpp's names (the GPU engine takes only f16). */
+#define CLI_CACHE_TYPES "f32, f16, bf16, q8_0"
+
+/* "f32"/"f16"/"bf16"/"q8_0" -> ggml type id; -1 for anything else. */
 int cli_args_cache_type(const char *name);
 
 #endif
