@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine: A/B decode speed of several builds in one call, on the H100 or (CPU=1)
-# on the host's 16 cores. Each variant is NAME=SRCDIR[:FLAGS][%ARGS] (FLAGS go to the C and CUDA
-# compilers, e.g. -DTP_PAUSE=0 or -DMOE_STAGE=0; ARGS to `hotmoe bench`, e.g. %--repack); every
-# variant is built
+# on the host's 16 cores. Each variant is NAME=SRCDIR[:FLAGS][%ARGS]: a source tree (a checkout of
+# each commit compared, or a copy with one value of src/base/tune.h changed), FLAGS for the C and
+# CUDA compilers, ARGS for `hotmoe bench` (e.g. %--repack); every variant is built
 # (hotmoe only, in parallel; CPU=1: -DHOTMOE_CUDA=OFF), then tg128 (`hotmoe bench -p 0 -n 128
 # -r 3` with `-ngl 99 --gpu-strict`, or `-t 16`) runs ROUNDS times per model, the variants
 # alternated inside each round so that clock, thermal and host-bandwidth drift hit all of them
 # alike (CPU=1 also measures the host read bandwidth once per round). Prints every run and the
 # mean per variant and model.
-#   bash bench/device_ab.sh base=.devrun/a new=.devrun/b nopdl=.devrun/b:-DCUDA_PDL=0
+#   bash bench/device_ab.sh base=.devrun/a new=.devrun/b newr=.devrun/b%--repack
 # env: ROUNDS (2), MODELS ("q3 goss": the forged qwen3-30b-a3b q4_k_m, gpt-oss-20b mxfp4), CPU,
 # READ_FROM (the variant whose bench_matvec measures the read bandwidth; default the last one:
 # usually the newest tree, whose read test tries the most ways),

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine's host: A/B of bench_matvec (streaming CPU matvec ÷ read bandwidth)
-# across builds that differ in compile flags (e.g. the kernels' prefetch distance or hint). Each
-# variant is NAME=SRCDIR[:FLAGS]; all are built (CPU only, in parallel), then `bench_matvec -t 16
-# $ARGS` runs ROUNDS times per variant, the variants alternated inside each round (a shared
-# host's bandwidth drifts). Prints each run's table rows and ratio column.
-#   ARGS="--types q4_K,q6_K --x8" ROUNDS=2 bash bench/device_matvec_ab.sh t0=. t1=.:-DSIMD_PF_HINT=2
+# across builds of different source trees (e.g. src/base/tune.h with another prefetch distance)
+# or compile flags. Each variant is NAME=SRCDIR[:FLAGS]; all are built (CPU only, in parallel),
+# then `bench_matvec -t 16 $ARGS` runs ROUNDS times per variant, the variants alternated inside
+# each round (a shared host's bandwidth drifts). Prints each run's table rows and ratio column.
+#   ARGS="--types q4_K,q6_K --x8" ROUNDS=2 bash bench/device_matvec_ab.sh base=.devrun/a new=.
 set -uo pipefail
 OUT=${OUT:-/tmp/hotmoe-out}
 mkdir -p "$OUT"

@@ -68,7 +68,7 @@ void mm_rows(const mm_kern *mk, const uint8_t *w, int64_t r0, int64_t r1,
 }
 
 int64_t mm_chunk_rows(int64_t total_rows, int nth) {
-    int64_t c = total_rows / ((int64_t)nth * MM_ITEMS_PER_THREAD);
+    int64_t c = total_rows / ((int64_t)nth * HM_TUNE_MM_ITEMS_PER_THREAD);
     if (c > MM_MAX_CHUNK) c = MM_MAX_CHUNK;
     c = c / MM_ROW_ALIGN * MM_ROW_ALIGN;
     return c < MM_ROW_ALIGN ? MM_ROW_ALIGN : c;
@@ -93,7 +93,6 @@ static void mm_chunk_plan(int64_t total_rows, int nth, int64_t *big, int64_t *mi
     bg = bg < sm ? sm : bg > MM_MAX_CHUNK ? MM_MAX_CHUNK : bg;
     int64_t md = bg / 2 / a * a;
     md = md < sm ? sm : md;
-    if (!MM_GUIDED) bg = md = sm = mm_chunk_rows(total_rows, nth);
     *big = bg;
     *mid = md;
     *small = sm;

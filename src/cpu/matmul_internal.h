@@ -3,14 +3,9 @@
 #ifndef HM_CPU_MATMUL_INTERNAL_H
 #define HM_CPU_MATMUL_INTERNAL_H
 
+#include "base/tune.h"
 #include "cpu/matmul.h"
 
-#ifndef MM_GUIDED
-#define MM_GUIDED 1 /* build flag for A/B: 0 = one chunk size for every item of a product */
-#endif
-#ifndef MM_ITEMS_PER_THREAD
-#define MM_ITEMS_PER_THREAD 8 /* build flag for A/B: items per thread of a plain-chunk product */
-#endif
 enum { MM_MAX_CHUNK = 256 }; /* rows of a work item at most */
 enum { MM_NR = 16, MM_TOK_TILE = 16, MM_ROW_ALIGN = QUANT_X8_ROWS };
 
@@ -44,7 +39,8 @@ void mm_rows_x8(quant_x8_dot_fn x8dot, const mm_kern *mk, const uint8_t *x8, int
 /* quant_x8's kernel for a product over n_rows rows of wtype with a repacked copy x8, or NULL
  * when the dot tiles serve (no copy, rows not in groups of 8). */
 quant_x8_dot_fn mm_x8_pick(const quant_kernels *kern, const void *x8, uint32_t wtype, int64_t n_rows);
-/* Rows of a work item when total_rows are shared by nth threads, ~8 items each. */
+/* Rows of a work item when total_rows are shared by nth threads, HM_TUNE_MM_ITEMS_PER_THREAD
+ * items each. */
 int64_t mm_chunk_rows(int64_t total_rows, int nth);
 /* bytes at w into the calling core's L2 (prefetcht1), in order, until the gate opens (a stage's
  * gate prefetch); false when it opened first. */

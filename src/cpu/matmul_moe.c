@@ -376,8 +376,6 @@ size_t cpu_moe_ffn_scratch_size(const cpu_moe_args *gate, const cpu_moe_args *do
 /* The down product's item sizes from the plain chunk: big items, then the last active expert's
  * in small ones (the job's tail); big is a whole number of small cells (the slot sum's unit). */
 static void ffn_down_sizes(int64_t chunk, int64_t *big, int64_t *small) {
-    *big = *small = chunk;
-    if (!MM_GUIDED) return;
     const int64_t sm = chunk / 2 / MM_ROW_ALIGN * MM_ROW_ALIGN;
     *small = sm < MM_ROW_ALIGN ? MM_ROW_ALIGN : sm;
     const int64_t mult = MM_MAX_CHUNK / *small;

@@ -11,10 +11,9 @@
 #include "quant/quant.h"
 #include "quant/quant_ref_internal.h"
 
-/* refinement rounds after the min/max start (each: assign L, then least-squares fit) */
-#ifndef K_REFINE
-#define K_REFINE 3
-#endif
+/* refinement rounds after the min/max start (each: assign L, then least-squares fit); part of
+ * the quantiser's output: forged q*_K models, and so the golden logits, depend on it */
+enum { K_REFINE = 3 };
 
 /* Fits x[0..n) (n a multiple of 4) ≈ scale * L - moff with L in 0..nmax and moff >= 0 (the
  * offset is the sub-block min clipped to <= 0, as in ggml). Starts from the min/max quantiser,

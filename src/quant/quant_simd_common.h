@@ -16,8 +16,9 @@
  * pmaddubsw + pmaddwd, which also lets q8_0 and iq4_nl use unsigned offset weights) and
  * SIMD_VBMI (vpermb table lookups). Kernels keep 256-bit vectors on every ISA, except mxfp4
  * with VBMI (quant_simd_q32.h: 512-bit packing, lookup and vpdpbusd; its float part stays 256-bit).
- * Weight streams are prefetched SIMD_PF_DIST bytes ahead: without it a core cannot keep enough
- * misses in flight, and a 16-core matvec of 4-bit types stayed near 0.65 of read bandwidth.
+ * Weight streams are prefetched HM_TUNE_SIMD_PF_DIST bytes ahead (base/tune.h): without it a
+ * core cannot keep enough misses in flight, and a 16-core matvec of 4-bit types stayed near 0.65
+ * of read bandwidth.
  */
 #ifndef HM_QUANT_SIMD_COMMON_H
 #define HM_QUANT_SIMD_COMMON_H
@@ -26,6 +27,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "base/tune.h"
 #include "quant/blocks.h"
 #include "quant/quant.h"
 
@@ -43,16 +45,12 @@
 #define SIMD_VBMI 0
 #endif
 
-/* Software prefetch of the weight stream, SIMD_PF_DIST bytes ahead of the bytes [p, p + len)
- * about to be read (one prefetch per cache line; past the end of the data it is harmless). */
-#ifndef SIMD_PF_DIST
-#define SIMD_PF_DIST 4096
-#endif
-#ifndef SIMD_PF_HINT
-#define SIMD_PF_HINT _MM_HINT_T0 /* build flag for A/B (T1, T2: into L2 only) */
-#endif
+/* Software prefetch of the weight stream into L1, HM_TUNE_SIMD_PF_DIST bytes ahead of the bytes
+ * [p, p + len) about to be read (one prefetch per cache line; past the end of the data it is
+ * harmless). L2-only hints (T1, T2) were no faster, NTA clearly slower (bench/RESULTS.md). */
 SIMD_INLINE void simd_prefetch_w(const uint8_t *p, size_t len) {
-    for (size_t o = 0; o < len; o += 64) _mm_prefetch((const char *)(p + SIMD_PF_DIST + o), SIMD_PF_HINT);
+    for (size_t o = 0; o < len; o += 64)
+        _mm_prefetch((const char *)(p + HM_TUNE_SIMD_PF_DIST + o), _MM_HINT_T0);
 }
 
 /* The 32 accumulator lanes: a[j] holds lanes 8j..8j+7. */

@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "base/tune.h"
 #include "quant/blocks.h"
 
 int quant_x8_avx512_built(void);
@@ -34,25 +35,17 @@ X8_DOT_DECL(q8_0)
 
 int quant_x8_avx512_built(void) { return 1; }
 
-/* The weight stream is prefetched at two distances: X8_PF bytes ahead into L1 and X8_PF2 bytes
- * ahead into L2 only. A core alone cannot keep enough misses in flight through its L1 fill
- * buffers; the L2-only requests add more, further ahead. On the 16-core host (bench/RESULTS.md,
- * session 12) 2 KiB + 12 KiB streamed q4_K 8% faster than 4 KiB into L1 alone, and decode was
- * faster in 11 of 12 alternated pairs (~9% on average). Build flags for A/B (X8_PF2 = 0: L1 only). */
-#ifndef X8_PF
-#define X8_PF 2048
-#endif
-#ifndef X8_PF_HINT
-#define X8_PF_HINT _MM_HINT_T0
-#endif
-#ifndef X8_PF2
-#define X8_PF2 12288
-#endif
-/* The n bytes of the weight stream X8_PF (and X8_PF2) bytes after g. */
+/* The weight stream is prefetched at two distances (base/tune.h): HM_TUNE_X8_PF_L1 bytes ahead
+ * into L1 and HM_TUNE_X8_PF_L2 bytes ahead into L2 only. A core alone cannot keep enough misses
+ * in flight through its L1 fill buffers; the L2-only requests add more, further ahead. On the
+ * 16-core host (bench/RESULTS.md, two-distance prefetch in the x8 kernels) 2 KiB + 12 KiB
+ * streamed q4_K 8% faster than 4 KiB into L1 alone, and decode was faster in 11 of 12 alternated
+ * pairs (~9% on average). */
+/* The n bytes of the weight stream HM_TUNE_X8_PF_L1 and HM_TUNE_X8_PF_L2 bytes after g. */
 #define X8_PREFETCH(g, n)                                                                      \
     for (int o_ = 0; o_ < (int)(n); o_ += 64) {                                                \
-        _mm_prefetch((const char *)(g) + X8_PF + o_, X8_PF_HINT);                              \
-        if (X8_PF2) _mm_prefetch((const char *)(g) + X8_PF2 + o_, _MM_HINT_T2);                \
+        _mm_prefetch((const char *)(g) + HM_TUNE_X8_PF_L1 + o_, _MM_HINT_T0);                  \
+        _mm_prefetch((const char *)(g) + HM_TUNE_X8_PF_L2 + o_, _MM_HINT_T2);                  \
     }
 enum { X8_GROUP_BLOCK = 1152 };
 
