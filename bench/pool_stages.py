@@ -5,10 +5,10 @@
 
 Reads the `pool profile` lines of HOTMOE_POOL_PROF=1 runs (hotmoe's stderr) and, for every job
 kind with more than 16 stages (model_token.c's job: PERIOD stages per layer, default 4: q/k/v
-with attention inside, wo, router, expert FFN; 6 for builds before session 10's attention in the
-q/k/v stage or with -DMODEL_ATTN_IN_QKV=0: q/k/v, heads, attention, wo, router, expert FFN; then
-the output matrix), prints the mean time of each stage position over the layers after the first
-(from the stage closes) and of its `then` step.
+with attention inside, wo, router, expert FFN; 6 for builds before 7c90e2e put attention in the
+q/k/v stage, or built with -DMODEL_ATTN_IN_QKV=0 before 35d503d: q/k/v, heads, attention, wo,
+router, expert FFN; then the output matrix), prints the mean time of each stage position over
+the layers after the first (from the stage closes) and of its `then` step.
 """
 import re
 import sys

@@ -81,8 +81,8 @@ int64_t mm_chunk_rows(int64_t total_rows, int nth) {
  * the last two items of each thread. Long streams between item starts (each costs a cold
  * stream start; items of ~40 KB stream ~8% slower than items of ~100 KB), while the thread that
  * starts late (it ran the stage's `then`, its first item is not prefetched) and the threads
- * that stream slower than the rest still finish with the others (host traces, bench/RESULTS.md
- * session 10). */
+ * that stream slower than the rest still finish with the others (host traces at 1c412a3,
+ * bench/RESULTS.md). */
 static void mm_chunk_plan(int64_t total_rows, int nth, int64_t *big, int64_t *mid, int64_t *small) {
     const int64_t a = MM_ROW_ALIGN;
     int64_t sm = (total_rows / ((int64_t)nth * 16) + a - 1) / a * a;
@@ -203,8 +203,8 @@ static void mm_item(void *ctx, int64_t it, int ith) {
  * until the gate opens: the thread runs the item once its stage opens, so the stream of weights
  * need not stop at the stage's gate, and a thread that came late starts the item at once (each
  * prefetch instruction waits for a free fill buffer: loading a whole item first kept late
- * threads from computing for up to ~10 µs after the gate opened; host trace, session 13). (A
- * cap of 32 or 64 KB was tried in session 10: inside the host's noise.) */
+ * threads from computing for up to ~10 µs after the gate opened; host trace at 59983ba,
+ * bench/RESULTS.md). (A cap of 32 or 64 KB was tried before 2e6b731: inside the host's noise.) */
 static void mm_item_prefetch(void *ctx, int64_t it, const tp_gate *gate) {
     const mm_job *j = ctx;
     for (int mi = 0; mi < j->n_mat; mi++) {

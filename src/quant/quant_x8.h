@@ -17,7 +17,7 @@
  *
  * Used by the CPU engine with -rtr/--repack (model_repack.c: a repacked copy of every q4_K,
  * q6_K, q8_0 and mxfp4 matrix; cpu_matmul_mat.x8 and cpu_moe_args.x8 take it for products of a few
- * tokens). Measured in bench/RESULTS.md (sessions 8 to 11).
+ * tokens). Measured in bench/RESULTS.md (2026-11-23, from 8145156 on).
  */
 #ifndef HM_QUANT_QUANT_X8_H
 #define HM_QUANT_QUANT_X8_H
