@@ -277,12 +277,8 @@ static hm_status attn_mma_launch(const attn_plan *P, const cuda_attn_args *a, cu
     return attn_launched("attn_mma_kernel", err);
 }
 
-#ifndef CUDA_ATTN_MMA
-#define CUDA_ATTN_MMA 1 /* build flag: 0 leaves prompt batches to attn_kernel (A/B) */
-#endif
-
 bool attn_mma_fits(const attn_plan *P) {
-    return CUDA_ATTN_MMA && P->n_tok > 1 && P->rows <= AM_ROWS && (P->hd == 64 || P->hd == 128);
+    return P->n_tok > 1 && P->rows <= AM_ROWS && (P->hd == 64 || P->hd == 128);
 }
 
 hm_status attn_mma(const attn_plan *P, const cuda_attn_args *a, cudaStream_t s, hm_error *err) {

@@ -70,9 +70,6 @@ static __device__ __forceinline__ uint32_t cb_u16(const uint8_t *p) { return *(c
 static __device__ __forceinline__ float cb_h(const uint8_t *p) { return cb_fp16(*(const uint16_t *)p); }
 /* little-endian u32 from a 4-, 2- or 1-byte aligned address */
 static __device__ __forceinline__ uint32_t cb_ld4(const uint8_t *p) { return *(const uint32_t *)p; }
-#ifndef CB_QS16
-#define CB_QS16 1 /* build flag: 0 reads q4_K/q5_K quants 4 bytes at a time (A/B) */
-#endif
 static __device__ __forceinline__ uint32_t cb_ld2(const uint8_t *p) {
     return cb_u16(p) | (cb_u16(p + 2) << 16);
 }
@@ -313,7 +310,7 @@ static __device__ __forceinline__ void cb_k45_part(const uint8_t *b, int p, cons
     int lo[4], hi[4];
     uint32_t q16[4]; /* the part's 16 bytes: one 16-byte load where aligned (rows staged or read
                       * from a 16-aligned array; 144- and 176-byte blocks keep it) */
-    if (CB_QS16 && ((uintptr_t)qs & 15) == 0) {
+    if (((uintptr_t)qs & 15) == 0) {
         const uint4 v4 = *(const uint4 *)qs;
         q16[0] = v4.x, q16[1] = v4.y, q16[2] = v4.z, q16[3] = v4.w;
     } else {

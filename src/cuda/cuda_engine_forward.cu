@@ -10,7 +10,7 @@
  * Prompt ubatches (n_tok > CUDA_ENGINE_MATVEC_MAX_TOK) use the tensor-core GEMMs of
  * cuda_gemm.h (f16 inputs: close to, not equal to, the CPU) where the shape allows.
  * Decode steps (n_tok <= CUDA_ENGINE_MATVEC_MAX_TOK) use the fused kernels of cuda_fused.h
- * (same bytes as the sequences they replace; CUDA_FUSE_* switch each off): the residual add
+ * (same bytes as the sequences they replace): the residual add
  * (or the MoE combine) is deferred into the next norm (fwd_defer), the norm quantises the
  * next product's activations, q/k/v of one type are one launch, and q/k norm, RoPE and the KV
  * store are one launch.
@@ -70,15 +70,14 @@ typedef struct {
 
 /* The router's logits and top-k in one launch (cuda_fused_router): f32 router rows. */
 static bool fused_router_ok(const cuda_engine *e, const cuda_layer *L) {
-    return CUDA_FUSE_ROUTER && L->router.type == HM_TYPE_F32 &&
+    return L->router.type == HM_TYPE_F32 &&
            L->router.ne[1] == e->hp.n_expert && e->hp.n_expert <= CUDA_FUSED_ROUTER_MAX;
 }
 
 /* Decode: the MoE block's norm runs in front of the fused router and its residual add in the
  * o product's epilogue, so the step has no launch of its own for them. */
 static bool norm_in_router(const cuda_engine *e, const cuda_layer *L, int64_t n) {
-    return fused_step(n) && CUDA_FUSE_NORM_ROUTER && CUDA_FUSE_RESIDUAL &&
-           CUDA_FUSE_MULTI_MATVEC && fused_router_ok(e, L) && !use_gemm(e, &L->wo, n) &&
+    return fused_step(n) && fused_router_ok(e, L) && !use_gemm(e, &L->wo, n) &&
            L->wo.ne[1] == e->hp.n_embd && L->ffn_norm.d &&
            cuda_fused_router_norm_ok(e->hp.n_embd, n, L->gate_exps.type);
 }
@@ -106,7 +105,7 @@ static hm_status linear(cuda_engine *e, const cuda_tensor *w, const cuda_tensor 
                        e->gemm_scratch_bytes, e->stream, err);
     } else {
         st = act ? HM_OK : quantize(e, w->type, x, w->ne[0], n, &act, err);
-        if (st == HM_OK && b && b->d && fused_step(n) && CUDA_FUSE_MULTI_MATVEC) {
+        if (st == HM_OK && b && b->d && fused_step(n)) {
             const cuda_multi_mat m = {w->d, w->ne[1], (const float *)b->d, y, 0};
             return cuda_matvec_multi(w->type, w->ne[0], act, n, &m, 1, e->stream, err);
         }
@@ -144,7 +143,7 @@ static hm_status norm_step(cuda_engine *e, int n, fwd_defer *d, const cuda_tenso
                            uint32_t wtype, const void **act, hm_error *err) {
     const int64_t E = e->hp.n_embd;
     const size_t arow = act ? cuda_act_row_bytes(wtype, E) : 0;
-    if (fused_step(n) && CUDA_FUSE_NORM_QUANT && E <= CUDA_FUSED_NORM_MAX && (!act || arow)) {
+    if (fused_step(n) && E <= CUDA_FUSED_NORM_MAX && (!act || arow)) {
         const bool f32 = f32_acts(wtype, E);
         cuda_fused_norm_args a;
         memset(&a, 0, sizeof(a));
@@ -220,7 +219,7 @@ static hm_status attention_block(cuda_engine *e, int il, int n, fwd_defer *dfr, 
                 !use_gemm(e, &L->wq, n);
     hm_status st = norm_step(e, n, dfr, &L->attn_norm, L->wq.type, same ? &act : NULL, err);
     if (st != HM_OK) return st;
-    if (fz && same && CUDA_FUSE_MULTI_MATVEC && L->wk.ne[0] == E && L->wv.ne[0] == E) {
+    if (fz && same && L->wk.ne[0] == E && L->wv.ne[0] == E) {
         st = qkv_multi(e, L, n, act, err);
     } else {
         st = linear(e, &L->wq, &L->bq, e->xn, n, e->q, act, err);
@@ -233,8 +232,7 @@ static hm_status attention_block(cuda_engine *e, int il, int n, fwd_defer *dfr, 
     ra.p = hm_model_rope_params(e->m);
     ra.d_table = e->d_rope;
     ra.n_table = e->p.n_ctx;
-    const bool fqk = fz && CUDA_FUSE_QK_ROPE_STORE && e->desc->qk_norm != HM_QKNORM_FULL &&
-                     hd <= 256;
+    const bool fqk = fz && e->desc->qk_norm != HM_QKNORM_FULL && hd <= 256;
     if (fqk) { /* q/k norm, RoPE and the KV store in one launch */
         cuda_fused_qk_args qa;
         memset(&qa, 0, sizeof(qa));
@@ -301,7 +299,7 @@ static hm_status attention_block(cuda_engine *e, int il, int n, fwd_defer *dfr, 
     }
     if (st == HM_OK) st = linear(e, &L->wo, &L->bo, e->attn, n, e->proj, NULL, err);
     if (st != HM_OK) return st;
-    if (fz && CUDA_FUSE_RESIDUAL) {
+    if (fz) {
         dfr->add = e->proj; /* x += proj in the MoE block's norm */
         return HM_OK;
     }
@@ -483,7 +481,7 @@ static hm_status moe_block(cuda_engine *e, int il, int n, fwd_defer *dfr, hm_err
                              gm, renorm, e->ids, e->gw, e->stream, err);
     }
     /* decode without a shared expert: the combine (and down bias) go into the next norm */
-    const bool defer = fz && CUDA_FUSE_RESIDUAL && !d->shared_expert;
+    const bool defer = fz && !d->shared_expert;
     if (st == HM_OK) st = experts(e, L, n, xact, defer, err);
     if (st != HM_OK) return st;
     if (defer) {
@@ -502,7 +500,7 @@ static hm_status moe_block(cuda_engine *e, int il, int n, fwd_defer *dfr, hm_err
         if (st == HM_OK) st = linear(e, &L->sh_gate_inp, NULL, e->xn, n, e->sgate, NULL, err);
         if (st == HM_OK) st = cuda_shexp_combine(e->proj, sh, e->sgate, n, E, e->stream, err);
     }
-    if (st == HM_OK && fz && CUDA_FUSE_RESIDUAL) {
+    if (st == HM_OK && fz) {
         dfr->add = e->proj;
         return HM_OK;
     }
@@ -536,7 +534,7 @@ extern "C" hm_status cuda_engine_enqueue_logits(cuda_engine *e, int row0, int n_
         return hm_error_set(err, HM_ERR_ARG, "GPU: logits rows %d..%d", row0, row0 + n_rows);
     const int64_t E = e->hp.n_embd;
     const size_t arow = cuda_act_row_bytes(e->output.type, E);
-    if (fused_step(n_rows) && CUDA_FUSE_NORM_QUANT && E <= CUDA_FUSED_NORM_MAX && arow &&
+    if (fused_step(n_rows) && E <= CUDA_FUSED_NORM_MAX && arow &&
         !use_gemm(e, &e->output, n_rows)) { /* norm + quantisation in one launch */
         cuda_fused_norm_args a;
         memset(&a, 0, sizeof(a));

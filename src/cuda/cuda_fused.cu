@@ -39,9 +39,6 @@ namespace cg = cooperative_groups;
 #define FN_SLOTS 8       /* MoE slots whose loads are issued together */
 #define FM_SLICE 256     /* k_fused_norm_mb: elements (threads) per block */
 #define FM_MAX_BLOCKS 264 /* ... and at most this many blocks (2 per SM: all resident) */
-#ifndef CUDA_NORM_CLUSTER
-#define CUDA_NORM_CLUSTER 1 /* decode rows of <= 16 blocks: k_fused_norm_cl */
-#endif
 #define FQ_THREADS 128
 #define FQ_MAX_HD 256
 #define FULL 0xffffffffu
@@ -239,7 +236,7 @@ extern "C" hm_status cuda_fused_norm_quant(const cuda_fused_norm_args *a, void *
     const size_t smem = (size_t)a->n * sizeof(float);
     const cudaStream_t st = (cudaStream_t)stream;
     const int64_t nb = (a->n + FM_SLICE - 1) / FM_SLICE;
-    if (CUDA_NORM_CLUSTER && nb <= 16 && a->xn) { /* a row per cluster of nb blocks */
+    if (nb <= 16 && a->xn) { /* a row per cluster of nb blocks */
         void (*k)(const norm_k) = B == 32 ? k_fused_norm_cl<32> : B == 256 ? k_fused_norm_cl<256>
                                                                          : k_fused_norm_cl<0>;
         if (nb > 8) cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);

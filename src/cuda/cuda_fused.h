@@ -26,19 +26,6 @@ extern "C" {
 #include "base/status.h"
 #include "cuda/cuda_ops.h"
 
-/* Which fusions the engine's decode path (n_tok <= CUDA_ENGINE_MATVEC_MAX_TOK) uses; set one
- * to 0 to get that part of the unfused sequence back (cuda_engine_forward.cu). */
-#define CUDA_FUSE_NORM_QUANT 1     /* rmsnorm + activation quantisation */
-#define CUDA_FUSE_MULTI_MATVEC 1   /* q, k, v (same type) in one launch; biases in the epilogue */
-#define CUDA_FUSE_QK_ROPE_STORE 1  /* per-head q/k norm + RoPE + KV store */
-#define CUDA_FUSE_RESIDUAL 1       /* residual add (and the MoE combine) into the next norm */
-#ifndef CUDA_FUSE_ROUTER
-#define CUDA_FUSE_ROUTER 1         /* f32 router logits + top-k in one launch */
-#endif
-#ifndef CUDA_FUSE_NORM_ROUTER
-#define CUDA_FUSE_NORM_ROUTER 1    /* the MoE block's norm inside the fused router */
-#endif
-
 /* Rows up to this length fit cuda_fused_norm_quant's shared-memory row (44 KiB). */
 #define CUDA_FUSED_NORM_MAX 11264
 

@@ -12,7 +12,7 @@
  * starts fetching its weight row: with programmatic dependent launch the CTAs are resident
  * while the previous (usually latency-bound) kernel runs, so the weights stream in meanwhile.
  * One-token launches copy the row into the warp's shared slot by cp.async (cq_stage_row: all
- * its bytes in flight, no registers held) when the matrices allow it (MV_STAGE); otherwise the
+ * its bytes in flight, no registers held) when the matrices allow it; otherwise the
  * warp asks L2 for the row. Same operations either way: the same bytes.
  */
 #include <cuda_runtime.h>
@@ -24,10 +24,6 @@
 extern "C" {
 #include "cuda/cuda_fused.h"
 }
-
-#ifndef MV_STAGE
-#define MV_STAGE 1 /* build flag: 0 prefetches one-token rows to L2 instead of staging them (A/B) */
-#endif
 
 typedef struct {
     const uint8_t *w[CUDA_MULTI_MAX];
@@ -106,7 +102,7 @@ static void launch_multi(const multi_k *M, unsigned n_blocks, int64_t k, const u
     const dim3 block(CQ_WARPS * 32);
     /* one token: rows staged when a CTA's slots fit and every matrix allows it */
     const size_t slot = cq_stage_slot(row_bytes);
-    bool stage = MV_STAGE && cq_stages<T>() && nt == 1 && CQ_WARPS * slot <= CQ_STAGE_MAX;
+    bool stage = cq_stages<T>() && nt == 1 && CQ_WARPS * slot <= CQ_STAGE_MAX;
     for (int i = 0; i < M->n_mat; i++) stage = stage && cq_stage_ok(M->w[i], (size_t)M->n_rows[i] * row_bytes);
     const size_t sb = stage ? slot : 0, smem = CQ_WARPS * sb;
     switch (nt) {

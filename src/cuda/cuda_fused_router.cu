@@ -26,6 +26,7 @@
 #include "cuda/cuda_quant_internal.cuh"
 #include "cuda/cuda_math.cuh"
 #include "cuda/cuda_router.cuh"
+#include "cuda/cuda_tune.h"
 
 extern "C" {
 #include "cuda/cuda_fused.h"
@@ -33,9 +34,7 @@ extern "C" {
 #include "quant/quant.h"
 }
 
-#ifndef FR_WARPS
-#define FR_WARPS 4 /* expert rows per block */
-#endif
+#define FR_WARPS CUDA_TUNE_FR_WARPS /* expert rows per block */
 #define FR_THREADS (FR_WARPS * 32)
 
 #define FR_SMEM_MAX (160 * 1024) /* dynamic shared memory for the staged chunks */

@@ -11,7 +11,7 @@
  * are visible (a no-op when launched without PDL), and only then does the kernel allow its own
  * successor to launch (griddepcontrol.launch_dependents). So at most one kernel waits ahead of
  * the running one, and each kernel completes after its predecessor: the chain orders every
- * pair of kernels, as plain stream order does. CUDA_PDL=0 (build flag) turns it off.
+ * pair of kernels, as plain stream order does.
  */
 #ifndef HM_CUDA_CUDA_LAUNCH_CUH
 #define HM_CUDA_CUDA_LAUNCH_CUH
@@ -19,10 +19,6 @@
 #include <cuda_runtime.h>
 
 #include <utility>
-
-#ifndef CUDA_PDL
-#define CUDA_PDL 1
-#endif
 
 /* First statement of every kernel (see DESIGN). */
 static __device__ __forceinline__ void cu_pdl_enter() {
@@ -75,7 +71,7 @@ static inline void cu_launch_cluster(void (*kernel)(P...), unsigned cluster_x, d
     cfg.stream = stream;
     cudaLaunchAttribute at[2];
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = CUDA_PDL;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
     at[1].id = cudaLaunchAttributeClusterDimension;
     at[1].val.clusterDim.x = cluster_x;
     at[1].val.clusterDim.y = 1;

@@ -6,13 +6,11 @@
 
 #include "cuda/cuda_launch.cuh"
 #include "cuda/cuda_quant_internal.cuh"
+#include "cuda/cuda_tune.h"
 
 #define MOE_TILE 8
-#define MOE_ROWS_PER_WARP 2
+#define MOE_ROWS_PER_WARP CUDA_TUNE_MOE_ROWS_PER_WARP
 #define MOE_SMEM_IDS 1024 /* pairs whose ids are staged in shared memory */
-#ifndef MOE_STAGE
-#define MOE_STAGE 1 /* build flag: 0 reads one-token rows straight from global memory (A/B) */
-#endif
 
 typedef struct {
     const uint8_t *w, *w2;   /* gate (or the only) weights, up weights (fused) */
@@ -133,14 +131,8 @@ static __device__ __forceinline__ void moe_one_staged(const moe_params &P, int e
 
 /* rows per warp of the one-token instance: gate/up row pairs one after the other, plain rows
  * with their loads in flight together */
-#ifndef MOE_GU_ROWS
-#define MOE_GU_ROWS 1
-#endif
-#ifndef MOE_DOWN_ROWS
-#define MOE_DOWN_ROWS 2
-#endif
 template <bool FUSED, int NTM> static constexpr __host__ __device__ int moe_rows_per_warp() {
-    return NTM != 1 ? MOE_ROWS_PER_WARP : FUSED ? MOE_GU_ROWS : MOE_DOWN_ROWS;
+    return NTM != 1 ? MOE_ROWS_PER_WARP : FUSED ? CUDA_TUNE_MOE_GU_ROWS : CUDA_TUNE_MOE_DOWN_ROWS;
 }
 /* the one-token instance reads two rows per warp (a gate/up pair, or two plain rows): the
  * shape moe_one_staged stages */
@@ -234,7 +226,7 @@ static void launch_moe(const moe_params *P, cudaStream_t st) {
      * <= CQ_STAGE_MAX bytes and the bytes staged around the rows (16-byte pieces) stay inside
      * the weight arrays */
     const size_t slot = cq_stage_slot(q.row_bytes), total = (size_t)q.n_expert * q.n_rows * q.row_bytes;
-    const bool stage = MOE_STAGE && cq_stages<T>() && one && moe_two_rows<FUSED>() &&
+    const bool stage = cq_stages<T>() && one && moe_two_rows<FUSED>() &&
                        CQ_WARPS * 2 * slot <= CQ_STAGE_MAX && cq_stage_ok(q.w, total) &&
                        (!FUSED || cq_stage_ok(q.w2, total));
     q.stage_bytes = stage ? slot : 0;
