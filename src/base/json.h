@@ -1,13 +1,22 @@
-/* json.h - a small streaming JSON writer (objects, arrays, strings, integers, doubles, bools,
- * null) into a growing memory buffer or a FILE*.
+/* json.h - JSON output through jansson: a sequential builder (objects, arrays, strings,
+ * integers, doubles, bools, null) whose result goes to a FILE*, a memory buffer or a file.
  *
- * DESIGN: the writer keeps only a stack of open containers (to place commas and check that keys
- * appear exactly where an object expects them); values go straight to the output. Strings are
- * escaped as RFC 8259 requires and are always valid UTF-8 on output: invalid bytes in the input
- * become U+FFFD. Doubles print in the shortest form that reads back to the same value; NaN and
- * infinities (not JSON) print as null. Calls never fail individually: the first problem (misuse,
- * out of memory, write error) is remembered, later calls do nothing, and hm_json_finish reports
- * it.
+ * DESIGN: jansson does the JSON itself (the value tree, string escaping, number formatting,
+ * indentation); this builder only lets callers emit values in document order, as they come,
+ * instead of assembling and checking a tree at every call site. It keeps a stack of open
+ * containers and the pending key; each value is created with jansson and attached to the
+ * container on top. Calls never fail individually: the first problem (misuse, a duplicate key,
+ * out of memory, a write error) is remembered, later calls do nothing, and hm_json_finish
+ * reports it and writes the text. What jansson cannot do on its own is done here:
+ *   - strings that are not valid UTF-8 (GGUF strings may be anything) are repaired first:
+ *     each invalid byte becomes U+FFFD (jansson refuses invalid UTF-8); NUL bytes are kept
+ *     (written as \u0000);
+ *   - NaN and infinities (not JSON; jansson refuses them) become null;
+ *   - jansson's integers are signed 64-bit, so an unsigned value above INT64_MAX is written as
+ *     a JSON real (its nearest double); every count hotmoe writes is far below that.
+ * Numbers: integers print as integers; reals print as jansson does (17 significant digits,
+ * which read back to the same double, and always with a '.' or an exponent: 3.0, 1e-07).
+ * Pretty output is two-space indented with one value per line; compact output has no spaces.
  *
  *   hm_json j; hm_json_init_buf(&j, true);
  *   hm_json_obj_begin(&j); hm_json_key(&j, "n"); hm_json_int(&j, 3); hm_json_obj_end(&j);
@@ -26,43 +35,59 @@
 
 #define HM_JSON_MAX_DEPTH 64
 
+struct json_t; /* jansson's value (jansson.h is needed only by json.c and by readers) */
+
 typedef struct {
-    FILE *f;                 /* output file, or NULL for the buffer */
-    char *buf;               /* [len + 1] NUL-terminated output (buffer mode) */
-    size_t len, cap;
-    bool pretty;             /* newlines and two-space indentation */
+    FILE *f;                                   /* output file, or NULL for the buffer */
+    bool pretty;                               /* newlines and two-space indentation */
+    struct json_t *root;                       /* the document being built */
+    struct json_t *open[HM_JSON_MAX_DEPTH];    /* open containers, innermost last (borrowed) */
     int depth;
-    char kind[HM_JSON_MAX_DEPTH];  /* '{' or '[' per open container */
-    bool empty[HM_JSON_MAX_DEPTH]; /* nothing written in it yet */
-    bool want_value;         /* a key was written; its value comes next */
-    bool done;               /* a complete top-level value was written */
-    hm_status status;        /* first failure */
-    char why[128];           /* its description */
+    char *key;                                 /* the pending key (owned), or NULL */
+    char *text;                                /* buffer mode: the text, after hm_json_finish */
+    size_t len;
+    hm_status status;                          /* first failure */
+    char why[128];                             /* its description */
 } hm_json;
 
 void hm_json_init_buf(hm_json *j, bool pretty);
 void hm_json_init_file(hm_json *j, FILE *f, bool pretty);
-void hm_json_free(hm_json *j); /* frees the buffer; does not close the file */
+void hm_json_free(hm_json *j); /* frees the tree and the text; does not close the file */
 
 void hm_json_obj_begin(hm_json *j);
 void hm_json_obj_end(hm_json *j);
 void hm_json_arr_begin(hm_json *j);
 void hm_json_arr_end(hm_json *j);
-void hm_json_key(hm_json *j, const char *key);
+void hm_json_key(hm_json *j, const char *key); /* a key given twice in one object is an error */
 
-void hm_json_str(hm_json *j, const char *s);
+void hm_json_str(hm_json *j, const char *s);            /* NULL writes null */
 void hm_json_strn(hm_json *j, const char *s, size_t n); /* may contain NUL bytes */
 void hm_json_int(hm_json *j, int64_t v);
 void hm_json_uint(hm_json *j, uint64_t v);
 void hm_json_double(hm_json *j, double v);
-void hm_json_float(hm_json *j, float v); /* shortest form that reads back as this float */
+void hm_json_float(hm_json *j, float v); /* the shortest decimal that reads back as this float,
+                                          * written as a double (reads back to that decimal) */
 void hm_json_bool(hm_json *j, bool v);
 void hm_json_null(hm_json *j);
 
-/* Checks that exactly one complete value was written and nothing failed; flushes the file. */
+/* key + value in one call */
+void hm_json_kstr(hm_json *j, const char *key, const char *s); /* s NULL writes null */
+void hm_json_kint(hm_json *j, const char *key, int64_t v);
+void hm_json_kuint(hm_json *j, const char *key, uint64_t v);
+void hm_json_kdouble(hm_json *j, const char *key, double v);
+void hm_json_kbool(hm_json *j, const char *key, bool v);
+void hm_json_knull(hm_json *j, const char *key);
+
+/* Checks that exactly one complete value was written and nothing failed, then writes the text:
+ * to the file (flushed; no trailing newline) or into the buffer (hm_json_data). */
 hm_status hm_json_finish(hm_json *j, hm_error *err);
 
-/* The buffer's text (NUL-terminated; "" in file mode); *len gets its length if non-NULL. */
+/* The buffer's text after hm_json_finish (NUL-terminated; "" before, or in file mode); *len gets
+ * its length if non-NULL. */
 const char *hm_json_data(const hm_json *j, size_t *len);
+
+/* Buffer mode: hm_json_finish, then the text and a newline written to path (created or
+ * truncated); errors name the path. Frees nothing. */
+hm_status hm_json_write_file(hm_json *j, const char *path, hm_error *err);
 
 #endif

@@ -11,7 +11,7 @@
  * dequantising each tensor, so it holds exactly the values llama.cpp will compute with.
  * Files: forge_presets.c (presets, overrides), forge_tensors.c (tensor lists, type mixes,
  * HF names), forge_weights.c (RNG, rows, direct blocks), forge_vocab*.c (tokenizers, chat
- * templates), forge_gguf.c (GGUF writer), forge_hf*.c (HF writer), forge_json.c, forge_sim.c
+ * templates), forge_gguf.c (GGUF writer), forge_hf*.c (HF writer, JSON by base/json.h), forge_sim.c
  * (router skew simulation), forge_progress.c.
  */
 #ifndef HM_FORGE_FORGE_H

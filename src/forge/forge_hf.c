@@ -14,9 +14,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/json.h"
 #include "forge/forge.h"
 #include "forge/forge_hf_internal.h"
-#include "forge/forge_json.h"
 #include "gguf/gguf.h"
 #include "quant/quant.h"
 
@@ -105,45 +105,48 @@ static hm_status hf_fill(const forge_hf_tensor *h, const gguf_tensor *const *src
 
 static hm_status write_safetensors(const char *path, const forge_hf_tensor *hs, int n,
                                    const gguf_tensor *const *src, hm_error *err) {
-    fj j;
-    fj_init(&j, false);
-    fj_obj_begin(&j);
-    fj_key(&j, "__metadata__");
-    fj_obj_begin(&j);
-    fj_kstr(&j, "format", "pt");
-    fj_obj_end(&j);
+    hm_json j;
+    hm_json_init_buf(&j, false);
+    hm_json_obj_begin(&j);
+    hm_json_key(&j, "__metadata__");
+    hm_json_obj_begin(&j);
+    hm_json_kstr(&j, "format", "pt");
+    hm_json_obj_end(&j);
     uint64_t off = 0;
     int64_t max_n = 0;
     for (int i = 0; i < n; i++) {
         int64_t ne = forge_hf_nelem(&hs[i]);
         if (ne > max_n) max_n = ne;
-        fj_key(&j, hs[i].name);
-        fj_obj_begin(&j);
-        fj_kstr(&j, "dtype", "F32");
-        fj_key(&j, "shape");
-        fj_arr_begin(&j);
-        for (int d = 0; d < hs[i].n_dims; d++) fj_int(&j, hs[i].shape[d]);
-        fj_arr_end(&j);
-        fj_key(&j, "data_offsets");
-        fj_arr_begin(&j);
-        fj_int(&j, (long long)off);
+        hm_json_key(&j, hs[i].name);
+        hm_json_obj_begin(&j);
+        hm_json_kstr(&j, "dtype", "F32");
+        hm_json_key(&j, "shape");
+        hm_json_arr_begin(&j);
+        for (int d = 0; d < hs[i].n_dims; d++) hm_json_int(&j, hs[i].shape[d]);
+        hm_json_arr_end(&j);
+        hm_json_key(&j, "data_offsets");
+        hm_json_arr_begin(&j);
+        hm_json_int(&j, (long long)off);
         off += (uint64_t)ne * 4;
-        fj_int(&j, (long long)off);
-        fj_arr_end(&j);
-        fj_obj_end(&j);
+        hm_json_int(&j, (long long)off);
+        hm_json_arr_end(&j);
+        hm_json_obj_end(&j);
     }
-    fj_obj_end(&j);
-    while (j.len % 8) fj_raw(&j, " ", 1);
-    if (j.oom) { fj_free(&j); return hm_error_set(err, HM_ERR_NOMEM, "out of memory for the safetensors header"); }
+    hm_json_obj_end(&j);
+    hm_status st = hm_json_finish(&j, err);
+    if (st != HM_OK) { hm_json_free(&j); return st; }
+    size_t hlen;
+    const char *hdr = hm_json_data(&j, &hlen);
+    static const char spaces[8] = "       ";
+    size_t pad = (8 - hlen % 8) % 8; /* the header is padded with spaces to a multiple of 8 */
     float *buf = malloc((size_t)max_n * sizeof(float));
     FILE *f = fopen(path, "wb");
-    hm_status st = HM_OK;
     if (!buf) st = hm_error_set(err, HM_ERR_NOMEM, "out of memory for a %lld-element tensor", (long long)max_n);
     else if (!f) st = hm_error_set(err, HM_ERR_IO, "cannot create %s: %s", path, strerror(errno));
     if (st == HM_OK) {
         uint8_t len[8];
-        for (int k = 0; k < 8; k++) len[k] = (uint8_t)((uint64_t)j.len >> (8 * k));
-        if (fwrite(len, 1, 8, f) != 8 || fwrite(j.buf, 1, j.len, f) != j.len)
+        for (int k = 0; k < 8; k++) len[k] = (uint8_t)((uint64_t)(hlen + pad) >> (8 * k));
+        if (fwrite(len, 1, 8, f) != 8 || fwrite(hdr, 1, hlen, f) != hlen || fwrite(spaces, 1, pad, f) != pad)
             st = hm_error_set(err, HM_ERR_IO, "cannot write %s: %s", path, strerror(errno));
     }
     for (int i = 0; i < n && st == HM_OK; i++) {
@@ -155,118 +158,118 @@ static hm_status write_safetensors(const char *path, const forge_hf_tensor *hs, 
     if (f && fclose(f) != 0 && st == HM_OK) st = hm_error_set(err, HM_ERR_IO, "cannot write %s: %s", path, strerror(errno));
     if (st != HM_OK && f) remove(path);
     free(buf);
-    fj_free(&j);
+    hm_json_free(&j);
     return st;
 }
 
 /* ---- config.json ---- */
 
-static void config_common(fj *j, const forge_preset *p, const forge_vocab *v) {
-    fj_kint(j, "vocab_size", p->n_vocab);
-    fj_kint(j, "hidden_size", p->n_embd);
-    fj_kint(j, "num_hidden_layers", p->n_layer);
-    fj_kint(j, "num_attention_heads", p->n_head);
-    fj_kint(j, "num_key_value_heads", p->n_head_kv);
-    fj_kint(j, "head_dim", p->head_dim);
-    fj_kint(j, "max_position_embeddings", p->n_ctx);
-    fj_knum(j, "rms_norm_eps", p->rms_eps);
-    fj_knum(j, "rope_theta", p->rope_base);
-    fj_kstr(j, "hidden_act", "silu");
-    fj_knum(j, "initializer_range", 0.02);
-    fj_kbool(j, "tie_word_embeddings", false);
-    fj_kbool(j, "use_cache", true);
-    fj_knum(j, "attention_dropout", 0.0);
-    fj_kbool(j, "output_router_logits", false);
-    if (v->bos >= 0) fj_kint(j, "bos_token_id", v->bos); else fj_knull(j, "bos_token_id");
-    fj_kint(j, "eos_token_id", v->eos);
-    if (v->pad >= 0) fj_kint(j, "pad_token_id", v->pad);
-    fj_kstr(j, "torch_dtype", "float32");
+static void config_common(hm_json *j, const forge_preset *p, const forge_vocab *v) {
+    hm_json_kint(j, "vocab_size", p->n_vocab);
+    hm_json_kint(j, "hidden_size", p->n_embd);
+    hm_json_kint(j, "num_hidden_layers", p->n_layer);
+    hm_json_kint(j, "num_attention_heads", p->n_head);
+    hm_json_kint(j, "num_key_value_heads", p->n_head_kv);
+    hm_json_kint(j, "head_dim", p->head_dim);
+    hm_json_kint(j, "max_position_embeddings", p->n_ctx);
+    hm_json_kdouble(j, "rms_norm_eps", p->rms_eps);
+    hm_json_kdouble(j, "rope_theta", p->rope_base);
+    hm_json_kstr(j, "hidden_act", "silu");
+    hm_json_kdouble(j, "initializer_range", 0.02);
+    hm_json_kbool(j, "tie_word_embeddings", false);
+    hm_json_kbool(j, "use_cache", true);
+    hm_json_kdouble(j, "attention_dropout", 0.0);
+    hm_json_kbool(j, "output_router_logits", false);
+    if (v->bos >= 0) hm_json_kint(j, "bos_token_id", v->bos); else hm_json_knull(j, "bos_token_id");
+    hm_json_kint(j, "eos_token_id", v->eos);
+    if (v->pad >= 0) hm_json_kint(j, "pad_token_id", v->pad);
+    hm_json_kstr(j, "torch_dtype", "float32");
 }
 
-static void config_json(fj *j, const forge_preset *p, const forge_vocab *v) {
+static void config_json(hm_json *j, const forge_preset *p, const forge_vocab *v) {
     static const char *const cls[FORGE_ARCH_COUNT] = {"Qwen3MoeForCausalLM", "MixtralForCausalLM",
                                                       "OlmoeForCausalLM", "GptOssForCausalLM",
                                                       "Qwen2MoeForCausalLM"};
     static const char *const type[FORGE_ARCH_COUNT] = {"qwen3_moe", "mixtral", "olmoe", "gpt_oss", "qwen2_moe"};
-    fj_obj_begin(j);
-    fj_key(j, "architectures");
-    fj_arr_begin(j);
-    fj_str(j, cls[p->arch]);
-    fj_arr_end(j);
-    fj_kstr(j, "model_type", type[p->arch]);
+    hm_json_obj_begin(j);
+    hm_json_key(j, "architectures");
+    hm_json_arr_begin(j);
+    hm_json_str(j, cls[p->arch]);
+    hm_json_arr_end(j);
+    hm_json_kstr(j, "model_type", type[p->arch]);
     config_common(j, p, v);
     switch (p->arch) {
     case FORGE_ARCH_QWEN3MOE:
     case FORGE_ARCH_QWEN2MOE:
-        fj_kint(j, "intermediate_size", p->n_ff);
-        fj_kint(j, "moe_intermediate_size", p->n_ff_exp);
-        if (p->arch == FORGE_ARCH_QWEN2MOE) fj_kint(j, "shared_expert_intermediate_size", p->n_ff_shexp);
-        fj_kint(j, "num_experts", p->n_expert);
-        fj_kint(j, "num_experts_per_tok", p->n_expert_used);
-        fj_kbool(j, "norm_topk_prob", p->arch == FORGE_ARCH_QWEN3MOE);
-        fj_kint(j, "decoder_sparse_step", 1);
-        fj_key(j, "mlp_only_layers");
-        fj_arr_begin(j);
-        fj_arr_end(j);
-        fj_kbool(j, "use_sliding_window", false);
-        fj_knull(j, "sliding_window");
-        fj_kint(j, "max_window_layers", p->n_layer);
-        if (p->arch == FORGE_ARCH_QWEN3MOE) fj_kbool(j, "attention_bias", false);
-        else fj_kbool(j, "qkv_bias", true); /* Qwen2Moe: q/k/v biases, none on o_proj */
-        fj_knull(j, "rope_scaling");
-        fj_knum(j, "router_aux_loss_coef", 0.001);
+        hm_json_kint(j, "intermediate_size", p->n_ff);
+        hm_json_kint(j, "moe_intermediate_size", p->n_ff_exp);
+        if (p->arch == FORGE_ARCH_QWEN2MOE) hm_json_kint(j, "shared_expert_intermediate_size", p->n_ff_shexp);
+        hm_json_kint(j, "num_experts", p->n_expert);
+        hm_json_kint(j, "num_experts_per_tok", p->n_expert_used);
+        hm_json_kbool(j, "norm_topk_prob", p->arch == FORGE_ARCH_QWEN3MOE);
+        hm_json_kint(j, "decoder_sparse_step", 1);
+        hm_json_key(j, "mlp_only_layers");
+        hm_json_arr_begin(j);
+        hm_json_arr_end(j);
+        hm_json_kbool(j, "use_sliding_window", false);
+        hm_json_knull(j, "sliding_window");
+        hm_json_kint(j, "max_window_layers", p->n_layer);
+        if (p->arch == FORGE_ARCH_QWEN3MOE) hm_json_kbool(j, "attention_bias", false);
+        else hm_json_kbool(j, "qkv_bias", true); /* Qwen2Moe: q/k/v biases, none on o_proj */
+        hm_json_knull(j, "rope_scaling");
+        hm_json_kdouble(j, "router_aux_loss_coef", 0.001);
         break;
     case FORGE_ARCH_LLAMA:
-        fj_kint(j, "intermediate_size", p->n_ff);
-        fj_kint(j, "num_local_experts", p->n_expert);
-        fj_kint(j, "num_experts_per_tok", p->n_expert_used);
-        fj_knull(j, "sliding_window");
-        fj_knum(j, "router_aux_loss_coef", 0.02);
-        fj_knum(j, "router_jitter_noise", 0.0);
+        hm_json_kint(j, "intermediate_size", p->n_ff);
+        hm_json_kint(j, "num_local_experts", p->n_expert);
+        hm_json_kint(j, "num_experts_per_tok", p->n_expert_used);
+        hm_json_knull(j, "sliding_window");
+        hm_json_kdouble(j, "router_aux_loss_coef", 0.02);
+        hm_json_kdouble(j, "router_jitter_noise", 0.0);
         break;
     case FORGE_ARCH_OLMOE:
-        fj_kint(j, "intermediate_size", p->n_ff);
-        fj_kint(j, "num_experts", p->n_expert);
-        fj_kint(j, "num_experts_per_tok", p->n_expert_used);
-        fj_kbool(j, "norm_topk_prob", false);
-        fj_knull(j, "clip_qkv");
-        fj_kbool(j, "attention_bias", false);
-        fj_knull(j, "rope_scaling");
-        fj_knum(j, "router_aux_loss_coef", 0.01);
+        hm_json_kint(j, "intermediate_size", p->n_ff);
+        hm_json_kint(j, "num_experts", p->n_expert);
+        hm_json_kint(j, "num_experts_per_tok", p->n_expert_used);
+        hm_json_kbool(j, "norm_topk_prob", false);
+        hm_json_knull(j, "clip_qkv");
+        hm_json_kbool(j, "attention_bias", false);
+        hm_json_knull(j, "rope_scaling");
+        hm_json_kdouble(j, "router_aux_loss_coef", 0.01);
         break;
     case FORGE_ARCH_GPTOSS:
-        fj_kint(j, "intermediate_size", p->n_ff_exp);
-        fj_kint(j, "num_local_experts", p->n_expert);
-        fj_kint(j, "num_experts_per_tok", p->n_expert_used);
-        fj_kint(j, "experts_per_token", p->n_expert_used);
-        fj_kint(j, "sliding_window", p->sliding_window);
-        fj_key(j, "layer_types");
-        fj_arr_begin(j);
-        for (int64_t l = 0; l < p->n_layer; l++) fj_str(j, l % 2 == 0 ? "sliding_attention" : "full_attention");
-        fj_arr_end(j);
-        fj_key(j, "rope_scaling");
-        fj_obj_begin(j);
-        fj_kstr(j, "rope_type", "yarn");
-        fj_knum(j, "factor", p->yarn_factor);
-        fj_knum(j, "beta_fast", 32.0);
-        fj_knum(j, "beta_slow", 1.0);
-        fj_kbool(j, "truncate", false);
-        fj_kint(j, "original_max_position_embeddings", p->yarn_orig_ctx);
-        fj_obj_end(j);
-        fj_kbool(j, "attention_bias", true);
-        fj_knum(j, "swiglu_limit", 7.0);
-        fj_knum(j, "router_aux_loss_coef", 0.9);
+        hm_json_kint(j, "intermediate_size", p->n_ff_exp);
+        hm_json_kint(j, "num_local_experts", p->n_expert);
+        hm_json_kint(j, "num_experts_per_tok", p->n_expert_used);
+        hm_json_kint(j, "experts_per_token", p->n_expert_used);
+        hm_json_kint(j, "sliding_window", p->sliding_window);
+        hm_json_key(j, "layer_types");
+        hm_json_arr_begin(j);
+        for (int64_t l = 0; l < p->n_layer; l++) hm_json_str(j, l % 2 == 0 ? "sliding_attention" : "full_attention");
+        hm_json_arr_end(j);
+        hm_json_key(j, "rope_scaling");
+        hm_json_obj_begin(j);
+        hm_json_kstr(j, "rope_type", "yarn");
+        hm_json_kdouble(j, "factor", p->yarn_factor);
+        hm_json_kdouble(j, "beta_fast", 32.0);
+        hm_json_kdouble(j, "beta_slow", 1.0);
+        hm_json_kbool(j, "truncate", false);
+        hm_json_kint(j, "original_max_position_embeddings", p->yarn_orig_ctx);
+        hm_json_obj_end(j);
+        hm_json_kbool(j, "attention_bias", true);
+        hm_json_kdouble(j, "swiglu_limit", 7.0);
+        hm_json_kdouble(j, "router_aux_loss_coef", 0.9);
         break;
     default: break;
     }
-    fj_obj_end(j);
+    hm_json_obj_end(j);
 }
 
-static hm_status write_json(const char *dir, const char *name, fj *j, hm_error *err) {
+static hm_status write_json(const char *dir, const char *name, hm_json *j, hm_error *err) {
     char path[4096];
     snprintf(path, sizeof(path), "%s/%s", dir, name);
-    hm_status st = fj_write_file(j, path, err);
-    fj_free(j);
+    hm_status st = hm_json_write_file(j, path, err);
+    hm_json_free(j);
     return st;
 }
 
@@ -298,16 +301,16 @@ hm_status forge_write_hf(const forge_job *job, hm_error *err) {
         snprintf(path, sizeof(path), "%s/model.safetensors", job->hf_dir);
         st = write_safetensors(path, hs, nh, src, err);
     }
-    fj j;
-    if (st == HM_OK) { fj_init(&j, true); config_json(&j, p, &v); st = write_json(job->hf_dir, "config.json", &j, err); }
+    hm_json j;
+    if (st == HM_OK) { hm_json_init_buf(&j, true); config_json(&j, p, &v); st = write_json(job->hf_dir, "config.json", &j, err); }
     if (st == HM_OK) {
-        fj_init(&j, true);
-        fj_obj_begin(&j);
-        if (v.bos >= 0) fj_kint(&j, "bos_token_id", v.bos);
-        fj_kint(&j, "eos_token_id", v.eos);
-        if (v.pad >= 0) fj_kint(&j, "pad_token_id", v.pad);
-        fj_kbool(&j, "do_sample", false);
-        fj_obj_end(&j);
+        hm_json_init_buf(&j, true);
+        hm_json_obj_begin(&j);
+        if (v.bos >= 0) hm_json_kint(&j, "bos_token_id", v.bos);
+        hm_json_kint(&j, "eos_token_id", v.eos);
+        if (v.pad >= 0) hm_json_kint(&j, "pad_token_id", v.pad);
+        hm_json_kbool(&j, "do_sample", false);
+        hm_json_obj_end(&j);
         st = write_json(job->hf_dir, "generation_config.json", &j, err);
     }
     if (st == HM_OK) st = forge_hf_write_tokenizer(job->hf_dir, p, &v, err);

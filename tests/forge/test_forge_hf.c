@@ -217,8 +217,10 @@ static void test_gpt_oss_fused(void) {
     size_t fn;
     snprintf(f, sizeof(f), "%s/config.json", c.dir);
     char *cfg = (char *)ft_read_file(f, &fn);
-    HM_CHECK(cfg && strstr(cfg, "GptOssForCausalLM") && strstr(cfg, "\"rope_type\": \"yarn\"") &&
-             strstr(cfg, "\"sliding_attention\", \"full_attention\"") && strstr(cfg, "\"num_local_experts\": 8"));
+    const char *lt = cfg ? strstr(cfg, "\"layer_types\": [") : NULL; /* sliding, full, ... */
+    const char *sl = lt ? strstr(lt, "\"sliding_attention\"") : NULL;
+    HM_CHECK(cfg && strstr(cfg, "GptOssForCausalLM") && strstr(cfg, "\"rope_type\": \"yarn\"") && sl &&
+             strstr(sl, "\"full_attention\"") && strstr(cfg, "\"num_local_experts\": 8"));
     free(cfg);
     close_case(&c);
 }
