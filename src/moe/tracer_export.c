@@ -65,36 +65,41 @@ void moe_tracer_print_summary(const moe_tracer *t, FILE *f) {
     free(v);
 }
 
+/* Seed 000's map of counts: {"<id>": hits, ...}, ids ascending, experts with hits only. */
+static void write_id_counts(const moe_tracer *t, hm_json *j, int layer) {
+    char id[16];
+    hm_json_obj_begin(j);
+    for (int e = 0; e < t->n_expert; e++) {
+        uint64_t n = layer < 0 ? moe_tracer_expert_total(t, e) : moe_tracer_hits(t, layer, e);
+        if (!n) continue;
+        snprintf(id, sizeof(id), "%d", e);
+        hm_json_kuint(j, id, n);
+    }
+    hm_json_obj_end(j);
+}
+
 void moe_tracer_write_json(const moe_tracer *t, hm_json *j) {
     if (!t) {
         hm_json_null(j);
         return;
     }
     hm_json_obj_begin(j);
-    hm_json_key(j, "format");
-    hm_json_str(j, "hotmoe-expert-usage");
-    hm_json_key(j, "version");
-    hm_json_int(j, 1);
+    hm_json_kstr(j, "format", "hotmoe-expert-usage");
+    hm_json_kint(j, "version", 1);
     if (t->arch || t->name || t->file) {
         hm_json_key(j, "model");
         hm_json_obj_begin(j);
-        if (t->arch) { hm_json_key(j, "arch"); hm_json_str(j, t->arch); }
-        if (t->name) { hm_json_key(j, "name"); hm_json_str(j, t->name); }
-        if (t->file) { hm_json_key(j, "file"); hm_json_str(j, t->file); }
+        if (t->arch) hm_json_kstr(j, "arch", t->arch);
+        if (t->name) hm_json_kstr(j, "name", t->name);
+        if (t->file) hm_json_kstr(j, "file", t->file);
         hm_json_obj_end(j);
     }
-    hm_json_key(j, "n_layer");
-    hm_json_int(j, t->n_layer);
-    hm_json_key(j, "n_expert");
-    hm_json_int(j, t->n_expert);
-    hm_json_key(j, "n_expert_used");
-    hm_json_int(j, t->n_used);
-    hm_json_key(j, "prompts");
-    hm_json_uint(j, moe_tracer_prompts(t));
-    hm_json_key(j, "total_tokens");
-    hm_json_uint(j, moe_tracer_total_tokens(t));
-    hm_json_key(j, "rejected");
-    hm_json_uint(j, moe_tracer_rejected(t));
+    hm_json_kint(j, "n_layer", t->n_layer);
+    hm_json_kint(j, "n_expert", t->n_expert);
+    hm_json_kint(j, "n_expert_used", t->n_used);
+    hm_json_kuint(j, "prompts", moe_tracer_prompts(t));
+    hm_json_kuint(j, "total_tokens", moe_tracer_total_tokens(t));
+    hm_json_kuint(j, "rejected", moe_tracer_rejected(t));
     hm_json_key(j, "experts");
     hm_json_arr_begin(j);
     for (int e = 0; e < t->n_expert; e++) hm_json_uint(j, moe_tracer_expert_total(t, e));
@@ -105,19 +110,12 @@ void moe_tracer_write_json(const moe_tracer *t, hm_json *j) {
         uint64_t tot = 0;
         for (int e = 0; e < t->n_expert; e++) tot += moe_tracer_hits(t, l, e);
         hm_json_obj_begin(j);
-        hm_json_key(j, "layer");
-        hm_json_int(j, l);
-        hm_json_key(j, "calls");
-        hm_json_uint(j, moe_tracer_calls(t, l));
-        hm_json_key(j, "tokens");
-        hm_json_uint(j, moe_tracer_tokens(t, l));
-        hm_json_key(j, "expert_hits_total");
-        hm_json_uint(j, tot);
+        hm_json_kint(j, "layer", l);
+        hm_json_kuint(j, "calls", moe_tracer_calls(t, l));
+        hm_json_kuint(j, "tokens", moe_tracer_tokens(t, l));
+        hm_json_kuint(j, "expert_hits_total", tot);
         uint64_t ns = moe_tracer_time_ns(t, l);
-        if (ns) {
-            hm_json_key(j, "moe_time_us");
-            hm_json_double(j, (double)ns / 1000.0);
-        }
+        if (ns) hm_json_kdouble(j, "moe_time_us", (double)ns / 1000.0);
         hm_json_key(j, "experts");
         hm_json_arr_begin(j);
         for (int e = 0; e < t->n_expert; e++) hm_json_uint(j, moe_tracer_hits(t, l, e));
@@ -125,6 +123,21 @@ void moe_tracer_write_json(const moe_tracer *t, hm_json *j) {
         hm_json_obj_end(j);
     }
     hm_json_arr_end(j);
+    /* seed 000's keys (beside total_tokens above): the same counts as maps keyed by id */
+    hm_json_key(j, "expert_activations");
+    write_id_counts(t, j, -1);
+    if (t->per_layer) {
+        char id[16];
+        hm_json_key(j, "per_layer");
+        hm_json_obj_begin(j);
+        for (int l = 0; l < t->n_layer; l++) {
+            if (!moe_tracer_calls(t, l)) continue;
+            snprintf(id, sizeof(id), "%d", l);
+            hm_json_key(j, id);
+            write_id_counts(t, j, l);
+        }
+        hm_json_obj_end(j);
+    }
     hm_json_obj_end(j);
 }
 

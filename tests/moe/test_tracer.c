@@ -325,9 +325,23 @@ static void test_json_csv(void) {
         "\"rejected\":0,\"experts\":[1,3,3],\"layers\":["
         "{\"layer\":0,\"calls\":1,\"tokens\":5,\"expert_hits_total\":5,\"moe_time_us\":1.5,"
         "\"experts\":[1,1,3]},"
-        "{\"layer\":1,\"calls\":1,\"tokens\":2,\"expert_hits_total\":2,\"experts\":[0,2,0]}]}";
+        "{\"layer\":1,\"calls\":1,\"tokens\":2,\"expert_hits_total\":2,\"experts\":[0,2,0]}],"
+        "\"expert_activations\":{\"0\":1,\"1\":3,\"2\":3}}";
     HM_CHECK_MSG(!strcmp(hm_json_data(&j, NULL), want), "%s", hm_json_data(&j, NULL));
     hm_json_free(&j);
+
+    /* with per_layer, seed 000's per_layer map too: layers with calls, experts with hits */
+    moe_tracer *tp = small_trace(true);
+    HM_REQUIRE(tp);
+    hm_json_init_buf(&j, false);
+    moe_tracer_write_json(tp, &j);
+    HM_REQUIRE(hm_json_finish(&j, &err) == HM_OK);
+    const char *tail = "\"expert_activations\":{\"0\":1,\"1\":3,\"2\":3},"
+                       "\"per_layer\":{\"0\":{\"0\":1,\"1\":1,\"2\":3},\"1\":{\"1\":2}}}";
+    const char *got = hm_json_data(&j, NULL);
+    HM_CHECK_MSG(strlen(got) > strlen(tail) && !strcmp(got + strlen(got) - strlen(tail), tail), "%s", got);
+    hm_json_free(&j);
+    moe_tracer_free(tp);
 
     FILE *f = tmpfile();
     HM_REQUIRE(f);
