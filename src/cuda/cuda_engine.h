@@ -17,6 +17,27 @@
  *  - cuda_engine_enqueue_step (cuda_engine_internal.h): enqueues one step for token ids already
  *    in device memory at the device position scalar, without any host synchronisation, so the
  *    autonomous decode loop can capture it into a CUDA graph.
+ *
+ * Expert residency: the experts' weights (gate, up, down and their biases) follow the residency
+ * map (model/residency.h, cuda_engine_params.res). Each MoE layer's expert tensors are one arena
+ * of n_slots experts, laid out as the file's tensors with expert e's bytes in slot
+ * slot[layer][e]; the map's slot array is kept in device memory (the expert->slot table,
+ * [n_layer][n_expert] int32). The router's top-k kernel writes, next to each selected expert id,
+ * its slot (one load from the table per selected expert), and every expert kernel — the decode
+ * matvecs, the prompt grouped GEMM, the bias adds — addresses an expert's weights as
+ * base + slot * expert_stride. So moving an expert changes the table and a slot's bytes, never a
+ * kernel or a graph. Without a map (res NULL) slot = expert id: the bytes uploaded and every
+ * result are the same as with any permutation of the slots. An expert without a slot is never
+ * read on the device; for now the engine refuses a map in which an expert of a MoE layer has no
+ * slot (tiered placement is a later step).
+ *
+ * Routing counts: cuda_engine_route_counts_enable turns on per-layer counters in device memory
+ * (hits [n_layer][n_expert] uint32, calls and tokens [n_layer] uint64) that the router's top-k
+ * kernel increments (atomics, in the kernel that selects: no extra launch or graph node, and
+ * nothing at all when off). cuda_engine_route_counts_read adds them to host arrays and zeroes
+ * them: one stream synchronisation, so the autonomous decode reads them every so often (end of a
+ * generation, or every N >= 64 steps), never per token. A decode graph follows the state it was
+ * captured with; cuda_decode recaptures its graph when counting was switched since.
  */
 #ifndef HM_CUDA_CUDA_ENGINE_H
 #define HM_CUDA_CUDA_ENGINE_H
@@ -27,6 +48,7 @@
 
 #include "base/status.h"
 #include "model/model.h"
+#include "model/residency.h"
 
 typedef struct cuda_engine cuda_engine;
 
@@ -36,12 +58,17 @@ typedef struct {
     int n_ubatch;    /* largest n_tok of one forward step (resolved: > 0) */
     uint32_t type_k; /* KV cache types: only HM_TYPE_F16 on the GPU (else HM_ERR_UNSUPPORTED) */
     uint32_t type_v;
+    const hm_residency *res; /* where each expert's weights live (read during init and plan
+                              * only); NULL: every expert on the device, slot = expert id */
 } cuda_engine_params;
 
 /* Device bytes the engine would allocate: weights, KV cache, scratch (all three out, any may be
  * NULL). Returns HM_ERR_UNSUPPORTED naming the tensor and type when a weight type or the KV
- * type has no GPU kernel. Host-only computation (the stub of a build without CUDA returns
- * HM_ERR_UNSUPPORTED). */
+ * type has no GPU kernel. A residency map (p->res) sizes each layer's expert arena by its
+ * n_slots; a map that does not match the model or fails hm_residency_check is HM_ERR_ARG, one
+ * where an expert of a MoE layer has no device slot HM_ERR_UNSUPPORTED ("expert residency:
+ * layer L expert E has no device slot (tiered placement not implemented yet)"). Host-only
+ * computation (the stub of a build without CUDA returns HM_ERR_UNSUPPORTED). */
 hm_status cuda_engine_plan(const hm_model *m, const cuda_engine_params *p, uint64_t *weights,
                            uint64_t *kv, uint64_t *scratch, hm_error *err);
 
@@ -65,16 +92,22 @@ hm_status cuda_engine_decode(cuda_engine *e, const int32_t *tokens, int n_tok, i
 /* "NVIDIA H100 80GB HBM3 (device 0), 123 MiB weights + 45 MiB KV + 6 MiB buffers" */
 const char *cuda_engine_describe(const cuda_engine *e);
 
-/* Host synchronisations (stream syncs, device->host copies) the engine made so far (the audit). */
+/* Host synchronisations of the engine's stream so far (every wait of the host API, of
+ * cuda_decode_finish and of cuda_engine_route_counts_read): the audit's host_syncs. */
 uint64_t cuda_engine_host_syncs(const cuda_engine *e);
 
-/* Routing counts on the device: with on, the router step of every forward pass (host API and the
- * captured decode step) adds each layer's calls, tokens and expert hits to device counters
- * (allocated and zeroed here); off removes that work. */
+/* Routing counts (see DESIGN). on: allocates the device counters on first use and zeroes them
+ * (enqueued); switching on while on, or off while off, changes nothing. Off keeps the counters
+ * and what they hold until the next read. Steps enqueued while on count, steps enqueued while
+ * off do not. HM_ERR_CUDA when the allocation fails. */
 hm_status cuda_engine_route_counts_enable(cuda_engine *e, bool on, hm_error *err);
-/* Adds the counts accumulated since the last read into hits [n_layer][n_expert], calls [n_layer]
- * and tokens [n_layer] (host arrays) and zeroes the device counters: one stream synchronisation,
- * counted in cuda_engine_host_syncs. */
+/* Adds the counts accumulated on the device since the last read (or enable) into
+ * hits [n_layer][n_expert], calls [n_layer] and tokens [n_layer] (host arrays; calls and tokens
+ * may be NULL), then zeroes the device counters: one stream synchronisation, counted in
+ * cuda_engine_host_syncs, after every step enqueued so far. A layer's calls count router
+ * launches (one per ubatch of a cuda_engine_decode call, one per decode step), tokens their
+ * tokens, hits the (token, expert) selections. HM_ERR_STATE when counting was never enabled.
+ * The device keeps hits in 32 bits: read at least every 2^32 routed tokens. */
 hm_status cuda_engine_route_counts_read(cuda_engine *e, uint64_t *hits, uint64_t *calls,
                                         uint64_t *tokens, hm_error *err);
 

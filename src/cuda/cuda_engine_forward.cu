@@ -14,6 +14,10 @@
  * (or the MoE combine) is deferred into the next norm (fwd_defer), the norm quantises the
  * next product's activations, q/k/v of one type are one launch, and q/k norm, RoPE and the KV
  * store are one launch.
+ * Experts follow the residency map: the router writes each selected expert's device slot
+ * (e->dslot, from the layer's expert->slot table) next to its id, and every expert product and
+ * bias add indexes the layer's expert arenas (n_slots experts) with the slots; the combine and
+ * the gating weights stay with the ids.
  * Nothing here synchronises, allocates or copies to the host; positions come from e->d_pos.
  */
 #include <cuda_runtime.h>
@@ -66,6 +70,7 @@ typedef struct {
     const float *add;
     bool combine;
     const float *ey_bias; /* with combine: the down bias not yet added to ey, or NULL */
+    int64_t n_slots;      /* ... stored by device slot (e->dslot): rows of ey_bias */
 } fwd_defer;
 
 /* The router's logits and top-k in one launch (cuda_fused_router): f32 router rows. */
@@ -124,7 +129,7 @@ static hm_status defer_flush(cuda_engine *e, int n, fwd_defer *d, hm_error *err)
     hm_status st = HM_OK;
     if (d->combine) {
         if (d->ey_bias)
-            st = cuda_moe_add_bias(e->ey, d->ey_bias, e->ids, n, K, E, (int)e->hp.n_expert,
+            st = cuda_moe_add_bias(e->ey, d->ey_bias, e->dslot, n, K, E, (int)d->n_slots,
                                    e->stream, err);
         if (st == HM_OK)
             st = cuda_moe_combine(e->ey, e->gw, e->ids, n, K, E, e->proj, e->stream, err);
@@ -155,7 +160,8 @@ static hm_status norm_step(cuda_engine *e, int n, fwd_defer *d, const cuda_tenso
             a.ids = e->ids;
             a.n_used = (int)e->hp.n_expert_used;
             a.ey_bias = d->ey_bias;
-            a.n_expert = (int)e->hp.n_expert;
+            a.bias_ids = e->dslot;
+            a.n_expert = (int)d->n_slots;
         }
         a.norm_w = norm ? (const float *)norm->d : NULL;
         a.eps = e->hp.rms_eps;
@@ -306,16 +312,17 @@ static hm_status attention_block(cuda_engine *e, int il, int n, fwd_defer *dfr, 
     return cuda_add(e->x, e->proj, e->x, (int64_t)n * E, e->stream, err);
 }
 
-/* The expert FFN: ey[t][s] = down(act(gate(xn[t]), up(xn[t]))) of expert ids[t][s]. */
+/* The expert FFN: ey[t][s] = down(act(gate(xn[t]), up(xn[t]))) of expert ids[t][s], whose
+ * weights and biases are slot dslot[t][s] of the layer's arenas (NS of them). */
 static hm_status experts(cuda_engine *e, const cuda_layer *L, int n, const void *xact,
                          bool defer_down_bias, hm_error *err) {
     const hm_hparams *hp = &e->hp;
     const int64_t F = hp->n_ff_exp, E = hp->n_embd;
-    const int K = (int)hp->n_expert_used;
+    const int K = (int)hp->n_expert_used, NS = (int)L->n_slots;
     const bool oai = e->desc->swiglu == HM_SWIGLU_OAI;
     hm_status st = HM_OK;
     if (use_gemm(e, &L->gate_exps, n) && use_gemm(e, &L->up_exps, n) &&
-        use_gemm(e, &L->down_exps, n) && hp->n_expert <= CUDA_GEMM_MAX_EXPERTS) {
+        use_gemm(e, &L->down_exps, n) && NS <= CUDA_GEMM_MAX_EXPERTS) {
         const cuda_tensor *w[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
         float *y[3] = {e->eg, e->eu, e->ey};
         for (int i = 0; i < 3 && st == HM_OK; i++) {
@@ -323,22 +330,22 @@ static hm_status experts(cuda_engine *e, const cuda_layer *L, int n, const void 
             memset(&g, 0, sizeof(g));
             g.wtype = w[i]->type;
             g.w = w[i]->d;
-            g.n_expert = hp->n_expert;
+            g.n_expert = NS;
             g.n_rows = i == 2 ? E : F;
             g.k = i == 2 ? F : E;
             g.x = i == 2 ? e->eg : e->xn;
             g.x_per_slot = i == 2;
-            g.ids = e->ids;
+            g.ids = e->dslot;
             g.n_tok = n;
             g.n_used = K;
             g.y = y[i];
             if (i == 2) { /* biases and the activation before the down product */
                 if (L->gate_exps_b.d) {
-                    st = cuda_moe_add_bias(e->eg, (const float *)L->gate_exps_b.d, e->ids, n, K,
-                                           F, (int)hp->n_expert, e->stream, err);
+                    st = cuda_moe_add_bias(e->eg, (const float *)L->gate_exps_b.d, e->dslot, n,
+                                           K, F, NS, e->stream, err);
                     if (st == HM_OK)
-                        st = cuda_moe_add_bias(e->eu, (const float *)L->up_exps_b.d, e->ids, n,
-                                               K, F, (int)hp->n_expert, e->stream, err);
+                        st = cuda_moe_add_bias(e->eu, (const float *)L->up_exps_b.d, e->dslot,
+                                               n, K, F, NS, e->stream, err);
                 }
                 if (st == HM_OK)
                     st = oai ? cuda_swiglu_oai(e->eg, e->eu, e->eg, (int64_t)n * K * F, 1.702f,
@@ -355,11 +362,11 @@ static hm_status experts(cuda_engine *e, const cuda_layer *L, int n, const void 
         memset(&g, 0, sizeof(g));
         g.gate.wtype = L->gate_exps.type;
         g.gate.w = L->gate_exps.d;
-        g.gate.n_expert = hp->n_expert;
+        g.gate.n_expert = NS;
         g.gate.n_rows = F;
         g.gate.k = E;
         g.gate.x_per_slot = 0;
-        g.gate.ids = e->ids;
+        g.gate.ids = e->dslot;
         g.gate.n_tok = n;
         g.gate.n_used = K;
         g.up_wtype = L->up_exps.type;
@@ -386,11 +393,9 @@ static hm_status experts(cuda_engine *e, const cuda_layer *L, int n, const void 
             a.y = e->eu;
             if (st == HM_OK) st = cuda_moe_matvec(&a, e->stream, err);
             if (st == HM_OK && g.gate_b)
-                st = cuda_moe_add_bias(e->eg, g.gate_b, e->ids, n, K, F, (int)hp->n_expert,
-                                       e->stream, err);
+                st = cuda_moe_add_bias(e->eg, g.gate_b, e->dslot, n, K, F, NS, e->stream, err);
             if (st == HM_OK && g.up_b)
-                st = cuda_moe_add_bias(e->eu, g.up_b, e->ids, n, K, F, (int)hp->n_expert,
-                                       e->stream, err);
+                st = cuda_moe_add_bias(e->eu, g.up_b, e->dslot, n, K, F, NS, e->stream, err);
             if (st == HM_OK)
                 st = oai ? cuda_swiglu_oai(e->eg, e->eu, e->eg, (int64_t)n * K * F, 1.702f, 7.0f,
                                            e->stream, err)
@@ -402,11 +407,11 @@ static hm_status experts(cuda_engine *e, const cuda_layer *L, int n, const void 
         memset(&d, 0, sizeof(d));
         d.wtype = L->down_exps.type;
         d.w = L->down_exps.d;
-        d.n_expert = hp->n_expert;
+        d.n_expert = NS;
         d.n_rows = E;
         d.k = F;
         d.x_per_slot = 1;
-        d.ids = e->ids;
+        d.ids = e->dslot;
         d.n_tok = n;
         d.n_used = K;
         d.y = e->ey;
@@ -414,8 +419,8 @@ static hm_status experts(cuda_engine *e, const cuda_layer *L, int n, const void 
         if (st == HM_OK) st = cuda_moe_matvec(&d, e->stream, err);
     }
     if (st == HM_OK && L->down_exps_b.d && !defer_down_bias)
-        st = cuda_moe_add_bias(e->ey, (const float *)L->down_exps_b.d, e->ids, n, K, E,
-                               (int)hp->n_expert, e->stream, err);
+        st = cuda_moe_add_bias(e->ey, (const float *)L->down_exps_b.d, e->dslot, n, K, E, NS,
+                               e->stream, err);
     return st;
 }
 
@@ -436,6 +441,10 @@ static hm_status moe_block(cuda_engine *e, int il, int n, fwd_defer *dfr, hm_err
     cpu_gate_mode gm = d->gating == HM_GATING_TOPK_SOFTMAX ? CPU_GATE_TOPK_SOFTMAX
                                                            : CPU_GATE_SOFTMAX_TOPK;
     const int renorm = d->gating == HM_GATING_SOFTMAX_TOPK_NORM;
+    cuda_route_out ro; /* besides ids and weights: the selected experts' device slots */
+    memset(&ro, 0, sizeof(ro));
+    ro.slot_of = L->slot_of;
+    ro.dslot = e->dslot;
     hm_status st = HM_OK;
     const bool in_router = norm_in_router(e, L, n);
     if (in_router) {
@@ -464,6 +473,7 @@ static hm_status moe_block(cuda_engine *e, int il, int n, fwd_defer *dfr, hm_err
         ra.d_ids = e->ids;
         ra.d_weights = e->gw;
         ra.d_sync = e->router_sync;
+        ra.out = ro;
         if (in_router) {
             ra.norm_w = (const float *)L->ffn_norm.d;
             ra.eps = hp->rms_eps;
@@ -478,7 +488,7 @@ static hm_status moe_block(cuda_engine *e, int il, int n, fwd_defer *dfr, hm_err
                              e->router, e->stream, err);
         if (st == HM_OK)
             st = cuda_router(e->router, (const float *)L->router_b.d, n, (int)hp->n_expert, K,
-                             gm, renorm, e->ids, e->gw, e->stream, err);
+                             gm, renorm, e->ids, e->gw, &ro, e->stream, err);
     }
     /* decode without a shared expert: the combine (and down bias) go into the next norm */
     const bool defer = fz && !d->shared_expert;
@@ -487,6 +497,7 @@ static hm_status moe_block(cuda_engine *e, int il, int n, fwd_defer *dfr, hm_err
     if (defer) {
         dfr->combine = true;
         dfr->ey_bias = (const float *)L->down_exps_b.d;
+        dfr->n_slots = L->n_slots;
         return HM_OK;
     }
     st = cuda_moe_combine(e->ey, e->gw, e->ids, n, K, E, e->proj, e->stream, err);

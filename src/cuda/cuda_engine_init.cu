@@ -9,6 +9,10 @@
  * allocating anything and says by how many MiB it is short. The upload copies each tensor from
  * the mapped file into one of two pinned staging buffers (16 MiB) and enqueues the
  * host-to-device copy; the other buffer is filled meanwhile (an event per buffer orders reuse).
+ * The expert tensors of a layer (LAYER_EXPERTS) follow the residency map: an arena of n_slots
+ * experts each, expert e's bytes copied to its slot (runs of consecutive slots in one piece, so
+ * the identity map uploads each tensor as one piece, as before), and the map's slot array goes
+ * to the device as the expert->slot table the router reads (cuda_engine.h).
  */
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -28,11 +32,12 @@ extern "C" {
 }
 
 #define LAYER_VECTORS(X)                                                                         \
-    X(attn_norm) X(bq) X(bk) X(bv) X(bo) X(q_norm) X(k_norm) X(sinks) X(ffn_norm) X(router_b)   \
-    X(gate_exps_b) X(up_exps_b) X(down_exps_b)
+    X(attn_norm) X(bq) X(bk) X(bv) X(bo) X(q_norm) X(k_norm) X(sinks) X(ffn_norm) X(router_b)
 #define LAYER_MATRICES(X)                                                                        \
-    X(wq) X(wk) X(wv) X(wo) X(router) X(gate_exps) X(up_exps) X(down_exps) X(sh_gate) X(sh_up)  \
-    X(sh_down) X(sh_gate_inp)
+    X(wq) X(wk) X(wv) X(wo) X(router) X(sh_gate) X(sh_up) X(sh_down) X(sh_gate_inp)
+/* per-expert tensors, stored by device slot; V: a vector per expert (read as f32) */
+#define LAYER_EXPERTS(X, V)                                                                      \
+    X(gate_exps) X(up_exps) X(down_exps) V(gate_exps_b) V(up_exps_b) V(down_exps_b)
 
 static const size_t k_align = 256;
 static const size_t k_stage_bytes = 16u << 20;
@@ -126,6 +131,7 @@ static size_t layout_scratch(const hm_model *m, const cuda_engine_params *p, cud
         {e ? (void **)&e->proj : NULL, sizeof(float) * (size_t)(nu * E)},
         {e ? (void **)&e->router : NULL, sizeof(float) * (size_t)(nu * hp->n_expert)},
         {e ? (void **)&e->ids : NULL, sizeof(int32_t) * (size_t)(nu * K)},
+        {e ? (void **)&e->dslot : NULL, sizeof(int32_t) * (size_t)(nu * K)},
         {e ? (void **)&e->gw : NULL, sizeof(float) * (size_t)(nu * K)},
         {e ? (void **)&e->eg : NULL, sizeof(float) * (size_t)(nu * K * F)},
         {e ? (void **)&e->eu : NULL, sizeof(float) * (size_t)(nu * K * F)},
@@ -142,6 +148,8 @@ static size_t layout_scratch(const hm_model *m, const cuda_engine_params *p, cud
         {e ? (void **)&e->d_pos : NULL, sizeof(int32_t)},
         {e ? (void **)&e->d_positions : NULL, sizeof(int32_t) * (size_t)nu},
         {e ? (void **)&e->d_tokens : NULL, sizeof(int32_t) * (size_t)nu},
+        {e ? (void **)&e->d_slot_of : NULL,
+         sizeof(int32_t) * (size_t)(hp->n_layer * hp->n_expert)},
         {e ? (void **)&e->d_logits : NULL, sizeof(float) * (size_t)(n_logit * hp->n_vocab)},
     };
     size_t off = 0;
@@ -158,6 +166,28 @@ static size_t layout_scratch(const hm_model *m, const cuda_engine_params *p, cud
     return off;
 }
 
+/* The residency map against the model: its shape, its consistency, and (until the tiered
+ * placement) a device slot for every expert of every layer that has experts. */
+static hm_status check_residency(const hm_model *m, const hm_residency *r, hm_error *err) {
+    if (!r) return HM_OK;
+    const hm_hparams *hp = hm_model_hparams(m);
+    if (r->n_layer != hp->n_layer || r->n_expert != hp->n_expert)
+        return hm_error_set(err, HM_ERR_ARG, "expert residency: a map of %d layers x %d experts "
+                            "for a model of %lld x %lld", r->n_layer, r->n_expert,
+                            (long long)hp->n_layer, (long long)hp->n_expert);
+    hm_status st = hm_residency_check(r, err);
+    if (st != HM_OK) return st;
+    for (int il = 0; il < r->n_layer; il++) {
+        if (!hm_model_layer(m, il)->gate_exps.data) continue; /* no experts */
+        for (int ie = 0; ie < r->n_expert; ie++)
+            if (r->slot[hm_residency_at(r, il, ie)] < 0)
+                return hm_error_set(err, HM_ERR_UNSUPPORTED, "expert residency: layer %d expert "
+                                    "%d has no device slot (tiered placement not implemented "
+                                    "yet)", il, ie);
+    }
+    return HM_OK;
+}
+
 extern "C" hm_status cuda_engine_plan(const hm_model *m, const cuda_engine_params *p,
                                       uint64_t *weights, uint64_t *kv, uint64_t *scratch,
                                       hm_error *err) {
@@ -170,7 +200,8 @@ extern "C" hm_status cuda_engine_plan(const hm_model *m, const cuda_engine_param
     hm_status st = cuda_kv_check(p->type_k, p->type_v, (int)hp->n_head_kv, (int)hp->head_dim_k,
                                  err);
     if (st != HM_OK) return st;
-    st = check_matrix(hm_model_tok_embd(m), err);
+    st = check_residency(m, p->res, err);
+    if (st == HM_OK) st = check_matrix(hm_model_tok_embd(m), err);
     if (st == HM_OK) st = check_matrix(hm_model_output(m), err);
     if (st == HM_OK) st = check_vector(hm_model_output_norm(m), err);
     uint64_t w = align_up(tensor_bytes(hm_model_tok_embd(m))) +
@@ -178,16 +209,26 @@ extern "C" hm_status cuda_engine_plan(const hm_model *m, const cuda_engine_param
                  align_up(tensor_bytes(hm_model_output_norm(m)));
     for (int il = 0; il < hp->n_layer && st == HM_OK; il++) {
         const hm_layer *L = hm_model_layer(m, il);
+        const int64_t ns = p->res ? p->res->n_slots[il] : hp->n_expert;
 #define CHECK_V(f)                                                                               \
     if (st == HM_OK) st = check_vector(&L->f, err);                                            \
     w += align_up(tensor_bytes(&L->f));
 #define CHECK_M(f)                                                                               \
     if (st == HM_OK) st = check_matrix(&L->f, err);                                            \
     w += align_up(tensor_bytes(&L->f));
+#define CHECK_XV(f)                                                                              \
+    if (st == HM_OK) st = check_vector(&L->f, err);                                            \
+    w += align_up(tensor_bytes(&L->f) / (size_t)hp->n_expert * (size_t)ns);
+#define CHECK_XM(f)                                                                              \
+    if (st == HM_OK) st = check_matrix(&L->f, err);                                            \
+    w += align_up(tensor_bytes(&L->f) / (size_t)hp->n_expert * (size_t)ns);
         LAYER_VECTORS(CHECK_V)
         LAYER_MATRICES(CHECK_M)
+        LAYER_EXPERTS(CHECK_XM, CHECK_XV)
 #undef CHECK_V
 #undef CHECK_M
+#undef CHECK_XV
+#undef CHECK_XM
     }
     if (st != HM_OK) return st;
     uint64_t row_k = 2 * (uint64_t)(hp->n_head_kv * hp->head_dim_k);
@@ -221,18 +262,9 @@ typedef struct {
     size_t off;
 } uploader;
 
-static hm_status upload_tensor(uploader *u, const hm_tensor *t, cuda_tensor *dst, hm_error *err) {
-    dst->name = t->name;
-    dst->type = t->type;
-    memcpy(dst->ne, t->ne, sizeof(dst->ne));
-    dst->row_size = t->row_size;
-    dst->d = NULL;
-    size_t n = tensor_bytes(t);
-    if (!n) return HM_OK;
-    char *d = u->arena + u->off;
-    dst->d = d;
-    u->off += align_up(n);
-    const char *src = (const char *)t->data;
+/* Copies n bytes from host src to device d (enqueued; src may be reused once this returns). */
+static hm_status upload_bytes(uploader *u, char *d, const char *src, size_t n, const char *name,
+                              hm_error *err) {
     for (size_t done = 0; done < n;) {
         if (u->used == k_stage_bytes) { /* switch buffers: wait until the other one is free */
             u->cur ^= 1;
@@ -247,7 +279,7 @@ static hm_status upload_tensor(uploader *u, const hm_tensor *t, cuda_tensor *dst
         cudaError_t ce = cudaMemcpyAsync(d + done, buf, c, cudaMemcpyHostToDevice, u->s);
         if (ce == cudaSuccess) ce = cudaEventRecord(u->done[u->cur], u->s);
         if (ce != cudaSuccess)
-            return hm_error_set(err, HM_ERR_CUDA, "GPU: upload of %s: %s", t->name,
+            return hm_error_set(err, HM_ERR_CUDA, "GPU: upload of %s: %s", name,
                                 cudaGetErrorString(ce));
         u->used += c;
         done += c;
@@ -255,7 +287,53 @@ static hm_status upload_tensor(uploader *u, const hm_tensor *t, cuda_tensor *dst
     return HM_OK;
 }
 
-static hm_status upload_all(cuda_engine *e, cudaStream_t s, hm_error *err) {
+static void tensor_meta(const hm_tensor *t, cuda_tensor *dst) {
+    dst->name = t->name;
+    dst->type = t->type;
+    memcpy(dst->ne, t->ne, sizeof(dst->ne));
+    dst->row_size = t->row_size;
+    dst->d = NULL;
+}
+
+static hm_status upload_tensor(uploader *u, const hm_tensor *t, cuda_tensor *dst, hm_error *err) {
+    tensor_meta(t, dst);
+    const size_t n = tensor_bytes(t);
+    if (!n) return HM_OK;
+    char *d = u->arena + u->off;
+    dst->d = d;
+    u->off += align_up(n);
+    return upload_bytes(u, d, (const char *)t->data, n, t->name, err);
+}
+
+/* An expert tensor of n_expert experts into an arena of n_slots: expert e's bytes to slot
+ * slot[e] (none when < 0); experts in consecutive slots go in one piece. */
+static hm_status upload_experts(uploader *u, const hm_tensor *t, cuda_tensor *dst,
+                                int64_t n_expert, const int32_t *slot, int64_t n_slots,
+                                hm_error *err) {
+    tensor_meta(t, dst);
+    const size_t n = tensor_bytes(t);
+    if (!n) return HM_OK;
+    const size_t stride = n / (size_t)n_expert;
+    char *d = u->arena + u->off;
+    dst->d = d;
+    u->off += align_up(stride * (size_t)n_slots);
+    const char *src = (const char *)t->data;
+    hm_status st = HM_OK;
+    for (int64_t ie = 0; ie < n_expert && st == HM_OK;) {
+        int64_t run = 1;
+        if (slot[ie] >= 0) {
+            while (ie + run < n_expert && slot[ie + run] == slot[ie] + run) run++;
+            st = upload_bytes(u, d + (size_t)slot[ie] * stride, src + (size_t)ie * stride,
+                              (size_t)run * stride, t->name, err);
+        }
+        ie += run;
+    }
+    return st;
+}
+
+/* Every tensor; slot_of [n_layer][n_expert]: the experts' device slots (host copy). */
+static hm_status upload_all(cuda_engine *e, cudaStream_t s, const int32_t *slot_of,
+                            hm_error *err) {
     hm_status st = HM_OK;
     uploader u;
     memset(&u, 0, sizeof(u));
@@ -274,12 +352,17 @@ static hm_status upload_all(cuda_engine *e, cudaStream_t s, hm_error *err) {
     for (int il = 0; il < e->hp.n_layer && st == HM_OK; il++) {
         const hm_layer *L = hm_model_layer(m, il);
         cuda_layer *D = &e->layers[il];
+        const int32_t *slot = slot_of + (size_t)il * (size_t)e->hp.n_expert;
         D->swa = L->swa;
 #define UP(f)                                                                                    \
     if (st == HM_OK) st = upload_tensor(&u, &L->f, &D->f, err);
+#define UPX(f)                                                                                   \
+    if (st == HM_OK) st = upload_experts(&u, &L->f, &D->f, e->hp.n_expert, slot, D->n_slots, err);
         LAYER_VECTORS(UP)
         LAYER_MATRICES(UP)
+        LAYER_EXPERTS(UPX, UPX)
 #undef UP
+#undef UPX
     }
     cudaError_t ce = cudaStreamSynchronize(s);
     if (st == HM_OK && ce != cudaSuccess)
@@ -327,6 +410,7 @@ extern "C" hm_status cuda_engine_init(const hm_model *m, const cuda_engine_param
     cuda_engine *e = NULL;
     cudaStream_t s = NULL;
     double upload_s = 0;
+    int32_t *slot_of = NULL; /* host copy of the expert->slot table */
     if (cudaSetDevice(p->device) != cudaSuccess)
         return hm_error_set(err, HM_ERR_CUDA, "GPU: cannot select device %d", p->device);
     {
@@ -393,9 +477,26 @@ extern "C" hm_status cuda_engine_init(const hm_model *m, const cuda_engine_param
                             sizeof(float) * (size_t)e->n_logit_rows * (size_t)e->hp.n_vocab),
              "pinned buffers");
     {
+        const size_t nt = (size_t)e->hp.n_layer * (size_t)e->hp.n_expert;
+        slot_of = (int32_t *)malloc(sizeof(int32_t) * (nt ? nt : 1));
+        if (!slot_of) {
+            st = hm_error_set(err, HM_ERR_NOMEM, "out of memory (GPU engine)");
+            goto fail;
+        }
+        for (size_t i = 0; i < nt; i++)
+            slot_of[i] = p->res ? p->res->slot[i] : (int32_t)(i % (size_t)e->hp.n_expert);
+        for (int il = 0; il < e->hp.n_layer; il++) {
+            e->layers[il].n_slots = p->res ? p->res->n_slots[il] : e->hp.n_expert;
+            e->layers[il].slot_of = e->d_slot_of + (size_t)il * (size_t)e->hp.n_expert;
+        }
+        /* on the engine's stream: after the scratch arena's memset (the upload waits for it) */
+        CUDA_TRY(cudaMemcpyAsync(e->d_slot_of, slot_of, sizeof(int32_t) * nt,
+                                 cudaMemcpyHostToDevice, s), "expert slot table");
+    }
+    {
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        st = upload_all(e, s, err);
+        st = upload_all(e, s, slot_of, err);
         clock_gettime(CLOCK_MONOTONIC, &t1);
         upload_s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     }
@@ -406,9 +507,11 @@ extern "C" hm_status cuda_engine_init(const hm_model *m, const cuda_engine_param
              "%.1f GB/s) + %.0f MiB KV + %.0f MiB buffers", info[p->device].name, p->device,
              mib(wb), upload_s, upload_s > 0 ? (double)wb / upload_s * 1e-9 : 0.0, mib(kvb),
              mib(sb));
+    free(slot_of);
     *out = e;
     return HM_OK;
 fail:
+    free(slot_of);
     cuda_engine_free(e);
     return st;
 }
@@ -429,6 +532,8 @@ extern "C" void cuda_engine_free(cuda_engine *e) {
 }
 
 extern "C" const char *cuda_engine_describe(const cuda_engine *e) { return e->info; }
+
+extern "C" uint64_t cuda_engine_host_syncs(const cuda_engine *e) { return e ? e->n_host_syncs : 0; }
 
 extern "C" hm_status cuda_engine_sync(cuda_engine *e, hm_error *err) {
     e->n_host_syncs++;

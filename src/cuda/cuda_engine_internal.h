@@ -17,7 +17,6 @@
 extern "C" {
 #endif
 
-#include "cpu/ops.h"
 #include "cuda/cuda_engine.h"
 
 /* A tensor in the device arena (same meaning as hm_tensor; d == NULL when absent). */
@@ -34,6 +33,12 @@ typedef struct {
     cuda_tensor attn_norm, wq, wk, wv, wo, bq, bk, bv, bo, q_norm, k_norm, sinks, ffn_norm;
     cuda_tensor router, router_b, gate_exps, up_exps, down_exps, gate_exps_b, up_exps_b,
         down_exps_b, sh_gate, sh_up, sh_down, sh_gate_inp;
+    /* The expert tensors (gate/up/down_exps and their biases) hold n_slots experts each (their
+     * ne stay the model's, n_expert): expert e's bytes at d + slot_of[e] * (bytes of one
+     * expert), its device slot (residency map). slot_of: device [n_expert], this layer's row
+     * of cuda_engine.d_slot_of. */
+    int64_t n_slots;
+    const int32_t *slot_of;
     /* device KV cache of this layer: f16 bits [n_ctx][n_head_kv * head_dim] (K and V); every
      * layer holds n_ctx positions, the sliding window only masks */
     uint16_t *k_cache, *v_cache;
@@ -60,7 +65,7 @@ struct cuda_engine {
     cuda_layer *layers;      /* [n_layer], host array of device pointers */
     void *kv_arena;          /* all layers' K and V */
 
-    /* device scratch, nu = n_ubatch, n = tokens of the step (shapes as model_internal.h) */
+    /* device scratch, nu = n_ubatch, n = tokens of the step (shapes as cpu_engine_internal.h) */
     void *scratch_arena;
     float *x;        /* [nu][n_embd] residual stream */
     float *xn;       /* [nu][n_embd] normed input of a sub-block */
@@ -71,6 +76,8 @@ struct cuda_engine {
     float *proj;     /* [nu][n_embd] output of wo / of the MoE block */
     float *router;   /* [nu][n_expert] router logits */
     int32_t *ids;    /* [nu][n_used] selected experts (slot order) */
+    int32_t *dslot;  /* [nu][n_used] the device slot of each selected expert (the router writes
+                      * slot_of[ids]): what the expert kernels index the arenas with */
     float *gw;       /* [nu][n_used] gating weights */
     float *eg;       /* [nu][n_used][n_ff_exp] expert activation (fused gate/up output) */
     float *eu;       /* [nu][n_used][n_ff_exp] expert up (unfused path) */
@@ -90,6 +97,7 @@ struct cuda_engine {
     int32_t *d_pos;       /* device scalar: position of the next step's first token */
     int32_t *d_positions; /* [nu] positions of the step's tokens (d_pos + t) */
     int32_t *d_tokens;    /* [nu] token ids uploaded by cuda_engine_decode */
+    int32_t *d_slot_of;   /* [n_layer][n_expert] the expert->slot table (residency map) */
     float *d_logits;      /* [n_logit_rows][n_vocab] */
     int n_logit_rows;     /* rows of d_logits (ALL mode is copied out in pieces of this) */
 

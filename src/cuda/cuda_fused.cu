@@ -55,7 +55,7 @@ static hm_status fused_launched(const char *kernel, hm_error *err) {
 typedef struct {
     float *x;
     const float *add, *ey, *gw;
-    const int32_t *ids;
+    const int32_t *ids, *bids;
     int n_used, n_expert;
     const float *eb;
     const float *w;
@@ -77,19 +77,22 @@ static __device__ __forceinline__ float fused_combine(const norm_k &A, int64_t t
     for (int s0 = 0; s0 < A.n_used; s0 += FN_SLOTS) {
         float y[FN_SLOTS], b[FN_SLOTS], g[FN_SLOTS];
         int32_t id[FN_SLOTS];
+        bool hb[FN_SLOTS]; /* the slot's bias row exists */
 #pragma unroll
         for (int u = 0; u < FN_SLOTS; u++) {
             const int64_t ts = t * A.n_used + s0 + u;
             const bool in = s0 + u < A.n_used;
             id[u] = !in ? -1 : A.ids ? A.ids[ts] : 0;
+            const int32_t bi = !in ? -1 : A.bids ? A.bids[ts] : id[u];
             y[u] = in ? A.ey[ts * n + i] : 0.0f;
             g[u] = in ? A.gw[ts] : 0.0f;
-            b[u] = A.eb && id[u] >= 0 && id[u] < A.n_expert ? A.eb[(int64_t)id[u] * n + i] : 0.0f;
+            hb[u] = A.eb && bi >= 0 && bi < A.n_expert;
+            b[u] = hb[u] ? A.eb[(int64_t)bi * n + i] : 0.0f;
         }
 #pragma unroll
         for (int u = 0; u < FN_SLOTS; u++) {
             if (id[u] < 0) continue; /* skipped slot, or past n_used */
-            const float v = A.eb && id[u] < A.n_expert ? __fadd_rn(y[u], b[u]) : y[u];
+            const float v = hb[u] ? __fadd_rn(y[u], b[u]) : y[u];
             acc = __fadd_rn(acc, __fmul_rn(g[u], v));
         }
     }
@@ -196,10 +199,10 @@ extern "C" hm_status cuda_fused_norm_quant(const cuda_fused_norm_args *a, void *
                             "cuda_fused_norm_quant: bad shape (%lld rows of %lld, at most %d)",
                             (long long)a->n_tok, (long long)a->n, CUDA_FUSED_NORM_MAX);
     if (a->ey && (a->add || !a->gw || a->n_used < 1 ||
-                  (a->ey_bias && (!a->ids || a->n_expert < 1))))
+                  (a->ey_bias && ((!a->ids && !a->bias_ids) || a->n_expert < 1))))
         return hm_error_set(err, HM_ERR_ARG,
                             "cuda_fused_norm_quant: combine needs gw, n_used >= 1 and no add "
-                            "(a bias needs ids and n_expert >= 1)");
+                            "(a bias needs ids or bias_ids and n_expert >= 1)");
     norm_k A;
     memset(&A, 0, sizeof(A));
     A.x = a->x;
@@ -207,6 +210,7 @@ extern "C" hm_status cuda_fused_norm_quant(const cuda_fused_norm_args *a, void *
     A.ey = a->ey;
     A.gw = a->gw;
     A.ids = a->ids;
+    A.bids = a->bias_ids;
     A.n_used = a->n_used;
     A.eb = a->ey ? a->ey_bias : NULL;
     A.n_expert = a->n_expert;

@@ -40,10 +40,13 @@ typedef struct {
     const int32_t *ids; /* [n_tok][n_used] or NULL (with ey; slots with id < 0 skipped) */
     int n_used;
     const float *ey_bias; /* [n_expert][n] or NULL (with ey and ids): each slot's row is first
-                           * ey + ey_bias[id] (cuda_moe_add_bias(ey, ey_bias, ids, ...), which
-                           * leaves slots with id outside [0, n_expert) as they are); ey itself
+                           * ey + ey_bias[b] with b = bias_ids[t][s], or ids[t][s] when bias_ids
+                           * is NULL (cuda_moe_add_bias(ey, ey_bias, bias_ids or ids, ...), which
+                           * leaves slots with b outside [0, n_expert) as they are); ey itself
                            * is not written */
-    int n_expert;
+    const int32_t *bias_ids; /* [n_tok][n_used] or NULL: the row of each slot's bias (the engine:
+                              * the device slots, its biases are stored by slot) */
+    int n_expert;       /* rows of ey_bias */
     const float *norm_w; /* [n] or NULL (cuda_rmsnorm's w) */
     float eps;
     float *xn;     /* [n_tok][n] = cuda_rmsnorm(x, norm_w), or NULL: no norm, no quantisation */
@@ -55,7 +58,7 @@ typedef struct {
                     * consistent by every call): the row barrier of the blocks of one row */
 } cuda_fused_norm_args;
 
-/* = [(ey_bias) cuda_moe_add_bias(ey, ey_bias, ids, n_tok, n_used, n, n_expert);
+/* = [(ey_bias) cuda_moe_add_bias(ey, ey_bias, bias_ids or ids, n_tok, n_used, n, n_expert);
  *    cuda_moe_combine(ey, gw, ids) -> tmp; cuda_add(x, tmp, x)] or [cuda_add(x, add, x)];
  *   cuda_rmsnorm(x, norm_w, xn, n_tok, n, eps); cuda_quantize_act(wtype, xn, n, n_tok, act)
  * in one launch (one block per 256 elements of a row; several launches past 264 blocks). Bytes
@@ -120,6 +123,7 @@ typedef struct {
     int32_t *d_ids;      /* [n_tok][n_used] */
     float *d_weights;    /* [n_tok][n_used] */
     int *d_sync;         /* [(n_tok + 7) / 8] counters, zero before the call and after it */
+    cuda_route_out out;  /* optional extra outputs of the selection (cuda_ops.h) */
     /* The norm in front (norm_w != NULL): the router reads xn = cuda_rmsnorm(x, norm_w, eps),
      * which is also written to xn, and act = cuda_quantize_act(wtype, xn) (NULL, or a float
      * wtype: not written). Needs k * (4 + n_tok + 1) floats to fit the kernel's shared memory
@@ -134,7 +138,7 @@ typedef struct {
 /* = (norm_w) cuda_rmsnorm(x, norm_w, xn, n_tok, k, eps); cuda_quantize_act(wtype, xn, k, n_tok,
  *   act);
  *   cuda_matvec(HM_TYPE_F32, w, n_expert, k, x or xn, n_tok, logits);
- *   cuda_router(logits, bias, n_tok, n_expert, n_used, mode, renorm, d_ids, d_weights)
+ *   cuda_router(logits, bias, n_tok, n_expert, n_used, mode, renorm, d_ids, d_weights, &out)
  * in one launch: blocks of 4 warps per tile of <= 8 tokens compute the logits (a warp per
  * expert row, as cuda_matvec); the tile's last block to finish selects for its tokens.
  * 1 <= n_used <= n_expert <= CUDA_FUSED_ROUTER_MAX. Same bytes as the launches it replaces. */

@@ -116,6 +116,8 @@ __global__ void __launch_bounds__(FR_THREADS) k_fused_router(const fr_k K) {
     int n0 = (int)(k < ch ? k : ch);
     if (row) fr_stage(ws, wr, n0, lane, 32, vec); /* weights: before the wait */
     if (NORM && A.norm_w) fr_stage(wn, A.norm_w, (int)k, threadIdx.x, FR_THREADS, vec);
+    if (A.out.dslot && blockIdx.x == 0 && (int)threadIdx.x * 32 < n_expert) /* for the selection */
+        cu_prefetch_l2(A.out.slot_of + threadIdx.x * 32);
     cu_pdl_enter();
     float fin[NT];
 #pragma unroll
@@ -161,7 +163,8 @@ __global__ void __launch_bounds__(FR_THREADS) k_fused_router(const fr_k K) {
         }
         __syncthreads();
         rt_select(sc, red, n_expert, A.n_used, A.mode, A.renorm, A.d_ids + t * A.n_used,
-                  A.d_weights + t * A.n_used);
+                  A.d_weights + t * A.n_used, A.out.dslot ? A.out.dslot + t * A.n_used : NULL,
+                  A.out.slot_of);
         __syncthreads(); /* sc and the slots are reused by the next token */
     }
     if (threadIdx.x == 0) A.d_sync[blockIdx.y] = 0;
@@ -212,6 +215,8 @@ extern "C" hm_status cuda_fused_router(const cuda_fused_router_args *a, void *st
     if (n_tok == 0) return HM_OK;
     if (!a->w || !a->x || !a->logits || !a->d_ids || !a->d_weights || !a->d_sync)
         return hm_error_set(err, HM_ERR_ARG, "cuda_fused_router: NULL pointer");
+    if (!a->out.slot_of != !a->out.dslot)
+        return hm_error_set(err, HM_ERR_ARG, "cuda_fused_router: slot_of and dslot come together");
     fr_k K;
     memset(&K, 0, sizeof(K));
     K.a = *a;

@@ -69,7 +69,7 @@ hm_status cuda_gemm(uint32_t wtype, const void *w, int64_t n_rows, int64_t k, co
                     hm_error *err);
 
 /* Grouped expert product; fields as cpu_moe_args (src/cpu/matmul.h), all pointers on the
- * device. */
+ * device. As for cuda_moe_args, ids index w: the engine passes device slots and n_slots. */
 typedef struct {
     uint32_t wtype;
     const void *w;      /* [n_expert][n_rows] rows of k elements, contiguous */

@@ -225,9 +225,12 @@ extern "C" hm_status cuda_rmsnorm(const float *x, const float *w, float *y, int6
 
 /* ------------------------------------------------------------------ router */
 
-/* One block per token: the scores into shared memory, then rt_select (cuda_router.cuh). */
+/* One block per token: the scores into shared memory, then rt_select (cuda_router.cuh). The
+ * expert->slot table is never written by a kernel: asked from L2 before the wait. */
 __global__ void router_kernel(const float *logits, const float *bias, int n_expert, int k,
-                              int mode, int renorm, int32_t *ids_out, float *w_out) {
+                              int mode, int renorm, int32_t *ids_out, float *w_out,
+                              cuda_route_out o) {
+    if (o.dslot && (int)threadIdx.x * 32 < n_expert) cu_prefetch_l2(o.slot_of + threadIdx.x * 32);
     cu_pdl_enter();
     __shared__ float sc[ROUTER_MAX_EXPERTS];
     __shared__ float red[OPS_THREADS / 32];
@@ -236,12 +239,14 @@ __global__ void router_kernel(const float *logits, const float *bias, int n_expe
     for (int e = threadIdx.x; e < n_expert; e += blockDim.x)
         sc[e] = bias ? __fadd_rn(l[e], bias[e]) : l[e];
     __syncthreads();
-    rt_select(sc, red, n_expert, k, mode, renorm, ids_out + t * k, w_out + t * k);
+    rt_select(sc, red, n_expert, k, mode, renorm, ids_out + t * k, w_out + t * k,
+              o.dslot ? o.dslot + t * k : NULL, o.slot_of);
 }
 
 extern "C" hm_status cuda_router(const float *logits, const float *bias, int64_t n_tok,
                                  int n_expert, int k, cpu_gate_mode mode, int renorm,
-                                 int32_t *d_ids, float *d_weights, void *stream, hm_error *err) {
+                                 int32_t *d_ids, float *d_weights, const cuda_route_out *out,
+                                 void *stream, hm_error *err) {
     if (n_expert < 1 || n_expert > ROUTER_MAX_EXPERTS || k < 1 || k > n_expert)
         return hm_error_set(err, HM_ERR_ARG, "cuda_router: need 1 <= k (%d) <= n_expert (%d) <= %d",
                             k, n_expert, ROUTER_MAX_EXPERTS);
@@ -249,9 +254,14 @@ extern "C" hm_status cuda_router(const float *logits, const float *bias, int64_t
         return hm_error_set(err, HM_ERR_ARG, "cuda_router: unknown gating mode %d", (int)mode);
     if (n_tok < 0 || n_tok > 0x7fffffff)
         return hm_error_set(err, HM_ERR_ARG, "cuda_router: bad token count %lld", (long long)n_tok);
+    cuda_route_out o;
+    memset(&o, 0, sizeof(o));
+    if (out) o = *out;
+    if (!o.slot_of != !o.dslot)
+        return hm_error_set(err, HM_ERR_ARG, "cuda_router: slot_of and dslot come together");
     if (n_tok == 0) return HM_OK;
     cu_launch(router_kernel, (unsigned)n_tok, OPS_THREADS, 0, (cudaStream_t)stream,
-        logits, bias, n_expert, k, (int)mode, renorm, d_ids, d_weights);
+        logits, bias, n_expert, k, (int)mode, renorm, d_ids, d_weights, o);
     return ops_launched("router_kernel", err);
 }
 

@@ -47,7 +47,8 @@ hm_status cuda_add_bias(float *x, const float *b, int64_t n_rows, int64_t n, voi
                         hm_error *err);
 /* = cpu_moe_add_bias with device ids: y[t][s][i] += bias[ids[t][s]][i]; slots with id < 0 or
  * id >= n_expert are left untouched. y: [n_tok][n_used][n]; bias: [n_expert][n];
- * d_ids: [n_tok][n_used] device int32. */
+ * d_ids: [n_tok][n_used] device int32 (the engine passes the device slots: the biases are
+ * stored by slot, n_expert = the layer's slots). */
 hm_status cuda_moe_add_bias(float *y, const float *bias, const int32_t *d_ids, int64_t n_tok,
                             int n_used, int64_t n, int n_expert, void *stream, hm_error *err);
 /* = cpu_moe_combine with device ids: out[t][i] = ((0 + w[t][0]*y[t][0][i]) + w[t][1]*y[t][1][i])
@@ -76,16 +77,28 @@ hm_status cuda_swiglu_oai(const float *gate, const float *up, float *out, int64_
 
 /* ------------------------------------------------------------------ router */
 
+/* What a router launch writes besides the ids and weights (device memory; all optional): with
+ * slot_of [n_expert] (a layer's expert->slot table, cuda_engine.h) and dslot [n_tok][k],
+ * dslot[t][s] = slot_of[ids[t][s]], the device slot of each selected expert: the index the
+ * expert kernels read the layer's expert arenas with (cuda_moe_args.ids, cuda_gemm_moe_args.ids,
+ * the bias adds). The table is never written by a kernel, so the launch may prefetch it before
+ * waiting for its predecessor. */
+typedef struct {
+    const int32_t *slot_of;
+    int32_t *dslot;
+} cuda_route_out;
+
 /* = cpu_router with outputs in device memory: logits [n_tok][n_expert] (device), bias
  * [n_expert] or NULL (device), d_ids [n_tok][k] int32, d_weights [n_tok][k] f32. Slots by
  * descending score, equal scores lower id first; both gating modes and renorm as the CPU.
  * 1 <= k <= n_expert <= 4096 (HM_ERR_ARG otherwise). The CPU rejects NaN logits; here a NaN
  * has no error path: a NaN score sorts after every number (ties among NaNs by id), so the ids
  * stay k distinct experts, but that token's weights are unspecified (NaN in softmax mode). One
- * block per token. */
+ * block per token. out: NULL, or the extra outputs (cuda_route_out; slot_of and dslot come
+ * together, HM_ERR_ARG otherwise). */
 hm_status cuda_router(const float *logits, const float *bias, int64_t n_tok, int n_expert, int k,
                       cpu_gate_mode mode, int renorm, int32_t *d_ids, float *d_weights,
-                      void *stream, hm_error *err);
+                      const cuda_route_out *out, void *stream, hm_error *err);
 
 /* ------------------------------------------------------------------ RoPE */
 

@@ -53,7 +53,9 @@ hm_status cuda_quantize_act(uint32_t wtype, const float *x, int64_t k, int64_t n
 hm_status cuda_matvec(uint32_t wtype, const void *w, int64_t n_rows, int64_t k, const void *act,
                       int64_t n_tok, float *y, void *stream, hm_error *err);
 
-/* Grouped expert product, the device twin of cpu_moe_args (all pointers device pointers). */
+/* Grouped expert product, the device twin of cpu_moe_args (all pointers device pointers). An
+ * "expert" here is an index into w: the engine passes the selected experts' device slots
+ * (cuda_engine.h: expert arenas of n_slots experts) as ids and n_slots as n_expert. */
 typedef struct {
     uint32_t wtype;
     const void *w;         /* [n_expert][n_rows] rows of k elements, contiguous */

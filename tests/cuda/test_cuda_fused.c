@@ -193,7 +193,8 @@ static void test_no_gpu_error(void) {
 /* ---- GPU ---- */
 
 /* mode: 0 norm only, 1 + add, 2 + combine (ids, some skipped), 3 + combine with down bias,
- * 4 + combine without ids, 5 residual (add) only (no norm) */
+ * 4 + combine without ids, 5 residual (add) only (no norm), 6 + combine with the down bias
+ * stored by device slot (bias_ids: a permutation of the ids, as the engine's slots) */
 static void norm_case(int cfg, uint32_t wtype, int64_t n, int64_t nt, int mode, int with_w) {
     const int K = 4, NE = 16;
     const float eps = 1e-6f;
@@ -201,8 +202,8 @@ static void norm_case(int cfg, uint32_t wtype, int64_t n, int64_t nt, int mode, 
     float *hx = malloc(sizeof(float) * nt * n), *hadd = malloc(sizeof(float) * nt * n);
     float *hey = malloc(sizeof(float) * nt * K * n), *hgw = malloc(sizeof(float) * nt * K);
     float *hb = malloc(sizeof(float) * NE * n), *hw = malloc(sizeof(float) * n);
-    int32_t *hids = malloc(sizeof(int32_t) * nt * K);
-    HM_REQUIRE(hx && hadd && hey && hgw && hb && hw && hids);
+    int32_t *hids = malloc(sizeof(int32_t) * nt * K), *hbids = malloc(sizeof(int32_t) * nt * K);
+    HM_REQUIRE(hx && hadd && hey && hgw && hb && hw && hids && hbids);
     fill_mix(&s, hx, nt * n, 2.0f);
     fill_mix(&s, hadd, nt * n, 1.0f);
     fill_mix(&s, hey, nt * K * n, 1.0f);
@@ -214,26 +215,29 @@ static void norm_case(int cfg, uint32_t wtype, int64_t n, int64_t nt, int mode, 
     }
     hids[1] = -1;                 /* skipped slot */
     if (nt * K > 6) hids[6] = NE; /* out of range: combined, no bias (as the launchers) */
+    for (int64_t i = 0; i < nt * K; i++)
+        hbids[i] = hids[i] >= 0 && hids[i] < NE ? (hids[i] * 7 + 3) % NE : hids[i];
     const size_t xb = sizeof(float) * nt * n;
     const size_t arow = cuda_act_row_bytes(wtype, n), ab = arow * nt;
     float *x1 = tu_dev(hx, xb), *x2 = tu_dev(hx, xb), *add = tu_dev(hadd, xb);
     float *ey1 = tu_dev(hey, xb * K), *ey2 = tu_dev(hey, xb * K), *gw = tu_dev(hgw, 4 * nt * K);
     float *bias = tu_dev(hb, sizeof(float) * NE * n), *w = tu_dev(hw, sizeof(float) * n);
-    int32_t *ids = tu_dev(hids, 4 * nt * K);
+    int32_t *ids = tu_dev(hids, 4 * nt * K), *bids = tu_dev(hbids, 4 * nt * K);
     float *xn1 = tu_dev(NULL, xb), *xn2 = tu_dev(NULL, xb), *proj = tu_dev(NULL, xb);
     void *act1 = tu_dev(NULL, ab), *act2 = tu_dev(NULL, ab);
-    HM_REQUIRE(x1 && x2 && add && ey1 && ey2 && gw && bias && w && ids && xn1 && xn2 && proj &&
-               act1 && act2);
+    HM_REQUIRE(x1 && x2 && add && ey1 && ey2 && gw && bias && w && ids && bids && xn1 && xn2 &&
+               proj && act1 && act2);
     HM_REQUIRE(cudaMemset(act1, 0x5a, ab) == cudaSuccess && cudaMemset(act2, 0x5a, ab) == cudaSuccess);
     hm_error err;
     hm_error_clear(&err);
-    const bool combine = mode >= 2 && mode <= 4, norm = mode != 5;
+    const bool combine = (mode >= 2 && mode <= 4) || mode == 6, norm = mode != 5;
     const int32_t *cids = mode == 4 ? NULL : ids;
     const bool f32 = arow == 4 * (size_t)n;
     /* unfused */
     hm_status st = HM_OK;
     if (combine) {
         if (mode == 3) st = cuda_moe_add_bias(ey1, bias, ids, nt, K, n, NE, NULL, &err);
+        if (mode == 6) st = cuda_moe_add_bias(ey1, bias, bids, nt, K, n, NE, NULL, &err);
         if (st == HM_OK) st = cuda_moe_combine(ey1, gw, cids, nt, K, n, proj, NULL, &err);
         if (st == HM_OK) st = cuda_add(x1, proj, x1, nt * n, NULL, &err);
     } else if (mode == 1 || mode == 5) {
@@ -258,7 +262,8 @@ static void norm_case(int cfg, uint32_t wtype, int64_t n, int64_t nt, int mode, 
             a.gw = gw;
             a.ids = cids;
             a.n_used = K;
-            a.ey_bias = mode == 3 ? bias : NULL;
+            a.ey_bias = mode == 3 || mode == 6 ? bias : NULL;
+            a.bias_ids = mode == 6 ? bids : NULL;
             a.n_expert = NE;
         }
         a.norm_w = with_w ? w : NULL;
@@ -280,7 +285,8 @@ static void norm_case(int cfg, uint32_t wtype, int64_t n, int64_t nt, int mode, 
             free(back);
         }
     }
-    void *bufs[] = {x1, x2, add, ey1, ey2, gw, bias, w, ids, xn1, xn2, proj, act1, act2, sync};
+    void *bufs[] = {x1, x2, add, ey1, ey2, gw, bias, w, ids, bids, xn1, xn2, proj, act1, act2,
+                    sync};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) cudaFree(bufs[i]);
     free(hx);
     free(hadd);
@@ -289,6 +295,7 @@ static void norm_case(int cfg, uint32_t wtype, int64_t n, int64_t nt, int mode, 
     free(hb);
     free(hw);
     free(hids);
+    free(hbids);
 }
 
 static void test_norm(void) {
@@ -299,7 +306,7 @@ static void test_norm(void) {
     for (int ti = 0; ti < 3; ti++)
         for (int ni = 0; ni < 3; ni++) {
             if (types[ti] == HM_TYPE_Q4_K && ns[ni] % 256) continue;
-            for (int mode = 0; mode < 6; mode++) {
+            for (int mode = 0; mode < 7; mode++) {
                 const int64_t nt = nts[(ni + mode) % 3];
                 norm_case(cfg++, types[ti], ns[ni], nt, mode, (mode + ti) % 3 != 0);
             }
@@ -576,6 +583,14 @@ static void test_router(void) {
             float *l1 = tu_dev(NULL, sizeof(float) * nt * ne), *l2 = tu_dev(NULL, sizeof(float) * nt * ne);
             float *g1 = tu_dev(NULL, sizeof(float) * nt * ku), *g2 = tu_dev(NULL, sizeof(float) * nt * ku);
             int32_t *i1 = tu_dev(NULL, 4 * nt * ku), *i2 = tu_dev(NULL, 4 * nt * ku);
+            /* the expert->slot table (a permutation: gcd(7, ne) == 1) and the slots written */
+            int32_t *hperm = malloc(4 * ne);
+            HM_REQUIRE(hperm);
+            for (int64_t e = 0; e < ne; e++) hperm[e] = (int32_t)((e * 7 + 3) % ne);
+            int32_t *perm = tu_dev(hperm, 4 * ne);
+            int32_t *s1 = tu_dev(NULL, 4 * nt * ku), *s2 = tu_dev(NULL, 4 * nt * ku);
+            HM_REQUIRE(perm && s1 && s2);
+            const cuda_route_out o1 = {perm, s1};
             const int zero[2] = {0, 0};
             int *sync = tu_dev(zero, sizeof(zero)); /* nt <= 16: two tiles of 8 */
             HM_REQUIRE(w && x && l1 && l2 && g1 && g2 && i1 && i2 && sync &&
@@ -584,7 +599,7 @@ static void test_router(void) {
             hm_error_clear(&err);
             hm_status st = cuda_matvec(HM_TYPE_F32, w, ne, k, x, nt, l1, NULL, &err);
             if (st == HM_OK)
-                st = cuda_router(l1, b, nt, (int)ne, ku, mode, renorm, i1, g1, NULL, &err);
+                st = cuda_router(l1, b, nt, (int)ne, ku, mode, renorm, i1, g1, &o1, NULL, &err);
             HM_CHECK_MSG(st == HM_OK, "config %d unfused: %s", cfg, err.msg);
             cuda_fused_router_args ra;
             memset(&ra, 0, sizeof(ra));
@@ -601,6 +616,8 @@ static void test_router(void) {
             ra.d_ids = i2;
             ra.d_weights = g2;
             ra.d_sync = sync;
+            ra.out.slot_of = perm;
+            ra.out.dslot = s2;
             /* twice: the second call finds the counter rezeroed by the first */
             for (int rep = 0; rep < 2 && st == HM_OK; rep++) {
                 if (rep) cudaMemset(i2, 0xff, 4 * nt * ku);
@@ -612,15 +629,29 @@ static void test_router(void) {
             tu_same_dev(l1, l2, sizeof(float) * nt * ne, "router logits", cfg);
             tu_same_dev(i1, i2, 4 * nt * ku, "router ids", cfg);
             tu_same_dev(g1, g2, sizeof(float) * nt * ku, "router weights", cfg);
+            tu_same_dev(s1, s2, 4 * nt * ku, "router device slots", cfg);
+            {
+                int32_t *hi = malloc(4 * nt * ku), *hs = malloc(4 * nt * ku);
+                HM_REQUIRE(hi && hs && tu_get(hi, i1, 4 * nt * ku) && tu_get(hs, s1, 4 * nt * ku));
+                int bad = 0;
+                for (int64_t i = 0; i < nt * ku; i++)
+                    bad += hi[i] < 0 || hi[i] >= ne || hs[i] != hperm[hi[i]];
+                HM_CHECK_MSG(!bad, "config %d: %d device slots are not slot_of[id]", cfg, bad);
+                free(hi);
+                free(hs);
+            }
+            ra.out.slot_of = NULL;
+            ra.out.dslot = NULL;
             if (nt <= 8) router_norm_case(c, cfg, x, &ra);
-            void *bufs[] = {w, x, b, l1, l2, g1, g2, i1, i2, sync};
+            void *bufs[] = {w, x, b, l1, l2, g1, g2, i1, i2, sync, perm, s1, s2};
             for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
                 if (bufs[i]) cudaFree(bufs[i]);
             free(hw);
             free(hx);
             free(hb);
+            free(hperm);
         }
-    printf("fused router: %d configurations byte-identical\n", cfg);
+    printf("fused router: %d configurations byte-identical (device slots included)\n", cfg);
 }
 
 #endif

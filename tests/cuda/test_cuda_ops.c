@@ -62,13 +62,18 @@ static void test_host(void) {
     HM_CHECK(cuda_compiled());
     /* argument errors need no device */
     hm_error_clear(&err);
-    HM_CHECK(cuda_router(NULL, NULL, 1, 8, 0, CPU_GATE_SOFTMAX_TOPK, 0, NULL, NULL, NULL, &err) ==
-             HM_ERR_ARG);
+    HM_CHECK(cuda_router(NULL, NULL, 1, 8, 0, CPU_GATE_SOFTMAX_TOPK, 0, NULL, NULL, NULL, NULL,
+                         &err) == HM_ERR_ARG);
     HM_CHECK(strstr(err.msg, "k (0)") != NULL);
-    HM_CHECK(cuda_router(NULL, NULL, 1, 8, 9, CPU_GATE_SOFTMAX_TOPK, 0, NULL, NULL, NULL, &err) ==
-             HM_ERR_ARG);
-    HM_CHECK(cuda_router(NULL, NULL, 1, 8, 2, (cpu_gate_mode)7, 0, NULL, NULL, NULL, &err) ==
-             HM_ERR_ARG);
+    HM_CHECK(cuda_router(NULL, NULL, 1, 8, 9, CPU_GATE_SOFTMAX_TOPK, 0, NULL, NULL, NULL, NULL,
+                         &err) == HM_ERR_ARG);
+    HM_CHECK(cuda_router(NULL, NULL, 1, 8, 2, (cpu_gate_mode)7, 0, NULL, NULL, NULL, NULL,
+                         &err) == HM_ERR_ARG);
+    int32_t fake_slot_of[8];
+    const cuda_route_out half = {fake_slot_of, NULL}; /* a table without its output */
+    HM_CHECK(cuda_router(NULL, NULL, 1, 8, 2, CPU_GATE_SOFTMAX_TOPK, 0, NULL, NULL, &half, NULL,
+                         &err) == HM_ERR_ARG &&
+             strstr(err.msg, "slot_of and dslot"));
     cuda_rope_args ra = {cpu_rope_default(CPU_ROPE_NEOX, 63, 10000.0f), NULL, 0};
     HM_CHECK(cuda_rope_qk(NULL, 1, NULL, 0, 1, 64, NULL, &ra, NULL, &err) == HM_ERR_ARG);
     HM_CHECK(strstr(err.msg, "n_dims 63") != NULL);
@@ -319,7 +324,7 @@ static void test_router(void) {
                                                   (cpu_gate_mode)mode, renorm, ids, wt, &err) == HM_OK);
                             HM_REQUIRE(cuda_router(dl, wb ? dbias : NULL, n_tok, ne, k,
                                                    (cpu_gate_mode)mode, renorm, dids, dwt, NULL,
-                                                   &err) == HM_OK);
+                                                   NULL, &err) == HM_OK);
                             HM_REQUIRE(tu_get(gids, dids, n_tok * k * 4) && tu_get(gwt, dwt, n_tok * k * 4));
                             HM_CHECK_MSG(first_diff(ids, gids, n_tok * k, 4) < 0 &&
                                              first_diff(wt, gwt, n_tok * k, 4) < 0,
