@@ -1,11 +1,14 @@
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "base/cpu.h"
+
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #include <stdatomic.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <unistd.h>
 
 /* F16C is CPUID.1:ECX bit 29; clang's __builtin_cpu_supports does not know the name. */
 static int has_f16c(void) {
@@ -65,5 +68,23 @@ uint64_t hm_ram_bytes(void) {
 const char *hm_bytes_str(uint64_t bytes, char buf[32]) {
     if (bytes >= (1ull << 30)) snprintf(buf, 32, "%.2f GiB", bytes / 1073741824.0);
     else snprintf(buf, 32, "%.1f MiB", bytes / 1048576.0);
+    return buf;
+}
+
+int hm_cpu_count_allowed(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) { /* fails beyond CPU_SETSIZE CPUs */
+        const int n = CPU_COUNT(&set);
+        if (n > 0) return n;
+    }
+    const long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+const char *hm_cpu_threads_warning(int n_threads, char *buf, size_t n) {
+    const int allowed = hm_cpu_count_allowed();
+    if (n_threads <= allowed) return NULL;
+    snprintf(buf, n, "-t %d exceeds the %d CPU%s this process may use; threads will share cores",
+             n_threads, allowed, allowed == 1 ? "" : "s");
     return buf;
 }

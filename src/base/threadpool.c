@@ -1,13 +1,18 @@
-/* threadpool.c - spin-then-sleep worker pool and spin barrier (see threadpool.h).
+/* threadpool.c - spin-then-sleep worker pool (see threadpool.h).
  *
  * DESIGN: one job slot (fn, ctx) published by an atomic generation counter `gen`. A worker that
- * has run generation g waits for gen != g: first by spinning (pause), then by yielding, then by
- * futex-sleeping on gen after announcing itself in `sleepers`. The caller bumps gen (seq_cst) and
- * wakes the futex only when someone sleeps; sleepers++ and gen++ are both seq_cst so either the
- * caller sees the sleeper or the sleeper's FUTEX_WAIT sees the new gen (no lost wake-up). Each
- * worker counts itself into `done` when fn returns; the caller, after its own share, waits for
+ * has run generation g waits for gen != g. Every wait of the pool is spin.h's: spin with pause
+ * for a time budget (base/tune.h: idle workers longer than waits inside a job, both short when
+ * the pool has more threads than the process has CPUs; the pool's items' hm_spin_until gets the
+ * pool's through a thread-local), then sleep on the word's futex. Each waited-on word (gen,
+ * done, bar_phase, open) has its hm_waiters beside it in its cache line, and whoever changes the
+ * word stores it seq_cst and calls hm_wake, which makes a system call only when someone sleeps
+ * there. So a quiet run spins as before, and with more runnable threads than cores a waiting
+ * thread gives its core up within the budget instead of holding it until the scheduler's time
+ * slice ends (or, yielding, handing it to a busy program for a whole slice). Each worker counts itself into `done`
+ * when fn returns (the last one wakes the caller); the caller, after its own share, waits for
  * done == nth - 1. The barrier is sense-reversing: a phase counter read before arriving, the last
- * arriver resets the count and advances the phase.
+ * arriver resets the count and advances (and wakes) the phase.
  *
  * Item jobs: `items` packs (job sequence 20 bits | next item 22 bits | item count 22 bits) in
  * one 64-bit word, so a claim (fetch_add of 1 to next; it got an item if the old next < count)
@@ -25,16 +30,15 @@
  * `open` >= s, i.e. stages 0..s-1 are closed — and a thread adds its finished items of a stage
  * to `items_done` at once, before it waits at another stage or leaves; so the add that makes
  * `items_done` equal end[s] counts the last items of stage s. Its thread runs the stage's `then`
- * (and those of empty stages after it), then stores `open`. The caller waits for `open` ==
- * n_stages. A plain item job is one stage without `then`. A thread whose claim is of a stage not
- * yet open calls that stage's prefetch with the item before it waits, so the memory stream of
- * the next stage starts during the gate (its tail items and the `then` steps).
+ * (and those of empty stages after it), then stores `open` and wakes the threads asleep at it.
+ * The caller waits for `open` == n_stages. A plain item job is one stage without `then`. A
+ * thread whose claim is of a stage not yet open calls that stage's prefetch with the item before
+ * it waits, so the memory stream of the next stage starts during the gate (its tail items and
+ * the `then` steps).
  */
 #define _GNU_SOURCE /* sched_getcpu, for the trace */
 #include "base/threadpool.h"
 
-#include <limits.h>
-#include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdbool.h>
@@ -43,31 +47,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
-#include <unistd.h>
 
+#include "base/cpu.h"
 #include "base/log.h"
-
-#ifndef TP_PAUSE
-#define TP_PAUSE 1 /* build flag: 0 spins without pause (A/B: under a hypervisor a pause loop may
-                      exit to it, delaying the wake-up) */
-#endif
-#if TP_PAUSE && (defined(__x86_64__) || defined(__i386__))
-#include <immintrin.h>
-#define TP_RELAX() _mm_pause()
-#else
-#define TP_RELAX() ((void)0)
-#endif
-
-#ifndef TP_GATE_PREFETCH
-#define TP_GATE_PREFETCH 1 /* build flag: 0 ignores the stages' prefetch (A/B) */
-#endif
-#ifndef TP_GATE_STOP
-#define TP_GATE_STOP 1 /* build flag: 0 lets a gate prefetch run to its item's end (A/B) */
-#endif
-
-enum { TP_SPIN_PAUSE = 4000, TP_SPIN_YIELD = 200, TP_WAIT_PAUSE = 256 };
+#include "base/spin.h"
+#include "base/tune.h"
 
 typedef struct {
     tp_pool *pool;
@@ -77,17 +62,22 @@ typedef struct {
 
 struct tp_pool {
     int n;
+    int64_t spin_idle_ns, spin_wait_ns; /* spin budgets (tp_init) */
     tp_fn fn;
     void *ctx;
-    _Alignas(64) atomic_uint gen;
-    _Alignas(64) atomic_int sleepers;
+    /* each waited-on word with its sleepers, in a cache line of its own */
+    _Alignas(64) atomic_int gen; /* odd: an item job; wraps */
+    hm_waiters gen_w;
     atomic_bool stop;
     _Alignas(64) atomic_int done;
+    hm_waiters done_w;
     _Alignas(64) atomic_int bar_count;
-    _Alignas(64) atomic_uint bar_phase;
+    _Alignas(64) atomic_int bar_phase;
+    hm_waiters bar_w;
     _Alignas(64) _Atomic uint64_t items; /* seq << 44 | next << 22 | count (item jobs) */
     _Alignas(64) atomic_llong items_done;
     _Alignas(64) atomic_int open;        /* stages closed: items done and `then` returned */
+    hm_waiters open_w;
     const tp_stage *stages;
     int n_stages;
     int64_t end[TP_MAX_STAGES]; /* one past the last item of stage s, in the word's numbering */
@@ -99,14 +89,6 @@ struct tp_pool {
     int n_started;
 };
 
-static void tp_futex_wait(atomic_uint *addr, unsigned expected) {
-    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
-}
-
-static void tp_futex_wake_all(atomic_uint *addr) {
-    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
-}
-
 enum { TP_ITEM_BITS = 22 };
 #define TP_ITEM_MASK ((1ull << TP_ITEM_BITS) - 1)
 #define TP_ITEM_MAX ((int64_t)1 << 21) /* items of one word (jobs of more go by parts) */
@@ -117,16 +99,12 @@ struct tp_gate {
 };
 
 bool tp_gate_open(const tp_gate *gate) {
-    return TP_GATE_STOP && atomic_load_explicit(gate->open, memory_order_relaxed) >= gate->stage;
+    return atomic_load_explicit(gate->open, memory_order_relaxed) >= gate->stage;
 }
 
-/* Spins (then yields: more threads than cores) until *a >= v. */
-static void tp_wait_at_least(atomic_int *a, int v) {
-    int spins = 0;
-    while (atomic_load_explicit(a, memory_order_acquire) < v) {
-        if (++spins < TP_WAIT_PAUSE) TP_RELAX();
-        else sched_yield();
-    }
+/* Inside a job: returns once p->open >= s. */
+static void tp_wait_open(tp_pool *p, int s) {
+    hm_wait_ge(&p->open, s, &p->open_w, p->spin_wait_ns, 0);
 }
 
 /* ---- the profile (HOTMOE_POOL_PROF=1): where a caller's time goes, job by job. Per job kind
@@ -153,7 +131,8 @@ static double tp_now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void tp_prof_log(const struct tp_prof *f) {
+static void tp_prof_log(const tp_pool *p) {
+    const struct tp_prof *f = p->prof;
     double in = 0.0;
     for (int i = 0; i < TP_PROF_KINDS && f->kinds[i].calls; i++) {
         const tp_prof_kind *k = &f->kinds[i];
@@ -169,6 +148,11 @@ static void tp_prof_log(const struct tp_prof *f) {
     }
     HM_LOGI("pool profile: %.3f s from the first job's start to the last's end, %.3f s in jobs, "
             "%.3f s between them", f->last - f->first, in, f->last - f->first - in);
+    HM_LOGI("pool profile: futex sleeps: %lld awaiting jobs, %lld at gates and job ends, %lld at "
+            "barriers, %lld on item flags (all pools)", (long long)atomic_load(&p->gen_w.sleeps),
+            (long long)(atomic_load(&p->open_w.sleeps) + atomic_load(&p->done_w.sleeps)),
+            (long long)atomic_load(&p->bar_w.sleeps),
+            (long long)atomic_load(&hm_spin_waiters.sleeps));
 }
 
 /* the job kind of stages, its slot claimed on first use (the last slot collects the rest) */
@@ -286,7 +270,8 @@ static void tp_stages_close(tp_pool *p, int s, int64_t d) {
             p->prof->kinds[p->prof->cur].then[s] += now - t;
         }
     }
-    atomic_store_explicit(&p->open, s, memory_order_release);
+    atomic_store(&p->open, s); /* seq_cst: pairs with a sleeper's count (spin.h) */
+    hm_wake(&p->open, &p->open_w);
 }
 
 /* Counts k finished items of stage s (end: p->end[s], read while they were uncounted, since the
@@ -318,13 +303,11 @@ static void tp_items_work(tp_pool *p, int ith) {
         struct tp_trace *tr = p->trace && p->trace->on ? p->trace : NULL;
         const double tc = tr ? tp_now() : 0.0;
         if (s > 0) {
-#if TP_GATE_PREFETCH
             if (st->prefetch && atomic_load_explicit(&p->open, memory_order_acquire) < s) {
                 const tp_gate gate = {.open = &p->open, .stage = s};
                 st->prefetch(st->ctx, p->ibase + (int64_t)next - first, &gate);
             }
-#endif
-            tp_wait_at_least(&p->open, s);
+            tp_wait_open(p, s);
         }
         ds = s;
         dend = p->end[s];
@@ -339,41 +322,29 @@ static void tp_items_work(tp_pool *p, int ith) {
 static void *tp_worker_main(void *arg) {
     tp_worker *wk = arg;
     tp_pool *p = wk->pool;
-    unsigned seen = 0;
+    hm_spin_wait_ns = p->spin_wait_ns; /* this thread's items' hm_spin_until */
+    int seen = 0;
     for (;;) {
-        unsigned g;
-        int spins = 0;
-        while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen) {
-            spins++;
-            if (spins < TP_SPIN_PAUSE) {
-                TP_RELAX();
-            } else if (spins < TP_SPIN_PAUSE + TP_SPIN_YIELD) {
-                sched_yield();
-            } else {
-                atomic_fetch_add(&p->sleepers, 1);
-                tp_futex_wait(&p->gen, seen);
-                atomic_fetch_sub(&p->sleepers, 1);
-                spins = 0;
-            }
-        }
+        hm_wait_ne(&p->gen, seen, &p->gen_w, p->spin_idle_ns, 0);
+        const int g = atomic_load_explicit(&p->gen, memory_order_acquire);
         seen = g;
         if (atomic_load_explicit(&p->stop, memory_order_acquire)) break;
-        if (g & 1u) { /* odd generations are item jobs */
+        if ((unsigned)g & 1u) { /* odd generations are item jobs */
             tp_items_work(p, wk->ith);
             continue;
         }
         p->fn(p->ctx, wk->ith, p->n);
-        atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+        /* seq_cst (pairs with the caller's sleep); the last one wakes the caller */
+        if (atomic_fetch_add(&p->done, 1) + 1 == p->n - 1) hm_wake(&p->done, &p->done_w);
     }
     return NULL;
 }
 
 /* Advances gen to the next value of the wanted parity (odd: item job, even: classic job). */
 static void tp_publish(tp_pool *p, unsigned parity) {
-    unsigned g = atomic_load_explicit(&p->gen, memory_order_relaxed);
-    atomic_fetch_add(&p->gen, ((g + 1u) & 1u) == parity ? 1u : 2u); /* seq_cst: pairs with
-                                                                       sleepers++ in the worker */
-    if (atomic_load(&p->sleepers) > 0) tp_futex_wake_all(&p->gen);
+    const unsigned g = (unsigned)atomic_load_explicit(&p->gen, memory_order_relaxed);
+    atomic_fetch_add(&p->gen, ((g + 1u) & 1u) == parity ? 1 : 2); /* seq_cst (spin.h) */
+    hm_wake(&p->gen, &p->gen_w);
 }
 
 hm_status tp_init(int n, tp_pool **pool, hm_error *err) {
@@ -384,13 +355,22 @@ hm_status tp_init(int n, tp_pool **pool, hm_error *err) {
     memset(p, 0, sizeof(*p));
     p->n = n;
     atomic_init(&p->gen, 0);
-    atomic_init(&p->sleepers, 0);
     atomic_init(&p->stop, false);
     atomic_init(&p->done, 0);
     atomic_init(&p->bar_count, 0);
     atomic_init(&p->bar_phase, 0);
     atomic_init(&p->items_done, 0);
     atomic_init(&p->open, 0);
+    p->spin_idle_ns = HM_TUNE_SPIN_IDLE_NS;
+    p->spin_wait_ns = HM_TUNE_SPIN_WAIT_NS;
+    if (n > hm_cpu_count_allowed()) p->spin_idle_ns = p->spin_wait_ns = HM_TUNE_SPIN_OVERSUB_NS;
+    const char *se = getenv("HOTMOE_POOL_SPIN_US"); /* "WAIT[,IDLE]", for tuning runs */
+    if (se && *se) {
+        char *end = NULL;
+        p->spin_wait_ns = (int64_t)(1000 * strtod(se, &end));
+        p->spin_idle_ns = end && *end == ',' ? (int64_t)(1000 * strtod(end + 1, NULL))
+                                             : p->spin_wait_ns;
+    }
     const char *pe = getenv("HOTMOE_POOL_PROF");
     if (pe && atoi(pe) > 0) {
         p->prof = calloc(1, sizeof(*p->prof));
@@ -429,7 +409,7 @@ void tp_free(tp_pool *p) {
     atomic_store(&p->stop, true);
     tp_publish(p, 0);
     for (int i = 0; i < p->n_started; i++) pthread_join(p->workers[i].thread, NULL);
-    if (p->prof) tp_prof_log(p->prof);
+    if (p->prof) tp_prof_log(p);
     free(p->prof);
     if (p->trace) {
         tp_trace_write(p->trace, p->n);
@@ -452,8 +432,9 @@ void tp_run(tp_pool *p, tp_fn fn, void *ctx) {
     p->ctx = ctx;
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
     tp_publish(p, 0);
+    hm_spin_wait_ns = p->spin_wait_ns;
     fn(ctx, 0, p->n);
-    tp_wait_at_least(&p->done, p->n - 1);
+    hm_wait_ge(&p->done, p->n - 1, &p->done_w, p->spin_wait_ns, 0);
 }
 
 /* One item job of n stages (at most TP_ITEM_MAX items in all) on a pool of n > 1 threads;
@@ -484,8 +465,9 @@ static void tp_items_job(tp_pool *p, const tp_stage *stages, int n, int64_t ibas
                               memory_order_release);
         if (tr && tr->on) tpub = tp_now();
         tp_publish(p, 1);
+        hm_spin_wait_ns = p->spin_wait_ns; /* the caller's items' hm_spin_until */
         tp_items_work(p, 0);
-        tp_wait_at_least(&p->open, n);
+        tp_wait_open(p, n);
     }
     if (pk >= 0) tp_prof_end(p, pk, stages, n);
     if (tr && tr->on) {
@@ -524,15 +506,12 @@ void tp_run_stages(tp_pool *p, const tp_stage *stages, int n_stages) {
 
 void tp_barrier(tp_pool *p) {
     if (!p || p->n == 1) return;
-    unsigned phase = atomic_load_explicit(&p->bar_phase, memory_order_acquire);
+    const int phase = atomic_load_explicit(&p->bar_phase, memory_order_acquire);
     if (atomic_fetch_add_explicit(&p->bar_count, 1, memory_order_acq_rel) == p->n - 1) {
         atomic_store_explicit(&p->bar_count, 0, memory_order_relaxed);
-        atomic_fetch_add_explicit(&p->bar_phase, 1, memory_order_release);
+        atomic_fetch_add(&p->bar_phase, 1); /* seq_cst (spin.h) */
+        hm_wake(&p->bar_phase, &p->bar_w);
         return;
     }
-    int spins = 0;
-    while (atomic_load_explicit(&p->bar_phase, memory_order_acquire) == phase) {
-        if (++spins < TP_WAIT_PAUSE) TP_RELAX();
-        else sched_yield();
-    }
+    hm_wait_ne(&p->bar_phase, phase, &p->bar_w, p->spin_wait_ns, 0);
 }

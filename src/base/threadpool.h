@@ -2,10 +2,11 @@
  *
  * DESIGN: tp_run(pool, fn, ctx) calls fn(ctx, ith, nth) on every thread of the pool — the caller
  * is thread 0, the pool's own workers are 1..nth-1 — and returns when all calls have returned.
- * Workers wait for the next job by spinning on an atomic generation counter for a short while
- * (jobs in a decode step follow each other within microseconds), then sleep on a futex so that an
- * idle pool costs no CPU. Inside a job, tp_barrier() is a spin barrier across all nth threads
- * (falls back to yielding when threads outnumber cores). Item jobs (tp_run_items) hand out
+ * Every wait (workers for the next job, the caller for the job's end, tp_barrier(), the stage
+ * gates) spins briefly and then sleeps on a futex (base/spin.h; budgets in base/tune.h): jobs
+ * of a decode step follow each other within microseconds, so a quiet run keeps spinning, while
+ * an idle pool costs no CPU and, with more runnable threads than cores, a waiting thread gives
+ * its core to the thread it waits for instead of holding it. Item jobs (tp_run_items) hand out
  * items through one atomic word and finish when the items are done, not when every thread has
  * checked in: on a shared machine a descheduled thread then costs a few microseconds instead of
  * a whole time slice. The pool holds no global state; several
@@ -27,7 +28,10 @@ typedef void (*tp_fn)(void *ctx, int ith, int nth);
 /* Creates a pool of n threads in all (n - 1 workers plus the caller); 1 <= n <= 1024. With the
  * environment variable HOTMOE_POOL_PROF=1 the pool times its item jobs and tp_free logs (info)
  * per job kind the calls, the mean time, items, stage close times (and their `then` steps' time),
- * and the caller's time between jobs: where a decode step's CPU time goes. */
+ * the caller's time between jobs (where a decode step's CPU time goes), and how often threads
+ * slept at each kind of wait (a quiet run should sleep only between jobs, if at all). The spin
+ * budgets (base/tune.h; short when n exceeds the CPUs the process may use) can be replaced for
+ * tuning runs by HOTMOE_POOL_SPIN_US=WAIT[,IDLE] (microseconds; IDLE defaults to WAIT). */
 hm_status tp_init(int n, tp_pool **pool, hm_error *err);
 /* Stops and joins the workers; NULL is allowed. */
 void tp_free(tp_pool *pool);

@@ -7,6 +7,32 @@
 #ifndef HM_BASE_TUNE_H
 #define HM_BASE_TUNE_H
 
+/* ---- waiting threads (base/spin.h, base/threadpool.c) ----
+ * A thread that waits for another thread's store spins (pause) for a while, then sleeps on a
+ * futex until the store's thread wakes it. Spinning answers within ~0.1 us; a futex wake-up
+ * takes 5-50 us (more under a hypervisor), so the spin must outlast the waits of a quiet run.
+ * But a spinning thread holds its core: with more runnable threads than cores (other programs,
+ * or -t above the CPU count) it keeps out the very thread it waits for, so the spin must also
+ * be short against a scheduler time slice (milliseconds). */
+
+/* An idle worker waiting for the next job (between a decode step's jobs, or tokens). */
+#define HM_TUNE_SPIN_IDLE_NS 300000
+/* Inside a job: stage gates, barriers, the end of a job, one item waiting on another's flag.
+ * The 16-core host's pool traces (bench/results/2026-11-23h/i-host-cpu-trace-*) give mean gate
+ * waits of 4-18 us for most stages and 100-290 us for a few (a thread held up); a wait longer
+ * than this sleeps and pays a wake-up. Not yet measured against other values on the host. */
+#define HM_TUNE_SPIN_WAIT_NS 100000
+/* Both, when a pool has more threads than the process has CPUs: then the thread a waiter waits
+ * for is often runnable on the waiter's own core, so every spin delays it (as libgomp, which
+ * spins far less when threads outnumber CPUs). */
+#define HM_TUNE_SPIN_OVERSUB_NS 5000
+/* Pauses between two reads of the clock while spinning (the first read comes after this many,
+ * so a short wait never reads it). */
+#define HM_TUNE_SPIN_CLOCK_EVERY 64
+/* hm_spin_until sleeps at most this long at a time: a flag stored without hm_spin_set wakes no
+ * one, and its waiter then notices it after this. */
+#define HM_TUNE_FLAG_SLEEP_NS 200000
+
 /* ---- matrix products (cpu/matmul.c, quant/quant_simd_common.h, quant/quant_x8_avx512.c) ---- */
 
 /* Work items per thread of a product cut into equal chunks (mm_chunk_rows: the expert

@@ -6,12 +6,21 @@
  * items after every item and the `then` of the stages before them (whose plain writes they
  * see), each `then` once after its stage's items, empty stages included. A thread that holds an
  * item of a stage not yet open calls the stage's prefetch with that item (and only then), whose
- * gate reports the stage open once it is. */
+ * gate reports the stage open once it is. Under contention (more pool threads than CPUs, and
+ * busy loops beside them) staged jobs with item flags (hm_spin_until) and barrier jobs finish
+ * quickly and give the single thread's results. hm_cpu_count_allowed follows the affinity mask.
+ */
+#define _GNU_SOURCE /* sched_setaffinity, CPU_* */
+#include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "base/cpu.h"
+#include "base/spin.h"
 #include "base/threadpool.h"
 #include "harness.h"
 
@@ -295,5 +304,201 @@ static void test_stage_prefetch(void) {
     }
 }
 
+/* ---- contention: a staged job of CT_STAGES stages of CT_ITEMS items; each item's value depends
+ * on the stage before (an item of it and its `then` sum); in the last stage an odd item waits on
+ * the flag of the even item before it (set by hm_spin_set or by a plain store, which wakes no
+ * one) and mixes its value in. Every 4th job a classic job with barriers. */
+enum { CT_STAGES = 3, CT_ITEMS = 48, CT_JOBS = 200, CT_MAX_THREADS = 64 };
+typedef struct {
+    uint64_t v[CT_STAGES][CT_ITEMS], then_sum[CT_STAGES];
+    atomic_int flag[CT_ITEMS];
+    uint64_t bar_val[CT_MAX_THREADS], bar_sum[CT_MAX_THREADS];
+    tp_pool *pool;
+    int job;
+} ct_shared;
+
+typedef struct {
+    ct_shared *sh;
+    int s;
+} ct_ctx;
+
+static uint64_t ct_mix(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return x;
+}
+
+static void ct_item(void *ctx, int64_t i, int ith) {
+    (void)ith;
+    const ct_ctx *c = ctx;
+    ct_shared *sh = c->sh;
+    const int s = c->s;
+    uint64_t x = ct_mix((uint64_t)sh->job << 32 | (uint64_t)s << 16 | (uint64_t)i);
+    if (s > 0) x ^= sh->v[s - 1][(i * 7 + 3) % CT_ITEMS] + sh->then_sum[s - 1];
+    for (int r = 0; r < 300; r++) x = ct_mix(x + (uint64_t)r); /* a few microseconds */
+    if (s == CT_STAGES - 1 && i % 2 == 1) {
+        hm_spin_until(&sh->flag[i - 1], sh->job + 1);
+        x ^= sh->v[s][i - 1];
+    }
+    sh->v[s][i] = x;
+    if (s == CT_STAGES - 1 && i % 2 == 0) {
+        if (i % 4 == 0) hm_spin_set(&sh->flag[i], sh->job + 1);
+        else atomic_store(&sh->flag[i], sh->job + 1);
+    }
+}
+
+static void ct_then(void *ctx) {
+    const ct_ctx *c = ctx;
+    uint64_t sum = 0;
+    for (int i = 0; i < CT_ITEMS; i++) sum += c->sh->v[c->s][i];
+    c->sh->then_sum[c->s] = sum;
+}
+
+/* each thread: write, barrier, sum everyone's, barrier; 4 rounds */
+static void ct_bar_fn(void *ctx, int ith, int nth) {
+    ct_shared *sh = ctx;
+    for (int r = 0; r < 4; r++) {
+        sh->bar_val[ith] = ct_mix((uint64_t)sh->job * 131 + (uint64_t)r * 7 + (uint64_t)ith);
+        tp_barrier(sh->pool);
+        uint64_t sum = 0;
+        for (int t = 0; t < nth; t++) sum += sh->bar_val[t];
+        sh->bar_sum[ith] = sum;
+        tp_barrier(sh->pool);
+    }
+}
+
+/* Runs the CT_JOBS jobs on pool (NULL: the caller alone); returns a checksum of every value. */
+static uint64_t ct_run(tp_pool *pool, ct_shared *sh) {
+    memset(sh, 0, sizeof(*sh));
+    sh->pool = pool;
+    ct_ctx ctx[CT_STAGES];
+    tp_stage st[CT_STAGES];
+    for (int s = 0; s < CT_STAGES; s++) {
+        ctx[s] = (ct_ctx){.sh = sh, .s = s};
+        st[s] = (tp_stage){.fn = ct_item, .ctx = &ctx[s], .n_items = CT_ITEMS, .then = ct_then,
+                           .then_ctx = &ctx[s]};
+    }
+    uint64_t h = 0;
+    for (int j = 0; j < CT_JOBS; j++) {
+        sh->job = j;
+        tp_run_stages(pool, st, CT_STAGES);
+        for (int s = 0; s < CT_STAGES; s++)
+            for (int i = 0; i < CT_ITEMS; i++) h = ct_mix(h ^ sh->v[s][i]);
+        if (j % 4 == 3) {
+            tp_run(pool, ct_bar_fn, sh);
+            /* every thread saw the same sum: that of the threads' values of the last round */
+            for (int t = 1; t < tp_size(pool); t++)
+                if (sh->bar_sum[t] != sh->bar_sum[0]) h ^= 1; /* breaks the comparison */
+            h = ct_mix(h ^ (uint64_t)j);
+        }
+    }
+    return h;
+}
+
+static atomic_int ct_stop;
+static void *ct_busy(void *arg) {
+    (void)arg;
+    while (!atomic_load_explicit(&ct_stop, memory_order_relaxed)) {
+    }
+    return NULL;
+}
+
+static double ct_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ct_run on a pool of n threads beside 2 busy loops: the seconds it took; *ok: the results are
+ * want's */
+static double ct_busy_run(int n, ct_shared *sh, uint64_t want, int *ok) {
+    tp_pool *p = NULL;
+    *ok = 0;
+    if (tp_init(n, &p, NULL) != HM_OK) return 0.0;
+    *ok = ct_run(p, sh) == want; /* quiet */
+    atomic_store(&ct_stop, 0);
+    pthread_t busy[2];
+    int started = 0;
+    for (int b = 0; b < 2; b++) started += pthread_create(&busy[b], NULL, ct_busy, NULL) == 0;
+    const double t0 = ct_now();
+    *ok = *ok && ct_run(p, sh) == want && started == 2;
+    const double t = ct_now() - t0;
+    atomic_store(&ct_stop, 1);
+    for (int b = 0; b < started; b++) pthread_join(busy[b], NULL);
+    tp_free(p);
+    return t;
+}
+
+static void test_contention(void) {
+    static ct_shared sh;
+    const uint64_t want = ct_run(NULL, &sh);
+    tp_pool *one = NULL;
+    HM_REQUIRE(tp_init(1, &one, NULL) == HM_OK);
+    HM_CHECK(ct_run(one, &sh) == want);
+    tp_free(one);
+    /* as many threads as CPUs (the pool's long spins), and more (short spins), each beside two
+     * busy loops (on a loaded 2-CPU box: 0.1-0.3 s each; 0.7-1.2 and 2-3 s with the spinning and
+     * yielding waits before) */
+    const int allowed = hm_cpu_count_allowed();
+    const int over = allowed + 2 > 8 ? (allowed + 2 < CT_MAX_THREADS ? allowed + 2 : CT_MAX_THREADS)
+                                     : 8;
+    const int sizes[2] = {allowed < CT_MAX_THREADS ? allowed : CT_MAX_THREADS, over};
+    for (int k = 0; k < 2; k++) {
+        int ok;
+        const double t = ct_busy_run(sizes[k], &sh, want, &ok);
+        HM_CHECK_MSG(ok, "%d threads beside 2 busy loops: results differ from one thread's",
+                     sizes[k]);
+        HM_CHECK_MSG(t < 10.0, "%d threads on %d CPUs beside 2 busy loops: %d jobs took %.2f s",
+                     sizes[k], allowed, CT_JOBS, t);
+        printf("contention: %d threads on %d CPUs beside 2 busy loops: %d jobs in %.3f s\n",
+               sizes[k], allowed, CT_JOBS, t);
+    }
+}
+
+typedef struct {
+    int one, two_warned, restored;
+    char msg[128];
+} aff_result;
+
+/* In a thread of its own: pinned to one of its CPUs, it may use one. */
+static void *aff_thread(void *arg) {
+    aff_result *r = arg;
+    cpu_set_t old, one;
+    if (sched_getaffinity(0, sizeof(old), &old) != 0) return NULL;
+    int cpu = 0;
+    while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &old)) cpu++;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    if (sched_setaffinity(0, sizeof(one), &one) != 0) return NULL;
+    r->one = hm_cpu_count_allowed();
+    char buf[128];
+    const char *w = hm_cpu_threads_warning(2, buf, sizeof(buf));
+    r->two_warned = w != NULL;
+    snprintf(r->msg, sizeof(r->msg), "%s", w ? w : "");
+    r->restored = sched_setaffinity(0, sizeof(old), &old) == 0;
+    return NULL;
+}
+
+static void test_cpu_count(void) {
+    const int n = hm_cpu_count_allowed();
+    const long online = sysconf(_SC_NPROCESSORS_ONLN);
+    HM_CHECK_MSG(n >= 1 && n <= online, "%d allowed of %ld online", n, online);
+    char buf[128];
+    HM_CHECK(hm_cpu_threads_warning(n, buf, sizeof(buf)) == NULL);
+    HM_CHECK(hm_cpu_threads_warning(1, buf, sizeof(buf)) == NULL);
+    const char *w = hm_cpu_threads_warning(n + 4, buf, sizeof(buf));
+    HM_CHECK(w == buf && strstr(w, "exceeds") != NULL);
+    aff_result r = {0};
+    pthread_t th;
+    HM_REQUIRE(pthread_create(&th, NULL, aff_thread, &r) == 0);
+    pthread_join(th, NULL);
+    HM_CHECK_MSG(r.one == 1, "pinned to one CPU: %d allowed", r.one);
+    HM_CHECK(r.two_warned && strcmp(r.msg, "-t 2 exceeds the 1 CPU this process may use; threads "
+                                           "will share cores") == 0);
+    HM_CHECK(r.restored);
+    HM_CHECK(hm_cpu_count_allowed() == n); /* this thread's mask is its own */
+}
+
 HM_TEST_MAIN(test_many_jobs, test_barrier, test_bad_args, test_items, test_stages,
-             test_stage_prefetch)
+             test_stage_prefetch, test_contention, test_cpu_count)
