@@ -24,8 +24,18 @@ if [ -z "$bin" ]; then
   blog=${OUT:+$OUT/build.log}
   blog=${blog:-$work/build.log}
   # shellcheck disable=SC2086 # CMAKE_ARGS: extra words for the configure step
-  if ! { cmake -S "$root" -B "$b" -DCMAKE_BUILD_TYPE=Release -DHOTMOE_CUDA=OFF ${CMAKE_ARGS:-} &&
-         cmake --build "$b" -j"$ncpu" --target hotmoe; } >"$blog" 2>&1; then
+  configure() {
+    cmake -S "$root" -B "$b" -DCMAKE_BUILD_TYPE=Release -DHOTMOE_CUDA=OFF ${CMAKE_ARGS:-} "$@"
+  }
+  ok=0
+  configure >"$blog" 2>&1 && ok=1
+  if [ $ok = 0 ] && [ -f "$root/scripts/device_deps.sh" ]; then
+    # jansson's headers missing (the GPU machine has only its run-time library): unpack them
+    echo "configure failed; trying scripts/device_deps.sh (jansson headers)" | tee -a "$blog"
+    bash "$root/scripts/device_deps.sh" >>"$blog" 2>&1
+    configure -DHM_DEPS_PREFIX="$root/build/devdeps/usr" >>"$blog" 2>&1 && ok=1
+  fi
+  if [ $ok = 0 ] || ! cmake --build "$b" -j"$ncpu" --target hotmoe >>"$blog" 2>&1; then
     tail -20 "$blog"
     echo "kv_f32_check: FAIL (build failed, log: $blog)"
     exit 1
