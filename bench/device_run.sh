@@ -2,6 +2,7 @@
 # Runs on the GPU machine (16 cores, H100): builds hotmoe with CUDA, runs the whole test suite
 # with a GPU expected, then the benchmarks of bench/RESULTS.md. Everything lands in $OUT.
 #   bash bench/device_run.sh COMMIT [quick]
+# The device has no jansson headers: run scripts/device_deps.sh here first and carry build/devdeps.
 set -uo pipefail
 commit=${1:-unknown}
 OUT=${OUT:-/tmp/hotmoe-out}
@@ -11,7 +12,9 @@ echo "commit $commit, $(date -u +%FT%TZ)"
 nproc; grep -m1 'model name' /proc/cpuinfo; free -g | head -2
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 b=/tmp/hm-build
-cmake -S . -B $b -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null || exit 1
+deps="" # jansson's headers and link, unpacked by scripts/device_deps.sh
+[ -d build/devdeps/usr ] && deps="-DHM_DEPS_PREFIX=$PWD/build/devdeps/usr"
+cmake -S . -B $b -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 $deps >/dev/null || exit 1
 cmake --build $b -j16 >$OUT/build.txt 2>&1 || { tail -30 $OUT/build.txt; exit 1; }
 echo "== tests (HOTMOE_EXPECT_GPU=1) =="
 HOTMOE_EXPECT_GPU=1 ctest --test-dir $b -j16 --output-on-failure >$OUT/ctest.txt 2>&1

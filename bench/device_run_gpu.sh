@@ -5,6 +5,7 @@
 # token on the forged qwen3-30b-a3b q4_k_m and gpt-oss-20b mxfp4. Everything lands in $OUT.
 #   bash bench/device_run_gpu.sh COMMIT [quick|ttft]
 #     quick: build, tests and sanitizer only; ttft: build hotmoe, time to first token only.
+# The device has no jansson headers: run scripts/device_deps.sh here first and carry build/devdeps.
 # The TTFT prompt (bench/prompts/ttft512.txt) is 512 tokens with the forged presets' vocabularies.
 set -uo pipefail
 commit=${1:-unknown}
@@ -16,7 +17,9 @@ nproc; grep -m1 'model name' /proc/cpuinfo
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 export PATH=$PATH:/usr/local/cuda/bin
 b=/tmp/hm-build
-cmake -S . -B $b -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null || exit 1
+deps="" # jansson's headers and link, unpacked by scripts/device_deps.sh
+[ -d build/devdeps/usr ] && deps="-DHM_DEPS_PREFIX=$PWD/build/devdeps/usr"
+cmake -S . -B $b -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 $deps >/dev/null || exit 1
 t0=$(date +%s)
 target=""
 [ "${2:-}" = ttft ] && target="--target hotmoe"
