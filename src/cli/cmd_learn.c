@@ -24,7 +24,7 @@
  * GPU context its autonomous loop: no host synchronisation per token; the routing is counted on
  * the device and reported when the generation ends). */
 static int learn_one(cli_engine *e, hm_gen *gen, tok_ids *ids, int line, int n_gen,
-                     long long *n_tok) {
+                     long long *n_tok, unsigned long long *syncs) {
     hm_error err = {0};
     int n_ctx = hm_context_n_ctx(e->ctx);
     int room = n_ctx - n_gen;
@@ -54,6 +54,9 @@ static int learn_one(cli_engine *e, hm_gen *gen, tok_ids *ids, int line, int n_g
         fprintf(stderr, "hotmoe " CMD ": line %d: %s\n", line, err.msg);
         return 1;
     }
+    hm_gen_audit a;
+    hm_gen_audit_get(gen, &a);
+    *syncs += a.host_syncs; /* between the generation's first and last token */
     return 0;
 }
 
@@ -128,6 +131,7 @@ int cmd_learn(int argc, char **argv) {
         goto done;
     }
     long long n_tok = 0;
+    unsigned long long syncs = 0;
     int n_prompts = 0, line = 0;
     double t0 = cli_now();
     for (char *p = text; p < text + len;) {
@@ -147,7 +151,7 @@ int cmd_learn(int argc, char **argv) {
                 goto done;
             }
             if (ids.n) {
-                if (learn_one(&e, gen, &ids, line, n_gen, &n_tok)) goto done;
+                if (learn_one(&e, gen, &ids, line, n_gen, &n_tok, &syncs)) goto done;
                 moe_tracer_add_prompt(tr);
                 n_prompts++;
             }
@@ -166,6 +170,8 @@ int cmd_learn(int argc, char **argv) {
         fprintf(stderr, "hotmoe " CMD ": %s\n", err.msg);
         goto done;
     }
+    fprintf(stderr, "hotmoe " CMD ": %s, host syncs between generated tokens: %llu\n",
+            cli_engine_backend(&e), syncs);
     fprintf(stderr, "hotmoe " CMD ": %d prompts, %lld tokens, %.2f s -> %s\n", n_prompts, n_tok,
             cli_now() - t0, out);
     ret = 0;
