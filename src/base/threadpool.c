@@ -48,6 +48,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "base/cpu.h"
 #include "base/log.h"
@@ -59,6 +61,26 @@ typedef struct {
     int ith;
     pthread_t thread;
 } tp_worker;
+
+/* A thread's run-delay sampler (the adaptive active count): its /proc schedstat file, when it
+ * read it last and the run delay it read then. One cache line per thread. */
+typedef struct {
+    _Alignas(64) int fd; /* -1: not open yet, -2: unreadable */
+    int init;
+    pthread_t owner;     /* thread 0: the caller, which may change between jobs */
+    int64_t t, delay;
+} tp_sampler;
+
+/* The caller's state of the adaptive active count (see tp_adapt). */
+typedef struct {
+    int on;
+    int hot, cool, probing, before_probe;
+    int64_t t0, d0;            /* the window's start and the delay total then */
+    int64_t probe_every, next_probe;
+    long long ups, downs;
+    int min_active;
+    double waited;             /* seconds of run delay seen in all */
+} tp_adapt_state;
 
 struct tp_pool {
     int n;
@@ -83,6 +105,15 @@ struct tp_pool {
     int64_t end[TP_MAX_STAGES]; /* one past the last item of stage s, in the word's numbering */
     int64_t ibase; /* item index of the word's item 0 (jobs of more than TP_ITEM_MAX items) */
     uint64_t iseq;
+    /* the active count: item jobs run on threads [0, nact); the others sleep on `park` */
+    _Alignas(64) atomic_int nact;
+    _Alignas(64) atomic_int park; /* changes when a parked worker must look again */
+    hm_waiters park_w;
+    _Alignas(64) atomic_llong delay; /* run delay (ns) the active threads reported */
+    tp_sampler *smp;                 /* [n], or NULL when the count is fixed */
+    int64_t (*delay_fn)(void *ctx, int ith); /* tp_set_delay_source, else NULL: schedstat */
+    void *delay_ctx;
+    tp_adapt_state ad;
     tp_worker *workers; /* [n - 1], worker i has ith = i + 1 */
     struct tp_prof *prof; /* HOTMOE_POOL_PROF=1, else NULL */
     struct tp_trace *trace; /* HOTMOE_POOL_TRACE=FILE, else NULL */
@@ -153,6 +184,13 @@ static void tp_prof_log(const tp_pool *p) {
             (long long)(atomic_load(&p->open_w.sleeps) + atomic_load(&p->done_w.sleeps)),
             (long long)atomic_load(&p->bar_w.sleeps),
             (long long)atomic_load(&hm_spin_waiters.sleeps));
+    if (p->ad.on)
+        HM_LOGI("pool profile: active threads: %lld changes (%lld down, %lld up), final %d of %d, "
+                "lowest %d; %.3f s of run delay (runnable, not running) in all",
+                p->ad.ups + p->ad.downs, p->ad.downs, p->ad.ups, atomic_load(&p->nact), p->n,
+                p->ad.min_active, p->ad.waited);
+    else
+        HM_LOGI("pool profile: active threads: fixed at %d (HOTMOE_POOL_ADAPT=0)", p->n);
 }
 
 /* the job kind of stages, its slot claimed on first use (the last slot collects the rest) */
@@ -252,6 +290,149 @@ static void tp_trace_write(const struct tp_trace *t, int nth) {
     HM_LOGI("pool trace: %s written", t->path);
 }
 
+/* ---- the adaptive active count. A pool thread that shares a core with another program is
+ * descheduled for whole time slices while it holds an item, and every stage then waits for it;
+ * fewer threads than cores avoid that. Each active thread reads its run delay (the time it was
+ * runnable but not running: /proc/thread-self/schedstat's second field) at most every
+ * HM_TUNE_POOL_SAMPLE_NS, when it leaves an item job, and adds the increase to `delay`. After
+ * each item job the caller, once a window of HM_TUNE_POOL_WINDOW_NS has passed, divides the
+ * window's delay by its length: the threads kept waiting on average ("excess"). On a quiet
+ * machine it is ~0 (a kernel thread's microseconds); with L busy programs beside n threads on n
+ * cores it is about n * L / (n + L). After HM_TUNE_POOL_SHRINK_WINDOWS windows in a row with
+ * excess >= HM_TUNE_POOL_EXCESS, the active count drops by round(excess) (at least 1). While it is
+ * below n, it probes one more every probe period (HM_TUNE_POOL_PROBE_NS, doubled after each
+ * failed probe up to HM_TUNE_POOL_PROBE_MAX_NS): a probe whose first window shows excess goes
+ * back to the count before it, one that stays quiet for HM_TUNE_POOL_PROBE_WINDOWS windows is
+ * kept. Which threads run an item job never changes its results: items are claimed from one
+ * counter and do not depend on the thread. */
+
+static int64_t tp_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* this thread's run delay in ns, or -1 */
+static int64_t tp_read_delay(tp_sampler *s) {
+    if (s->fd == -1) {
+        s->fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+        if (s->fd < 0) s->fd = -2;
+    }
+    if (s->fd < 0) return -1;
+    char buf[96];
+    const ssize_t k = pread(s->fd, buf, sizeof(buf) - 1, 0);
+    if (k <= 0) return -1;
+    buf[k] = 0;
+    char *e = NULL;
+    strtoull(buf, &e, 10); /* time on the CPU */
+    if (!e || *e != ' ') return -1;
+    return (int64_t)strtoull(e + 1, NULL, 10); /* time runnable, waiting for a CPU */
+}
+
+/* Thread ith leaves an item job: adds its run delay since its last sample, if due. */
+static void tp_sample(tp_pool *p, int ith) {
+    if (!p->smp) return;
+    tp_sampler *s = &p->smp[ith];
+    const int64_t t = tp_now_ns();
+    if (s->init && t - s->t < HM_TUNE_POOL_SAMPLE_NS) return;
+    if (ith == 0 && s->init && !pthread_equal(s->owner, pthread_self())) { /* another caller */
+        if (s->fd >= 0) close(s->fd);
+        s->fd = -1;
+        s->init = 0;
+    }
+    const int64_t d = p->delay_fn ? p->delay_fn(p->delay_ctx, ith) : tp_read_delay(s);
+    if (d < 0) return;
+    if (s->init && d > s->delay)
+        atomic_fetch_add_explicit(&p->delay, d - s->delay, memory_order_relaxed);
+    s->init = 1;
+    s->owner = pthread_self();
+    s->t = t;
+    s->delay = d;
+}
+
+static void tp_set_active(tp_pool *p, int k, int64_t t) {
+    const int old = atomic_load_explicit(&p->nact, memory_order_relaxed);
+    if (k == old) return;
+    if (k > old) p->ad.ups++;
+    else p->ad.downs++;
+    if (k < p->ad.min_active) p->ad.min_active = k;
+    atomic_store(&p->nact, k); /* seq_cst: pairs with a parked worker's reads (tp_park) */
+    if (k > old) {
+        atomic_fetch_add(&p->park, 1);
+        hm_wake(&p->park, &p->park_w);
+    }
+    p->ad.hot = p->ad.cool = 0;
+    p->ad.t0 = t;
+    p->ad.d0 = atomic_load_explicit(&p->delay, memory_order_relaxed);
+}
+
+/* The caller, after an item job: one step of the active count's control (see above). */
+static void tp_adapt(tp_pool *p) {
+    tp_adapt_state *a = &p->ad;
+    const int64_t t = tp_now_ns();
+    const int64_t dall = atomic_load_explicit(&p->delay, memory_order_relaxed);
+    if (a->t0 == 0) {
+        a->t0 = t;
+        a->d0 = dall;
+        return;
+    }
+    const int64_t dt = t - a->t0;
+    if (dt < HM_TUNE_POOL_WINDOW_NS) return;
+    const int64_t d = dall - a->d0;
+    a->t0 = t;
+    a->d0 = dall;
+    a->waited += 1e-9 * (double)d;
+    const double excess = (double)d / (double)dt;
+    const int nact = atomic_load_explicit(&p->nact, memory_order_relaxed);
+    if (excess >= HM_TUNE_POOL_EXCESS) {
+        a->cool = 0;
+        if (++a->hot < (a->probing ? 1 : HM_TUNE_POOL_SHRINK_WINDOWS) || nact <= 1) return;
+        int k = (int)(excess + 0.5);
+        if (k < 1) k = 1;
+        if (a->probing) { /* back to the probe's start (quiet before), and probe less often */
+            k = nact - a->before_probe;
+            a->probe_every = 2 * a->probe_every < HM_TUNE_POOL_PROBE_MAX_NS
+                                 ? 2 * a->probe_every : HM_TUNE_POOL_PROBE_MAX_NS;
+        }
+        a->probing = 0;
+        tp_set_active(p, nact - k > 1 ? nact - k : 1, t);
+        a->next_probe = t + a->probe_every;
+        return;
+    }
+    a->hot = 0;
+    if (a->probing) {
+        if (++a->cool >= HM_TUNE_POOL_PROBE_WINDOWS) { /* kept */
+            a->probing = 0;
+            a->probe_every = HM_TUNE_POOL_PROBE_NS;
+            a->next_probe = t + a->probe_every;
+        }
+    } else if (nact < p->n && t >= a->next_probe) {
+        a->before_probe = nact;
+        tp_set_active(p, nact + 1, t);
+        a->probing = 1;
+    }
+}
+
+/* A worker outside the active count, between jobs (it has run generation `seen`): sleeps until
+ * it is active again, a classic job (all threads) is published or the pool stops. */
+static void tp_park(tp_pool *p, int ith, int seen) {
+    for (;;) {
+        const int pk = atomic_load(&p->park); /* seq_cst, before the reads it guards */
+        if (ith < atomic_load(&p->nact)) return;
+        const int g = atomic_load(&p->gen);
+        if (g != seen && !((unsigned)g & 1u)) return;
+        hm_wait_ne(&p->park, pk, &p->park_w, 0, 0);
+    }
+}
+
+int tp_active(const tp_pool *p) { return p ? atomic_load(&p->nact) : 1; }
+
+void tp_set_delay_source(tp_pool *p, int64_t (*fn)(void *ctx, int ith), void *ctx) {
+    if (!p) return;
+    p->delay_fn = fn;
+    p->delay_ctx = ctx;
+}
+
 /* Stages up to s are complete with d items done: runs the `then` of s and of the empty stages
  * after it, then opens the next stage. */
 static void tp_stages_close(tp_pool *p, int s, int64_t d) {
@@ -316,6 +497,7 @@ static void tp_items_work(tp_pool *p, int ith) {
         if (tr) tp_trace_add(tr, ith, s, (int64_t)next - first, tc, to, tp_now(), p->n_stages);
         dn++;
     }
+    tp_sample(p, ith); /* before its last count: the job's end includes it */
     tp_items_done(p, ds, dend, dn);
 }
 
@@ -325,18 +507,22 @@ static void *tp_worker_main(void *arg) {
     hm_spin_wait_ns = p->spin_wait_ns; /* this thread's items' hm_spin_until */
     int seen = 0;
     for (;;) {
+        if (wk->ith >= atomic_load_explicit(&p->nact, memory_order_relaxed))
+            tp_park(p, wk->ith, seen);
         hm_wait_ne(&p->gen, seen, &p->gen_w, p->spin_idle_ns, 0);
         const int g = atomic_load_explicit(&p->gen, memory_order_acquire);
         seen = g;
         if (atomic_load_explicit(&p->stop, memory_order_acquire)) break;
-        if ((unsigned)g & 1u) { /* odd generations are item jobs */
-            tp_items_work(p, wk->ith);
+        if ((unsigned)g & 1u) { /* odd generations are item jobs: the active threads' */
+            if (wk->ith < atomic_load_explicit(&p->nact, memory_order_relaxed))
+                tp_items_work(p, wk->ith);
             continue;
         }
         p->fn(p->ctx, wk->ith, p->n);
         /* seq_cst (pairs with the caller's sleep); the last one wakes the caller */
         if (atomic_fetch_add(&p->done, 1) + 1 == p->n - 1) hm_wake(&p->done, &p->done_w);
     }
+    if (p->smp && p->smp[wk->ith].fd >= 0) close(p->smp[wk->ith].fd);
     return NULL;
 }
 
@@ -345,6 +531,10 @@ static void tp_publish(tp_pool *p, unsigned parity) {
     const unsigned g = (unsigned)atomic_load_explicit(&p->gen, memory_order_relaxed);
     atomic_fetch_add(&p->gen, ((g + 1u) & 1u) == parity ? 1 : 2); /* seq_cst (spin.h) */
     hm_wake(&p->gen, &p->gen_w);
+    if (parity == 0) { /* a classic job (or the stop) needs the parked workers too */
+        atomic_fetch_add(&p->park, 1);
+        hm_wake(&p->park, &p->park_w);
+    }
 }
 
 hm_status tp_init(int n, tp_pool **pool, hm_error *err) {
@@ -361,6 +551,21 @@ hm_status tp_init(int n, tp_pool **pool, hm_error *err) {
     atomic_init(&p->bar_phase, 0);
     atomic_init(&p->items_done, 0);
     atomic_init(&p->open, 0);
+    atomic_init(&p->nact, n);
+    atomic_init(&p->park, 0);
+    atomic_init(&p->delay, 0);
+    p->ad.min_active = n;
+    p->ad.probe_every = HM_TUNE_POOL_PROBE_NS;
+    const char *ae = getenv("HOTMOE_POOL_ADAPT"); /* 0: all threads always (A/B runs) */
+    p->ad.on = n > 1 && !(ae && *ae && atoi(ae) == 0);
+    if (p->ad.on) {
+        p->smp = aligned_alloc(64, (size_t)n * sizeof(tp_sampler));
+        if (!p->smp) {
+            free(p);
+            return hm_error_set(err, HM_ERR_NOMEM, "thread pool: out of memory");
+        }
+        for (int i = 0; i < n; i++) p->smp[i] = (tp_sampler){.fd = -1};
+    }
     p->spin_idle_ns = HM_TUNE_SPIN_IDLE_NS;
     p->spin_wait_ns = HM_TUNE_SPIN_WAIT_NS;
     if (n > hm_cpu_count_allowed()) p->spin_idle_ns = p->spin_wait_ns = HM_TUNE_SPIN_OVERSUB_NS;
@@ -375,6 +580,7 @@ hm_status tp_init(int n, tp_pool **pool, hm_error *err) {
     if (pe && atoi(pe) > 0) {
         p->prof = calloc(1, sizeof(*p->prof));
         if (!p->prof) {
+            free(p->smp);
             free(p);
             return hm_error_set(err, HM_ERR_NOMEM, "thread pool: out of memory");
         }
@@ -384,6 +590,7 @@ hm_status tp_init(int n, tp_pool **pool, hm_error *err) {
         p->workers = calloc((size_t)(n - 1), sizeof(tp_worker));
         if (!p->workers) {
             free(p->prof);
+            free(p->smp);
             free(p);
             return hm_error_set(err, HM_ERR_NOMEM, "thread pool: out of memory");
         }
@@ -411,6 +618,10 @@ void tp_free(tp_pool *p) {
     for (int i = 0; i < p->n_started; i++) pthread_join(p->workers[i].thread, NULL);
     if (p->prof) tp_prof_log(p);
     free(p->prof);
+    if (p->smp) {
+        if (p->smp[0].fd >= 0) close(p->smp[0].fd);
+        free(p->smp);
+    }
     if (p->trace) {
         tp_trace_write(p->trace, p->n);
         free(p->trace->n);
@@ -468,6 +679,7 @@ static void tp_items_job(tp_pool *p, const tp_stage *stages, int n, int64_t ibas
         hm_spin_wait_ns = p->spin_wait_ns; /* the caller's items' hm_spin_until */
         tp_items_work(p, 0);
         tp_wait_open(p, n);
+        if (p->ad.on) tp_adapt(p);
     }
     if (pk >= 0) tp_prof_end(p, pk, stages, n);
     if (tr && tr->on) {

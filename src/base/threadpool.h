@@ -37,6 +37,20 @@ hm_status tp_init(int n, tp_pool **pool, hm_error *err);
 void tp_free(tp_pool *pool);
 /* Number of threads (nth of every job). */
 int tp_size(const tp_pool *pool);
+
+/* The active count: item jobs (tp_run_items, tp_run_stages) run on threads [0, tp_active());
+ * the others sleep and claim nothing (classic jobs, tp_run, still run on all). It starts at
+ * tp_size() and follows contention: each active thread reads its run delay (time runnable but
+ * kept off a CPU, /proc/thread-self/schedstat) at most every HM_TUNE_POOL_SAMPLE_NS; when the
+ * threads together were kept waiting for more than half a thread's time over windows in a row,
+ * the count drops (by the waiting threads' number); while below tp_size() it probes one more now
+ * and then and keeps it if no waiting follows (constants: base/tune.h). Items never depend on
+ * the thread that runs them, so results do not change. HOTMOE_POOL_ADAPT=0 keeps all threads
+ * active (A/B runs); HOTMOE_POOL_PROF=1 logs the changes. A NULL pool: 1. */
+int tp_active(const tp_pool *pool);
+/* For tests: replaces the run-delay reading with fn(ctx, ith) (cumulative ns of thread ith,
+ * called on that thread; < 0: no reading). Call before the pool's first item job. */
+void tp_set_delay_source(tp_pool *pool, int64_t (*fn)(void *ctx, int ith), void *ctx);
 /* Runs fn on all threads of the pool and waits for them. A NULL pool runs fn(ctx, 0, 1). */
 void tp_run(tp_pool *pool, tp_fn fn, void *ctx);
 /* Inside a job: returns once all nth threads have called it (same number of times each). */

@@ -33,6 +33,28 @@
  * one, and its waiter then notices it after this. */
 #define HM_TUNE_FLAG_SLEEP_NS 200000
 
+/* ---- the pool's active thread count (base/threadpool.c, tp_adapt) ----
+ * A pool thread that shares a core with another program loses whole time slices (ms) while it
+ * holds an item, and each of a decode step's ~250 stages waits for it: beside 2 busy loops the
+ * 16-thread decode on 16 CPUs fell from 52 to 4.5 tok/s, while -t 14 ran 44.8. The pool measures
+ * its threads' run delay (time runnable but not running) and runs item jobs on fewer threads
+ * while it is high. */
+/* Each active thread reads its run delay at most this often (one pread of its schedstat). */
+#define HM_TUNE_POOL_SAMPLE_NS 5000000
+/* A window of the control: the run delay of at least this long (and whole jobs) is compared. */
+#define HM_TUNE_POOL_WINDOW_NS 50000000
+/* Excess: run delay / window, the threads kept waiting on average. A quiet machine gives ~0.001
+ * (kernel threads' microseconds); one busy program beside n threads on n cores ~n / (n + 1). */
+#define HM_TUNE_POOL_EXCESS 0.5
+/* Windows in a row with excess before the count drops (a burst of another program's work is
+ * no reason; a probe that shows excess in its first window goes back at once). */
+#define HM_TUNE_POOL_SHRINK_WINDOWS 2
+/* Below the pool's size: one thread more is tried this long after the last change, and kept
+ * after this many windows without excess; each failed probe doubles the wait, up to the max. */
+#define HM_TUNE_POOL_PROBE_NS 250000000
+#define HM_TUNE_POOL_PROBE_MAX_NS 4000000000
+#define HM_TUNE_POOL_PROBE_WINDOWS 2
+
 /* ---- matrix products (cpu/matmul.c, quant/quant_simd_common.h, quant/quant_x8_avx512.c) ---- */
 
 /* Work items per thread of a product cut into equal chunks (mm_chunk_rows: the expert

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/cpu.h"
 #include "quant/qtypes.h"
 
 typedef struct {
@@ -95,8 +96,8 @@ void cli_args_defaults(cli_common_args *a) {
 }
 
 int cli_args_default_threads(void) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
+    const int n = hm_cpu_count_allowed(); /* the CPUs this process may use (taskset, cpuset) */
+    return n < 1 ? 1 : n > 1024 ? 1024 : n;
 }
 
 int cli_args_cache_type(const char *name) {

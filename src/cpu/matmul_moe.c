@@ -335,7 +335,7 @@ static void ffn_item(void *ctx, int64_t it, int ith) {
         if (atomic_fetch_add_explicit(&f->done[e], 1, memory_order_acq_rel) + 1 == f->per_expert) {
             /* the expert's last gate/up item: every activation row of its pairs is complete */
             for (int64_t g = f->dn.off[e]; g < f->dn.off[e + 1]; g++) moe_act_item(&f->dn, g, ith);
-            atomic_store_explicit(&f->ready[e], 1, memory_order_release);
+            hm_spin_set(&f->ready[e], 1); /* wakes a down item asleep on it */
         }
         return;
     }

@@ -67,7 +67,7 @@ static void front_qkv_rows(void *ctx, int mi, int64_t r0, int64_t r1) {
         if (atomic_fetch_add_explicit(&f->head_rows[head], (int)(hi - lo), memory_order_acq_rel) +
                 (hi - lo) == need) {
             front_head_item(f, head, 0);
-            atomic_store_explicit(&f->head_done[head], 1, memory_order_release);
+            hm_spin_set(&f->head_done[head], 1); /* wakes a waiter asleep on it */
         }
     }
 }

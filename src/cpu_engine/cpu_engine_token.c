@@ -21,6 +21,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/spin.h"
 #include "cpu_engine/cpu_engine_steps.h"
@@ -130,9 +131,19 @@ static void token_route(void *ctx) {
 static void token_ffn_prefetch(void *ctx, int64_t it, const tp_gate *gate) {
     token_layer *tl = ctx;
     const unsigned want = tl->t->serial;
-    while (atomic_load_explicit(&tl->planned, memory_order_acquire) != want) {
+    /* spins at most the pool's wait budget (hm_spin_wait_ns), then gives up prefetching: the
+     * thread then waits at the gate, which sleeps (a plan that comes late, e.g. its thread
+     * descheduled, must not hold a core) */
+    int64_t end = 0;
+    for (unsigned i = 1; atomic_load_explicit(&tl->planned, memory_order_acquire) != want; i++) {
         if (tp_gate_open(gate)) return; /* a failed `then` plans nothing */
         HM_SPIN_RELAX();
+        if (i % HM_TUNE_SPIN_CLOCK_EVERY) continue;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        const int64_t t = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+        if (!end) end = t + hm_spin_wait_ns;
+        else if (t >= end) return;
     }
     cpu_moe_ffn_job_prefetch(tl->ffn, it, gate);
 }

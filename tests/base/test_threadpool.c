@@ -9,6 +9,10 @@
  * gate reports the stage open once it is. Under contention (more pool threads than CPUs, and
  * busy loops beside them) staged jobs with item flags (hm_spin_until) and barrier jobs finish
  * quickly and give the single thread's results. hm_cpu_count_allowed follows the affinity mask.
+ * The active count: a thread whose (forged) run delay is high makes it drop within a bounded
+ * time, a one-window burst does not, no delay keeps every thread active over many windows, and
+ * it climbs back once the delay stops; pinned to one CPU beside a busy loop (the real schedstat
+ * reading) it drops too; the staged jobs' results never change.
  */
 #define _GNU_SOURCE /* sched_setaffinity, CPU_* */
 #include <pthread.h>
@@ -500,5 +504,187 @@ static void test_cpu_count(void) {
     HM_CHECK(hm_cpu_count_allowed() == n); /* this thread's mask is its own */
 }
 
+/* ---- the active count ---- */
+enum { AD_ITEMS = 24, AD_THREADS = 4 };
+typedef struct {
+    double frac[AD_THREADS]; /* forged run delay: this share of the wall time since t0 */
+    int64_t burst_ns;        /* added once to thread 1's reading, then cleared */
+    int64_t t0, base[AD_THREADS], extra;
+    atomic_int lock;
+} ad_src;
+
+static int64_t ad_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int64_t ad_delay(void *ctx, int ith) {
+    ad_src *a = ctx;
+    while (atomic_exchange(&a->lock, 1)) {
+    }
+    const int64_t t = ad_now();
+    /* cumulative: what it read last plus frac of the time since */
+    static _Thread_local int64_t last_t;
+    if (last_t == 0 || last_t < a->t0) last_t = t;
+    a->base[ith] += (int64_t)(a->frac[ith] * (double)(t - last_t));
+    last_t = t;
+    if (ith == 1 && a->burst_ns) {
+        a->extra += a->burst_ns;
+        a->burst_ns = 0;
+    }
+    const int64_t v = a->base[ith] + (ith == 1 ? a->extra : 0);
+    atomic_store(&a->lock, 0);
+    return v;
+}
+
+typedef struct {
+    int64_t v1[AD_ITEMS], v2[AD_ITEMS];
+    int sleep_us;
+} ad_job;
+
+static void ad_item1(void *ctx, int64_t i, int ith) {
+    (void)ith;
+    ad_job *j = ctx;
+    if (j->sleep_us) usleep((useconds_t)j->sleep_us);
+    j->v1[i] = (i + 1) * 2654435761ll % 1000003;
+}
+
+static void ad_item2(void *ctx, int64_t i, int ith) {
+    (void)ith;
+    ad_job *j = ctx;
+    j->v2[i] = j->v1[i] * 3 + j->v1[(i + 1) % AD_ITEMS]; /* reads stage 0's results */
+}
+
+/* one staged job; returns whether its results are the serial ones */
+static bool ad_run(tp_pool *p, ad_job *j) {
+    memset(j->v1, 0, sizeof(j->v1));
+    memset(j->v2, 0, sizeof(j->v2));
+    const tp_stage st[2] = {{.fn = ad_item1, .ctx = j, .n_items = AD_ITEMS},
+                            {.fn = ad_item2, .ctx = j, .n_items = AD_ITEMS}};
+    tp_run_stages(p, st, 2);
+    for (int64_t i = 0; i < AD_ITEMS; i++) {
+        const int64_t a = (i + 1) * 2654435761ll % 1000003,
+                      b = ((i + 1) % AD_ITEMS + 1) * 2654435761ll % 1000003;
+        if (j->v1[i] != a || j->v2[i] != a * 3 + b) return false;
+    }
+    return true;
+}
+
+/* runs jobs for up to max_s seconds or until stop(active) holds; returns the seconds taken, or
+ * -1 when it never held; *bad counts jobs whose results differ */
+static double ad_until(tp_pool *p, ad_job *j, double max_s, int want, bool below, int *bad,
+                       int *lowest) {
+    const int64_t t0 = ad_now();
+    for (;;) {
+        *bad += !ad_run(p, j);
+        const int a = tp_active(p);
+        if (a < *lowest) *lowest = a;
+        const double t = 1e-9 * (double)(ad_now() - t0);
+        if (below ? a < want : a == want) return t;
+        if (t > max_s) return -1.0;
+    }
+}
+
+static void test_adapt_forged(void) {
+    tp_pool *p = NULL;
+    HM_REQUIRE(tp_init(AD_THREADS, &p, NULL) == HM_OK);
+    static ad_src src;
+    memset(&src, 0, sizeof(src));
+    src.t0 = ad_now();
+    tp_set_delay_source(p, ad_delay, &src);
+    ad_job j = {.sleep_us = 100};
+    int bad = 0, lowest = AD_THREADS;
+    /* no delay, and once a 30 ms burst (one window's worth): every thread stays active over
+     * 1.2 s (>= 20 windows) */
+    const int64_t t0 = ad_now();
+    int jobs = 0;
+    while (ad_now() - t0 < 1200000000ll) {
+        bad += !ad_run(p, &j);
+        if (++jobs == 200) src.burst_ns = 30000000;
+        if (tp_active(p) < lowest) lowest = tp_active(p);
+    }
+    HM_CHECK_MSG(lowest == AD_THREADS, "quiet: active count fell to %d of %d", lowest, AD_THREADS);
+    HM_CHECK(bad == 0);
+    /* two threads kept waiting 90% of the time (as beside busy programs): drops within 1 s
+     * (two 50 ms windows, then probes) and results stay the same */
+    src.frac[2] = src.frac[3] = 0.9;
+    const double down = ad_until(p, &j, 3.0, AD_THREADS, true, &bad, &lowest);
+    HM_CHECK_MSG(down >= 0 && down < 1.0, "slow threads: active count still %d after %.2f s",
+                 tp_active(p), down);
+    /* and keeps below the size over the next second (probes go back) */
+    ad_until(p, &j, 1.0, -1, true, &bad, &lowest);
+    HM_CHECK_MSG(tp_active(p) < AD_THREADS, "slow threads: active count back at %d",
+                 tp_active(p));
+    /* quiet again: back to every thread (probes every 0.25-4 s) */
+    src.frac[2] = src.frac[3] = 0.0;
+    const double up = ad_until(p, &j, 12.0, AD_THREADS, false, &bad, &lowest);
+    HM_CHECK_MSG(up >= 0, "quiet again: active count still %d", tp_active(p));
+    HM_CHECK_MSG(bad == 0, "%d jobs' results differed", bad);
+    printf("active count (forged delay): down in %.3f s, lowest %d, back up in %.3f s\n", down,
+           lowest, up);
+    /* a classic job reaches the parked threads too */
+    count_ctx cc = {0};
+    tp_run(p, count_fn, &cc);
+    HM_CHECK(atomic_load(&cc.calls) == AD_THREADS);
+    tp_free(p);
+}
+
+static atomic_int ad_spin_stop;
+static void *ad_spin(void *arg) {
+    (void)arg;
+    while (!atomic_load_explicit(&ad_spin_stop, memory_order_relaxed)) {
+    }
+    return NULL;
+}
+
+typedef struct {
+    int ok, lowest, bad, ran;
+    double t;
+} ad_real;
+
+/* In a thread pinned to one CPU: a pool of 3 beside a busy loop on that CPU (real run delay). */
+static void *ad_real_thread(void *arg) {
+    ad_real *r = arg;
+    cpu_set_t old, one;
+    if (sched_getaffinity(0, sizeof(old), &old) != 0) return NULL;
+    int cpu = 0;
+    while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &old)) cpu++;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    if (sched_setaffinity(0, sizeof(one), &one) != 0) return NULL;
+    tp_pool *p = NULL;
+    if (tp_init(3, &p, NULL) != HM_OK) return NULL;
+    atomic_store(&ad_spin_stop, 0);
+    pthread_t busy;
+    const int started = pthread_create(&busy, NULL, ad_spin, NULL) == 0;
+    ad_job j = {.sleep_us = 0};
+    r->lowest = 3;
+    r->t = ad_until(p, &j, 5.0, 3, true, &r->bad, &r->lowest);
+    atomic_store(&ad_spin_stop, 1);
+    if (started) pthread_join(busy, NULL);
+    tp_free(p);
+    r->ran = started;
+    return NULL;
+}
+
+static void test_adapt_real(void) {
+    FILE *f = fopen("/proc/thread-self/schedstat", "r");
+    if (!f) {
+        printf("active count (real): no /proc/thread-self/schedstat, skipped\n");
+        return;
+    }
+    fclose(f);
+    ad_real r = {0};
+    pthread_t th;
+    HM_REQUIRE(pthread_create(&th, NULL, ad_real_thread, &r) == 0);
+    pthread_join(th, NULL);
+    HM_REQUIRE(r.ran);
+    HM_CHECK_MSG(r.t >= 0, "3 threads and a busy loop on one CPU: active count stayed 3 for 5 s");
+    HM_CHECK(r.bad == 0);
+    printf("active count (3 threads + a busy loop on one CPU): below 3 after %.3f s\n", r.t);
+}
+
 HM_TEST_MAIN(test_many_jobs, test_barrier, test_bad_args, test_items, test_stages,
-             test_stage_prefetch, test_contention, test_cpu_count)
+             test_stage_prefetch, test_contention, test_cpu_count, test_adapt_forged,
+             test_adapt_real)
