@@ -34,6 +34,7 @@ struct cuda_decode {
     int32_t *d_scal;    /* device: [0] the step's token, [1] redo token, [2] step number */
     cudaGraph_t graph;
     cudaGraphExec_t exec;
+    uint32_t count_epoch; /* the engine's count_epoch when the graph was captured */
     uint64_t launched;
     uint64_t nodes, kernels;
     uint64_t queries;
@@ -89,6 +90,8 @@ extern "C" void cuda_decode_free(cuda_decode *d) {
 static hm_status capture_step(cuda_decode *d, hm_error *err) {
     cuda_engine *e = d->e;
     cudaStream_t s = (cudaStream_t)e->stream;
+    d->count_epoch = e->count_epoch; /* the routing counts on or off, as now */
+    d->nodes = d->kernels = 0;
     cudaError_t ce = cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed);
     if (ce != cudaSuccess) return cuda_fail(err, ce, "cudaStreamBeginCapture");
     hm_status st = cuda_sampler_sample(d->smp, e->d_logits, &d->d_scal[0], s, err);
@@ -199,7 +202,24 @@ extern "C" hm_status cuda_decode_begin(cuda_decode *d, int pos, hm_error *err) {
     return set_scalar((cudaStream_t)d->e->stream, d->e->d_pos, pos, err);
 }
 
+/* The engine's routing counts were switched since the capture: a new step graph. The old one
+ * may still run (steps in flight): cudaGraphExecDestroy frees it once it has completed. */
+static hm_status recapture(cuda_decode *d, hm_error *err) {
+    cudaGraphExec_t old_exec = d->exec;
+    cudaGraph_t old_graph = d->graph;
+    d->exec = NULL;
+    d->graph = NULL;
+    hm_status st = capture_step(d, err);
+    if (old_exec) cudaGraphExecDestroy(old_exec);
+    if (old_graph) cudaGraphDestroy(old_graph);
+    return st;
+}
+
 extern "C" hm_status cuda_decode_launch(cuda_decode *d, hm_error *err) {
+    if (d->count_epoch != d->e->count_epoch || !d->exec) {
+        hm_status st = recapture(d, err);
+        if (st != HM_OK) return st;
+    }
     cudaError_t ce = cudaGraphLaunch(d->exec, (cudaStream_t)d->e->stream);
     if (ce != cudaSuccess) return cuda_fail(err, ce, "cudaGraphLaunch (decode step)");
     d->launched++;

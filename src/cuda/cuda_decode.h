@@ -1,7 +1,7 @@
 /* cuda_decode.h - the GPU-autonomous decode loop: one captured CUDA graph per decode step,
  * replayed; tokens come back through a pinned, mapped ring the host polls. Plain C;
  * implemented in cuda_decode.cu, stubbed in cuda_none.c (HM_ERR_UNSUPPORTED). Used by
- * model/generate.c (the generation API); see generate.h for the contract.
+ * runtime/generate.c (the generation API); see runtime/generate.h for the contract.
  *
  * DESIGN: the step graph, captured once at init on the engine's stream, is
  *     cuda_sampler_sample(d_logits -> d_token)          draw counter and history on the device
@@ -16,6 +16,10 @@
  * token takes long it asks cudaStreamQuery (not a synchronisation) whether the stream died or
  * went idle without delivering. The only synchronisations are cuda_decode_finish (counted by
  * the engine, once per generation) and the engine's own host API.
+ * The graph holds what the step was when captured, the engine's routing counts on or off
+ * included (cuda_engine_route_counts_enable: the router kernels get the counters or not); when
+ * they were switched since, cuda_decode_launch captures the step again first (the old graph is
+ * freed once its launches in flight have completed).
  */
 #ifndef HM_CUDA_CUDA_DECODE_H
 #define HM_CUDA_CUDA_DECODE_H
@@ -46,7 +50,8 @@ hm_status cuda_decode_accept(cuda_decode *d, const int32_t *tokens, int n, hm_er
 /* Starts a generation whose first step forwards its token at cache position pos: *d_pos = pos.
  * The device logits must be those of position pos - 1. Enqueued. */
 hm_status cuda_decode_begin(cuda_decode *d, int pos, hm_error *err);
-/* Enqueues the next step (one graph launch). */
+/* Enqueues the next step (one graph launch; first a new capture when the engine's routing
+ * counts were switched since the last one). */
 hm_status cuda_decode_launch(cuda_decode *d, hm_error *err);
 /* Steps launched since init (global step numbers are 0..launched-1). */
 uint64_t cuda_decode_launched(const cuda_decode *d);

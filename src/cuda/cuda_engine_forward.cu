@@ -17,7 +17,8 @@
  * Experts follow the residency map: the router writes each selected expert's device slot
  * (e->dslot, from the layer's expert->slot table) next to its id, and every expert product and
  * bias add indexes the layer's expert arenas (n_slots experts) with the slots; the combine and
- * the gating weights stay with the ids.
+ * the gating weights stay with the ids. With routing counts on, the same router launch adds to
+ * the layer's device counters (no launch of its own).
  * Nothing here synchronises, allocates or copies to the host; positions come from e->d_pos.
  */
 #include <cuda_runtime.h>
@@ -441,10 +442,14 @@ static hm_status moe_block(cuda_engine *e, int il, int n, fwd_defer *dfr, hm_err
     cpu_gate_mode gm = d->gating == HM_GATING_TOPK_SOFTMAX ? CPU_GATE_TOPK_SOFTMAX
                                                            : CPU_GATE_SOFTMAX_TOPK;
     const int renorm = d->gating == HM_GATING_SOFTMAX_TOPK_NORM;
-    cuda_route_out ro; /* besides ids and weights: the selected experts' device slots */
+    cuda_route_out ro; /* besides ids and weights: the device slots, the routing counts */
     memset(&ro, 0, sizeof(ro));
     ro.slot_of = L->slot_of;
     ro.dslot = e->dslot;
+    if (e->counting) {
+        ro.hits = e->d_hits + (size_t)il * (size_t)hp->n_expert;
+        ro.stat = e->d_stat + 2 * (size_t)il;
+    }
     hm_status st = HM_OK;
     const bool in_router = norm_in_router(e, L, n);
     if (in_router) {

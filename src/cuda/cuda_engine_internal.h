@@ -108,6 +108,15 @@ struct cuda_engine {
 
     bool use_gemm;           /* prompt ubatches on tensor cores (cuda_gemm.h) */
     uint64_t n_host_syncs;   /* every cuda_engine_sync (audit) */
+
+    /* routing counts (cuda_engine_route_counts_*): device counters, allocated on first enable */
+    void *count_arena;       /* d_stat, then d_hits */
+    uint64_t *d_stat;        /* [n_layer][2] calls, tokens */
+    uint32_t *d_hits;        /* [n_layer][n_expert] */
+    void *h_count;           /* pinned host copy of count_arena (route_counts_read) */
+    size_t count_bytes;
+    bool counting;           /* the forward pass hands the counters to the router */
+    uint32_t count_epoch;    /* += 1 at every switch: cuda_decode recaptures its step graph */
 };
 
 /* Embedding + every layer for d_tokens[0..n_tok) (device memory) at positions *d_pos + t;

@@ -12,7 +12,9 @@
  * cuda_matvec's bytes. Each block writes its logits, fences and counts itself done on the
  * tile's counter; the last block to arrive selects for the tile's tokens one after the other
  * with router_kernel's procedure (rt_select, cuda_router.cuh) and rezeroes the counter for the
- * next launch. Same bytes as cuda_matvec + cuda_router.
+ * next launch. Same bytes as cuda_matvec + cuda_router. The selection also writes the
+ * selected experts' device slots and adds to the routing counters when asked
+ * (cuda_route_out); the expert->slot table is asked from L2 before the wait.
  * With the norm in front (decode: the MoE block's rmsnorm, whose residual add the o product's
  * epilogue did), every block normalises the whole x row it staged itself (a row is 8-12 KiB,
  * read from L2, where a launch of its own and its grid-wide barrier cost microseconds), and
@@ -164,8 +166,12 @@ __global__ void __launch_bounds__(FR_THREADS) k_fused_router(const fr_k K) {
         __syncthreads();
         rt_select(sc, red, n_expert, A.n_used, A.mode, A.renorm, A.d_ids + t * A.n_used,
                   A.d_weights + t * A.n_used, A.out.dslot ? A.out.dslot + t * A.n_used : NULL,
-                  A.out.slot_of);
+                  A.out.slot_of, A.out.hits);
         __syncthreads(); /* sc and the slots are reused by the next token */
+    }
+    if (A.out.stat && blockIdx.y == 0 && threadIdx.x == 0) { /* the launch: one call */
+        atomicAdd((unsigned long long *)A.out.stat, 1ull);
+        atomicAdd((unsigned long long *)A.out.stat + 1, (unsigned long long)n_tok);
     }
     if (threadIdx.x == 0) A.d_sync[blockIdx.y] = 0;
 }
@@ -215,8 +221,9 @@ extern "C" hm_status cuda_fused_router(const cuda_fused_router_args *a, void *st
     if (n_tok == 0) return HM_OK;
     if (!a->w || !a->x || !a->logits || !a->d_ids || !a->d_weights || !a->d_sync)
         return hm_error_set(err, HM_ERR_ARG, "cuda_fused_router: NULL pointer");
-    if (!a->out.slot_of != !a->out.dslot)
-        return hm_error_set(err, HM_ERR_ARG, "cuda_fused_router: slot_of and dslot come together");
+    if (!a->out.slot_of != !a->out.dslot || !a->out.hits != !a->out.stat)
+        return hm_error_set(err, HM_ERR_ARG, "cuda_fused_router: slot_of and dslot come "
+                            "together, hits and stat too");
     fr_k K;
     memset(&K, 0, sizeof(K));
     K.a = *a;

@@ -240,7 +240,11 @@ __global__ void router_kernel(const float *logits, const float *bias, int n_expe
         sc[e] = bias ? __fadd_rn(l[e], bias[e]) : l[e];
     __syncthreads();
     rt_select(sc, red, n_expert, k, mode, renorm, ids_out + t * k, w_out + t * k,
-              o.dslot ? o.dslot + t * k : NULL, o.slot_of);
+              o.dslot ? o.dslot + t * k : NULL, o.slot_of, o.hits);
+    if (o.stat && t == 0 && threadIdx.x == 0) { /* the launch: one call of gridDim.x tokens */
+        atomicAdd((unsigned long long *)o.stat, 1ull);
+        atomicAdd((unsigned long long *)o.stat + 1, (unsigned long long)gridDim.x);
+    }
 }
 
 extern "C" hm_status cuda_router(const float *logits, const float *bias, int64_t n_tok,
@@ -257,8 +261,9 @@ extern "C" hm_status cuda_router(const float *logits, const float *bias, int64_t
     cuda_route_out o;
     memset(&o, 0, sizeof(o));
     if (out) o = *out;
-    if (!o.slot_of != !o.dslot)
-        return hm_error_set(err, HM_ERR_ARG, "cuda_router: slot_of and dslot come together");
+    if (!o.slot_of != !o.dslot || !o.hits != !o.stat)
+        return hm_error_set(err, HM_ERR_ARG,
+                            "cuda_router: slot_of and dslot come together, hits and stat too");
     if (n_tok == 0) return HM_OK;
     cu_launch(router_kernel, (unsigned)n_tok, OPS_THREADS, 0, (cudaStream_t)stream,
         logits, bias, n_expert, k, (int)mode, renorm, d_ids, d_weights, o);

@@ -77,15 +77,20 @@ hm_status cuda_swiglu_oai(const float *gate, const float *up, float *out, int64_
 
 /* ------------------------------------------------------------------ router */
 
-/* What a router launch writes besides the ids and weights (device memory; all optional): with
- * slot_of [n_expert] (a layer's expert->slot table, cuda_engine.h) and dslot [n_tok][k],
- * dslot[t][s] = slot_of[ids[t][s]], the device slot of each selected expert: the index the
- * expert kernels read the layer's expert arenas with (cuda_moe_args.ids, cuda_gemm_moe_args.ids,
- * the bias adds). The table is never written by a kernel, so the launch may prefetch it before
- * waiting for its predecessor. */
+/* What a router launch writes besides the ids and weights (device memory; all optional):
+ *  - with slot_of [n_expert] (a layer's expert->slot table, cuda_engine.h) and dslot
+ *    [n_tok][k]: dslot[t][s] = slot_of[ids[t][s]], the device slot of each selected expert, the
+ *    index the expert kernels read the layer's expert arenas with (cuda_moe_args.ids,
+ *    cuda_gemm_moe_args.ids, the bias adds). The table is never written by a kernel, so the
+ *    launch asks L2 for it before waiting for its predecessor;
+ *  - with hits [n_expert] and stat [2] (the routing counts of cuda_engine.h): hits[id] += 1 for
+ *    every (token, selected expert), stat[0] += 1 (calls) and stat[1] += n_tok (tokens) per
+ *    launch, by atomics in the selecting block. Unset: nothing counted and nothing done. */
 typedef struct {
     const int32_t *slot_of;
     int32_t *dslot;
+    uint32_t *hits;
+    uint64_t *stat;
 } cuda_route_out;
 
 /* = cpu_router with outputs in device memory: logits [n_tok][n_expert] (device), bias
@@ -95,7 +100,7 @@ typedef struct {
  * has no error path: a NaN score sorts after every number (ties among NaNs by id), so the ids
  * stay k distinct experts, but that token's weights are unspecified (NaN in softmax mode). One
  * block per token. out: NULL, or the extra outputs (cuda_route_out; slot_of and dslot come
- * together, HM_ERR_ARG otherwise). */
+ * together, and hits and stat, HM_ERR_ARG otherwise). */
 hm_status cuda_router(const float *logits, const float *bias, int64_t n_tok, int n_expert, int k,
                       cpu_gate_mode mode, int renorm, int32_t *d_ids, float *d_weights,
                       const cuda_route_out *out, void *stream, hm_error *err);

@@ -31,10 +31,12 @@ static __device__ __forceinline__ bool rt_before(float a, int ia, float b, int i
 
 /* sc: [n_expert] scores in shared memory (overwritten); red: [blockDim.x / 32] shared floats;
  * ids, w: [k] the token's slots; dslot (NULL: none): [k] the selected experts' device slots,
- * slot_of[id] (cuda_route_out). Every thread of the block calls it. */
+ * slot_of[id]; hits (NULL: none): [n_expert] += 1 per selected expert (cuda_route_out). Every
+ * thread of the block calls it. */
 static __device__ __forceinline__ void rt_select(float *sc, float *red, int n_expert, int k,
                                                  int mode, int renorm, int32_t *ids, float *w,
-                                                 int32_t *dslot, const int32_t *slot_of) {
+                                                 int32_t *dslot, const int32_t *slot_of,
+                                                 uint32_t *hits) {
     __shared__ float s_sum;
     if (mode == CPU_GATE_SOFTMAX_TOPK) {
         float m = -INFINITY;
@@ -67,6 +69,7 @@ static __device__ __forceinline__ void rt_select(float *sc, float *red, int n_ex
             ids[rank] = e;
             w[rank] = v;
             if (dslot) dslot[rank] = slot_of[e];
+            if (hits) atomicAdd(hits + e, 1u);
         }
     }
     __syncthreads();

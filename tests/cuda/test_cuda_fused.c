@@ -589,8 +589,14 @@ static void test_router(void) {
             for (int64_t e = 0; e < ne; e++) hperm[e] = (int32_t)((e * 7 + 3) % ne);
             int32_t *perm = tu_dev(hperm, 4 * ne);
             int32_t *s1 = tu_dev(NULL, 4 * nt * ku), *s2 = tu_dev(NULL, 4 * nt * ku);
-            HM_REQUIRE(perm && s1 && s2);
-            const cuda_route_out o1 = {perm, s1};
+            /* routing counters of each router: hits [ne], stat {calls, tokens} */
+            uint32_t *c1 = tu_dev(NULL, 4 * ne), *c2 = tu_dev(NULL, 4 * ne);
+            uint64_t *t1 = tu_dev(NULL, 16), *t2 = tu_dev(NULL, 16);
+            HM_REQUIRE(perm && s1 && s2 && c1 && c2 && t1 && t2);
+            HM_REQUIRE(cudaMemset(c1, 0, 4 * ne) == cudaSuccess &&
+                       cudaMemset(c2, 0, 4 * ne) == cudaSuccess &&
+                       cudaMemset(t1, 0, 16) == cudaSuccess && cudaMemset(t2, 0, 16) == cudaSuccess);
+            const cuda_route_out o1 = {perm, s1, c1, t1};
             const int zero[2] = {0, 0};
             int *sync = tu_dev(zero, sizeof(zero)); /* nt <= 16: two tiles of 8 */
             HM_REQUIRE(w && x && l1 && l2 && g1 && g2 && i1 && i2 && sync &&
@@ -618,6 +624,8 @@ static void test_router(void) {
             ra.d_sync = sync;
             ra.out.slot_of = perm;
             ra.out.dslot = s2;
+            ra.out.hits = c2;
+            ra.out.stat = t2;
             /* twice: the second call finds the counter rezeroed by the first */
             for (int rep = 0; rep < 2 && st == HM_OK; rep++) {
                 if (rep) cudaMemset(i2, 0xff, 4 * nt * ku);
@@ -637,13 +645,31 @@ static void test_router(void) {
                 for (int64_t i = 0; i < nt * ku; i++)
                     bad += hi[i] < 0 || hi[i] >= ne || hs[i] != hperm[hi[i]];
                 HM_CHECK_MSG(!bad, "config %d: %d device slots are not slot_of[id]", cfg, bad);
+                /* counts: the ids' histogram and one call of nt tokens per launch (the fused
+                 * router ran twice) */
+                uint32_t *h1 = malloc(4 * ne), *h2 = malloc(4 * ne);
+                uint64_t st1[2], st2[2];
+                HM_REQUIRE(h1 && h2 && tu_get(h1, c1, 4 * ne) && tu_get(h2, c2, 4 * ne) &&
+                           tu_get(st1, t1, 16) && tu_get(st2, t2, 16));
+                HM_CHECK_MSG(st1[0] == 1 && st1[1] == (uint64_t)nt && st2[0] == 2 &&
+                                 st2[1] == 2 * (uint64_t)nt,
+                             "config %d: calls/tokens %llu/%llu, fused %llu/%llu", cfg,
+                             (unsigned long long)st1[0], (unsigned long long)st1[1],
+                             (unsigned long long)st2[0], (unsigned long long)st2[1]);
+                for (int64_t i = 0; i < nt * ku; i++)
+                    if (hi[i] >= 0 && hi[i] < ne) h1[hi[i]] -= 1, h2[hi[i]] -= 2;
+                bad = 0;
+                for (int64_t e = 0; e < ne; e++) bad += h1[e] != 0 || h2[e] != 0;
+                HM_CHECK_MSG(!bad, "config %d: %d experts' hits are not the ids' histogram", cfg,
+                             bad);
+                free(h1);
+                free(h2);
                 free(hi);
                 free(hs);
             }
-            ra.out.slot_of = NULL;
-            ra.out.dslot = NULL;
+            memset(&ra.out, 0, sizeof(ra.out));
             if (nt <= 8) router_norm_case(c, cfg, x, &ra);
-            void *bufs[] = {w, x, b, l1, l2, g1, g2, i1, i2, sync, perm, s1, s2};
+            void *bufs[] = {w, x, b, l1, l2, g1, g2, i1, i2, sync, perm, s1, s2, c1, c2, t1, t2};
             for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
                 if (bufs[i]) cudaFree(bufs[i]);
             free(hw);
@@ -651,7 +677,8 @@ static void test_router(void) {
             free(hb);
             free(hperm);
         }
-    printf("fused router: %d configurations byte-identical (device slots included)\n", cfg);
+    printf("fused router: %d configurations byte-identical (device slots and counts included)\n",
+           cfg);
 }
 
 #endif

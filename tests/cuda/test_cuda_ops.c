@@ -70,7 +70,7 @@ static void test_host(void) {
     HM_CHECK(cuda_router(NULL, NULL, 1, 8, 2, (cpu_gate_mode)7, 0, NULL, NULL, NULL, NULL,
                          &err) == HM_ERR_ARG);
     int32_t fake_slot_of[8];
-    const cuda_route_out half = {fake_slot_of, NULL}; /* a table without its output */
+    const cuda_route_out half = {fake_slot_of, NULL, NULL, NULL}; /* a table, no output */
     HM_CHECK(cuda_router(NULL, NULL, 1, 8, 2, CPU_GATE_SOFTMAX_TOPK, 0, NULL, NULL, &half, NULL,
                          &err) == HM_ERR_ARG &&
              strstr(err.msg, "slot_of and dslot"));
