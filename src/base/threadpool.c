@@ -179,18 +179,22 @@ static void tp_prof_log(const tp_pool *p) {
     }
     HM_LOGI("pool profile: %.3f s from the first job's start to the last's end, %.3f s in jobs, "
             "%.3f s between them", f->last - f->first, in, f->last - f->first - in);
+    /* one line, so that bench/device_contention.sh (PROF=1) shows the active count too */
+    char act[192];
+    if (!p->ad.on)
+        snprintf(act, sizeof(act), "fixed at %d (HOTMOE_POOL_ADAPT=0 or one thread)", p->n);
+    else if (p->smp[0].fd == -2 && !p->delay_fn)
+        snprintf(act, sizeof(act), "fixed at %d (no /proc/thread-self/schedstat)", p->n);
+    else
+        snprintf(act, sizeof(act), "%lld changes (%lld down, %lld up), final %d of %d, lowest %d, "
+                 "%.3f s run delay", p->ad.ups + p->ad.downs, p->ad.downs, p->ad.ups,
+                 atomic_load(&p->nact), p->n, p->ad.min_active, p->ad.waited);
     HM_LOGI("pool profile: futex sleeps: %lld awaiting jobs, %lld at gates and job ends, %lld at "
-            "barriers, %lld on item flags (all pools)", (long long)atomic_load(&p->gen_w.sleeps),
+            "barriers, %lld on item flags (all pools); active threads: %s",
+            (long long)atomic_load(&p->gen_w.sleeps),
             (long long)(atomic_load(&p->open_w.sleeps) + atomic_load(&p->done_w.sleeps)),
             (long long)atomic_load(&p->bar_w.sleeps),
-            (long long)atomic_load(&hm_spin_waiters.sleeps));
-    if (p->ad.on)
-        HM_LOGI("pool profile: active threads: %lld changes (%lld down, %lld up), final %d of %d, "
-                "lowest %d; %.3f s of run delay (runnable, not running) in all",
-                p->ad.ups + p->ad.downs, p->ad.downs, p->ad.ups, atomic_load(&p->nact), p->n,
-                p->ad.min_active, p->ad.waited);
-    else
-        HM_LOGI("pool profile: active threads: fixed at %d (HOTMOE_POOL_ADAPT=0)", p->n);
+            (long long)atomic_load(&hm_spin_waiters.sleeps), act);
 }
 
 /* the job kind of stages, its slot claimed on first use (the last slot collects the rest) */
