@@ -92,6 +92,13 @@ hm_status cuda_engine_decode(cuda_engine *e, const int32_t *tokens, int n_tok, i
 /* "NVIDIA H100 80GB HBM3 (device 0), 123 MiB weights + 45 MiB KV + 6 MiB buffers" */
 const char *cuda_engine_describe(const cuda_engine *e);
 
+/* One lane of the expert executor (moe/moe_exec.h) on this engine's weights: for layer il,
+ * y[t][s] = expert ids[t][s] of x[t] for every slot with ids >= 0 (host arrays: x [n_tok][n_embd],
+ * ids [n_tok][n_used], y [n_tok][n_used][n_embd]; rows of other slots are left alone), with the
+ * matvec kernels: the CPU's bytes. Synchronous. HM_ERR_STATE when an expert has no device slot. */
+hm_status cuda_engine_experts(cuda_engine *e, int il, int n_tok, const float *x,
+                              const int32_t *ids, float *y, hm_error *err);
+
 /* Host synchronisations of the engine's stream so far (every wait of the host API, of
  * cuda_decode_finish and of cuda_engine_route_counts_read): the audit's host_syncs. */
 uint64_t cuda_engine_host_syncs(const cuda_engine *e);

@@ -314,15 +314,16 @@ static hm_status attention_block(cuda_engine *e, int il, int n, fwd_defer *dfr, 
 }
 
 /* The expert FFN: ey[t][s] = down(act(gate(xn[t]), up(xn[t]))) of expert ids[t][s], whose
- * weights and biases are slot dslot[t][s] of the layer's arenas (NS of them). */
+ * weights and biases are slot dslot[t][s] of the layer's arenas (NS of them); a slot < 0 is
+ * skipped. matvec_only: never the tensor-core GEMMs (the CPU's bytes for any n). */
 static hm_status experts(cuda_engine *e, const cuda_layer *L, int n, const void *xact,
-                         bool defer_down_bias, hm_error *err) {
+                         bool defer_down_bias, bool matvec_only, hm_error *err) {
     const hm_hparams *hp = &e->hp;
     const int64_t F = hp->n_ff_exp, E = hp->n_embd;
     const int K = (int)hp->n_expert_used, NS = (int)L->n_slots;
     const bool oai = e->desc->swiglu == HM_SWIGLU_OAI;
     hm_status st = HM_OK;
-    if (use_gemm(e, &L->gate_exps, n) && use_gemm(e, &L->up_exps, n) &&
+    if (!matvec_only && use_gemm(e, &L->gate_exps, n) && use_gemm(e, &L->up_exps, n) &&
         use_gemm(e, &L->down_exps, n) && NS <= CUDA_GEMM_MAX_EXPERTS) {
         const cuda_tensor *w[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
         float *y[3] = {e->eg, e->eu, e->ey};
@@ -497,7 +498,7 @@ static hm_status moe_block(cuda_engine *e, int il, int n, fwd_defer *dfr, hm_err
     }
     /* decode without a shared expert: the combine (and down bias) go into the next norm */
     const bool defer = fz && !d->shared_expert;
-    if (st == HM_OK) st = experts(e, L, n, xact, defer, err);
+    if (st == HM_OK) st = experts(e, L, n, xact, defer, false, err);
     if (st != HM_OK) return st;
     if (defer) {
         dfr->combine = true;
@@ -522,6 +523,12 @@ static hm_status moe_block(cuda_engine *e, int il, int n, fwd_defer *dfr, hm_err
     }
     if (st == HM_OK) st = cuda_add(e->x, e->proj, e->x, n * E, e->stream, err);
     return st;
+}
+
+extern "C" hm_status cuda_engine_enqueue_experts(cuda_engine *e, int il, int n_tok,
+                                                 hm_error *err) {
+    hm_status st = experts(e, &e->layers[il], n_tok, NULL, false, true, err);
+    return st == HM_OK ? launched("expert FFN", err) : st;
 }
 
 extern "C" hm_status cuda_engine_enqueue_forward(cuda_engine *e, const int32_t *d_tokens,

@@ -129,6 +129,10 @@ hm_status cuda_engine_enqueue_forward(cuda_engine *e, const int32_t *d_tokens, i
 hm_status cuda_engine_enqueue_logits(cuda_engine *e, int row0, int n_rows, hm_error *err);
 /* *d_pos += n (one tiny kernel). */
 hm_status cuda_engine_enqueue_advance(cuda_engine *e, int n, hm_error *err);
+/* The expert FFN of layer il for n_tok tokens (one lane of the expert executor): inputs e->xn
+ * [n_tok][n_embd] and e->dslot [n_tok][n_used] (device slots, < 0: skipped), per-slot outputs
+ * into e->ey; matvec kernels only (the CPU's bytes), expert biases included. */
+hm_status cuda_engine_enqueue_experts(cuda_engine *e, int il, int n_tok, hm_error *err);
 /* forward + logits of the last token (d_logits[0]) + advance by n_tok. */
 hm_status cuda_engine_enqueue_step(cuda_engine *e, const int32_t *d_tokens, int n_tok,
                                    hm_error *err);

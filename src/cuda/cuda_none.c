@@ -193,3 +193,8 @@ hm_status cuda_engine_route_counts_read(cuda_engine *e, uint64_t *hits, uint64_t
                                         uint64_t *tokens, hm_error *err) {
     return hm_error_set(err, HM_ERR_UNSUPPORTED, "built without CUDA");
 }
+
+hm_status cuda_engine_experts(cuda_engine *e, int il, int n_tok, const float *x,
+                              const int32_t *ids, float *y, hm_error *err) {
+    return hm_error_set(err, HM_ERR_UNSUPPORTED, "built without CUDA");
+}
