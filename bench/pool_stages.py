@@ -4,7 +4,7 @@
     python3 bench/pool_stages.py PROFILE.txt [PERIOD]
 
 Reads the `pool profile` lines of HOTMOE_POOL_PROF=1 runs (hotmoe's stderr) and, for every job
-kind with more than 16 stages (model_token.c's job: PERIOD stages per layer, default 4: q/k/v
+kind with more than 16 stages (cpu_engine_token.c's job: PERIOD stages per layer, default 4: q/k/v
 with attention inside, wo, router, expert FFN; 6 for builds before 7c90e2e put attention in the
 q/k/v stage, or built with -DMODEL_ATTN_IN_QKV=0 before 35d503d: q/k/v, heads, attention, wo,
 router, expert FFN; then the output matrix), prints the mean time of each stage position over

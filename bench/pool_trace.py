@@ -4,7 +4,7 @@
     python3 bench/pool_trace.py TRACE.csv
     python3 bench/pool_trace.py TRACE.csv --layers PERIOD
 
-The second form folds one-job decode steps (model_token.c: PERIOD stages per layer, 4 with
+The second form folds one-job decode steps (cpu_engine_token.c: PERIOD stages per layer, 4 with
 attention inside q/k/v, 6 before; trace them with HOTMOE_POOL_TRACE_SKIP=60
 HOTMOE_POOL_TRACE_JOBS=20) by stage position: per position over every layer after the first, the
 span from the stage's opening to its last item's end, the share of it the threads spend in items,

@@ -1,4 +1,5 @@
-/* model_forward.c - the forward pass of every supported architecture, one ubatch at a time.
+/* cpu_engine_forward.c - the CPU forward pass of every supported architecture, one ubatch at a
+ * time (cpu_engine_decode).
  *
  * DESIGN: one function reads like the model (llama2.c style): embed, then per layer an
  * attention block and an MoE block, each `x = x + f(norm(x))`, then the final norm and the
@@ -9,21 +10,24 @@
  * number of tokens or threads — so a prompt batch and the same tokens one by one give
  * bit-identical logits.
  *
- * The expert FFN goes through ctx->moe_exec (routing result in, unweighted per-slot outputs
- * out); the weighted sum over the slots happens here, in slot order (cpu_moe_combine) — or,
- * with the default executor at decode, inside the expert job (cpu_moe_sum: the same bytes).
+ * The expert FFN goes through the expert executor (moe_exec_run: routing result in, per-slot
+ * outputs out); the weighted sum over the slots happens here, in slot order (cpu_moe_combine) —
+ * or, with every expert on the CPU lane at decode, inside the expert job (cpu_moe_sum: the same
+ * bytes). Each layer's routing result goes to the observer first (c->obs).
  *
  * Decode (up to MOE_FEW_TOK tokens) pays for every pool job (wake the threads, wait for the
  * slowest) more than for most of its ops, so a layer is two jobs: the front of the layer — q/k/v,
  * attention, wo and the router product — is one staged job (tp_run_stages), and the expert FFN
- * is one (cpu_moe_ffn); a one-token step with the default expert executor is one job for all
- * layers (model_token.c, from the same steps: cpu_engine_steps.h; the front job is ce_front.c's).
+ * is one (cpu_moe_ffn); a one-token step with every expert on the CPU lane is one job for all
+ * layers (cpu_engine_token.c, from the same steps: cpu_engine_steps.h; the front job is
+ * cpu_engine_front.c's).
  * All paths call the same step functions and kernels, so they give the same bytes.
  *
  * Buffers (nu = n_ubatch, n = tokens in this ubatch; shapes in cpu_engine_internal.h):
  *   x [n][n_embd] residual; xn [n][n_embd] normed; q/k/v projections; attn [n][n_head*hd];
  *   proj [n][n_embd] block output; router [n][n_expert]; ids/gw [n][n_used];
- *   eg/eu [n][n_used][n_ff_exp]; ey [n][n_used][n_embd]; sg/su [n][n_ff_shexp]; sgate [n].
+ *   ey [n][n_used][n_embd]; sg/su [n][n_ff_shexp]; sgate [n] (the experts' eg/eu: the
+ *   executor's scratch).
  */
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -41,7 +45,8 @@ static hm_status linear_qkv(cpu_engine *c, const hm_layer *L, const float *x, in
     if (!ce_qkv_mats(c, L, mats)) {
         const hm_tensor *w[3] = {&L->wq, &L->wk, &L->wv};
         hm_status st = HM_OK;
-        for (int i = 0; i < 3 && st == HM_OK; i++) st = ce_linear(c, w[i], NULL, x, n, mats[i].y, err);
+        for (int i = 0; i < 3 && st == HM_OK; i++)
+            st = ce_linear(c, w[i], NULL, x, n, mats[i].y, err);
         return st;
     }
     bool fits = ce_mm_fits(c, &L->wq, n);
@@ -118,7 +123,8 @@ static hm_status moe_block(cpu_engine *c, int il, int n, hm_error *err) {
     /* routing: logits -> top-k ids and weights (slot order = descending score) */
     cpu_gate_mode gm = d->gating == HM_GATING_TOPK_SOFTMAX ? CPU_GATE_TOPK_SOFTMAX
                                                            : CPU_GATE_SOFTMAX_TOPK;
-    hm_status st = cpu_router(ce_op_pool(c->pool, n * hp->n_expert * 8), c->router, L->router_b.data,
+    hm_status st = cpu_router(ce_op_pool(c->pool, n * hp->n_expert * 8), c->router,
+                              L->router_b.data,
                               n, (int)hp->n_expert, K, gm,
                               d->gating == HM_GATING_SOFTMAX_TOPK_NORM, c->ids, c->gw, err);
     if (st != HM_OK) return st;
@@ -129,11 +135,13 @@ static hm_status moe_block(cpu_engine *c, int il, int n, hm_error *err) {
      * follows) */
     const moe_job job = {.layer = il, .n_tok = n, .n_used = K, .x = c->xn, .ids = c->ids,
                          .weights = c->gw, .y = c->ey};
-    const cpu_moe_sum sum = {.w = c->gw, .out = c->proj, .residual = d->shared_expert ? NULL : c->x};
+    const cpu_moe_sum sum = {.w = c->gw, .out = c->proj,
+                             .residual = d->shared_expert ? NULL : c->x};
     bool summed = false;
     st = moe_exec_run(c->exec, &job, &sum, &summed, err);
     if (st != HM_OK) return st;
-    if (!summed) cpu_moe_combine(ce_op_pool(c->pool, n * K * E), c->ey, c->gw, c->ids, n, K, E, c->proj);
+    if (!summed)
+        cpu_moe_combine(ce_op_pool(c->pool, n * K * E), c->ey, c->gw, c->ids, n, K, E, c->proj);
 
     if (d->shared_expert) { /* proj += sigmoid(xn . gate_inp) * down(silu(gate xn) * up xn) */
         const int64_t S = hp->n_ff_shexp;
@@ -168,7 +176,8 @@ hm_status cpu_engine_decode(cpu_engine *c, const int32_t *tokens, int n, int pos
                                       (size_t)tokens[t] * hm_model_tok_embd(m)->row_size,
                                   c->x + t * E, E);
         if (st != HM_OK)
-            return hm_error_set(err, st, "cannot read row %d of %s", tokens[t], hm_model_tok_embd(m)->name);
+            return hm_error_set(err, st, "cannot read row %d of %s", tokens[t],
+                                hm_model_tok_embd(m)->name);
     }
     /* every layer rotates q and k at these positions: their cos/sin once */
     const cpu_rope_params rp = hm_model_rope_params(m);
@@ -187,6 +196,7 @@ hm_status cpu_engine_decode(cpu_engine *c, const int32_t *tokens, int n, int pos
     /* output: final norm and logits, for every token or only the last */
     int first = mode == HM_LOGITS_ALL ? 0 : n - 1;
     int cnt = n - first;
-    cpu_rmsnorm(ce_op_pool(c->pool, cnt * E), c->x + first * E, hm_model_output_norm(m)->data, c->xn, cnt, E, hp->rms_eps);
+    cpu_rmsnorm(ce_op_pool(c->pool, cnt * E), c->x + first * E, hm_model_output_norm(m)->data,
+                c->xn, cnt, E, hp->rms_eps);
     return ce_linear(c, hm_model_output(m), NULL, c->xn, cnt, logits, err);
 }

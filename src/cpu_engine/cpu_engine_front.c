@@ -1,5 +1,5 @@
-/* ce_front.c - the front of a decode layer as one staged job (cpu_engine_steps.h): q/k/v with the
- * heads and attention, wo, the router product, and the small steps between them.
+/* cpu_engine_front.c - the front of a decode layer as one staged job (cpu_engine_steps.h): q/k/v
+ * with the heads and attention, wo, the router product, and the small steps between them.
  *
  * DESIGN: the small steps run where their data is: each q/k head is an item (bias, norm, rope; a
  * k head also stores K and V; for one token it runs on the q/k/v item that completes its rows,
@@ -9,7 +9,7 @@
  * q/k norm) runs on the thread that finishes the stage before, or, the norms of a one-token
  * step, on every thread that needs the row (ce_front_thr). A thread waiting for the next
  * stage prefetches the weight (or KV) rows of the item it holds. The steps and kernels are
- * model_forward.c's, so the bytes are.
+ * cpu_engine_forward.c's, so the bytes are.
  */
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -43,8 +43,10 @@ static void front_head_item(void *ctx, int64_t i, int ith) {
     float *row = (is_q ? c->q + t * nh * hd : c->k + t * nkv * hd) + (int64_t)hh * hd;
     const hm_tensor *b = is_q ? &L->bq : &L->bk, *w = is_q ? &L->q_norm : &L->k_norm;
     if (b->data) cpu_add_bias(NULL, row, (const float *)b->data + (int64_t)hh * hd, 1, hd);
-    if (c->desc->qk_norm == HM_QKNORM_HEAD) cpu_rmsnorm(NULL, row, w->data, row, 1, hd, hp->rms_eps);
-    if (cpu_rope_with_table(NULL, row, 1, 1, hd, c->rope_cs + t * f->rp.n_dims, &f->rp, NULL) != HM_OK)
+    if (c->desc->qk_norm == HM_QKNORM_HEAD)
+        cpu_rmsnorm(NULL, row, w->data, row, 1, hd, hp->rms_eps);
+    if (cpu_rope_with_table(NULL, row, 1, 1, hd, c->rope_cs + t * f->rp.n_dims, &f->rp, NULL) !=
+        HM_OK)
         atomic_store(&f->head_fail, 1);
     if (is_q) return;
     const int hv = (int)hp->head_dim_v;

@@ -71,7 +71,7 @@ typedef struct {
     int64_t ffn_blk;
 } ce_front;
 
-/* Per-thread norms of a one-token front (model_token.c): instead of one thread norming the
+/* Per-thread norms of a one-token front (cpu_engine_token.c): instead of one thread norming the
  * residual row (and quantising it) while the others wait, each thread norms it itself at its
  * first q/k/v item (the attention norm) and at its router item (the FFN norm), into its own
  * slot, and uses that row: the same function on the same row, so the same bytes, and no serial
@@ -104,8 +104,9 @@ void ce_front_pre(ce_front *f);
  * for this context length: nothing done), 1 when done or planning failed (*st says). */
 int ce_front_replan(ce_front *f, int il, tp_stage *attn, hm_status *st, hm_error *err);
 
-/* cpu_engine_token.c: a decode step of one token as one pool job (every layer's stages and the output
- * matrix), when the model and context allow it (every expert on the executor's CPU lane, no shared expert, every layer's front stageable); *done false otherwise (nothing done).
+/* cpu_engine_token.c: a decode step of one token as one pool job (every layer's stages and the
+ * output matrix), when the model and context allow it (every expert on the executor's CPU lane,
+ * no shared expert, every layer's front stageable); *done false otherwise (nothing done).
  * c->x holds the token's embedding and c->rope_cs its angles; logits [n_vocab] (NULL: none). */
 hm_status ce_token_forward(cpu_engine *c, float *logits, bool *done, hm_error *err);
 void ce_token_free(cpu_engine *c);

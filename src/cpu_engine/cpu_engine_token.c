@@ -1,6 +1,6 @@
-/* model_token.c - a decode step of one token as one pool job.
+/* cpu_engine_token.c - a decode step of one token as one pool job.
  *
- * DESIGN: a decode layer as two pool jobs (model_forward.c) leaves the threads idle twice per
+ * DESIGN: a decode layer as two pool jobs (cpu_engine_forward.c) leaves the threads idle twice per
  * layer while the caller alone routes the token, plans the expert job, norms the residual and
  * quantises the next product's input (~10 µs per gap on the 16-core host, 1 ms a token). Here
  * every layer's stages are planned before the step and chained into one staged job (the pool
@@ -15,8 +15,8 @@
  * rows (the pool's gate prefetch), so the memory stream keeps going across what used to be job
  * boundaries. The expert FFN's items are known only once the router's `then` has planned the
  * expert job: that step publishes the plan (`planned`) first, and a thread waiting at the FFN's
- * gate prefetches its item from then on. The steps and kernels are model_forward.c's and
- * ce_front.c's, so the bytes are.
+ * gate prefetches its item from then on. The steps and kernels are cpu_engine_forward.c's and
+ * cpu_engine_front.c's, so the bytes are.
  * A failed `then` step records its error in its layer; the next layer's steps see it and skip.
  */
 #include <stdlib.h>
@@ -196,7 +196,8 @@ static bool token_plan(token_job *t, hm_status *st, hm_error *err) {
         t->attn_at[il] = ns + tl->f.attn_at;
         t->stages[ns + nf - 1].then = token_route; /* the router's stage */
         t->stages[ns + nf - 1].then_ctx = tl;
-        if (!moe_exec_cpu_args(c->exec, il, c->ids, 1, K, c->xn, c->ey, &tl->gate, &tl->up, &tl->down,
+        if (!moe_exec_cpu_args(c->exec, il, c->ids, 1, K, c->xn, c->ey, &tl->gate, &tl->up,
+                               &tl->down,
                             &tl->pc) ||
             cpu_moe_ffn_scratch_size(&tl->gate, &tl->down) > c->mm_scratch_size)
             return false;

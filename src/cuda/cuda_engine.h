@@ -6,7 +6,7 @@
  * (through a pinned staging buffer, in chunks), allocates the KV cache (f16, n_ctx positions for
  * every layer: sliding-window layers mask, they keep no ring) and the scratch for n_ubatch
  * tokens, after checking that the device has the memory (admission control: the error says
- * what is needed and what is free, in MiB). The forward pass mirrors model_forward.c step by
+ * what is needed and what is free, in MiB). The forward pass mirrors cpu_engine_forward.c step by
  * step with the kernels of cuda_quant.h / cuda_ops.h / cuda_attn.h (/ cuda_gemm.h for prompt
  * ubatches). Decode-sized products (n_tok <= 8) use the matvec kernels, whose results are the
  * CPU's bytes.

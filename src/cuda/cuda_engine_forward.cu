@@ -1,6 +1,6 @@
 /* cuda_engine_forward.cu - the forward pass on the GPU, enqueued on the engine's stream.
  *
- * DESIGN: the same sequence as model_forward.c (embed; per layer x += attn(norm(x)) and
+ * DESIGN: the same sequence as cpu_engine_forward.c (embed; per layer x += attn(norm(x)) and
  * x += moe(norm(x)); final norm; output), each CPU call replaced by its device twin:
  * cpu_matmul -> cuda_quantize_act + cuda_matvec (bytes equal for every n_tok), cpu_rmsnorm ->
  * cuda_rmsnorm, cpu_rope -> cuda_rope_qk (cos/sin table computed by the CPU rope at init),

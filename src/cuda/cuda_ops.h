@@ -56,7 +56,7 @@ hm_status cuda_moe_add_bias(float *y, const float *bias, const int32_t *d_ids, i
  * w: [n_tok][n_used]; out: [n_tok][n], must not alias y. */
 hm_status cuda_moe_combine(const float *y, const float *w, const int32_t *d_ids, int64_t n_tok,
                            int n_used, int64_t n, float *out, void *stream, hm_error *err);
-/* The shared expert's gated add (model_forward.c, qwen2moe): out[t][i] = out[t][i] +
+/* The shared expert's gated add (cpu_engine_forward.c, qwen2moe): out[t][i] = out[t][i] +
  * sh[t][i] * sigmoid(gate[t]) — the CPU's cpu_sigmoid, cpu_scale, cpu_add sequence, same
  * bits. out, sh: [n_tok][n]; gate: [n_tok] (the logit, before the sigmoid). */
 hm_status cuda_shexp_combine(float *out, const float *sh, const float *gate, int64_t n_tok,

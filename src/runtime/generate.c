@@ -205,7 +205,8 @@ static hm_status end_gpu(hm_gen *g, hm_error *err) {
         if (h) hist_linear(g, h);
         st = cuda_decode_sampler_set(g->dec, h, g->hist_len, g->draws, err);
         free(h);
-        if (st == HM_OK) st = cuda_decode_redo(g->dec, g->last_tok, hm_context_n_past(g->ctx) - 1, err);
+        if (st == HM_OK)
+            st = cuda_decode_redo(g->dec, g->last_tok, hm_context_n_past(g->ctx) - 1, err);
         if (st != HM_OK) return st;
     }
     return HM_OK;

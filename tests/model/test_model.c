@@ -93,7 +93,7 @@ static void test_presets_batch_threads_determinism(void) {
         float *e = malloc(sz * 4);
         /* batch (ubatches of 5) with 2 threads; one by one with 1 thread; batch with 3 threads
          * in one ubatch; one by one with 3 threads (a decode step as one staged pool job,
-         * model_token.c, except qwen2moe: its layers as two jobs each) */
+         * cpu_engine_token.c, except qwen2moe: its layers as two jobs each) */
         hm_context *cx2 = mkctx(m, 64, 5, 2, HM_TYPE_F16);
         hm_context *cx1 = mkctx(m, 64, 5, 1, HM_TYPE_F16);
         hm_context *cx3 = mkctx(m, 64, 32, 3, HM_TYPE_F16);
