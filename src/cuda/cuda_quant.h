@@ -86,7 +86,7 @@ typedef enum {
 /* Fused decode expert gate/up: for each (t, s) and row r
  *   g = dot(gate row r of expert e, act) [+ gate_b[e][r]], u = likewise with up,
  *   out[t][s][r] = glu(g, u)
- * bit-identical to the executor's CPU lane (moe_exec.c)'s gate/up/bias/activation (moe_post_gate_up).
+ * bit-identical to the gate/up/bias/activation of the executor's CPU lane (moe_exec_post).
  * gate.y is ignored; gate.ids/act/x_per_slot/n_tok/n_used/n_expert/n_rows/k are shared by up;
  * up_wtype must equal gate.wtype (else HM_ERR_UNSUPPORTED: run two cuda_moe_matvec and the
  * elementwise ops instead). Skipped slots
