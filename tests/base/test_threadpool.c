@@ -630,6 +630,26 @@ static void test_adapt_forged(void) {
     tp_free(p);
 }
 
+/* HOTMOE_POOL_ADAPT=0 (read at tp_init): the same slow threads, and every thread stays active */
+static void test_adapt_off(void) {
+    setenv("HOTMOE_POOL_ADAPT", "0", 1);
+    tp_pool *p = NULL;
+    hm_status st = tp_init(AD_THREADS, &p, NULL);
+    unsetenv("HOTMOE_POOL_ADAPT");
+    HM_REQUIRE(st == HM_OK);
+    static ad_src src;
+    memset(&src, 0, sizeof(src));
+    src.t0 = ad_now();
+    src.frac[2] = src.frac[3] = 0.9;
+    tp_set_delay_source(p, ad_delay, &src);
+    ad_job j = {.sleep_us = 100};
+    int bad = 0, lowest = AD_THREADS;
+    HM_CHECK(ad_until(p, &j, 0.5, -1, true, &bad, &lowest) < 0); /* never below the size */
+    HM_CHECK_MSG(lowest == AD_THREADS && bad == 0, "ADAPT=0: active count %d, %d bad jobs",
+                 lowest, bad);
+    tp_free(p);
+}
+
 static atomic_int ad_spin_stop;
 static void *ad_spin(void *arg) {
     (void)arg;
@@ -687,4 +707,4 @@ static void test_adapt_real(void) {
 
 HM_TEST_MAIN(test_many_jobs, test_barrier, test_bad_args, test_items, test_stages,
              test_stage_prefetch, test_contention, test_cpu_count, test_adapt_forged,
-             test_adapt_real)
+             test_adapt_off, test_adapt_real)
