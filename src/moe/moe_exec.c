@@ -33,6 +33,7 @@ struct moe_exec {
     int32_t *ids;            /* [nt][K] */
     void *mm;                /* mm_size bytes */
     size_t mm_size;
+    size_t ffn_size;         /* the one-job FFN's scratch for up to MOE_FEW_TOK tokens */
     uint8_t *lane;           /* [n_layer][n_expert] */
     int64_t n_off_cpu;       /* experts not on the CPU lane */
     moe_lane_fn fn[MOE_LANE_MAX];
@@ -43,10 +44,11 @@ static tp_pool *op_pool(tp_pool *pool, int64_t elems) {
     return elems <= EXEC_INLINE_ELEMS ? NULL : pool;
 }
 
-/* Largest scratch of the CPU lane's products for up to nt tokens. */
-static size_t exec_scratch_max(const hm_model *m, int64_t nt) {
+/* Largest scratch of the CPU lane's products for up to nt tokens; *ffn: of the one-job FFN. */
+static size_t exec_scratch_max(const hm_model *m, int64_t nt, size_t *ffn) {
     const hm_hparams *hp = hm_model_hparams(m);
     size_t mx = 0;
+    *ffn = 0;
     for (int il = 0; il < hp->n_layer; il++) {
         const hm_layer *L = hm_model_layer(m, il);
         if (!L->gate_exps.data) continue;
@@ -59,6 +61,7 @@ static size_t exec_scratch_max(const hm_model *m, int64_t nt) {
                            .x_per_slot = 1, .n_tok = nf, .n_used = (int)hp->n_expert_used};
         size_t s = cpu_moe_ffn_scratch_size(&g, &dn);
         if (s > mx) mx = s;
+        if (s > *ffn) *ffn = s;
         const hm_tensor *ex[] = {&L->gate_exps, &L->up_exps, &L->down_exps};
         for (int i = 0; i < 3; i++) {
             cpu_moe_args a = {.wtype = ex[i]->type, .w = ex[i]->data, .n_expert = hp->n_expert,
@@ -92,7 +95,7 @@ hm_status moe_exec_init(const hm_model *m, tp_pool *pool, int64_t n_tok_max, moe
     x->eg = malloc(acts * sizeof(float));
     x->eu = malloc(acts * sizeof(float));
     x->ids = malloc(slots * sizeof(int32_t));
-    x->mm_size = exec_scratch_max(m, n_tok_max);
+    x->mm_size = exec_scratch_max(m, n_tok_max, &x->ffn_size);
     x->mm = malloc(x->mm_size ? x->mm_size : 1);
     x->lane = calloc((size_t)x->n_layer * (size_t)(x->n_expert > 0 ? x->n_expert : 1), 1);
     if (!x->eg || !x->eu || !x->ids || !x->mm || !x->lane) {
@@ -146,7 +149,7 @@ int moe_exec_lane(const moe_exec *x, int il, int e) {
 
 bool moe_exec_all_cpu(const moe_exec *x) { return x->n_off_cpu == 0; }
 
-size_t moe_exec_ffn_scratch_size(const moe_exec *x) { return x->mm_size; }
+size_t moe_exec_ffn_scratch_size(const moe_exec *x) { return x->ffn_size; }
 
 /* ---- the CPU lane ---- */
 
