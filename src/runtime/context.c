@@ -270,7 +270,7 @@ static hm_status check_decode(const hm_context *c, const int32_t *tokens, int n_
         if (tokens[i] < 0 || tokens[i] >= hp->n_vocab)
             return hm_error_set(err, HM_ERR_RANGE, "token id %d at index %d is outside the "
                                 "vocabulary (%lld tokens)", tokens[i], i, (long long)hp->n_vocab);
-    if (c->gpu && (c->obs.route || c->obs.counts) && !c->obs.counts)
+    if (c->gpu && c->obs.route && !c->obs.counts)
         return hm_error_set(err, HM_ERR_UNSUPPORTED, "this routing observer needs every routing "
                             "result on the host: it runs on the CPU path only (use -ngl 0)");
     return HM_OK;
