@@ -10,6 +10,7 @@ typedef struct {
 } cli_command;
 
 int cmd_forge(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_run(int argc, char **argv);

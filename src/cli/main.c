@@ -8,6 +8,7 @@
 
 static const cli_command k_commands[] = {
     {"forge", "write a GGUF model (and its HuggingFace copy) of a real MoE architecture", cmd_forge},
+    {"convert", "convert a HuggingFace checkpoint folder (safetensors) to GGUF in any hotmoe type", cmd_convert},
     {"inspect", "describe any GGUF file: metadata, tensors, sizes per category and tier", cmd_inspect},
     {"tokenize", "print the token ids of a text (llama-tokenize); works on vocab-only GGUF files", cmd_tokenize},
     {"run", "generate text from a prompt, streaming it, with prompt/generation speeds", cmd_run},

@@ -1,0 +1,333 @@
+/* convert_gguf.c - `hotmoe convert`'s driver: checks the checkpoint against the layout forge
+ * defines, then writes the GGUF metadata and streams every tensor.
+ *
+ * DESIGN: forge_tensors_build (names, shapes, types of the mix) and forge_hf_plan (which HF
+ * tensor each GGUF tensor comes from, and how) are the single definition of the layout; this
+ * file only inverts the plan's operations, row by row:
+ *   COPY       GGUF row r = HF flat row r
+ *   SLICE      row r of a stacked expert tensor = row r % ne1 of expert r / ne1's HF tensor
+ *   UNPERMUTE  GGUF row h*D + 2i + j = HF row h*D + j*D/2 + i (convert_hf_to_gguf's permute)
+ *   GATE_UP    gate (up) [e][f][c] = gate_up_proj[e][c][2f (+1)]; GATE_UP_B likewise for biases
+ *   DOWN_T     down [e][c][f] = down_proj[e][f][c]
+ * Every HF tensor of the plan is resolved (present, same shape, readable dtype) before the
+ * output is created, so bad input fails without writing. Rows are converted to f32 from the
+ * mapped file and encoded as forge_gen_rows encodes its floats (memcpy, hm_f32_to_fp16,
+ * quant_quantize_row), chunk by chunk (<= 32 MiB) across a thread pool, so memory stays bounded
+ * and a forged f32 twin gives forge's bytes for every mix. The metadata keys are written in
+ * forge_gguf.c's order and types (its writers are static there, so they are mirrored here).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/threadpool.h"
+#include "convert/convert_internal.h"
+#include "gguf/gguf.h"
+#include "quant/fp16.h"
+#include "quant/qtypes.h"
+#include "quant/quant.h"
+
+#define CHUNK_BYTES ((size_t)32 << 20)
+
+/* ---- metadata: the keys forge_gguf.c writes, in its order ---- */
+
+static hm_status set_arch_keys(gguf_writer *w, const forge_preset *p) {
+    const char *a = forge_arch_name(p->arch);
+    char k[128];
+    hm_status st = HM_OK;
+#define U32(suffix, v) do { snprintf(k, sizeof(k), "%s.%s", a, suffix); if (st == HM_OK) st = gguf_writer_set_u32(w, k, (uint32_t)(v)); } while (0)
+#define F32(suffix, v) do { snprintf(k, sizeof(k), "%s.%s", a, suffix); if (st == HM_OK) st = gguf_writer_set_f32(w, k, (float)(v)); } while (0)
+#define STR(suffix, v) do { snprintf(k, sizeof(k), "%s.%s", a, suffix); if (st == HM_OK) st = gguf_writer_set_str(w, k, v); } while (0)
+    U32("vocab_size", p->n_vocab);
+    U32("context_length", p->n_ctx);
+    U32("embedding_length", p->n_embd);
+    U32("block_count", p->n_layer);
+    U32("feed_forward_length", p->n_ff);
+    U32("attention.head_count", p->n_head);
+    U32("attention.head_count_kv", p->n_head_kv);
+    U32("attention.key_length", p->head_dim);
+    U32("attention.value_length", p->head_dim);
+    F32("rope.freq_base", p->rope_base);
+    U32("rope.dimension_count", p->head_dim);
+    F32("attention.layer_norm_rms_epsilon", p->rms_eps);
+    U32("expert_count", p->n_expert);
+    U32("expert_used_count", p->n_expert_used);
+    if (p->arch == FORGE_ARCH_QWEN3MOE || p->arch == FORGE_ARCH_QWEN2MOE || p->arch == FORGE_ARCH_GPTOSS)
+        U32("expert_feed_forward_length", p->n_ff_exp);
+    if (p->arch == FORGE_ARCH_QWEN2MOE) U32("expert_shared_feed_forward_length", p->n_ff_shexp);
+    if (p->arch == FORGE_ARCH_GPTOSS) {
+        U32("attention.sliding_window", p->sliding_window);
+        STR("rope.scaling.type", "yarn");
+        F32("rope.scaling.factor", p->yarn_factor);
+        U32("rope.scaling.original_context_length", p->yarn_orig_ctx);
+    }
+#undef U32
+#undef F32
+#undef STR
+    return st;
+}
+
+static hm_status set_tokenizer_keys(gguf_writer *w, const forge_vocab *v) {
+    hm_status st = gguf_writer_set_str(w, "tokenizer.ggml.model", v->spm ? "llama" : "gpt2");
+    if (st == HM_OK) st = gguf_writer_set_str(w, "tokenizer.ggml.pre", v->pre);
+    if (st == HM_OK) st = gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v->tokens, (uint64_t)v->n);
+    if (st == HM_OK && v->spm) st = gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_VT_FLOAT32, v->scores, (uint64_t)v->n);
+    if (st == HM_OK) st = gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_VT_INT32, v->types, (uint64_t)v->n);
+    if (st == HM_OK && !v->spm)
+        st = gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v->merges, (uint64_t)v->n_merges);
+    if (st == HM_OK && v->bos >= 0) st = gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)v->bos);
+    if (st == HM_OK && v->eos >= 0) st = gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)v->eos);
+    if (st == HM_OK && v->unk >= 0) st = gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", (uint32_t)v->unk);
+    if (st == HM_OK && v->pad >= 0) st = gguf_writer_set_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)v->pad);
+    if (st == HM_OK) st = gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", v->add_bos);
+    if (st == HM_OK && v->spm) st = gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", false);
+    if (st == HM_OK && v->chat_template) st = gguf_writer_set_str(w, "tokenizer.chat_template", v->chat_template);
+    return st;
+}
+
+static hm_status write_metadata(gguf_writer *w, const forge_preset *p, forge_mix mix, const forge_vocab *v,
+                                const forge_tensor_list *l) {
+    hm_status st = gguf_writer_set_str(w, "general.architecture", forge_arch_name(p->arch));
+    if (st == HM_OK) st = gguf_writer_set_str(w, "general.type", "model");
+    if (st == HM_OK) st = gguf_writer_set_str(w, "general.name", p->model_name);
+    if (st == HM_OK) st = gguf_writer_set_u32(w, "general.file_type", forge_mix_file_type(mix));
+    if (st == HM_OK) st = gguf_writer_set_u32(w, "general.quantization_version", 2);
+    if (st == HM_OK) st = set_arch_keys(w, p);
+    if (st == HM_OK) st = set_tokenizer_keys(w, v);
+    for (int i = 0; st == HM_OK && i < l->n; i++)
+        st = gguf_writer_add_tensor(w, l->t[i].name, l->t[i].type, l->t[i].n_dims, l->t[i].ne);
+    return st;
+}
+
+/* ---- sources ---- */
+
+typedef struct {
+    forge_hf_op op;
+    int64_t n_heads;     /* UNPERMUTE */
+    int off;             /* GATE_UP*: 0 gate, 1 up */
+    const st_tensor *t;  /* the HF tensor (all ops but SLICE) */
+    const st_tensor **ex; /* SLICE: [n_expert] */
+} source;
+
+static void shape_str(char *buf, size_t cap, int n, const int64_t *shape) {
+    size_t o = (size_t)snprintf(buf, cap, "[");
+    for (int d = 0; d < n && o < cap; d++) o += (size_t)snprintf(buf + o, cap - o, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    if (o < cap) snprintf(buf + o, cap - o, "]");
+}
+
+static hm_status resolve(const char *dir, const st_set *s, const forge_hf_tensor *h, const st_tensor **out, hm_error *err) {
+    char want[96], got[96];
+    shape_str(want, sizeof(want), h->n_dims, h->shape);
+    const st_tensor *t = convert_st_find(s, h->name);
+    if (!t) return hm_error_set(err, HM_ERR_NOT_FOUND, "%s: missing tensor %s (expected shape %s)", dir, h->name, want);
+    bool same = t->n_dims == h->n_dims;
+    for (int d = 0; same && d < h->n_dims; d++) same = t->shape[d] == h->shape[d];
+    if (!same) {
+        shape_str(got, sizeof(got), t->n_dims, t->shape);
+        return hm_error_set(err, HM_ERR_FORMAT, "%s: tensor %s has shape %s, config.json implies %s", s->files[t->file].path, h->name, got, want);
+    }
+    if (t->dtype == ST_OTHER)
+        return hm_error_set(err, HM_ERR_UNSUPPORTED, "%s: tensor %s has dtype %s; supported: F32, F16, BF16, F64",
+                            s->files[t->file].path, h->name, t->dtype_name);
+    *out = t;
+    return HM_OK;
+}
+
+static hm_status build_sources(const char *dir, const st_set *s, const forge_tensor_list *l, const forge_hf_tensor *hs,
+                               int nh, source *src, hm_error *err) {
+    for (int k = 0; k < nh; k++) {
+        const forge_hf_tensor *h = &hs[k];
+        const st_tensor *t = NULL;
+        hm_status st = resolve(dir, s, h, &t, err);
+        if (st != HM_OK) return st;
+        for (int which = 0; which < 2; which++) {
+            int i = which ? ((h->op == FH_GATE_UP || h->op == FH_GATE_UP_B) ? h->src2 : -1) : h->src;
+            if (i < 0) continue;
+            source *c = &src[i];
+            c->op = h->op;
+            c->n_heads = h->n_heads;
+            c->off = which;
+            if (h->op == FH_SLICE) {
+                if (!c->ex && !(c->ex = calloc((size_t)l->t[i].ne[2], sizeof(*c->ex))))
+                    return hm_error_set(err, HM_ERR_NOMEM, "out of memory");
+                c->ex[h->expert] = t;
+            } else {
+                c->t = t;
+            }
+        }
+    }
+    for (int i = 0; i < l->n; i++)
+        if (!src[i].t && !src[i].ex)
+            return hm_error_set(err, HM_ERR_STATE, "no HF source planned for GGUF tensor %s", l->t[i].name);
+    return HM_OK;
+}
+
+/* f32 values of row r of GGUF tensor t (ne[0] floats) */
+static void fill_row(const forge_tensor *t, const source *c, int64_t r, float *dst) {
+    const int64_t ne0 = t->ne[0], ne1 = t->ne[1];
+    switch (c->op) {
+    case FH_COPY: convert_st_read(c->t, r * ne0, ne0, dst); break;
+    case FH_SLICE: convert_st_read(c->ex[r / ne1], (r % ne1) * ne0, ne0, dst); break;
+    case FH_UNPERMUTE: {
+        const int64_t D = ne1 / c->n_heads, h = r / D, k = r % D;
+        convert_st_read(c->t, (h * D + (k % 2) * (D / 2) + k / 2) * ne0, ne0, dst);
+        break;
+    }
+    case FH_GATE_UP: {
+        const int64_t e = r / ne1, f = r % ne1;
+        convert_st_gather(c->t, e * ne0 * 2 * ne1 + 2 * f + c->off, 2 * ne1, ne0, dst);
+        break;
+    }
+    case FH_GATE_UP_B: convert_st_gather(c->t, r * 2 * ne0 + c->off, 2, ne0, dst); break;
+    case FH_DOWN_T: {
+        const int64_t e = r / ne1, ch = r % ne1;
+        convert_st_gather(c->t, e * ne0 * ne1 + ch, ne1, ne0, dst);
+        break;
+    }
+    }
+}
+
+typedef struct {
+    const forge_tensor *t;
+    const source *c;
+    int64_t r0, nr;
+    size_t row_size;
+    uint8_t *dst;
+    float *scratch; /* [nth][max_ne0] */
+    int64_t max_ne0;
+    hm_status st[64];
+} chunk_job;
+
+static void chunk_worker(void *ctx, int ith, int nth) {
+    chunk_job *j = ctx;
+    const int64_t a = j->nr * ith / nth, b = j->nr * (ith + 1) / nth, n = j->t->ne[0];
+    float *f = j->scratch + (size_t)ith * (size_t)j->max_ne0;
+    j->st[ith] = HM_OK;
+    for (int64_t r = a; r < b && j->st[ith] == HM_OK; r++) {
+        uint8_t *out = j->dst + (size_t)r * j->row_size;
+        fill_row(j->t, j->c, j->r0 + r, f);
+        if (j->t->type == HM_TYPE_F32) {
+            memcpy(out, f, (size_t)n * sizeof(float));
+        } else if (j->t->type == HM_TYPE_F16) {
+            hm_fp16 *h = (hm_fp16 *)out;
+            for (int64_t i = 0; i < n; i++) h[i] = hm_f32_to_fp16(f[i]);
+        } else {
+            j->st[ith] = quant_quantize_row(j->t->type, f, out, n);
+        }
+    }
+}
+
+static hm_status write_tensors(gguf_writer *w, const char *out_path, const forge_tensor_list *l, const source *src,
+                               tp_pool *pool, int nth, bool progress, hm_error *err) {
+    int64_t max_ne0 = 0;
+    uint64_t total = 0;
+    for (int i = 0; i < l->n; i++) {
+        if (l->t[i].ne[0] > max_ne0) max_ne0 = l->t[i].ne[0];
+        total += forge_tensor_bytes(&l->t[i]);
+    }
+    uint8_t *buf = malloc(CHUNK_BYTES);
+    float *scratch = malloc((size_t)nth * (size_t)max_ne0 * sizeof(float));
+    hm_status st = HM_OK;
+    if (!buf || !scratch) st = hm_error_set(err, HM_ERR_NOMEM, "out of memory for the write buffers");
+    forge_progress pr;
+    forge_progress_begin(&pr, "convert", total, progress);
+    for (int i = 0; i < l->n && st == HM_OK; i++) {
+        const forge_tensor *t = &l->t[i];
+        const size_t rs = hm_row_size(t->type, t->ne[0]);
+        const int64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
+        int64_t per = (int64_t)(CHUNK_BYTES / rs);
+        if (per < 1) per = 1;
+        for (int64_t r0 = 0; r0 < rows && st == HM_OK; r0 += per) {
+            chunk_job cj = {.t = t, .c = &src[i], .r0 = r0, .nr = rows - r0 < per ? rows - r0 : per,
+                            .row_size = rs, .dst = buf, .scratch = scratch, .max_ne0 = max_ne0};
+            tp_run(pool, chunk_worker, &cj);
+            for (int k = 0; k < (pool ? nth : 1) && st == HM_OK; k++)
+                if (cj.st[k] != HM_OK) st = hm_error_set(err, cj.st[k], "cannot encode tensor %s as %s", t->name, hm_type_name(t->type));
+            if (st == HM_OK && (st = gguf_writer_write(w, buf, (size_t)cj.nr * rs)) != HM_OK)
+                hm_error_set(err, st, "%s: %s", out_path, gguf_writer_errmsg(w));
+            forge_progress_add(&pr, (uint64_t)cj.nr * rs);
+        }
+    }
+    forge_progress_end(&pr);
+    free(buf);
+    free(scratch);
+    return st;
+}
+
+hm_status convert_run(const convert_job *job, convert_result *res, hm_error *err) {
+    memset(res, 0, sizeof(*res));
+    const double t0 = forge_now();
+    forge_preset p;
+    forge_vocab v = {0};
+    st_set s = {0};
+    forge_tensor_list l = {0};
+    forge_hf_tensor *hs = NULL;
+    source *src = NULL;
+    gguf_writer *w = NULL;
+    tp_pool *pool = NULL;
+    int nh = 0;
+    bool opened = false;
+    char name[256];
+
+    hm_status st = convert_config_read(job->hf_dir, &p, err);
+    if (st != HM_OK) return st;
+    if (job->name) {
+        p.model_name = job->name;
+    } else { /* the folder's base name, as convert_hf_to_gguf names a model without metadata */
+        size_t n = strlen(job->hf_dir);
+        while (n > 1 && job->hf_dir[n - 1] == '/') n--;
+        size_t b = n;
+        while (b > 0 && job->hf_dir[b - 1] != '/') b--;
+        snprintf(name, sizeof(name), "%.*s", (int)(n - b), job->hf_dir + b);
+        p.model_name = name;
+    }
+    if ((st = convert_vocab_read(job->hf_dir, &p, &v, err)) != HM_OK) return st;
+    if ((st = convert_st_open(job->hf_dir, &s, err)) != HM_OK) goto done;
+    if ((st = forge_tensors_build(&p, job->mix, &l, err)) != HM_OK) goto done;
+    if ((st = forge_hf_plan(&p, &l, &hs, &nh, err)) != HM_OK) goto done;
+    if (!(src = calloc((size_t)l.n, sizeof(*src)))) { st = hm_error_set(err, HM_ERR_NOMEM, "out of memory"); goto done; }
+    if ((st = build_sources(job->hf_dir, &s, &l, hs, nh, src, err)) != HM_OK) goto done;
+
+    long nc = sysconf(_SC_NPROCESSORS_ONLN);
+    int nth = job->n_threads > 0 ? job->n_threads : nc > 0 ? (int)nc : 1;
+    if (nth > 64) nth = 64;
+    if (nth > 1 && (st = tp_init(nth, &pool, err)) != HM_OK) goto done;
+    if ((st = gguf_writer_open(job->out_path, &w, err)) != HM_OK) goto done;
+    opened = true;
+    st = write_metadata(w, &p, job->mix, &v, &l);
+    if (st == HM_OK) st = gguf_writer_begin_data(w);
+    if (st != HM_OK) { hm_error_set(err, st, "%s: %s", job->out_path, gguf_writer_errmsg(w)); goto done; }
+    st = write_tensors(w, job->out_path, &l, src, pool, pool ? nth : 1, job->progress, err);
+    if (st == HM_OK) {
+        st = gguf_writer_close(w, err);
+        w = NULL;
+    }
+done:
+    if (w) {
+        hm_error ignored;
+        gguf_writer_close(w, &ignored);
+    }
+    if (st != HM_OK && opened) unlink(job->out_path);
+    if (st == HM_OK) {
+        res->arch = forge_arch_name(p.arch);
+        res->n_tensors = l.n;
+        forge_tensors_totals(&l, &res->n_params, NULL);
+        FILE *f = fopen(job->out_path, "rb");
+        if (f) {
+            fseeko(f, 0, SEEK_END);
+            res->bytes = (uint64_t)ftello(f);
+            fclose(f);
+        }
+    }
+    res->seconds = forge_now() - t0;
+    tp_free(pool);
+    if (src)
+        for (int i = 0; i < l.n; i++) free(src[i].ex);
+    free(src);
+    free(hs);
+    forge_tensors_free(&l);
+    convert_st_close(&s);
+    convert_vocab_free(&v);
+    return st;
+}

@@ -1,0 +1,161 @@
+/* test_convert.c - `hotmoe convert` against `hotmoe forge`: every tiny preset's f32 HF twin
+ * converts, for every type mix, to the GGUF forge writes for that mix (every tensor's name,
+ * type, shape and bytes; every metadata value), and bad checkpoints fail naming the culprit.
+ *
+ * Keys allowed to differ: general.source.forge (forge only). general.name is passed with
+ * --name (convert's default is the folder name). */
+#include <math.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "convert/convert.h"
+#include "forge/forge_test_util.h"
+#include "harness.h"
+#include "quant/fp16.h"
+
+static bool kv_equal(const gguf_ctx *a, int64_t ia, const gguf_ctx *b, int64_t ib, char *why, size_t cap) {
+    gguf_vtype ta = gguf_kv_type(a, ia), tb = gguf_kv_type(b, ib);
+    if (ta != tb) { snprintf(why, cap, "type %s vs %s", gguf_vtype_name(ta), gguf_vtype_name(tb)); return false; }
+    hm_error e;
+    if (ta == GGUF_VT_STRING) {
+        gguf_str x, y;
+        gguf_kv_str(a, ia, &x, &e);
+        gguf_kv_str(b, ib, &y, &e);
+        if (x.len != y.len || memcmp(x.data, y.data, x.len)) { snprintf(why, cap, "string differs"); return false; }
+        return true;
+    }
+    if (ta == GGUF_VT_ARRAY) {
+        gguf_arr x, y;
+        gguf_kv_arr(a, ia, &x, &e);
+        gguf_kv_arr(b, ib, &y, &e);
+        if (x.type != y.type || x.n != y.n) { snprintf(why, cap, "array type/length %llu vs %llu", (unsigned long long)x.n, (unsigned long long)y.n); return false; }
+        for (uint64_t i = 0; i < x.n; i++) {
+            bool same;
+            if (x.type == GGUF_VT_STRING) {
+                gguf_str s = gguf_arr_str(&x, i), t = gguf_arr_str(&y, i);
+                same = s.len == t.len && !memcmp(s.data, t.data, s.len);
+            } else if (x.type == GGUF_VT_FLOAT32 || x.type == GGUF_VT_FLOAT64) {
+                double u = gguf_arr_float(&x, i), v = gguf_arr_float(&y, i);
+                same = memcmp(&u, &v, sizeof(u)) == 0;
+            } else {
+                same = gguf_arr_int(&x, i) == gguf_arr_int(&y, i);
+            }
+            if (!same) { snprintf(why, cap, "element %llu differs", (unsigned long long)i); return false; }
+        }
+        return true;
+    }
+    if (ta == GGUF_VT_FLOAT32 || ta == GGUF_VT_FLOAT64) {
+        double u, v;
+        gguf_kv_float(a, ia, &u, &e);
+        gguf_kv_float(b, ib, &v, &e);
+        if (memcmp(&u, &v, sizeof(u))) { snprintf(why, cap, "%.9g vs %.9g", u, v); return false; }
+        return true;
+    }
+    if (ta == GGUF_VT_BOOL) {
+        bool u, v;
+        gguf_kv_bool(a, ia, &u, &e);
+        gguf_kv_bool(b, ib, &v, &e);
+        if (u != v) { snprintf(why, cap, "%d vs %d", u, v); return false; }
+        return true;
+    }
+    int64_t u, v;
+    gguf_kv_int(a, ia, &u, &e);
+    gguf_kv_int(b, ib, &v, &e);
+    if (u != v) { snprintf(why, cap, "%lld vs %lld", (long long)u, (long long)v); return false; }
+    return true;
+}
+
+/* number of differences between forge's file and convert's (only_type: compare only tensors
+ * of that ggml type, -1 all; metadata: compare keys) */
+static int compare_gguf(const char *ref_path, const char *out_path, int only_type, bool metadata) {
+    gguf_ctx *a = NULL, *b = NULL;
+    hm_error e;
+    if (gguf_open(ref_path, &a, &e) != HM_OK || gguf_open(out_path, &b, &e) != HM_OK) {
+        fprintf(stderr, "open: %s\n", e.msg);
+        gguf_close(a);
+        return 1;
+    }
+    int bad = 0;
+    char why[128];
+    for (int64_t i = 0; metadata && i < gguf_kv_count(a); i++) {
+        const char *k = gguf_kv_key(a, i);
+        if (!strcmp(k, "general.source.forge")) continue;
+        int64_t j = gguf_find_key(b, k);
+        if (j < 0) { fprintf(stderr, "%s: key %s missing\n", out_path, k); bad++; continue; }
+        if (!kv_equal(a, i, b, j, why, sizeof(why))) { fprintf(stderr, "%s: key %s: %s\n", out_path, k, why); bad++; }
+    }
+    for (int64_t j = 0; metadata && j < gguf_kv_count(b); j++)
+        if (gguf_find_key(a, gguf_kv_key(b, j)) < 0) { fprintf(stderr, "%s: extra key %s\n", out_path, gguf_kv_key(b, j)); bad++; }
+    if (gguf_tensor_count(a) != gguf_tensor_count(b)) { fprintf(stderr, "%s: tensor count differs\n", out_path); bad++; }
+    for (int64_t i = 0; i < gguf_tensor_count(a) && i < gguf_tensor_count(b); i++) {
+        const gguf_tensor *x = gguf_tensor_at(a, i), *y = gguf_tensor_at(b, i);
+        if (only_type >= 0 && x->type != (uint32_t)only_type) continue;
+        if (strcmp(x->name, y->name) || x->type != y->type || x->n_dims != y->n_dims || memcmp(x->ne, y->ne, sizeof(x->ne)) ||
+            x->size != y->size) {
+            fprintf(stderr, "%s: tensor %s: name/type/shape differs from %s\n", out_path, x->name, y->name);
+            bad++;
+        } else if (memcmp(x->data, y->data, x->size)) {
+            fprintf(stderr, "%s: tensor %s: bytes differ\n", out_path, x->name);
+            bad++;
+        }
+    }
+    gguf_close(a);
+    gguf_close(b);
+    return bad;
+}
+
+static hm_status run_convert(const char *dir, const char *out, forge_mix mix, const char *name, hm_error *err) {
+    convert_job job = {.hf_dir = dir, .out_path = out, .mix = mix, .name = name, .n_threads = 2};
+    convert_result res;
+    return convert_run(&job, &res, err);
+}
+
+/* every tiny preset, every mix, from the f32 twin */
+static void test_equal_forge(void) {
+    for (int pi = 0; pi < forge_preset_count(); pi++) {
+        const forge_preset *p = forge_preset_at(pi);
+        if (!p->tiny) continue;
+        char g32[512], hf[512], tag[128];
+        snprintf(tag, sizeof(tag), "cv-%s-f32", p->name);
+        HM_REQUIRE(ft_forge(p, FORGE_MIX_F32, 42, tag, true, 2, g32, sizeof(g32), hf, sizeof(hf)) == HM_OK);
+        for (int m = 0; m < FORGE_MIX_COUNT; m++) {
+            char ref[512], out[512], unused[8];
+            snprintf(tag, sizeof(tag), "cv-%s-%s", p->name, forge_mix_name((forge_mix)m));
+            if (m == FORGE_MIX_F32) snprintf(ref, sizeof(ref), "%s", g32);
+            else HM_REQUIRE(ft_forge(p, (forge_mix)m, 42, tag, false, 2, ref, sizeof(ref), unused, sizeof(unused)) == HM_OK);
+            char name[300];
+            snprintf(name, sizeof(name), "%s-conv.gguf", tag);
+            ft_path(out, sizeof(out), name);
+            hm_error err;
+            hm_status st = run_convert(hf, out, (forge_mix)m, p->model_name, &err);
+            HM_CHECK_MSG(st == HM_OK, "%s: %s", tag, err.msg);
+            if (st != HM_OK) continue;
+            int bad = compare_gguf(ref, out, -1, true);
+            HM_CHECK_MSG(bad == 0, "%s: %d differences", tag, bad);
+            if (m != FORGE_MIX_F32) unlink(ref);
+            unlink(out);
+        }
+    }
+}
+
+/* the comparison sees a difference: without --name, general.name is the folder's name */
+static void test_compare_detects(void) {
+    const forge_preset *p = forge_preset_find("tiny-qwen3moe");
+    char g32[512], hf[512], out[512];
+    HM_REQUIRE(ft_forge(p, FORGE_MIX_F32, 42, "cv-detect", true, 2, g32, sizeof(g32), hf, sizeof(hf)) == HM_OK);
+    ft_path(out, sizeof(out), "cv-detect-conv.gguf");
+    hm_error err;
+    HM_REQUIRE(run_convert(hf, out, FORGE_MIX_F32, NULL, &err) == HM_OK);
+    HM_CHECK(compare_gguf(g32, out, -1, true) == 1);
+    gguf_ctx *g = NULL;
+    HM_REQUIRE(gguf_open(out, &g, &err) == HM_OK);
+    gguf_str s;
+    HM_CHECK(gguf_get_str(g, "general.name", &s, &err) == HM_OK && s.len == 12 && !memcmp(s.data, "cv-detect-hf", 12));
+    gguf_close(g);
+    /* a different seed changes every weight tensor */
+    char g7[512], unused[8];
+    HM_REQUIRE(ft_forge(p, FORGE_MIX_F32, 7, "cv-detect7", false, 2, g7, sizeof(g7), unused, sizeof(unused)) == HM_OK);
+    HM_CHECK(compare_gguf(g7, out, -1, false) > 10);
+}
+
+HM_TEST_MAIN(test_equal_forge, test_compare_detects)
