@@ -4,6 +4,7 @@
  *
  * Keys allowed to differ: general.source.forge (forge only). general.name is passed with
  * --name (convert's default is the folder name). */
+#include <jansson.h>
 #include <math.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -158,4 +159,117 @@ static void test_compare_detects(void) {
     HM_CHECK(compare_gguf(g7, out, -1, false) > 10);
 }
 
-HM_TEST_MAIN(test_equal_forge, test_compare_detects)
+/* ---- checkpoints edited on disk ---- */
+
+static char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)len + 1);
+    if (b && fread(b, 1, (size_t)len, f) != (size_t)len) { free(b); b = NULL; }
+    fclose(f);
+    if (b) b[len] = 0;
+    *n = (size_t)len;
+    return b;
+}
+
+static bool spit(const char *path, const void *d, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return false;
+    bool ok = fwrite(d, 1, n, f) == n;
+    return fclose(f) == 0 && ok;
+}
+
+static const char *const k_files[] = {"config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors"};
+
+/* copies the twin src into HOTMOE_TMP/name (fresh), without the files whose bit is in skip */
+static void copy_twin(const char *src, const char *name, unsigned skip, char *dst, size_t cap) {
+    ft_path(dst, cap, name);
+    char cmd[1200];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dst);
+    if (system(cmd) != 0) return;
+    mkdir(dst, 0777);
+    for (int i = 0; i < 4; i++) {
+        if (skip & (1u << i)) continue;
+        char a[1024], b[1024];
+        size_t n;
+        snprintf(a, sizeof(a), "%s/%s", src, k_files[i]);
+        snprintf(b, sizeof(b), "%s/%s", dst, k_files[i]);
+        char *d = slurp(a, &n);
+        if (d) spit(b, d, n);
+        free(d);
+    }
+}
+
+/* replaces the first occurrence of what by with (same length) in dir/file */
+static bool patch(const char *dir, const char *file, const char *what, const char *with) {
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    size_t n;
+    char *d = slurp(path, &n);
+    if (!d) return false;
+    char *at = NULL;
+    for (size_t i = 0; !at && i + strlen(what) <= n; i++)
+        if (!memcmp(d + i, what, strlen(what))) at = d + i;
+    bool ok = at && strlen(what) == strlen(with);
+    if (ok) { memcpy(at, with, strlen(with)); ok = spit(path, d, n); }
+    free(d);
+    return ok;
+}
+
+static bool truncate_file(const char *dir, const char *file, size_t cut) {
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    struct stat sb;
+    return stat(path, &sb) == 0 && truncate(path, sb.st_size - (off_t)cut) == 0;
+}
+
+static void expect_error(const char *dir, const char *what, const char *s1, const char *s2) {
+    char out[512];
+    ft_path(out, sizeof(out), "cv-err.gguf");
+    unlink(out);
+    hm_error err = {0};
+    hm_status st = run_convert(dir, out, FORGE_MIX_Q8_0, NULL, &err);
+    HM_CHECK_MSG(st != HM_OK, "%s: converted", what);
+    HM_CHECK_MSG(strstr(err.msg, s1) && (!s2 || strstr(err.msg, s2)), "%s: message '%s' lacks '%s'/'%s'", what, err.msg, s1, s2 ? s2 : "");
+    HM_CHECK_MSG(access(out, F_OK) != 0, "%s: output left behind", what);
+}
+
+static void test_errors(void) {
+    const forge_preset *p = forge_preset_find("tiny-qwen3moe");
+    char g32[512], hf[512], d[512];
+    HM_REQUIRE(ft_forge(p, FORGE_MIX_F32, 42, "cv-errsrc", true, 2, g32, sizeof(g32), hf, sizeof(hf)) == HM_OK);
+    copy_twin(hf, "cv-e-noconfig", 1u, d, sizeof(d));
+    expect_error(d, "missing config.json", "config.json", "missing");
+    copy_twin(hf, "cv-e-arch", 0, d, sizeof(d));
+    HM_REQUIRE(patch(d, "config.json", "\"Qwen3MoeForCausalLM\"", "\"LlamaForCausalLM000\""));
+    expect_error(d, "unsupported architecture", "unsupported architecture LlamaForCausalLM000", "MixtralForCausalLM, OlmoeForCausalLM");
+    copy_twin(hf, "cv-e-missing", 0, d, sizeof(d));
+    HM_REQUIRE(patch(d, "model.safetensors", "\"model.norm.weight\"", "\"model.norm.weighx\""));
+    expect_error(d, "missing tensor", "missing tensor model.norm.weight", "[256]");
+    copy_twin(hf, "cv-e-shape", 0, d, sizeof(d));
+    HM_REQUIRE(patch(d, "config.json", "\"moe_intermediate_size\": 128", "\"moe_intermediate_size\": 256"));
+    expect_error(d, "wrong shape", "model.layers.0.mlp.experts.0.gate_proj.weight has shape [128, 256]", "implies [256, 256]");
+    copy_twin(hf, "cv-e-dtype", 0, d, sizeof(d));
+    HM_REQUIRE(patch(d, "model.safetensors", "\"dtype\":\"F32\"", "\"dtype\":\"I32\""));
+    expect_error(d, "unsupported dtype", "dtype I32", "supported: F32, F16, BF16, F64");
+    copy_twin(hf, "cv-e-trunc", 0, d, sizeof(d));
+    HM_REQUIRE(truncate_file(d, "model.safetensors", 100));
+    expect_error(d, "truncated safetensors", "model.safetensors: truncated: tensor lm_head.weight", NULL);
+    copy_twin(hf, "cv-e-json", 0, d, sizeof(d));
+    HM_REQUIRE(patch(d, "model.safetensors", "\"data_offsets\":", "\"data_offsets\" "));
+    expect_error(d, "malformed header", "model.safetensors: malformed JSON header", NULL);
+    copy_twin(hf, "cv-e-shard", 0, d, sizeof(d));
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/model.safetensors.index.json", d);
+    const char *idx = "{\"metadata\": {}, \"weight_map\": {\"lm_head.weight\": \"model.safetensors\", "
+                      "\"model.norm.weight\": \"model-00002-of-00002.safetensors\"}}";
+    HM_REQUIRE(spit(path, idx, strlen(idx)));
+    expect_error(d, "index names a missing shard", "names shard model-00002-of-00002.safetensors", "No such file");
+    copy_twin(hf, "cv-e-tok", 8u, d, sizeof(d)); /* no safetensors at all */
+    expect_error(d, "no weights", "no model.safetensors", NULL);
+}
+
+HM_TEST_MAIN(test_equal_forge, test_compare_detects, test_errors)
