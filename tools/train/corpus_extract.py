@@ -271,9 +271,10 @@ def extract(kind, path):
         parts = re.split(r"\n(?=\S[^\n]* 1\n)", t)  # one part per book (chapter 1 starts it)
         return [(str(i), c) for i, c in enumerate(parts)]
     if kind == "dict":
-        t = read_text(path)
-        if t is None:
-            return []
+        with open(path, "rb") as f:
+            data = gzip.decompress(f.read())
+        # gcide has a few cp1252 bytes among its UTF-8: those characters are dropped
+        t = data.decode("utf-8", "replace").replace("\ufffd", "")
         # drop the 00-database-* header entries (database metadata, not text)
         t = re.sub(r"^00-?database-\S*\n(.*\n)*?(?=\S)", "", t, flags=re.M)
         return [(str(i), c) for i, c in enumerate(chunks(t))]
