@@ -272,4 +272,137 @@ static void test_errors(void) {
     expect_error(d, "no weights", "no model.safetensors", NULL);
 }
 
-HM_TEST_MAIN(test_equal_forge, test_compare_detects, test_errors)
+/* rewrites dir/model.safetensors as n shards + model.safetensors.index.json, values as dtype
+ * ("F32", "F16" or "BF16"); removes model.safetensors */
+static bool reshard(const char *dir, int n_shards, const char *dtype) {
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+    size_t n;
+    char *d = slurp(path, &n);
+    if (!d) return false;
+    uint64_t hl = 0;
+    for (int k = 0; k < 8; k++) hl |= (uint64_t)(uint8_t)d[k] << (8 * k);
+    json_t *hdr = json_loadb(d + 8, (size_t)hl, 0, NULL), *wm = json_object();
+    const int es = !strcmp(dtype, "F32") ? 4 : 2;
+    size_t count = json_object_size(hdr) - 1, idx = 0;
+    json_t *shards[8];
+    uint64_t off[8] = {0};
+    for (int s = 0; s < n_shards; s++) shards[s] = json_object();
+    const char *key;
+    json_t *val;
+    json_object_foreach(hdr, key, val) { /* pass 1: headers */
+        if (!strcmp(key, "__metadata__")) continue;
+        int s = (int)(idx++ * (size_t)n_shards / count);
+        uint64_t b = (uint64_t)json_integer_value(json_array_get(json_object_get(val, "data_offsets"), 0));
+        uint64_t e = (uint64_t)json_integer_value(json_array_get(json_object_get(val, "data_offsets"), 1));
+        uint64_t nb = (e - b) / 4 * (uint64_t)es;
+        json_object_set_new(shards[s], key, json_pack("{s:s, s:O, s:[I, I]}", "dtype", dtype, "shape", json_object_get(val, "shape"),
+                                                      "data_offsets", (json_int_t)off[s], (json_int_t)(off[s] + nb)));
+        off[s] += nb;
+        char sn[64];
+        snprintf(sn, sizeof(sn), "model-%05d-of-%05d.safetensors", s + 1, n_shards);
+        json_object_set_new(wm, key, json_string(sn));
+    }
+    bool ok = true;
+    for (int s = 0; s < n_shards && ok; s++) {
+        char *h = json_dumps(shards[s], JSON_COMPACT | JSON_PRESERVE_ORDER);
+        size_t l = strlen(h), pad = (8 - l % 8) % 8;
+        size_t total = 8 + l + pad + off[s];
+        uint8_t *o = calloc(1, total);
+        for (int k = 0; k < 8; k++) o[k] = (uint8_t)((uint64_t)(l + pad) >> (8 * k));
+        memcpy(o + 8, h, l);
+        memset(o + 8 + l, ' ', pad);
+        json_object_foreach(shards[s], key, val) {
+            json_t *src = json_object_get(hdr, key);
+            uint64_t b = (uint64_t)json_integer_value(json_array_get(json_object_get(src, "data_offsets"), 0));
+            uint64_t e = (uint64_t)json_integer_value(json_array_get(json_object_get(src, "data_offsets"), 1));
+            uint64_t ob = (uint64_t)json_integer_value(json_array_get(json_object_get(val, "data_offsets"), 0));
+            for (uint64_t i = 0; i < (e - b) / 4; i++) {
+                float f;
+                memcpy(&f, d + 8 + hl + b + i * 4, 4);
+                uint16_t h16 = es == 2 ? (!strcmp(dtype, "F16") ? hm_f32_to_fp16(f) : hm_f32_to_bf16(f)) : 0;
+                memcpy(o + 8 + l + pad + ob + i * (uint64_t)es, es == 4 ? (void *)&f : (void *)&h16, (size_t)es);
+            }
+        }
+        char sp[1024];
+        snprintf(sp, sizeof(sp), "%s/model-%05d-of-%05d.safetensors", dir, s + 1, n_shards);
+        ok = spit(sp, o, total);
+        free(o);
+        free(h);
+    }
+    json_t *index = json_pack("{s:{}, s:O}", "metadata", "weight_map", wm);
+    char ip[1024];
+    snprintf(ip, sizeof(ip), "%s/model.safetensors.index.json", dir);
+    ok = ok && json_dump_file(index, ip, JSON_INDENT(2)) == 0;
+    json_decref(index);
+    json_decref(wm);
+    json_decref(hdr);
+    for (int s = 0; s < n_shards; s++) json_decref(shards[s]);
+    free(d);
+    return ok && unlink(path) == 0;
+}
+
+/* 3 shards + index, F32/F16/BF16: F32 gives forge's bytes; F16 gives forge's f16 tensors
+ * (f32 -> f16 rounding is idempotent); BF16 gives the bf16-rounded values */
+static void test_shards_dtypes(void) {
+    const char *presets[2] = {"tiny-gpt-oss", "tiny-mixtral"};
+    for (int pi = 0; pi < 2; pi++) {
+        const forge_preset *p = forge_preset_find(presets[pi]);
+        char g32[512], g16[512], hf[512], d[512], out[512], tag[128], unused[8];
+        snprintf(tag, sizeof(tag), "cv-sh-%s", p->name);
+        HM_REQUIRE(ft_forge(p, FORGE_MIX_F32, 42, tag, true, 2, g32, sizeof(g32), hf, sizeof(hf)) == HM_OK);
+        snprintf(tag, sizeof(tag), "cv-sh-%s-f16", p->name);
+        HM_REQUIRE(ft_forge(p, FORGE_MIX_F16, 42, tag, false, 2, g16, sizeof(g16), unused, sizeof(unused)) == HM_OK);
+        ft_path(out, sizeof(out), "cv-sh-out.gguf");
+        hm_error err;
+        copy_twin(hf, "cv-sh-f32", 0, d, sizeof(d));
+        HM_REQUIRE(reshard(d, 3, "F32"));
+        HM_CHECK_MSG(run_convert(d, out, FORGE_MIX_Q4_K_M, p->model_name, &err) == HM_OK, "%s", err.msg);
+        char gq[512];
+        snprintf(tag, sizeof(tag), "cv-sh-%s-q4", p->name);
+        HM_REQUIRE(ft_forge(p, FORGE_MIX_Q4_K_M, 42, tag, false, 2, gq, sizeof(gq), unused, sizeof(unused)) == HM_OK);
+        HM_CHECK(compare_gguf(gq, out, -1, true) == 0);
+        copy_twin(hf, "cv-sh-f16", 0, d, sizeof(d));
+        HM_REQUIRE(reshard(d, 2, "F16"));
+        HM_CHECK_MSG(run_convert(d, out, FORGE_MIX_F16, p->model_name, &err) == HM_OK, "%s", err.msg);
+        HM_CHECK(compare_gguf(g16, out, 1 /* GGML F16 */, true) == 0);
+        copy_twin(hf, "cv-sh-bf16", 0, d, sizeof(d));
+        HM_REQUIRE(reshard(d, 3, "BF16"));
+        HM_CHECK_MSG(run_convert(d, out, FORGE_MIX_F32, p->model_name, &err) == HM_OK, "%s", err.msg);
+        gguf_ctx *a = NULL, *b = NULL;
+        HM_REQUIRE(gguf_open(g32, &a, &err) == HM_OK);
+        HM_REQUIRE(gguf_open(out, &b, &err) == HM_OK);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < gguf_tensor_count(a); i++) {
+            const gguf_tensor *x = gguf_tensor_at(a, i), *y = gguf_tensor_at(b, i);
+            for (uint64_t k = 0; k < x->size / 4; k++) {
+                float u, v;
+                memcpy(&u, (const uint8_t *)x->data + k * 4, 4);
+                memcpy(&v, (const uint8_t *)y->data + k * 4, 4);
+                float w = hm_bf16_to_f32(hm_f32_to_bf16(u));
+                bad += memcmp(&v, &w, 4) != 0;
+            }
+        }
+        HM_CHECK_MSG(bad == 0, "%s: %lld bf16 values differ", p->name, (long long)bad);
+        gguf_close(a);
+        gguf_close(b);
+    }
+}
+
+/* a quantised twin (dequantised q8_0 values) converts back to forge's q8_0 bytes */
+static void test_q8_twin(void) {
+    for (int pi = 0; pi < forge_preset_count(); pi++) {
+        const forge_preset *p = forge_preset_at(pi);
+        if (!p->tiny) continue;
+        char g[512], hf[512], out[512], tag[128];
+        snprintf(tag, sizeof(tag), "cv-q8-%s", p->name);
+        HM_REQUIRE(ft_forge(p, FORGE_MIX_Q8_0, 42, tag, true, 2, g, sizeof(g), hf, sizeof(hf)) == HM_OK);
+        ft_path(out, sizeof(out), "cv-q8-out.gguf");
+        hm_error err;
+        HM_CHECK_MSG(run_convert(hf, out, FORGE_MIX_Q8_0, p->model_name, &err) == HM_OK, "%s", err.msg);
+        int bad = compare_gguf(g, out, -1, true);
+        HM_CHECK_MSG(bad == 0, "%s: %d differences", tag, bad);
+    }
+}
+
+HM_TEST_MAIN(test_equal_forge, test_compare_detects, test_errors, test_shards_dtypes, test_q8_twin)
