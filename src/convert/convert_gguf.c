@@ -13,8 +13,8 @@
  * output is created, so bad input fails without writing. Rows are converted to f32 from the
  * mapped file and encoded as forge_gen_rows encodes its floats (memcpy, hm_f32_to_fp16,
  * quant_quantize_row), chunk by chunk (<= 32 MiB) across a thread pool, so memory stays bounded
- * and a forged f32 twin gives forge's bytes for every mix. The metadata keys are written in
- * forge_gguf.c's order and types (its writers are static there, so they are mirrored here).
+ * and a forged f32 twin gives forge's bytes for every mix. The metadata keys are forge's
+ * (forge_gguf_metadata), without general.source.forge.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,76 +29,6 @@
 #include "quant/quant.h"
 
 #define CHUNK_BYTES ((size_t)32 << 20)
-
-/* ---- metadata: the keys forge_gguf.c writes, in its order ---- */
-
-static hm_status set_arch_keys(gguf_writer *w, const forge_preset *p) {
-    const char *a = forge_arch_name(p->arch);
-    char k[128];
-    hm_status st = HM_OK;
-#define U32(suffix, v) do { snprintf(k, sizeof(k), "%s.%s", a, suffix); if (st == HM_OK) st = gguf_writer_set_u32(w, k, (uint32_t)(v)); } while (0)
-#define F32(suffix, v) do { snprintf(k, sizeof(k), "%s.%s", a, suffix); if (st == HM_OK) st = gguf_writer_set_f32(w, k, (float)(v)); } while (0)
-#define STR(suffix, v) do { snprintf(k, sizeof(k), "%s.%s", a, suffix); if (st == HM_OK) st = gguf_writer_set_str(w, k, v); } while (0)
-    U32("vocab_size", p->n_vocab);
-    U32("context_length", p->n_ctx);
-    U32("embedding_length", p->n_embd);
-    U32("block_count", p->n_layer);
-    U32("feed_forward_length", p->n_ff);
-    U32("attention.head_count", p->n_head);
-    U32("attention.head_count_kv", p->n_head_kv);
-    U32("attention.key_length", p->head_dim);
-    U32("attention.value_length", p->head_dim);
-    F32("rope.freq_base", p->rope_base);
-    U32("rope.dimension_count", p->head_dim);
-    F32("attention.layer_norm_rms_epsilon", p->rms_eps);
-    U32("expert_count", p->n_expert);
-    U32("expert_used_count", p->n_expert_used);
-    if (p->arch == FORGE_ARCH_QWEN3MOE || p->arch == FORGE_ARCH_QWEN2MOE || p->arch == FORGE_ARCH_GPTOSS)
-        U32("expert_feed_forward_length", p->n_ff_exp);
-    if (p->arch == FORGE_ARCH_QWEN2MOE) U32("expert_shared_feed_forward_length", p->n_ff_shexp);
-    if (p->arch == FORGE_ARCH_GPTOSS) {
-        U32("attention.sliding_window", p->sliding_window);
-        STR("rope.scaling.type", "yarn");
-        F32("rope.scaling.factor", p->yarn_factor);
-        U32("rope.scaling.original_context_length", p->yarn_orig_ctx);
-    }
-#undef U32
-#undef F32
-#undef STR
-    return st;
-}
-
-static hm_status set_tokenizer_keys(gguf_writer *w, const forge_vocab *v) {
-    hm_status st = gguf_writer_set_str(w, "tokenizer.ggml.model", v->spm ? "llama" : "gpt2");
-    if (st == HM_OK) st = gguf_writer_set_str(w, "tokenizer.ggml.pre", v->pre);
-    if (st == HM_OK) st = gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v->tokens, (uint64_t)v->n);
-    if (st == HM_OK && v->spm) st = gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_VT_FLOAT32, v->scores, (uint64_t)v->n);
-    if (st == HM_OK) st = gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_VT_INT32, v->types, (uint64_t)v->n);
-    if (st == HM_OK && !v->spm)
-        st = gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v->merges, (uint64_t)v->n_merges);
-    if (st == HM_OK && v->bos >= 0) st = gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)v->bos);
-    if (st == HM_OK && v->eos >= 0) st = gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)v->eos);
-    if (st == HM_OK && v->unk >= 0) st = gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", (uint32_t)v->unk);
-    if (st == HM_OK && v->pad >= 0) st = gguf_writer_set_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)v->pad);
-    if (st == HM_OK) st = gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", v->add_bos);
-    if (st == HM_OK && v->spm) st = gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", false);
-    if (st == HM_OK && v->chat_template) st = gguf_writer_set_str(w, "tokenizer.chat_template", v->chat_template);
-    return st;
-}
-
-static hm_status write_metadata(gguf_writer *w, const forge_preset *p, forge_mix mix, const forge_vocab *v,
-                                const forge_tensor_list *l) {
-    hm_status st = gguf_writer_set_str(w, "general.architecture", forge_arch_name(p->arch));
-    if (st == HM_OK) st = gguf_writer_set_str(w, "general.type", "model");
-    if (st == HM_OK) st = gguf_writer_set_str(w, "general.name", p->model_name);
-    if (st == HM_OK) st = gguf_writer_set_u32(w, "general.file_type", forge_mix_file_type(mix));
-    if (st == HM_OK) st = gguf_writer_set_u32(w, "general.quantization_version", 2);
-    if (st == HM_OK) st = set_arch_keys(w, p);
-    if (st == HM_OK) st = set_tokenizer_keys(w, v);
-    for (int i = 0; st == HM_OK && i < l->n; i++)
-        st = gguf_writer_add_tensor(w, l->t[i].name, l->t[i].type, l->t[i].n_dims, l->t[i].ne);
-    return st;
-}
 
 /* ---- sources ---- */
 
@@ -295,7 +225,7 @@ hm_status convert_run(const convert_job *job, convert_result *res, hm_error *err
     if (nth > 1 && (st = tp_init(nth, &pool, err)) != HM_OK) goto done;
     if ((st = gguf_writer_open(job->out_path, &w, err)) != HM_OK) goto done;
     opened = true;
-    st = write_metadata(w, &p, job->mix, &v, &l);
+    st = forge_gguf_metadata(w, &p, job->mix, &v, &l, NULL);
     if (st == HM_OK) st = gguf_writer_begin_data(w);
     if (st != HM_OK) { hm_error_set(err, st, "%s: %s", job->out_path, gguf_writer_errmsg(w)); goto done; }
     st = write_tensors(w, job->out_path, &l, src, pool, pool ? nth : 1, job->progress, err);

@@ -177,6 +177,13 @@ typedef struct {
 } forge_result;
 
 hm_status forge_write_gguf(const forge_job *job, forge_result *res, hm_error *err);
+/* The metadata of a GGUF of preset p in mix (general.*, the {arch}.* hyper-parameters, the
+ * tokenizer keys, llama.cpp's names and order) and the tensor table of l, into w; source_note
+ * (or NULL) as general.source.forge. Shared by forge and convert. */
+struct gguf_writer;
+hm_status forge_gguf_metadata(struct gguf_writer *w, const forge_preset *p, forge_mix mix,
+                              const forge_vocab *v, const forge_tensor_list *l,
+                              const char *source_note);
 hm_status forge_write_hf(const forge_job *job, hm_error *err);
 
 /* ---- HF layout (forge_hf_map.c) ---- */

@@ -69,7 +69,8 @@ static hm_status set_tokenizer_keys(gguf_writer *w, const forge_vocab *v) {
     if (st == HM_OK && v->pad >= 0) st = gguf_writer_set_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)v->pad);
     if (st == HM_OK) st = gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", v->add_bos);
     if (st == HM_OK && v->spm) st = gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", false);
-    if (st == HM_OK) st = gguf_writer_set_str(w, "tokenizer.chat_template", v->chat_template);
+    if (st == HM_OK && v->chat_template)
+        st = gguf_writer_set_str(w, "tokenizer.chat_template", v->chat_template);
     return st;
 }
 
@@ -94,16 +95,16 @@ static void chunk_worker(void *ctx, int ith, int nth) {
                                     j->scratch + (size_t)ith * (size_t)j->max_ne0);
 }
 
-static hm_status write_metadata(gguf_writer *w, const forge_job *job, const forge_vocab *v,
-                                const forge_tensor_list *l) {
-    const forge_preset *p = job->preset;
+hm_status forge_gguf_metadata(gguf_writer *w, const forge_preset *p, forge_mix mix,
+                              const forge_vocab *v, const forge_tensor_list *l,
+                              const char *source_note) {
     hm_status st = gguf_writer_set_str(w, "general.architecture", forge_arch_name(p->arch));
     if (st == HM_OK) st = gguf_writer_set_str(w, "general.type", "model");
     if (st == HM_OK) st = gguf_writer_set_str(w, "general.name", p->model_name);
-    if (st == HM_OK) st = gguf_writer_set_u32(w, "general.file_type", forge_mix_file_type(job->mix));
+    if (st == HM_OK) st = gguf_writer_set_u32(w, "general.file_type", forge_mix_file_type(mix));
     if (st == HM_OK) st = gguf_writer_set_u32(w, "general.quantization_version", 2);
-    if (st == HM_OK) st = gguf_writer_set_str(w, "general.source.forge",
-                                              "hotmoe forge: synthetic weights, not a trained model");
+    if (st == HM_OK && source_note)
+        st = gguf_writer_set_str(w, "general.source.forge", source_note);
     if (st == HM_OK) st = set_arch_keys(w, p);
     if (st == HM_OK) st = set_tokenizer_keys(w, v);
     for (int i = 0; st == HM_OK && i < l->n; i++)
@@ -142,7 +143,8 @@ hm_status forge_write_gguf(const forge_job *job, forge_result *res, hm_error *er
 
     if ((st = gguf_writer_open(job->out_path, &w, err)) != HM_OK) goto done;
     opened = true;
-    st = write_metadata(w, job, &v, &l);
+    st = forge_gguf_metadata(w, job->preset, job->mix, &v, &l,
+                             "hotmoe forge: synthetic weights, not a trained model");
     if (st == HM_OK) st = gguf_writer_begin_data(w);
     if (st != HM_OK) {
         hm_error_set(err, st, "%s: %s", job->out_path, gguf_writer_errmsg(w));
