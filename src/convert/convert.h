@@ -23,16 +23,16 @@ typedef struct {
     const char *hf_dir;   /* checkpoint folder */
     const char *out_path; /* GGUF to write */
     forge_mix mix;
-    const char *name;     /* general.name; NULL: the folder's base name */
-    int n_threads;        /* encoding threads; 0: online CPUs */
-    bool progress;        /* progress bar on stderr */
+    const char *name; /* general.name; NULL: the folder's base name */
+    int n_threads;    /* encoding threads; 0: online CPUs */
+    bool progress;    /* progress bar on stderr */
 } convert_job;
 
 typedef struct {
-    const char *arch;     /* GGUF general.architecture (static string) */
+    const char *arch; /* GGUF general.architecture (static string) */
     int n_tensors;
     int64_t n_params;
-    uint64_t bytes;       /* GGUF file size */
+    uint64_t bytes; /* GGUF file size */
     double seconds;
 } convert_result;
 

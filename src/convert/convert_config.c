@@ -27,7 +27,8 @@ static const struct {
 #define N_ARCHS (sizeof(k_archs) / sizeof(k_archs[0]))
 
 const char *convert_supported_archs(void) {
-    return "Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Qwen2MoeForCausalLM, GptOssForCausalLM";
+    return "Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Qwen2MoeForCausalLM, "
+           "GptOssForCausalLM";
 }
 
 typedef struct {
@@ -39,12 +40,14 @@ typedef struct {
 static hm_status get_int(const cfg *c, const char *key, bool required, int64_t dflt, int64_t *out) {
     json_t *v = json_object_get(c->root, key);
     if (!v || json_is_null(v)) {
-        if (required) return hm_error_set(c->err, HM_ERR_NOT_FOUND, "%s: %s: missing", c->path, key);
+        if (required)
+            return hm_error_set(c->err, HM_ERR_NOT_FOUND, "%s: %s: missing", c->path, key);
         *out = dflt;
         return HM_OK;
     }
     if (!json_is_integer(v) || json_integer_value(v) < 0)
-        return hm_error_set(c->err, HM_ERR_FORMAT, "%s: %s: must be a non-negative integer", c->path, key);
+        return hm_error_set(c->err, HM_ERR_FORMAT, "%s: %s: must be a non-negative integer",
+                            c->path, key);
     *out = (int64_t)json_integer_value(v);
     return HM_OK;
 }
@@ -52,42 +55,58 @@ static hm_status get_int(const cfg *c, const char *key, bool required, int64_t d
 static hm_status get_num(const cfg *c, const char *key, bool required, double dflt, double *out) {
     json_t *v = json_object_get(c->root, key);
     if (!v || json_is_null(v)) {
-        if (required) return hm_error_set(c->err, HM_ERR_NOT_FOUND, "%s: %s: missing", c->path, key);
+        if (required)
+            return hm_error_set(c->err, HM_ERR_NOT_FOUND, "%s: %s: missing", c->path, key);
         *out = dflt;
         return HM_OK;
     }
-    if (!json_is_number(v)) return hm_error_set(c->err, HM_ERR_FORMAT, "%s: %s: must be a number", c->path, key);
+    if (!json_is_number(v))
+        return hm_error_set(c->err, HM_ERR_FORMAT, "%s: %s: must be a number", c->path, key);
     *out = json_number_value(v);
     return HM_OK;
 }
 
 static hm_status find_arch(const cfg *c, forge_arch *a) {
-    json_t *archs = json_object_get(c->root, "architectures"), *mt = json_object_get(c->root, "model_type");
-    const char *cls = json_is_array(archs) && json_is_string(json_array_get(archs, 0)) ? json_string_value(json_array_get(archs, 0)) : NULL;
+    json_t *archs = json_object_get(c->root, "architectures"),
+           *mt = json_object_get(c->root, "model_type");
+    const char *cls = json_is_array(archs) && json_is_string(json_array_get(archs, 0))
+                          ? json_string_value(json_array_get(archs, 0))
+                          : NULL;
     const char *type = json_is_string(mt) ? json_string_value(mt) : NULL;
     for (size_t i = 0; i < N_ARCHS; i++)
-        if ((cls && !strcmp(cls, k_archs[i].cls)) || (!cls && type && !strcmp(type, k_archs[i].model_type))) {
+        if ((cls && !strcmp(cls, k_archs[i].cls)) ||
+            (!cls && type && !strcmp(type, k_archs[i].model_type))) {
             *a = k_archs[i].arch;
             return HM_OK;
         }
     if (!cls && !type)
-        return hm_error_set(c->err, HM_ERR_FORMAT, "%s: architectures: missing (and no model_type); supported: %s", c->path,
-                            convert_supported_archs());
-    return hm_error_set(c->err, HM_ERR_UNSUPPORTED, "%s: unsupported architecture %s; supported: %s", c->path,
-                        cls ? cls : type, convert_supported_archs());
+        return hm_error_set(c->err, HM_ERR_FORMAT,
+                            "%s: architectures: missing (and no model_type); supported: %s",
+                            c->path, convert_supported_archs());
+    return hm_error_set(c->err, HM_ERR_UNSUPPORTED,
+                        "%s: unsupported architecture %s; supported: %s", c->path, cls ? cls : type,
+                        convert_supported_archs());
 }
 
 static hm_status read_fields(const cfg *c, forge_preset *p) {
     hm_status st = find_arch(c, &p->arch);
     const forge_arch a = p->arch;
-#define INT(key, req, dflt, dst) do { if (st == HM_OK) st = get_int(c, key, req, dflt, dst); } while (0)
-#define NUM(key, req, dflt, dst) do { if (st == HM_OK) st = get_num(c, key, req, dflt, dst); } while (0)
+#define INT(key, req, dflt, dst)                                                                   \
+    do {                                                                                           \
+        if (st == HM_OK) st = get_int(c, key, req, dflt, dst);                                     \
+    } while (0)
+#define NUM(key, req, dflt, dst)                                                                   \
+    do {                                                                                           \
+        if (st == HM_OK) st = get_num(c, key, req, dflt, dst);                                     \
+    } while (0)
     INT("vocab_size", true, 0, &p->n_vocab);
     INT("hidden_size", true, 0, &p->n_embd);
     INT("num_hidden_layers", true, 0, &p->n_layer);
     INT("num_attention_heads", true, 0, &p->n_head);
     if (st != HM_OK) return st;
-    if (p->n_head == 0) return hm_error_set(c->err, HM_ERR_FORMAT, "%s: num_attention_heads: must not be 0", c->path);
+    if (p->n_head == 0)
+        return hm_error_set(c->err, HM_ERR_FORMAT, "%s: num_attention_heads: must not be 0",
+                            c->path);
     INT("num_key_value_heads", false, p->n_head, &p->n_head_kv);
     INT("head_dim", false, p->n_embd / p->n_head, &p->head_dim);
     INT("max_position_embeddings", true, 0, &p->n_ctx);
@@ -100,10 +119,15 @@ static hm_status read_fields(const cfg *c, forge_preset *p) {
     case FORGE_ARCH_QWEN2MOE:
         INT("num_experts", true, 0, &p->n_expert);
         INT("moe_intermediate_size", true, 0, &p->n_ff_exp);
-        if (a == FORGE_ARCH_QWEN2MOE) INT("shared_expert_intermediate_size", true, 0, &p->n_ff_shexp);
+        if (a == FORGE_ARCH_QWEN2MOE)
+            INT("shared_expert_intermediate_size", true, 0, &p->n_ff_shexp);
         break;
-    case FORGE_ARCH_OLMOE: INT("num_experts", true, 0, &p->n_expert); break;
-    case FORGE_ARCH_LLAMA: INT("num_local_experts", true, 0, &p->n_expert); break;
+    case FORGE_ARCH_OLMOE:
+        INT("num_experts", true, 0, &p->n_expert);
+        break;
+    case FORGE_ARCH_LLAMA:
+        INT("num_local_experts", true, 0, &p->n_expert);
+        break;
     case FORGE_ARCH_GPTOSS: {
         INT("num_local_experts", true, 0, &p->n_expert);
         p->n_ff_exp = p->n_ff;
@@ -112,13 +136,16 @@ static hm_status read_fields(const cfg *c, forge_preset *p) {
         if (st == HM_OK && json_is_object(rs)) {
             cfg sub = {c->path, rs, c->err};
             st = get_num(&sub, "factor", true, 0, &p->yarn_factor);
-            if (st == HM_OK) st = get_int(&sub, "original_max_position_embeddings", true, 0, &p->yarn_orig_ctx);
+            if (st == HM_OK)
+                st = get_int(&sub, "original_max_position_embeddings", true, 0, &p->yarn_orig_ctx);
         } else if (st == HM_OK) {
-            st = hm_error_set(c->err, HM_ERR_NOT_FOUND, "%s: rope_scaling: missing (gpt-oss uses yarn)", c->path);
+            st = hm_error_set(c->err, HM_ERR_NOT_FOUND,
+                              "%s: rope_scaling: missing (gpt-oss uses yarn)", c->path);
         }
         break;
     }
-    default: break;
+    default:
+        break;
     }
 #undef INT
 #undef NUM
@@ -129,13 +156,19 @@ hm_status convert_config_read(const char *dir, forge_preset *p, hm_error *err) {
     char path[4096];
     snprintf(path, sizeof(path), "%s/config.json", dir);
     struct stat sb;
-    if (stat(path, &sb) != 0) return hm_error_set(err, HM_ERR_NOT_FOUND, "%s: missing (not a HuggingFace checkpoint folder?)", path);
+    if (stat(path, &sb) != 0)
+        return hm_error_set(err, HM_ERR_NOT_FOUND,
+                            "%s: missing (not a HuggingFace checkpoint folder?)", path);
     json_error_t je;
     json_t *root = json_load_file(path, 0, &je);
-    if (!root) return hm_error_set(err, HM_ERR_FORMAT, "%s: malformed JSON: %s (line %d, column %d)", path, je.text, je.line, je.column);
+    if (!root)
+        return hm_error_set(err, HM_ERR_FORMAT, "%s: malformed JSON: %s (line %d, column %d)", path,
+                            je.text, je.line, je.column);
     memset(p, 0, sizeof(*p));
     cfg c = {path, root, err};
-    hm_status st = json_is_object(root) ? read_fields(&c, p) : hm_error_set(err, HM_ERR_FORMAT, "%s: not a JSON object", path);
+    hm_status st = json_is_object(root)
+                       ? read_fields(&c, p)
+                       : hm_error_set(err, HM_ERR_FORMAT, "%s: not a JSON object", path);
     json_decref(root);
     if (st == HM_OK) {
         p->name = "convert";

@@ -34,45 +34,53 @@
 
 typedef struct {
     forge_hf_op op;
-    int64_t n_heads;     /* UNPERMUTE */
-    int off;             /* GATE_UP*: 0 gate, 1 up */
-    const st_tensor *t;  /* the HF tensor (all ops but SLICE) */
+    int64_t n_heads;      /* UNPERMUTE */
+    int off;              /* GATE_UP*: 0 gate, 1 up */
+    const st_tensor *t;   /* the HF tensor (all ops but SLICE) */
     const st_tensor **ex; /* SLICE: [n_expert] */
 } source;
 
 static void shape_str(char *buf, size_t cap, int n, const int64_t *shape) {
     size_t o = (size_t)snprintf(buf, cap, "[");
-    for (int d = 0; d < n && o < cap; d++) o += (size_t)snprintf(buf + o, cap - o, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    for (int d = 0; d < n && o < cap; d++)
+        o += (size_t)snprintf(buf + o, cap - o, "%s%lld", d ? ", " : "", (long long)shape[d]);
     if (o < cap) snprintf(buf + o, cap - o, "]");
 }
 
-static hm_status resolve(const char *dir, const st_set *s, const forge_hf_tensor *h, const st_tensor **out, hm_error *err) {
+static hm_status resolve(const char *dir, const st_set *s, const forge_hf_tensor *h,
+                         const st_tensor **out, hm_error *err) {
     char want[96], got[96];
     shape_str(want, sizeof(want), h->n_dims, h->shape);
     const st_tensor *t = convert_st_find(s, h->name);
-    if (!t) return hm_error_set(err, HM_ERR_NOT_FOUND, "%s: missing tensor %s (expected shape %s)", dir, h->name, want);
+    if (!t)
+        return hm_error_set(err, HM_ERR_NOT_FOUND, "%s: missing tensor %s (expected shape %s)", dir,
+                            h->name, want);
     bool same = t->n_dims == h->n_dims;
     for (int d = 0; same && d < h->n_dims; d++) same = t->shape[d] == h->shape[d];
     if (!same) {
         shape_str(got, sizeof(got), t->n_dims, t->shape);
-        return hm_error_set(err, HM_ERR_FORMAT, "%s: tensor %s has shape %s, config.json implies %s", s->files[t->file].path, h->name, got, want);
+        return hm_error_set(err, HM_ERR_FORMAT,
+                            "%s: tensor %s has shape %s, config.json implies %s",
+                            s->files[t->file].path, h->name, got, want);
     }
     if (t->dtype == ST_OTHER)
-        return hm_error_set(err, HM_ERR_UNSUPPORTED, "%s: tensor %s has dtype %s; supported: F32, F16, BF16, F64",
+        return hm_error_set(err, HM_ERR_UNSUPPORTED,
+                            "%s: tensor %s has dtype %s; supported: F32, F16, BF16, F64",
                             s->files[t->file].path, h->name, t->dtype_name);
     *out = t;
     return HM_OK;
 }
 
-static hm_status build_sources(const char *dir, const st_set *s, const forge_tensor_list *l, const forge_hf_tensor *hs,
-                               int nh, source *src, hm_error *err) {
+static hm_status build_sources(const char *dir, const st_set *s, const forge_tensor_list *l,
+                               const forge_hf_tensor *hs, int nh, source *src, hm_error *err) {
     for (int k = 0; k < nh; k++) {
         const forge_hf_tensor *h = &hs[k];
         const st_tensor *t = NULL;
         hm_status st = resolve(dir, s, h, &t, err);
         if (st != HM_OK) return st;
         for (int which = 0; which < 2; which++) {
-            int i = which ? ((h->op == FH_GATE_UP || h->op == FH_GATE_UP_B) ? h->src2 : -1) : h->src;
+            int i =
+                which ? ((h->op == FH_GATE_UP || h->op == FH_GATE_UP_B) ? h->src2 : -1) : h->src;
             if (i < 0) continue;
             source *c = &src[i];
             c->op = h->op;
@@ -89,7 +97,8 @@ static hm_status build_sources(const char *dir, const st_set *s, const forge_ten
     }
     for (int i = 0; i < l->n; i++)
         if (!src[i].t && !src[i].ex)
-            return hm_error_set(err, HM_ERR_STATE, "no HF source planned for GGUF tensor %s", l->t[i].name);
+            return hm_error_set(err, HM_ERR_STATE, "no HF source planned for GGUF tensor %s",
+                                l->t[i].name);
     return HM_OK;
 }
 
@@ -97,8 +106,12 @@ static hm_status build_sources(const char *dir, const st_set *s, const forge_ten
 static void fill_row(const forge_tensor *t, const source *c, int64_t r, float *dst) {
     const int64_t ne0 = t->ne[0], ne1 = t->ne[1];
     switch (c->op) {
-    case FH_COPY: convert_st_read(c->t, r * ne0, ne0, dst); break;
-    case FH_SLICE: convert_st_read(c->ex[r / ne1], (r % ne1) * ne0, ne0, dst); break;
+    case FH_COPY:
+        convert_st_read(c->t, r * ne0, ne0, dst);
+        break;
+    case FH_SLICE:
+        convert_st_read(c->ex[r / ne1], (r % ne1) * ne0, ne0, dst);
+        break;
     case FH_UNPERMUTE: {
         const int64_t D = ne1 / c->n_heads, h = r / D, k = r % D;
         convert_st_read(c->t, (h * D + (k % 2) * (D / 2) + k / 2) * ne0, ne0, dst);
@@ -109,7 +122,9 @@ static void fill_row(const forge_tensor *t, const source *c, int64_t r, float *d
         convert_st_gather(c->t, e * ne0 * 2 * ne1 + 2 * f + c->off, 2 * ne1, ne0, dst);
         break;
     }
-    case FH_GATE_UP_B: convert_st_gather(c->t, r * 2 * ne0 + c->off, 2, ne0, dst); break;
+    case FH_GATE_UP_B:
+        convert_st_gather(c->t, r * 2 * ne0 + c->off, 2, ne0, dst);
+        break;
     case FH_DOWN_T: {
         const int64_t e = r / ne1, ch = r % ne1;
         convert_st_gather(c->t, e * ne0 * ne1 + ch, ne1, ne0, dst);
@@ -148,8 +163,9 @@ static void chunk_worker(void *ctx, int ith, int nth) {
     }
 }
 
-static hm_status write_tensors(gguf_writer *w, const char *out_path, const forge_tensor_list *l, const source *src,
-                               tp_pool *pool, int nth, bool progress, hm_error *err) {
+static hm_status write_tensors(gguf_writer *w, const char *out_path, const forge_tensor_list *l,
+                               const source *src, tp_pool *pool, int nth, bool progress,
+                               hm_error *err) {
     int64_t max_ne0 = 0;
     uint64_t total = 0;
     for (int i = 0; i < l->n; i++) {
@@ -159,7 +175,8 @@ static hm_status write_tensors(gguf_writer *w, const char *out_path, const forge
     uint8_t *buf = malloc(CHUNK_BYTES);
     float *scratch = malloc((size_t)nth * (size_t)max_ne0 * sizeof(float));
     hm_status st = HM_OK;
-    if (!buf || !scratch) st = hm_error_set(err, HM_ERR_NOMEM, "out of memory for the write buffers");
+    if (!buf || !scratch)
+        st = hm_error_set(err, HM_ERR_NOMEM, "out of memory for the write buffers");
     forge_progress pr;
     forge_progress_begin(&pr, "convert", total, progress);
     for (int i = 0; i < l->n && st == HM_OK; i++) {
@@ -169,11 +186,19 @@ static hm_status write_tensors(gguf_writer *w, const char *out_path, const forge
         int64_t per = (int64_t)(CHUNK_BYTES / rs);
         if (per < 1) per = 1;
         for (int64_t r0 = 0; r0 < rows && st == HM_OK; r0 += per) {
-            chunk_job cj = {.t = t, .c = &src[i], .r0 = r0, .nr = rows - r0 < per ? rows - r0 : per,
-                            .row_size = rs, .dst = buf, .scratch = scratch, .max_ne0 = max_ne0};
+            chunk_job cj = {.t = t,
+                            .c = &src[i],
+                            .r0 = r0,
+                            .nr = rows - r0 < per ? rows - r0 : per,
+                            .row_size = rs,
+                            .dst = buf,
+                            .scratch = scratch,
+                            .max_ne0 = max_ne0};
             tp_run(pool, chunk_worker, &cj);
             for (int k = 0; k < (pool ? nth : 1) && st == HM_OK; k++)
-                if (cj.st[k] != HM_OK) st = hm_error_set(err, cj.st[k], "cannot encode tensor %s as %s", t->name, hm_type_name(t->type));
+                if (cj.st[k] != HM_OK)
+                    st = hm_error_set(err, cj.st[k], "cannot encode tensor %s as %s", t->name,
+                                      hm_type_name(t->type));
             if (st == HM_OK && (st = gguf_writer_write(w, buf, (size_t)cj.nr * rs)) != HM_OK)
                 hm_error_set(err, st, "%s: %s", out_path, gguf_writer_errmsg(w));
             forge_progress_add(&pr, (uint64_t)cj.nr * rs);
@@ -216,7 +241,10 @@ hm_status convert_run(const convert_job *job, convert_result *res, hm_error *err
     if ((st = convert_st_open(job->hf_dir, &s, err)) != HM_OK) goto done;
     if ((st = forge_tensors_build(&p, job->mix, &l, err)) != HM_OK) goto done;
     if ((st = forge_hf_plan(&p, &l, &hs, &nh, err)) != HM_OK) goto done;
-    if (!(src = calloc((size_t)l.n, sizeof(*src)))) { st = hm_error_set(err, HM_ERR_NOMEM, "out of memory"); goto done; }
+    if (!(src = calloc((size_t)l.n, sizeof(*src)))) {
+        st = hm_error_set(err, HM_ERR_NOMEM, "out of memory");
+        goto done;
+    }
     if ((st = build_sources(job->hf_dir, &s, &l, hs, nh, src, err)) != HM_OK) goto done;
 
     long nc = sysconf(_SC_NPROCESSORS_ONLN);
@@ -227,7 +255,10 @@ hm_status convert_run(const convert_job *job, convert_result *res, hm_error *err
     opened = true;
     st = forge_gguf_metadata(w, &p, job->mix, &v, &l, NULL);
     if (st == HM_OK) st = gguf_writer_begin_data(w);
-    if (st != HM_OK) { hm_error_set(err, st, "%s: %s", job->out_path, gguf_writer_errmsg(w)); goto done; }
+    if (st != HM_OK) {
+        hm_error_set(err, st, "%s: %s", job->out_path, gguf_writer_errmsg(w));
+        goto done;
+    }
     st = write_tensors(w, job->out_path, &l, src, pool, pool ? nth : 1, job->progress, err);
     if (st == HM_OK) {
         st = gguf_writer_close(w, err);

@@ -12,11 +12,11 @@ typedef enum { ST_F32, ST_F16, ST_BF16, ST_F64, ST_OTHER } st_dtype;
 typedef struct {
     char *name;
     st_dtype dtype;
-    char dtype_name[16];   /* as the header spells it */
+    char dtype_name[16]; /* as the header spells it */
     int n_dims;
-    int64_t shape[8];      /* PyTorch order */
-    const uint8_t *data;   /* into the file's map */
-    int file;              /* index into st_set.files */
+    int64_t shape[8];    /* PyTorch order */
+    const uint8_t *data; /* into the file's map */
+    int file;            /* index into st_set.files */
 } st_tensor;
 
 typedef struct {
@@ -28,7 +28,7 @@ typedef struct {
 typedef struct {
     st_file *files;
     int n_files;
-    st_tensor *t;          /* sorted by name */
+    st_tensor *t; /* sorted by name */
     int n;
 } st_set;
 

@@ -29,7 +29,8 @@ static char *dupstr(const char *s) {
     return d;
 }
 
-static json_t *load(const char *dir, const char *name, bool required, char *path, size_t cap, hm_status *st, hm_error *err) {
+static json_t *load(const char *dir, const char *name, bool required, char *path, size_t cap,
+                    hm_status *st, hm_error *err) {
     snprintf(path, cap, "%s/%s", dir, name);
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -39,7 +40,9 @@ static json_t *load(const char *dir, const char *name, bool required, char *path
     fclose(f);
     json_error_t je;
     json_t *root = json_load_file(path, 0, &je);
-    if (!root) *st = hm_error_set(err, HM_ERR_FORMAT, "%s: malformed JSON: %s (line %d, column %d)", path, je.text, je.line, je.column);
+    if (!root)
+        *st = hm_error_set(err, HM_ERR_FORMAT, "%s: malformed JSON: %s (line %d, column %d)", path,
+                           je.text, je.line, je.column);
     return root;
 }
 
@@ -66,44 +69,58 @@ static bool is_pad_of(const char *s, int64_t id) {
     return !strcmp(s, buf);
 }
 
-static hm_status read_tokens(const char *path, json_t *tok, const forge_preset *p, forge_vocab *v, json_t *tcfg, hm_error *err) {
+static hm_status read_tokens(const char *path, json_t *tok, const forge_preset *p, forge_vocab *v,
+                             json_t *tcfg, hm_error *err) {
     json_t *model = json_object_get(tok, "model"), *vocab = json_object_get(model, "vocab");
     if (!json_is_object(model) || !json_is_object(vocab))
         return hm_error_set(err, HM_ERR_FORMAT, "%s: model.vocab: missing or not an object", path);
     json_t *mt = json_object_get(model, "type");
     if (json_is_string(mt) && strcmp(json_string_value(mt), "BPE"))
-        return hm_error_set(err, HM_ERR_UNSUPPORTED, "%s: model.type %s: only BPE tokenizers are supported", path, json_string_value(mt));
+        return hm_error_set(err, HM_ERR_UNSUPPORTED,
+                            "%s: model.type %s: only BPE tokenizers are supported", path,
+                            json_string_value(mt));
     v->spm = json_is_true(json_object_get(model, "byte_fallback"));
     const int64_t n = p->n_vocab;
     v->n = n;
     v->tokens = calloc((size_t)n, sizeof(char *));
     v->types = calloc((size_t)n, sizeof(int32_t));
     v->scores = calloc((size_t)n, sizeof(float));
-    if (!v->tokens || !v->types || !v->scores) return hm_error_set(err, HM_ERR_NOMEM, "out of memory for %lld tokens", (long long)n);
+    if (!v->tokens || !v->types || !v->scores)
+        return hm_error_set(err, HM_ERR_NOMEM, "out of memory for %lld tokens", (long long)n);
     const char *key;
     json_t *val;
     json_object_foreach(vocab, key, val) {
         if (!json_is_integer(val) || json_integer_value(val) < 0 || json_integer_value(val) >= n)
-            return hm_error_set(err, HM_ERR_FORMAT, "%s: model.vocab.%s: id must be an integer in 0..%lld (config.json vocab_size)",
-                                path, key, (long long)n - 1);
+            return hm_error_set(
+                err, HM_ERR_FORMAT,
+                "%s: model.vocab.%s: id must be an integer in 0..%lld (config.json vocab_size)",
+                path, key, (long long)n - 1);
         int64_t id = (int64_t)json_integer_value(val);
         free(v->tokens[id]);
         if (!(v->tokens[id] = dupstr(key))) return hm_error_set(err, HM_ERR_NOMEM, "out of memory");
-        v->types[id] = is_pad_of(key, id) ? FORGE_TT_UNUSED : v->spm && is_byte_piece(key) ? FORGE_TT_BYTE : FORGE_TT_NORMAL;
+        v->types[id] = is_pad_of(key, id)             ? FORGE_TT_UNUSED
+                       : v->spm && is_byte_piece(key) ? FORGE_TT_BYTE
+                                                      : FORGE_TT_NORMAL;
     }
     const char *unk = token_field(tcfg, "unk_token");
     json_t *added = json_object_get(tok, "added_tokens");
     size_t i;
     json_array_foreach(added, i, val) {
         json_t *jid = json_object_get(val, "id"), *jc = json_object_get(val, "content");
-        if (!json_is_integer(jid) || !json_is_string(jc) || json_integer_value(jid) < 0 || json_integer_value(jid) >= n)
-            return hm_error_set(err, HM_ERR_FORMAT, "%s: added_tokens[%zu]: needs an id in 0..%lld and a content string", path, i, (long long)n - 1);
+        if (!json_is_integer(jid) || !json_is_string(jc) || json_integer_value(jid) < 0 ||
+            json_integer_value(jid) >= n)
+            return hm_error_set(
+                err, HM_ERR_FORMAT,
+                "%s: added_tokens[%zu]: needs an id in 0..%lld and a content string", path, i,
+                (long long)n - 1);
         int64_t id = (int64_t)json_integer_value(jid);
         const char *c = json_string_value(jc);
         free(v->tokens[id]);
         if (!(v->tokens[id] = dupstr(c))) return hm_error_set(err, HM_ERR_NOMEM, "out of memory");
         bool special = json_is_true(json_object_get(val, "special"));
-        v->types[id] = unk && !strcmp(c, unk) ? FORGE_TT_UNKNOWN : special ? FORGE_TT_CONTROL : FORGE_TT_USER;
+        v->types[id] = unk && !strcmp(c, unk) ? FORGE_TT_UNKNOWN
+                       : special              ? FORGE_TT_CONTROL
+                                              : FORGE_TT_USER;
     }
     for (int64_t k = 0; k < n; k++) {
         if (v->tokens[k]) continue;
@@ -117,27 +134,45 @@ static hm_status read_tokens(const char *path, json_t *tok, const forge_preset *
 
 static hm_status read_merges(const char *path, json_t *tok, forge_vocab *v, hm_error *err) {
     json_t *merges = json_object_get(json_object_get(tok, "model"), "merges");
-    if (!merges) merges = json_array();
-    else json_incref(merges);
-    if (!json_is_array(merges)) { json_decref(merges); return hm_error_set(err, HM_ERR_FORMAT, "%s: model.merges: not an array", path); }
+    if (!merges)
+        merges = json_array();
+    else
+        json_incref(merges);
+    if (!json_is_array(merges)) {
+        json_decref(merges);
+        return hm_error_set(err, HM_ERR_FORMAT, "%s: model.merges: not an array", path);
+    }
     size_t n = json_array_size(merges), i;
     v->merges = calloc(n + 1, sizeof(char *));
-    if (!v->merges) { json_decref(merges); return hm_error_set(err, HM_ERR_NOMEM, "out of memory"); }
+    if (!v->merges) {
+        json_decref(merges);
+        return hm_error_set(err, HM_ERR_NOMEM, "out of memory");
+    }
     json_t *m;
     hm_status st = HM_OK;
     json_array_foreach(merges, i, m) {
         char *s = NULL;
         if (json_is_string(m)) {
             s = dupstr(json_string_value(m));
-        } else if (json_is_array(m) && json_array_size(m) == 2 && json_is_string(json_array_get(m, 0)) && json_is_string(json_array_get(m, 1))) {
-            const char *a = json_string_value(json_array_get(m, 0)), *b = json_string_value(json_array_get(m, 1));
+        } else if (json_is_array(m) && json_array_size(m) == 2 &&
+                   json_is_string(json_array_get(m, 0)) && json_is_string(json_array_get(m, 1))) {
+            const char *a = json_string_value(json_array_get(m, 0)),
+                       *b = json_string_value(json_array_get(m, 1));
             size_t la = strlen(a), lb = strlen(b);
-            if ((s = malloc(la + lb + 2))) { memcpy(s, a, la); s[la] = ' '; memcpy(s + la + 1, b, lb + 1); }
+            if ((s = malloc(la + lb + 2))) {
+                memcpy(s, a, la);
+                s[la] = ' ';
+                memcpy(s + la + 1, b, lb + 1);
+            }
         } else {
-            st = hm_error_set(err, HM_ERR_FORMAT, "%s: model.merges[%zu]: not \"a b\" or [\"a\", \"b\"]", path, i);
+            st = hm_error_set(err, HM_ERR_FORMAT,
+                              "%s: model.merges[%zu]: not \"a b\" or [\"a\", \"b\"]", path, i);
             break;
         }
-        if (!s) { st = hm_error_set(err, HM_ERR_NOMEM, "out of memory"); break; }
+        if (!s) {
+            st = hm_error_set(err, HM_ERR_NOMEM, "out of memory");
+            break;
+        }
         v->merges[v->n_merges++] = s;
     }
     json_decref(merges);
@@ -154,11 +189,15 @@ static hm_status spm_scores(json_t *tok, forge_vocab *v, hm_error *err) {
         if (!sp) continue;
         size_t la = (size_t)(sp - s), lb = strlen(sp + 1);
         char *cat = malloc(la + lb + 1);
-        if (!cat) { free(merged); return hm_error_set(err, HM_ERR_NOMEM, "out of memory"); }
+        if (!cat) {
+            free(merged);
+            return hm_error_set(err, HM_ERR_NOMEM, "out of memory");
+        }
         memcpy(cat, s, la);
         memcpy(cat + la, sp + 1, lb + 1);
         json_t *id = json_object_get(vocab, cat);
-        if (json_is_integer(id) && json_integer_value(id) < v->n) merged[json_integer_value(id)] = true;
+        if (json_is_integer(id) && json_integer_value(id) < v->n)
+            merged[json_integer_value(id)] = true;
         free(cat);
     }
     int64_t rm = 0, rb = 0;
@@ -170,8 +209,12 @@ static hm_status spm_scores(json_t *tok, forge_vocab *v, hm_error *err) {
     return HM_OK;
 }
 
-static hm_status pre_name(const char *path, json_t *tok, const forge_preset *p, forge_vocab *v, hm_error *err) {
-    if (v->spm) { v->pre = dupstr("default"); return v->pre ? HM_OK : hm_error_set(err, HM_ERR_NOMEM, "out of memory"); }
+static hm_status pre_name(const char *path, json_t *tok, const forge_preset *p, forge_vocab *v,
+                          hm_error *err) {
+    if (v->spm) {
+        v->pre = dupstr("default");
+        return v->pre ? HM_OK : hm_error_set(err, HM_ERR_NOMEM, "out of memory");
+    }
     json_t *pt = json_object_get(tok, "pre_tokenizer");
     const char *re = NULL;
     json_t *list = json_object_get(pt, "pretokenizers"), *x;
@@ -185,11 +228,16 @@ static hm_status pre_name(const char *path, json_t *tok, const forge_preset *p, 
         static const char *const known[] = {"qwen2", "gpt-4o"};
         for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++)
             if (!strcmp(re, forge_pretok_regex(known[k]))) name = known[k];
-        if (!name) return hm_error_set(err, HM_ERR_UNSUPPORTED, "%s: pre_tokenizer: the Split regex is not one hotmoe knows (qwen2, gpt-4o)", path);
+        if (!name)
+            return hm_error_set(
+                err, HM_ERR_UNSUPPORTED,
+                "%s: pre_tokenizer: the Split regex is not one hotmoe knows (qwen2, gpt-4o)", path);
     } else {
         json_t *ty = json_object_get(pt, "type");
         if (!json_is_string(ty) || strcmp(json_string_value(ty), "ByteLevel"))
-            return hm_error_set(err, HM_ERR_UNSUPPORTED, "%s: pre_tokenizer: neither ByteLevel nor a Split regex hotmoe knows", path);
+            return hm_error_set(
+                err, HM_ERR_UNSUPPORTED,
+                "%s: pre_tokenizer: neither ByteLevel nor a Split regex hotmoe knows", path);
         name = p->arch == FORGE_ARCH_OLMOE ? "olmo" : "gpt-2";
     }
     v->pre = dupstr(name);
@@ -208,10 +256,11 @@ static hm_status chat_template(const char *dir, json_t *tcfg, forge_vocab *v, hm
     const char *s = json_is_string(ct) ? json_string_value(ct) : NULL;
     size_t i;
     json_t *x;
-    if (json_is_array(ct))
-        json_array_foreach(ct, i, x) {
+    if (json_is_array(ct)) json_array_foreach(ct, i, x) {
             json_t *nm = json_object_get(x, "name"), *t = json_object_get(x, "template");
-            if (json_is_string(nm) && !strcmp(json_string_value(nm), "default") && json_is_string(t)) s = json_string_value(t);
+            if (json_is_string(nm) && !strcmp(json_string_value(nm), "default") &&
+                json_is_string(t))
+                s = json_string_value(t);
         }
     if (s) {
         v->chat_template = dupstr(s);
@@ -236,14 +285,18 @@ static hm_status chat_template(const char *dir, json_t *tcfg, forge_vocab *v, hm
     return HM_OK;
 }
 
-hm_status convert_vocab_read(const char *dir, const forge_preset *p, forge_vocab *v, hm_error *err) {
+hm_status convert_vocab_read(const char *dir, const forge_preset *p, forge_vocab *v,
+                             hm_error *err) {
     memset(v, 0, sizeof(*v));
     v->bos = v->eos = v->pad = v->unk = -1;
     char tpath[4096], cpath[4096], gpath[4096];
     hm_status st = HM_OK;
     json_t *tok = load(dir, "tokenizer.json", true, tpath, sizeof(tpath), &st, err);
-    json_t *tcfg = st == HM_OK ? load(dir, "tokenizer_config.json", false, cpath, sizeof(cpath), &st, err) : NULL;
-    json_t *cfg = st == HM_OK ? load(dir, "config.json", false, gpath, sizeof(gpath), &st, err) : NULL;
+    json_t *tcfg = st == HM_OK
+                       ? load(dir, "tokenizer_config.json", false, cpath, sizeof(cpath), &st, err)
+                       : NULL;
+    json_t *cfg =
+        st == HM_OK ? load(dir, "config.json", false, gpath, sizeof(gpath), &st, err) : NULL;
     if (st == HM_OK) st = read_tokens(tpath, tok, p, v, tcfg, err);
     if (st == HM_OK) st = read_merges(tpath, tok, v, err);
     if (st == HM_OK && v->spm) st = spm_scores(tok, v, err);
@@ -257,11 +310,19 @@ hm_status convert_vocab_read(const char *dir, const forge_preset *p, forge_vocab
             snprintf(key, sizeof(key), "%s_token", keys[k]);
             const char *s = token_field(tcfg, key);
             int64_t id = find_token(v, s);
-            if (s && id < 0) { st = hm_error_set(err, HM_ERR_FORMAT, "%s: %s \"%s\" is not in tokenizer.json", cpath, key, s); break; }
+            if (s && id < 0) {
+                st = hm_error_set(err, HM_ERR_FORMAT, "%s: %s \"%s\" is not in tokenizer.json",
+                                  cpath, key, s);
+                break;
+            }
             if (!s) {
                 snprintf(key, sizeof(key), "%s_token_id", keys[k]);
                 id = id_field(cfg, key);
-                if (id >= v->n) { st = hm_error_set(err, HM_ERR_FORMAT, "%s: %s %lld is not below vocab_size", gpath, key, (long long)id); break; }
+                if (id >= v->n) {
+                    st = hm_error_set(err, HM_ERR_FORMAT, "%s: %s %lld is not below vocab_size",
+                                      gpath, key, (long long)id);
+                    break;
+                }
             }
             *ids[k] = id;
         }

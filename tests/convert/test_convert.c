@@ -14,22 +14,33 @@
 #include "harness.h"
 #include "quant/fp16.h"
 
-static bool kv_equal(const gguf_ctx *a, int64_t ia, const gguf_ctx *b, int64_t ib, char *why, size_t cap) {
+static bool kv_equal(const gguf_ctx *a, int64_t ia, const gguf_ctx *b, int64_t ib, char *why,
+                     size_t cap) {
     gguf_vtype ta = gguf_kv_type(a, ia), tb = gguf_kv_type(b, ib);
-    if (ta != tb) { snprintf(why, cap, "type %s vs %s", gguf_vtype_name(ta), gguf_vtype_name(tb)); return false; }
+    if (ta != tb) {
+        snprintf(why, cap, "type %s vs %s", gguf_vtype_name(ta), gguf_vtype_name(tb));
+        return false;
+    }
     hm_error e;
     if (ta == GGUF_VT_STRING) {
         gguf_str x, y;
         gguf_kv_str(a, ia, &x, &e);
         gguf_kv_str(b, ib, &y, &e);
-        if (x.len != y.len || memcmp(x.data, y.data, x.len)) { snprintf(why, cap, "string differs"); return false; }
+        if (x.len != y.len || memcmp(x.data, y.data, x.len)) {
+            snprintf(why, cap, "string differs");
+            return false;
+        }
         return true;
     }
     if (ta == GGUF_VT_ARRAY) {
         gguf_arr x, y;
         gguf_kv_arr(a, ia, &x, &e);
         gguf_kv_arr(b, ib, &y, &e);
-        if (x.type != y.type || x.n != y.n) { snprintf(why, cap, "array type/length %llu vs %llu", (unsigned long long)x.n, (unsigned long long)y.n); return false; }
+        if (x.type != y.type || x.n != y.n) {
+            snprintf(why, cap, "array type/length %llu vs %llu", (unsigned long long)x.n,
+                     (unsigned long long)y.n);
+            return false;
+        }
         for (uint64_t i = 0; i < x.n; i++) {
             bool same;
             if (x.type == GGUF_VT_STRING) {
@@ -41,7 +52,10 @@ static bool kv_equal(const gguf_ctx *a, int64_t ia, const gguf_ctx *b, int64_t i
             } else {
                 same = gguf_arr_int(&x, i) == gguf_arr_int(&y, i);
             }
-            if (!same) { snprintf(why, cap, "element %llu differs", (unsigned long long)i); return false; }
+            if (!same) {
+                snprintf(why, cap, "element %llu differs", (unsigned long long)i);
+                return false;
+            }
         }
         return true;
     }
@@ -49,20 +63,29 @@ static bool kv_equal(const gguf_ctx *a, int64_t ia, const gguf_ctx *b, int64_t i
         double u, v;
         gguf_kv_float(a, ia, &u, &e);
         gguf_kv_float(b, ib, &v, &e);
-        if (memcmp(&u, &v, sizeof(u))) { snprintf(why, cap, "%.9g vs %.9g", u, v); return false; }
+        if (memcmp(&u, &v, sizeof(u))) {
+            snprintf(why, cap, "%.9g vs %.9g", u, v);
+            return false;
+        }
         return true;
     }
     if (ta == GGUF_VT_BOOL) {
         bool u, v;
         gguf_kv_bool(a, ia, &u, &e);
         gguf_kv_bool(b, ib, &v, &e);
-        if (u != v) { snprintf(why, cap, "%d vs %d", u, v); return false; }
+        if (u != v) {
+            snprintf(why, cap, "%d vs %d", u, v);
+            return false;
+        }
         return true;
     }
     int64_t u, v;
     gguf_kv_int(a, ia, &u, &e);
     gguf_kv_int(b, ib, &v, &e);
-    if (u != v) { snprintf(why, cap, "%lld vs %lld", (long long)u, (long long)v); return false; }
+    if (u != v) {
+        snprintf(why, cap, "%lld vs %lld", (long long)u, (long long)v);
+        return false;
+    }
     return true;
 }
 
@@ -82,18 +105,32 @@ static int compare_gguf(const char *ref_path, const char *out_path, int only_typ
         const char *k = gguf_kv_key(a, i);
         if (!strcmp(k, "general.source.forge")) continue;
         int64_t j = gguf_find_key(b, k);
-        if (j < 0) { fprintf(stderr, "%s: key %s missing\n", out_path, k); bad++; continue; }
-        if (!kv_equal(a, i, b, j, why, sizeof(why))) { fprintf(stderr, "%s: key %s: %s\n", out_path, k, why); bad++; }
+        if (j < 0) {
+            fprintf(stderr, "%s: key %s missing\n", out_path, k);
+            bad++;
+            continue;
+        }
+        if (!kv_equal(a, i, b, j, why, sizeof(why))) {
+            fprintf(stderr, "%s: key %s: %s\n", out_path, k, why);
+            bad++;
+        }
     }
     for (int64_t j = 0; metadata && j < gguf_kv_count(b); j++)
-        if (gguf_find_key(a, gguf_kv_key(b, j)) < 0) { fprintf(stderr, "%s: extra key %s\n", out_path, gguf_kv_key(b, j)); bad++; }
-    if (gguf_tensor_count(a) != gguf_tensor_count(b)) { fprintf(stderr, "%s: tensor count differs\n", out_path); bad++; }
+        if (gguf_find_key(a, gguf_kv_key(b, j)) < 0) {
+            fprintf(stderr, "%s: extra key %s\n", out_path, gguf_kv_key(b, j));
+            bad++;
+        }
+    if (gguf_tensor_count(a) != gguf_tensor_count(b)) {
+        fprintf(stderr, "%s: tensor count differs\n", out_path);
+        bad++;
+    }
     for (int64_t i = 0; i < gguf_tensor_count(a) && i < gguf_tensor_count(b); i++) {
         const gguf_tensor *x = gguf_tensor_at(a, i), *y = gguf_tensor_at(b, i);
         if (only_type >= 0 && x->type != (uint32_t)only_type) continue;
-        if (strcmp(x->name, y->name) || x->type != y->type || x->n_dims != y->n_dims || memcmp(x->ne, y->ne, sizeof(x->ne)) ||
-            x->size != y->size) {
-            fprintf(stderr, "%s: tensor %s: name/type/shape differs from %s\n", out_path, x->name, y->name);
+        if (strcmp(x->name, y->name) || x->type != y->type || x->n_dims != y->n_dims ||
+            memcmp(x->ne, y->ne, sizeof(x->ne)) || x->size != y->size) {
+            fprintf(stderr, "%s: tensor %s: name/type/shape differs from %s\n", out_path, x->name,
+                    y->name);
             bad++;
         } else if (memcmp(x->data, y->data, x->size)) {
             fprintf(stderr, "%s: tensor %s: bytes differ\n", out_path, x->name);
@@ -105,7 +142,8 @@ static int compare_gguf(const char *ref_path, const char *out_path, int only_typ
     return bad;
 }
 
-static hm_status run_convert(const char *dir, const char *out, forge_mix mix, const char *name, hm_error *err) {
+static hm_status run_convert(const char *dir, const char *out, forge_mix mix, const char *name,
+                             hm_error *err) {
     convert_job job = {.hf_dir = dir, .out_path = out, .mix = mix, .name = name, .n_threads = 2};
     convert_result res;
     return convert_run(&job, &res, err);
@@ -118,12 +156,16 @@ static void test_equal_forge(void) {
         if (!p->tiny) continue;
         char g32[512], hf[512], tag[128];
         snprintf(tag, sizeof(tag), "cv-%s-f32", p->name);
-        HM_REQUIRE(ft_forge(p, FORGE_MIX_F32, 42, tag, true, 2, g32, sizeof(g32), hf, sizeof(hf)) == HM_OK);
+        HM_REQUIRE(ft_forge(p, FORGE_MIX_F32, 42, tag, true, 2, g32, sizeof(g32), hf, sizeof(hf)) ==
+                   HM_OK);
         for (int m = 0; m < FORGE_MIX_COUNT; m++) {
             char ref[512], out[512], unused[8];
             snprintf(tag, sizeof(tag), "cv-%s-%s", p->name, forge_mix_name((forge_mix)m));
-            if (m == FORGE_MIX_F32) snprintf(ref, sizeof(ref), "%s", g32);
-            else HM_REQUIRE(ft_forge(p, (forge_mix)m, 42, tag, false, 2, ref, sizeof(ref), unused, sizeof(unused)) == HM_OK);
+            if (m == FORGE_MIX_F32)
+                snprintf(ref, sizeof(ref), "%s", g32);
+            else
+                HM_REQUIRE(ft_forge(p, (forge_mix)m, 42, tag, false, 2, ref, sizeof(ref), unused,
+                                    sizeof(unused)) == HM_OK);
             char name[300];
             snprintf(name, sizeof(name), "%s-conv.gguf", tag);
             ft_path(out, sizeof(out), name);
@@ -143,7 +185,8 @@ static void test_equal_forge(void) {
 static void test_compare_detects(void) {
     const forge_preset *p = forge_preset_find("tiny-qwen3moe");
     char g32[512], hf[512], out[512];
-    HM_REQUIRE(ft_forge(p, FORGE_MIX_F32, 42, "cv-detect", true, 2, g32, sizeof(g32), hf, sizeof(hf)) == HM_OK);
+    HM_REQUIRE(ft_forge(p, FORGE_MIX_F32, 42, "cv-detect", true, 2, g32, sizeof(g32), hf,
+                        sizeof(hf)) == HM_OK);
     ft_path(out, sizeof(out), "cv-detect-conv.gguf");
     hm_error err;
     HM_REQUIRE(run_convert(hf, out, FORGE_MIX_F32, NULL, &err) == HM_OK);
@@ -151,11 +194,13 @@ static void test_compare_detects(void) {
     gguf_ctx *g = NULL;
     HM_REQUIRE(gguf_open(out, &g, &err) == HM_OK);
     gguf_str s;
-    HM_CHECK(gguf_get_str(g, "general.name", &s, &err) == HM_OK && s.len == 12 && !memcmp(s.data, "cv-detect-hf", 12));
+    HM_CHECK(gguf_get_str(g, "general.name", &s, &err) == HM_OK && s.len == 12 &&
+             !memcmp(s.data, "cv-detect-hf", 12));
     gguf_close(g);
     /* a different seed changes every weight tensor */
     char g7[512], unused[8];
-    HM_REQUIRE(ft_forge(p, FORGE_MIX_F32, 7, "cv-detect7", false, 2, g7, sizeof(g7), unused, sizeof(unused)) == HM_OK);
+    HM_REQUIRE(ft_forge(p, FORGE_MIX_F32, 7, "cv-detect7", false, 2, g7, sizeof(g7), unused,
+                        sizeof(unused)) == HM_OK);
     HM_CHECK(compare_gguf(g7, out, -1, false) > 10);
 }
 
@@ -168,7 +213,10 @@ static char *slurp(const char *path, size_t *n) {
     long len = ftell(f);
     fseek(f, 0, SEEK_SET);
     char *b = malloc((size_t)len + 1);
-    if (b && fread(b, 1, (size_t)len, f) != (size_t)len) { free(b); b = NULL; }
+    if (b && fread(b, 1, (size_t)len, f) != (size_t)len) {
+        free(b);
+        b = NULL;
+    }
     fclose(f);
     if (b) b[len] = 0;
     *n = (size_t)len;
@@ -182,7 +230,8 @@ static bool spit(const char *path, const void *d, size_t n) {
     return fclose(f) == 0 && ok;
 }
 
-static const char *const k_files[] = {"config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors"};
+static const char *const k_files[] = {"config.json", "tokenizer.json", "tokenizer_config.json",
+                                      "model.safetensors"};
 
 /* copies the twin src into HOTMOE_TMP/name (fresh), without the files whose bit is in skip */
 static void copy_twin(const char *src, const char *name, unsigned skip, char *dst, size_t cap) {
@@ -214,7 +263,10 @@ static bool patch(const char *dir, const char *file, const char *what, const cha
     for (size_t i = 0; !at && i + strlen(what) <= n; i++)
         if (!memcmp(d + i, what, strlen(what))) at = d + i;
     bool ok = at && strlen(what) == strlen(with);
-    if (ok) { memcpy(at, with, strlen(with)); ok = spit(path, d, n); }
+    if (ok) {
+        memcpy(at, with, strlen(with));
+        ok = spit(path, d, n);
+    }
     free(d);
     return ok;
 }
@@ -233,41 +285,50 @@ static void expect_error(const char *dir, const char *what, const char *s1, cons
     hm_error err = {0};
     hm_status st = run_convert(dir, out, FORGE_MIX_Q8_0, NULL, &err);
     HM_CHECK_MSG(st != HM_OK, "%s: converted", what);
-    HM_CHECK_MSG(strstr(err.msg, s1) && (!s2 || strstr(err.msg, s2)), "%s: message '%s' lacks '%s'/'%s'", what, err.msg, s1, s2 ? s2 : "");
+    HM_CHECK_MSG(strstr(err.msg, s1) && (!s2 || strstr(err.msg, s2)),
+                 "%s: message '%s' lacks '%s'/'%s'", what, err.msg, s1, s2 ? s2 : "");
     HM_CHECK_MSG(access(out, F_OK) != 0, "%s: output left behind", what);
 }
 
 static void test_errors(void) {
     const forge_preset *p = forge_preset_find("tiny-qwen3moe");
     char g32[512], hf[512], d[512];
-    HM_REQUIRE(ft_forge(p, FORGE_MIX_F32, 42, "cv-errsrc", true, 2, g32, sizeof(g32), hf, sizeof(hf)) == HM_OK);
+    HM_REQUIRE(ft_forge(p, FORGE_MIX_F32, 42, "cv-errsrc", true, 2, g32, sizeof(g32), hf,
+                        sizeof(hf)) == HM_OK);
     copy_twin(hf, "cv-e-noconfig", 1u, d, sizeof(d));
     expect_error(d, "missing config.json", "config.json", "missing");
     copy_twin(hf, "cv-e-arch", 0, d, sizeof(d));
     HM_REQUIRE(patch(d, "config.json", "\"Qwen3MoeForCausalLM\"", "\"LlamaForCausalLM000\""));
-    expect_error(d, "unsupported architecture", "unsupported architecture LlamaForCausalLM000", "MixtralForCausalLM, OlmoeForCausalLM");
+    expect_error(d, "unsupported architecture", "unsupported architecture LlamaForCausalLM000",
+                 "MixtralForCausalLM, OlmoeForCausalLM");
     copy_twin(hf, "cv-e-missing", 0, d, sizeof(d));
     HM_REQUIRE(patch(d, "model.safetensors", "\"model.norm.weight\"", "\"model.norm.weighx\""));
     expect_error(d, "missing tensor", "missing tensor model.norm.weight", "[256]");
     copy_twin(hf, "cv-e-shape", 0, d, sizeof(d));
-    HM_REQUIRE(patch(d, "config.json", "\"moe_intermediate_size\": 128", "\"moe_intermediate_size\": 256"));
-    expect_error(d, "wrong shape", "model.layers.0.mlp.experts.0.gate_proj.weight has shape [128, 256]", "implies [256, 256]");
+    HM_REQUIRE(patch(d, "config.json", "\"moe_intermediate_size\": 128",
+                     "\"moe_intermediate_size\": 256"));
+    expect_error(d, "wrong shape",
+                 "model.layers.0.mlp.experts.0.gate_proj.weight has shape [128, 256]",
+                 "implies [256, 256]");
     copy_twin(hf, "cv-e-dtype", 0, d, sizeof(d));
     HM_REQUIRE(patch(d, "model.safetensors", "\"dtype\":\"F32\"", "\"dtype\":\"I32\""));
     expect_error(d, "unsupported dtype", "dtype I32", "supported: F32, F16, BF16, F64");
     copy_twin(hf, "cv-e-trunc", 0, d, sizeof(d));
     HM_REQUIRE(truncate_file(d, "model.safetensors", 100));
-    expect_error(d, "truncated safetensors", "model.safetensors: truncated: tensor lm_head.weight", NULL);
+    expect_error(d, "truncated safetensors", "model.safetensors: truncated: tensor lm_head.weight",
+                 NULL);
     copy_twin(hf, "cv-e-json", 0, d, sizeof(d));
     HM_REQUIRE(patch(d, "model.safetensors", "\"data_offsets\":", "\"data_offsets\" "));
     expect_error(d, "malformed header", "model.safetensors: malformed JSON header", NULL);
     copy_twin(hf, "cv-e-shard", 0, d, sizeof(d));
     char path[1024];
     snprintf(path, sizeof(path), "%s/model.safetensors.index.json", d);
-    const char *idx = "{\"metadata\": {}, \"weight_map\": {\"lm_head.weight\": \"model.safetensors\", "
-                      "\"model.norm.weight\": \"model-00002-of-00002.safetensors\"}}";
+    const char *idx =
+        "{\"metadata\": {}, \"weight_map\": {\"lm_head.weight\": \"model.safetensors\", "
+        "\"model.norm.weight\": \"model-00002-of-00002.safetensors\"}}";
     HM_REQUIRE(spit(path, idx, strlen(idx)));
-    expect_error(d, "index names a missing shard", "names shard model-00002-of-00002.safetensors", "No such file");
+    expect_error(d, "index names a missing shard", "names shard model-00002-of-00002.safetensors",
+                 "No such file");
     copy_twin(hf, "cv-e-tok", 8u, d, sizeof(d)); /* no safetensors at all */
     expect_error(d, "no weights", "no model.safetensors", NULL);
 }
@@ -293,11 +354,15 @@ static bool reshard(const char *dir, int n_shards, const char *dtype) {
     json_object_foreach(hdr, key, val) { /* pass 1: headers */
         if (!strcmp(key, "__metadata__")) continue;
         int s = (int)(idx++ * (size_t)n_shards / count);
-        uint64_t b = (uint64_t)json_integer_value(json_array_get(json_object_get(val, "data_offsets"), 0));
-        uint64_t e = (uint64_t)json_integer_value(json_array_get(json_object_get(val, "data_offsets"), 1));
+        uint64_t b =
+            (uint64_t)json_integer_value(json_array_get(json_object_get(val, "data_offsets"), 0));
+        uint64_t e =
+            (uint64_t)json_integer_value(json_array_get(json_object_get(val, "data_offsets"), 1));
         uint64_t nb = (e - b) / 4 * (uint64_t)es;
-        json_object_set_new(shards[s], key, json_pack("{s:s, s:O, s:[I, I]}", "dtype", dtype, "shape", json_object_get(val, "shape"),
-                                                      "data_offsets", (json_int_t)off[s], (json_int_t)(off[s] + nb)));
+        json_object_set_new(shards[s], key,
+                            json_pack("{s:s, s:O, s:[I, I]}", "dtype", dtype, "shape",
+                                      json_object_get(val, "shape"), "data_offsets",
+                                      (json_int_t)off[s], (json_int_t)(off[s] + nb)));
         off[s] += nb;
         char sn[64];
         snprintf(sn, sizeof(sn), "model-%05d-of-%05d.safetensors", s + 1, n_shards);
@@ -314,14 +379,19 @@ static bool reshard(const char *dir, int n_shards, const char *dtype) {
         memset(o + 8 + l, ' ', pad);
         json_object_foreach(shards[s], key, val) {
             json_t *src = json_object_get(hdr, key);
-            uint64_t b = (uint64_t)json_integer_value(json_array_get(json_object_get(src, "data_offsets"), 0));
-            uint64_t e = (uint64_t)json_integer_value(json_array_get(json_object_get(src, "data_offsets"), 1));
-            uint64_t ob = (uint64_t)json_integer_value(json_array_get(json_object_get(val, "data_offsets"), 0));
+            uint64_t b = (uint64_t)json_integer_value(
+                json_array_get(json_object_get(src, "data_offsets"), 0));
+            uint64_t e = (uint64_t)json_integer_value(
+                json_array_get(json_object_get(src, "data_offsets"), 1));
+            uint64_t ob = (uint64_t)json_integer_value(
+                json_array_get(json_object_get(val, "data_offsets"), 0));
             for (uint64_t i = 0; i < (e - b) / 4; i++) {
                 float f;
                 memcpy(&f, d + 8 + hl + b + i * 4, 4);
-                uint16_t h16 = es == 2 ? (!strcmp(dtype, "F16") ? hm_f32_to_fp16(f) : hm_f32_to_bf16(f)) : 0;
-                memcpy(o + 8 + l + pad + ob + i * (uint64_t)es, es == 4 ? (void *)&f : (void *)&h16, (size_t)es);
+                uint16_t h16 =
+                    es == 2 ? (!strcmp(dtype, "F16") ? hm_f32_to_fp16(f) : hm_f32_to_bf16(f)) : 0;
+                memcpy(o + 8 + l + pad + ob + i * (uint64_t)es, es == 4 ? (void *)&f : (void *)&h16,
+                       (size_t)es);
             }
         }
         char sp[1024];
@@ -350,25 +420,31 @@ static void test_shards_dtypes(void) {
         const forge_preset *p = forge_preset_find(presets[pi]);
         char g32[512], g16[512], hf[512], d[512], out[512], tag[128], unused[8];
         snprintf(tag, sizeof(tag), "cv-sh-%s", p->name);
-        HM_REQUIRE(ft_forge(p, FORGE_MIX_F32, 42, tag, true, 2, g32, sizeof(g32), hf, sizeof(hf)) == HM_OK);
+        HM_REQUIRE(ft_forge(p, FORGE_MIX_F32, 42, tag, true, 2, g32, sizeof(g32), hf, sizeof(hf)) ==
+                   HM_OK);
         snprintf(tag, sizeof(tag), "cv-sh-%s-f16", p->name);
-        HM_REQUIRE(ft_forge(p, FORGE_MIX_F16, 42, tag, false, 2, g16, sizeof(g16), unused, sizeof(unused)) == HM_OK);
+        HM_REQUIRE(ft_forge(p, FORGE_MIX_F16, 42, tag, false, 2, g16, sizeof(g16), unused,
+                            sizeof(unused)) == HM_OK);
         ft_path(out, sizeof(out), "cv-sh-out.gguf");
         hm_error err;
         copy_twin(hf, "cv-sh-f32", 0, d, sizeof(d));
         HM_REQUIRE(reshard(d, 3, "F32"));
-        HM_CHECK_MSG(run_convert(d, out, FORGE_MIX_Q4_K_M, p->model_name, &err) == HM_OK, "%s", err.msg);
+        HM_CHECK_MSG(run_convert(d, out, FORGE_MIX_Q4_K_M, p->model_name, &err) == HM_OK, "%s",
+                     err.msg);
         char gq[512];
         snprintf(tag, sizeof(tag), "cv-sh-%s-q4", p->name);
-        HM_REQUIRE(ft_forge(p, FORGE_MIX_Q4_K_M, 42, tag, false, 2, gq, sizeof(gq), unused, sizeof(unused)) == HM_OK);
+        HM_REQUIRE(ft_forge(p, FORGE_MIX_Q4_K_M, 42, tag, false, 2, gq, sizeof(gq), unused,
+                            sizeof(unused)) == HM_OK);
         HM_CHECK(compare_gguf(gq, out, -1, true) == 0);
         copy_twin(hf, "cv-sh-f16", 0, d, sizeof(d));
         HM_REQUIRE(reshard(d, 2, "F16"));
-        HM_CHECK_MSG(run_convert(d, out, FORGE_MIX_F16, p->model_name, &err) == HM_OK, "%s", err.msg);
+        HM_CHECK_MSG(run_convert(d, out, FORGE_MIX_F16, p->model_name, &err) == HM_OK, "%s",
+                     err.msg);
         HM_CHECK(compare_gguf(g16, out, 1 /* GGML F16 */, true) == 0);
         copy_twin(hf, "cv-sh-bf16", 0, d, sizeof(d));
         HM_REQUIRE(reshard(d, 3, "BF16"));
-        HM_CHECK_MSG(run_convert(d, out, FORGE_MIX_F32, p->model_name, &err) == HM_OK, "%s", err.msg);
+        HM_CHECK_MSG(run_convert(d, out, FORGE_MIX_F32, p->model_name, &err) == HM_OK, "%s",
+                     err.msg);
         gguf_ctx *a = NULL, *b = NULL;
         HM_REQUIRE(gguf_open(g32, &a, &err) == HM_OK);
         HM_REQUIRE(gguf_open(out, &b, &err) == HM_OK);
@@ -396,10 +472,12 @@ static void test_q8_twin(void) {
         if (!p->tiny) continue;
         char g[512], hf[512], out[512], tag[128];
         snprintf(tag, sizeof(tag), "cv-q8-%s", p->name);
-        HM_REQUIRE(ft_forge(p, FORGE_MIX_Q8_0, 42, tag, true, 2, g, sizeof(g), hf, sizeof(hf)) == HM_OK);
+        HM_REQUIRE(ft_forge(p, FORGE_MIX_Q8_0, 42, tag, true, 2, g, sizeof(g), hf, sizeof(hf)) ==
+                   HM_OK);
         ft_path(out, sizeof(out), "cv-q8-out.gguf");
         hm_error err;
-        HM_CHECK_MSG(run_convert(hf, out, FORGE_MIX_Q8_0, p->model_name, &err) == HM_OK, "%s", err.msg);
+        HM_CHECK_MSG(run_convert(hf, out, FORGE_MIX_Q8_0, p->model_name, &err) == HM_OK, "%s",
+                     err.msg);
         int bad = compare_gguf(g, out, -1, true);
         HM_CHECK_MSG(bad == 0, "%s: %d differences", tag, bad);
     }
