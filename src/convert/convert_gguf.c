@@ -11,10 +11,10 @@
  *   DOWN_T     down [e][c][f] = down_proj[e][f][c]
  * Every HF tensor of the plan is resolved (present, same shape, readable dtype) before the
  * output is created, so bad input fails without writing. Rows are converted to f32 from the
- * mapped file and encoded as forge_gen_rows encodes its floats (memcpy, hm_f32_to_fp16,
- * quant_quantize_row), chunk by chunk (<= 32 MiB) across a thread pool, so memory stays bounded
- * and a forged f32 twin gives forge's bytes for every mix. The metadata keys are forge's
- * (forge_gguf_metadata), without general.source.forge.
+ * mapped file and encoded by forge's own encoder (forge_encode_row) and streamed by forge's own
+ * writer (forge_gguf_stream: chunks of at most 32 MiB across a thread pool), so memory stays
+ * bounded and a forged f32 twin gives forge's bytes for every mix. The metadata keys are
+ * forge's (forge_gguf_metadata), without general.source.forge.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +28,6 @@
 #include "quant/qtypes.h"
 #include "quant/quant.h"
 
-#define CHUNK_BYTES ((size_t)32 << 20)
 
 /* ---- sources ---- */
 
@@ -133,81 +132,24 @@ static void fill_row(const forge_tensor *t, const source *c, int64_t r, float *d
     }
 }
 
+/* forge_rows_fn: rows [r0, r0 + nr) of t from its HF source (ctx: the sources, [l->n]). */
 typedef struct {
-    const forge_tensor *t;
-    const source *c;
-    int64_t r0, nr;
-    size_t row_size;
-    uint8_t *dst;
-    float *scratch; /* [nth][max_ne0] */
-    int64_t max_ne0;
-    hm_status st[64];
-} chunk_job;
+    const forge_tensor_list *l;
+    const source *src;
+} rows_ctx;
 
-static void chunk_worker(void *ctx, int ith, int nth) {
-    chunk_job *j = ctx;
-    const int64_t a = j->nr * ith / nth, b = j->nr * (ith + 1) / nth, n = j->t->ne[0];
-    float *f = j->scratch + (size_t)ith * (size_t)j->max_ne0;
-    j->st[ith] = HM_OK;
-    for (int64_t r = a; r < b && j->st[ith] == HM_OK; r++) {
-        uint8_t *out = j->dst + (size_t)r * j->row_size;
-        fill_row(j->t, j->c, j->r0 + r, f);
-        if (j->t->type == HM_TYPE_F32) {
-            memcpy(out, f, (size_t)n * sizeof(float));
-        } else if (j->t->type == HM_TYPE_F16) {
-            hm_fp16 *h = (hm_fp16 *)out;
-            for (int64_t i = 0; i < n; i++) h[i] = hm_f32_to_fp16(f[i]);
-        } else {
-            j->st[ith] = quant_quantize_row(j->t->type, f, out, n);
-        }
+static hm_status convert_rows(void *ctx, const forge_tensor *t, int64_t r0, int64_t nr,
+                              void *dst, float *scratch) {
+    const rows_ctx *c = ctx;
+    const source *sc = &c->src[t - c->l->t];
+    const size_t rs = hm_row_size(t->type, t->ne[0]);
+    for (int64_t r = 0; r < nr; r++) {
+        fill_row(t, sc, r0 + r, scratch);
+        hm_status st =
+            forge_encode_row(t->type, scratch, (uint8_t *)dst + (size_t)r * rs, t->ne[0]);
+        if (st != HM_OK) return st;
     }
-}
-
-static hm_status write_tensors(gguf_writer *w, const char *out_path, const forge_tensor_list *l,
-                               const source *src, tp_pool *pool, int nth, bool progress,
-                               hm_error *err) {
-    int64_t max_ne0 = 0;
-    uint64_t total = 0;
-    for (int i = 0; i < l->n; i++) {
-        if (l->t[i].ne[0] > max_ne0) max_ne0 = l->t[i].ne[0];
-        total += forge_tensor_bytes(&l->t[i]);
-    }
-    uint8_t *buf = malloc(CHUNK_BYTES);
-    float *scratch = malloc((size_t)nth * (size_t)max_ne0 * sizeof(float));
-    hm_status st = HM_OK;
-    if (!buf || !scratch)
-        st = hm_error_set(err, HM_ERR_NOMEM, "out of memory for the write buffers");
-    forge_progress pr;
-    forge_progress_begin(&pr, "convert", total, progress);
-    for (int i = 0; i < l->n && st == HM_OK; i++) {
-        const forge_tensor *t = &l->t[i];
-        const size_t rs = hm_row_size(t->type, t->ne[0]);
-        const int64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
-        int64_t per = (int64_t)(CHUNK_BYTES / rs);
-        if (per < 1) per = 1;
-        for (int64_t r0 = 0; r0 < rows && st == HM_OK; r0 += per) {
-            chunk_job cj = {.t = t,
-                            .c = &src[i],
-                            .r0 = r0,
-                            .nr = rows - r0 < per ? rows - r0 : per,
-                            .row_size = rs,
-                            .dst = buf,
-                            .scratch = scratch,
-                            .max_ne0 = max_ne0};
-            tp_run(pool, chunk_worker, &cj);
-            for (int k = 0; k < (pool ? nth : 1) && st == HM_OK; k++)
-                if (cj.st[k] != HM_OK)
-                    st = hm_error_set(err, cj.st[k], "cannot encode tensor %s as %s", t->name,
-                                      hm_type_name(t->type));
-            if (st == HM_OK && (st = gguf_writer_write(w, buf, (size_t)cj.nr * rs)) != HM_OK)
-                hm_error_set(err, st, "%s: %s", out_path, gguf_writer_errmsg(w));
-            forge_progress_add(&pr, (uint64_t)cj.nr * rs);
-        }
-    }
-    forge_progress_end(&pr);
-    free(buf);
-    free(scratch);
-    return st;
+    return HM_OK;
 }
 
 hm_status convert_run(const convert_job *job, convert_result *res, hm_error *err) {
@@ -259,7 +201,9 @@ hm_status convert_run(const convert_job *job, convert_result *res, hm_error *err
         hm_error_set(err, st, "%s: %s", job->out_path, gguf_writer_errmsg(w));
         goto done;
     }
-    st = write_tensors(w, job->out_path, &l, src, pool, pool ? nth : 1, job->progress, err);
+    const rows_ctx rc = {.l = &l, .src = src};
+    st = forge_gguf_stream(w, job->out_path, &l, convert_rows, (void *)&rc, pool, "convert",
+                           job->progress, err);
     if (st == HM_OK) {
         st = gguf_writer_close(w, err);
         w = NULL;

@@ -15,7 +15,9 @@
 #include "base/threadpool.h"
 #include "forge/forge.h"
 #include "gguf/gguf.h"
+#include "quant/fp16.h"
 #include "quant/qtypes.h"
+#include "quant/quant.h"
 
 #define CHUNK_BYTES ((size_t)32 << 20)
 
@@ -75,8 +77,8 @@ static hm_status set_tokenizer_keys(gguf_writer *w, const forge_vocab *v) {
 }
 
 typedef struct {
-    const forge_gen *g;
-    const forge_preset *p;
+    forge_rows_fn fn;
+    void *ctx;
     const forge_tensor *t;
     int64_t r0, nr;
     size_t row_size;
@@ -91,8 +93,64 @@ static void chunk_worker(void *ctx, int ith, int nth) {
     int64_t a = j->nr * ith / nth, b = j->nr * (ith + 1) / nth;
     j->st[ith] = HM_OK;
     if (b > a)
-        j->st[ith] = forge_gen_rows(j->g, j->p, j->t, j->r0 + a, b - a, j->dst + (size_t)a * j->row_size,
-                                    j->scratch + (size_t)ith * (size_t)j->max_ne0);
+        j->st[ith] = j->fn(j->ctx, j->t, j->r0 + a, b - a, j->dst + (size_t)a * j->row_size,
+                           j->scratch + (size_t)ith * (size_t)j->max_ne0);
+}
+
+hm_status forge_gguf_stream(gguf_writer *w, const char *out_path, const forge_tensor_list *l,
+                            forge_rows_fn fn, void *ctx, tp_pool *pool, const char *label,
+                            bool progress, hm_error *err) {
+    const int nth = pool ? tp_size(pool) : 1;
+    int64_t max_ne0 = 0;
+    uint64_t total = 0;
+    for (int i = 0; i < l->n; i++) {
+        if (l->t[i].ne[0] > max_ne0) max_ne0 = l->t[i].ne[0];
+        total += forge_tensor_bytes(&l->t[i]);
+    }
+    uint8_t *buf = malloc(CHUNK_BYTES);
+    float *scratch = malloc((size_t)nth * (size_t)max_ne0 * sizeof(float));
+    hm_status st = HM_OK;
+    if (!buf || !scratch || nth > 64)
+        st = hm_error_set(err, HM_ERR_NOMEM, "out of memory for the write buffers");
+    forge_progress pr;
+    forge_progress_begin(&pr, label, total, progress);
+    for (int i = 0; i < l->n && st == HM_OK; i++) {
+        const forge_tensor *t = &l->t[i];
+        const size_t rs = hm_row_size(t->type, t->ne[0]);
+        const int64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
+        int64_t per = (int64_t)(CHUNK_BYTES / rs);
+        if (per < 1) per = 1;
+        for (int64_t r0 = 0; r0 < rows && st == HM_OK; r0 += per) {
+            chunk_job cj = {.fn = fn, .ctx = ctx, .t = t, .r0 = r0,
+                            .nr = rows - r0 < per ? rows - r0 : per, .row_size = rs, .dst = buf,
+                            .scratch = scratch, .max_ne0 = max_ne0};
+            tp_run(pool, chunk_worker, &cj);
+            for (int k = 0; k < nth && st == HM_OK; k++)
+                if (cj.st[k] != HM_OK)
+                    st = hm_error_set(err, cj.st[k], "cannot make tensor %s as %s", t->name,
+                                      hm_type_name(t->type));
+            if (st == HM_OK && (st = gguf_writer_write(w, buf, (size_t)cj.nr * rs)) != HM_OK)
+                hm_error_set(err, st, "%s: %s", out_path, gguf_writer_errmsg(w));
+            forge_progress_add(&pr, (uint64_t)cj.nr * rs);
+        }
+    }
+    forge_progress_end(&pr);
+    free(buf);
+    free(scratch);
+    return st;
+}
+
+hm_status forge_encode_row(uint32_t type, const float *f, void *out, int64_t n) {
+    if (type == HM_TYPE_F32) {
+        memcpy(out, f, (size_t)n * sizeof(float));
+        return HM_OK;
+    }
+    if (type == HM_TYPE_F16) {
+        hm_fp16 *h = out;
+        for (int64_t i = 0; i < n; i++) h[i] = hm_f32_to_fp16(f[i]);
+        return HM_OK;
+    }
+    return quant_quantize_row(type, f, out, n);
 }
 
 hm_status forge_gguf_metadata(gguf_writer *w, const forge_preset *p, forge_mix mix,
@@ -112,14 +170,23 @@ hm_status forge_gguf_metadata(gguf_writer *w, const forge_preset *p, forge_mix m
     return st;
 }
 
+typedef struct {
+    const forge_gen *g;
+    const forge_preset *p;
+} gen_ctx;
+
+static hm_status gen_rows(void *ctx, const forge_tensor *t, int64_t r0, int64_t nr, void *dst,
+                          float *scratch) {
+    const gen_ctx *c = ctx;
+    return forge_gen_rows(c->g, c->p, t, r0, nr, dst, scratch);
+}
+
 hm_status forge_write_gguf(const forge_job *job, forge_result *res, hm_error *err) {
     const forge_preset *p = job->preset;
     forge_tensor_list l = {0};
     forge_vocab v = {0};
     gguf_writer *w = NULL;
     tp_pool *pool = NULL;
-    uint8_t *buf = NULL;
-    float *scratch = NULL;
     double t0 = forge_now();
     bool opened = false;
     memset(res, 0, sizeof(*res));
@@ -130,15 +197,6 @@ hm_status forge_write_gguf(const forge_job *job, forge_result *res, hm_error *er
     if (st != HM_OK) { forge_tensors_free(&l); return st; }
 
     int nth = job->n_threads < 1 ? 1 : job->n_threads > 64 ? 64 : job->n_threads;
-    int64_t max_ne0 = 0;
-    uint64_t total = 0;
-    for (int i = 0; i < l.n; i++) {
-        if (l.t[i].ne[0] > max_ne0) max_ne0 = l.t[i].ne[0];
-        total += forge_tensor_bytes(&l.t[i]);
-    }
-    buf = malloc(CHUNK_BYTES);
-    scratch = malloc((size_t)nth * (size_t)max_ne0 * sizeof(float));
-    if (!buf || !scratch) { st = hm_error_set(err, HM_ERR_NOMEM, "out of memory for the write buffers"); goto done; }
     if (nth > 1 && (st = tp_init(nth, &pool, err)) != HM_OK) goto done;
 
     if ((st = gguf_writer_open(job->out_path, &w, err)) != HM_OK) goto done;
@@ -150,28 +208,9 @@ hm_status forge_write_gguf(const forge_job *job, forge_result *res, hm_error *er
         hm_error_set(err, st, "%s: %s", job->out_path, gguf_writer_errmsg(w));
         goto done;
     }
-    forge_progress pr;
-    forge_progress_begin(&pr, "forge", total, job->progress);
-    for (int i = 0; i < l.n && st == HM_OK; i++) {
-        const forge_tensor *t = &l.t[i];
-        const size_t rs = hm_row_size(t->type, t->ne[0]);
-        const int64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
-        int64_t per = (int64_t)(CHUNK_BYTES / rs);
-        if (per < 1) per = 1;
-        for (int64_t r0 = 0; r0 < rows && st == HM_OK; r0 += per) {
-            chunk_job cj = {.g = &job->gen, .p = p, .t = t, .r0 = r0, .nr = rows - r0 < per ? rows - r0 : per,
-                            .row_size = rs, .dst = buf, .scratch = scratch, .max_ne0 = max_ne0};
-            tp_run(pool, chunk_worker, &cj);
-            int used = pool ? nth : 1;
-            for (int k = 0; k < used && st == HM_OK; k++)
-                if (cj.st[k] != HM_OK) st = hm_error_set(err, cj.st[k], "cannot generate tensor %s as %s", t->name, hm_type_name(t->type));
-            if (st != HM_OK) break;
-            st = gguf_writer_write(w, buf, (size_t)cj.nr * rs);
-            if (st != HM_OK) hm_error_set(err, st, "%s: %s", job->out_path, gguf_writer_errmsg(w));
-            forge_progress_add(&pr, (uint64_t)cj.nr * rs);
-        }
-    }
-    forge_progress_end(&pr);
+    const gen_ctx gc = {.g = &job->gen, .p = p};
+    st = forge_gguf_stream(w, job->out_path, &l, gen_rows, (void *)&gc, pool, "forge",
+                           job->progress, err);
     if (st == HM_OK) {
         st = gguf_writer_close(w, err);
         w = NULL;
@@ -194,8 +233,6 @@ done:
     }
     res->seconds = forge_now() - t0;
     tp_free(pool);
-    free(buf);
-    free(scratch);
     forge_vocab_free(&v);
     forge_tensors_free(&l);
     return st;

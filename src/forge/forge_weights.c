@@ -249,15 +249,8 @@ hm_status forge_gen_rows(const forge_gen *g, const forge_preset *p, const forge_
         uint8_t *out = (uint8_t *)dst + (size_t)(r - r0) * rs;
         if (key && direct_row(t->type, t->std, key, r, n, out)) continue;
         forge_gen_floats(g, p, t, r * n, n, scratch);
-        if (t->type == HM_TYPE_F32) {
-            memcpy(out, scratch, (size_t)n * sizeof(float));
-        } else if (t->type == HM_TYPE_F16) {
-            hm_fp16 *h = (hm_fp16 *)out;
-            for (int64_t i = 0; i < n; i++) h[i] = hm_f32_to_fp16(scratch[i]);
-        } else {
-            hm_status st = quant_quantize_row(t->type, scratch, out, n);
-            if (st != HM_OK) return st;
-        }
+        hm_status st = forge_encode_row(t->type, scratch, out, n);
+        if (st != HM_OK) return st;
     }
     return HM_OK;
 }
