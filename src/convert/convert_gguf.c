@@ -11,10 +11,10 @@
  *   DOWN_T     down [e][c][f] = down_proj[e][f][c]
  * Every HF tensor of the plan is resolved (present, same shape, readable dtype) before the
  * output is created, so bad input fails without writing. Rows are converted to f32 from the
- * mapped file and encoded by forge's own encoder (forge_encode_row) and streamed by forge's own
- * writer (forge_gguf_stream: chunks of at most 32 MiB across a thread pool), so memory stays
- * bounded and a forged f32 twin gives forge's bytes for every mix. The metadata keys are
- * forge's (forge_gguf_metadata), without general.source.forge.
+ * mapped file, encoded by forge's own encoder (forge_encode_row) and written by forge's own
+ * writer (forge_gguf_write: forge's metadata without general.source.forge, then chunks of at
+ * most 32 MiB across a thread pool), so memory stays bounded and a forged f32 twin gives
+ * forge's bytes for every mix.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -161,10 +161,8 @@ hm_status convert_run(const convert_job *job, convert_result *res, hm_error *err
     forge_tensor_list l = {0};
     forge_hf_tensor *hs = NULL;
     source *src = NULL;
-    gguf_writer *w = NULL;
     tp_pool *pool = NULL;
     int nh = 0;
-    bool opened = false;
     char name[256];
 
     hm_status st = convert_config_read(job->hf_dir, &p, err);
@@ -193,38 +191,15 @@ hm_status convert_run(const convert_job *job, convert_result *res, hm_error *err
     int nth = job->n_threads > 0 ? job->n_threads : nc > 0 ? (int)nc : 1;
     if (nth > 64) nth = 64;
     if (nth > 1 && (st = tp_init(nth, &pool, err)) != HM_OK) goto done;
-    if ((st = gguf_writer_open(job->out_path, &w, err)) != HM_OK) goto done;
-    opened = true;
-    st = forge_gguf_metadata(w, &p, job->mix, &v, &l, NULL);
-    if (st == HM_OK) st = gguf_writer_begin_data(w);
-    if (st != HM_OK) {
-        hm_error_set(err, st, "%s: %s", job->out_path, gguf_writer_errmsg(w));
-        goto done;
-    }
     const rows_ctx rc = {.l = &l, .src = src};
-    st = forge_gguf_stream(w, job->out_path, &l, convert_rows, (void *)&rc, pool, "convert",
-                           job->progress, err);
-    if (st == HM_OK) {
-        st = gguf_writer_close(w, err);
-        w = NULL;
-    }
-done:
-    if (w) {
-        hm_error ignored;
-        gguf_writer_close(w, &ignored);
-    }
-    if (st != HM_OK && opened) unlink(job->out_path);
+    st = forge_gguf_write(job->out_path, &p, job->mix, &v, &l, convert_rows, (void *)&rc, pool,
+                          "convert", job->progress, NULL, &res->bytes, err);
     if (st == HM_OK) {
         res->arch = forge_arch_name(p.arch);
         res->n_tensors = l.n;
         forge_tensors_totals(&l, &res->n_params, NULL);
-        FILE *f = fopen(job->out_path, "rb");
-        if (f) {
-            fseeko(f, 0, SEEK_END);
-            res->bytes = (uint64_t)ftello(f);
-            fclose(f);
-        }
     }
+done:
     res->seconds = forge_now() - t0;
     tp_free(pool);
     if (src)

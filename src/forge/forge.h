@@ -177,25 +177,21 @@ typedef struct {
 } forge_result;
 
 hm_status forge_write_gguf(const forge_job *job, forge_result *res, hm_error *err);
-/* The metadata of a GGUF of preset p in mix (general.*, the {arch}.* hyper-parameters, the
- * tokenizer keys, llama.cpp's names and order) and the tensor table of l, into w; source_note
- * (or NULL) as general.source.forge. Shared by forge and convert. */
-struct gguf_writer;
-struct tp_pool;
-hm_status forge_gguf_metadata(struct gguf_writer *w, const forge_preset *p, forge_mix mix,
-                              const forge_vocab *v, const forge_tensor_list *l,
-                              const char *source_note);
 /* Rows [r0, r0 + nr) of tensor t encoded in t->type into dst (row after row); scratch holds
  * t->ne[0] floats. Called from several threads at once, on disjoint rows. */
 typedef hm_status (*forge_rows_fn)(void *ctx, const forge_tensor *t, int64_t r0, int64_t nr,
                                    void *dst, float *scratch);
-/* Every tensor of l, in order, from fn into w, in chunks of at most 32 MiB spread over pool's
- * threads (NULL: the calling thread), with a progress bar labelled label on a terminal. Errors
- * name the tensor or out_path. Shared by forge and convert. */
-hm_status forge_gguf_stream(struct gguf_writer *w, const char *out_path,
-                            const forge_tensor_list *l, forge_rows_fn fn, void *ctx,
-                            struct tp_pool *pool, const char *label, bool progress,
-                            hm_error *err);
+/* Writes out_path: the metadata of preset p in mix (general.*, the {arch}.* hyper-parameters,
+ * the tokenizer keys of v: llama.cpp's names and order; source_note, or NULL, as
+ * general.source.forge), the tensor table of l, then every tensor's rows from fn, in chunks of
+ * at most 32 MiB over pool's threads (NULL: the calling thread), with a progress bar labelled
+ * label on a terminal. On failure the file is removed and err names it or the tensor; *bytes
+ * (may be NULL): the file's size. Shared by forge and convert. */
+struct tp_pool;
+hm_status forge_gguf_write(const char *out_path, const forge_preset *p, forge_mix mix,
+                           const forge_vocab *v, const forge_tensor_list *l, forge_rows_fn fn,
+                           void *ctx, struct tp_pool *pool, const char *label, bool progress,
+                           const char *source_note, uint64_t *bytes, hm_error *err);
 /* n floats f as one row of type (f32 copied, f16 rounded, else quant_quantize_row) into out. */
 hm_status forge_encode_row(uint32_t type, const float *f, void *out, int64_t n);
 hm_status forge_write_hf(const forge_job *job, hm_error *err);

@@ -97,9 +97,11 @@ static void chunk_worker(void *ctx, int ith, int nth) {
                            j->scratch + (size_t)ith * (size_t)j->max_ne0);
 }
 
-hm_status forge_gguf_stream(gguf_writer *w, const char *out_path, const forge_tensor_list *l,
-                            forge_rows_fn fn, void *ctx, tp_pool *pool, const char *label,
-                            bool progress, hm_error *err) {
+/* Every tensor of l, in order, from fn into w, in chunks of at most 32 MiB spread over pool's
+ * threads, with a progress bar on a terminal. */
+static hm_status stream_tensors(gguf_writer *w, const char *out_path, const forge_tensor_list *l,
+                                forge_rows_fn fn, void *ctx, tp_pool *pool, const char *label,
+                                bool progress, hm_error *err) {
     const int nth = pool ? tp_size(pool) : 1;
     int64_t max_ne0 = 0;
     uint64_t total = 0;
@@ -153,9 +155,9 @@ hm_status forge_encode_row(uint32_t type, const float *f, void *out, int64_t n) 
     return quant_quantize_row(type, f, out, n);
 }
 
-hm_status forge_gguf_metadata(gguf_writer *w, const forge_preset *p, forge_mix mix,
-                              const forge_vocab *v, const forge_tensor_list *l,
-                              const char *source_note) {
+static hm_status write_metadata(gguf_writer *w, const forge_preset *p, forge_mix mix,
+                                const forge_vocab *v, const forge_tensor_list *l,
+                                const char *source_note) {
     hm_status st = gguf_writer_set_str(w, "general.architecture", forge_arch_name(p->arch));
     if (st == HM_OK) st = gguf_writer_set_str(w, "general.type", "model");
     if (st == HM_OK) st = gguf_writer_set_str(w, "general.name", p->model_name);
@@ -168,6 +170,36 @@ hm_status forge_gguf_metadata(gguf_writer *w, const forge_preset *p, forge_mix m
     for (int i = 0; st == HM_OK && i < l->n; i++)
         st = gguf_writer_add_tensor(w, l->t[i].name, l->t[i].type, l->t[i].n_dims, l->t[i].ne);
     return st;
+}
+
+hm_status forge_gguf_write(const char *out_path, const forge_preset *p, forge_mix mix,
+                           const forge_vocab *v, const forge_tensor_list *l, forge_rows_fn fn,
+                           void *ctx, tp_pool *pool, const char *label, bool progress,
+                           const char *source_note, uint64_t *bytes, hm_error *err) {
+    gguf_writer *w = NULL;
+    hm_status st = gguf_writer_open(out_path, &w, err);
+    if (st != HM_OK) return st;
+    st = write_metadata(w, p, mix, v, l, source_note);
+    if (st == HM_OK) st = gguf_writer_begin_data(w);
+    if (st != HM_OK) hm_error_set(err, st, "%s: %s", out_path, gguf_writer_errmsg(w));
+    if (st == HM_OK) st = stream_tensors(w, out_path, l, fn, ctx, pool, label, progress, err);
+    if (st == HM_OK) {
+        st = gguf_writer_close(w, err);
+    } else {
+        hm_error ignored;
+        gguf_writer_close(w, &ignored);
+    }
+    if (st != HM_OK) {
+        unlink(out_path);
+        return st;
+    }
+    FILE *f = fopen(out_path, "rb");
+    if (f && bytes) {
+        fseeko(f, 0, SEEK_END);
+        *bytes = (uint64_t)ftello(f);
+    }
+    if (f) fclose(f);
+    return HM_OK;
 }
 
 typedef struct {
@@ -185,10 +217,8 @@ hm_status forge_write_gguf(const forge_job *job, forge_result *res, hm_error *er
     const forge_preset *p = job->preset;
     forge_tensor_list l = {0};
     forge_vocab v = {0};
-    gguf_writer *w = NULL;
     tp_pool *pool = NULL;
     double t0 = forge_now();
-    bool opened = false;
     memset(res, 0, sizeof(*res));
 
     hm_status st = forge_tensors_build(p, job->mix, &l, err);
@@ -199,38 +229,16 @@ hm_status forge_write_gguf(const forge_job *job, forge_result *res, hm_error *er
     int nth = job->n_threads < 1 ? 1 : job->n_threads > 64 ? 64 : job->n_threads;
     if (nth > 1 && (st = tp_init(nth, &pool, err)) != HM_OK) goto done;
 
-    if ((st = gguf_writer_open(job->out_path, &w, err)) != HM_OK) goto done;
-    opened = true;
-    st = forge_gguf_metadata(w, job->preset, job->mix, &v, &l,
-                             "hotmoe forge: synthetic weights, not a trained model");
-    if (st == HM_OK) st = gguf_writer_begin_data(w);
-    if (st != HM_OK) {
-        hm_error_set(err, st, "%s: %s", job->out_path, gguf_writer_errmsg(w));
-        goto done;
-    }
     const gen_ctx gc = {.g = &job->gen, .p = p};
-    st = forge_gguf_stream(w, job->out_path, &l, gen_rows, (void *)&gc, pool, "forge",
-                           job->progress, err);
-    if (st == HM_OK) {
-        st = gguf_writer_close(w, err);
-        w = NULL;
-    }
-done:
-    if (w) {
-        hm_error ignored;
-        gguf_writer_close(w, &ignored);
-    }
-    if (st != HM_OK && opened) unlink(job->out_path);
+    st = forge_gguf_write(job->out_path, p, job->mix, &v, &l, gen_rows, (void *)&gc, pool,
+                          "forge", job->progress,
+                          "hotmoe forge: synthetic weights, not a trained model", &res->bytes,
+                          err);
     if (st == HM_OK) {
         forge_tensors_totals(&l, &res->n_params, NULL);
         res->n_tensors = l.n;
-        FILE *f = fopen(job->out_path, "rb");
-        if (f) {
-            fseeko(f, 0, SEEK_END);
-            res->bytes = (uint64_t)ftello(f);
-            fclose(f);
-        }
     }
+done:
     res->seconds = forge_now() - t0;
     tp_free(pool);
     forge_vocab_free(&v);
