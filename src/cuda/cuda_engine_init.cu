@@ -410,7 +410,7 @@ extern "C" hm_status cuda_engine_init(const hm_model *m, const cuda_engine_param
     cuda_engine *e = NULL;
     cudaStream_t s = NULL;
     double upload_s = 0;
-    int32_t *slot_of = NULL; /* host copy of the expert->slot table */
+    int32_t *slot_of = NULL; /* host copy of the expert->slot table (kept: e->h_slot_of) */
     if (cudaSetDevice(p->device) != cudaSuccess)
         return hm_error_set(err, HM_ERR_CUDA, "GPU: cannot select device %d", p->device);
     {
@@ -507,7 +507,7 @@ extern "C" hm_status cuda_engine_init(const hm_model *m, const cuda_engine_param
              "%.1f GB/s) + %.0f MiB KV + %.0f MiB buffers", info[p->device].name, p->device,
              mib(wb), upload_s, upload_s > 0 ? (double)wb / upload_s * 1e-9 : 0.0, mib(kvb),
              mib(sb));
-    free(slot_of);
+    e->h_slot_of = slot_of;
     *out = e;
     return HM_OK;
 fail:
@@ -530,6 +530,7 @@ extern "C" void cuda_engine_free(cuda_engine *e) {
     if (e->h_logits) cudaFreeHost(e->h_logits);
     if (e->stream) cudaStreamDestroy((cudaStream_t)e->stream);
     free(e->layers);
+    free(e->h_slot_of);
     free(e);
 }
 

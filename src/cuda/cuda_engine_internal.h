@@ -98,6 +98,7 @@ struct cuda_engine {
     int32_t *d_positions; /* [nu] positions of the step's tokens (d_pos + t) */
     int32_t *d_tokens;    /* [nu] token ids uploaded by cuda_engine_decode */
     int32_t *d_slot_of;   /* [n_layer][n_expert] the expert->slot table (residency map) */
+    int32_t *h_slot_of;   /* [n_layer][n_expert] its host copy (the expert lane's look-ups) */
     float *d_logits;      /* [n_logit_rows][n_vocab] */
     int n_logit_rows;     /* rows of d_logits (ALL mode is copied out in pieces of this) */
 

@@ -5,7 +5,8 @@
  * this lane runs (moe/moe_exec.h); the engine looks up each expert's device slot in its
  * expert->slot table, uploads rows and slots, runs the expert FFN with the matvec kernels
  * (the CPU's bytes for every weight type, whatever the token count) and copies back the rows
- * of its slots only. Synchronous: one stream synchronisation per call, counted in the audit.
+ * of its slots only (slots from the table's host copy). Synchronous: one stream synchronisation
+ * per call, counted in the audit.
  * The asynchronous hand-off of the tiered step (mapped flags, no host wait) builds on it.
  */
 #include <cuda_runtime.h>
@@ -31,18 +32,12 @@ extern "C" hm_status cuda_engine_experts(cuda_engine *e, int il, int n_tok, cons
                             e->p.n_ubatch);
     const int K = (int)hp->n_expert_used, NE = (int)hp->n_expert;
     const int64_t E = hp->n_embd, ns = (int64_t)n_tok * K;
-    int32_t *slot_of = (int32_t *)malloc(sizeof(int32_t) * (size_t)NE);
+    const int32_t *slot_of = e->h_slot_of + (size_t)il * (size_t)NE;
     int32_t *ds = (int32_t *)malloc(sizeof(int32_t) * (size_t)ns);
     float *out = (float *)malloc(sizeof(float) * (size_t)(ns * E));
-    hm_status st = slot_of && ds && out ? HM_OK
+    hm_status st = ds && out ? HM_OK
                                          : hm_error_set(err, HM_ERR_NOMEM, "out of memory (GPU lane)");
     cudaStream_t s = (cudaStream_t)e->stream;
-    if (st == HM_OK)
-        st = cuda_ok(cudaMemcpyAsync(slot_of, e->d_slot_of + (size_t)il * (size_t)NE,
-                                     sizeof(int32_t) * (size_t)NE, cudaMemcpyDeviceToHost, s),
-                     "slot table", err);
-    if (st == HM_OK) st = cuda_ok(cudaStreamSynchronize(s), "slot table", err);
-    e->n_host_syncs++;
     for (int64_t i = 0; i < ns && st == HM_OK; i++) {
         const int32_t id = ids[i];
         ds[i] = id >= 0 && id < NE ? slot_of[id] : -1;
@@ -66,7 +61,6 @@ extern "C" hm_status cuda_engine_experts(cuda_engine *e, int il, int n_tok, cons
     }
     for (int64_t i = 0; i < ns && st == HM_OK; i++) /* this lane's rows only */
         if (ds[i] >= 0) memcpy(y + i * E, out + i * E, sizeof(float) * (size_t)E);
-    free(slot_of);
     free(ds);
     free(out);
     return st;
