@@ -43,13 +43,6 @@
 #define DECODE_TOL_F32 2e-3
 #define TOL_QUANT 0.5
 
-static bool forged(const char *preset, forge_mix mix, char *path, size_t cap) {
-    char tag[128];
-    snprintf(tag, sizeof(tag), "cudaeng-%s-%s", preset, forge_mix_name(mix));
-    return ft_forge(forge_preset_find(preset), mix, 42, tag, false, 2, path, cap, NULL, 0) ==
-           HM_OK;
-}
-
 static void prompt_ids(int32_t *ids, int n, uint64_t seed) {
     uint64_t x = seed;
     for (int i = 0; i < n; i++) {
@@ -138,7 +131,7 @@ static void noop_hook(void *user, int layer, int64_t n_tok, int n_used, const in
 
 static void test_fallback_and_admission(void) {
     char path[512];
-    HM_REQUIRE(forged("tiny-qwen3moe", FORGE_MIX_Q8_0, path, sizeof(path)));
+    HM_REQUIRE(ft_forged("cudaeng", "tiny-qwen3moe", FORGE_MIX_Q8_0, path, sizeof(path)));
     hm_model *m = NULL;
     hm_error err;
     HM_REQUIRE(hm_model_load(path, NULL, &m, &err) == HM_OK);
@@ -257,7 +250,7 @@ typedef struct {
 static void compare_model(const char *preset, forge_mix mix, cmp_result *r) {
     memset(r, 0, sizeof(*r));
     char path[512];
-    HM_REQUIRE(forged(preset, mix, path, sizeof(path)));
+    HM_REQUIRE(ft_forged("cudaeng", preset, mix, path, sizeof(path)));
     hm_model *m = NULL;
     hm_error err;
     HM_REQUIRE(hm_model_load(path, NULL, &m, &err) == HM_OK);

@@ -26,13 +26,6 @@
 #define N_PROMPT 21
 #define N_DEC 8
 
-static bool forged(const char *preset, forge_mix mix, char *path, size_t cap) {
-    char tag[128];
-    snprintf(tag, sizeof(tag), "cudalane-%s-%s", preset, forge_mix_name(mix));
-    return ft_forge(forge_preset_find(preset), mix, 42, tag, false, 2, path, cap, NULL, 0) ==
-           HM_OK;
-}
-
 /* Logits of the prompt (all positions) then N_DEC one-token steps (last position each). */
 static bool run(hm_context *c, const int32_t *ids, int64_t V, float *out) {
     hm_error err;
@@ -52,7 +45,7 @@ static bool run(hm_context *c, const int32_t *ids, int64_t V, float *out) {
 
 static void check_model(const char *preset, forge_mix mix) {
     char path[512];
-    HM_REQUIRE(forged(preset, mix, path, sizeof(path)));
+    HM_REQUIRE(ft_forged("cudalane", preset, mix, path, sizeof(path)));
     hm_model *m = NULL;
     hm_error err;
     HM_REQUIRE(hm_model_load(path, NULL, &m, &err) == HM_OK);

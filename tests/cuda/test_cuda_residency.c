@@ -30,13 +30,6 @@
 #define N_STEPS 8
 #define N_CTX 64
 
-static bool forged(const char *preset, forge_mix mix, char *path, size_t cap) {
-    char tag[128];
-    snprintf(tag, sizeof(tag), "cudares-%s-%s", preset, forge_mix_name(mix));
-    return ft_forge(forge_preset_find(preset), mix, 42, tag, false, 2, path, cap, NULL, 0) ==
-           HM_OK;
-}
-
 static cuda_engine_params eng_params(const hm_residency *res) {
     cuda_engine_params p;
     memset(&p, 0, sizeof(p));
@@ -58,7 +51,7 @@ static void permute(hm_residency *r) {
 static void test_plan(void) {
     if (!cuda_compiled()) return; /* the stub refuses every plan */
     char path[512];
-    HM_REQUIRE(forged("tiny-qwen3moe", FORGE_MIX_Q4_K_M, path, sizeof(path)));
+    HM_REQUIRE(ft_forged("cudares", "tiny-qwen3moe", FORGE_MIX_Q4_K_M, path, sizeof(path)));
     hm_model *m = NULL;
     hm_error err;
     HM_REQUIRE(hm_model_load(path, NULL, &m, &err) == HM_OK);
@@ -145,7 +138,7 @@ static bool run_engine(const hm_model *m, const hm_residency *res, const int32_t
 
 static int compare_model(const char *preset, forge_mix mix, bool no_gemm) {
     char path[512];
-    if (!forged(preset, mix, path, sizeof(path))) {
+    if (!ft_forged("cudares", preset, mix, path, sizeof(path))) {
         HM_CHECK_MSG(0, "forge %s %s", preset, forge_mix_name(mix));
         return 0;
     }

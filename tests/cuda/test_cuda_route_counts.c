@@ -103,13 +103,6 @@ static bool all_zero(const counts *a) {
     return true;
 }
 
-static bool forged(const char *preset, forge_mix mix, char *path, size_t cap) {
-    char tag[128];
-    snprintf(tag, sizeof(tag), "cudacount-%s-%s", preset, forge_mix_name(mix));
-    return ft_forge(forge_preset_find(preset), mix, 42, tag, false, 2, path, cap, NULL, 0) ==
-           HM_OK;
-}
-
 static void prompt_ids(int32_t *ids, int n, uint64_t seed) {
     uint64_t x = seed;
     for (int i = 0; i < n; i++) ids[i] = 3 + (int32_t)(tu_next(&x) % 957);
@@ -192,7 +185,7 @@ static bool read_counts(cuda_engine *e, counts *c) {
 
 static void exact_at_zero(const char *preset, forge_mix mix) {
     char path[512];
-    HM_REQUIRE(forged(preset, mix, path, sizeof(path)));
+    HM_REQUIRE(ft_forged("cudacount", preset, mix, path, sizeof(path)));
     hm_model *m = NULL;
     hm_error err;
     HM_REQUIRE(hm_model_load(path, NULL, &m, &err) == HM_OK);
@@ -253,7 +246,7 @@ static void exact_at_zero(const char *preset, forge_mix mix) {
 
 static void prompt_and_steps(const char *preset, forge_mix mix, int n_ubatch, bool exact_hits) {
     char path[512];
-    HM_REQUIRE(forged(preset, mix, path, sizeof(path)));
+    HM_REQUIRE(ft_forged("cudacount", preset, mix, path, sizeof(path)));
     hm_model *m = NULL;
     hm_error err;
     HM_REQUIRE(hm_model_load(path, NULL, &m, &err) == HM_OK);
@@ -345,7 +338,7 @@ static bool run_once(const hm_model *m, bool count, float *logits, int32_t *gt, 
 static void test_counting_changes_nothing(void) {
     if (!tu_have_gpu()) return;
     char path[512];
-    HM_REQUIRE(forged("tiny-qwen3moe", FORGE_MIX_Q4_K_M, path, sizeof(path)));
+    HM_REQUIRE(ft_forged("cudacount", "tiny-qwen3moe", FORGE_MIX_Q4_K_M, path, sizeof(path)));
     hm_model *m = NULL;
     hm_error err;
     HM_REQUIRE(hm_model_load(path, NULL, &m, &err) == HM_OK);
@@ -370,7 +363,7 @@ static void test_counting_changes_nothing(void) {
 static void test_switching(void) {
     if (!tu_have_gpu()) return;
     char path[512];
-    HM_REQUIRE(forged("tiny-mixtral", FORGE_MIX_Q8_0, path, sizeof(path)));
+    HM_REQUIRE(ft_forged("cudacount", "tiny-mixtral", FORGE_MIX_Q8_0, path, sizeof(path)));
     hm_model *m = NULL;
     hm_error err;
     HM_REQUIRE(hm_model_load(path, NULL, &m, &err) == HM_OK);

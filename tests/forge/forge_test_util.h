@@ -38,6 +38,16 @@ static inline hm_status ft_forge(const forge_preset *p, forge_mix mix, uint64_t 
     return st;
 }
 
+/* preset forged in mix (seed 42, GGUF only) as "<prefix>-<preset>-<mix>": the test model of the
+ * GPU and engine tests. */
+static inline bool ft_forged(const char *prefix, const char *preset, forge_mix mix, char *path,
+                             size_t cap) {
+    char tag[128];
+    snprintf(tag, sizeof(tag), "%s-%s-%s", prefix, preset, forge_mix_name(mix));
+    return ft_forge(forge_preset_find(preset), mix, 42, tag, false, 2, path, cap, NULL, 0) ==
+           HM_OK;
+}
+
 static inline uint8_t *ft_read_file(const char *path, size_t *n) {
     *n = 0;
     FILE *f = fopen(path, "rb");
