@@ -133,7 +133,12 @@ def main():
     ap.add_argument("--out", default="train_out")
     ap.add_argument("--resume", action="store_true", help="continue from OUT/state.pt if there")
     ap.add_argument("--max-seconds", type=float, default=480, help="wall time of this chunk")
+    ap.add_argument("--fit-seconds", type=float, default=0,
+                    help="shorten the schedule (never lengthen it) so that training ends this many "
+                         "seconds after the start: the step count is fixed from the speed of the "
+                         "first 30 steps and logged (pass the logged --tokens to repeat the run)")
     ap.add_argument("--sizes", action="store_true", help="print the sizes and exit")
+    ap.add_argument("--device", default="cuda", help="cuda, or cpu for a smoke test")
     ap.add_argument("--vocab", type=int, default=8192, help="only for --sizes")
     # model
     ap.add_argument("--hidden", type=int, default=256)
@@ -157,9 +162,9 @@ def main():
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--eval-every", type=int, default=250)
-    ap.add_argument("--save-dtype", default="float32", choices=["float32", "bfloat16"])
-    ap.add_argument("--experts-impl", default="auto",
-                    help="transformers' experts implementation (auto: grouped_mm if accepted)")
+    ap.add_argument("--save-dtype", default="float16", choices=["float32", "float16", "bfloat16"],
+                    help="dtype of the exported checkpoint (float16: 35 MB, comes back from the "
+                         "GPU machine in three parts)")
     a = ap.parse_args()
 
     if a.sizes:
@@ -182,7 +187,8 @@ def main():
     import torch
     import transformers
     from tokenizers import Tokenizer
-    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import qwen3moe_torch as qm
 
     tok = Tokenizer.from_file(os.path.join(a.tokenizer, "tokenizer.json"))
     V = tok.get_vocab_size()
@@ -191,7 +197,7 @@ def main():
     cdict = model_config(V, a)
     s = sizes(cdict)
     log("torch %s, transformers %s, %s" % (torch.__version__, transformers.__version__,
-                                           torch.cuda.get_device_name(0)))
+                                           torch.cuda.get_device_name(0) if a.device == "cuda" else a.device))
     log("model: %d params (%d active per token), GGUF f32 %.1f MB, q8_0 %.1f MB, q4_k_m ~%.1f MB"
         % (s["params"], s["active_params"], s["gguf_f32"] / 1e6, s["gguf_q8_0"] / 1e6,
            s["gguf_q4_k_m"] / 1e6))
@@ -203,24 +209,17 @@ def main():
     held = tokenize_file(tok, os.path.join(a.data, "heldout.txt"),
                          os.path.join(a.out, "tokens_heldout.u16"), eot, log)
 
-    torch.manual_seed(a.seed)
-    dev = torch.device("cuda")
+    dev = torch.device(a.device)
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
-    config = Qwen3MoeConfig(**cdict)
-    model = None
-    if a.experts_impl != "eager":
-        impl = "grouped_mm" if a.experts_impl == "auto" else a.experts_impl
-        try:
-            model = Qwen3MoeForCausalLM._from_config(config, experts_implementation=impl)
-            log("experts implementation: %s" % impl)
-        except Exception as e:  # older transformers: no such switch
-            log("experts implementation %s not taken (%s); default" % (impl, str(e)[:120]))
-            model = None
-            torch.manual_seed(a.seed)
-    if model is None:
-        model = Qwen3MoeForCausalLM(config)
-    model.to(dev)
+    # the dense formulation must compute transformers' function: checked on random weights with
+    # a different expert width (so that no two weight shapes coincide) before any training
+    chk = dict(cdict, moe_intermediate_size=96, intermediate_size=96)
+    rel = qm.check_against_hf(chk, dev, log)
+    if not rel < 1e-4:
+        sys.exit("train: the training model does not match transformers (%.3g x std)" % rel)
+    torch.manual_seed(a.seed)
+    model = qm.Qwen3MoeDense(cdict).to(dev)
     nparam = sum(p.numel() for p in model.parameters())
     log("torch parameter count %d (formula %d)" % (nparam, s["params"]))
 
@@ -228,7 +227,8 @@ def main():
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.wd},
                              {"params": no_decay, "weight_decay": 0.0}],
-                            lr=a.lr, betas=(0.9, 0.95), eps=1e-8, fused=True)
+                            lr=a.lr, betas=(0.9, 0.95), eps=1e-8,
+                            **({"fused": True} if dev.type == "cuda" else {}))
     tokens_per_step = a.batch * a.seq
     total_steps = int(math.ceil(a.tokens / tokens_per_step))
 
@@ -246,6 +246,7 @@ def main():
         model.load_state_dict(st["model"])
         opt.load_state_dict(st["opt"])
         step, elapsed_before = st["step"], st["elapsed"]
+        total_steps = st.get("total_steps", total_steps)
         if st["args"]["tokens"] != a.tokens or st["args"]["batch"] != a.batch:
             log("WARNING: resuming with a different budget/batch than the state was made with")
         log("resumed at step %d (%.0f s trained before)" % (step, elapsed_before))
@@ -271,8 +272,8 @@ def main():
         for i in range(0, len(idx), a.batch):
             x = np.stack([held[j * a.seq:(j + 1) * a.seq] for j in idx[i:i + a.batch]]).astype(np.int64)
             x = torch.from_numpy(x).to(dev)
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                logits = model(input_ids=x, output_router_logits=False).logits
+            with torch.autocast(dev.type, dtype=torch.bfloat16):
+                logits = model(x)[0]
             lp = torch.nn.functional.cross_entropy(logits[:, :-1].float().reshape(-1, V),
                                                    x[:, 1:].reshape(-1), reduction="sum")
             tot += lp.item()
@@ -289,24 +290,41 @@ def main():
     t_log, tok_log = time.time(), 0
     acc_loss = acc_aux = 0.0
     acc_n = 0
+    fit_at = step + 30 if a.fit_seconds > 0 and step == 0 else -1
+    t_fit = time.time()
     while step < total_steps:
         if time.time() - t_start > a.max_seconds:
             break
+        if step == 5:
+            t_fit = time.time()  # the first steps include allocations and kernel choices
+        if step == fit_at:
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            per_step = (time.time() - t_fit) / (fit_at - 5)
+            fit = fit_at + int((a.fit_seconds - (time.time() - t_start)) / per_step * 0.97)
+            if fit < total_steps:
+                total_steps = max(fit, a.warmup + 1)
+                log("schedule fitted to --fit-seconds %.0f: %d steps (%.1f ms each): "
+                    "--tokens %d repeats it" % (a.fit_seconds, total_steps, per_step * 1e3,
+                                                total_steps * tokens_per_step))
         lr = lr_at(step)
         for g in opt.param_groups:
             g["lr"] = lr
         x = batch_at(step)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            out = model(input_ids=x, labels=x, output_router_logits=True)
-        loss = out.loss
+        with torch.autocast(dev.type, dtype=torch.bfloat16):
+            logits, router = model(x)
+            ce = torch.nn.functional.cross_entropy(logits[:, :-1].float().reshape(-1, V),
+                                                   x[:, 1:].reshape(-1))
+            aux_t = qm.aux_loss(router, a.experts, a.top_k)
+        loss = ce + a.aux_coef * aux_t
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
         step += 1
         tok_log += tokens_per_step
-        aux = out.aux_loss.item() if getattr(out, "aux_loss", None) is not None else 0.0
-        acc_loss += loss.item() - a.aux_coef * aux
+        aux = aux_t.item()
+        acc_loss += ce.item()
         acc_aux += aux
         acc_n += 1
         if step % a.log_every == 0 or step == total_steps:
@@ -331,7 +349,8 @@ def main():
     elapsed = elapsed_before + time.time() - t_chunk
     tmp = state_path + ".tmp"
     torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
-                "elapsed": elapsed, "args": vars(a)}, tmp)
+                "elapsed": elapsed, "args": vars(a),
+                "total_steps": total_steps}, tmp)
     os.replace(tmp, state_path)
     if step < total_steps:
         log("train: CHUNK DONE at step %d/%d (%.0f s trained); run again with --resume"
@@ -358,65 +377,56 @@ def main():
         json.dump(ev, f, indent=1)
     log("eval: held-out loss %.4f ppl %.2f (%.3f bits/byte); unigram loss %.4f ppl %.1f"
         % (hl, ev["heldout_ppl"], ev["heldout_bits_per_byte"], uni, ev["unigram_ppl"]))
-    export(model, a, log)
+    export(model, cdict, a, log)
     log("train: FINISHED")
 
 
-def export(model, a, log):
-    """Saves the HF folder OUT/hf with per-expert keys and checks that it loads back."""
+def export(model, cdict, a, log):
+    """Saves the HF folder OUT/hf (per-expert keys, --save-dtype) and checks that transformers
+    loads it back with the same logits as the model in memory."""
     import shutil
     import torch
-    from safetensors.torch import load_file, save_file
-    from transformers import AutoModelForCausalLM, GenerationConfig
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, GenerationConfig, Qwen3MoeConfig
+    import qwen3moe_torch as qm
     hf = os.path.join(a.out, "hf")
     if os.path.exists(hf):
         shutil.rmtree(hf)
+    os.makedirs(hf)
     dtype = getattr(torch, a.save_dtype)
-    model.config.use_cache = True
-    model.config.output_router_logits = False
-    model.save_pretrained(hf, safe_serialization=True, max_shard_size="10GB")
-    # per-expert keys whatever layout this transformers keeps in memory (v5 fuses the experts
-    # into gate_up_proj [E, 2F, H] (gate rows first) and down_proj [E, H, F])
-    st = load_file(os.path.join(hf, "model.safetensors"))
-    out = {}
-    for k, v in st.items():
-        if k.endswith("mlp.experts.gate_up_proj"):
-            p = k[:-len("gate_up_proj")]
-            F = v.shape[1] // 2
-            for e in range(v.shape[0]):
-                out["%s%d.gate_proj.weight" % (p, e)] = v[e, :F].contiguous()
-                out["%s%d.up_proj.weight" % (p, e)] = v[e, F:].contiguous()
-        elif k.endswith("mlp.experts.down_proj"):
-            p = k[:-len("down_proj")]
-            for e in range(v.shape[0]):
-                out["%s%d.down_proj.weight" % (p, e)] = v[e].contiguous()
-        else:
-            out[k] = v
-    out = {k: v.to(dtype).contiguous() for k, v in out.items()}
-    save_file(out, os.path.join(hf, "model.safetensors"), metadata={"format": "pt"})
+    cfg = dict(cdict, use_cache=True, output_router_logits=False)
+    Qwen3MoeConfig(**cfg).save_pretrained(hf)
+    sd = {k: v.to(dtype).contiguous() for k, v in qm.hf_state_dict(model).items()}
+    save_file(sd, os.path.join(hf, "model.safetensors"), metadata={"format": "pt"})
     for f in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(a.tokenizer, f), os.path.join(hf, f))
-    V = model.config.vocab_size
+    V = cdict["vocab_size"]
     GenerationConfig(bos_token_id=V - 3, eos_token_id=[V - 1, V - 3], pad_token_id=V - 3,
                      do_sample=True, temperature=0.7, top_p=0.9).save_pretrained(hf)
-    log("exported %s: %d tensors, %s, %.1f MB" % (hf, len(out), a.save_dtype,
+    log("exported %s: %d tensors, %s, %.1f MB" % (hf, len(sd), a.save_dtype,
         os.path.getsize(os.path.join(hf, "model.safetensors")) / 1e6))
-    # reload and compare logits with the model in memory
+    # reload with transformers and compare with the model in memory holding the saved weights
     m2, info = AutoModelForCausalLM.from_pretrained(hf, output_loading_info=True,
-                                                    torch_dtype=torch.float32)
+                                                    dtype=torch.float32)
     bad = {k: v for k, v in info.items() if v}
-    m2.to("cuda").eval()
-    model.eval()
-    x = torch.arange(1, 65, device="cuda").unsqueeze(0)
+    dev = a.device
+    m2.to(dev).eval()
+    mine = qm.Qwen3MoeDense(cdict).to(dev).float().eval()
+    qm.load_hf_state_dict(mine, {k: v.float() for k, v in sd.items()})
+    x = torch.arange(1, 129, device=dev).unsqueeze(0)
+    torch.backends.cuda.matmul.allow_tf32 = False
     with torch.no_grad():
-        d = (m2(input_ids=x).logits.float() - model.float()(input_ids=x).logits.float()).abs().max().item()
-    log("reload check: %s, max |logit difference| %.3g" % (bad or "no missing/unexpected keys", d))
+        r = m2(input_ids=x).logits.float()
+        d = ((r - mine(x)[0].float()).abs().max() / r.std()).item()
+    log("reload check: %s, max |logit difference| %.3g x std"
+        % (bad or "no missing/unexpected keys", d))
     from tokenizers import Tokenizer
     tok = Tokenizer.from_file(os.path.join(hf, "tokenizer.json"))
-    ids = tok.encode("The history of the").ids
-    with torch.no_grad():
-        g = m2.generate(torch.tensor([ids], device="cuda"), max_new_tokens=40, do_sample=False)
-    log("sample (greedy): %r" % tok.decode(g[0].tolist()))
+    for prompt in ("The history of the", "The Debian package manager", "def main():"):
+        ids = tok.encode(prompt).ids
+        with torch.no_grad():
+            g = m2.generate(torch.tensor([ids], device=dev), max_new_tokens=48, do_sample=False)
+        log("sample (greedy): %r" % tok.decode(g[0].tolist()))
 
 
 if __name__ == "__main__":
