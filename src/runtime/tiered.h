@@ -1,0 +1,101 @@
+/* tiered.h - the CPU side of the tiered decode step: the experts of the GPU engine's host layers
+ * (MoE layers whose experts all stay in host RAM, in the mapped file) computed by CPU threads
+ * while the GPU runs everything else, through the engine's hand-off (cuda/cuda_handoff.h).
+ *
+ * DESIGN: one worker thread serves the engine's requests, layer after layer and step after step:
+ * it waits for a host layer's ready flag (spins with a pause, then yields, then naps when the
+ * engine has been idle for a while), checks the request (sequence number, layer, token and
+ * slot counts, expert ids), computes every selected expert's FFN for every token with the
+ * expert executor's CPU lane (moe/moe_exec.h: the CPU kernels, whose bytes equal the GPU's
+ * matvec kernels', so the step's result is the all-GPU engine's to the bit for decode-sized
+ * steps) on a pool whose thread 0 is the worker, writes the per-slot outputs and sets the done
+ * flag (release). Nothing on either side waits for the other's host thread: the GPU's graph
+ * replays need no host synchronisation per token.
+ *
+ * Failure never deadlocks: when the CPU side fails (a malformed request, an FFN error) it counts
+ * and logs the fault, keeps its message (hm_tiered_check) and sets the hand-off's abort word,
+ * which ends the GPU's wait at once; the engine then reports the fault for the steps concerned
+ * and refuses new ones until hm_tiered_reset. When the CPU side does not answer at all, the
+ * GPU's wait ends after timeout_ms by itself. hm_tiered_free aborts a wait in flight before it
+ * stops the worker.
+ *
+ * How the context runs a tiered placement (runtime/context.c):
+ *
+ *   cuda_engine_params ep = {..., .res = &placement_residency};   some layers without slots
+ *   cuda_engine_init(m, &ep, &gpu, err);
+ *   if (cuda_engine_host_layers(gpu) > 0) {                        cuda/cuda_handoff.h
+ *       hm_tiered_params tp = hm_tiered_default_params();
+ *       tp.n_threads = n_threads;                                  (-t)
+ *       hm_tiered_init(m, gpu, &tp, &tiered, err);                 owned by the context
+ *   }
+ *   ... hm_decode -> cuda_engine_decode, generation -> cuda_decode: unchanged ...
+ *   on an error of a step: hm_tiered_check(tiered, &e2) has the CPU side's reason (if it was
+ *   the CPU side); hm_tiered_reset(tiered, err) makes the engine usable again (the cache rows
+ *   of the failed steps are garbage: decode them again)
+ *   hm_context_free: hm_tiered_free(tiered) BEFORE cuda_engine_free(gpu).
+ *
+ * The model must stay loaded while the object lives (the worker reads its expert weights).
+ */
+#ifndef HM_RUNTIME_TIERED_H
+#define HM_RUNTIME_TIERED_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "base/threadpool.h"
+#include "cuda/cuda_handoff.h"
+#include "model/model.h"
+
+typedef struct hm_tiered hm_tiered;
+
+typedef struct {
+    int n_threads;       /* threads computing the experts: the worker + n_threads - 1 pool
+                            threads, when pool is NULL (>= 1; 0: the CPUs this process may use) */
+    tp_pool *pool;       /* borrowed pool (its caller thread becomes the worker), or NULL */
+    uint32_t timeout_ms; /* the GPU's wait for one answer gives up after this long (0: default,
+                            20000; the environment's HOTMOE_TIERED_TIMEOUT_MS replaces it) */
+    /* for tests of the failure paths (0: never) */
+    uint64_t fail_after;  /* the request after this many fails as if the expert FFN had */
+    uint64_t stall_after; /* the worker stops answering after this many (no abort: the GPU's
+                             timeout has to end the wait) */
+} hm_tiered_params;
+
+hm_tiered_params hm_tiered_default_params(void);
+
+/* Starts the CPU side of gpu's host layers: resets the engine's hand-off (one synchronisation),
+ * starts the worker and attaches it to the engine. HM_ERR_STATE when the engine has no host
+ * layer, HM_ERR_NOMEM / HM_ERR_ARG as usual. */
+struct cuda_engine;
+hm_status hm_tiered_init(const hm_model *m, struct cuda_engine *gpu, const hm_tiered_params *p,
+                         hm_tiered **out, hm_error *err);
+/* The same on a hand-off area the caller owns (no engine): ordinary memory standing in for the
+ * mapped memory in tests, with the caller playing the GPU. v is copied; its memory must outlive
+ * the object. */
+hm_status hm_tiered_init_view(const hm_model *m, const cuda_handoff_view *v,
+                              const hm_tiered_params *p, hm_tiered **out, hm_error *err);
+/* Sets abort (a GPU wait in flight ends), stops and joins the worker, detaches from the engine.
+ * NULL is allowed. */
+void hm_tiered_free(hm_tiered *t);
+
+/* Stops serving and releases the GPU (abort word): the steps in flight and all later ones fail
+ * until hm_tiered_reset. why goes into the fault message. */
+void hm_tiered_abort(hm_tiered *t, const char *why);
+/* After a fault or an abort: makes sure nothing waits (abort), pauses the worker, waits for the
+ * engine's stream, clears the hand-off (abort, fault, pending requests) and the CPU side's fault,
+ * and serves again. Call it between steps (no hm_decode or generation running). */
+hm_status hm_tiered_reset(hm_tiered *t, hm_error *err);
+/* HM_OK, or the CPU side's first fault since the last reset (HM_ERR_STATE with its reason). */
+hm_status hm_tiered_check(hm_tiered *t, hm_error *err);
+
+typedef struct {
+    uint64_t requests; /* layer requests answered */
+    uint64_t tokens;   /* tokens of those requests */
+    uint64_t faults;   /* requests that failed (malformed, FFN error, injected) */
+    uint64_t aborts;   /* times the abort word was set by this side (faults, abort, free) */
+    uint64_t resets;   /* hm_tiered_reset calls */
+    double busy_s;     /* time spent computing answers */
+} hm_tiered_stats;
+void hm_tiered_get_stats(hm_tiered *t, hm_tiered_stats *s);
+
+#endif
