@@ -60,6 +60,8 @@ typedef struct {
     uint32_t type_v;
     const hm_residency *res; /* where each expert's weights live (read during init and plan
                               * only); NULL: every expert on the device, slot = expert id */
+    uint64_t vram_budget;    /* --vram-budget: the most bytes init may allocate (weights + KV +
+                              * buffers, not the CUDA context); 0 = no cap but the free memory */
 } cuda_engine_params;
 
 /* Device bytes the engine would allocate: weights, KV cache, scratch (all three out, any may be
@@ -75,7 +77,8 @@ hm_status cuda_engine_plan(const hm_model *m, const cuda_engine_params *p, uint6
 /* Uploads the model and allocates everything. Errors: no device / built without CUDA
  * (HM_ERR_UNSUPPORTED), unsupported weight or KV type (HM_ERR_UNSUPPORTED, named), not enough
  * free device memory (HM_ERR_NOMEM: "need N MiB (weights A + KV B + buffers C), device D has
- * F MiB free"), CUDA errors (HM_ERR_CUDA). */
+ * F MiB free"), more than p->vram_budget (HM_ERR_NOMEM naming both), CUDA errors
+ * (HM_ERR_CUDA). */
 hm_status cuda_engine_init(const hm_model *m, const cuda_engine_params *p, cuda_engine **out,
                            hm_error *err);
 void cuda_engine_free(cuda_engine *e);

@@ -407,6 +407,10 @@ extern "C" hm_status cuda_engine_init(const hm_model *m, const cuda_engine_param
     if (p->device < 0 || p->device >= n_dev)
         return hm_error_set(err, HM_ERR_ARG, "GPU: device %d does not exist (-mg; %d device%s)",
                             p->device, n_dev, n_dev == 1 ? "" : "s");
+    if (p->vram_budget > 0 && wb + kvb + sb > p->vram_budget)
+        return hm_error_set(err, HM_ERR_NOMEM, "GPU: need %.0f MiB (weights %.0f + KV cache %.0f "
+                            "+ buffers %.0f), more than --vram-budget %.0f MiB", mib(wb + kvb + sb),
+                            mib(wb), mib(kvb), mib(sb), mib(p->vram_budget));
     cuda_engine *e = NULL;
     cudaStream_t s = NULL;
     double upload_s = 0;
