@@ -198,3 +198,78 @@ hm_status cuda_engine_experts(cuda_engine *e, int il, int n_tok, const float *x,
                               const int32_t *ids, float *y, hm_error *err) {
     return hm_error_set(err, HM_ERR_UNSUPPORTED, "built without CUDA");
 }
+
+/* ---- cuda_host.h: no registration and no copy lane without CUDA (callers keep experts on the
+ * CPU) ---- */
+#include "cuda/cuda_host.h"
+
+static hm_status host_none(hm_error *err, const char *fn) {
+    return hm_error_set(err, HM_ERR_UNSUPPORTED, "%s: built without CUDA", fn);
+}
+
+hm_status cuda_host_register(const void *p, size_t n, cuda_host_reg **out, hm_error *err) {
+    *out = NULL;
+    return host_none(err, "cuda_host_register");
+}
+
+void cuda_host_unregister(cuda_host_reg *r) { (void)r; }
+
+bool cuda_host_reg_covers(const cuda_host_reg *r, const void *p, size_t n) { return false; }
+
+void cuda_host_reg_range(const cuda_host_reg *r, const void **base, size_t *len, double *secs) {
+    if (base) *base = NULL;
+    if (len) *len = 0;
+    if (secs) *secs = 0.0;
+}
+
+void *cuda_host_reg_device_ptr(const cuda_host_reg *r, const void *p) { return NULL; }
+
+hm_status cuda_copy_lane_init(int dev, size_t cap, const cuda_host_reg *reg,
+                              cuda_copy_lane **out, hm_error *err) {
+    *out = NULL;
+    return host_none(err, "cuda_copy_lane_init");
+}
+
+void cuda_copy_lane_free(cuda_copy_lane *l) { (void)l; }
+
+size_t cuda_copy_lane_bytes(const cuda_host_range *src, int n) {
+    size_t t = 0;
+    for (int i = 0; i < n; i++)
+        t += (src[i].n + CUDA_COPY_LANE_ALIGN - 1) & ~(size_t)(CUDA_COPY_LANE_ALIGN - 1);
+    return t;
+}
+
+size_t cuda_copy_lane_cap(const cuda_copy_lane *l) { return 0; }
+
+hm_status cuda_copy_lane_copy(cuda_copy_lane *l, int b, int layer, const cuda_host_range *src,
+                              int n, size_t *off, hm_error *err) {
+    return host_none(err, "cuda_copy_lane_copy");
+}
+
+void *cuda_copy_lane_buf(const cuda_copy_lane *l, int b) { return NULL; }
+
+int cuda_copy_lane_layer(const cuda_copy_lane *l, int b) { return -1; }
+
+hm_status cuda_copy_lane_wait(cuda_copy_lane *l, int b, void *stream, hm_error *err) {
+    return host_none(err, "cuda_copy_lane_wait");
+}
+
+hm_status cuda_copy_lane_release(cuda_copy_lane *l, int b, void *stream, hm_error *err) {
+    return host_none(err, "cuda_copy_lane_release");
+}
+
+hm_status cuda_copy_lane_sync(cuda_copy_lane *l, hm_error *err) {
+    return host_none(err, "cuda_copy_lane_sync");
+}
+
+void cuda_copy_lane_get_stats(const cuda_copy_lane *l, cuda_copy_lane_stats *s) {
+    s->copies = s->ranges = s->bytes_direct = s->bytes_staged = 0;
+}
+
+bool cuda_copy_lane_direct(const cuda_copy_lane *l, const void *p, size_t n) { return false; }
+
+hm_status cuda_copy_lane_measure(cuda_copy_lane *l, const void *src, size_t n, int reps,
+                                 double *bytes_per_s, hm_error *err) {
+    *bytes_per_s = 0;
+    return host_none(err, "cuda_copy_lane_measure");
+}
