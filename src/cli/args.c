@@ -5,7 +5,10 @@
  * tries the command's table first, so a command may redefine a common name. Numbers go through
  * strtol/strtof/strtoull and must consume the whole value; ranges of the common flags are
  * checked once after parsing so the error names the flag. -m, -p and -f given twice, and -p
- * with -f, are errors: no value is dropped silently.
+ * with -f, are errors: no value is dropped silently. -ot is the one repeatable flag (kind
+ * LIST): each value is kept, in order, and cli_args_overrides joins them with ',' as llama.cpp
+ * adds its -ot flags up; what a value means is the planner's to check (moe/placement.h), with
+ * the model loaded, so its messages name the item.
  */
 #include "cli/args.h"
 
@@ -46,11 +49,24 @@ static const common_spec k_common[] = {
     {"-ctv", "--cache-type-v", CLI_ARGS_CONTEXT, CLI_ARG_STR, OFF(cache_type_v), "TYPE",
      "KV cache type for V: " CLI_CACHE_TYPES " (default: f16; the GPU: f16 only)"},
     {"-ngl", "--n-gpu-layers", CLI_ARGS_CONTEXT, CLI_ARG_INT, OFF(n_gpu_layers), "N",
-     "layers on the GPU (default: 0, CPU only; any N > 0 places the whole model on the GPU)"},
+     "layers on the GPU, counted as llama.cpp does: the output layer first, then the last "
+     "layers; N > layers = the whole model (default: 0, CPU only). A whole model that does not "
+     "fit keeps its routed experts in RAM (and, if needed, fewer layers on the GPU)"},
+    {"-cmoe", "--cpu-moe", CLI_ARGS_CONTEXT, CLI_ARG_BOOL, OFF(cpu_moe), NULL,
+     "keep every routed expert (ffn_*_exps) in RAM"},
+    {"-ncmoe", "--n-cpu-moe", CLI_ARGS_CONTEXT, CLI_ARG_INT, OFF(n_cpu_moe), "N",
+     "keep the routed experts of the first N layers in RAM (default: 0)"},
+    {"-ot", "--override-tensor", CLI_ARGS_CONTEXT, CLI_ARG_LIST, OFF(override_tensor),
+     "REGEX=DEV,...", "put the tensors whose name matches REGEX (POSIX extended, searched) on "
+     "DEV: CPU or CUDA0; repeatable, the first match wins, before --cpu-moe and -ngl"},
+    {"--vram-budget", NULL, CLI_ARGS_CONTEXT, CLI_ARG_INT, OFF(vram_budget_mib), "MiB",
+     "most VRAM hotmoe may allocate: weights, KV cache, buffers (not the CUDA context) "
+     "(default: the free VRAM)"},
     {"-mg", "--main-gpu", CLI_ARGS_CONTEXT, CLI_ARG_INT, OFF(main_gpu), "INDEX",
      "CUDA device for the model (default: 0)"},
     {"--gpu-strict", NULL, CLI_ARGS_CONTEXT, CLI_ARG_BOOL, OFF(gpu_strict), NULL,
-     "fail when the GPU cannot take the model instead of running on the CPU"},
+     "fail when the GPU cannot take the model whole instead of keeping experts in RAM or "
+     "running on the CPU"},
     {"-rtr", "--repack", CLI_ARGS_CONTEXT, CLI_ARG_BOOL, OFF(repack), NULL,
      "also hold the q4_K matrices repacked by eights: faster CPU decode on AVX-512 "
      "VNNI+VBMI CPUs, the same results, their size again in RAM"},
@@ -140,6 +156,12 @@ static int store_value(cli_arg_kind kind, void *dest, const char *v) {
         return 0;
     }
     case CLI_ARG_BOOL: *(bool *)dest = true; return 0;
+    case CLI_ARG_LIST: {
+        cli_str_list *l = dest;
+        if (l->n >= CLI_LIST_MAX) return -1;
+        l->v[l->n++] = v;
+        return 0;
+    }
     }
     return -1;
 }
@@ -161,6 +183,11 @@ static const char *check_ranges(const cli_common_args *a, unsigned groups, char 
         if (a->n_batch < 1) return "-b must be >= 1";
         if (a->n_ubatch < 1) return "-ub must be >= 1";
         if (a->n_gpu_layers < 0) return "-ngl must be >= 0";
+        if (a->n_cpu_moe < 0) return "--n-cpu-moe must be >= 0";
+        if (a->given_vram_budget && a->vram_budget_mib < 1)
+            return "--vram-budget must be >= 1 (MiB)";
+        for (int i = 0; i < a->override_tensor.n; i++)
+            if (!a->override_tensor.v[i][0]) return "-ot needs REGEX=DEVICE, got ''";
         if (a->main_gpu < 0) return "-mg must be >= 0";
         if (cli_args_cache_type(a->cache_type_k) < 0) {
             snprintf(buf, cap,
@@ -235,6 +262,7 @@ int cli_args_parse(const cli_args_def *def, int argc, char **argv, cli_common_ar
                 }
                 if (s->off == OFF(seed)) out->seed_given = true;
                 if (s->off == OFF(n_predict)) out->given_n_predict = true;
+                if (s->off == OFF(vram_budget_mib)) out->given_vram_budget = true;
             }
         }
         if (!found) {
@@ -258,8 +286,12 @@ int cli_args_parse(const cli_args_def *def, int argc, char **argv, cli_common_ar
             return CLI_ARGS_USAGE;
         }
         if (store_value(kind, dest, val)) {
-            fprintf(stderr, "hotmoe %s: flag '%.*s' needs %s, got '%s'\n", def->cmd, (int)nlen,
-                    arg, kind_what(kind), val);
+            if (kind == CLI_ARG_LIST)
+                fprintf(stderr, "hotmoe %s: flag '%.*s' given more than %d times\n", def->cmd,
+                        (int)nlen, arg, CLI_LIST_MAX);
+            else
+                fprintf(stderr, "hotmoe %s: flag '%.*s' needs %s, got '%s'\n", def->cmd,
+                        (int)nlen, arg, kind_what(kind), val);
             return CLI_ARGS_USAGE;
         }
     }
@@ -300,4 +332,30 @@ void cli_args_usage(FILE *f, const cli_args_def *def) {
         if (!shadowed) print_flag(f, s->name, s->alt, s->meta, s->help);
     }
     print_flag(f, "-h", "--help", NULL, "show this help");
+}
+
+char *cli_args_overrides(const cli_common_args *a, bool *oom) {
+    if (oom) *oom = false;
+    const cli_str_list *l = &a->override_tensor;
+    if (l->n == 0) return NULL;
+    size_t len = 1;
+    for (int i = 0; i < l->n; i++) len += strlen(l->v[i]) + 1;
+    char *s = malloc(len), *w = s;
+    if (!s) {
+        if (oom) *oom = true;
+        return NULL;
+    }
+    for (int i = 0; i < l->n; i++) {
+        const size_t n = strlen(l->v[i]);
+        if (i) *w++ = ',';
+        memcpy(w, l->v[i], n);
+        w += n;
+    }
+    *w = 0;
+    return s;
+}
+
+bool cli_args_placement_given(const cli_common_args *a) {
+    return a->n_gpu_layers > 0 || a->cpu_moe || a->n_cpu_moe > 0 || a->override_tensor.n > 0 ||
+           a->given_vram_budget || a->gpu_strict;
 }

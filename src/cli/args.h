@@ -27,8 +27,10 @@ enum {
     CLI_ARGS_MODEL = 1u << 0,    /* -m/--model */
     CLI_ARGS_PROMPT = 1u << 1,   /* -p/--prompt, -n/--n-predict */
     CLI_ARGS_CONTEXT = 1u << 2,  /* -c/--ctx-size, -b/--batch-size, -ub/--ubatch-size,
-                                    -ctk/--cache-type-k, -ctv/--cache-type-v,
-                                    -ngl/--n-gpu-layers, -mg/--main-gpu, --gpu-strict */
+                                    -ctk/--cache-type-k, -ctv/--cache-type-v, -rtr/--repack,
+                                    the placement: -ngl/--n-gpu-layers, -cmoe/--cpu-moe,
+                                    -ncmoe/--n-cpu-moe, -ot/--override-tensor, --vram-budget,
+                                    -mg/--main-gpu, --gpu-strict */
     CLI_ARGS_THREADS = 1u << 3,  /* -t/--threads */
     CLI_ARGS_SAMPLING = 1u << 4, /* --temp --top-k --top-p --min-p --repeat-penalty
                                     --repeat-last-n --presence-penalty --frequency-penalty
@@ -36,6 +38,15 @@ enum {
     CLI_ARGS_FILE = 1u << 5,     /* -f/--file */
     CLI_ARGS_ALL = 0x3f,
 };
+
+/* Most values one repeatable flag (-ot) collects. */
+#define CLI_LIST_MAX 64
+
+/* The values of a repeatable flag, in command-line order (pointers into argv). */
+typedef struct {
+    const char *v[CLI_LIST_MAX];
+    int n;
+} cli_str_list;
 
 /* Values of the common flags; cli_args_parse starts from cli_args_defaults(). */
 typedef struct {
@@ -49,9 +60,14 @@ typedef struct {
     int n_threads;            /* -t: 0 = number of online CPUs (0) */
     const char *cache_type_k; /* -ctk: "f32", "f16", "bf16" or "q8_0" ("f16") */
     const char *cache_type_v; /* -ctv ("f16") */
-    int n_gpu_layers;         /* -ngl: 0 = CPU (0); > 0 = the whole model on the GPU */
+    int n_gpu_layers;         /* -ngl: layers on the GPU as llama.cpp counts them (0, CPU);
+                                 > n_layer = all of them (docs/PLACEMENT.md) */
+    bool cpu_moe;             /* --cpu-moe: every routed expert stays in RAM */
+    int n_cpu_moe;            /* --n-cpu-moe N: the routed experts of layers [0, N) stay in RAM */
+    cli_str_list override_tensor; /* -ot REGEX=DEVICE[,...], each flag in order */
+    int vram_budget_mib;      /* --vram-budget MiB: cap on hotmoe's VRAM (0: not given) */
     int main_gpu;             /* -mg: CUDA device index (0) */
-    bool gpu_strict;          /* --gpu-strict: fail instead of falling back to the CPU */
+    bool gpu_strict;          /* --gpu-strict: refuse instead of a tiered or CPU fallback */
     bool repack;              /* -rtr/--repack: hm_model_params.repack */
     float temp;               /* --temp (0.8); 0 = greedy */
     int top_k;                /* --top-k (40); 0 = off */
@@ -64,6 +80,7 @@ typedef struct {
     uint64_t seed;            /* -s/--seed; llama.cpp's default 0xFFFFFFFF means "random" */
     bool seed_given;
     bool given_n_predict;     /* -n was on the command line */
+    bool given_vram_budget;   /* --vram-budget was on the command line */
 } cli_common_args;
 
 #define CLI_SEED_RANDOM 0xFFFFFFFFull
@@ -71,8 +88,16 @@ typedef struct {
 void cli_args_defaults(cli_common_args *a);
 
 /* A command's own flag. dest points to a variable of the kind's type:
- * STR const char *, INT int, FLOAT float, U64 uint64_t, BOOL bool (no value; sets true). */
-typedef enum { CLI_ARG_STR, CLI_ARG_INT, CLI_ARG_FLOAT, CLI_ARG_U64, CLI_ARG_BOOL } cli_arg_kind;
+ * STR const char *, INT int, FLOAT float, U64 uint64_t, BOOL bool (no value; sets true),
+ * LIST cli_str_list (repeatable: each value appended, at most CLI_LIST_MAX). */
+typedef enum {
+    CLI_ARG_STR,
+    CLI_ARG_INT,
+    CLI_ARG_FLOAT,
+    CLI_ARG_U64,
+    CLI_ARG_BOOL,
+    CLI_ARG_LIST
+} cli_arg_kind;
 
 typedef struct {
     const char *name;  /* "-r" or "--reps" */
@@ -112,5 +137,13 @@ int cli_args_default_threads(void);
 
 /* "f32"/"f16"/"bf16"/"q8_0" -> ggml type id; -1 for anything else. */
 int cli_args_cache_type(const char *name);
+
+/* The -ot values joined with ',' (llama.cpp: each flag's value is a comma list, and the
+ * flags add up), malloc'd; NULL when -ot was not given or out of memory (*oom set). */
+char *cli_args_overrides(const cli_common_args *a, bool *oom);
+
+/* True when any placement flag beyond -mg was given (-ngl > 0, --cpu-moe, --n-cpu-moe, -ot,
+ * --vram-budget, --gpu-strict). */
+bool cli_args_placement_given(const cli_common_args *a);
 
 #endif

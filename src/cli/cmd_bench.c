@@ -13,7 +13,11 @@
  * of variation of the token intervals (seed 004 section 15); JSON tg rows carry them. The
  * figure is tokens per second of each repetition; the row gives their mean ± sample standard
  * deviation. Sizes as llama-bench prints them: bytes of all tensors (MiB below 1 GiB, else GiB)
- * and element count (M below 1e9, else B).
+ * and element count (M below 1e9, else B). Placement flags as llama-bench takes them: -ngl,
+ * -ncmoe/--n-cpu-moe and -ot with its overrides separated by ';' (one set per run: llama-bench's
+ * ',' between sets is refused), plus hotmoe's --cpu-moe and --vram-budget; the table adds the
+ * columns llama-bench would (ngl on the GPU or when given, n_cpu_moe, ot) and cpu_moe, and the
+ * JSON rows carry n_gpu_layers, n_cpu_moe, tensor_buft_overrides, cpu_moe and vram_budget_mib.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -111,27 +115,58 @@ static void fmt_params(char *b, size_t n, uint64_t p) {
     else snprintf(b, n, "%.2f B", (double)p / 1e9);
 }
 
-static void print_md(const cli_engine *e, const char *desc, uint64_t size, uint64_t params,
-                     const bench_row *rows, int n_rows) {
+/* The placement as bench reports it: llama-bench's columns where it has them. */
+typedef struct {
+    bool ngl;              /* show the ngl column: on the GPU, or -ngl given */
+    int n_gpu_layers;
+    bool cpu_moe;          /* --cpu-moe (a column when on) */
+    int n_cpu_moe;         /* a column when > 0 */
+    const char *ot;        /* -ot as given ("a=CPU;b=CPU"), NULL: none (no column) */
+    int vram_budget_mib;   /* 0: not given */
+} bench_place;
+
+static void print_md(const cli_engine *e, const bench_place *pl, const char *desc,
+                     uint64_t size, uint64_t params, const bench_row *rows, int n_rows) {
     char s[32], p[32];
     fmt_size(s, sizeof(s), size);
     fmt_params(p, sizeof(p), params);
-    printf("| %-30s | %10s | %10s | %-10s | %7s | %13s | %20s |\n", "model", "size", "params",
-           "backend", "threads", "test", "t/s");
-    printf("| ------------------------------ | ---------: | ---------: | ---------- | ------: | "
-           "------------: | -------------------: |\n");
+    const int ot_w = pl->ot && strlen(pl->ot) > 10 ? (int)strlen(pl->ot) : 10;
+    printf("| %-30s | %10s | %10s | %-10s |", "model", "size", "params", "backend");
+    if (pl->ngl) printf(" %3s |", "ngl");
+    if (pl->n_cpu_moe > 0) printf(" %9s |", "n_cpu_moe");
+    if (pl->cpu_moe) printf(" %7s |", "cpu_moe");
+    printf(" %7s |", "threads");
+    if (pl->ot) printf(" %-*s |", ot_w, "ot");
+    printf(" %13s | %20s |\n", "test", "t/s");
+    printf("| ------------------------------ | ---------: | ---------: | ---------- |");
+    if (pl->ngl) printf(" --: |");
+    if (pl->n_cpu_moe > 0) printf(" --------: |");
+    if (pl->cpu_moe) printf(" ------: |");
+    printf(" ------: |");
+    if (pl->ot) {
+        putchar(' ');
+        for (int i = 0; i < ot_w; i++) putchar('-');
+        printf(" |");
+    }
+    printf(" ------------: | -------------------: |\n");
     for (int r = 0; r < n_rows; r++) {
         double mean, sd;
         mean_sd(rows[r].ts, rows[r].reps, &mean, &sd);
         char ts[48];
         snprintf(ts, sizeof(ts), "%.2f ± %.2f", mean, sd);
+        printf("| %-30s | %10s | %10s | %-10s |", desc, s, p, cli_engine_backend(e));
+        if (pl->ngl) printf(" %3d |", pl->n_gpu_layers);
+        if (pl->n_cpu_moe > 0) printf(" %9d |", pl->n_cpu_moe);
+        if (pl->cpu_moe) printf(" %7d |", 1);
+        printf(" %7d |", e->n_threads);
+        if (pl->ot) printf(" %-*s |", ot_w, pl->ot);
         /* "±" is two bytes wide in UTF-8 but one column: pad by one more */
-        printf("| %-30s | %10s | %10s | %-10s | %7d | %13s | %21s |\n", desc, s, p,
-               cli_engine_backend(e), e->n_threads, rows[r].name, ts);
+        printf(" %13s | %21s |\n", rows[r].name, ts);
     }
 }
 
-static hm_status print_json(const cli_engine *e, const cli_common_args *a, const char *desc,
+static hm_status print_json(const cli_engine *e, const cli_common_args *a,
+                            const bench_place *pl, const char *desc,
                             uint64_t size, uint64_t params, const bench_row *rows, int n_rows,
                             const bench_audit *au) {
     hm_json j;
@@ -153,6 +188,11 @@ static hm_status print_json(const cli_engine *e, const cli_common_args *a, const
         hm_json_key(&j, "n_threads"); hm_json_int(&j, e->n_threads);
         hm_json_key(&j, "type_k"); hm_json_str(&j, a->cache_type_k);
         hm_json_key(&j, "type_v"); hm_json_str(&j, a->cache_type_v);
+        hm_json_key(&j, "n_gpu_layers"); hm_json_int(&j, pl->n_gpu_layers);
+        hm_json_key(&j, "n_cpu_moe"); hm_json_int(&j, pl->n_cpu_moe);
+        hm_json_key(&j, "tensor_buft_overrides"); hm_json_str(&j, pl->ot ? pl->ot : "none");
+        hm_json_key(&j, "cpu_moe"); hm_json_bool(&j, pl->cpu_moe);
+        hm_json_key(&j, "vram_budget_mib"); hm_json_int(&j, pl->vram_budget_mib);
         hm_json_key(&j, "test"); hm_json_str(&j, row->name);
         hm_json_key(&j, "n_prompt"); hm_json_int(&j, row->n_prompt);
         hm_json_key(&j, "n_gen"); hm_json_int(&j, row->n_gen);
@@ -197,6 +237,7 @@ int cmd_bench(int argc, char **argv) {
     int n_prompt = 512, n_gen = 128, reps = 5;
     bool audit = false, host_loop = false;
     const char *output = "md";
+    cli_str_list ot = {{0}, 0};
     const cli_arg_spec extra[] = {
         {"-p", "--n-prompt", CLI_ARG_INT, &n_prompt, "N", "prompt tokens of the pp test (default: "
                                                           "512; 0 = skip)"},
@@ -204,6 +245,9 @@ int cmd_bench(int argc, char **argv) {
                                                     "128; 0 = skip)"},
         {"-r", "--repetitions", CLI_ARG_INT, &reps, "N", "repetitions of each test (default: 5)"},
         {"-o", "--output", CLI_ARG_STR, &output, "FORMAT", "md or json (default: md)"},
+        {"-ot", "--override-tensor", CLI_ARG_LIST, &ot, "REGEX=DEV;...",
+         "as llama-bench: overrides separated by ';' (DEV: CPU or CUDA0), the first match "
+         "wins; one set per run (llama-bench's ',' between sets is not taken)"},
         {"--audit", NULL, CLI_ARG_BOOL, &audit, NULL,
          "also on the CPU: a 1024-token generation measuring host syncs and graph nodes per "
          "token and the token interval cv (always on with a GPU; printed on stderr)"},
@@ -235,13 +279,39 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "hotmoe bench: unknown output format '%s' (md, json)\n", output);
         return 2;
     }
+    /* -ot as llama-bench: ';' between overrides; the context takes them ','-separated */
+    char *ot_ctx = NULL;
+    if (ot.n > 1 || (ot.n == 1 && strchr(ot.v[0], ','))) {
+        fprintf(stderr, "hotmoe bench: -ot: one set of overrides per run: separate overrides "
+                        "with ';' (llama-bench's ',' or a second -ot starts another set, which "
+                        "hotmoe bench does not run)\n");
+        return 2;
+    }
+    if (ot.n == 1) {
+        ot_ctx = strdup(ot.v[0]);
+        if (!ot_ctx) {
+            fprintf(stderr, "hotmoe bench: out of memory\n");
+            return 1;
+        }
+        for (char *c = ot_ctx; *c; c++)
+            if (*c == ';') *c = ',';
+        a.override_tensor.v[0] = ot_ctx;
+        a.override_tensor.n = 1;
+    }
+    bench_place pl = {.ngl = false, .n_gpu_layers = a.n_gpu_layers, .cpu_moe = a.cpu_moe,
+                            .n_cpu_moe = a.n_cpu_moe, .ot = ot.n ? ot.v[0] : NULL,
+                            .vram_budget_mib = a.vram_budget_mib};
     /* the context must hold the longest test */
     int need = n_prompt > n_gen ? n_prompt : n_gen;
     int n_ctx_default = need < 512 ? 512 : need;
     if ((a.n_gpu_layers > 0 || audit) && n_ctx_default < BENCH_AUDIT_TOKENS + 1)
         n_ctx_default = BENCH_AUDIT_TOKENS + 1;
     cli_engine e;
-    if (cli_engine_open(&e, "bench", &a, 0, n_ctx_default)) return 1;
+    rc = cli_engine_open(&e, "bench", &a, 0, n_ctx_default);
+    free(ot_ctx); /* the context has its own copy */
+    a.override_tensor.n = 0;
+    if (rc) return rc;
+    pl.ngl = hm_context_gpu(e.ctx) != NULL || a.n_gpu_layers > 0;
     moe_tracer *tr = NULL;
     if (cli_tracer_attach(&e, &tc, a.model, &tr)) {
         cli_engine_close(&e);
@@ -325,8 +395,8 @@ int cmd_bench(int argc, char **argv) {
         au.on = false;
     }
     if (!st) {
-        if (!strcmp(output, "md")) print_md(&e, desc, size, params, rows, n_rows);
-        else st = print_json(&e, &a, desc, size, params, rows, n_rows, &au);
+        if (!strcmp(output, "md")) print_md(&e, &pl, desc, size, params, rows, n_rows);
+        else st = print_json(&e, &a, &pl, desc, size, params, rows, n_rows, &au);
     }
     hm_gen_free(gen);
     if (st) fprintf(stderr, "hotmoe bench: %s\n", err.msg[0] ? err.msg : "JSON output failed");

@@ -355,7 +355,8 @@ int cmd_chat(int argc, char **argv) {
         return 2;
     }
     cli_engine e;
-    if (cli_engine_open(&e, "chat", &a, CLI_ENGINE_VOCAB | CLI_ENGINE_SAMPLER, 0)) return 1;
+    rc = cli_engine_open(&e, "chat", &a, CLI_ENGINE_VOCAB | CLI_ENGINE_SAMPLER, 0);
+    if (rc) return rc;
     hm_error err = {0};
     chat_template tmpl;
     if (chat_template_for_model(hm_model_gguf(e.model), tmpl_name, &tmpl, &err) != HM_OK) {

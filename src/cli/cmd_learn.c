@@ -102,9 +102,10 @@ int cmd_learn(int argc, char **argv) {
     char *text = cli_read_file(CMD, a.file, &len);
     if (!text) return 1;
     cli_engine e;
-    if (cli_engine_open(&e, CMD, &a, CLI_ENGINE_VOCAB, 0)) {
+    rc = cli_engine_open(&e, CMD, &a, CLI_ENGINE_VOCAB, 0);
+    if (rc) {
         free(text);
-        return 1;
+        return rc;
     }
     int ret = 1;
     moe_tracer *tr = NULL;

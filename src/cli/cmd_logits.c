@@ -165,9 +165,10 @@ int cmd_logits(int argc, char **argv) {
     cli_engine e;
     /* the context holds exactly the prompt unless -c says otherwise */
     int n_ctx_default = ids.n ? (int)ids.n : 0;
-    if (cli_engine_open(&e, CMD, &a, ids_str ? 0 : CLI_ENGINE_VOCAB, n_ctx_default)) {
+    rc = cli_engine_open(&e, CMD, &a, ids_str ? 0 : CLI_ENGINE_VOCAB, n_ctx_default);
+    if (rc) {
         tok_ids_free(&ids);
-        return 1;
+        return rc;
     }
     hm_error err = {0};
     int ret = 1;

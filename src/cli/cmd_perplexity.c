@@ -88,9 +88,10 @@ int cmd_perplexity(int argc, char **argv) {
     char *text = cli_read_file("perplexity", a.file, &text_len);
     if (!text) return 1;
     cli_engine e;
-    if (cli_engine_open(&e, "perplexity", &a, CLI_ENGINE_VOCAB, 512)) {
+    rc = cli_engine_open(&e, "perplexity", &a, CLI_ENGINE_VOCAB, 512);
+    if (rc) {
         free(text);
-        return 1;
+        return rc;
     }
     int n_ctx = hm_context_n_ctx(e.ctx);
     hm_error err = {0};

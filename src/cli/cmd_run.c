@@ -51,7 +51,8 @@ int cmd_run(int argc, char **argv) {
     cli_engine e;
     unsigned what = CLI_ENGINE_VOCAB | CLI_ENGINE_SAMPLER | (audit ? CLI_ENGINE_AUDIT : 0u) |
                     (host_loop ? CLI_ENGINE_HOST_LOOP : 0u);
-    if (cli_engine_open(&e, CMD, &a, what, 0)) return 1;
+    rc = cli_engine_open(&e, CMD, &a, what, 0);
+    if (rc) return rc;
     int ret = 1;
     moe_tracer *tr = NULL;
     if (cli_tracer_attach(&e, &tc, a.model, &tr)) {

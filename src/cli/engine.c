@@ -100,19 +100,29 @@ int cli_engine_open(cli_engine *e, const char *cmd, const cli_common_args *a, un
     cp.type_k = (uint32_t)cli_args_cache_type(a->cache_type_k);
     cp.type_v = (uint32_t)cli_args_cache_type(a->cache_type_v);
     cp.n_gpu_layers = a->n_gpu_layers;
+    cp.cpu_moe = a->cpu_moe;
+    cp.n_cpu_moe = a->n_cpu_moe;
+    cp.vram_budget = (uint64_t)a->vram_budget_mib << 20;
     cp.main_gpu = a->main_gpu;
     cp.gpu_strict = a->gpu_strict;
-    cp.n_gpu_layers = a->n_gpu_layers;
-    cp.main_gpu = a->main_gpu;
-    cp.gpu_strict = a->gpu_strict;
+    bool oom = false;
+    char *ot = cli_args_overrides(a, &oom); /* the context keeps its own copy */
+    if (oom) {
+        fprintf(stderr, "hotmoe %s: out of memory\n", cmd);
+        cli_engine_close(e);
+        return 1;
+    }
+    cp.override_tensor = ot;
     if (hp->n_ctx_train > 0 && cp.n_ctx > hp->n_ctx_train)
         fprintf(stderr, "hotmoe %s: warning: context %d is longer than the model was trained for "
                         "(%lld)\n",
                 cmd, cp.n_ctx, (long long)hp->n_ctx_train);
-    if (hm_context_init(e->model, &cp, &e->ctx, &err) != HM_OK) {
+    hm_status st = hm_context_init(e->model, &cp, &e->ctx, &err);
+    free(ot);
+    if (st != HM_OK) {
         fprintf(stderr, "hotmoe %s: %s\n", cmd, err.msg);
         cli_engine_close(e);
-        return 1;
+        return st == HM_ERR_ARG ? 2 : 1; /* a bad placement flag (-ot, -mg) is a usage error */
     }
     int n_ctx = hm_context_n_ctx(e->ctx);
     e->n_batch = a->n_batch < n_ctx ? a->n_batch : n_ctx;

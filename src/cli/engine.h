@@ -1,5 +1,5 @@
 /* engine.h - what the inference commands (chat, bench, perplexity) share: opening a model, its
- * vocabulary, a context (on the GPU with -ngl) and a generator (runtime/generate.h: sampler +
+ * vocabulary, a context (placed by -ngl, --cpu-moe, --n-cpu-moe, -ot, --vram-budget) and a generator (runtime/generate.h: sampler +
  * decode loop) from the common flags, and feeding a token list through hm_decode in pieces of
  * at most n_batch tokens.
  *
@@ -41,8 +41,10 @@ enum {
     CLI_ENGINE_HOST_LOOP = 1u << 3,
 };
 
-/* Loads the model named by -m (required) and creates a context (n_ctx_override > 0 replaces
- * -c when -c was not given). Prints the error and returns 1 on failure, 0 on success. */
+/* Loads the model named by -m (required) and creates a context with the placement flags
+ * (n_ctx_default > 0 replaces -c when -c was not given). Prints the error and returns 2 for a
+ * bad placement value the context refused (-ot, -mg: a usage error), 1 on any other failure,
+ * 0 on success. */
 int cli_engine_open(cli_engine *e, const char *cmd, const cli_common_args *a, unsigned what,
                     int n_ctx_default);
 void cli_engine_close(cli_engine *e);

@@ -1,9 +1,12 @@
 /* context.c - hm_context: which engine runs a model, and hm_decode on top of it.
  *
  * DESIGN: the context resolves the user's parameters once (defaults, clamps, the KV types each
- * engine takes), then creates exactly one engine: the GPU engine when n_gpu_layers > 0 and it
- * can be had (otherwise the reason is logged, or returned under gpu_strict), else the CPU
- * engine. hm_decode validates its arguments for both (token ids, positions, sizes), keeps the
+ * engine takes), then creates exactly one engine. With placement flags it plans first
+ * (placement_open: the device, the GPU engine's sizes, moe_placement_plan, the report) and runs
+ * the plan it can run: the GPU engine for a plan with everything on the device, the CPU engine
+ * for one with nothing there or when there is no GPU (said in one line, refused under
+ * gpu_strict); a plan that needs host and device together is refused with what to use instead,
+ * until the tiered runtime exists. Without placement flags: the CPU engine. hm_decode validates its arguments for both (token ids, positions, sizes), keeps the
  * cache length (n_past) and runs the tokens: on the CPU in ubatches of at most n_ubatch, on the
  * GPU in one call (the engine splits). Routing reaches the observer per call on the CPU; on the
  * GPU the device counts are read after each hm_decode call and when a generation ends
@@ -12,13 +15,17 @@
 #include "runtime/context.h"
 #include "runtime/runtime_internal.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/cpu.h"
 #include "base/log.h"
 #include "cpu_engine/cpu_engine.h"
+#include "cuda/cuda_device.h"
 #include "cuda/cuda_engine.h"
+#include "moe/placement.h"
 #include "moe/tracer.h"
 #include "quant/qtypes.h"
 
@@ -32,12 +39,17 @@ struct hm_context {
     bool gpu_counting;   /* the GPU engine counts routes on the device for obs */
     uint64_t *hits;      /* [n_layer][n_expert] device counts read back (GPU path) */
     uint64_t *calls, *tokens; /* [n_layer] */
+    char *override_tensor;    /* the context's copy of p.override_tensor */
+    moe_placement plan;       /* the placement plan (zeroed when none was asked for) */
+    char *report;             /* its report, or NULL */
 };
 
 hm_context_params hm_context_default_params(void) {
     hm_context_params p = {.n_ctx = 0, .n_batch = 2048, .n_ubatch = 512, .n_threads = 0,
                            .type_k = HM_TYPE_F16, .type_v = HM_TYPE_F16, .check_ram = true,
-                           .n_gpu_layers = 0, .main_gpu = 0, .gpu_strict = false};
+                           .n_gpu_layers = 0, .cpu_moe = false, .n_cpu_moe = 0,
+                           .override_tensor = NULL, .vram_budget = 0, .main_gpu = 0,
+                           .gpu_strict = false};
     return p;
 }
 
@@ -48,8 +60,8 @@ static hm_status resolve_params(const hm_model *m, const hm_context_params *in,
     *p = in ? *in : hm_context_default_params();
     if (p->n_ctx < 0 || p->n_batch < 0 || p->n_ubatch < 0 || p->n_threads < 0)
         return hm_error_set(err, HM_ERR_ARG, "context sizes and thread count must be >= 0");
-    if (p->n_gpu_layers < 0 || p->main_gpu < 0)
-        return hm_error_set(err, HM_ERR_ARG, "-ngl and -mg must be >= 0");
+    if (p->n_gpu_layers < 0 || p->main_gpu < 0 || p->n_cpu_moe < 0)
+        return hm_error_set(err, HM_ERR_ARG, "-ngl, --n-cpu-moe and -mg must be >= 0");
     if (p->n_ctx == 0) p->n_ctx = (int)(hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
     if (p->n_batch == 0) p->n_batch = 2048;
     if (p->n_ubatch == 0) p->n_ubatch = 512;
@@ -88,16 +100,164 @@ uint64_t hm_context_bytes(const hm_model *m, const hm_context_params *params) {
     return cpu_engine_bytes(m, &cp);
 }
 
-/* Creates the GPU engine for ngl > 0. Failure: gpu_strict -> the engine's error; otherwise one
- * log line and the CPU path (HM_OK with c->gpu NULL). */
+/* ---- placement ---- */
+
+/* The GPU engine's admission control keeps this much of the free VRAM for the CUDA context's
+ * own allocations and graphs (the reserve of cuda_engine_init.cu); the plan is given the free
+ * memory without it, so a plan that fits is one the engine admits. */
+static const uint64_t k_cuda_reserve = 256ull << 20;
+
+static bool placement_asked(const hm_context_params *p) {
+    return p->n_gpu_layers > 0 || p->cpu_moe || p->n_cpu_moe > 0 ||
+           (p->override_tensor && *p->override_tensor) || p->vram_budget > 0;
+}
+
+static void appendf(char *buf, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void appendf(char *buf, size_t cap, const char *fmt, ...) {
+    const size_t n = strlen(buf);
+    if (n + 1 >= cap) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + n, cap - n, fmt, ap);
+    va_end(ap);
+}
+
+/* The placement flags for messages: "-ngl 99 --cpu-moe --n-cpu-moe 2 -ot '...' ...". */
+static const char *placement_flags(const hm_context_params *p, char *buf, size_t cap) {
+    buf[0] = 0;
+    appendf(buf, cap, "-ngl %d", p->n_gpu_layers);
+    if (p->cpu_moe) appendf(buf, cap, " --cpu-moe");
+    if (p->n_cpu_moe > 0) appendf(buf, cap, " --n-cpu-moe %d", p->n_cpu_moe);
+    if (p->override_tensor && *p->override_tensor)
+        appendf(buf, cap, " -ot '%s'", p->override_tensor);
+    if (p->vram_budget > 0)
+        appendf(buf, cap, " --vram-budget %llu", (unsigned long long)(p->vram_budget >> 20));
+    return buf;
+}
+
+/* What the plan needs to know of the GPU: whether it can take part (why not, if not), its free
+ * memory less the reserve, and the GPU engine's sizes besides the weights: KV bytes of one
+ * layer and scratch, to which the engine's 256-byte alignment of every tensor is added (the
+ * planner counts tensor bytes unaligned; the whole model's padding bounds any part's). */
+typedef struct {
+    bool have;
+    char why[HM_ERROR_MSG_MAX];
+    uint64_t free;
+    uint64_t kv_layer, scratch;
+} gpu_facts;
+
+static void gpu_facts_get(const hm_model *m, const hm_context_params *p, gpu_facts *g) {
+    const hm_hparams *hp = hm_model_hparams(m);
+    memset(g, 0, sizeof(*g));
+    /* without an engine to ask: the f16 K and V rows of every position, no scratch */
+    g->kv_layer = (uint64_t)p->n_ctx * (uint64_t)hp->n_head_kv *
+                  (uint64_t)(hp->head_dim_k + hp->head_dim_v) * 2u;
+    cuda_device_info info[16];
+    int n_dev = 0;
+    hm_error e = {0};
+    if (!cuda_compiled()) {
+        snprintf(g->why, sizeof(g->why), "built without CUDA");
+        return;
+    }
+    if (cuda_device_query(info, 16, &n_dev, &e) != HM_OK) {
+        snprintf(g->why, sizeof(g->why), "%s", e.msg);
+        return;
+    }
+    if (n_dev == 0) {
+        snprintf(g->why, sizeof(g->why), "no CUDA device");
+        return;
+    }
+    if (p->main_gpu >= n_dev) {
+        snprintf(g->why, sizeof(g->why), "device %d does not exist (-mg; %d device%s)",
+                 p->main_gpu, n_dev, n_dev == 1 ? "" : "s");
+        return;
+    }
+    const cuda_engine_params ep = {.device = p->main_gpu, .n_ctx = p->n_ctx,
+                                   .n_ubatch = p->n_ubatch, .type_k = p->type_k,
+                                   .type_v = p->type_v};
+    uint64_t wb = 0, kvb = 0, sb = 0;
+    if (cuda_engine_plan(m, &ep, &wb, &kvb, &sb, &e) != HM_OK) {
+        snprintf(g->why, sizeof(g->why), "%s", e.msg);
+        return;
+    }
+    const uint64_t raw = hm_model_weight_bytes(m);
+    g->have = true;
+    g->free = info[p->main_gpu].free_bytes > k_cuda_reserve
+                  ? info[p->main_gpu].free_bytes - k_cuda_reserve : 0;
+    g->kv_layer = hp->n_layer > 0 ? (kvb + (uint64_t)hp->n_layer - 1) / (uint64_t)hp->n_layer : 0;
+    g->scratch = sb + (wb > raw ? wb - raw : 0);
+}
+
+/* Logs the report line by line (one log line each, as the rest of the load log). */
+static void log_report(hm_log_level level, const char *text) {
+    for (const char *s = text; s && *s;) {
+        const char *nl = strchr(s, '\n');
+        const int n = nl ? (int)(nl - s) : (int)strlen(s);
+        hm_log(level, "%.*s", n, s);
+        s += n + (nl ? 1 : 0);
+    }
+}
+
+typedef enum { PLAN_HOST, PLAN_FULL, PLAN_TIERED, PLAN_MIXED } plan_kind;
+
+/* What kind of plan p is; *host_tensor: the first tensor other than a routed expert's that
+ * stays on the host (NULL when none). */
+static plan_kind plan_classify(const moe_placement *p, const moe_placement_tensor **host_tensor) {
+    bool any_dev = false, all_dev = true, attn_host = false;
+    *host_tensor = NULL;
+    for (int i = 0; i < p->n_tensor; i++) {
+        const moe_placement_tensor *t = &p->tensors[i];
+        if (t->tier == MOE_TIER_DEVICE) {
+            any_dev = true;
+            continue;
+        }
+        all_dev = false;
+        if (t->kind != MOE_TENSOR_EXPERTS && !*host_tensor) *host_tensor = t;
+    }
+    for (int il = 0; il < p->n_layer; il++) attn_host |= !p->attn_device[il];
+    if (!any_dev) return PLAN_HOST;
+    if (all_dev) return PLAN_FULL;
+    if (!attn_host && !*host_tensor) return PLAN_TIERED;
+    return PLAN_MIXED;
+}
+
+/* "0-2, 5": the layers whose attention stays on the host. */
+static void host_attn_layers(const moe_placement *p, char *buf, size_t cap) {
+    buf[0] = 0;
+    for (int i = 0; i < p->n_layer; i++) {
+        if (p->attn_device[i]) continue;
+        int j = i;
+        while (j + 1 < p->n_layer && !p->attn_device[j + 1]) j++;
+        appendf(buf, cap, "%s%d", buf[0] ? ", " : "", i);
+        if (j > i) appendf(buf, cap, "-%d", j);
+        i = j;
+    }
+}
+
+static hm_status refuse_mixed(const hm_context *c, const moe_placement_tensor *host_tensor,
+                              hm_error *err) {
+    char flags[256], layers[160];
+    placement_flags(&c->p, flags, sizeof(flags));
+    host_attn_layers(&c->plan, layers, sizeof(layers));
+    if (layers[0])
+        return hm_error_set(err, HM_ERR_UNSUPPORTED, "placement %s: the attention of layers %s "
+                            "would run on the host while the GPU holds the rest; attention on "
+                            "both is not implemented yet: use -ngl 99 --cpu-moe (attention on "
+                            "the GPU, routed experts in RAM), -ngl 99 --n-cpu-moe N, or -ngl 0 "
+                            "(CPU only)", flags, layers);
+    return hm_error_set(err, HM_ERR_UNSUPPORTED, "placement %s: %s would stay on the host; "
+                        "while the GPU runs the model only routed expert tensors (ffn_*_exps) "
+                        "may stay in RAM: drop that -ot, or use --cpu-moe / --n-cpu-moe N for "
+                        "the experts", flags, host_tensor ? host_tensor->name : "a tensor");
+}
+
+/* The whole model on the GPU engine; when it cannot start, the CPU (logged) unless
+ * gpu_strict. */
 static hm_status gpu_open(hm_context *c, hm_error *err) {
-    const hm_hparams *hp = hm_model_hparams(c->m);
-    if (c->p.n_gpu_layers < hp->n_layer + 1)
-        HM_LOGW("-ngl %d: partial GPU placement is not implemented yet; placing the whole model "
-                "(%lld layers + output) on the GPU", c->p.n_gpu_layers, (long long)hp->n_layer);
     cuda_engine_params ep = {.device = c->p.main_gpu, .n_ctx = c->p.n_ctx,
                              .n_ubatch = c->p.n_ubatch, .type_k = c->p.type_k,
-                             .type_v = c->p.type_v};
+                             .type_v = c->p.type_v, .vram_budget = c->p.vram_budget};
     hm_error e2 = {0};
     hm_status st = cuda_engine_init(c->m, &ep, &c->gpu, &e2);
     if (st == HM_OK) {
@@ -109,6 +269,59 @@ static hm_status gpu_open(hm_context *c, hm_error *err) {
         return hm_error_set(err, st, "GPU required (--gpu-strict) but unavailable: %s", e2.msg);
     HM_LOGW("GPU unavailable (%s); running on the CPU", e2.msg);
     return HM_OK;
+}
+
+/* Plans the placement, logs the report, and starts what runs it (see DESIGN). HM_OK with
+ * c->gpu NULL: the CPU engine runs the model. */
+static hm_status placement_open(hm_context *c, hm_error *err) {
+    gpu_facts g;
+    gpu_facts_get(c->m, &c->p, &g);
+    moe_placement_options o = moe_placement_default_options();
+    o.n_gpu_layers = c->p.n_gpu_layers;
+    o.cpu_moe = c->p.cpu_moe;
+    o.n_cpu_moe = c->p.n_cpu_moe;
+    o.overrides = c->p.override_tensor;
+    o.vram_budget = c->p.vram_budget;
+    o.vram_free = g.free;
+    o.kv_bytes_per_layer = g.kv_layer;
+    o.scratch_bytes = g.scratch;
+    o.gpu_strict = c->p.gpu_strict && g.have; /* no GPU: refused below, with the reason */
+    hm_status st = moe_placement_plan(c->m, &o, &c->plan, err);
+    if (st != HM_OK) return st;
+    c->report = moe_placement_report(&c->plan);
+    if (!c->report) return hm_error_set(err, HM_ERR_NOMEM, "out of memory (placement report)");
+    const moe_placement *pl = &c->plan;
+    const bool wants_gpu = pl->asked_device_total > 0 || pl->device_total > 0;
+    if (!g.have) { /* the plan is a report only (debug level) */
+        log_report(HM_LOG_DEBUG, c->report);
+        if (!wants_gpu) return HM_OK;
+        if (c->p.gpu_strict)
+            return hm_error_set(err, HM_ERR_UNSUPPORTED, "GPU required (--gpu-strict) but "
+                                "unavailable: %s", g.why);
+        char flags[256];
+        HM_LOGW("GPU unavailable (%s): the GPU placement (%s) is ignored; running on the CPU "
+                "only", g.why, placement_flags(&c->p, flags, sizeof(flags)));
+        return HM_OK;
+    }
+    log_report(HM_LOG_INFO, c->report);
+    const moe_placement_tensor *host_tensor = NULL;
+    const plan_kind kind = plan_classify(pl, &host_tensor);
+    if (kind == PLAN_HOST) return HM_OK;
+    if (!pl->fits) {
+        char need[32], bud[32], flags[256];
+        return hm_error_set(err, HM_ERR_NOMEM, "placement %s needs %s of VRAM, the budget is %s "
+                            "(%s): put fewer layers on the GPU (-ngl), more experts in RAM "
+                            "(--cpu-moe, --n-cpu-moe N), or raise --vram-budget",
+                            placement_flags(&c->p, flags, sizeof(flags)),
+                            hm_bytes_str(pl->device_total, need), hm_bytes_str(pl->budget, bud),
+                            c->p.vram_budget ? "--vram-budget" : "the free VRAM");
+    }
+    if (kind == PLAN_FULL) return gpu_open(c, err);
+    if (kind == PLAN_TIERED)
+        return hm_error_set(err, HM_ERR_UNSUPPORTED, "tiered execution (experts in RAM) is not "
+                            "available in this build: run a whole model that fits on the GPU "
+                            "(-ngl 99, --vram-budget), or on the CPU (-ngl 0)");
+    return refuse_mixed(c, host_tensor, err);
 }
 
 /* RAM for the weights (mapped) and, on the CPU path, the KV cache and buffers; a context on the
@@ -134,7 +347,12 @@ hm_status hm_context_init(const hm_model *m, const hm_context_params *params, hm
     if (!c) return hm_error_set(err, HM_ERR_NOMEM, "out of memory (context)");
     c->m = m;
     c->p = p;
-    if (p.n_gpu_layers > 0) st = gpu_open(c, err);
+    if (p.override_tensor) {
+        c->override_tensor = strdup(p.override_tensor);
+        c->p.override_tensor = c->override_tensor;
+        if (!c->override_tensor) st = hm_error_set(err, HM_ERR_NOMEM, "out of memory (context)");
+    }
+    if (st == HM_OK && placement_asked(&c->p)) st = placement_open(c, err);
     if (st == HM_OK && p.check_ram) st = check_ram(c, err);
     if (st == HM_OK && !c->gpu) {
         char buf[160];
@@ -158,6 +376,9 @@ void hm_context_free(hm_context *c) {
     free(c->hits);
     free(c->calls);
     free(c->tokens);
+    moe_placement_free(&c->plan);
+    free(c->report);
+    free(c->override_tensor);
     free(c);
 }
 
@@ -169,6 +390,7 @@ int hm_context_n_threads(const hm_context *c) {
     return c->cpu ? cpu_engine_n_threads(c->cpu) : c->p.n_threads;
 }
 struct cuda_engine *hm_context_gpu(const hm_context *c) { return c->gpu; }
+const char *hm_context_placement_report(const hm_context *c) { return c->report; }
 moe_exec *hm_context_exec(hm_context *c) { return c->cpu ? cpu_engine_exec(c->cpu) : NULL; }
 
 void hm_context_reset(hm_context *c) {

@@ -7,8 +7,22 @@
  * rewinds the cache when asked to, and hands the tokens to that engine, in ubatches on the CPU.
  * Which engine runs is decided here and nowhere else; the generation loop (runtime/generate.h)
  * sits on top. Decisions taken at init:
- *  - n_gpu_layers > 0: the whole model on the GPU when it fits (partial placement: a later
- *    tier); otherwise one warning line and the CPU, unless gpu_strict, which fails instead;
+ *  - placement (any of n_gpu_layers > 0, cpu_moe, n_cpu_moe, override_tensor, vram_budget,
+ *    gpu_strict): the placement planner (moe/placement.h) plans it with the device's free
+ *    memory and the GPU engine's KV and scratch sizes, and its report goes to the log once
+ *    (info level; hm_context_placement_report keeps it). Then the plan runs:
+ *      no GPU (no device, or a build without CUDA): one warning line that the GPU placement
+ *        is ignored and the CPU runs the model; gpu_strict refuses instead;
+ *      nothing on the device: the CPU engine;
+ *      everything on the device: the GPU engine (admission control against vram_budget too;
+ *        when it cannot start, one warning line and the CPU, unless gpu_strict);
+ *      every layer's attention on the device, some layers' routed experts in RAM (the tiered
+ *        plan, also what a whole model that does not fit gets): HM_ERR_UNSUPPORTED in this
+ *        build (the tiered runtime is not there yet);
+ *      any layer's attention on the host beside a device part: HM_ERR_UNSUPPORTED naming what
+ *        to use instead (-ngl 99 --cpu-moe, --n-cpu-moe N, or -ngl 0);
+ *    an explicit plan that does not fit the budget is HM_ERR_NOMEM, a bad -ot HM_ERR_ARG (the
+ *    planner's message);
  *  - n_threads 0: the CPUs this process may use (hm_cpu_count_allowed); more than that: warned.
  *
  * Experts and routing: on the CPU the expert FFN goes through the engine's expert executor
@@ -38,12 +52,17 @@ typedef struct {
                          HM_TYPE_BF16, HM_TYPE_Q8_0 on the CPU; f16 on the GPU */
     uint32_t type_v;
     bool check_ram;   /* refuse when weights + cache + scratch exceed physical RAM (default true) */
-    int n_gpu_layers; /* -ngl: 0 = CPU (default); > 0 = the whole model on the GPU (partial
-                         placement is not implemented: 0 < ngl < n_layer + 1 also places all of
-                         it and says so in the log) */
+    int n_gpu_layers; /* -ngl: 0 = CPU (default); as llama.cpp counts: the output layer, then
+                         the last layers; > n_layer = the whole model (docs/PLACEMENT.md) */
+    bool cpu_moe;     /* --cpu-moe: every layer's routed experts stay in RAM */
+    int n_cpu_moe;    /* --n-cpu-moe N: the routed experts of layers [0, N) stay in RAM */
+    const char *override_tensor; /* -ot "REGEX=DEVICE[,REGEX=DEVICE...]" (DEVICE: CPU or
+                                    CUDA0; copied at init), NULL: none */
+    uint64_t vram_budget; /* --vram-budget in bytes: the most hotmoe allocates on the GPU
+                             (weights, KV, buffers; not the CUDA context); 0 = the free VRAM */
     int main_gpu;     /* -mg: CUDA device index (default 0) */
-    bool gpu_strict;  /* --gpu-strict: when the GPU cannot take the model, hm_context_init fails
-                         with the reason (admission control) instead of running on the CPU */
+    bool gpu_strict;  /* --gpu-strict: the whole model on the GPU or hm_context_init fails with
+                         the reason (admission control), never a tiered plan or the CPU */
 } hm_context_params;
 
 hm_context_params hm_context_default_params(void);
@@ -87,6 +106,10 @@ moe_exec *hm_context_exec(hm_context *ctx);
 
 int hm_context_n_threads(const hm_context *ctx);
 const hm_model *hm_context_model(const hm_context *ctx);
+
+/* The placement report made at init (moe_placement_report: bytes per tier, what lives where
+ * and why), or NULL when no placement was asked for (plain -ngl 0). Owned by the context. */
+const char *hm_context_placement_report(const hm_context *ctx);
 
 /* The GPU engine running this context (cuda/cuda_engine.h), or NULL on the CPU path. */
 struct cuda_engine;

@@ -39,7 +39,9 @@ expect "cpu logits" test -s "$tmp/cpu.bin"
 HOTMOE_GPU_FREE_MIB=1 "$bin" logits -m "$m" --ids 5,6,7,8 -o "$tmp/fb.bin" -t 2 -ngl 99 \
   2>"$tmp/err"
 expect "fallback: exit 0" test $? -eq 0
-expect "fallback: one log line" test "$(grep -c "GPU unavailable (.*); running on the CPU" "$tmp/err")" -eq 1
+# a GPU that cannot take it: "GPU unavailable (REASON); running on the CPU"; no GPU at all:
+# "GPU unavailable (REASON): the GPU placement (-ngl 99) is ignored; running on the CPU only"
+expect "fallback: one log line" test "$(grep -cE "GPU unavailable \(.*\)(: the GPU placement \(-ngl 99\) is ignored)?; running on the CPU" "$tmp/err")" -eq 1
 expect "fallback: CPU logits" cmp -s "$tmp/cpu.bin" "$tmp/fb.bin"
 HOTMOE_GPU_FREE_MIB=1 "$bin" logits -m "$m" --ids 5,6,7,8 -o "$tmp/st.bin" -t 2 -ngl 99 \
   --gpu-strict 2>"$tmp/err"
