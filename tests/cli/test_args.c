@@ -2,6 +2,7 @@
  * sources are not part of the library). Defaults are llama.cpp's; every value form and error
  * path is exercised; errors go to stderr (redirected to /dev/null here) and give status 2. */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "../../src/cli/args.c"
 #include "harness.h"
@@ -128,4 +129,114 @@ static void test_extra(void) {
     HM_CHECK(rc == CLI_ARGS_HELP);
 }
 
-HM_TEST_MAIN(test_defaults, test_values, test_conflicts, test_errors, test_extra)
+/* Like PARSE, keeping the one error line (stderr) in msg. */
+static int parse_msg(const cli_args_def *def, cli_common_args *a, char *msg, size_t cap, int argc,
+                     char **argv) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *saved = stderr, *mem = open_memstream(&buf, &len);
+    if (mem) stderr = mem;
+    int rc = cli_args_parse(def, argc, argv, a);
+    if (mem) {
+        stderr = saved;
+        fclose(mem);
+    }
+    snprintf(msg, cap, "%s", buf ? buf : "");
+    free(buf);
+    return rc;
+}
+#define PARSE_MSG(def, a, msg, ...)                                                           \
+    parse_msg(def, a, msg, sizeof(msg), NARG(__VA_ARGS__), ARGV(__VA_ARGS__))
+
+/* The placement flags: -ngl, -cmoe/--cpu-moe, -ncmoe/--n-cpu-moe, -ot/--override-tensor
+ * (repeatable; cli_args_overrides joins the values with ','), --vram-budget. */
+static void test_placement_flags(void) {
+    cli_common_args a;
+    char *argv[] = {"cmd"};
+    HM_CHECK(parse(&k_all, &a, 1, argv) == CLI_ARGS_CONTINUE);
+    HM_CHECK(a.n_gpu_layers == 0 && !a.cpu_moe && a.n_cpu_moe == 0 && a.override_tensor.n == 0);
+    HM_CHECK(a.vram_budget_mib == 0 && !a.given_vram_budget && !a.gpu_strict);
+    HM_CHECK(!cli_args_placement_given(&a) && cli_args_overrides(&a, NULL) == NULL);
+
+    HM_CHECK(PARSE(&k_all, &a, "-ngl", "3", "--cpu-moe", "--n-cpu-moe", "2", "-ot",
+                   "blk\\.1\\.ffn_up_exps=CPU", "--override-tensor=a=CUDA0,b=CPU",
+                   "--vram-budget", "8192", "--gpu-strict") == CLI_ARGS_CONTINUE);
+    HM_CHECK(a.n_gpu_layers == 3 && a.cpu_moe && a.n_cpu_moe == 2 && a.gpu_strict);
+    HM_CHECK(a.vram_budget_mib == 8192 && a.given_vram_budget);
+    HM_REQUIRE(a.override_tensor.n == 2);
+    HM_CHECK(!strcmp(a.override_tensor.v[0], "blk\\.1\\.ffn_up_exps=CPU"));
+    HM_CHECK(!strcmp(a.override_tensor.v[1], "a=CUDA0,b=CPU")); /* the first '=' splits */
+    bool oom = true;
+    char *ot = cli_args_overrides(&a, &oom);
+    HM_CHECK(!oom && ot && !strcmp(ot, "blk\\.1\\.ffn_up_exps=CPU,a=CUDA0,b=CPU"));
+    free(ot);
+    HM_CHECK(cli_args_placement_given(&a));
+    /* llama.cpp's short spellings, and any -ngl (partial counts) */
+    HM_CHECK(PARSE(&k_all, &a, "-cmoe", "-ncmoe", "7", "-ngl", "1") == CLI_ARGS_CONTINUE);
+    HM_CHECK(a.cpu_moe && a.n_cpu_moe == 7 && a.n_gpu_layers == 1);
+    HM_CHECK(PARSE(&k_all, &a, "--n-gpu-layers=999") == CLI_ARGS_CONTINUE &&
+             a.n_gpu_layers == 999 && cli_args_placement_given(&a));
+    HM_CHECK(PARSE(&k_all, &a, "--n-cpu-moe=0") == CLI_ARGS_CONTINUE &&
+             !cli_args_placement_given(&a));
+    HM_CHECK(PARSE(&k_all, &a, "--vram-budget", "1") == CLI_ARGS_CONTINUE &&
+             cli_args_placement_given(&a));
+
+    /* errors: one line naming the flag, status 2 */
+    char msg[256];
+    HM_CHECK(PARSE_MSG(&k_all, &a, msg, "-ngl", "-1") == CLI_ARGS_USAGE);
+    HM_CHECK_MSG(strstr(msg, "-ngl must be >= 0"), "%s", msg);
+    HM_CHECK(PARSE_MSG(&k_all, &a, msg, "-ngl", "all") == CLI_ARGS_USAGE);
+    HM_CHECK_MSG(strstr(msg, "'-ngl' needs an integer, got 'all'"), "%s", msg);
+    HM_CHECK(PARSE_MSG(&k_all, &a, msg, "--n-cpu-moe", "-2") == CLI_ARGS_USAGE);
+    HM_CHECK_MSG(strstr(msg, "--n-cpu-moe must be >= 0"), "%s", msg);
+    HM_CHECK(PARSE_MSG(&k_all, &a, msg, "-ncmoe", "2x") == CLI_ARGS_USAGE);
+    HM_CHECK_MSG(strstr(msg, "'-ncmoe' needs an integer, got '2x'"), "%s", msg);
+    HM_CHECK(PARSE_MSG(&k_all, &a, msg, "--vram-budget", "0") == CLI_ARGS_USAGE);
+    HM_CHECK_MSG(strstr(msg, "--vram-budget must be >= 1 (MiB)"), "%s", msg);
+    HM_CHECK(PARSE_MSG(&k_all, &a, msg, "--vram-budget", "-5") == CLI_ARGS_USAGE);
+    HM_CHECK_MSG(strstr(msg, "--vram-budget must be >= 1"), "%s", msg);
+    HM_CHECK(PARSE_MSG(&k_all, &a, msg, "--vram-budget", "8GiB") == CLI_ARGS_USAGE);
+    HM_CHECK_MSG(strstr(msg, "needs an integer, got '8GiB'"), "%s", msg);
+    HM_CHECK(PARSE_MSG(&k_all, &a, msg, "-ot") == CLI_ARGS_USAGE);
+    HM_CHECK_MSG(strstr(msg, "flag '-ot' needs a value"), "%s", msg);
+    HM_CHECK(PARSE_MSG(&k_all, &a, msg, "-ot", "") == CLI_ARGS_USAGE);
+    HM_CHECK_MSG(strstr(msg, "-ot needs REGEX=DEVICE"), "%s", msg);
+    HM_CHECK(PARSE_MSG(&k_all, &a, msg, "--cpu-moe=1") == CLI_ARGS_USAGE);
+    HM_CHECK_MSG(strstr(msg, "takes no value"), "%s", msg);
+    /* -ot at most CLI_LIST_MAX times */
+    char *many[2 * CLI_LIST_MAX + 3];
+    many[0] = "cmd";
+    for (int i = 0; i <= CLI_LIST_MAX; i++) {
+        many[1 + 2 * i] = "-ot";
+        many[2 + 2 * i] = "x=CPU";
+    }
+    HM_CHECK(parse(&k_all, &a, 2 * CLI_LIST_MAX + 1, many) == CLI_ARGS_CONTINUE &&
+             a.override_tensor.n == CLI_LIST_MAX);
+    HM_CHECK(parse_msg(&k_all, &a, msg, sizeof(msg), 2 * CLI_LIST_MAX + 3, many) ==
+             CLI_ARGS_USAGE);
+    HM_CHECK_MSG(strstr(msg, "given more than 64 times"), "%s", msg);
+    /* the placement flags belong to the context group */
+    const cli_args_def no_ctx = {"t", NULL, NULL, CLI_ARGS_MODEL | CLI_ARGS_SAMPLING, NULL, 0};
+    HM_CHECK(PARSE(&no_ctx, &a, "--cpu-moe") == CLI_ARGS_USAGE);
+    HM_CHECK(PARSE(&no_ctx, &a, "-ot", "x=CPU") == CLI_ARGS_USAGE);
+}
+
+/* --help of a context command lists every placement flag with its spellings. */
+static void test_placement_help(void) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    HM_REQUIRE(f);
+    cli_args_usage(f, &k_all);
+    fclose(f);
+    HM_REQUIRE(buf);
+    const char *want[] = {"-ngl, --n-gpu-layers N", "-cmoe, --cpu-moe", "-ncmoe, --n-cpu-moe N",
+                          "-ot, --override-tensor REGEX=DEV,...", "--vram-budget MiB",
+                          "-mg, --main-gpu INDEX", "--gpu-strict"};
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+        HM_CHECK_MSG(strstr(buf, want[i]), "help lacks '%s'", want[i]);
+    free(buf);
+}
+
+HM_TEST_MAIN(test_defaults, test_values, test_conflicts, test_errors, test_extra,
+             test_placement_flags, test_placement_help)
