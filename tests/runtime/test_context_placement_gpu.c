@@ -1,0 +1,266 @@
+/* test_context_placement_gpu.c - the placement flags through hm_context_init on a GPU, with a
+ * forged tiny-qwen3moe (q8_0, 4 layers of 16 experts): the whole model on the device (report,
+ * the same logits with and without a --vram-budget that holds it), the engine's own budget check
+ * (cuda_engine_params.vram_budget: refused one byte short, admitted at the exact need), a whole
+ * model that does not fit the budget (the automatic tiered plan, reported; --gpu-strict refuses),
+ * an explicit plan that does not fit (HM_ERR_NOMEM naming the budget) and the plans that cannot
+ * run yet (attention split between host and device; a non-expert tensor on the host). Without a
+ * GPU the program reports itself skipped (exit 77; a failure under HOTMOE_EXPECT_GPU=1).
+ *
+ * The tiered plan (every attention on the GPU, routed experts in RAM) runs once the tiered
+ * runtime (runtime/tiered.h) is in the build; until then hm_context_init refuses it with
+ * "tiered execution (experts in RAM) is not available in this build", and the test accepts
+ * exactly one of the two outcomes, each checked. */
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../cuda/cuda_test_util.h"
+#include "../forge/forge_test_util.h"
+#include "cuda/cuda_engine.h"
+#include "harness.h"
+#include "model/model.h"
+#include "runtime/context.h"
+
+#define N_CTX 64
+#define N_TOK 6
+#define MIB (1ull << 20)
+
+static hm_model *g_model;
+
+static hm_model *model(void) {
+    if (g_model) return g_model;
+    char path[512];
+    if (!ft_forged("ctxplace-gpu", "tiny-qwen3moe", FORGE_MIX_Q8_0, path, sizeof(path)))
+        return NULL;
+    hm_error err;
+    if (hm_model_load(path, NULL, &g_model, &err) != HM_OK) {
+        fprintf(stderr, "load %s: %s\n", path, err.msg);
+        g_model = NULL;
+    }
+    return g_model;
+}
+
+static hm_context_params params(int ngl, int n_ctx) {
+    hm_context_params p = hm_context_default_params();
+    p.n_ctx = n_ctx;
+    p.n_threads = 2;
+    p.n_gpu_layers = ngl;
+    return p;
+}
+
+/* The GPU engine's sizes for the context's resolved parameters (n_ubatch = min(512, n_ctx)). */
+static bool engine_sizes(int n_ctx, uint64_t *wb, uint64_t *kvb, uint64_t *sb) {
+    cuda_engine_params ep;
+    memset(&ep, 0, sizeof(ep));
+    ep.n_ctx = n_ctx;
+    ep.n_ubatch = n_ctx < 512 ? n_ctx : 512;
+    ep.type_k = ep.type_v = HM_TYPE_F16;
+    hm_error err;
+    hm_status st = cuda_engine_plan(model(), &ep, wb, kvb, sb, &err);
+    if (st != HM_OK) fprintf(stderr, "cuda_engine_plan: %s\n", err.msg);
+    return st == HM_OK;
+}
+
+static uint64_t tensor_bytes(const hm_tensor *t) {
+    if (!t->data) return 0;
+    uint64_t rows = 1;
+    for (int d = 1; d < 4; d++) rows *= (uint64_t)(t->ne[d] ? t->ne[d] : 1);
+    return (uint64_t)t->row_size * rows;
+}
+
+/* Bytes of every routed expert tensor (what --cpu-moe keeps in RAM). */
+static uint64_t expert_bytes(void) {
+    const hm_hparams *hp = hm_model_hparams(model());
+    uint64_t n = 0;
+    for (int il = 0; il < hp->n_layer; il++) {
+        const hm_layer *L = hm_model_layer(model(), il);
+        n += tensor_bytes(&L->gate_exps) + tensor_bytes(&L->up_exps) +
+             tensor_bytes(&L->down_exps) + tensor_bytes(&L->gate_exps_b) +
+             tensor_bytes(&L->up_exps_b) + tensor_bytes(&L->down_exps_b);
+    }
+    return n;
+}
+
+static hm_status init_logged(const hm_context_params *p, hm_context **ctx, hm_error *err,
+                             char **log) {
+    size_t len = 0;
+    *log = NULL;
+    FILE *saved = stderr, *mem = open_memstream(log, &len);
+    if (mem) stderr = mem;
+    hm_status st = hm_context_init(model(), p, ctx, err);
+    if (mem) {
+        stderr = saved;
+        fclose(mem);
+    }
+    if (!*log) *log = calloc(1, 1);
+    return st;
+}
+
+static float *run_logits(hm_context *ctx) {
+    const int64_t V = hm_model_hparams(model())->n_vocab;
+    float *lo = malloc(sizeof(float) * (size_t)(V * N_TOK));
+    const int32_t ids[N_TOK] = {5, 6, 7, 8, 40, 3};
+    hm_error err;
+    if (!lo || hm_decode(ctx, ids, N_TOK, 0, lo, HM_LOGITS_ALL, &err) != HM_OK) {
+        if (lo) fprintf(stderr, "decode: %s\n", err.msg);
+        free(lo);
+        return NULL;
+    }
+    return lo;
+}
+
+/* -ngl 99: the GPU engine, the report logged once; a --vram-budget that holds the model changes
+ * nothing (same engine, same logits). */
+static void test_full_gpu(void) {
+    if (!tu_have_gpu()) return;
+    HM_REQUIRE(model());
+    hm_context_params p = params(99, N_CTX);
+    hm_context *ctx = NULL;
+    hm_error err;
+    char *log = NULL;
+    HM_REQUIRE(init_logged(&p, &ctx, &err, &log) == HM_OK);
+    HM_CHECK(hm_context_gpu(ctx) != NULL);
+    const char *r = hm_context_placement_report(ctx);
+    HM_CHECK(r && strstr(r, "placement: as asked (-ngl 99)\n") && strstr(r, ": fits\n"));
+    HM_CHECK(r && strstr(r, "routed experts: device slots in layers 0-3; host only in layers "
+                            "none"));
+    HM_CHECK_MSG(strstr(log, "hotmoe info: placement: as asked (-ngl 99)"), "%s", log);
+    HM_CHECK_MSG(!strstr(log, "running on the CPU"), "%s", log);
+    float *a = run_logits(ctx);
+    hm_context_free(ctx);
+    free(log);
+    p.vram_budget = 1024 * MIB;
+    ctx = NULL;
+    HM_REQUIRE(hm_context_init(model(), &p, &ctx, &err) == HM_OK);
+    HM_CHECK(hm_context_gpu(ctx) != NULL);
+    r = hm_context_placement_report(ctx);
+    HM_CHECK(r && strstr(r, "budget 1.00 GiB: fits"));
+    float *b = run_logits(ctx);
+    hm_context_free(ctx);
+    const size_t n = sizeof(float) * (size_t)(hm_model_hparams(model())->n_vocab * N_TOK);
+    HM_CHECK(a && b && memcmp(a, b, n) == 0);
+    free(a);
+    free(b);
+}
+
+/* cuda_engine_params.vram_budget: one byte short of weights + KV + buffers is refused, naming
+ * the budget; the exact need is admitted. */
+static void test_engine_budget(void) {
+    if (!tu_have_gpu()) return;
+    HM_REQUIRE(model());
+    uint64_t wb = 0, kvb = 0, sb = 0;
+    HM_REQUIRE(engine_sizes(N_CTX, &wb, &kvb, &sb));
+    cuda_engine_params ep;
+    memset(&ep, 0, sizeof(ep));
+    ep.n_ctx = N_CTX;
+    ep.n_ubatch = N_CTX;
+    ep.type_k = ep.type_v = HM_TYPE_F16;
+    ep.vram_budget = wb + kvb + sb - 1;
+    cuda_engine *e = NULL;
+    hm_error err;
+    HM_CHECK(cuda_engine_init(model(), &ep, &e, &err) == HM_ERR_NOMEM && e == NULL);
+    HM_CHECK_MSG(strstr(err.msg, "more than --vram-budget"), "%s", err.msg);
+    ep.vram_budget = wb + kvb + sb;
+    HM_CHECK_MSG(cuda_engine_init(model(), &ep, &e, &err) == HM_OK, "%s", err.msg);
+    cuda_engine_free(e);
+}
+
+/* A whole model that does not fit the budget but fits with its experts in RAM: the automatic
+ * tiered plan (reported); --gpu-strict refuses it with the numbers. */
+static void test_auto_tiered(void) {
+    if (!tu_have_gpu()) return;
+    HM_REQUIRE(model());
+    uint64_t wb = 0, kvb = 0, sb = 0;
+    HM_REQUIRE(engine_sizes(N_CTX, &wb, &kvb, &sb));
+    const uint64_t ex = expert_bytes(), n_layer = (uint64_t)hm_model_hparams(model())->n_layer;
+    /* the --cpu-moe plan: every weight but the experts, KV (rounded up per layer), scratch
+     * with the engine's alignment; one MiB over it, and the whole model is more */
+    const uint64_t tiered_need = wb - ex + kvb + n_layer + sb;
+    const uint64_t budget_mib = tiered_need / MIB + 2;
+    HM_REQUIRE(wb + kvb + sb > budget_mib * MIB);
+    hm_context_params p = params(99, N_CTX);
+    p.vram_budget = budget_mib * MIB;
+    hm_context *ctx = NULL;
+    hm_error err;
+    char *log = NULL;
+    hm_status st = init_logged(&p, &ctx, &err, &log);
+    HM_CHECK_MSG(strstr(log, "placement: tiered, chosen automatically") &&
+                     strstr(log, "every routed expert moved to RAM (as --cpu-moe)") &&
+                     strstr(log, "plan: -ngl 99 --cpu-moe"),
+                 "%s", log);
+    if (st == HM_OK) { /* the tiered runtime is in the build */
+        HM_CHECK(hm_context_gpu(ctx) != NULL);
+        float *lo = run_logits(ctx);
+        HM_CHECK(lo != NULL);
+        free(lo);
+    } else {
+        HM_CHECK_MSG(st == HM_ERR_UNSUPPORTED &&
+                         strstr(err.msg, "tiered execution (experts in RAM) is not available "
+                                         "in this build"),
+                     "%d: %s", st, err.msg);
+    }
+    hm_context_free(ctx);
+    free(log);
+    p.gpu_strict = true;
+    ctx = NULL;
+    HM_CHECK(hm_context_init(model(), &p, &ctx, &err) == HM_ERR_NOMEM && ctx == NULL);
+    HM_CHECK_MSG(strstr(err.msg, "the whole model needs") &&
+                     strstr(err.msg, "--gpu-strict refuses a tiered placement"),
+                 "%s", err.msg);
+}
+
+/* Explicit options that do not fit are not changed: HM_ERR_NOMEM naming the flags and the
+ * budget. */
+static void test_explicit_not_fitting(void) {
+    if (!tu_have_gpu()) return;
+    HM_REQUIRE(model());
+    const int n_ctx = 1024; /* KV large enough that the --cpu-moe plan needs > 2 MiB */
+    uint64_t wb = 0, kvb = 0, sb = 0;
+    HM_REQUIRE(engine_sizes(n_ctx, &wb, &kvb, &sb));
+    HM_REQUIRE(wb - expert_bytes() + kvb + sb > 2 * MIB);
+    hm_context_params p = params(99, n_ctx);
+    p.cpu_moe = true;
+    p.vram_budget = 1 * MIB;
+    hm_context *ctx = NULL;
+    hm_error err;
+    char *log = NULL;
+    HM_CHECK(init_logged(&p, &ctx, &err, &log) == HM_ERR_NOMEM && ctx == NULL);
+    HM_CHECK_MSG(strstr(err.msg, "placement -ngl 99 --cpu-moe --vram-budget 1 needs") &&
+                     strstr(err.msg, "the budget is 1.0 MiB (--vram-budget)"),
+                 "%s", err.msg);
+    HM_CHECK_MSG(strstr(log, "does NOT fit"), "%s", log);
+    free(log);
+}
+
+/* Plans with the attention of some layers on the host, or a non-expert tensor there, do not run
+ * yet: HM_ERR_UNSUPPORTED naming what to use; the report was logged. */
+static void test_mixed_refused(void) {
+    if (!tu_have_gpu()) return;
+    HM_REQUIRE(model());
+    hm_context_params p = params(2, N_CTX);
+    hm_context *ctx = NULL;
+    hm_error err;
+    char *log = NULL;
+    HM_CHECK(init_logged(&p, &ctx, &err, &log) == HM_ERR_UNSUPPORTED && ctx == NULL);
+    HM_CHECK_MSG(strstr(err.msg, "the attention of layers 0-2 would run on the host") &&
+                     strstr(err.msg, "-ngl 99 --cpu-moe") && strstr(err.msg, "-ngl 0"),
+                 "%s", err.msg);
+    HM_CHECK_MSG(strstr(log, "placement: as asked (-ngl 2)"), "%s", log);
+    free(log);
+    p = params(99, N_CTX);
+    p.override_tensor = "^output\\.weight=CPU";
+    HM_CHECK(init_logged(&p, &ctx, &err, &log) == HM_ERR_UNSUPPORTED && ctx == NULL);
+    HM_CHECK_MSG(strstr(err.msg, "output.weight would stay on the host"), "%s", err.msg);
+    free(log);
+}
+
+static void test_free_model(void) {
+    hm_model_free(g_model);
+    g_model = NULL;
+}
+
+TU_TEST_MAIN(test_full_gpu, test_engine_budget, test_auto_tiered, test_explicit_not_fitting,
+             test_mixed_refused, test_free_model)
