@@ -3,7 +3,11 @@
  *
  * DESIGN: one table maps the transformers classes to forge's architectures; the fields are read
  * by name with the defaults transformers' config classes use (head_dim = hidden/heads,
- * num_key_value_heads = heads, rope_theta 10000). Every missing or mistyped field is reported as
+ * num_key_value_heads = heads, rope_theta 10000). transformers 5 writes some fields under other
+ * names, read as well: num_local_experts for num_experts (qwen3_moe, olmoe, qwen2_moe), and the
+ * rope_parameters object ({rope_theta, rope_type, factor, original_max_position_embeddings})
+ * for rope_theta and rope_scaling; the older name wins when both are present. Every missing or
+ * mistyped field is reported as
  * "DIR/config.json: FIELD: problem". Values kept as doubles (epsilons, rope bases) are rounded to
  * f32 only where the GGUF key is written, as convert_hf_to_gguf does.
  */
@@ -66,6 +70,19 @@ static hm_status get_num(const cfg *c, const char *key, bool required, double df
     return HM_OK;
 }
 
+/* key, or else alt (transformers 5's name); a missing pair is reported under key. */
+static hm_status get_int_alt(const cfg *c, const char *key, const char *alt, int64_t *out) {
+    json_t *v = json_object_get(c->root, key);
+    if ((!v || json_is_null(v)) && json_object_get(c->root, alt)) key = alt;
+    return get_int(c, key, true, 0, out);
+}
+
+/* the rope_parameters object of transformers 5, or NULL */
+static json_t *rope_parameters(const cfg *c) {
+    json_t *rp = json_object_get(c->root, "rope_parameters");
+    return json_is_object(rp) ? rp : NULL;
+}
+
 static hm_status find_arch(const cfg *c, forge_arch *a) {
     json_t *archs = json_object_get(c->root, "architectures"),
            *mt = json_object_get(c->root, "model_type");
@@ -111,19 +128,24 @@ static hm_status read_fields(const cfg *c, forge_preset *p) {
     INT("head_dim", false, p->n_embd / p->n_head, &p->head_dim);
     INT("max_position_embeddings", true, 0, &p->n_ctx);
     NUM("rms_norm_eps", true, 0, &p->rms_eps);
-    NUM("rope_theta", false, 10000.0, &p->rope_base);
+    if (json_object_get(c->root, "rope_theta") || !rope_parameters(c)) {
+        NUM("rope_theta", false, 10000.0, &p->rope_base);
+    } else if (st == HM_OK) {
+        cfg sub = {c->path, rope_parameters(c), c->err};
+        st = get_num(&sub, "rope_theta", false, 10000.0, &p->rope_base);
+    }
     INT("intermediate_size", true, 0, &p->n_ff);
     INT("num_experts_per_tok", true, 0, &p->n_expert_used);
     switch (a) {
     case FORGE_ARCH_QWEN3MOE:
     case FORGE_ARCH_QWEN2MOE:
-        INT("num_experts", true, 0, &p->n_expert);
+        if (st == HM_OK) st = get_int_alt(c, "num_experts", "num_local_experts", &p->n_expert);
         INT("moe_intermediate_size", true, 0, &p->n_ff_exp);
         if (a == FORGE_ARCH_QWEN2MOE)
             INT("shared_expert_intermediate_size", true, 0, &p->n_ff_shexp);
         break;
     case FORGE_ARCH_OLMOE:
-        INT("num_experts", true, 0, &p->n_expert);
+        if (st == HM_OK) st = get_int_alt(c, "num_experts", "num_local_experts", &p->n_expert);
         break;
     case FORGE_ARCH_LLAMA:
         INT("num_local_experts", true, 0, &p->n_expert);
@@ -133,6 +155,9 @@ static hm_status read_fields(const cfg *c, forge_preset *p) {
         p->n_ff_exp = p->n_ff;
         INT("sliding_window", true, 0, &p->sliding_window);
         json_t *rs = json_object_get(c->root, "rope_scaling");
+        if (!json_is_object(rs) && rope_parameters(c) &&
+            json_object_get(rope_parameters(c), "factor"))
+            rs = rope_parameters(c);
         if (st == HM_OK && json_is_object(rs)) {
             cfg sub = {c->path, rs, c->err};
             st = get_num(&sub, "factor", true, 0, &p->yarn_factor);

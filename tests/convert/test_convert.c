@@ -483,4 +483,44 @@ static void test_q8_twin(void) {
     }
 }
 
-HM_TEST_MAIN(test_equal_forge, test_compare_detects, test_errors, test_shards_dtypes, test_q8_twin)
+/* the config as transformers 5 saves it (num_local_experts, rope_parameters, and for a config
+ * saved without its model no architectures, only model_type) converts to the same bytes; with
+ * neither expert count the error names the field */
+static void test_transformers5_config(void) {
+    const char *presets[] = {"tiny-qwen3moe", "tiny-olmoe", "tiny-qwen2moe"};
+    for (size_t i = 0; i < sizeof(presets) / sizeof(presets[0]); i++) {
+        const forge_preset *p = forge_preset_find(presets[i]);
+        HM_REQUIRE(p);
+        char g32[512], hf[512], d[512], tag[128], path[1024], out[512];
+        snprintf(tag, sizeof(tag), "cv-v5-%s", p->name);
+        HM_REQUIRE(ft_forge(p, FORGE_MIX_F32, 42, tag, true, 2, g32, sizeof(g32), hf,
+                            sizeof(hf)) == HM_OK);
+        snprintf(tag, sizeof(tag), "cv-v5-%s-edit", p->name);
+        copy_twin(hf, tag, 0, d, sizeof(d));
+        snprintf(path, sizeof(path), "%s/config.json", d);
+        json_t *c = json_load_file(path, 0, NULL);
+        HM_REQUIRE(c && json_object_get(c, "num_experts") && json_object_get(c, "rope_theta"));
+        json_object_set(c, "num_local_experts", json_object_get(c, "num_experts"));
+        json_object_del(c, "num_experts");
+        json_t *rp = json_object();
+        json_object_set(rp, "rope_theta", json_object_get(c, "rope_theta"));
+        json_object_set_new(rp, "rope_type", json_string("default"));
+        json_object_set_new(c, "rope_parameters", rp);
+        json_object_del(c, "rope_theta");
+        json_object_del(c, "architectures");
+        HM_REQUIRE(json_dump_file(c, path, JSON_INDENT(2)) == 0);
+        ft_path(out, sizeof(out), "cv-v5-out.gguf");
+        hm_error err;
+        HM_CHECK_MSG(run_convert(d, out, FORGE_MIX_F32, p->model_name, &err) == HM_OK, "%s: %s",
+                     p->name, err.msg);
+        int bad = compare_gguf(g32, out, -1, true);
+        HM_CHECK_MSG(bad == 0, "%s: %d differences", p->name, bad);
+        json_object_del(c, "num_local_experts");
+        HM_REQUIRE(json_dump_file(c, path, JSON_INDENT(2)) == 0);
+        json_decref(c);
+        expect_error(d, "no expert count", "config.json: num_experts: missing", NULL);
+    }
+}
+
+HM_TEST_MAIN(test_equal_forge, test_compare_detects, test_errors, test_shards_dtypes, test_q8_twin,
+             test_transformers5_config)
