@@ -322,7 +322,7 @@ int cmd_learn(int argc, char **argv) {
     sp.temperature = 0.0f; /* greedy */
     hm_gen_params gp = hm_gen_default_params();
     gp.n_max = n_gen;
-    if (profile && !strcmp(cli_engine_backend(&e), "CUDA")) {
+    if (profile && hm_context_gpu(e.ctx)) { /* the GPU engine reports counts only */
         fprintf(stderr, "hotmoe " CMD ": --routing-profile needs every token's expert ids on the "
                         "host (the CPU path); on the GPU the routing is only counted per expert: "
                         "run it without -ngl\n");

@@ -298,6 +298,26 @@ static void test_errors(void) {
         const char *nl = strchr(g_err, '\n');
         HM_CHECK_MSG(nl && !nl[1], "case %zu: one line on stderr: %s", i, g_err);
     }
+    /* -ngl 99: on a GPU the engine only counts hits, so the profile is refused (exit 1, the
+     * reason named); without one the model falls back to the CPU and the profile is written */
+    char prof[512];
+    snprintf(prof, sizeof(prof), "%s/rp-gpu.json", tmp);
+    remove(prof);
+    snprintf(cmd, sizeof(cmd), "%s learn -m %s -t 1 -f %s -ngl 99 --routing-profile %s", bin, model,
+             prompts, prof);
+    int rc = run(cmd);
+    FILE *pf = fopen(prof, "rb");
+    const bool written = pf != NULL;
+    if (pf) fclose(pf);
+    if (rc == 0)
+        HM_CHECK_MSG(strstr(g_err, "hotmoe learn: CPU,") && written,
+                     "-ngl 99 ran without refusing, so it must have run on the CPU: %s", g_err);
+    else
+        HM_CHECK_MSG(rc == 1 && strstr(g_err, "--routing-profile needs every token's expert ids") &&
+                         !written,
+                     "-ngl 99 on a GPU: exit %d, %s", rc, g_err);
+    printf("       (-ngl 99: %s)\n", rc == 0 ? "no GPU, ran on the CPU" : "GPU, refused");
+    remove(prof);
     remove(model);
 }
 
