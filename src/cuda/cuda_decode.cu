@@ -6,6 +6,12 @@
  * an acquire fence, then reads the token. A slot is rewritten only by the step `depth` later,
  * which the host launches after it has read the slot (cuda_decode_wait before
  * cuda_decode_launch, enforced by generate.c's launch window).
+ *
+ * Tiered engines (host layers, cuda_handoff.h): the step graph holds the hand-off kernels, which
+ * wait for the CPU side on the device, so the loop itself does not change. A launch is refused
+ * while the hand-off is aborted; a token is delivered only if no hand-off fault is recorded
+ * (a fault in step k's forward pass is written before step k + 1 commits its token, the first
+ * token sampled from the garbage, so the host sees it when it reads that token).
  */
 #include <cuda_runtime.h>
 #include <stdlib.h>
@@ -216,6 +222,8 @@ static hm_status recapture(cuda_decode *d, hm_error *err) {
 }
 
 extern "C" hm_status cuda_decode_launch(cuda_decode *d, hm_error *err) {
+    hm_status st0 = cuda_handoff_ready(d->e, err); /* a tiered engine's CPU side serving */
+    if (st0 != HM_OK) return st0;
     if (d->count_epoch != d->e->count_epoch || !d->exec) {
         hm_status st = recapture(d, err);
         if (st != HM_OK) return st;
@@ -272,11 +280,12 @@ extern "C" hm_status cuda_decode_wait(cuda_decode *d, uint64_t step, int32_t *to
     }
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
     *token = r->token;
-    return HM_OK;
+    return cuda_engine_handoff_check(d->e, err); /* sampled from a failed tiered step? */
 }
 
 extern "C" hm_status cuda_decode_finish(cuda_decode *d, hm_error *err) {
-    return cuda_engine_sync(d->e, err);
+    hm_status st = cuda_engine_sync(d->e, err);
+    return st == HM_OK ? cuda_engine_handoff_check(d->e, err) : st;
 }
 
 extern "C" hm_status cuda_decode_redo(cuda_decode *d, int32_t token, int pos, hm_error *err) {

@@ -45,10 +45,13 @@ static hm_status launched(const char *what, hm_error *err) {
     return HM_OK;
 }
 
-__global__ void k_positions(const int32_t *d_pos, int32_t *positions, int n) {
+/* positions of the step's tokens; d_seq (host layers only, else NULL): the step's sequence
+ * number of the hand-off += 1 */
+__global__ void k_positions(const int32_t *d_pos, int32_t *positions, int n, uint32_t *d_seq) {
     cu_pdl_enter();
     int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t < n) positions[t] = *d_pos + t;
+    if (d_seq && t == 0) *d_seq += 1u;
 }
 
 __global__ void k_advance(int32_t *d_pos, int n) {
@@ -426,6 +429,30 @@ static hm_status experts(cuda_engine *e, const cuda_layer *L, int n, const void 
     return st;
 }
 
+/* The shared expert's output of xn into sh [n][E] and its gate logit into e->sgate. */
+static hm_status shared_expert(cuda_engine *e, const cuda_layer *L, int n, float *sh,
+                               hm_error *err) {
+    const int64_t Sf = e->hp.n_ff_shexp;
+    hm_status st = linear(e, &L->sh_gate, NULL, e->xn, n, e->sg, NULL, err);
+    if (st == HM_OK) st = linear(e, &L->sh_up, NULL, e->xn, n, e->su, NULL, err);
+    if (st == HM_OK) st = cuda_swiglu(e->sg, e->su, e->sg, n * Sf, e->stream, err);
+    if (st == HM_OK) st = linear(e, &L->sh_down, NULL, e->sg, n, sh, NULL, err);
+    if (st == HM_OK) st = linear(e, &L->sh_gate_inp, NULL, e->xn, n, e->sgate, NULL, err);
+    return st;
+}
+
+/* A host layer's experts (cuda_handoff.h): the request to the CPU, the shared expert (if any)
+ * into e->hsh while the CPU works, the wait, the CPU's slot outputs (expert biases included)
+ * into e->ey. */
+static hm_status host_experts(cuda_engine *e, const cuda_layer *L, int il, int n,
+                              hm_error *err) {
+    hm_status st = cuda_handoff_enqueue_post(e, il, n, err);
+    if (st == HM_OK && e->desc->shared_expert) st = shared_expert(e, L, n, e->hsh, err);
+    if (st == HM_OK) st = cuda_handoff_enqueue_wait(e, il, err);
+    if (st == HM_OK) st = cuda_handoff_enqueue_take(e, n, err);
+    return st;
+}
+
 static hm_status moe_block(cuda_engine *e, int il, int n, fwd_defer *dfr, hm_error *err) {
     const hm_hparams *hp = &e->hp;
     const hm_arch_desc *d = e->desc;
@@ -498,23 +525,19 @@ static hm_status moe_block(cuda_engine *e, int il, int n, fwd_defer *dfr, hm_err
     }
     /* decode without a shared expert: the combine (and down bias) go into the next norm */
     const bool defer = fz && !d->shared_expert;
-    if (st == HM_OK) st = experts(e, L, n, xact, defer, false, err);
+    if (st == HM_OK)
+        st = L->host ? host_experts(e, L, il, n, err) : experts(e, L, n, xact, defer, false, err);
     if (st != HM_OK) return st;
-    if (defer) {
+    if (defer) { /* the CPU's slot outputs include the down bias already */
         dfr->combine = true;
-        dfr->ey_bias = (const float *)L->down_exps_b.d;
+        dfr->ey_bias = L->host ? NULL : (const float *)L->down_exps_b.d;
         dfr->n_slots = L->n_slots;
         return HM_OK;
     }
     st = cuda_moe_combine(e->ey, e->gw, e->ids, n, K, E, e->proj, e->stream, err);
     if (st == HM_OK && d->shared_expert) {
-        const int64_t Sf = hp->n_ff_shexp;
-        st = linear(e, &L->sh_gate, NULL, e->xn, n, e->sg, NULL, err);
-        if (st == HM_OK) st = linear(e, &L->sh_up, NULL, e->xn, n, e->su, NULL, err);
-        if (st == HM_OK) st = cuda_swiglu(e->sg, e->su, e->sg, n * Sf, e->stream, err);
-        float *sh = e->ey; /* [n][E]: the per-slot outputs are consumed already */
-        if (st == HM_OK) st = linear(e, &L->sh_down, NULL, e->sg, n, sh, NULL, err);
-        if (st == HM_OK) st = linear(e, &L->sh_gate_inp, NULL, e->xn, n, e->sgate, NULL, err);
+        float *sh = L->host ? e->hsh : e->ey; /* ey [n][E]: the slot outputs are consumed */
+        if (!L->host) st = shared_expert(e, L, n, sh, err);
         if (st == HM_OK) st = cuda_shexp_combine(e->proj, sh, e->sgate, n, E, e->stream, err);
     }
     if (st == HM_OK && fz) {
@@ -527,6 +550,9 @@ static hm_status moe_block(cuda_engine *e, int il, int n, fwd_defer *dfr, hm_err
 
 extern "C" hm_status cuda_engine_enqueue_experts(cuda_engine *e, int il, int n_tok,
                                                  hm_error *err) {
+    if (e->layers[il].host)
+        return hm_error_set(err, HM_ERR_STATE, "GPU: layer %d keeps its experts in host memory",
+                            il);
     hm_status st = experts(e, &e->layers[il], n_tok, NULL, false, true, err);
     return st == HM_OK ? launched("expert FFN", err) : st;
 }
@@ -536,7 +562,10 @@ extern "C" hm_status cuda_engine_enqueue_forward(cuda_engine *e, const int32_t *
     if (n_tok <= 0 || n_tok > e->p.n_ubatch)
         return hm_error_set(err, HM_ERR_ARG, "GPU: %d tokens in one step (1..%d)", n_tok,
                             e->p.n_ubatch);
-    cu_launch(k_positions, (n_tok + 127) / 128, 128, 0, S(e), e->d_pos, e->d_positions, n_tok);
+    hm_status st0 = cuda_handoff_ready(e, err); /* host layers need a CPU side attached */
+    if (st0 != HM_OK) return st0;
+    cu_launch(k_positions, (n_tok + 127) / 128, 128, 0, S(e), e->d_pos, e->d_positions, n_tok,
+              e->n_host ? e->d_seq : (uint32_t *)NULL);
     hm_status st = launched("k_positions", err);
     if (st == HM_OK)
         st = cuda_get_rows(e->tok_embd.type, e->tok_embd.d, e->tok_embd.row_size, d_tokens, n_tok,

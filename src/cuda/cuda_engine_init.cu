@@ -66,6 +66,13 @@ static hm_status check_matrix(const hm_tensor *t, hm_error *err) {
     return HM_OK;
 }
 
+/* Whether layer il of m is a host layer under r: it has experts and none of them has a device
+ * slot (they are computed by the CPU through the hand-off, cuda_handoff.h). */
+static bool host_layer(const hm_model *m, const hm_residency *r, int il) {
+    if (!r || !hm_model_layer(m, il)->gate_exps.data) return false;
+    return hm_residency_n_device(r, il) == 0;
+}
+
 /* Scratch: the buffers of cuda_engine_internal.h in one arena; sets the pointers when base is
  * given, returns the bytes. */
 static size_t layout_scratch(const hm_model *m, const cuda_engine_params *p, cuda_engine *e,
@@ -75,6 +82,9 @@ static size_t layout_scratch(const hm_model *m, const cuda_engine_params *p, cud
     const int64_t nq = hp->n_head * hp->head_dim_k, nk = hp->n_head_kv * hp->head_dim_k;
     const int64_t nv = hp->n_head_kv * hp->head_dim_v, nqv = hp->n_head * hp->head_dim_v;
     const int64_t n_logit = nu < 64 ? nu : 64;
+    bool any_host = false; /* a host layer's shared expert runs while the CPU works: hsh */
+    for (int il = 0; il < hp->n_layer; il++) any_host = any_host || host_layer(m, p->res, il);
+    const bool hsh = any_host && hm_model_arch(m)->shared_expert;
     /* quantised activations: the largest [rows][k] input of any product */
     size_t act = 0, gemm = 0;
     const hm_tensor *out = hm_model_output(m);
@@ -146,6 +156,8 @@ static size_t layout_scratch(const hm_model *m, const cuda_engine_params *p, cud
         {e ? (void **)&e->router_sync : NULL, sizeof(int) * (size_t)(nu / 8 + 1)},
         {e ? (void **)&e->d_rope : NULL, sizeof(float) * (size_t)(p->n_ctx * (hp->n_rot / 2) * 2)},
         {e ? (void **)&e->d_pos : NULL, sizeof(int32_t)},
+        {e ? (void **)&e->d_seq : NULL, sizeof(uint32_t)},
+        {e ? (void **)&e->hsh : NULL, hsh ? sizeof(float) * (size_t)(nu * E) : 0},
         {e ? (void **)&e->d_positions : NULL, sizeof(int32_t) * (size_t)nu},
         {e ? (void **)&e->d_tokens : NULL, sizeof(int32_t) * (size_t)nu},
         {e ? (void **)&e->d_slot_of : NULL,
@@ -166,8 +178,9 @@ static size_t layout_scratch(const hm_model *m, const cuda_engine_params *p, cud
     return off;
 }
 
-/* The residency map against the model: its shape, its consistency, and (until the tiered
- * placement) a device slot for every expert of every layer that has experts. */
+/* The residency map against the model: its shape, its consistency, and, for every layer that
+ * has experts, either a device slot for each expert or none at all (a host layer; a layer split
+ * between host and device is not supported yet). */
 static hm_status check_residency(const hm_model *m, const hm_residency *r, hm_error *err) {
     if (!r) return HM_OK;
     const hm_hparams *hp = hm_model_hparams(m);
@@ -178,12 +191,14 @@ static hm_status check_residency(const hm_model *m, const hm_residency *r, hm_er
     hm_status st = hm_residency_check(r, err);
     if (st != HM_OK) return st;
     for (int il = 0; il < r->n_layer; il++) {
-        if (!hm_model_layer(m, il)->gate_exps.data) continue; /* no experts */
+        if (!hm_model_layer(m, il)->gate_exps.data || host_layer(m, r, il)) continue;
         for (int ie = 0; ie < r->n_expert; ie++)
             if (r->slot[hm_residency_at(r, il, ie)] < 0)
                 return hm_error_set(err, HM_ERR_UNSUPPORTED, "expert residency: layer %d expert "
-                                    "%d has no device slot (tiered placement not implemented "
-                                    "yet)", il, ie);
+                                    "%d has no device slot while %d of the layer's experts have "
+                                    "one (a layer's experts are all on the device or all in "
+                                    "host memory for now)", il, ie,
+                                    hm_residency_n_device(r, il));
     }
     return HM_OK;
 }
@@ -209,18 +224,20 @@ extern "C" hm_status cuda_engine_plan(const hm_model *m, const cuda_engine_param
                  align_up(tensor_bytes(hm_model_output_norm(m)));
     for (int il = 0; il < hp->n_layer && st == HM_OK; il++) {
         const hm_layer *L = hm_model_layer(m, il);
-        const int64_t ns = p->res ? p->res->n_slots[il] : hp->n_expert;
+        const bool host = host_layer(m, p->res, il);
+        const int64_t ns = host ? 0 : p->res ? p->res->n_slots[il] : hp->n_expert;
 #define CHECK_V(f)                                                                               \
     if (st == HM_OK) st = check_vector(&L->f, err);                                            \
     w += align_up(tensor_bytes(&L->f));
 #define CHECK_M(f)                                                                               \
     if (st == HM_OK) st = check_matrix(&L->f, err);                                            \
     w += align_up(tensor_bytes(&L->f));
+/* a host layer's experts are read by the CPU only: no GPU kernel needed, no device bytes */
 #define CHECK_XV(f)                                                                              \
-    if (st == HM_OK) st = check_vector(&L->f, err);                                            \
+    if (st == HM_OK && !host) st = check_vector(&L->f, err);                                   \
     w += align_up(tensor_bytes(&L->f) / (size_t)hp->n_expert * (size_t)ns);
 #define CHECK_XM(f)                                                                              \
-    if (st == HM_OK) st = check_matrix(&L->f, err);                                            \
+    if (st == HM_OK && !host) st = check_matrix(&L->f, err);                                   \
     w += align_up(tensor_bytes(&L->f) / (size_t)hp->n_expert * (size_t)ns);
         LAYER_VECTORS(CHECK_V)
         LAYER_MATRICES(CHECK_M)
@@ -490,8 +507,11 @@ extern "C" hm_status cuda_engine_init(const hm_model *m, const cuda_engine_param
         for (size_t i = 0; i < nt; i++)
             slot_of[i] = p->res ? p->res->slot[i] : (int32_t)(i % (size_t)e->hp.n_expert);
         for (int il = 0; il < e->hp.n_layer; il++) {
-            e->layers[il].n_slots = p->res ? p->res->n_slots[il] : e->hp.n_expert;
-            e->layers[il].slot_of = e->d_slot_of + (size_t)il * (size_t)e->hp.n_expert;
+            cuda_layer *D = &e->layers[il];
+            D->host = host_layer(m, p->res, il);
+            D->n_slots = D->host ? 0 : p->res ? p->res->n_slots[il] : e->hp.n_expert;
+            D->slot_of = e->d_slot_of + (size_t)il * (size_t)e->hp.n_expert;
+            e->n_host += D->host;
         }
         /* on the engine's stream: after the scratch arena's memset (the upload waits for it) */
         CUDA_TRY(cudaMemcpyAsync(e->d_slot_of, slot_of, sizeof(int32_t) * nt,
@@ -506,11 +526,18 @@ extern "C" hm_status cuda_engine_init(const hm_model *m, const cuda_engine_param
     }
     if (st != HM_OK) goto fail;
     st = rope_table_upload(e, err);
+    if (st == HM_OK) st = cuda_handoff_init(e, err);
     if (st != HM_OK) goto fail;
-    snprintf(e->info, sizeof(e->info), "%s (device %d): %.0f MiB weights (uploaded in %.2f s, "
-             "%.1f GB/s) + %.0f MiB KV + %.0f MiB buffers", info[p->device].name, p->device,
-             mib(wb), upload_s, upload_s > 0 ? (double)wb / upload_s * 1e-9 : 0.0, mib(kvb),
-             mib(sb));
+    {
+        int w = snprintf(e->info, sizeof(e->info), "%s (device %d): %.0f MiB weights (uploaded in "
+                         "%.2f s, %.1f GB/s) + %.0f MiB KV + %.0f MiB buffers",
+                         info[p->device].name, p->device, mib(wb), upload_s,
+                         upload_s > 0 ? (double)wb / upload_s * 1e-9 : 0.0, mib(kvb), mib(sb));
+        if (e->n_host && w > 0 && (size_t)w < sizeof(e->info))
+            snprintf(e->info + w, sizeof(e->info) - (size_t)w, "; experts of %d layer%s in host "
+                     "memory, computed by the CPU (%.1f MiB hand-off)", e->n_host,
+                     e->n_host == 1 ? "" : "s", mib(e->ho_bytes));
+    }
     e->h_slot_of = slot_of;
     *out = e;
     return HM_OK;
@@ -523,6 +550,7 @@ fail:
 extern "C" void cuda_engine_free(cuda_engine *e) {
     if (!e) return;
     cudaSetDevice(e->p.device);
+    cuda_handoff_free(e); /* ends a wait in flight first, or the synchronisation could last */
     if (e->stream) cudaStreamSynchronize((cudaStream_t)e->stream);
     cudaFree(e->arena);
     cudaFree(e->kv_arena);
@@ -633,6 +661,7 @@ static hm_status logits_to_host(cuda_engine *e, int n, float *dst, hm_error *err
     if (ce != cudaSuccess)
         return hm_error_set(err, HM_ERR_CUDA, "GPU: logits copy: %s", cudaGetErrorString(ce));
     hm_status st = cuda_engine_sync(e, err);
+    if (st == HM_OK) st = cuda_engine_handoff_check(e, err); /* a tiered step that failed */
     if (st == HM_OK) memcpy(dst, e->h_logits, bytes);
     return st;
 }
@@ -645,12 +674,14 @@ extern "C" hm_status cuda_engine_decode(cuda_engine *e, const int32_t *tokens, i
     if (cudaSetDevice(e->p.device) != cudaSuccess)
         return hm_error_set(err, HM_ERR_CUDA, "GPU: cannot select device %d", e->p.device);
     cudaStream_t s = (cudaStream_t)e->stream;
-    hm_status st = cuda_engine_set_pos(e, pos, err);
+    hm_status st = cuda_handoff_ready(e, err); /* host layers: a CPU side serving, no fault */
+    if (st == HM_OK) st = cuda_engine_set_pos(e, pos, err);
     for (int done = 0; done < n_tok && st == HM_OK;) {
         int n = n_tok - done < e->p.n_ubatch ? n_tok - done : e->p.n_ubatch;
         bool last = done + n == n_tok;
         /* h_tokens is reused: wait for the previous ubatch's upload to have run */
         if (done > 0) st = cuda_engine_sync(e, err);
+        if (st == HM_OK && done > 0) st = cuda_engine_handoff_check(e, err);
         if (st != HM_OK) break;
         memcpy(e->h_tokens, tokens + done, sizeof(int32_t) * (size_t)n);
         cudaError_t ce = cudaMemcpyAsync(e->d_tokens, e->h_tokens, sizeof(int32_t) * (size_t)n,
@@ -674,5 +705,6 @@ extern "C" hm_status cuda_engine_decode(cuda_engine *e, const int32_t *tokens, i
         done += n;
     }
     if (st == HM_OK) st = cuda_engine_sync(e, err);
+    if (st == HM_OK) st = cuda_engine_handoff_check(e, err);
     return st;
 }

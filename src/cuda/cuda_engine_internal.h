@@ -18,6 +18,7 @@ extern "C" {
 #endif
 
 #include "cuda/cuda_engine.h"
+#include "cuda/cuda_handoff.h"
 
 /* A tensor in the device arena (same meaning as hm_tensor; d == NULL when absent). */
 typedef struct {
@@ -39,6 +40,9 @@ typedef struct {
      * of cuda_engine.d_slot_of. */
     int64_t n_slots;
     const int32_t *slot_of;
+    /* a host layer: every expert stays in host memory (no slot, n_slots 0, no expert bytes on
+     * the device); the CPU computes them through the hand-off (cuda_handoff.h) */
+    bool host;
     /* device KV cache of this layer: f16 bits [n_ctx][n_head_kv * head_dim] (K and V); every
      * layer holds n_ctx positions, the sliding window only masks */
     uint16_t *k_cache, *v_cache;
@@ -118,6 +122,20 @@ struct cuda_engine {
     size_t count_bytes;
     bool counting;           /* the forward pass hands the counters to the router */
     uint32_t count_epoch;    /* += 1 at every switch: cuda_decode recaptures its step graph */
+
+    /* the tiered step (cuda_handoff.h, cuda_handoff.cu): n_host 0 and the rest NULL without
+     * host layers */
+    int n_host;              /* host layers */
+    int32_t *host_layers;    /* [n_host] their indices, ascending (host array) */
+    void *ho_mem;            /* the mapped pinned allocation (host address) */
+    size_t ho_bytes;
+    cuda_handoff_view ho_h;  /* the hand-off, host addresses */
+    cuda_handoff_view ho_d;  /* the same memory, device addresses */
+    bool ho_attached;        /* a CPU side serves the requests (steps are refused without) */
+    uint32_t *d_seq;         /* device scalar (scratch): the step's sequence number, += 1 at the
+                              * start of every forward step */
+    float *hsh;              /* [nu][n_embd] shared expert output of a host layer, computed while
+                              * the CPU works (scratch; NULL unless both exist) */
 };
 
 /* Embedding + every layer for d_tokens[0..n_tok) (device memory) at positions *d_pos + t;
@@ -137,6 +155,21 @@ hm_status cuda_engine_enqueue_experts(cuda_engine *e, int il, int n_tok, hm_erro
 /* forward + logits of the last token (d_logits[0]) + advance by n_tok. */
 hm_status cuda_engine_enqueue_step(cuda_engine *e, const int32_t *d_tokens, int n_tok,
                                    hm_error *err);
+/* The tiered step (cuda_handoff.cu). Allocates the hand-off for the engine's host layers (the
+ * layers' host flags and e->n_host set): mapped pinned memory, zeroed, timeout from
+ * HOTMOE_TIERED_TIMEOUT_MS or 20 s. Nothing when n_host is 0. */
+hm_status cuda_handoff_init(cuda_engine *e, hm_error *err);
+/* Sets abort (a wait in flight ends), frees the memory; the stream must be idle or about to be. */
+void cuda_handoff_free(cuda_engine *e);
+/* Layer il's request for n_tok tokens from e->xn, e->ids, e->gw (post, one block), the wait for
+ * the CPU's answer (one thread) and the answer copied into e->ey (take). */
+hm_status cuda_handoff_enqueue_post(cuda_engine *e, int il, int n_tok, hm_error *err);
+hm_status cuda_handoff_enqueue_wait(cuda_engine *e, int il, hm_error *err);
+hm_status cuda_handoff_enqueue_take(cuda_engine *e, int n_tok, hm_error *err);
+/* HM_ERR_STATE when the hand-off's abort word is set (a fault not yet reset): host API entries
+ * refuse to start steps then. */
+hm_status cuda_handoff_ready(const cuda_engine *e, hm_error *err);
+
 /* Host: *d_pos = pos (through pinned memory, enqueued). */
 hm_status cuda_engine_set_pos(cuda_engine *e, int pos, hm_error *err);
 /* The one place the engine waits for its stream (counted in n_host_syncs). */

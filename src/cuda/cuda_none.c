@@ -273,3 +273,22 @@ hm_status cuda_copy_lane_measure(cuda_copy_lane *l, const void *src, size_t n, i
     *bytes_per_s = 0;
     return host_none(err, "cuda_copy_lane_measure");
 }
+
+/* ---- cuda_handoff.h: the tiered step's hand-off needs CUDA ---- */
+#include "cuda/cuda_handoff.h"
+
+int cuda_engine_host_layers(const struct cuda_engine *e) { return 0; }
+
+hm_status cuda_engine_handoff_view(struct cuda_engine *e, cuda_handoff_view *v, hm_error *err) {
+    return hm_error_set(err, HM_ERR_UNSUPPORTED, "built without CUDA");
+}
+
+hm_status cuda_engine_handoff_attach(struct cuda_engine *e, bool on, hm_error *err) {
+    return hm_error_set(err, HM_ERR_UNSUPPORTED, "built without CUDA");
+}
+
+hm_status cuda_engine_handoff_reset(struct cuda_engine *e, hm_error *err) {
+    return hm_error_set(err, HM_ERR_UNSUPPORTED, "built without CUDA");
+}
+
+hm_status cuda_engine_handoff_check(const struct cuda_engine *e, hm_error *err) { return HM_OK; }

@@ -2,9 +2,11 @@
  * (cuda_engine_params.res, model/residency.h, cuda/cuda_engine.h).
  *
  * Host checks (CUDA builds, no device needed: cuda_engine_plan): a map of the wrong shape or an
- * inconsistent one is HM_ERR_ARG; a map where an expert has no device slot is HM_ERR_UNSUPPORTED
- * naming the layer and expert ("... has no device slot (tiered placement not implemented
- * yet)"); a permuted map plans the same weight bytes as none.
+ * inconsistent one is HM_ERR_ARG; a map where an expert has no device slot while others of its
+ * layer have one is HM_ERR_UNSUPPORTED naming the layer and expert ("... has no device slot
+ * while N of the layer's experts have one"); a permuted map plans the same weight bytes as none;
+ * a map where every expert of a layer is in host memory (a host layer: the tiered step,
+ * test_cuda_tiered.c) plans exactly that layer's expert bytes less.
  * With a GPU, on tiny forged models of every architecture x weight mix: an engine whose experts
  * sit in permuted slots (slot = (id * 7 + 3) % n_expert, a permutation for the presets' 8 and 16
  * experts) gives logits byte-identical to an engine without a map (slot = id) and to one with
@@ -75,8 +77,8 @@ static void test_plan(void) {
     r.home[i] = HM_HOME_HOST;
     hm_error_clear(&err);
     HM_CHECK(cuda_engine_plan(m, &p, &w1, NULL, NULL, &err) == HM_ERR_UNSUPPORTED);
-    HM_CHECK_MSG(strstr(err.msg, "expert residency: layer 1 expert 5 has no device slot "
-                                 "(tiered placement not implemented yet)"), "'%s'", err.msg);
+    HM_CHECK_MSG(strstr(err.msg, "expert residency: layer 1 expert 5 has no device slot while "
+                                 "15 of the layer's experts have one"), "'%s'", err.msg);
     cuda_engine *e = NULL;
     hm_error_clear(&err);
     HM_CHECK(cuda_engine_init(m, &p, &e, &err) == HM_ERR_UNSUPPORTED && e == NULL);
@@ -97,6 +99,25 @@ static void test_plan(void) {
     hm_error_clear(&err);
     HM_CHECK(cuda_engine_plan(m, &p, NULL, NULL, NULL, &err) == HM_ERR_ARG &&
              strstr(err.msg, "no device home"));
+    /* a host layer: no slot for any expert of layer 1 */
+    for (int x = 0; x < ne; x++) {
+        const size_t j = hm_residency_at(&r, 1, x);
+        r.slot[j] = -1;
+        r.home[j] = HM_HOME_HOST;
+    }
+    r.n_slots[1] = 0;
+    uint64_t wh = 0, sh = 0;
+    hm_error_clear(&err);
+    HM_CHECK_MSG(cuda_engine_plan(m, &p, &wh, NULL, &sh, &err) == HM_OK, "%s", err.msg);
+    const hm_layer *L1 = hm_model_layer(m, 1);
+    const hm_tensor *xt[] = {&L1->gate_exps, &L1->up_exps, &L1->down_exps};
+    uint64_t xb = 0;
+    for (int k = 0; k < 3; k++) /* 256-byte aligned tensors in the arena */
+        xb += (hm_row_size(xt[k]->type, xt[k]->ne[0]) * (uint64_t)xt[k]->ne[1] *
+                   (uint64_t)xt[k]->ne[2] + 255) / 256 * 256;
+    HM_CHECK_MSG(wh + xb == w0, "host layer: %llu + %llu != %llu bytes", (unsigned long long)wh,
+                 (unsigned long long)xb, (unsigned long long)w0);
+    HM_CHECK(sh >= s0); /* the step's sequence number */
     hm_residency_free(&r);
     /* a map of another model's shape */
     HM_REQUIRE(hm_residency_init_device(&r, nl, ne * 2, &err) == HM_OK);

@@ -1,0 +1,311 @@
+/* test_tiered.c - the CPU side of the tiered step (runtime/tiered.h) and its hand-off protocol
+ * (cuda/cuda_handoff.h), with ordinary host memory standing in for the mapped memory and the
+ * test thread playing the GPU: it writes a request (rows, ids, gating weights, the message),
+ * stores ready = seq (release) and waits for done == seq (acquire) or abort.
+ *
+ * Checked on tiny forged models (qwen3moe q8_0: no expert biases; gpt-oss q4_k_m: biases and
+ * the OAI activation):
+ *  - every answer equals the executor's CPU lane run directly on the same request (bytes), for
+ *    1..8 tokens, host layers = every MoE layer and then the odd ones, over many steps; the
+ *    counters count requests and tokens;
+ *  - a malformed message (wrong layer, too many tokens), an expert id out of range and the
+ *    injected failure each end in: no answer, the abort word set, a fault counted and
+ *    hm_tiered_check naming it; the next request is not served; hm_tiered_reset serves again
+ *    (and the answer is right);
+ *  - hm_tiered_abort while idle sets abort and is reported; the stall hook leaves a request
+ *    unanswered without abort (the GPU's timeout is what ends such a wait); reset recovers;
+ *  - hm_tiered_free with a request pending returns (abort set), nothing hangs (alarm);
+ *  - views that do not fit the model are refused (HM_ERR_ARG).
+ */
+#include <sched.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../forge/forge_test_util.h"
+#include "harness.h"
+#include "moe/moe_exec.h"
+#include "runtime/tiered.h"
+
+#define NT_MAX 8
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct {
+    const hm_model *m;
+    void *mem;
+    cuda_handoff_view v;
+    int32_t host[64];
+    uint32_t seq;       /* the "GPU"'s step number */
+    moe_exec *ref;      /* the reference: the CPU lane run directly */
+    float *y_ref;
+    unsigned long long rng;
+} fake_gpu;
+
+static bool fake_init(fake_gpu *g, const hm_model *m, bool odd_only) {
+    memset(g, 0, sizeof(*g));
+    const hm_hparams *hp = hm_model_hparams(m);
+    g->m = m;
+    g->rng = 0x9e3779b97f4a7c15ull;
+    int n = 0;
+    for (int il = 0; il < hp->n_layer && n < 64; il++)
+        if (hm_model_layer(m, il)->gate_exps.data && (!odd_only || il % 2 == 1)) g->host[n++] = il;
+    if (n == 0) return false;
+    const int E = (int)hp->n_embd, K = (int)hp->n_expert_used;
+    size_t bytes = cuda_handoff_bytes((int)hp->n_layer, E, K, NT_MAX);
+    g->mem = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    g->y_ref = malloc(sizeof(float) * NT_MAX * (size_t)K * (size_t)E);
+    hm_error err;
+    if (!g->mem || !g->y_ref || moe_exec_init(m, NULL, NT_MAX, &g->ref, &err) != HM_OK) return false;
+    memset(g->mem, 0, bytes);
+    cuda_handoff_layout(g->mem, (int)hp->n_layer, E, K, NT_MAX, hp->n_expert, g->host, n, &g->v);
+    return true;
+}
+
+static void fake_free(fake_gpu *g) {
+    moe_exec_free(g->ref);
+    free(g->mem);
+    free(g->y_ref);
+}
+
+/* Writes a request for layer L: n tokens of random rows and distinct random experts; then the
+ * message (layer and n_tok as given, to forge bad ones) and ready = ++seq. */
+static uint32_t post(fake_gpu *g, int L, int n, uint32_t msg_layer, uint32_t msg_tok,
+                     int bad_id) {
+    const cuda_handoff_view *v = &g->v;
+    const int E = v->n_embd, K = v->n_used, NE = (int)v->n_expert;
+    for (int i = 0; i < n * E; i++) v->x[i] = (float)((int)(hm_t_rnd(&g->rng) % 2001) - 1000) * 1e-3f;
+    for (int t = 0; t < n; t++)
+        for (int s = 0; s < K; s++) {
+            int id;
+            bool dup;
+            do { /* distinct per token, as the router's top-k */
+                id = (int)(hm_t_rnd(&g->rng) % (unsigned)NE);
+                dup = false;
+                for (int q = 0; q < s; q++) dup = dup || v->ids[t * K + q] == id;
+            } while (dup);
+            v->ids[t * K + s] = id;
+            v->gw[t * K + s] = 1.0f / (float)K;
+        }
+    if (bad_id) v->ids[n * K - 1] = bad_id;
+    g->seq++;
+    v->msg->seq = g->seq;
+    v->msg->layer = msg_layer;
+    v->msg->n_tok = msg_tok;
+    v->msg->n_used = (uint32_t)K;
+    __atomic_store_n(&v->flags[L].ready, g->seq, __ATOMIC_RELEASE);
+    return g->seq;
+}
+
+/* 1: done == seq; 0: abort set (and not done); -1: neither within limit_s. */
+static int wait_answer(fake_gpu *g, int L, uint32_t seq, double limit_s) {
+    const double t0 = now_s();
+    for (;;) {
+        if (__atomic_load_n(&g->v.flags[L].done, __ATOMIC_ACQUIRE) == seq) return 1;
+        if (__atomic_load_n(&g->v.ctl->abort, __ATOMIC_ACQUIRE) != 0) return 0;
+        if (now_s() - t0 > limit_s) return -1;
+        sched_yield();
+    }
+}
+
+/* The answer of the last request (layer L, n tokens) against the CPU lane run directly. */
+static bool answer_ok(fake_gpu *g, int L, int n) {
+    const cuda_handoff_view *v = &g->v;
+    const size_t ny = (size_t)n * (size_t)v->n_used * (size_t)v->n_embd;
+    const moe_job job = {.layer = L, .n_tok = n, .n_used = v->n_used, .x = v->x, .ids = v->ids,
+                         .weights = v->gw, .y = g->y_ref};
+    bool summed;
+    hm_error err;
+    if (moe_exec_run(g->ref, &job, NULL, &summed, &err) != HM_OK) return false;
+    return memcmp(g->y_ref, v->y, ny * sizeof(float)) == 0;
+}
+
+/* One normal request on host layer index j: answered, and right. */
+static bool round_trip(fake_gpu *g, int j, int n) {
+    const int L = g->v.host_layers[j];
+    uint32_t s = post(g, L, n, (uint32_t)L, (uint32_t)n, 0);
+    return wait_answer(g, L, s, 30.0) == 1 && answer_ok(g, L, n);
+}
+
+static hm_model *load(const char *preset, forge_mix mix) {
+    char path[512];
+    if (!ft_forged("tiered", preset, mix, path, sizeof(path))) return NULL;
+    hm_model *m = NULL;
+    hm_error err;
+    if (hm_model_load(path, NULL, &m, &err) != HM_OK) {
+        fprintf(stderr, "%s: %s\n", preset, err.msg);
+        return NULL;
+    }
+    return m;
+}
+
+static void check_answers(const char *preset, forge_mix mix) {
+    hm_model *m = load(preset, mix);
+    HM_REQUIRE(m);
+    for (int odd = 0; odd < 2; odd++) {
+        fake_gpu g;
+        HM_REQUIRE(fake_init(&g, m, odd));
+        hm_tiered_params tp = hm_tiered_default_params();
+        tp.n_threads = 2;
+        hm_tiered *t = NULL;
+        hm_error err;
+        HM_REQUIRE(hm_tiered_init_view(m, &g.v, &tp, &t, &err) == HM_OK);
+        uint64_t toks = 0, reqs = 0;
+        for (int step = 0; step < 24; step++) {
+            const int n = 1 + step % NT_MAX;
+            for (int j = 0; j < g.v.n_host; j++) {
+                HM_CHECK_MSG(round_trip(&g, j, n), "%s %s: step %d layer %d (%d tokens)", preset,
+                             forge_mix_name(mix), step, g.v.host_layers[j], n);
+                toks += (uint64_t)n;
+                reqs++;
+            }
+        }
+        hm_tiered_stats s;
+        hm_tiered_get_stats(t, &s);
+        HM_CHECK(s.requests == reqs && s.tokens == toks && s.faults == 0 && s.aborts == 0);
+        HM_CHECK(hm_tiered_check(t, &err) == HM_OK);
+        hm_tiered_free(t);
+        HM_CHECK(g.v.ctl->abort != 0); /* free released any waiter */
+        fake_free(&g);
+    }
+    hm_model_free(m);
+}
+
+static void test_answers_equal_cpu_lane(void) {
+    check_answers("tiny-qwen3moe", FORGE_MIX_Q8_0);
+    check_answers("tiny-gpt-oss", FORGE_MIX_Q4_K_M);
+}
+
+/* A fault: no answer, abort set, counted, named; the next request not served; reset recovers. */
+static void expect_fault(hm_tiered *t, fake_gpu *g, uint32_t seq, int L, const char *what,
+                         uint64_t faults_before) {
+    hm_error err;
+    HM_CHECK_MSG(wait_answer(g, L, seq, 30.0) == 0, "%s: no abort", what);
+    HM_CHECK(g->v.flags[L].done != seq);
+    hm_tiered_stats s;
+    hm_tiered_get_stats(t, &s);
+    HM_CHECK_MSG(s.faults == faults_before + 1, "%s: %llu faults", what,
+                 (unsigned long long)s.faults);
+    HM_CHECK_MSG(hm_tiered_check(t, &err) == HM_ERR_STATE && strstr(err.msg, what), "%s: '%s'",
+                 what, err.msg);
+    /* aborted: a new request is not served */
+    const int L0 = g->v.host_layers[0];
+    uint32_t s2 = post(g, L0, 1, (uint32_t)L0, 1, 0);
+    struct timespec ts = {0, 20000000};
+    nanosleep(&ts, NULL);
+    HM_CHECK_MSG(__atomic_load_n(&g->v.flags[L0].done, __ATOMIC_ACQUIRE) != s2,
+                 "%s: served while aborted", what);
+    HM_CHECK(hm_tiered_reset(t, &err) == HM_OK);
+    HM_CHECK(g->v.ctl->abort == 0 && g->v.flags[L0].done == g->v.flags[L0].ready);
+    HM_CHECK(hm_tiered_check(t, &err) == HM_OK);
+    HM_CHECK_MSG(round_trip(g, 0, 3) && round_trip(g, g->v.n_host - 1, 8), "%s: after reset",
+                 what);
+}
+
+static void test_faults(void) {
+    alarm(600); /* a hang is a failure, not a stuck test */
+    hm_model *m = load("tiny-qwen3moe", FORGE_MIX_Q8_0);
+    HM_REQUIRE(m);
+    fake_gpu g;
+    HM_REQUIRE(fake_init(&g, m, false));
+    hm_tiered_params tp = hm_tiered_default_params();
+    tp.n_threads = 2;
+    tp.fail_after = 5;
+    hm_tiered *t = NULL;
+    hm_error err;
+    HM_REQUIRE(hm_tiered_init_view(m, &g.v, &tp, &t, &err) == HM_OK);
+    HM_CHECK(g.v.ctl->timeout_ns == 20000ull * 1000000ull || getenv("HOTMOE_TIERED_TIMEOUT_MS"));
+    const int L0 = g.v.host_layers[0];
+    /* the injected failure: the 6th request */
+    for (int i = 0; i < 5; i++) HM_CHECK(round_trip(&g, i % g.v.n_host, 2));
+    uint32_t s = post(&g, L0, 2, (uint32_t)L0, 2, 0);
+    expect_fault(t, &g, s, L0, "test hook", 0);
+    /* a message naming another layer */
+    s = post(&g, L0, 1, (uint32_t)L0 + 1, 1, 0);
+    expect_fault(t, &g, s, L0, "malformed", 1);
+    /* more tokens than the area holds */
+    s = post(&g, L0, 1, (uint32_t)L0, NT_MAX + 1, 0);
+    expect_fault(t, &g, s, L0, "malformed", 2);
+    /* an expert id out of range */
+    s = post(&g, L0, 2, (uint32_t)L0, 2, (int)g.v.n_expert);
+    expect_fault(t, &g, s, L0, "expert id", 3);
+    /* the caller's abort while idle */
+    hm_tiered_abort(t, "unit test");
+    HM_CHECK(g.v.ctl->abort == CUDA_HANDOFF_ABORT_HOST);
+    HM_CHECK(hm_tiered_check(t, &err) == HM_ERR_STATE && strstr(err.msg, "unit test"));
+    HM_CHECK(hm_tiered_reset(t, &err) == HM_OK && round_trip(&g, 0, 1));
+    hm_tiered_stats st;
+    hm_tiered_get_stats(t, &st);
+    HM_CHECK(st.faults == 4 && st.aborts == 5 && st.resets == 5);
+    hm_tiered_free(t);
+    fake_free(&g);
+
+    /* the stall hook: the request stays unanswered, abort stays clear (the GPU's timeout ends
+     * such a wait); reset recovers; free with a request pending returns */
+    HM_REQUIRE(fake_init(&g, m, true));
+    tp.fail_after = 0;
+    tp.stall_after = 3;
+    HM_REQUIRE(hm_tiered_init_view(m, &g.v, &tp, &t, &err) == HM_OK);
+    for (int i = 0; i < 3; i++) HM_CHECK(round_trip(&g, i % g.v.n_host, 1));
+    const int L1 = g.v.host_layers[0];
+    s = post(&g, L1, 1, (uint32_t)L1, 1, 0);
+    HM_CHECK(wait_answer(&g, L1, s, 0.2) == -1);
+    HM_CHECK(g.v.ctl->abort == 0);
+    HM_CHECK(hm_tiered_reset(t, &err) == HM_OK && round_trip(&g, 0, 4));
+    s = post(&g, L1, 1, (uint32_t)L1, 1, 0);
+    HM_CHECK(wait_answer(&g, L1, s, 30.0) == 1 && answer_ok(&g, L1, 1));
+    /* pending at free: a stalled worker again */
+    hm_tiered_free(t);
+    tp.stall_after = 1;
+    HM_REQUIRE(hm_tiered_init_view(m, &g.v, &tp, &t, &err) == HM_OK);
+    HM_CHECK(g.v.ctl->abort == 0); /* init starts clean */
+    HM_CHECK(round_trip(&g, 0, 1));
+    s = post(&g, L1, 1, (uint32_t)L1, 1, 0);
+    HM_CHECK(wait_answer(&g, L1, s, 0.1) == -1);
+    const double t0 = now_s();
+    hm_tiered_free(t);
+    HM_CHECK(now_s() - t0 < 5.0);
+    HM_CHECK(wait_answer(&g, L1, s, 1.0) == 0); /* the "GPU" is released */
+    fake_free(&g);
+    alarm(0);
+    hm_model_free(m);
+}
+
+static void test_bad_views(void) {
+    hm_model *m = load("tiny-qwen3moe", FORGE_MIX_Q8_0);
+    HM_REQUIRE(m);
+    fake_gpu g;
+    HM_REQUIRE(fake_init(&g, m, false));
+    hm_tiered *t = NULL;
+    hm_error err;
+    hm_tiered_params tp = hm_tiered_default_params();
+    tp.n_threads = 1;
+    cuda_handoff_view v = g.v;
+    v.n_embd++;
+    HM_CHECK(hm_tiered_init_view(m, &v, &tp, &t, &err) == HM_ERR_ARG && !t);
+    v = g.v;
+    v.n_host = 0;
+    HM_CHECK(hm_tiered_init_view(m, &v, &tp, &t, &err) == HM_ERR_ARG && !t);
+    int32_t rev[2] = {1, 0};
+    v = g.v;
+    v.host_layers = rev;
+    v.n_host = 2;
+    HM_CHECK(hm_tiered_init_view(m, &v, &tp, &t, &err) == HM_ERR_ARG && !t);
+    v = g.v;
+    tp.n_threads = -1;
+    HM_CHECK(hm_tiered_init_view(m, &v, &tp, &t, &err) == HM_ERR_ARG && !t);
+    HM_CHECK(hm_tiered_init(m, NULL, &tp, &t, &err) == HM_ERR_ARG && !t);
+    hm_tiered_free(NULL);
+    fake_free(&g);
+    hm_model_free(m);
+}
+
+HM_TEST_MAIN(test_answers_equal_cpu_lane, test_faults, test_bad_views)
