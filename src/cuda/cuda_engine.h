@@ -28,8 +28,10 @@
  * base + slot * expert_stride. So moving an expert changes the table and a slot's bytes, never a
  * kernel or a graph. Without a map (res NULL) slot = expert id: the bytes uploaded and every
  * result are the same as with any permutation of the slots. An expert without a slot is never
- * read on the device; for now the engine refuses a map in which an expert of a MoE layer has no
- * slot (tiered placement is a later step).
+ * read on the device. A MoE layer none of whose experts has a slot is a host layer: its expert
+ * bytes stay in host memory and the CPU computes them through the hand-off of the tiered step
+ * (cuda_handoff.h, runtime/tiered.h); a layer with some experts on the device and some not is
+ * refused for now.
  *
  * Routing counts: cuda_engine_route_counts_enable turns on per-layer counters in device memory
  * (hits [n_layer][n_expert] uint32, calls and tokens [n_layer] uint64) that the router's top-k
@@ -67,10 +69,11 @@ typedef struct {
 /* Device bytes the engine would allocate: weights, KV cache, scratch (all three out, any may be
  * NULL). Returns HM_ERR_UNSUPPORTED naming the tensor and type when a weight type or the KV
  * type has no GPU kernel. A residency map (p->res) sizes each layer's expert arena by its
- * n_slots; a map that does not match the model or fails hm_residency_check is HM_ERR_ARG, one
- * where an expert of a MoE layer has no device slot HM_ERR_UNSUPPORTED ("expert residency:
- * layer L expert E has no device slot (tiered placement not implemented yet)"). Host-only
- * computation (the stub of a build without CUDA returns HM_ERR_UNSUPPORTED). */
+ * n_slots (a host layer's: none); a map that does not match the model or fails
+ * hm_residency_check is HM_ERR_ARG, one where an expert of a MoE layer has no device slot while
+ * others of the layer have one HM_ERR_UNSUPPORTED ("expert residency: layer L expert E has no
+ * device slot while N of the layer's experts have one ..."). Host-only computation (the stub of
+ * a build without CUDA returns HM_ERR_UNSUPPORTED). */
 hm_status cuda_engine_plan(const hm_model *m, const cuda_engine_params *p, uint64_t *weights,
                            uint64_t *kv, uint64_t *scratch, hm_error *err);
 
@@ -88,7 +91,8 @@ void cuda_engine_free(cuda_engine *e);
  * token, ALL: [n_tok][n_vocab]) copied to the host. The caller (hm_decode) has checked the
  * arguments (token ids in range, pos + n_tok <= n_ctx). Positions >= pos are overwritten, so
  * rewinding the cache is only a smaller pos. Synchronises the engine's stream before it
- * returns. */
+ * returns. With host layers: HM_ERR_STATE without a CPU side attached, while the hand-off is
+ * aborted, or when a step's hand-off failed (cuda_handoff.h). */
 hm_status cuda_engine_decode(cuda_engine *e, const int32_t *tokens, int n_tok, int pos,
                              float *logits, hm_logits_mode mode, hm_error *err);
 

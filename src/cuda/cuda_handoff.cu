@@ -193,6 +193,9 @@ extern "C" hm_status cuda_handoff_init(cuda_engine *e, hm_error *err) {
 }
 
 extern "C" void cuda_handoff_free(cuda_engine *e) {
+    if (e->ho_attached)
+        HM_LOGW("GPU engine freed while a CPU side is attached to its hand-off (free the "
+                "tiered object first: its worker reads this memory)");
     if (e->ho_mem) {
         volatile cuda_handoff_ctl *c = e->ho_h.ctl;
         c->abort = CUDA_HANDOFF_ABORT_HOST;
