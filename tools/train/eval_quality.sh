@@ -6,8 +6,8 @@
 #   - `hotmoe convert HFDIR --type T` (WORK/demo-moe-T.gguf), its size in bytes;
 #   - `hotmoe perplexity -c 512 --score-all` on HELDOUT.txt with its "<|endoftext|>" separator
 #     lines made blank lines (hotmoe tokenizes the text as text: the literal separator would
-#     cost ~7 tokens the model never saw as text): non-overlapping windows of 512 tokens, every
-#     token after a window's first scored, which is how tools/train/train.py's eval.json counts
+#     cost several tokens the model never saw as text): non-overlapping windows of 512 tokens,
+#     every token after a window's first scored, which is how tools/train/train.py's eval.json counts
 #     (its windows hold the separator token instead: the token counts differ slightly);
 #   - the three prompts of tools/train/prompts.txt continued by scripts/demo.sh (64 tokens, its
 #     sampling settings and seed), and the share of dictionary words (tools/train/wordrate.py).

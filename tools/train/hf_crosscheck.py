@@ -521,11 +521,13 @@ def main():
     say(f"hf_crosscheck: {args.hf} -> {gguf} (f32); {len(prompts)} prompts x {args.n_gen} "
         f"greedy tokens; bar {BAR:g} x std (CPU, f32 KV)")
     say(f"reference: {ref.info}")
-    say("engines: CPU -ctk f32 -ctv f32" + ("; GPU -ngl 99 (f16 KV: the GPU engine's only "
-                                            "cache type; figure reported, tokens must match)"
-                                            if use_gpu else
-                                            f"; GPU not run (--gpu {args.gpu}"
-                                            f"{', no nvidia-smi GPU' if args.gpu == 'auto' else ''})"))
+    if use_gpu:
+        gpu_line = ("GPU -ngl 99 --gpu-strict (f16 KV: the GPU engine's only cache type; figure "
+                    "reported, tokens must match)")
+    else:
+        gpu_line = f"GPU not run (--gpu {args.gpu}" + \
+            (", no nvidia-smi GPU)" if args.gpu == "auto" else ")")
+    say(f"engines: CPU -ctk f32 -ctv f32; {gpu_line}")
     problems = []
     hdr = (f"{'prompt':<30} {'engine':<6} {'KV':<4} {'max rel':>9} {'(steps)':>9} "
            f"{'forced argmax':<14} {'run tokens':<20} verdict")
