@@ -3,10 +3,11 @@
  * DESIGN: the context resolves the user's parameters once (defaults, clamps, the KV types each
  * engine takes), then creates exactly one engine. With placement flags it plans first
  * (placement_open: the device, the GPU engine's sizes, moe_placement_plan, the report) and runs
- * the plan it can run: the GPU engine for a plan with everything on the device, the CPU engine
- * for one with nothing there or when there is no GPU (said in one line, refused under
- * gpu_strict); a plan that needs host and device together is refused with what to use instead,
- * until the tiered runtime exists. Without placement flags: the CPU engine. hm_decode validates its arguments for both (token ids, positions, sizes), keeps the
+ * the plan it can run: the GPU engine for a plan with everything on the device, the GPU engine
+ * with the plan's residency map plus the tiered runtime's CPU side for a plan whose only host
+ * tensors are routed experts, the CPU engine for one with nothing on the device or when there
+ * is no GPU (said in one line, refused under gpu_strict); a plan with attention on both sides
+ * is refused with what to use instead. Without placement flags: the CPU engine. hm_decode validates its arguments for both (token ids, positions, sizes), keeps the
  * cache length (n_past) and runs the tokens: on the CPU in ubatches of at most n_ubatch, on the
  * GPU in one call (the engine splits). Routing reaches the observer per call on the CPU; on the
  * GPU the device counts are read after each hm_decode call and when a generation ends
@@ -25,9 +26,11 @@
 #include "cpu_engine/cpu_engine.h"
 #include "cuda/cuda_device.h"
 #include "cuda/cuda_engine.h"
+#include "cuda/cuda_handoff.h"
 #include "moe/placement.h"
 #include "moe/tracer.h"
 #include "quant/qtypes.h"
+#include "runtime/tiered.h"
 
 struct hm_context {
     const hm_model *m;
@@ -35,6 +38,7 @@ struct hm_context {
     int n_past;          /* positions held */
     cpu_engine *cpu;     /* the CPU path, or NULL */
     cuda_engine *gpu;    /* the GPU path, or NULL */
+    hm_tiered *tiered;   /* the CPU side of the GPU engine's host layers (tiered plan), or NULL */
     moe_observer obs;    /* routing observer (no function set: none) */
     bool gpu_counting;   /* the GPU engine counts routes on the device for obs */
     uint64_t *hits;      /* [n_layer][n_expert] device counts read back (GPU path) */
@@ -252,16 +256,31 @@ static hm_status refuse_mixed(const hm_context *c, const moe_placement_tensor *h
                         "the experts", flags, host_tensor ? host_tensor->name : "a tensor");
 }
 
-/* The whole model on the GPU engine; when it cannot start, the CPU (logged) unless
- * gpu_strict. */
-static hm_status gpu_open(hm_context *c, hm_error *err) {
+/* The GPU engine for the plan: the whole model (res NULL), or the tiered plan (res: the plan's
+ * residency map, whose host-only layers the engine hands to the CPU side, runtime/tiered.h);
+ * when it cannot start, the CPU (logged) unless gpu_strict. */
+static hm_status gpu_open(hm_context *c, const hm_residency *res, hm_error *err) {
     cuda_engine_params ep = {.device = c->p.main_gpu, .n_ctx = c->p.n_ctx,
                              .n_ubatch = c->p.n_ubatch, .type_k = c->p.type_k,
-                             .type_v = c->p.type_v, .vram_budget = c->p.vram_budget};
+                             .type_v = c->p.type_v, .res = res, .vram_budget = c->p.vram_budget};
     hm_error e2 = {0};
     hm_status st = cuda_engine_init(c->m, &ep, &c->gpu, &e2);
+    if (st == HM_OK && cuda_engine_host_layers(c->gpu) > 0) {
+        hm_tiered_params tp = hm_tiered_default_params();
+        tp.n_threads = c->p.n_threads;
+        st = hm_tiered_init(c->m, c->gpu, &tp, &c->tiered, &e2);
+        if (st != HM_OK) {
+            cuda_engine_free(c->gpu);
+            c->gpu = NULL;
+        }
+    }
     if (st == HM_OK) {
-        HM_LOGI("GPU: %s", cuda_engine_describe(c->gpu));
+        if (c->tiered)
+            HM_LOGI("GPU: %s; the routed experts of %d layers in RAM, computed by %d CPU threads",
+                    cuda_engine_describe(c->gpu), cuda_engine_host_layers(c->gpu),
+                    c->p.n_threads);
+        else
+            HM_LOGI("GPU: %s", cuda_engine_describe(c->gpu));
         return HM_OK;
     }
     c->gpu = NULL;
@@ -316,11 +335,8 @@ static hm_status placement_open(hm_context *c, hm_error *err) {
                             hm_bytes_str(pl->device_total, need), hm_bytes_str(pl->budget, bud),
                             c->p.vram_budget ? "--vram-budget" : "the free VRAM");
     }
-    if (kind == PLAN_FULL) return gpu_open(c, err);
-    if (kind == PLAN_TIERED)
-        return hm_error_set(err, HM_ERR_UNSUPPORTED, "tiered execution (experts in RAM) is not "
-                            "available in this build: run a whole model that fits on the GPU "
-                            "(-ngl 99, --vram-budget), or on the CPU (-ngl 0)");
+    if (kind == PLAN_FULL) return gpu_open(c, NULL, err);
+    if (kind == PLAN_TIERED) return gpu_open(c, &pl->res, err);
     return refuse_mixed(c, host_tensor, err);
 }
 
@@ -371,6 +387,7 @@ hm_status hm_context_init(const hm_model *m, const hm_context_params *params, hm
 
 void hm_context_free(hm_context *c) {
     if (!c) return;
+    hm_tiered_free(c->tiered); /* before the engine it serves */
     cuda_engine_free(c->gpu);
     cpu_engine_free(c->cpu);
     free(c->hits);
@@ -498,6 +515,22 @@ static hm_status check_decode(const hm_context *c, const int32_t *tokens, int n_
     return HM_OK;
 }
 
+/* A failed GPU step of a tiered context: the CPU side's reason joins the engine's, and the
+ * hand-off is reset so the next call can run (the failed positions are not kept: n_past stays). */
+static hm_status tiered_fault(hm_context *c, hm_status st, hm_error *err) {
+    if (!c->tiered) return st;
+    hm_error cpu = {0};
+    if (hm_tiered_check(c->tiered, &cpu) != HM_OK && err) {
+        char gpu_msg[HM_ERROR_MSG_MAX];
+        snprintf(gpu_msg, sizeof(gpu_msg), "%s", err->msg);
+        hm_error_set(err, st, "%s (CPU side: %s)", gpu_msg, cpu.msg);
+    }
+    hm_error reset = {0};
+    if (hm_tiered_reset(c->tiered, &reset) != HM_OK)
+        HM_LOGW("tiered: the hand-off could not be reset: %s", reset.msg);
+    return st;
+}
+
 hm_status hm_decode(hm_context *c, const int32_t *tokens, int n_tok, int pos, float *logits,
                     hm_logits_mode mode, hm_error *err) {
     hm_status st = check_decode(c, tokens, n_tok, pos, logits, mode, err);
@@ -505,7 +538,7 @@ hm_status hm_decode(hm_context *c, const int32_t *tokens, int n_tok, int pos, fl
     if (st != HM_OK) return st;
     if (c->gpu) {
         st = cuda_engine_decode(c->gpu, tokens, n_tok, pos, logits, mode, err);
-        if (st != HM_OK) return st;
+        if (st != HM_OK) return tiered_fault(c, st, err);
         c->n_past = pos + n_tok;
         return hm_context_flush_routes(c, err);
     }

@@ -17,8 +17,10 @@
  *      everything on the device: the GPU engine (admission control against vram_budget too;
  *        when it cannot start, one warning line and the CPU, unless gpu_strict);
  *      every layer's attention on the device, some layers' routed experts in RAM (the tiered
- *        plan, also what a whole model that does not fit gets): HM_ERR_UNSUPPORTED in this
- *        build (the tiered runtime is not there yet);
+ *        plan, also what a whole model that does not fit gets): the GPU engine with the plan's
+ *        residency map, its host-only layers' experts computed by CPU threads (-t) through the
+ *        hand-off (runtime/tiered.h); a failed step carries the CPU side's reason and the
+ *        hand-off is reset for the next call;
  *      any layer's attention on the host beside a device part: HM_ERR_UNSUPPORTED naming what
  *        to use instead (-ngl 99 --cpu-moe, --n-cpu-moe N, or -ngl 0);
  *    an explicit plan that does not fit the budget is HM_ERR_NOMEM, a bad -ot HM_ERR_ARG (the

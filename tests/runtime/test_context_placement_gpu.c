@@ -2,15 +2,17 @@
  * forged tiny-qwen3moe (q8_0, 4 layers of 16 experts): the whole model on the device (report,
  * the same logits with and without a --vram-budget that holds it), the engine's own budget check
  * (cuda_engine_params.vram_budget: refused one byte short, admitted at the exact need), a whole
- * model that does not fit the budget (the automatic tiered plan, reported; --gpu-strict refuses),
+ * model that does not fit the budget (the automatic tiered plan, run and reported; --gpu-strict
+ * refuses), explicit tiered plans (--cpu-moe, --n-cpu-moe, -ot),
  * an explicit plan that does not fit (HM_ERR_NOMEM naming the budget) and the plans that cannot
  * run yet (attention split between host and device; a non-expert tensor on the host). Without a
  * GPU the program reports itself skipped (exit 77; a failure under HOTMOE_EXPECT_GPU=1).
  *
- * The tiered plan (every attention on the GPU, routed experts in RAM) runs once the tiered
- * runtime (runtime/tiered.h) is in the build; until then hm_context_init refuses it with
- * "tiered execution (experts in RAM) is not available in this build", and the test accepts
- * exactly one of the two outcomes, each checked. */
+ * Tiered plans (every attention on the GPU, routed experts of some layers in RAM: --cpu-moe,
+ * --n-cpu-moe, -ot on expert tensors, and the automatic choice) run on the GPU engine with the
+ * tiered runtime's CPU side (runtime/tiered.h); decoded one token per call (decode-sized steps,
+ * whose expert products are the same bytes on both sides) their logits equal the whole-model
+ * engine's, byte for byte. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -112,6 +114,40 @@ static float *run_logits(hm_context *ctx) {
     return lo;
 }
 
+/* Logits [N_TOK][n_vocab] of the prompt decoded one token per call, or NULL. */
+static float *run_steps(hm_context *ctx) {
+    const int64_t V = hm_model_hparams(model())->n_vocab;
+    float *lo = malloc(sizeof(float) * (size_t)(V * N_TOK));
+    const int32_t ids[N_TOK] = {5, 6, 7, 8, 40, 3};
+    hm_error err;
+    for (int i = 0; lo && i < N_TOK; i++)
+        if (hm_decode(ctx, ids + i, 1, i, lo + (size_t)i * (size_t)V, HM_LOGITS_LAST, &err) !=
+            HM_OK) {
+            fprintf(stderr, "decode %d: %s\n", i, err.msg);
+            free(lo);
+            return NULL;
+        }
+    return lo;
+}
+
+/* The whole model's step-by-step logits on the GPU (the reference of the tiered plans). */
+static float *full_gpu_steps(void) {
+    hm_context_params p = params(99, N_CTX);
+    hm_context *ctx = NULL;
+    hm_error err;
+    if (hm_context_init(model(), &p, &ctx, &err) != HM_OK) {
+        fprintf(stderr, "-ngl 99: %s\n", err.msg);
+        return NULL;
+    }
+    float *lo = hm_context_gpu(ctx) ? run_steps(ctx) : NULL;
+    hm_context_free(ctx);
+    return lo;
+}
+
+static size_t logits_bytes(void) {
+    return sizeof(float) * (size_t)(hm_model_hparams(model())->n_vocab * N_TOK);
+}
+
 /* -ngl 99: the GPU engine, the report logged once; a --vram-budget that holds the model changes
  * nothing (same engine, same logits). */
 static void test_full_gpu(void) {
@@ -191,16 +227,13 @@ static void test_auto_tiered(void) {
                      strstr(log, "every routed expert moved to RAM (as --cpu-moe)") &&
                      strstr(log, "plan: -ngl 99 --cpu-moe"),
                  "%s", log);
-    if (st == HM_OK) { /* the tiered runtime is in the build */
-        HM_CHECK(hm_context_gpu(ctx) != NULL);
-        float *lo = run_logits(ctx);
-        HM_CHECK(lo != NULL);
+    HM_CHECK_MSG(st == HM_OK && hm_context_gpu(ctx) != NULL, "%d: %s", st, err.msg);
+    HM_CHECK_MSG(strstr(log, "the routed experts of 4 layers in RAM"), "%s", log);
+    if (st == HM_OK) {
+        float *ref = full_gpu_steps(), *lo = run_steps(ctx);
+        HM_CHECK(ref && lo && memcmp(ref, lo, logits_bytes()) == 0);
+        free(ref);
         free(lo);
-    } else {
-        HM_CHECK_MSG(st == HM_ERR_UNSUPPORTED &&
-                         strstr(err.msg, "tiered execution (experts in RAM) is not available "
-                                         "in this build"),
-                     "%d: %s", st, err.msg);
     }
     hm_context_free(ctx);
     free(log);
@@ -210,6 +243,55 @@ static void test_auto_tiered(void) {
     HM_CHECK_MSG(strstr(err.msg, "the whole model needs") &&
                      strstr(err.msg, "--gpu-strict refuses a tiered placement"),
                  "%s", err.msg);
+}
+
+/* Explicit tiered plans: the GPU engine with the CPU side serving the host layers; the report
+ * and the start line say which; the logits are the whole-model engine's, byte for byte. */
+static void test_tiered_explicit(void) {
+    if (!tu_have_gpu()) return;
+    HM_REQUIRE(model());
+    float *ref = full_gpu_steps();
+    HM_REQUIRE(ref);
+    static const struct {
+        const char *name;
+        bool cpu_moe;
+        int n_cpu_moe;
+        const char *ot;
+        const char *experts; /* the report's line */
+        int n_host;
+    } cases[] = {
+        {"--cpu-moe", true, 0, NULL, "device slots in layers none; host only in layers 0-3", 4},
+        {"--n-cpu-moe 2", false, 2, NULL, "device slots in layers 2-3; host only in layers 0-1",
+         2},
+        {"-ot", false, 0, "blk\\.(1|3)\\.ffn_(up|down|gate)_exps=CPU",
+         "device slots in layers 0, 2; host only in layers 1, 3", 2},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        hm_context_params p = params(99, N_CTX);
+        p.cpu_moe = cases[i].cpu_moe;
+        p.n_cpu_moe = cases[i].n_cpu_moe;
+        p.override_tensor = cases[i].ot;
+        hm_context *ctx = NULL;
+        hm_error err;
+        char *log = NULL;
+        hm_status st = init_logged(&p, &ctx, &err, &log);
+        HM_CHECK_MSG(st == HM_OK && hm_context_gpu(ctx) != NULL, "%s: %s", cases[i].name,
+                     err.msg);
+        const char *r = ctx ? hm_context_placement_report(ctx) : NULL;
+        HM_CHECK_MSG(r && strstr(r, cases[i].experts), "%s: %s", cases[i].name, r ? r : "");
+        char want[96];
+        snprintf(want, sizeof(want), "the routed experts of %d layers in RAM", cases[i].n_host);
+        HM_CHECK_MSG(strstr(log, want), "%s: %s", cases[i].name, log);
+        if (st == HM_OK) {
+            float *lo = run_steps(ctx);
+            HM_CHECK_MSG(lo && memcmp(ref, lo, logits_bytes()) == 0,
+                         "%s: logits differ from the whole model's on the GPU", cases[i].name);
+            free(lo);
+        }
+        free(log);
+        hm_context_free(ctx);
+    }
+    free(ref);
 }
 
 /* Explicit options that do not fit are not changed: HM_ERR_NOMEM naming the flags and the
@@ -262,5 +344,5 @@ static void test_free_model(void) {
     g_model = NULL;
 }
 
-TU_TEST_MAIN(test_full_gpu, test_engine_budget, test_auto_tiered, test_explicit_not_fitting,
-             test_mixed_refused, test_free_model)
+TU_TEST_MAIN(test_full_gpu, test_engine_budget, test_auto_tiered, test_tiered_explicit,
+             test_explicit_not_fitting, test_mixed_refused, test_free_model)
