@@ -103,6 +103,12 @@ SOURCES = [
      "BSD-3-clause", "Go standard library source (code)"),
 ]
 
+# packages whose text is under a copyleft licence only (no permissive alternative among the
+# package's terms: maint-guide is "GPL-2+ or MIT" and is taken as MIT); --licences permissive,
+# the default, leaves them out, so that the weights trained on the corpus owe nothing to copyleft
+COPYLEFT = {"perl-doc", "vim-runtime", "git-doc", "debian-policy", "debian-reference-en",
+            "debian-handbook", "dict-gcide"}
+
 SKIP_TAGS = {"script", "style", "head", "nav", "noscript", "svg", "button", "form", "select",
              "header", "footer", "template", "iframe", "math"}
 SKIP_ATTR = re.compile(r"(sidebar|navheader|navfooter|related|footer|leftnav|breadcrumb|"
@@ -310,6 +316,9 @@ def main():
     ap.add_argument("--heldout-frac", type=float, default=0.02)
     ap.add_argument("--min-heldout", type=int, default=1200000)
     ap.add_argument("--only", default="", help="comma-separated packages (testing)")
+    ap.add_argument("--licences", choices=["permissive", "all"], default="permissive",
+                    help="permissive: public-domain and permissive texts only (the default); "
+                         "all: the copyleft packages too (COPYLEFT)")
     args = ap.parse_args()
     os.makedirs(args.outdir, exist_ok=True)
     only = set(filter(None, args.only.split(",")))
@@ -318,7 +327,7 @@ def main():
     seen = set()
     meta = []
     for pkg, kind, globs, cap, lic, what in SOURCES:
-        if only and pkg not in only:
+        if (only and pkg not in only) or (args.licences == "permissive" and pkg in COPYLEFT):
             continue
         ver = pkg_version(pkg)
         if not ver:

@@ -37,7 +37,7 @@ if [ -n "$missing" ]; then
 fi
 mkdir -p "$out"
 t0=$(date +%s)
-python3 "$root/tools/train/corpus_extract.py" "$out"
+python3 "$root/tools/train/corpus_extract.py" "$out" ${CORPUS_ARGS:-}
 echo "make_corpus: $(($(date +%s) - t0)) s"
 ls -l "$out"/train.txt "$out"/heldout.txt "$out"/SOURCES.tsv
 column -t -s "$(printf '\t')" "$out/SOURCES.tsv" 2>/dev/null || cat "$out/SOURCES.tsv"
