@@ -223,6 +223,8 @@ extern "C" hm_status cuda_engine_handoff_view(cuda_engine *e, cuda_handoff_view 
 extern "C" hm_status cuda_engine_handoff_attach(cuda_engine *e, bool on, hm_error *err) {
     if (!e || !e->ho_mem)
         return hm_error_set(err, HM_ERR_STATE, "hand-off: the engine has no host layer");
+    if (on && e->ho_attached)
+        return hm_error_set(err, HM_ERR_STATE, "hand-off: a CPU side is attached already");
     e->ho_attached = on;
     return HM_OK;
 }

@@ -138,7 +138,7 @@ int cuda_engine_host_layers(const struct cuda_engine *e);
 /* The host view of the engine's hand-off memory. HM_ERR_STATE when it has no host layer. */
 hm_status cuda_engine_handoff_view(struct cuda_engine *e, cuda_handoff_view *v, hm_error *err);
 /* A CPU side serves the requests (on) or no longer does (off). Steps are refused (HM_ERR_STATE)
- * while none is attached. */
+ * while none is attached; attaching a second one is HM_ERR_STATE. */
 hm_status cuda_engine_handoff_attach(struct cuda_engine *e, bool on, hm_error *err);
 /* Sets ctl.abort (so no wait in flight can last), waits for the engine's stream (one counted
  * host synchronisation), then clears abort and the fault and marks every request answered

@@ -51,6 +51,7 @@ struct hm_tiered {
     moe_exec *exec;
     pthread_t th;
     bool started;
+    bool attached;           /* this object is the engine's CPU side */
     atomic_int stop, pause_req, paused;
     /* the worker's own */
     int cursor;              /* index into host_layers of the last request served */
@@ -144,9 +145,10 @@ static void serve(hm_tiered *t, int j) {
         set_abort(t, true);
         return;
     }
-    __atomic_store_n(&f->done, r, __ATOMIC_RELEASE);
+    /* counted before the answer: once the GPU has it, the caller may read the counters */
     atomic_fetch_add(&t->requests, 1);
     atomic_fetch_add(&t->tokens, m.n_tok);
+    __atomic_store_n(&f->done, r, __ATOMIC_RELEASE);
 }
 
 /* Index into host_layers of a layer with a request not answered yet, or -1. */
@@ -251,6 +253,8 @@ static hm_status init_common(const hm_model *m, struct cuda_engine *gpu,
     *out = NULL;
     hm_status st = check_view(m, v, err);
     if (st != HM_OK) return st;
+    if (p && !p->pool && (p->n_threads < 0 || p->n_threads > 1024))
+        return hm_error_set(err, HM_ERR_ARG, "tiered: %d threads (0..1024)", p->n_threads);
     hm_tiered *t = calloc(1, sizeof(*t));
     if (!t) return hm_error_set(err, HM_ERR_NOMEM, "out of memory (tiered)");
     t->m = m;
@@ -265,10 +269,6 @@ static hm_status init_common(const hm_model *m, struct cuda_engine *gpu,
     }
     memcpy(t->host_layers, v->host_layers, sizeof(int32_t) * (size_t)v->n_host);
     t->v.host_layers = t->host_layers;
-    if (t->p.n_threads < 0 || t->p.n_threads > 1024) {
-        hm_tiered_free(t);
-        return hm_error_set(err, HM_ERR_ARG, "tiered: %d threads (0..1024)", t->p.n_threads);
-    }
     if (t->p.pool) {
         t->pool = t->p.pool;
     } else {
@@ -293,11 +293,16 @@ static hm_status init_common(const hm_model *m, struct cuda_engine *gpu,
         unsigned long long x = strtoull(env, &end, 10);
         if (end && !*end) ms = x;
     }
-    /* a clean hand-off: the engine's reset waits for its stream (nothing waits: abort first) */
-    st = gpu ? cuda_engine_handoff_reset(gpu, err) : HM_OK;
-    if (st != HM_OK) {
-        hm_tiered_free(t);
-        return st;
+    /* the engine's one CPU side; then a clean hand-off: the engine's reset waits for its stream
+     * (nothing waits: abort first) */
+    if (gpu) {
+        st = cuda_engine_handoff_attach(gpu, true, err);
+        t->attached = st == HM_OK;
+        if (st == HM_OK) st = cuda_engine_handoff_reset(gpu, err);
+        if (st != HM_OK) {
+            hm_tiered_free(t);
+            return st;
+        }
     }
     if (!gpu) view_clear(&t->v);
     t->v.ctl->timeout_ns = ms * 1000000ull;
@@ -306,13 +311,6 @@ static hm_status init_common(const hm_model *m, struct cuda_engine *gpu,
         return hm_error_set(err, HM_ERR_NOMEM, "tiered: cannot start the worker thread");
     }
     t->started = true;
-    if (gpu) {
-        st = cuda_engine_handoff_attach(gpu, true, err);
-        if (st != HM_OK) {
-            hm_tiered_free(t);
-            return st;
-        }
-    }
     HM_LOGI("tiered: the CPU computes the experts of %d layer%s (%d threads, GPU wait timeout "
             "%llu ms)", v->n_host, v->n_host == 1 ? "" : "s", tp_size(t->pool),
             (unsigned long long)ms);
@@ -344,7 +342,7 @@ void hm_tiered_free(hm_tiered *t) {
         atomic_store(&t->stop, 1);
         pthread_join(t->th, NULL);
     }
-    if (t->gpu) cuda_engine_handoff_attach(t->gpu, false, NULL);
+    if (t->attached) cuda_engine_handoff_attach(t->gpu, false, NULL);
     moe_exec_free(t->exec);
     if (t->own_pool) tp_free(t->pool);
     free(t->host_layers);

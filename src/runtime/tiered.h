@@ -63,9 +63,9 @@ typedef struct {
 
 hm_tiered_params hm_tiered_default_params(void);
 
-/* Starts the CPU side of gpu's host layers: resets the engine's hand-off (one synchronisation),
- * starts the worker and attaches it to the engine. HM_ERR_STATE when the engine has no host
- * layer, HM_ERR_NOMEM / HM_ERR_ARG as usual. */
+/* Starts the CPU side of gpu's host layers: attaches to the engine, resets its hand-off (one
+ * synchronisation) and starts the worker. HM_ERR_STATE when the engine has no host layer or
+ * another CPU side is attached, HM_ERR_NOMEM / HM_ERR_ARG as usual. */
 struct cuda_engine;
 hm_status hm_tiered_init(const hm_model *m, struct cuda_engine *gpu, const hm_tiered_params *p,
                          hm_tiered **out, hm_error *err);

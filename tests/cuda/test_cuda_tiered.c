@@ -25,7 +25,7 @@
  *    the loop gives the reference tokens again;
  *  - the CPU side stops answering without abort (test hook): the GPU's wait times out by
  *    itself (timeout set to 300 ms), the call reports the timeout, reset recovers;
- *  - hm_tiered_free detaches: steps are refused again.
+ *  - a second CPU side cannot attach; hm_tiered_free detaches: steps are refused again.
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -328,8 +328,9 @@ static void check_faults(const char *preset, forge_mix mix) {
     hm_tiered_params tp = hm_tiered_default_params();
     tp.n_threads = 2;
     tp.fail_after = (uint64_t)nh * 5 + 1;
-    hm_tiered *t = NULL;
+    hm_tiered *t = NULL, *t2 = NULL;
     HM_REQUIRE(hm_tiered_init(m, e, &tp, &t, &err) == HM_OK);
+    HM_CHECK(hm_tiered_init(m, e, &tp, &t2, &err) == HM_ERR_STATE && !t2); /* one CPU side */
     double t0 = now_s();
     HM_CHECK(host_loop(e, V, got.logits, got.toks, &err) == HM_ERR_STATE &&
              strstr(err.msg, "aborted"));
