@@ -103,8 +103,9 @@ typedef struct {
 } calib_params;
 
 /* Fills out (never leaves it unset). Errors only for bad arguments (HM_ERR_ARG) and failures of
- * the measurements themselves (a CUDA error of the lane, out of memory); cache problems are
- * warnings in out->note. */
+ * the measurements themselves (a CUDA error of the lane, out of memory): out then holds the
+ * defaults (CALIB_OFF), which a caller may run with. Cache problems are warnings (logged, and
+ * in out->note), never errors. */
 hm_status calib_run(const calib_params *p, calib_result *out, hm_error *err);
 
 /* The defaults of CALIB_OFF for this model and lane presence. */
