@@ -52,7 +52,8 @@ typedef struct hm_tiered hm_tiered;
 typedef struct {
     int n_threads;       /* threads computing the experts: the worker + n_threads - 1 pool
                             threads, when pool is NULL (>= 1; 0: the CPUs this process may use) */
-    tp_pool *pool;       /* borrowed pool (its caller thread becomes the worker), or NULL */
+    tp_pool *pool;       /* borrowed pool (the worker becomes its caller thread: nobody else
+                            may run jobs on it while the object lives), or NULL */
     uint32_t timeout_ms; /* the GPU's wait for one answer gives up after this long (0: default,
                             20000; the environment's HOTMOE_TIERED_TIMEOUT_MS replaces it) */
     /* for tests of the failure paths (0: never) */

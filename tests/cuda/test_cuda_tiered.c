@@ -273,6 +273,7 @@ static void test_tiered_equals_gpu(void) {
         }
         return;
     }
+    alarm(1500); /* a hang is a failure, not a stuck run */
     const char *presets[] = {"tiny-qwen3moe", "tiny-mixtral", "tiny-olmoe", "tiny-gpt-oss",
                              "tiny-qwen2moe"};
     const forge_mix mixes[] = {FORGE_MIX_F32, FORGE_MIX_Q8_0, FORGE_MIX_Q4_K_M, FORGE_MIX_MXFP4};
@@ -283,6 +284,7 @@ static void test_tiered_equals_gpu(void) {
         }
         check_model(presets[p], FORGE_MIX_F32, 32); /* a 21-token request */
     }
+    alarm(0);
 }
 
 /* ---- failures ---- */
