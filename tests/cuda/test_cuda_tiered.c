@@ -117,6 +117,14 @@ static hm_status host_loop(cuda_engine *e, int64_t V, float *logits, int32_t *to
 
 /* The autonomous loop from the same prompt: N_GEN tokens, the device logits after the last
  * step (last [V]) and the host syncs between the first and the last token. */
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double g_ms_per_token; /* of the last auto_loop: first launch to last token (printed) */
+
 static hm_status auto_loop(cuda_engine *e, int64_t V, int32_t *toks, float *last,
                            uint64_t *syncs, hm_error *err) {
     int32_t prompt[N_PROMPT];
@@ -133,6 +141,7 @@ static hm_status auto_loop(cuda_engine *e, int64_t V, int32_t *toks, float *last
     if (st == HM_OK) st = cuda_decode_begin(d, N_PROMPT, err);
     const uint64_t step0 = d ? cuda_decode_launched(d) : 0;
     uint64_t launched = 0, s_first = 0, s_last = 0;
+    const double t0 = now_s();
     for (int i = 0; i < N_GEN && st == HM_OK; i++) {
         /* the last step's forward is the one whose logits are compared: N_GEN launches */
         while (st == HM_OK && launched < (uint64_t)N_GEN && launched < (uint64_t)(i + DEPTH)) {
@@ -144,6 +153,7 @@ static hm_status auto_loop(cuda_engine *e, int64_t V, int32_t *toks, float *last
         s_last = cuda_engine_host_syncs(e);
     }
     *syncs = s_last - s_first;
+    g_ms_per_token = (now_s() - t0) * 1e3 / N_GEN;
     if (d) {
         hm_error e2;
         hm_status sf = cuda_decode_finish(d, &e2);
@@ -226,6 +236,7 @@ static void check_model(const char *preset, forge_mix mix, int n_ubatch) {
     char what[160];
     snprintf(what, sizeof(what), "%s %s ub%d all-GPU", preset, forge_mix_name(mix), n_ubatch);
     HM_REQUIRE(run_all(m, NULL, n_ubatch, &ref, &syncs, NULL, what));
+    const double ms_gpu = g_ms_per_token;
     HM_CHECK_MSG(!memcmp(ref.toks, ref.atoks, sizeof(ref.toks)), "%s: autonomous tokens differ "
                  "from the host loop's", what);
     for (int odd = 0; odd < 2; odd++) {
@@ -249,6 +260,9 @@ static void check_model(const char *preset, forge_mix mix, int n_ubatch) {
                          "from the host loop's", what);
             HM_CHECK_MSG(syncs == 0, "%s: %llu host syncs between the first and the last token",
                          what, (unsigned long long)syncs);
+            /* information only: the hand-off's cost per token (nh round trips) */
+            printf("%s: autonomous loop %.3f ms/token (all-GPU %.3f)\n", what, g_ms_per_token,
+                   ms_gpu);
             const uint64_t ub = (N_PROMPT + n_ubatch - 1) / n_ubatch;
             HM_CHECK_MSG(ts.requests == (ub + N_GEN) * (uint64_t)nh &&
                              ts.tokens == (N_PROMPT + N_GEN) * (uint64_t)nh && ts.faults == 0,
@@ -288,12 +302,6 @@ static void test_tiered_equals_gpu(void) {
 }
 
 /* ---- failures ---- */
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void check_faults(const char *preset, forge_mix mix) {
     char path[512];
