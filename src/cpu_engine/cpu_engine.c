@@ -5,7 +5,8 @@
  * so a decode allocates nothing (the matmul/attention scratch sizes are computed for the
  * largest call; a call that would need more falls back to the kernel's own allocation rather
  * than failing). Full-attention layers keep n_ctx positions; sliding-window layers a ring of
- * window + n_ubatch - 1 (cpu_kv_slots_needed). Buffer shapes: cpu_engine_internal.h.
+ * window + n_ubatch - 1 (cpu_kv_slots_needed); an engine with a layer range holds the cache
+ * of its layers only (the others' entries stay empty). Buffer shapes: cpu_engine_internal.h.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,13 @@
 #include "cpu/matmul.h"
 #include "cpu_engine/cpu_engine_steps.h"
 #include "quant/qtypes.h"
+
+/* The layer range of p: [*b, *e), layer_end 0 meaning n_layer. */
+static void layer_range(const hm_model *m, const cpu_engine_params *p, int *b, int *e) {
+    const int nl = (int)hm_model_hparams(m)->n_layer;
+    *b = p->layer_begin;
+    *e = p->layer_end > 0 ? p->layer_end : nl;
+}
 
 static int64_t layer_slots(const hm_model *m, const cpu_engine_params *p, int il) {
     const hm_hparams *hp = hm_model_hparams(m);
@@ -36,7 +44,10 @@ static uint64_t scratch_floats(const hm_model *m, const cpu_engine_params *p) {
 uint64_t cpu_engine_bytes(const hm_model *m, const cpu_engine_params *p) {
     const hm_hparams *hp = hm_model_hparams(m);
     uint64_t kv = 0;
-    for (int il = 0; il < hp->n_layer; il++)
+    int l0, l1;
+    layer_range(m, p, &l0, &l1);
+    if (l1 > hp->n_layer) l1 = (int)hp->n_layer;
+    for (int il = l0 > 0 ? l0 : 0; il < l1; il++)
         kv += (uint64_t)layer_slots(m, p, il) *
               (hm_row_size(p->type_k, hp->n_head_kv * hp->head_dim_k) +
                hm_row_size(p->type_v, hp->n_head_kv * hp->head_dim_v));
@@ -67,10 +78,16 @@ hm_status cpu_engine_init(const hm_model *m, const cpu_engine_params *p, cpu_eng
                           hm_error *err) {
     *out = NULL;
     const hm_hparams *hp = hm_model_hparams(m);
+    int l0, l1;
+    layer_range(m, p, &l0, &l1);
+    if (l0 < 0 || l0 >= l1 || l1 > hp->n_layer)
+        return hm_error_set(err, HM_ERR_ARG, "CPU engine: layer range [%d, %d) of a model of %lld "
+                            "layers", l0, l1, (long long)hp->n_layer);
     cpu_engine *c = calloc(1, sizeof(*c));
     if (!c) return hm_error_set(err, HM_ERR_NOMEM, "out of memory (CPU engine)");
     c->m = m;
     c->p = *p;
+    c->p.layer_end = l1;
     c->hp = hp;
     c->desc = hm_model_arch(m);
     c->kern = quant_kernels_best();
@@ -78,7 +95,7 @@ hm_status cpu_engine_init(const hm_model *m, const cpu_engine_params *p, cpu_eng
     if (st == HM_OK) st = moe_exec_init(m, c->pool, p->n_ubatch, &c->exec, err);
     if (st == HM_OK && !(c->kv = calloc((size_t)hp->n_layer, sizeof(cpu_kv_layer))))
         st = hm_error_set(err, HM_ERR_NOMEM, "out of memory (KV cache)");
-    for (int il = 0; il < hp->n_layer && st == HM_OK; il++)
+    for (int il = l0; il < l1 && st == HM_OK; il++)
         st = cpu_kv_init(&c->kv[il], p->type_k, p->type_v, (int)hp->n_head_kv,
                          (int)hp->head_dim_k, layer_slots(m, p, il), err);
     if (st != HM_OK) {
@@ -115,7 +132,7 @@ hm_status cpu_engine_init(const hm_model *m, const cpu_engine_params *p, cpu_eng
     c->mm_scratch = malloc(c->mm_scratch_size ? c->mm_scratch_size : 1);
     /* attention scratch for the largest call: a full ubatch at the end of the context */
     cpu_attn_args a = {.n_head = (int)hp->n_head, .n_tok = nu, .pos0 = p->n_ctx - nu};
-    for (int il = 0; il < hp->n_layer; il++) {
+    for (int il = l0; il < l1; il++) {
         a.window = hm_model_layer(m, il)->swa ? hp->sliding_window : 0;
         size_t s = cpu_attention_scratch_size(&c->kv[il], &a, tp_size(c->pool));
         if (s > c->attn_scratch_size) c->attn_scratch_size = s;
@@ -150,7 +167,7 @@ void cpu_engine_reset(cpu_engine *c) {
 
 hm_status cpu_engine_truncate_check(const cpu_engine *c, int n_keep, hm_error *err) {
     const int64_t W = c->hp->sliding_window;
-    for (int il = 0; il < c->hp->n_layer; il++) {
+    for (int il = c->p.layer_begin; il < c->p.layer_end; il++) {
         const cpu_kv_layer *kv = &c->kv[il];
         if (!hm_model_layer(c->m, il)->swa || kv->n_slots >= c->p.n_ctx) continue;
         for (int64_t q = n_keep - W + 1 > 0 ? n_keep - W + 1 : 0; q < n_keep; q++)
@@ -169,3 +186,8 @@ void cpu_engine_set_observer(cpu_engine *c, const moe_observer *o) {
 }
 
 int cpu_engine_n_threads(const cpu_engine *c) { return tp_size(c->pool); }
+
+void cpu_engine_layers(const cpu_engine *c, int *begin, int *end) {
+    *begin = c->p.layer_begin;
+    *end = c->p.layer_end;
+}

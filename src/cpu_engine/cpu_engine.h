@@ -7,6 +7,14 @@
  * every layer's routing result goes to the observer when one is set. Every output element is
  * computed by the same per-row code whatever the ubatch size or thread count, so a batch and the
  * same tokens one at a time give bit-identical logits.
+ *
+ * Layer range: an engine may run only layers [layer_begin, layer_end) of the model (a context
+ * whose first layers run on the CPU and the rest on a GPU: runtime/context.h). It then holds the
+ * KV cache of those layers only. The range that starts at layer 0 embeds token ids; a later one
+ * starts from given hidden rows. The range that ends at the last layer applies the output norm
+ * and matrix; an earlier one hands back the hidden rows (the residual after its last layer).
+ * Running [0, k) then [k, n_layer) on two engines gives the whole forward's bytes: every step is
+ * the same per-row code, and the residual rows passed between them are the f32 state itself.
  */
 #ifndef HM_CPU_ENGINE_CPU_ENGINE_H
 #define HM_CPU_ENGINE_CPU_ENGINE_H
@@ -25,6 +33,8 @@ typedef struct {
     int n_threads;   /* pool size (> 0) */
     uint32_t type_k; /* KV cache row types (cpu_kv_init) */
     uint32_t type_v;
+    int layer_begin; /* first layer this engine runs (0: from the embedding) */
+    int layer_end;   /* one past its last layer; 0 = n_layer (the output norm and matrix) */
 } cpu_engine_params;
 
 /* Bytes cpu_engine_init allocates for these params (KV cache + scratch). */
@@ -35,9 +45,24 @@ hm_status cpu_engine_init(const hm_model *m, const cpu_engine_params *p, cpu_eng
 void cpu_engine_free(cpu_engine *e);
 
 /* One ubatch: tokens[0..n) (n <= n_ubatch, ids checked by the caller) at positions
- * pos..pos+n-1, appended to the KV cache; logits as hm_logits_mode says. */
+ * pos..pos+n-1, appended to the KV cache; logits as hm_logits_mode says. The whole model
+ * (an engine with a layer range: HM_ERR_STATE). */
 hm_status cpu_engine_decode(cpu_engine *e, const int32_t *tokens, int n, int pos, float *logits,
                             hm_logits_mode mode, hm_error *err);
+
+/* One ubatch through the engine's layer range: its input is tokens[0..n) (layer_begin 0) or
+ * the hidden rows x_in [n][n_embd] f32 (layer_begin > 0; the other is ignored), at positions
+ * pos..pos+n-1, appended to the range's KV cache. x_out [n][n_embd] (may be NULL when the range
+ * ends at the last layer) receives the residual after the range's last layer; logits as mode
+ * says when the range ends at the last layer (an earlier end takes HM_LOGITS_NONE only). For
+ * the whole model, cpu_engine_forward(e, tokens, NULL, n, pos, NULL, logits, mode) is
+ * cpu_engine_decode. HM_ERR_ARG for a missing input or output. */
+hm_status cpu_engine_forward(cpu_engine *e, const int32_t *tokens, const float *x_in, int n,
+                             int pos, float *x_out, float *logits, hm_logits_mode mode,
+                             hm_error *err);
+
+/* The layer range [*begin, *end) the engine runs. */
+void cpu_engine_layers(const cpu_engine *e, int *begin, int *end);
 
 /* Empties the KV cache. */
 void cpu_engine_reset(cpu_engine *e);

@@ -23,6 +23,9 @@
  * cpu_engine_front.c's).
  * All paths call the same step functions and kernels, so they give the same bytes.
  *
+ * A layer range (cpu_engine.h) runs the same steps for its layers only: its input is the
+ * embedding or the given hidden rows, its output the logits or the residual rows.
+ *
  * Buffers (nu = n_ubatch, n = tokens in this ubatch; shapes in cpu_engine_internal.h):
  *   x [n][n_embd] residual; xn [n][n_embd] normed; q/k/v projections; attn [n][n_head*hd];
  *   proj [n][n_embd] block output; router [n][n_expert]; ids/gw [n][n_used];
@@ -161,16 +164,29 @@ static hm_status moe_block(cpu_engine *c, int il, int n, hm_error *err) {
     return HM_OK;
 }
 
-hm_status cpu_engine_decode(cpu_engine *c, const int32_t *tokens, int n, int pos,
-                               float *logits, hm_logits_mode mode, hm_error *err) {
+hm_status cpu_engine_forward(cpu_engine *c, const int32_t *tokens, const float *x_in, int n,
+                             int pos, float *x_out, float *logits, hm_logits_mode mode,
+                             hm_error *err) {
     const hm_model *m = c->m;
     const hm_hparams *hp = hm_model_hparams(m);
     const int64_t E = hp->n_embd;
+    const int l0 = c->p.layer_begin, l1 = c->p.layer_end;
+    const bool last = l1 == hp->n_layer; /* the range ends with the model's last layer */
     hm_status st = HM_OK;
+    if (n <= 0 || n > c->p.n_ubatch)
+        return hm_error_set(err, HM_ERR_ARG, "CPU engine: %d tokens in one ubatch (1..%d)", n,
+                            c->p.n_ubatch);
+    if (l0 == 0 ? !tokens : !x_in)
+        return hm_error_set(err, HM_ERR_ARG, "CPU engine: layers [%d, %d) start from %s, none "
+                            "given", l0, l1, l0 == 0 ? "token ids" : "hidden rows");
+    if (mode != HM_LOGITS_NONE && (!last || !logits))
+        return hm_error_set(err, HM_ERR_ARG, "CPU engine: logits asked of layers [%d, %d) of %lld"
+                            "%s", l0, l1, (long long)hp->n_layer, logits ? "" : " without a buffer");
 
-    /* embed: row tokens[t] of token_embd, dequantised */
-    for (int t = 0; t < n; t++) {
-        c->pos[t] = pos + t;
+    /* the input rows: row tokens[t] of token_embd, dequantised, or the given hidden rows */
+    for (int t = 0; t < n; t++) c->pos[t] = pos + t;
+    if (l0 > 0) memcpy(c->x, x_in, sizeof(float) * (size_t)n * (size_t)E);
+    for (int t = 0; t < n && l0 == 0; t++) {
         st = quant_dequantize_row(hm_model_tok_embd(m)->type,
                                   (const char *)hm_model_tok_embd(m)->data +
                                       (size_t)tokens[t] * hm_model_tok_embd(m)->row_size,
@@ -182,16 +198,16 @@ hm_status cpu_engine_decode(cpu_engine *c, const int32_t *tokens, int n, int pos
     /* every layer rotates q and k at these positions: their cos/sin once */
     const cpu_rope_params rp = hm_model_rope_params(m);
     st = cpu_rope_table(&rp, (int)hp->head_dim_k, c->pos, n, c->rope_cs, err);
-    if (st == HM_OK && n == 1) { /* decode: one pool job for the whole step when it can be */
-        bool done = false;
+    bool done = false;
+    if (st == HM_OK && n == 1) /* decode: one pool job for the whole step when it can be */
         st = ce_token_forward(c, mode == HM_LOGITS_NONE ? NULL : logits, &done, err);
-        if (done || st != HM_OK) return st;
-    }
-    for (int il = 0; il < hp->n_layer && st == HM_OK; il++) {
+    for (int il = l0; il < l1 && st == HM_OK && !done; il++) {
         st = layer_front(c, il, n, err);
         if (st == HM_OK) st = moe_block(c, il, n, err);
     }
-    if (st != HM_OK || mode == HM_LOGITS_NONE) return st;
+    if (st != HM_OK) return st;
+    if (x_out) memcpy(x_out, c->x, sizeof(float) * (size_t)n * (size_t)E);
+    if (done || mode == HM_LOGITS_NONE) return HM_OK;
 
     /* output: final norm and logits, for every token or only the last */
     int first = mode == HM_LOGITS_ALL ? 0 : n - 1;
@@ -199,4 +215,12 @@ hm_status cpu_engine_decode(cpu_engine *c, const int32_t *tokens, int n, int pos
     cpu_rmsnorm(ce_op_pool(c->pool, cnt * E), c->x + first * E, hm_model_output_norm(m)->data,
                 c->xn, cnt, E, hp->rms_eps);
     return ce_linear(c, hm_model_output(m), NULL, c->xn, cnt, logits, err);
+}
+
+hm_status cpu_engine_decode(cpu_engine *c, const int32_t *tokens, int n, int pos, float *logits,
+                            hm_logits_mode mode, hm_error *err) {
+    if (c->p.layer_begin != 0 || c->p.layer_end != c->hp->n_layer)
+        return hm_error_set(err, HM_ERR_STATE, "CPU engine: runs layers [%d, %d) only "
+                            "(cpu_engine_forward)", c->p.layer_begin, c->p.layer_end);
+    return cpu_engine_forward(c, tokens, NULL, n, pos, NULL, logits, mode, err);
 }

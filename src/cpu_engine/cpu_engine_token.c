@@ -18,6 +18,8 @@
  * gate prefetches its item from then on. The steps and kernels are cpu_engine_forward.c's and
  * cpu_engine_front.c's, so the bytes are.
  * A failed `then` step records its error in its layer; the next layer's steps see it and skip.
+ * An engine with a layer range (cpu_engine.h) plans its layers only (L[i] is layer l0 + i); the
+ * output matrix follows only when the range ends with the model's last layer.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +45,8 @@ typedef struct {
 
 struct token_job {
     cpu_engine *c;
-    int n_layer;
+    int l0;          /* the engine's first layer: L[i] is layer l0 + i */
+    int n_layer;     /* layers of the engine's range */
     token_layer *L;  /* [n_layer] */
     uint8_t *ffn_mem; /* [n_layer] expert jobs */
     size_t ffn_size;
@@ -71,10 +74,11 @@ void ce_token_free(cpu_engine *c) {
 
 static token_job *token_alloc(cpu_engine *c) {
     if (c->tok) return c->tok;
-    const int nl = (int)c->hp->n_layer;
+    const int nl = c->p.layer_end - c->p.layer_begin;
     token_job *t = calloc(1, sizeof(*t));
     if (!t) return NULL;
     t->c = c;
+    t->l0 = c->p.layer_begin;
     t->n_layer = nl;
     t->ffn_size = (cpu_moe_ffn_job_size() + 63) / 64 * 64;
     t->L = calloc((size_t)nl, sizeof(token_layer));
@@ -94,7 +98,7 @@ static token_job *token_alloc(cpu_engine *c) {
     for (int il = 0; il < nl; il++) {
         t->L[il].ffn = (cpu_moe_ffn_job *)(void *)(t->ffn_mem + (size_t)il * t->ffn_size);
         t->L[il].t = t;
-        t->L[il].il = il;
+        t->L[il].il = t->l0 + il;
     }
     return t;
 }
@@ -158,8 +162,8 @@ static void token_ffn_item(void *ctx, int64_t it, int ith) {
 static void token_after_ffn(void *ctx) {
     token_layer *tl = ctx;
     token_job *t = tl->t;
-    if (tl->il + 1 < t->n_layer) {
-        token_layer *nx = &t->L[tl->il + 1];
+    if (tl->il + 1 < t->l0 + t->n_layer) {
+        token_layer *nx = &t->L[tl->il + 1 - t->l0];
         if (tl->f.st != HM_OK) {
             nx->f.st = tl->f.st;
             nx->f.err = tl->f.err;
@@ -179,7 +183,7 @@ static void token_after_ffn(void *ctx) {
 static bool token_possible(const cpu_engine *c) {
     return c->pool && tp_size(c->pool) > 1 && moe_exec_all_cpu(c->exec) &&
            !c->desc->shared_expert && c->hp->n_expert_used > 0 &&
-           c->hp->n_layer * (CE_FRONT_STAGES + 1) + 1 <= TP_MAX_STAGES;
+           (c->p.layer_end - c->p.layer_begin) * (CE_FRONT_STAGES + 1) + 1 <= TP_MAX_STAGES;
 }
 
 /* Plans every layer's stages into t (once per context: the products, the expert job's size and
@@ -189,11 +193,12 @@ static bool token_plan(token_job *t, hm_status *st, hm_error *err) {
     const hm_model *m = c->m;
     const int K = (int)c->hp->n_expert_used, nth = tp_size(c->pool);
     int ns = 0;
-    for (int il = 0; il < t->n_layer; il++) {
-        token_layer *tl = &t->L[il];
+    for (int i = 0; i < t->n_layer; i++) {
+        token_layer *tl = &t->L[i];
+        const int il = tl->il;
         const int nf = ce_front_plan(c, il, 1, &tl->f, t->stages + ns, st, err);
         if (*st != HM_OK || nf == 0) return false;
-        t->attn_at[il] = ns + tl->f.attn_at;
+        t->attn_at[i] = ns + tl->f.attn_at;
         t->stages[ns + nf - 1].then = token_route; /* the router's stage */
         t->stages[ns + nf - 1].then_ctx = tl;
         if (!moe_exec_cpu_args(c->exec, il, c->ids, 1, K, c->xn, c->ey, &tl->gate, &tl->up,
@@ -225,8 +230,8 @@ hm_status ce_token_forward(cpu_engine *c, float *logits, bool *done, hm_error *e
     if (t->n_planned == 0) {
         if (!token_plan(t, &st, err)) return st;
     } else { /* this token's attention plans and cleared flags */
-        for (int il = 0; il < t->n_layer; il++)
-            if (!ce_front_replan(&t->L[il].f, il, &t->stages[t->attn_at[il]], &st, err) ||
+        for (int i = 0; i < t->n_layer; i++)
+            if (!ce_front_replan(&t->L[i].f, t->L[i].il, &t->stages[t->attn_at[i]], &st, err) ||
                 st != HM_OK)
                 return st;
     }
