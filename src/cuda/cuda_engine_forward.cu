@@ -443,13 +443,17 @@ static hm_status shared_expert(cuda_engine *e, const cuda_layer *L, int n, float
 
 /* A host layer's experts (cuda_handoff.h): the request to the CPU, the shared expert (if any)
  * into e->hsh while the CPU works, the wait, the CPU's slot outputs (expert biases included)
- * into e->ey. */
+ * into e->ey; a prompt ubatch with staging buffers also runs the experts the CPU side fetched
+ * (cuda_fetch.h) on the GPU. */
 static hm_status host_experts(cuda_engine *e, const cuda_layer *L, int il, int n,
                               hm_error *err) {
-    hm_status st = cuda_handoff_enqueue_post(e, il, n, err);
+    const bool fetch = cuda_fetch_active(e, il, n);
+    hm_status st = cuda_handoff_enqueue_post(e, il, n, fetch, err);
     if (st == HM_OK && e->desc->shared_expert) st = shared_expert(e, L, n, e->hsh, err);
     if (st == HM_OK) st = cuda_handoff_enqueue_wait(e, il, err);
-    if (st == HM_OK) st = cuda_handoff_enqueue_take(e, n, err);
+    if (st == HM_OK)
+        st = fetch ? cuda_fetch_enqueue_experts(e, il, n, err)
+                   : cuda_handoff_enqueue_take(e, n, err);
     return st;
 }
 

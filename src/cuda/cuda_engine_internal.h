@@ -18,6 +18,7 @@ extern "C" {
 #endif
 
 #include "cuda/cuda_engine.h"
+#include "cuda/cuda_fetch.h"
 #include "cuda/cuda_handoff.h"
 
 /* A tensor in the device arena (same meaning as hm_tensor; d == NULL when absent). */
@@ -136,6 +137,11 @@ struct cuda_engine {
                               * start of every forward step */
     float *hsh;              /* [nu][n_embd] shared expert output of a host layer, computed while
                               * the CPU works (scratch; NULL unless both exist) */
+
+    /* prompt ubatches' fetched experts at host layers (cuda_fetch.h, cuda_fetch.cu) */
+    void *fetch_buf[2];         /* device staging buffers (the copy lane's; not owned) */
+    size_t fetch_cap;           /* bytes of each; 0: the path is off */
+    cuda_fetch_layout *fetch;   /* [n_layer] per layer (NULL until cuda_engine_fetch_set) */
 };
 
 /* Embedding + every layer for d_tokens[0..n_tok) (device memory) at positions *d_pos + t;
@@ -163,9 +169,15 @@ hm_status cuda_handoff_init(cuda_engine *e, hm_error *err);
 void cuda_handoff_free(cuda_engine *e);
 /* Layer il's request for n_tok tokens from e->xn, e->ids, e->gw (post, one block), the wait for
  * the CPU's answer (one thread) and the answer copied into e->ey (take). */
-hm_status cuda_handoff_enqueue_post(cuda_engine *e, int il, int n_tok, hm_error *err);
+hm_status cuda_handoff_enqueue_post(cuda_engine *e, int il, int n_tok, bool fetch,
+                                    hm_error *err);
 hm_status cuda_handoff_enqueue_wait(cuda_engine *e, int il, hm_error *err);
 hm_status cuda_handoff_enqueue_take(cuda_engine *e, int n_tok, hm_error *err);
+/* Whether layer il's request for n_tok tokens takes the fetched-expert path (cuda_fetch.h). */
+bool cuda_fetch_active(const cuda_engine *e, int il, int n_tok);
+/* After the wait of such a request: the fetched experts' products on the staging buffer and the
+ * CPU's slots from the hand-off, into e->ey (expert biases included). */
+hm_status cuda_fetch_enqueue_experts(cuda_engine *e, int il, int n_tok, hm_error *err);
 /* HM_ERR_STATE when the hand-off's abort word is set (a fault not yet reset): host API entries
  * refuse to start steps then. */
 hm_status cuda_handoff_ready(const cuda_engine *e, hm_error *err);

@@ -334,7 +334,10 @@ extern "C" hm_status cuda_gemm_moe(const cuda_gemm_moe_args *a, void *scratch,
     st = launch_check("cuda_gemm_moe moe_route_kernel", err);
     if (st != HM_OK) return st;
     const size_t row_bytes = hm_row_size(a->wtype, a->k);
-    const size_t expert_bytes = row_bytes * (size_t)a->n_rows;
+    const size_t expert_bytes = a->w_stride ? a->w_stride : row_bytes * (size_t)a->n_rows;
+    if (a->w_stride && (a->w_stride % 16 || a->w_stride < row_bytes * (size_t)a->n_rows))
+        return hm_error_set(err, HM_ERR_ARG, "cuda_gemm_moe: expert stride %zu (a multiple of 16 "
+                            "of at least %zu bytes)", a->w_stride, row_bytes * (size_t)a->n_rows);
     const dim3 grid((unsigned)max_tiles, (unsigned)((a->n_rows + BN - 1) / BN));
     switch (a->wtype) {
 #define X(T)                                                                                  \

@@ -80,6 +80,8 @@ typedef struct {
     int64_t n_tok;
     int n_used;
     float *y;           /* [n_tok][n_used][n_rows]; rows of skipped slots are not written */
+    size_t w_stride;    /* bytes from one expert's matrix to the next (a multiple of 16); 0: the
+                         * matrix's own bytes (n_rows rows, contiguous) */
 } cuda_gemm_moe_args;
 
 /* Upper bound on the number of (expert, token tile) tiles of a grouped product: each expert's

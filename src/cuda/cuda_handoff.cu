@@ -46,7 +46,7 @@ static __device__ __forceinline__ uint64_t ho_clock_ns() {
 __global__ void ho_post_kernel(const uint32_t *d_seq, int layer, int n_tok, int n_used,
                                int n_embd, const float *xn, const int32_t *ids, const float *gw,
                                cuda_handoff_msg *msg, int32_t *h_ids, float *h_gw, float *h_x,
-                               cuda_handoff_flags *flags) {
+                               cuda_handoff_flags *flags, uint32_t fetch) {
     cu_pdl_enter();
     const uint32_t seq = *d_seq;
     const int64_t nx = (int64_t)n_tok * n_embd, ns = (int64_t)n_tok * n_used;
@@ -67,6 +67,7 @@ __global__ void ho_post_kernel(const uint32_t *d_seq, int layer, int n_tok, int 
         m->layer = (uint32_t)layer;
         m->n_tok = (uint32_t)n_tok;
         m->n_used = (uint32_t)n_used;
+        m->fetch = fetch;
     }
     __threadfence_system(); /* this thread's stores reach the host before ... */
     __syncthreads();        /* ... thread 0, after every thread's fence, publishes them */
@@ -117,7 +118,8 @@ template <typename T> __global__ void ho_take_kernel(const T *y, T *ey, int64_t 
 
 /* ---- enqueue (no host synchronisation) ---- */
 
-extern "C" hm_status cuda_handoff_enqueue_post(cuda_engine *e, int il, int n_tok, hm_error *err) {
+extern "C" hm_status cuda_handoff_enqueue_post(cuda_engine *e, int il, int n_tok, bool fetch,
+                                               hm_error *err) {
     const cuda_handoff_view *v = &e->ho_d;
     if (!e->ho_mem || n_tok < 1 || n_tok > v->n_tok_max)
         return hm_error_set(err, HM_ERR_STATE, "GPU: hand-off of layer %d for %d tokens (area for "
@@ -125,7 +127,7 @@ extern "C" hm_status cuda_handoff_enqueue_post(cuda_engine *e, int il, int n_tok
     cu_launch(ho_post_kernel, 1, 512, 0, (cudaStream_t)e->stream, (const uint32_t *)e->d_seq, il,
               n_tok, (int)e->hp.n_expert_used, (int)e->hp.n_embd, (const float *)e->xn,
               (const int32_t *)e->ids, (const float *)e->gw, v->msg, v->ids, v->gw, v->x,
-              v->flags);
+              v->flags, (uint32_t)(fetch ? 1 : 0));
     return launched("hand-off post", err);
 }
 
@@ -204,8 +206,11 @@ extern "C" void cuda_handoff_free(cuda_engine *e) {
         cudaFreeHost(e->ho_mem);
     }
     free(e->host_layers);
+    free(e->fetch); /* the fetched path's layouts (cuda_fetch.cu) */
     e->ho_mem = NULL;
     e->host_layers = NULL;
+    e->fetch = NULL;
+    e->fetch_cap = 0;
 }
 
 /* ---- the host API (cuda_handoff.h) ---- */

@@ -70,7 +70,9 @@ typedef struct {
 /* The request in the data area, written by the GPU before ready. */
 typedef struct {
     uint32_t seq, layer, n_tok, n_used;
-    uint32_t pad[12];
+    uint32_t fetch; /* 1: the GPU runs the fetched-expert path for this request (prompt
+                     * ubatches, cuda_fetch.h): the CPU writes fslot and may leave slots to it */
+    uint32_t pad[11];
 } cuda_handoff_msg;
 
 /* The memory as one side addresses it (the engine keeps a host and a device view). */
@@ -87,6 +89,9 @@ typedef struct {
     float *gw;    /* [n_tok_max][n_used] gating weights */
     float *x;     /* [n_tok_max][n_embd] FFN-normed input rows */
     float *y;     /* [n_tok_max][n_used][n_embd] per-slot outputs (CPU -> GPU) */
+    int32_t *fslot; /* [n_tok_max][n_used] (requests with fetch) the staging slot of the
+                     * fetched expert the GPU computes this slot with, or -1: y holds the CPU's
+                     * output (CPU -> GPU, written before done) */
 } cuda_handoff_view;
 
 static inline size_t cuda_handoff_align_(size_t n) { return (n + 63) & ~(size_t)63; }
@@ -99,7 +104,8 @@ static inline size_t cuda_handoff_bytes(int n_layer, int n_embd, int n_used, int
            cuda_handoff_align_(sizeof(cuda_handoff_msg)) +
            cuda_handoff_align_(sizeof(int32_t) * nt * k) +
            cuda_handoff_align_(sizeof(float) * nt * k) + cuda_handoff_align_(sizeof(float) * nt * e) +
-           cuda_handoff_align_(sizeof(float) * nt * k * e);
+           cuda_handoff_align_(sizeof(float) * nt * k * e) +
+           cuda_handoff_align_(sizeof(int32_t) * nt * k);
 }
 
 /* The view of such an area at base (64-byte aligned: the engine's mapped allocation, or ordinary
@@ -130,6 +136,8 @@ static inline void cuda_handoff_layout(void *base, int n_layer, int n_embd, int 
     v->x = (float *)p;
     p += cuda_handoff_align_(sizeof(float) * nt * e);
     v->y = (float *)p;
+    p += cuda_handoff_align_(sizeof(float) * nt * k * e);
+    v->fslot = (int32_t *)p;
 }
 
 struct cuda_engine;

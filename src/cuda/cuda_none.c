@@ -292,3 +292,16 @@ hm_status cuda_engine_handoff_reset(struct cuda_engine *e, hm_error *err) {
 }
 
 hm_status cuda_engine_handoff_check(const struct cuda_engine *e, hm_error *err) { return HM_OK; }
+
+/* ---- cuda_fetch.h: fetched experts need CUDA ---- */
+#include "cuda/cuda_fetch.h"
+
+hm_status cuda_engine_fetch_set(struct cuda_engine *e, void *buf0, void *buf1, size_t cap,
+                                int *n_eligible, hm_error *err) {
+    if (n_eligible) *n_eligible = 0;
+    return hm_error_set(err, HM_ERR_UNSUPPORTED, "built without CUDA");
+}
+
+void cuda_engine_fetch_layout(const struct cuda_engine *e, int il, cuda_fetch_layout *out) {
+    memset(out, 0, sizeof(*out));
+}

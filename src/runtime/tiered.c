@@ -32,7 +32,10 @@
 #include "base/cpu.h"
 #include "base/log.h"
 #include "base/spin.h"
+#include "cuda/cuda_fetch.h"
+#include "cuda/cuda_host.h"
 #include "moe/moe_exec.h"
+#include "runtime/calibrate.h"
 
 #define TIERED_SPIN_NS 50000ll          /* spin with a pause this long, then yield */
 #define TIERED_YIELD_NS 20000000ll      /* yield until idle this long, then nap */
@@ -63,6 +66,20 @@ struct hm_tiered {
     pthread_mutex_t mu;
     bool has_fault;
     hm_error fault;
+    /* the fetched-expert path (hm_tiered_set_offload; arrays allocated at init) */
+    hm_tiered_offload off;       /* off.rates points at rates */
+    offload_rates *rates;        /* [n_layer] */
+    cuda_fetch_layout *lay;      /* [n_layer] staging layouts (the engine's) */
+    offload_plan plan;           /* [n_expert] decisions of the request being served */
+    offload_expert *ex;          /* [n_expert] tokens and staging bytes */
+    int32_t *counts;             /* [n_expert] */
+    int32_t *fslot_of;           /* [n_expert] staging slot of a fetched expert, else -1 */
+    int32_t *ids_cpu;            /* [n_tok_max][n_used] ids with fetched slots masked (-1) */
+    cuda_host_range *ranges;     /* [n_expert * CUDA_FETCH_MAX_PARTS] the copies */
+    size_t *offs;                /* [n_expert * CUDA_FETCH_MAX_PARTS] where the lane put them */
+    char *dbg;                   /* HOTMOE_SCHED_DEBUG text */
+    size_t dbg_cap;
+    atomic_ullong fetch_requests, gpu_experts, cpu_experts, fetched_bytes, copy_wait_ns;
 };
 
 static int64_t now_ns(void) {
@@ -95,6 +112,94 @@ static void record(hm_tiered *t, const hm_error *e, bool fault) {
     pthread_mutex_unlock(&t->mu);
     if (fault) atomic_fetch_add(&t->faults, 1);
     HM_LOGE("tiered step: %s", e->msg);
+}
+
+/* A request with msg.fetch (a prompt ubatch, cuda/cuda_fetch.h): decide, start the copies of the
+ * GPU's experts, compute the CPU's, wait for the copies, write fslot. The caller answers. */
+static hm_status serve_fetch(hm_tiered *t, int L, const cuda_handoff_msg *m, hm_error *e) {
+    const cuda_handoff_view *v = &t->v;
+    const int K = v->n_used, NE = (int)v->n_expert;
+    const int64_t n_pairs = (int64_t)m->n_tok * K;
+    const cuda_fetch_layout *lay = &t->lay[L];
+    atomic_fetch_add(&t->fetch_requests, 1);
+    offload_count_tokens(v->ids, m->n_tok, K, NE, t->counts);
+    for (int x = 0; x < NE; x++)
+        t->ex[x] = (offload_expert){.n_tok = t->counts[x], .bytes = lay->slot_bytes};
+    offload_rates r = t->rates[L];
+    const bool can = t->off.lane && lay->eligible && lay->n_slots > 0;
+    if (!can) r.h2d_bytes_per_s = 0; /* every expert on the CPU: "no GPU" */
+    const offload_opts o = {.threshold = t->off.threshold,
+                            .cap_bytes = (uint64_t)lay->n_slots * lay->slot_bytes};
+    hm_status st = offload_decide(&t->plan, m->n_tok, t->ex, &r, &o, e);
+    if (st != HM_OK) return st;
+    if (t->off.debug) {
+        offload_plan_format(&t->plan, L, t->ex, t->dbg, t->dbg_cap);
+        size_t n = strlen(t->dbg);
+        if (n && t->dbg[n - 1] == '\n') t->dbg[n - 1] = 0;
+        HM_LOGI("%s", t->dbg);
+    }
+    /* the GPU's experts in id order: staging slot j, parts at the engine's offsets */
+    int n_fetch = 0, n_rng = 0;
+    for (int x = 0; x < NE; x++) {
+        t->fslot_of[x] = -1;
+        if (!t->plan.gpu[x]) continue;
+        offload_range rr[OFFLOAD_MAX_RANGES];
+        const int np = offload_expert_ranges(t->m, L, x, rr);
+        if (np != lay->n_parts || n_fetch >= lay->n_slots)
+            return hm_error_set(e, HM_ERR_STATE, "fetched experts: layer %d expert %d has %d "
+                                "parts, the staging layout %d (slot %d of %d)", L, x, np,
+                                lay->n_parts, n_fetch, lay->n_slots);
+        for (int i = 0; i < np; i++) {
+            if (rr[i].n != lay->part_bytes[i])
+                return hm_error_set(e, HM_ERR_STATE, "fetched experts: layer %d expert %d part "
+                                    "%d is %zu bytes, the staging layout says %zu", L, x, i,
+                                    rr[i].n, lay->part_bytes[i]);
+            t->ranges[n_rng++] = (cuda_host_range){rr[i].p, rr[i].n};
+        }
+        t->fslot_of[x] = n_fetch++;
+    }
+    if (n_fetch > 0) {
+        st = cuda_copy_lane_copy(t->off.lane, cuda_fetch_buffer(L), L, t->ranges, n_rng,
+                                 t->offs, e);
+        for (int j = 0; st == HM_OK && j < n_fetch; j++)
+            for (int i = 0; i < lay->n_parts; i++)
+                if (t->offs[j * lay->n_parts + i] != (size_t)j * lay->slot_bytes +
+                                                         lay->part_off[i])
+                    return hm_error_set(e, HM_ERR_STATE, "fetched experts: the copy lane put "
+                                        "part %d of slot %d at %zu, the layout expects %zu", i,
+                                        j, t->offs[j * lay->n_parts + i],
+                                        (size_t)j * lay->slot_bytes + lay->part_off[i]);
+        if (st != HM_OK) return st;
+    }
+    /* the CPU's slots meanwhile */
+    bool any_cpu = false;
+    for (int64_t i = 0; i < n_pairs; i++) {
+        const int32_t id = v->ids[i];
+        const bool gpu = id >= 0 && id < NE && t->fslot_of[id] >= 0;
+        t->ids_cpu[i] = gpu ? -1 : id;
+        any_cpu = any_cpu || (!gpu && id >= 0);
+    }
+    if (any_cpu) {
+        const moe_job job = {.layer = L, .n_tok = m->n_tok, .n_used = K, .x = v->x,
+                             .ids = t->ids_cpu, .weights = v->gw, .y = v->y};
+        bool summed = false;
+        st = moe_exec_run(t->exec, &job, NULL, &summed, e);
+    }
+    if (n_fetch > 0) {
+        const int64_t t0 = now_ns();
+        hm_status s2 = cuda_copy_lane_sync(t->off.lane, st == HM_OK ? e : NULL);
+        if (st == HM_OK) st = s2;
+        atomic_fetch_add(&t->copy_wait_ns, (unsigned long long)(now_ns() - t0));
+    }
+    if (st != HM_OK) return st;
+    for (int64_t i = 0; i < n_pairs; i++) {
+        const int32_t id = v->ids[i];
+        v->fslot[i] = id >= 0 && id < NE ? t->fslot_of[id] : -1;
+    }
+    atomic_fetch_add(&t->gpu_experts, (unsigned long long)t->plan.n_gpu);
+    atomic_fetch_add(&t->cpu_experts, (unsigned long long)(t->plan.n_used - t->plan.n_gpu));
+    atomic_fetch_add(&t->fetched_bytes, (unsigned long long)n_fetch * lay->slot_bytes);
+    return HM_OK;
 }
 
 /* The request of host layer index j: checked, computed, answered; or a fault (abort). */
@@ -134,10 +239,14 @@ static void serve(hm_tiered *t, int j) {
     }
     if (st == HM_OK) {
         const int64_t t0 = now_ns();
-        const moe_job job = {.layer = L, .n_tok = m.n_tok, .n_used = K, .x = v->x, .ids = v->ids,
-                             .weights = v->gw, .y = v->y};
-        bool summed = false;
-        st = moe_exec_run(t->exec, &job, NULL, &summed, &e);
+        if (m.fetch) {
+            st = serve_fetch(t, L, &m, &e);
+        } else {
+            const moe_job job = {.layer = L, .n_tok = m.n_tok, .n_used = K, .x = v->x,
+                                 .ids = v->ids, .weights = v->gw, .y = v->y};
+            bool summed = false;
+            st = moe_exec_run(t->exec, &job, NULL, &summed, &e);
+        }
         atomic_fetch_add(&t->busy_ns, (unsigned long long)(now_ns() - t0));
     }
     if (st != HM_OK) {
@@ -247,6 +356,46 @@ static hm_status check_view(const hm_model *m, const cuda_handoff_view *v, hm_er
     return HM_OK;
 }
 
+/* The fetched path's arrays; rates the defaults, no lane, no layouts (every expert on the CPU)
+ * until hm_tiered_set_offload. */
+static hm_status offload_alloc(hm_tiered *t, hm_error *err) {
+    const int nl = t->v.n_layer, ne = (int)t->v.n_expert;
+    const size_t nr = (size_t)ne * CUDA_FETCH_MAX_PARTS;
+    t->dbg_cap = 256 + (size_t)ne * 24;
+    t->rates = calloc((size_t)nl, sizeof(*t->rates));
+    t->lay = calloc((size_t)nl, sizeof(*t->lay));
+    t->ex = calloc((size_t)ne, sizeof(*t->ex));
+    t->counts = calloc((size_t)ne, sizeof(*t->counts));
+    t->fslot_of = calloc((size_t)ne, sizeof(*t->fslot_of));
+    t->ids_cpu = calloc((size_t)t->v.n_tok_max * (size_t)t->v.n_used, sizeof(*t->ids_cpu));
+    t->ranges = calloc(nr, sizeof(*t->ranges));
+    t->offs = calloc(nr, sizeof(*t->offs));
+    t->dbg = calloc(t->dbg_cap, 1);
+    if (!t->rates || !t->lay || !t->ex || !t->counts || !t->fslot_of || !t->ids_cpu ||
+        !t->ranges || !t->offs || !t->dbg)
+        return hm_error_set(err, HM_ERR_NOMEM, "out of memory (tiered: fetched experts)");
+    hm_status st = offload_plan_init(&t->plan, ne, err);
+    if (st != HM_OK) return st;
+    calib_result c;
+    calib_defaults(t->m, false, &c);
+    for (int il = 0; il < nl; il++) calib_layer_rates(&c, t->m, il, &t->rates[il]);
+    t->off.rates = t->rates;
+    return HM_OK;
+}
+
+static void offload_release(hm_tiered *t) {
+    offload_plan_free(&t->plan);
+    free(t->rates);
+    free(t->lay);
+    free(t->ex);
+    free(t->counts);
+    free(t->fslot_of);
+    free(t->ids_cpu);
+    free(t->ranges);
+    free(t->offs);
+    free(t->dbg);
+}
+
 static hm_status init_common(const hm_model *m, struct cuda_engine *gpu,
                              const cuda_handoff_view *v, const hm_tiered_params *p,
                              hm_tiered **out, hm_error *err) {
@@ -282,6 +431,7 @@ static hm_status init_common(const hm_model *m, struct cuda_engine *gpu,
         t->own_pool = true;
     }
     st = moe_exec_init(m, t->pool, v->n_tok_max, &t->exec, err);
+    if (st == HM_OK) st = offload_alloc(t, err);
     if (st != HM_OK) {
         hm_tiered_free(t);
         return st;
@@ -344,6 +494,7 @@ void hm_tiered_free(hm_tiered *t) {
     }
     if (t->attached) cuda_engine_handoff_attach(t->gpu, false, NULL);
     moe_exec_free(t->exec);
+    offload_release(t);
     if (t->own_pool) tp_free(t->pool);
     free(t->host_layers);
     pthread_mutex_destroy(&t->mu);
@@ -376,6 +527,34 @@ hm_status hm_tiered_reset(hm_tiered *t, hm_error *err) {
     return st;
 }
 
+static bool rate_ok(double x) { return x >= 0 && x < 1e300; }
+
+hm_status hm_tiered_set_offload(hm_tiered *t, const hm_tiered_offload *o, hm_error *err) {
+    if (!t || !o) return hm_error_set(err, HM_ERR_ARG, "tiered: no object or no offload setup");
+    if (o->threshold < 0)
+        return hm_error_set(err, HM_ERR_ARG, "--moe-offload-threshold %lld (>= 0; 0: the cost "
+                            "model)", (long long)o->threshold);
+    const int nl = t->v.n_layer;
+    for (int il = 0; o->rates && il < nl; il++) {
+        const offload_rates *r = &o->rates[il];
+        if (!rate_ok(r->h2d_bytes_per_s) || !rate_ok(r->gpu_fixed_s) || !rate_ok(r->gpu_tok_s) ||
+            !rate_ok(r->cpu_fixed_s_per_byte) || !rate_ok(r->cpu_tok_s_per_byte))
+            return hm_error_set(err, HM_ERR_ARG, "tiered: layer %d's offload rates are not "
+                                "finite and >= 0", il);
+    }
+    atomic_store(&t->pause_req, 1); /* the worker's fields: ours while it is paused */
+    while (t->started && !atomic_load(&t->paused)) nap(TIERED_NAP_NS);
+    t->off = *o;
+    if (o->rates) memcpy(t->rates, o->rates, sizeof(*t->rates) * (size_t)nl);
+    t->off.rates = t->rates;
+    for (int il = 0; il < nl; il++) {
+        if (t->gpu) cuda_engine_fetch_layout(t->gpu, il, &t->lay[il]);
+        else memset(&t->lay[il], 0, sizeof(t->lay[il]));
+    }
+    atomic_store(&t->pause_req, 0);
+    return HM_OK;
+}
+
 hm_status hm_tiered_check(hm_tiered *t, hm_error *err) {
     if (!t) return HM_OK;
     pthread_mutex_lock(&t->mu);
@@ -396,4 +575,9 @@ void hm_tiered_get_stats(hm_tiered *t, hm_tiered_stats *s) {
     s->aborts = atomic_load(&t->aborts);
     s->resets = atomic_load(&t->resets);
     s->busy_s = (double)atomic_load(&t->busy_ns) * 1e-9;
+    s->fetch_requests = atomic_load(&t->fetch_requests);
+    s->gpu_experts = atomic_load(&t->gpu_experts);
+    s->cpu_experts = atomic_load(&t->cpu_experts);
+    s->fetched_bytes = atomic_load(&t->fetched_bytes);
+    s->copy_wait_s = (double)atomic_load(&t->copy_wait_ns) * 1e-9;
 }

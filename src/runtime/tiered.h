@@ -46,6 +46,7 @@
 #include "base/threadpool.h"
 #include "cuda/cuda_handoff.h"
 #include "model/model.h"
+#include "moe/offload.h"
 
 typedef struct hm_tiered hm_tiered;
 
@@ -89,6 +90,26 @@ hm_status hm_tiered_reset(hm_tiered *t, hm_error *err);
 /* HM_OK, or the CPU side's first fault since the last reset (HM_ERR_STATE with its reason). */
 hm_status hm_tiered_check(hm_tiered *t, hm_error *err);
 
+/* The fetched-expert path of prompt ubatches (cuda/cuda_fetch.h): for a request the GPU posts
+ * with msg.fetch, the worker decides per used expert (moe/offload.h) which ones the GPU runs,
+ * copies their bytes through the lane into staging buffer L & 1 at the engine's layout, computes
+ * the others, waits for the copies (a host-side sync of the lane), writes the hand-off's fslot
+ * table and answers. Requests without msg.fetch (decode steps) are served as before. */
+struct cuda_copy_lane;
+typedef struct {
+    struct cuda_copy_lane *lane; /* borrowed; the worker is its only user from now on; NULL: no
+                                    copy path (every expert on the CPU, cause "no GPU") */
+    const offload_rates *rates;  /* [n_layer] the calibrated rates (calib_layer_rates), copied;
+                                    NULL: the CALIB_DEFAULT_* rates */
+    int64_t threshold;           /* --moe-offload-threshold N (>= 1), 0: the cost model */
+    bool debug;                  /* HOTMOE_SCHED_DEBUG=1: log every decision (offload_plan_format) */
+} hm_tiered_offload;
+/* Configures the path (the worker paused meanwhile; call it before the first step). The
+ * staging layouts come from the engine (cuda_engine_fetch_layout), so cuda_engine_fetch_set
+ * comes first; on a caller-owned view every layer has none (no expert can go to the GPU).
+ * HM_ERR_ARG for a negative threshold or a negative or non-finite rate. */
+hm_status hm_tiered_set_offload(hm_tiered *t, const hm_tiered_offload *o, hm_error *err);
+
 typedef struct {
     uint64_t requests; /* layer requests answered */
     uint64_t tokens;   /* tokens of those requests */
@@ -96,6 +117,11 @@ typedef struct {
     uint64_t aborts;   /* times the abort word was set by this side (faults, abort, free) */
     uint64_t resets;   /* hm_tiered_reset calls */
     double busy_s;     /* time spent computing answers */
+    uint64_t fetch_requests; /* requests posted with msg.fetch (prompt ubatches) */
+    uint64_t gpu_experts;    /* experts of those the GPU ran from a fetched copy */
+    uint64_t cpu_experts;    /* used experts of those the CPU computed */
+    uint64_t fetched_bytes;  /* bytes copied into the staging buffers */
+    double copy_wait_s;      /* time the worker waited for copies after its own experts */
 } hm_tiered_stats;
 void hm_tiered_get_stats(hm_tiered *t, hm_tiered_stats *s);
 
