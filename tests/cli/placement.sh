@@ -6,6 +6,8 @@
 # overrides, one set per run) and prints the placement columns and JSON fields. Without a GPU
 # (a build without CUDA, or no device) the flags are accepted with one line saying the GPU
 # placement is ignored, the logits are the CPU's to the byte, and --gpu-strict exits 1.
+# bench runs a tiered plan (-ngl 99, layer 0's experts in RAM by -ot) on either machine (its JSON
+# row names the backend); on a GPU a plan with some attention on the host (-ngl 3) is refused.
 #   bash tests/cli/placement.sh HOTMOE_BIN TMPDIR      (run from the repository root)
 set -u
 bin=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
@@ -64,7 +66,9 @@ bad_ot "-ot no =" "-ot 'blk': expected REGEX=DEVICE" 'a=CPU,blk'
 "$bin" logits -m "$m" --ids 5,6,7,8 -o "$tmp/cpu.bin" -t 2 2>/dev/null
 expect "cpu logits" test -s "$tmp/cpu.bin"
 "$bin" logits -m "$m" --ids 5,6,7,8 -o "$tmp/probe.bin" -t 2 -ngl 99 --cpu-moe 2>"$tmp/probe"
-if grep -q "is ignored; running on the CPU only" "$tmp/probe" && [ "${HOTMOE_EXPECT_GPU:-0}" != 1 ]; then
+gpu_here=1
+grep -q "is ignored; running on the CPU only" "$tmp/probe" && [ "${HOTMOE_EXPECT_GPU:-0}" != 1 ] && gpu_here=0
+if [ $gpu_here = 0 ]; then
   run_ignored() { # DESCRIPTION FLAGS...
     local d=$1
     shift
@@ -108,20 +112,43 @@ expect "bench -ot twice: exit 2" test $? -eq 2
 expect "bench md: exit 0" test $? -eq 0
 expect "bench md: header" grep -qE '^\| model +\| +size \| +params \| backend +\| ngl \| n_cpu_moe \| cpu_moe \| threads \| ot +\| +test \| +t/s \|$' "$tmp/md"
 expect "bench md: pp row" grep -qE '^\| qwen3moe .* \|  99 \| +2 \| +1 \| +2 \| blk\\\.0\\\.ffn_up_exps=CPU;blk\\\.1\\\.ffn_up_exps=CPU \| +pp8 \|' "$tmp/md"
-"$bin" bench -m "$m" -p 8 -n 0 -r 1 -t 2 -ngl 3 -ot 'blk\.0\.ffn_up_exps=CPU' --vram-budget 4096 \
-  -o json >"$tmp/json" 2>/dev/null
+# a plan that runs on a GPU too: every layer's attention there, layer 0's three expert tensors
+# in RAM (the tiered plan; without a GPU the CPU runs it after the one line)
+ot0='blk\.0\.ffn_(up|gate|down)_exps=CPU'
+"$bin" bench -m "$m" -p 8 -n 0 -r 1 -t 2 -ngl 99 -ot "$ot0" --vram-budget 4096 -o json \
+  >"$tmp/json" 2>"$tmp/json.err"
 expect "bench json: exit 0" test $? -eq 0
-check_json() {
-  python3 - "$1" <<'EOF'
+check_json() { # FILE NGL OT BACKEND
+  python3 - "$@" <<'EOF'
 import json, sys
 rows = json.load(open(sys.argv[1]))
 r = rows[0]
-assert r["n_gpu_layers"] == 3 and r["n_cpu_moe"] == 0 and r["cpu_moe"] is False, r
-assert r["tensor_buft_overrides"] == "blk\\.0\\.ffn_up_exps=CPU", r
+assert r["n_gpu_layers"] == int(sys.argv[2]) and r["n_cpu_moe"] == 0 and r["cpu_moe"] is False, r
+assert r["tensor_buft_overrides"] == sys.argv[3], r
 assert r["vram_budget_mib"] == 4096, r
+assert r["backends"] == sys.argv[4], r
+assert r["test"] == "pp8" and r["avg_ts"] > 0, r
 EOF
 }
-expect "bench json: placement fields" check_json "$tmp/json"
+backend=CPU
+[ $gpu_here = 1 ] && backend=CUDA
+expect "bench json: placement fields ($backend)" check_json "$tmp/json" 99 "$ot0" $backend
+# -ngl 3 leaves the attention of layers 0-1 on the host: a GPU refuses that plan (exit 1, what to
+# use instead, no table); without one the CPU runs it after the one line and the row keeps -ngl 3
+ot1='blk\.0\.ffn_up_exps=CPU'
+"$bin" bench -m "$m" -p 8 -n 0 -r 1 -t 2 -ngl 3 -ot "$ot1" --vram-budget 4096 -o json \
+  >"$tmp/json3" 2>"$tmp/json3.err"
+rc=$?
+if [ $gpu_here = 1 ]; then
+  expect "bench -ngl 3 on a GPU: exit 1" test $rc -eq 1
+  expect "bench -ngl 3 on a GPU: nothing on stdout" test ! -s "$tmp/json3"
+  expect "bench -ngl 3 on a GPU: the layers" grep -qF "hotmoe bench: placement -ngl 3 -ot '$ot1' --vram-budget 4096: the attention of layers 0-1 would run on the host" "$tmp/json3.err"
+  expect "bench -ngl 3 on a GPU: what to use" grep -qF "use -ngl 99 --cpu-moe" "$tmp/json3.err"
+else
+  expect "bench -ngl 3 without a GPU: exit 0" test $rc -eq 0
+  expect "bench -ngl 3 without a GPU: the line" grep -qF "the GPU placement (-ngl 3 -ot '$ot1' --vram-budget 4096) is ignored" "$tmp/json3.err"
+  expect "bench -ngl 3 without a GPU: fields" check_json "$tmp/json3" 3 "$ot1" CPU
+fi
 "$bin" bench -m "$m" -p 8 -n 0 -r 1 -t 2 -o json >"$tmp/json0" 2>/dev/null
 check_json0() {
   python3 - "$1" <<'EOF'
