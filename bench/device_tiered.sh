@@ -451,7 +451,8 @@ step() { # MODEL: per-layer trace of the tiered steps of tg32 with every expert 
   [ $tmo -gt "$TMO" ] && tmo=$TMO
   CUDA_INJECTION64_PATH=$W/libhm_trace.so HM_TRACE_OUT=$W/step.csv timeout -k 10 "$tmo" \
     "$bin" bench -m "$f" -ngl 99 --cpu-moe -t "$N" -r 1 -p 0 -n 32 >"$W/raw/step_bench.txt" 2>&1
-  echo "  traced tg32: rc $? ($(grep -E 'tg32' "$W/raw/step_bench.txt" | tr -s ' ' | cut -c1-120))"
+  local rc=$?
+  echo "  traced tg32: rc $rc ($(grep -E 'tg32' "$W/raw/step_bench.txt" | tr -s ' ' | cut -c1-120))"
   # the warm-up decodes 16 tokens, then the 32 timed ones (one CUDA graph replay per token)
   { echo "## One tiered decode step of $mod (-ngl 99 --cpu-moe), per layer"; echo
     [ -s "$W/step.csv" ] && py step "$W/step.csv" 16 32 || echo "no trace written"; } >"$OUT/tiered_step.txt"

@@ -294,6 +294,8 @@ hm_status cuda_engine_handoff_reset(struct cuda_engine *e, hm_error *err) {
 hm_status cuda_engine_handoff_check(const struct cuda_engine *e, hm_error *err) { return HM_OK; }
 
 /* ---- cuda_fetch.h: fetched experts need CUDA ---- */
+#include <string.h>
+
 #include "cuda/cuda_fetch.h"
 
 hm_status cuda_engine_fetch_set(struct cuda_engine *e, void *buf0, void *buf1, size_t cap,

@@ -30,6 +30,7 @@
 #include "moe/placement.h"
 #include "moe/tracer.h"
 #include "quant/qtypes.h"
+#include "runtime/fetch_setup.h"
 #include "runtime/tiered.h"
 
 struct hm_context {
@@ -46,6 +47,8 @@ struct hm_context {
     char *override_tensor;    /* the context's copy of p.override_tensor */
     moe_placement plan;       /* the placement plan (zeroed when none was asked for) */
     char *report;             /* its report, or NULL */
+    fetch_setup fetch;        /* prompt ubatches' fetched experts (tiered plans) */
+    uint64_t staging;         /* bytes of one staging buffer the plan reserved (0: none) */
 };
 
 hm_context_params hm_context_default_params(void) {
@@ -64,8 +67,10 @@ static hm_status resolve_params(const hm_model *m, const hm_context_params *in,
     *p = in ? *in : hm_context_default_params();
     if (p->n_ctx < 0 || p->n_batch < 0 || p->n_ubatch < 0 || p->n_threads < 0)
         return hm_error_set(err, HM_ERR_ARG, "context sizes and thread count must be >= 0");
-    if (p->n_gpu_layers < 0 || p->main_gpu < 0 || p->n_cpu_moe < 0)
-        return hm_error_set(err, HM_ERR_ARG, "-ngl, --n-cpu-moe and -mg must be >= 0");
+    if (p->n_gpu_layers < 0 || p->main_gpu < 0 || p->n_cpu_moe < 0 ||
+        p->moe_offload_threshold < 0)
+        return hm_error_set(err, HM_ERR_ARG, "-ngl, --n-cpu-moe, --moe-offload-threshold and "
+                            "-mg must be >= 0");
     if (p->n_ctx == 0) p->n_ctx = (int)(hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
     if (p->n_batch == 0) p->n_batch = 2048;
     if (p->n_ubatch == 0) p->n_ubatch = 512;
@@ -256,20 +261,39 @@ static hm_status refuse_mixed(const hm_context *c, const moe_placement_tensor *h
                         "the experts", flags, host_tensor ? host_tensor->name : "a tensor");
 }
 
+/* The fetched-expert path of a tiered engine (runtime/fetch_setup.h): staging buffers of the
+ * size the plan reserved, else what the budget leaves (at most the largest layer's experts). */
+static hm_status fetch_open(hm_context *c, hm_error *err) {
+    uint64_t cap = c->staging;
+    if (!cap && c->plan.budget > c->plan.device_total) {
+        const uint64_t full = fetch_setup_full_cap(c->m);
+        cap = (c->plan.budget - c->plan.device_total) / 2;
+        if (cap > full) cap = full;
+    }
+    return fetch_setup_open(&c->fetch, c->m, c->gpu, c->tiered, c->p.main_gpu, (size_t)cap,
+                            c->p.moe_offload_threshold, &c->report, err);
+}
+
 /* The GPU engine for the plan: the whole model (res NULL), or the tiered plan (res: the plan's
  * residency map, whose host-only layers the engine hands to the CPU side, runtime/tiered.h);
- * when it cannot start, the CPU (logged) unless gpu_strict. */
-static hm_status gpu_open(hm_context *c, const hm_residency *res, hm_error *err) {
+ * split > 0: from that layer on (the CPU engine runs the ones before, c->split); when it cannot
+ * start, the CPU (logged) unless gpu_strict. */
+static hm_status gpu_open(hm_context *c, const hm_residency *res, int split, hm_error *err) {
     cuda_engine_params ep = {.device = c->p.main_gpu, .n_ctx = c->p.n_ctx,
                              .n_ubatch = c->p.n_ubatch, .type_k = c->p.type_k,
-                             .type_v = c->p.type_v, .res = res, .vram_budget = c->p.vram_budget};
+                             .type_v = c->p.type_v, .res = res, .vram_budget = c->p.vram_budget,
+                             .layer_begin = split};
     hm_error e2 = {0};
     hm_status st = cuda_engine_init(c->m, &ep, &c->gpu, &e2);
     if (st == HM_OK && cuda_engine_host_layers(c->gpu) > 0) {
         hm_tiered_params tp = hm_tiered_default_params();
         tp.n_threads = c->p.n_threads;
         st = hm_tiered_init(c->m, c->gpu, &tp, &c->tiered, &e2);
+        if (st == HM_OK) st = fetch_open(c, &e2);
         if (st != HM_OK) {
+            hm_tiered_free(c->tiered);
+            c->tiered = NULL;
+            fetch_setup_close(&c->fetch, c->gpu);
             cuda_engine_free(c->gpu);
             c->gpu = NULL;
         }
@@ -304,6 +328,14 @@ static hm_status placement_open(hm_context *c, hm_error *err) {
     o.vram_free = g.free;
     o.kv_bytes_per_layer = g.kv_layer;
     o.scratch_bytes = g.scratch;
+    if (g.have && (c->p.cpu_moe || c->p.n_cpu_moe > 0 ||
+                   (c->p.override_tensor && *c->p.override_tensor))) {
+        /* experts asked into RAM: two staging buffers for the prompts' fetched experts, each
+         * the largest layer's experts, at most an eighth of the free VRAM */
+        const uint64_t full = fetch_setup_full_cap(c->m);
+        c->staging = full < g.free / 8 ? full : g.free / 8;
+        o.scratch_bytes += 2 * c->staging;
+    }
     o.gpu_strict = c->p.gpu_strict && g.have; /* no GPU: refused below, with the reason */
     hm_status st = moe_placement_plan(c->m, &o, &c->plan, err);
     if (st != HM_OK) return st;
@@ -388,8 +420,10 @@ hm_status hm_context_init(const hm_model *m, const hm_context_params *params, hm
 void hm_context_free(hm_context *c) {
     if (!c) return;
     hm_tiered_free(c->tiered); /* before the engine it serves */
+    fetch_setup_close(&c->fetch, c->gpu); /* after the worker that copies, before the engine */
     cuda_engine_free(c->gpu);
     cpu_engine_free(c->cpu);
+    free(c->rows);
     free(c->hits);
     free(c->calls);
     free(c->tokens);

@@ -65,6 +65,10 @@ typedef struct {
     int main_gpu;     /* -mg: CUDA device index (default 0) */
     bool gpu_strict;  /* --gpu-strict: the whole model on the GPU or hm_context_init fails with
                          the reason (admission control), never a tiered plan or the CPU */
+    int64_t moe_offload_threshold; /* --moe-offload-threshold N: prompt ubatches of >= N tokens
+                         run every used RAM expert on the GPU from a fetched copy, smaller ones
+                         on the CPU; 0 = the calibrated cost model (docs/OFFLOAD.md). Decode
+                         steps (<= 8 tokens) always stay on the CPU */
 } hm_context_params;
 
 hm_context_params hm_context_default_params(void);
