@@ -62,6 +62,10 @@ static const common_spec k_common[] = {
     {"--vram-budget", NULL, CLI_ARGS_CONTEXT, CLI_ARG_INT, OFF(vram_budget_mib), "MiB",
      "most VRAM hotmoe may allocate: weights, KV cache, buffers (not the CUDA context) "
      "(default: the free VRAM)"},
+    {"--moe-offload-threshold", NULL, CLI_ARGS_CONTEXT, CLI_ARG_INT, OFF(moe_offload_threshold),
+     "N", "with routed experts in RAM on a GPU: prompt ubatches of >= N tokens run every expert "
+     "they use on the GPU from a copy, smaller ones on the CPU (default: 0, the calibrated cost "
+     "model decides per expert; decode steps stay on the CPU)"},
     {"-mg", "--main-gpu", CLI_ARGS_CONTEXT, CLI_ARG_INT, OFF(main_gpu), "INDEX",
      "CUDA device for the model (default: 0)"},
     {"--gpu-strict", NULL, CLI_ARGS_CONTEXT, CLI_ARG_BOOL, OFF(gpu_strict), NULL,
@@ -184,6 +188,7 @@ static const char *check_ranges(const cli_common_args *a, unsigned groups, char 
         if (a->n_ubatch < 1) return "-ub must be >= 1";
         if (a->n_gpu_layers < 0) return "-ngl must be >= 0";
         if (a->n_cpu_moe < 0) return "--n-cpu-moe must be >= 0";
+        if (a->moe_offload_threshold < 0) return "--moe-offload-threshold must be >= 0";
         if (a->given_vram_budget && a->vram_budget_mib < 1)
             return "--vram-budget must be >= 1 (MiB)";
         for (int i = 0; i < a->override_tensor.n; i++)

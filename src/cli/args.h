@@ -66,6 +66,7 @@ typedef struct {
     int n_cpu_moe;            /* --n-cpu-moe N: the routed experts of layers [0, N) stay in RAM */
     cli_str_list override_tensor; /* -ot REGEX=DEVICE[,...], each flag in order */
     int vram_budget_mib;      /* --vram-budget MiB: cap on hotmoe's VRAM (0: not given) */
+    int moe_offload_threshold; /* --moe-offload-threshold N (0: the cost model) */
     int main_gpu;             /* -mg: CUDA device index (0) */
     bool gpu_strict;          /* --gpu-strict: refuse instead of a tiered or CPU fallback */
     bool repack;              /* -rtr/--repack: hm_model_params.repack */

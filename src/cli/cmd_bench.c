@@ -18,6 +18,7 @@
  * ',' between sets is refused), plus hotmoe's --cpu-moe and --vram-budget; the table adds the
  * columns llama-bench would (ngl on the GPU or when given, n_cpu_moe, ot) and cpu_moe, and the
  * JSON rows carry n_gpu_layers, n_cpu_moe, tensor_buft_overrides, cpu_moe and vram_budget_mib.
+ * --moe-offload-threshold N adds an offl_th column (and moe_offload_threshold in JSON).
  */
 #include <inttypes.h>
 #include <math.h>
@@ -123,6 +124,7 @@ typedef struct {
     int n_cpu_moe;         /* a column when > 0 */
     const char *ot;        /* -ot as given ("a=CPU;b=CPU"), NULL: none (no column) */
     int vram_budget_mib;   /* 0: not given */
+    int offload_threshold; /* --moe-offload-threshold (a column when > 0) */
 } bench_place;
 
 static void print_md(const cli_engine *e, const bench_place *pl, const char *desc,
@@ -136,6 +138,7 @@ static void print_md(const cli_engine *e, const bench_place *pl, const char *des
     if (pl->n_cpu_moe > 0) printf(" %9s |", "n_cpu_moe");
     if (pl->cpu_moe) printf(" %7s |", "cpu_moe");
     printf(" %7s |", "threads");
+    if (pl->offload_threshold > 0) printf(" %7s |", "offl_th");
     if (pl->ot) printf(" %-*s |", ot_w, "ot");
     printf(" %13s | %20s |\n", "test", "t/s");
     printf("| ------------------------------ | ---------: | ---------: | ---------- |");
@@ -143,6 +146,7 @@ static void print_md(const cli_engine *e, const bench_place *pl, const char *des
     if (pl->n_cpu_moe > 0) printf(" --------: |");
     if (pl->cpu_moe) printf(" ------: |");
     printf(" ------: |");
+    if (pl->offload_threshold > 0) printf(" ------: |");
     if (pl->ot) {
         putchar(' ');
         for (int i = 0; i < ot_w; i++) putchar('-');
@@ -159,6 +163,7 @@ static void print_md(const cli_engine *e, const bench_place *pl, const char *des
         if (pl->n_cpu_moe > 0) printf(" %9d |", pl->n_cpu_moe);
         if (pl->cpu_moe) printf(" %7d |", 1);
         printf(" %7d |", e->n_threads);
+        if (pl->offload_threshold > 0) printf(" %7d |", pl->offload_threshold);
         if (pl->ot) printf(" %-*s |", ot_w, pl->ot);
         /* "±" is two bytes wide in UTF-8 but one column: pad by one more */
         printf(" %13s | %21s |\n", rows[r].name, ts);
@@ -193,6 +198,7 @@ static hm_status print_json(const cli_engine *e, const cli_common_args *a,
         hm_json_key(&j, "tensor_buft_overrides"); hm_json_str(&j, pl->ot ? pl->ot : "none");
         hm_json_key(&j, "cpu_moe"); hm_json_bool(&j, pl->cpu_moe);
         hm_json_key(&j, "vram_budget_mib"); hm_json_int(&j, pl->vram_budget_mib);
+        hm_json_key(&j, "moe_offload_threshold"); hm_json_int(&j, pl->offload_threshold);
         hm_json_key(&j, "test"); hm_json_str(&j, row->name);
         hm_json_key(&j, "n_prompt"); hm_json_int(&j, row->n_prompt);
         hm_json_key(&j, "n_gen"); hm_json_int(&j, row->n_gen);
@@ -300,7 +306,8 @@ int cmd_bench(int argc, char **argv) {
     }
     bench_place pl = {.ngl = false, .n_gpu_layers = a.n_gpu_layers, .cpu_moe = a.cpu_moe,
                             .n_cpu_moe = a.n_cpu_moe, .ot = ot.n ? ot.v[0] : NULL,
-                            .vram_budget_mib = a.vram_budget_mib};
+                            .vram_budget_mib = a.vram_budget_mib,
+                            .offload_threshold = a.moe_offload_threshold};
     /* the context must hold the longest test */
     int need = n_prompt > n_gen ? n_prompt : n_gen;
     int n_ctx_default = need < 512 ? 512 : need;

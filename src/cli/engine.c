@@ -105,6 +105,7 @@ int cli_engine_open(cli_engine *e, const char *cmd, const cli_common_args *a, un
     cp.vram_budget = (uint64_t)a->vram_budget_mib << 20;
     cp.main_gpu = a->main_gpu;
     cp.gpu_strict = a->gpu_strict;
+    cp.moe_offload_threshold = a->moe_offload_threshold;
     bool oom = false;
     char *ot = cli_args_overrides(a, &oom); /* the context keeps its own copy */
     if (oom) {

@@ -276,13 +276,11 @@ static hm_status fetch_open(hm_context *c, hm_error *err) {
 
 /* The GPU engine for the plan: the whole model (res NULL), or the tiered plan (res: the plan's
  * residency map, whose host-only layers the engine hands to the CPU side, runtime/tiered.h);
- * split > 0: from that layer on (the CPU engine runs the ones before, c->split); when it cannot
- * start, the CPU (logged) unless gpu_strict. */
-static hm_status gpu_open(hm_context *c, const hm_residency *res, int split, hm_error *err) {
+ * when it cannot start, the CPU (logged) unless gpu_strict. */
+static hm_status gpu_open(hm_context *c, const hm_residency *res, hm_error *err) {
     cuda_engine_params ep = {.device = c->p.main_gpu, .n_ctx = c->p.n_ctx,
                              .n_ubatch = c->p.n_ubatch, .type_k = c->p.type_k,
-                             .type_v = c->p.type_v, .res = res, .vram_budget = c->p.vram_budget,
-                             .layer_begin = split};
+                             .type_v = c->p.type_v, .res = res, .vram_budget = c->p.vram_budget};
     hm_error e2 = {0};
     hm_status st = cuda_engine_init(c->m, &ep, &c->gpu, &e2);
     if (st == HM_OK && cuda_engine_host_layers(c->gpu) > 0) {
@@ -423,7 +421,6 @@ void hm_context_free(hm_context *c) {
     fetch_setup_close(&c->fetch, c->gpu); /* after the worker that copies, before the engine */
     cuda_engine_free(c->gpu);
     cpu_engine_free(c->cpu);
-    free(c->rows);
     free(c->hits);
     free(c->calls);
     free(c->tokens);

@@ -555,6 +555,8 @@ hm_status hm_tiered_set_offload(hm_tiered *t, const hm_tiered_offload *o, hm_err
     return HM_OK;
 }
 
+tp_pool *hm_tiered_pool(hm_tiered *t) { return t ? t->pool : NULL; }
+
 hm_status hm_tiered_check(hm_tiered *t, hm_error *err) {
     if (!t) return HM_OK;
     pthread_mutex_lock(&t->mu);

@@ -109,6 +109,9 @@ typedef struct {
  * comes first; on a caller-owned view every layer has none (no expert can go to the GPU).
  * HM_ERR_ARG for a negative threshold or a negative or non-finite rate. */
 hm_status hm_tiered_set_offload(hm_tiered *t, const hm_tiered_offload *o, hm_error *err);
+/* The pool the worker computes with: others may run jobs on it only before the first step
+ * (the calibration at init: runtime/calibrate.h, whose CPU figures must be this pool's). */
+tp_pool *hm_tiered_pool(hm_tiered *t);
 
 typedef struct {
     uint64_t requests; /* layer requests answered */
