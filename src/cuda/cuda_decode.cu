@@ -140,6 +140,10 @@ extern "C" hm_status cuda_decode_init(cuda_engine *e, const sample_params *sp, i
                                       cuda_decode **out, hm_error *err) {
     *out = NULL;
     if (!e) return hm_error_set(err, HM_ERR_ARG, "cuda_decode_init: no engine");
+    if (e->p.layer_begin > 0) /* its first layers run on the CPU: the host API only */
+        return hm_error_set(err, HM_ERR_UNSUPPORTED, "cuda_decode_init: the engine starts at "
+                            "layer %d (a partial -ngl): the autonomous loop needs the whole "
+                            "model on the GPU", e->p.layer_begin);
     if (depth < 1 || depth > CUDA_DECODE_MAX_DEPTH)
         return hm_error_set(err, HM_ERR_ARG, "cuda_decode_init: depth %d (1..%d)", depth,
                             CUDA_DECODE_MAX_DEPTH);

@@ -33,6 +33,13 @@
  * (cuda_handoff.h, runtime/tiered.h); a layer with some experts on the device and some not is
  * refused for now.
  *
+ * Layer range (a partial -ngl, runtime/context.h): with layer_begin k > 0 the engine holds and
+ * runs layers [k, n_layer), the output norm and the output matrix only: no token embeddings,
+ * no weights and no KV cache for layers below k. Its input is hidden rows from the host
+ * (cuda_engine_decode_rows: the residual after layer k - 1, computed by the CPU engine); token
+ * ids are refused (cuda_engine_decode, the autonomous loop). Host layers (the tiered step) may
+ * be among its layers as usual. With k = n_layer it runs the output layer alone.
+ *
  * Routing counts: cuda_engine_route_counts_enable turns on per-layer counters in device memory
  * (hits [n_layer][n_expert] uint32, calls and tokens [n_layer] uint64) that the router's top-k
  * kernel increments (atomics, in the kernel that selects: no extra launch or graph node, and
@@ -64,6 +71,8 @@ typedef struct {
                               * only); NULL: every expert on the device, slot = expert id */
     uint64_t vram_budget;    /* --vram-budget: the most bytes init may allocate (weights + KV +
                               * buffers, not the CUDA context); 0 = no cap but the free memory */
+    int layer_begin;         /* the first layer the engine runs, 0..n_layer (see DESIGN); 0: the
+                              * whole model from token ids */
 } cuda_engine_params;
 
 /* Device bytes the engine would allocate: weights, KV cache, scratch (all three out, any may be
@@ -73,7 +82,9 @@ typedef struct {
  * hm_residency_check is HM_ERR_ARG, one where an expert of a MoE layer has no device slot while
  * others of the layer have one HM_ERR_UNSUPPORTED ("expert residency: layer L expert E has no
  * device slot while N of the layer's experts have one ..."). Host-only computation (the stub of
- * a build without CUDA returns HM_ERR_UNSUPPORTED). */
+ * a build without CUDA returns HM_ERR_UNSUPPORTED). With layer_begin > 0 the token embeddings
+ * and the layers below it count nothing (their entries of the map are not read); a layer_begin
+ * outside 0..n_layer is HM_ERR_ARG. */
 hm_status cuda_engine_plan(const hm_model *m, const cuda_engine_params *p, uint64_t *weights,
                            uint64_t *kv, uint64_t *scratch, hm_error *err);
 
@@ -91,10 +102,16 @@ void cuda_engine_free(cuda_engine *e);
  * token, ALL: [n_tok][n_vocab]) copied to the host. The caller (hm_decode) has checked the
  * arguments (token ids in range, pos + n_tok <= n_ctx). Positions >= pos are overwritten, so
  * rewinding the cache is only a smaller pos. Synchronises the engine's stream before it
- * returns. With host layers: HM_ERR_STATE without a CPU side attached, while the hand-off is
+ * returns. HM_ERR_STATE for an engine with layer_begin > 0. With host layers: HM_ERR_STATE without a CPU side attached, while the hand-off is
  * aborted, or when a step's hand-off failed (cuda_handoff.h). */
 hm_status cuda_engine_decode(cuda_engine *e, const int32_t *tokens, int n_tok, int pos,
                              float *logits, hm_logits_mode mode, hm_error *err);
+
+/* As cuda_engine_decode, from hidden rows instead of token ids: x [n_tok][n_embd] f32 (host
+ * memory) is the input of layer layer_begin at positions pos..pos+n_tok-1 (the embedding rows
+ * when layer_begin is 0). The way into an engine with layer_begin > 0. */
+hm_status cuda_engine_decode_rows(cuda_engine *e, const float *x, int n_tok, int pos,
+                                  float *logits, hm_logits_mode mode, hm_error *err);
 
 /* "NVIDIA H100 80GB HBM3 (device 0), 123 MiB weights + 45 MiB KV + 6 MiB buffers" */
 const char *cuda_engine_describe(const cuda_engine *e);

@@ -19,6 +19,8 @@
  * bias add indexes the layer's expert arenas (n_slots experts) with the slots; the combine and
  * the gating weights stay with the ids. With routing counts on, the same router launch adds to
  * the layer's device counters (no launch of its own).
+ * An engine with layer_begin > 0 (a partial -ngl) starts from input rows already in e->x and
+ * runs its layers only.
  * Nothing here synchronises, allocates or copies to the host; positions come from e->d_pos.
  */
 #include <cuda_runtime.h>
@@ -566,17 +568,20 @@ extern "C" hm_status cuda_engine_enqueue_forward(cuda_engine *e, const int32_t *
     if (n_tok <= 0 || n_tok > e->p.n_ubatch)
         return hm_error_set(err, HM_ERR_ARG, "GPU: %d tokens in one step (1..%d)", n_tok,
                             e->p.n_ubatch);
+    if (d_tokens && e->p.layer_begin > 0)
+        return hm_error_set(err, HM_ERR_STATE, "GPU: the engine starts at layer %d: its input "
+                            "is hidden rows, not token ids", e->p.layer_begin);
     hm_status st0 = cuda_handoff_ready(e, err); /* host layers need a CPU side attached */
     if (st0 != HM_OK) return st0;
     cu_launch(k_positions, (n_tok + 127) / 128, 128, 0, S(e), e->d_pos, e->d_positions, n_tok,
               e->n_host ? e->d_seq : (uint32_t *)NULL);
     hm_status st = launched("k_positions", err);
-    if (st == HM_OK)
+    if (st == HM_OK && d_tokens) /* else: the input rows are in e->x */
         st = cuda_get_rows(e->tok_embd.type, e->tok_embd.d, e->tok_embd.row_size, d_tokens, n_tok,
                            e->hp.n_embd, e->x, e->stream, err);
     fwd_defer dfr;
     memset(&dfr, 0, sizeof(dfr));
-    for (int il = 0; il < e->hp.n_layer && st == HM_OK; il++) {
+    for (int il = e->p.layer_begin; il < e->hp.n_layer && st == HM_OK; il++) {
         st = attention_block(e, il, n_tok, &dfr, err);
         if (st == HM_OK) st = moe_block(e, il, n_tok, &dfr, err);
     }

@@ -12,7 +12,10 @@
  * The expert tensors of a layer (LAYER_EXPERTS) follow the residency map: an arena of n_slots
  * experts each, expert e's bytes copied to its slot (runs of consecutive slots in one piece, so
  * the identity map uploads each tensor as one piece, as before), and the map's slot array goes
- * to the device as the expert->slot table the router reads (cuda_engine.h).
+ * to the device as the expert->slot table the router reads (cuda_engine.h). An engine with
+ * layer_begin k > 0 plans, uploads and gives KV to layers [k, n_layer) and the output only (no
+ * token embeddings); its input rows come from the host through a pinned buffer allocated at
+ * the first cuda_engine_decode_rows.
  */
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -66,10 +69,12 @@ static hm_status check_matrix(const hm_tensor *t, hm_error *err) {
     return HM_OK;
 }
 
-/* Whether layer il of m is a host layer under r: it has experts and none of them has a device
- * slot (they are computed by the CPU through the hand-off, cuda_handoff.h). */
-static bool host_layer(const hm_model *m, const hm_residency *r, int il) {
-    if (!r || !hm_model_layer(m, il)->gate_exps.data) return false;
+/* Whether layer il of m is a host layer under p's map: one of the engine's layers (il >=
+ * layer_begin) that has experts, none of which has a device slot (they are computed by the CPU
+ * through the hand-off, cuda_handoff.h). */
+static bool host_layer(const hm_model *m, const cuda_engine_params *p, int il) {
+    const hm_residency *r = p->res;
+    if (!r || il < p->layer_begin || !hm_model_layer(m, il)->gate_exps.data) return false;
     return hm_residency_n_device(r, il) == 0;
 }
 
@@ -83,7 +88,7 @@ static size_t layout_scratch(const hm_model *m, const cuda_engine_params *p, cud
     const int64_t nv = hp->n_head_kv * hp->head_dim_v, nqv = hp->n_head * hp->head_dim_v;
     const int64_t n_logit = nu < 64 ? nu : 64;
     bool any_host = false; /* a host layer's shared expert runs while the CPU works: hsh */
-    for (int il = 0; il < hp->n_layer; il++) any_host = any_host || host_layer(m, p->res, il);
+    for (int il = 0; il < hp->n_layer; il++) any_host = any_host || host_layer(m, p, il);
     const bool hsh = any_host && hm_model_arch(m)->shared_expert;
     /* quantised activations: the largest [rows][k] input of any product */
     size_t act = 0, gemm = 0;
@@ -178,10 +183,11 @@ static size_t layout_scratch(const hm_model *m, const cuda_engine_params *p, cud
     return off;
 }
 
-/* The residency map against the model: its shape, its consistency, and, for every layer that
- * has experts, either a device slot for each expert or none at all (a host layer; a layer split
- * between host and device is not supported yet). */
-static hm_status check_residency(const hm_model *m, const hm_residency *r, hm_error *err) {
+/* The residency map against the model: its shape, its consistency, and, for every layer of the
+ * engine that has experts, either a device slot for each expert or none at all (a host layer; a
+ * layer split between host and device is not supported yet). */
+static hm_status check_residency(const hm_model *m, const cuda_engine_params *p, hm_error *err) {
+    const hm_residency *r = p->res;
     if (!r) return HM_OK;
     const hm_hparams *hp = hm_model_hparams(m);
     if (r->n_layer != hp->n_layer || r->n_expert != hp->n_expert)
@@ -190,8 +196,8 @@ static hm_status check_residency(const hm_model *m, const hm_residency *r, hm_er
                             (long long)hp->n_layer, (long long)hp->n_expert);
     hm_status st = hm_residency_check(r, err);
     if (st != HM_OK) return st;
-    for (int il = 0; il < r->n_layer; il++) {
-        if (!hm_model_layer(m, il)->gate_exps.data || host_layer(m, r, il)) continue;
+    for (int il = p->layer_begin; il < r->n_layer; il++) {
+        if (!hm_model_layer(m, il)->gate_exps.data || host_layer(m, p, il)) continue;
         for (int ie = 0; ie < r->n_expert; ie++)
             if (r->slot[hm_residency_at(r, il, ie)] < 0)
                 return hm_error_set(err, HM_ERR_UNSUPPORTED, "expert residency: layer %d expert "
@@ -209,22 +215,26 @@ extern "C" hm_status cuda_engine_plan(const hm_model *m, const cuda_engine_param
     const hm_hparams *hp = hm_model_hparams(m);
     if (p->n_ctx <= 0 || p->n_ubatch <= 0)
         return hm_error_set(err, HM_ERR_ARG, "GPU: n_ctx and n_ubatch must be > 0");
+    if (p->layer_begin < 0 || p->layer_begin > hp->n_layer)
+        return hm_error_set(err, HM_ERR_ARG, "GPU: first layer %d of a model of %lld layers",
+                            p->layer_begin, (long long)hp->n_layer);
+    const bool embd = p->layer_begin == 0; /* token ids in: the embeddings on the device */
     if (hp->head_dim_k != hp->head_dim_v)
         return hm_error_set(err, HM_ERR_UNSUPPORTED, "GPU: key and value head sizes differ "
                             "(%lld, %lld)", (long long)hp->head_dim_k, (long long)hp->head_dim_v);
     hm_status st = cuda_kv_check(p->type_k, p->type_v, (int)hp->n_head_kv, (int)hp->head_dim_k,
                                  err);
     if (st != HM_OK) return st;
-    st = check_residency(m, p->res, err);
-    if (st == HM_OK) st = check_matrix(hm_model_tok_embd(m), err);
+    st = check_residency(m, p, err);
+    if (st == HM_OK && embd) st = check_matrix(hm_model_tok_embd(m), err);
     if (st == HM_OK) st = check_matrix(hm_model_output(m), err);
     if (st == HM_OK) st = check_vector(hm_model_output_norm(m), err);
-    uint64_t w = align_up(tensor_bytes(hm_model_tok_embd(m))) +
+    uint64_t w = (embd ? align_up(tensor_bytes(hm_model_tok_embd(m))) : 0) +
                  align_up(tensor_bytes(hm_model_output(m))) +
                  align_up(tensor_bytes(hm_model_output_norm(m)));
-    for (int il = 0; il < hp->n_layer && st == HM_OK; il++) {
+    for (int il = p->layer_begin; il < hp->n_layer && st == HM_OK; il++) {
         const hm_layer *L = hm_model_layer(m, il);
-        const bool host = host_layer(m, p->res, il);
+        const bool host = host_layer(m, p, il);
         const int64_t ns = host ? 0 : p->res ? p->res->n_slots[il] : hp->n_expert;
 #define CHECK_V(f)                                                                               \
     if (st == HM_OK) st = check_vector(&L->f, err);                                            \
@@ -251,7 +261,7 @@ extern "C" hm_status cuda_engine_plan(const hm_model *m, const cuda_engine_param
     uint64_t row_k = 2 * (uint64_t)(hp->n_head_kv * hp->head_dim_k);
     uint64_t row_v = 2 * (uint64_t)(hp->n_head_kv * hp->head_dim_v);
     uint64_t k = 0;
-    for (int il = 0; il < hp->n_layer; il++)
+    for (int il = p->layer_begin; il < hp->n_layer; il++)
         k += align_up(row_k * (uint64_t)p->n_ctx) + align_up(row_v * (uint64_t)p->n_ctx);
     if (weights) *weights = w;
     if (kv) *kv = k;
@@ -363,10 +373,11 @@ static hm_status upload_all(cuda_engine *e, cudaStream_t s, const int32_t *slot_
             st = hm_error_set(err, HM_ERR_CUDA, "GPU: cannot allocate %zu MiB of pinned memory "
                               "for the upload", k_stage_bytes >> 20);
     }
-    if (st == HM_OK) st = upload_tensor(&u, hm_model_tok_embd(m), &e->tok_embd, err);
+    if (st == HM_OK && e->p.layer_begin == 0)
+        st = upload_tensor(&u, hm_model_tok_embd(m), &e->tok_embd, err);
     if (st == HM_OK) st = upload_tensor(&u, hm_model_output(m), &e->output, err);
     if (st == HM_OK) st = upload_tensor(&u, hm_model_output_norm(m), &e->output_norm, err);
-    for (int il = 0; il < e->hp.n_layer && st == HM_OK; il++) {
+    for (int il = e->p.layer_begin; il < e->hp.n_layer && st == HM_OK; il++) {
         const hm_layer *L = hm_model_layer(m, il);
         cuda_layer *D = &e->layers[il];
         const int32_t *slot = slot_of + (size_t)il * (size_t)e->hp.n_expert;
@@ -484,7 +495,7 @@ extern "C" hm_status cuda_engine_init(const hm_model *m, const cuda_engine_param
         char *kvp = (char *)e->kv_arena;
         size_t row_k = 2 * (size_t)(e->hp.n_head_kv * e->hp.head_dim_k);
         size_t row_v = 2 * (size_t)(e->hp.n_head_kv * e->hp.head_dim_v);
-        for (int il = 0; il < e->hp.n_layer; il++) {
+        for (int il = p->layer_begin; il < e->hp.n_layer; il++) {
             e->layers[il].k_cache = (uint16_t *)kvp;
             kvp += align_up(row_k * (size_t)p->n_ctx);
             e->layers[il].v_cache = (uint16_t *)kvp;
@@ -508,8 +519,9 @@ extern "C" hm_status cuda_engine_init(const hm_model *m, const cuda_engine_param
             slot_of[i] = p->res ? p->res->slot[i] : (int32_t)(i % (size_t)e->hp.n_expert);
         for (int il = 0; il < e->hp.n_layer; il++) {
             cuda_layer *D = &e->layers[il];
-            D->host = host_layer(m, p->res, il);
-            D->n_slots = D->host ? 0 : p->res ? p->res->n_slots[il] : e->hp.n_expert;
+            D->host = host_layer(m, p, il);
+            D->n_slots = D->host || il < p->layer_begin ? 0
+                         : p->res ? p->res->n_slots[il] : e->hp.n_expert;
             D->slot_of = e->d_slot_of + (size_t)il * (size_t)e->hp.n_expert;
             e->n_host += D->host;
         }
@@ -533,6 +545,15 @@ extern "C" hm_status cuda_engine_init(const hm_model *m, const cuda_engine_param
                          "%.2f s, %.1f GB/s) + %.0f MiB KV + %.0f MiB buffers",
                          info[p->device].name, p->device, mib(wb), upload_s,
                          upload_s > 0 ? (double)wb / upload_s * 1e-9 : 0.0, mib(kvb), mib(sb));
+        if (p->layer_begin > 0 && w > 0 && (size_t)w < sizeof(e->info)) {
+            if (p->layer_begin < e->hp.n_layer)
+                w += snprintf(e->info + w, sizeof(e->info) - (size_t)w, "; layers %d-%lld and "
+                              "the output (layers 0-%d on the CPU)", p->layer_begin,
+                              (long long)e->hp.n_layer - 1, p->layer_begin - 1);
+            else
+                w += snprintf(e->info + w, sizeof(e->info) - (size_t)w, "; the output layer "
+                              "alone (every layer on the CPU)");
+        }
         if (e->n_host && w > 0 && (size_t)w < sizeof(e->info))
             snprintf(e->info + w, sizeof(e->info) - (size_t)w, "; experts of %d layer%s in host "
                      "memory, computed by the CPU (%.1f MiB hand-off)", e->n_host,
@@ -560,6 +581,7 @@ extern "C" void cuda_engine_free(cuda_engine *e) {
     if (e->h_tokens) cudaFreeHost(e->h_tokens);
     if (e->h_pos) cudaFreeHost(e->h_pos);
     if (e->h_logits) cudaFreeHost(e->h_logits);
+    if (e->h_rows) cudaFreeHost(e->h_rows);
     if (e->stream) cudaStreamDestroy((cudaStream_t)e->stream);
     free(e->layers);
     free(e->h_slot_of);
@@ -666,35 +688,55 @@ static hm_status logits_to_host(cuda_engine *e, int n, float *dst, hm_error *err
     return st;
 }
 
-extern "C" hm_status cuda_engine_decode(cuda_engine *e, const int32_t *tokens, int n_tok, int pos,
-                                        float *logits, hm_logits_mode mode, hm_error *err) {
+/* The host API's body: tokens (ids, layer_begin 0) or rows ([n_tok][n_embd] f32) in host
+ * memory, one of them NULL. */
+static hm_status decode_input(cuda_engine *e, const int32_t *tokens, const float *rows,
+                              int n_tok, int pos, float *logits, hm_logits_mode mode,
+                              hm_error *err) {
     if (n_tok <= 0 || pos < 0 || (int64_t)pos + n_tok > e->p.n_ctx)
         return hm_error_set(err, HM_ERR_ARG, "GPU: %d tokens at position %d do not fit %d",
                             n_tok, pos, e->p.n_ctx);
     if (cudaSetDevice(e->p.device) != cudaSuccess)
         return hm_error_set(err, HM_ERR_CUDA, "GPU: cannot select device %d", e->p.device);
     cudaStream_t s = (cudaStream_t)e->stream;
+    const size_t row_bytes = sizeof(float) * (size_t)e->hp.n_embd;
+    if (rows && !e->h_rows) { /* pinned [n_ubatch][n_embd], once */
+        cudaError_t ce = cudaMallocHost((void **)&e->h_rows, row_bytes * (size_t)e->p.n_ubatch);
+        if (ce != cudaSuccess) {
+            e->h_rows = NULL;
+            return hm_error_set(err, HM_ERR_CUDA, "GPU: pinned input rows (%zu bytes): %s",
+                                row_bytes * (size_t)e->p.n_ubatch, cudaGetErrorString(ce));
+        }
+    }
     hm_status st = cuda_handoff_ready(e, err); /* host layers: a CPU side serving, no fault */
     if (st == HM_OK) st = cuda_engine_set_pos(e, pos, err);
     for (int done = 0; done < n_tok && st == HM_OK;) {
         int n = n_tok - done < e->p.n_ubatch ? n_tok - done : e->p.n_ubatch;
         bool last = done + n == n_tok;
-        /* h_tokens is reused: wait for the previous ubatch's upload to have run */
+        /* h_tokens / h_rows are reused: wait for the previous ubatch's upload to have run */
         if (done > 0) st = cuda_engine_sync(e, err);
         if (st == HM_OK && done > 0) st = cuda_engine_handoff_check(e, err);
         if (st != HM_OK) break;
-        memcpy(e->h_tokens, tokens + done, sizeof(int32_t) * (size_t)n);
-        cudaError_t ce = cudaMemcpyAsync(e->d_tokens, e->h_tokens, sizeof(int32_t) * (size_t)n,
-                                         cudaMemcpyHostToDevice, s);
+        cudaError_t ce;
+        if (rows) { /* layer layer_begin's input: straight into the residual stream */
+            memcpy(e->h_rows, rows + (size_t)done * (size_t)e->hp.n_embd, row_bytes * (size_t)n);
+            ce = cudaMemcpyAsync(e->x, e->h_rows, row_bytes * (size_t)n, cudaMemcpyHostToDevice,
+                                 s);
+        } else {
+            memcpy(e->h_tokens, tokens + done, sizeof(int32_t) * (size_t)n);
+            ce = cudaMemcpyAsync(e->d_tokens, e->h_tokens, sizeof(int32_t) * (size_t)n,
+                                 cudaMemcpyHostToDevice, s);
+        }
         if (ce != cudaSuccess)
-            return hm_error_set(err, HM_ERR_CUDA, "GPU: token upload: %s", cudaGetErrorString(ce));
-        st = cuda_engine_enqueue_forward(e, e->d_tokens, n, err);
+            return hm_error_set(err, HM_ERR_CUDA, "GPU: %s upload: %s", rows ? "input rows" :
+                                "token", cudaGetErrorString(ce));
+        st = cuda_engine_enqueue_forward(e, rows ? NULL : e->d_tokens, n, err);
         if (st == HM_OK && mode == HM_LOGITS_ALL) {
             for (int r = 0; r < n && st == HM_OK; r += e->n_logit_rows) {
-                int rows = n - r < e->n_logit_rows ? n - r : e->n_logit_rows;
-                st = cuda_engine_enqueue_logits(e, r, rows, err);
+                int nr = n - r < e->n_logit_rows ? n - r : e->n_logit_rows;
+                st = cuda_engine_enqueue_logits(e, r, nr, err);
                 if (st == HM_OK)
-                    st = logits_to_host(e, rows,
+                    st = logits_to_host(e, nr,
                                         logits + (size_t)(done + r) * (size_t)e->hp.n_vocab, err);
             }
         } else if (st == HM_OK && mode == HM_LOGITS_LAST && last) {
@@ -707,4 +749,20 @@ extern "C" hm_status cuda_engine_decode(cuda_engine *e, const int32_t *tokens, i
     if (st == HM_OK) st = cuda_engine_sync(e, err);
     if (st == HM_OK) st = cuda_engine_handoff_check(e, err);
     return st;
+}
+
+extern "C" hm_status cuda_engine_decode(cuda_engine *e, const int32_t *tokens, int n_tok, int pos,
+                                        float *logits, hm_logits_mode mode, hm_error *err) {
+    if (e->p.layer_begin > 0)
+        return hm_error_set(err, HM_ERR_STATE, "GPU: the engine starts at layer %d: its input is "
+                            "hidden rows (cuda_engine_decode_rows), not token ids",
+                            e->p.layer_begin);
+    if (!tokens) return hm_error_set(err, HM_ERR_ARG, "GPU: no token ids");
+    return decode_input(e, tokens, NULL, n_tok, pos, logits, mode, err);
+}
+
+extern "C" hm_status cuda_engine_decode_rows(cuda_engine *e, const float *x, int n_tok, int pos,
+                                             float *logits, hm_logits_mode mode, hm_error *err) {
+    if (!x) return hm_error_set(err, HM_ERR_ARG, "GPU: no input rows");
+    return decode_input(e, NULL, x, n_tok, pos, logits, mode, err);
 }

@@ -111,6 +111,8 @@ struct cuda_engine {
     int32_t *h_tokens; /* [nu] */
     int32_t *h_pos;    /* [1] */
     float *h_logits;   /* [n_logit_rows][n_vocab] */
+    float *h_rows;     /* [nu][n_embd] input rows of cuda_engine_decode_rows (allocated by its
+                        * first call) */
 
     bool use_gemm;           /* prompt ubatches on tensor cores (cuda_gemm.h) */
     uint64_t n_host_syncs;   /* every cuda_engine_sync (audit) */
@@ -146,7 +148,8 @@ struct cuda_engine {
 
 /* Embedding + every layer for d_tokens[0..n_tok) (device memory) at positions *d_pos + t;
  * K/V stored into the cache; leaves the final residual in e->x [n_tok][n_embd]. Does not move
- * *d_pos. n_tok <= n_ubatch. */
+ * *d_pos. n_tok <= n_ubatch. d_tokens NULL: e->x already holds the input rows of layer
+ * p.layer_begin (enqueued before); an engine with layer_begin > 0 takes only that. */
 hm_status cuda_engine_enqueue_forward(cuda_engine *e, const int32_t *d_tokens, int n_tok,
                                       hm_error *err);
 /* Final norm and output matrix for rows row0..row0+n_rows-1 of e->x into d_logits[0..n_rows).

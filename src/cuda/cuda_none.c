@@ -79,6 +79,17 @@ hm_status cuda_engine_decode(cuda_engine *e, const int32_t *tokens, int n_tok, i
     return no_cuda(err);
 }
 
+hm_status cuda_engine_decode_rows(cuda_engine *e, const float *x, int n_tok, int pos,
+                                  float *logits, hm_logits_mode mode, hm_error *err) {
+    (void)e;
+    (void)x;
+    (void)n_tok;
+    (void)pos;
+    (void)logits;
+    (void)mode;
+    return no_cuda(err);
+}
+
 const char *cuda_engine_describe(const cuda_engine *e) {
     (void)e;
     return "built without CUDA";

@@ -6,10 +6,14 @@
  * the plan it can run: the GPU engine for a plan with everything on the device, the GPU engine
  * with the plan's residency map plus the tiered runtime's CPU side for a plan whose only host
  * tensors are routed experts, the CPU engine for one with nothing on the device or when there
- * is no GPU (said in one line, refused under gpu_strict); a plan with attention on both sides
- * is refused with what to use instead. Without placement flags: the CPU engine. hm_decode validates its arguments for both (token ids, positions, sizes), keeps the
- * cache length (n_past) and runs the tokens: on the CPU in ubatches of at most n_ubatch, on the
- * GPU in one call (the engine splits). Routing reaches the observer per call on the CPU; on the
+ * is no GPU (said in one line, refused under gpu_strict); a split plan (a partial -ngl: layers
+ * [0, k) wholly on the host, the later ones and the output on the device) runs both engines,
+ * the CPU engine on layers [0, k) and the GPU engine (layer_begin k) on the rest, and any other
+ * plan with attention on both sides is refused with what to use instead. Without placement
+ * flags: the CPU engine. hm_decode validates its arguments for all (token ids, positions,
+ * sizes), keeps the cache length (n_past) and runs the tokens: on the CPU in ubatches of at most
+ * n_ubatch, on the GPU in one call (the engine splits), on a split context ubatch by ubatch
+ * through the CPU's layers, their hidden rows [n][n_embd] f32 then through the GPU's. Routing reaches the observer per call on the CPU; on the
  * GPU the device counts are read after each hm_decode call and when a generation ends
  * (hm_context_flush_routes), never per token.
  */
@@ -40,6 +44,8 @@ struct hm_context {
     cpu_engine *cpu;     /* the CPU path, or NULL */
     cuda_engine *gpu;    /* the GPU path, or NULL */
     hm_tiered *tiered;   /* the CPU side of the GPU engine's host layers (tiered plan), or NULL */
+    int split;           /* a split plan: the GPU's first layer k (cpu runs [0, k)); 0: none */
+    float *rows;         /* split: [n_ubatch][n_embd] hidden rows from the CPU's last layer */
     moe_observer obs;    /* routing observer (no function set: none) */
     bool gpu_counting;   /* the GPU engine counts routes on the device for obs */
     uint64_t *hits;      /* [n_layer][n_expert] device counts read back (GPU path) */
@@ -208,7 +214,27 @@ static void log_report(hm_log_level level, const char *text) {
     }
 }
 
-typedef enum { PLAN_HOST, PLAN_FULL, PLAN_TIERED, PLAN_MIXED } plan_kind;
+typedef enum { PLAN_HOST, PLAN_FULL, PLAN_TIERED, PLAN_SPLIT, PLAN_MIXED } plan_kind;
+
+/* The GPU's first layer k when p is a split plan (a partial -ngl): every tensor of layers
+ * [0, k) on the host; in layers [k, n_layer) the attention and every tensor but the routed
+ * experts on the device (experts in RAM there: the GPU engine's host layers); the output norm
+ * and matrix on the device (token_embd is read by the CPU whatever its tier). 0 when p is not. */
+static int split_layer(const moe_placement *p) {
+    int k = 0;
+    while (k < p->n_layer && !p->attn_device[k]) k++;
+    if (k == 0) return 0;
+    for (int il = k; il < p->n_layer; il++)
+        if (!p->attn_device[il]) return 0;
+    for (int i = 0; i < p->n_tensor; i++) {
+        const moe_placement_tensor *t = &p->tensors[i];
+        const bool dev = t->tier == MOE_TIER_DEVICE;
+        if (t->kind == MOE_TENSOR_OUTPUT && !dev) return 0;
+        if (t->layer < 0) continue;
+        if (t->layer < k ? dev : !dev && t->kind != MOE_TENSOR_EXPERTS) return 0;
+    }
+    return k;
+}
 
 /* What kind of plan p is; *host_tensor: the first tensor other than a routed expert's that
  * stays on the host (NULL when none). */
@@ -228,6 +254,7 @@ static plan_kind plan_classify(const moe_placement *p, const moe_placement_tenso
     if (!any_dev) return PLAN_HOST;
     if (all_dev) return PLAN_FULL;
     if (!attn_host && !*host_tensor) return PLAN_TIERED;
+    if (split_layer(p) > 0) return PLAN_SPLIT;
     return PLAN_MIXED;
 }
 
@@ -251,10 +278,12 @@ static hm_status refuse_mixed(const hm_context *c, const moe_placement_tensor *h
     host_attn_layers(&c->plan, layers, sizeof(layers));
     if (layers[0])
         return hm_error_set(err, HM_ERR_UNSUPPORTED, "placement %s: the attention of layers %s "
-                            "would run on the host while the GPU holds the rest; attention on "
-                            "both is not implemented yet: use -ngl 99 --cpu-moe (attention on "
-                            "the GPU, routed experts in RAM), -ngl 99 --n-cpu-moe N, or -ngl 0 "
-                            "(CPU only)", flags, layers);
+                            "would run on the host while the GPU holds the rest, and not as "
+                            "the first layers wholly on the host (what -ngl N runs: layers "
+                            "[0, k) on the CPU, the later ones and the output on the GPU); use "
+                            "-ngl N alone, -ngl 99 --cpu-moe (attention on the GPU, routed "
+                            "experts in RAM), -ngl 99 --n-cpu-moe N, or -ngl 0 (CPU only)", flags,
+                            layers);
     return hm_error_set(err, HM_ERR_UNSUPPORTED, "placement %s: %s would stay on the host; "
                         "while the GPU runs the model only routed expert tensors (ffn_*_exps) "
                         "may stay in RAM: drop that -ot, or use --cpu-moe / --n-cpu-moe N for "
@@ -276,11 +305,13 @@ static hm_status fetch_open(hm_context *c, hm_error *err) {
 
 /* The GPU engine for the plan: the whole model (res NULL), or the tiered plan (res: the plan's
  * residency map, whose host-only layers the engine hands to the CPU side, runtime/tiered.h);
- * when it cannot start, the CPU (logged) unless gpu_strict. */
-static hm_status gpu_open(hm_context *c, const hm_residency *res, hm_error *err) {
+ * split > 0: from that layer on (the CPU engine runs the ones before, c->split); when it cannot
+ * start, the CPU (logged) unless gpu_strict. */
+static hm_status gpu_open(hm_context *c, const hm_residency *res, int split, hm_error *err) {
     cuda_engine_params ep = {.device = c->p.main_gpu, .n_ctx = c->p.n_ctx,
                              .n_ubatch = c->p.n_ubatch, .type_k = c->p.type_k,
-                             .type_v = c->p.type_v, .res = res, .vram_budget = c->p.vram_budget};
+                             .type_v = c->p.type_v, .res = res, .vram_budget = c->p.vram_budget,
+                             .layer_begin = split};
     hm_error e2 = {0};
     hm_status st = cuda_engine_init(c->m, &ep, &c->gpu, &e2);
     if (st == HM_OK && cuda_engine_host_layers(c->gpu) > 0) {
@@ -297,6 +328,11 @@ static hm_status gpu_open(hm_context *c, const hm_residency *res, hm_error *err)
         }
     }
     if (st == HM_OK) {
+        c->split = split;
+        if (split > 0)
+            HM_LOGI("placement: layers 0-%d on the CPU (%d threads), %s on the GPU", split - 1,
+                    c->p.n_threads, split < c->plan.n_layer ? "the later layers and the output"
+                                                            : "the output layer");
         if (c->tiered)
             HM_LOGI("GPU: %s; the routed experts of %d layers in RAM, computed by %d CPU threads",
                     cuda_engine_describe(c->gpu), cuda_engine_host_layers(c->gpu),
@@ -365,15 +401,22 @@ static hm_status placement_open(hm_context *c, hm_error *err) {
                             hm_bytes_str(pl->device_total, need), hm_bytes_str(pl->budget, bud),
                             c->p.vram_budget ? "--vram-budget" : "the free VRAM");
     }
-    if (kind == PLAN_FULL) return gpu_open(c, NULL, err);
-    if (kind == PLAN_TIERED) return gpu_open(c, &pl->res, err);
+    if (kind == PLAN_FULL) return gpu_open(c, NULL, 0, err);
+    if (kind == PLAN_TIERED) return gpu_open(c, &pl->res, 0, err);
+    if (kind == PLAN_SPLIT) return gpu_open(c, &pl->res, split_layer(pl), err);
     return refuse_mixed(c, host_tensor, err);
 }
 
 /* RAM for the weights (mapped) and, on the CPU path, the KV cache and buffers; a context on the
  * GPU keeps those in VRAM (its admission control checked them). */
 static hm_status check_ram(const hm_context *c, hm_error *err) {
-    const uint64_t ctx_bytes = c->gpu ? 0 : hm_context_bytes(c->m, &c->p);
+    uint64_t ctx_bytes = c->gpu ? 0 : hm_context_bytes(c->m, &c->p);
+    if (c->split > 0) { /* the CPU's layers' KV cache and buffers, and the hand-over rows */
+        cpu_engine_params cp = cpu_params(&c->p);
+        cp.layer_end = c->split;
+        ctx_bytes = cpu_engine_bytes(c->m, &cp) + sizeof(float) * (uint64_t)c->p.n_ubatch *
+                                                      (uint64_t)hm_model_hparams(c->m)->n_embd;
+    }
     const uint64_t need = hm_model_weight_bytes(c->m) + ctx_bytes, ram = hm_ram_bytes();
     if (!ram || need <= ram) return HM_OK;
     char b1[32], b2[32], b3[32], b4[32];
@@ -400,12 +443,17 @@ hm_status hm_context_init(const hm_model *m, const hm_context_params *params, hm
     }
     if (st == HM_OK && placement_asked(&c->p)) st = placement_open(c, err);
     if (st == HM_OK && p.check_ram) st = check_ram(c, err);
-    if (st == HM_OK && !c->gpu) {
+    if (st == HM_OK && (!c->gpu || c->split > 0)) {
         char buf[160];
         const char *w = hm_cpu_threads_warning(p.n_threads, buf, sizeof(buf));
         if (w) HM_LOGW("%s", w);
-        const cpu_engine_params cp = cpu_params(&p);
+        cpu_engine_params cp = cpu_params(&p);
+        cp.layer_end = c->split; /* 0: every layer */
         st = cpu_engine_init(m, &cp, &c->cpu, err);
+        if (st == HM_OK && c->split > 0 &&
+            !(c->rows = malloc(sizeof(float) * (size_t)p.n_ubatch *
+                               (size_t)hm_model_hparams(m)->n_embd)))
+            st = hm_error_set(err, HM_ERR_NOMEM, "out of memory (hidden rows)");
     }
     if (st != HM_OK) {
         hm_context_free(c);
@@ -421,6 +469,7 @@ void hm_context_free(hm_context *c) {
     fetch_setup_close(&c->fetch, c->gpu); /* after the worker that copies, before the engine */
     cuda_engine_free(c->gpu);
     cpu_engine_free(c->cpu);
+    free(c->rows);
     free(c->hits);
     free(c->calls);
     free(c->tokens);
@@ -439,6 +488,7 @@ int hm_context_n_threads(const hm_context *c) {
 }
 struct cuda_engine *hm_context_gpu(const hm_context *c) { return c->gpu; }
 const char *hm_context_placement_report(const hm_context *c) { return c->report; }
+int hm_context_split_layer(const hm_context *c) { return c->split; }
 moe_exec *hm_context_exec(hm_context *c) { return c->cpu ? cpu_engine_exec(c->cpu) : NULL; }
 
 void hm_context_reset(hm_context *c) {
@@ -466,10 +516,8 @@ hm_status hm_context_truncate(hm_context *c, int n_keep, hm_error *err) {
 
 hm_status hm_context_set_observer(hm_context *c, const moe_observer *o, hm_error *err) {
     c->obs = o ? *o : (moe_observer){0};
-    if (c->cpu) {
-        cpu_engine_set_observer(c->cpu, o);
-        return HM_OK;
-    }
+    if (c->cpu) cpu_engine_set_observer(c->cpu, o); /* a split context: the CPU's layers */
+    if (!c->gpu) return HM_OK;
     const bool want = o && o->counts;
     if (want && !c->hits) {
         const hm_hparams *hp = hm_model_hparams(c->m);
@@ -562,11 +610,39 @@ static hm_status tiered_fault(hm_context *c, hm_status st, hm_error *err) {
     return st;
 }
 
+/* A split context: per ubatch, the CPU engine's layers [0, split) from the token ids into
+ * c->rows, then the GPU engine's layers and the output from those rows. The CPU's KV cache
+ * holds its layers, the GPU's the others; both are overwritten from pos, so n_past is the
+ * context's alone. Routing reaches the observer from the CPU per call (route) and from the GPU
+ * as counts after the call. */
+static hm_status decode_split(hm_context *c, const int32_t *tokens, int n_tok, int pos,
+                              float *logits, hm_logits_mode mode, hm_error *err) {
+    const int64_t V = hm_model_hparams(c->m)->n_vocab;
+    hm_status st = HM_OK;
+    for (int done = 0; done < n_tok;) {
+        const int n = n_tok - done < c->p.n_ubatch ? n_tok - done : c->p.n_ubatch;
+        const bool last = done + n == n_tok;
+        const hm_logits_mode um = mode == HM_LOGITS_ALL ? HM_LOGITS_ALL
+                                  : (mode == HM_LOGITS_LAST && last) ? HM_LOGITS_LAST
+                                                                     : HM_LOGITS_NONE;
+        float *lo = mode == HM_LOGITS_ALL ? logits + (size_t)done * (size_t)V : logits;
+        st = cpu_engine_forward(c->cpu, tokens + done, NULL, n, pos + done, c->rows, NULL,
+                                HM_LOGITS_NONE, err);
+        if (st != HM_OK) return st;
+        st = cuda_engine_decode_rows(c->gpu, c->rows, n, pos + done, lo, um, err);
+        if (st != HM_OK) return tiered_fault(c, st, err);
+        c->n_past = pos + done + n;
+        done += n;
+    }
+    return hm_context_flush_routes(c, err);
+}
+
 hm_status hm_decode(hm_context *c, const int32_t *tokens, int n_tok, int pos, float *logits,
                     hm_logits_mode mode, hm_error *err) {
     hm_status st = check_decode(c, tokens, n_tok, pos, logits, mode, err);
     if (st == HM_OK && pos < c->n_past) st = hm_context_truncate(c, pos, err);
     if (st != HM_OK) return st;
+    if (c->split > 0) return decode_split(c, tokens, n_tok, pos, logits, mode, err);
     if (c->gpu) {
         st = cuda_engine_decode(c->gpu, tokens, n_tok, pos, logits, mode, err);
         if (st != HM_OK) return tiered_fault(c, st, err);

@@ -21,8 +21,16 @@
  *        residency map, its host-only layers' experts computed by CPU threads (-t) through the
  *        hand-off (runtime/tiered.h); a failed step carries the CPU side's reason and the
  *        hand-off is reset for the next call;
- *      any layer's attention on the host beside a device part: HM_ERR_UNSUPPORTED naming what
- *        to use instead (-ngl 99 --cpu-moe, --n-cpu-moe N, or -ngl 0);
+ *      a split plan (a partial -ngl k <= n_layer, as llama.cpp counts it: layers [0, s) wholly
+ *        on the host, layers [s, n_layer) and the output on the device, s = n_layer + 1 - k):
+ *        the CPU engine runs layers [0, s) with their KV cache in RAM (the embedding too), the
+ *        GPU engine layers [s, n_layer), the output norm and matrix with their KV cache in VRAM;
+ *        each ubatch's hidden rows [n][n_embd] f32 go from one to the other. Routed experts of
+ *        GPU layers may stay in RAM as in the tiered plan (--cpu-moe, --n-cpu-moe, -ot): host
+ *        layers of the GPU engine with the tiered runtime's CPU side. Generation takes the
+ *        per-token host path (runtime/generate.h), never the GPU's autonomous loop;
+ *      any other plan with a layer's attention on the host beside a device part: HM_ERR_UNSUPPORTED
+ *        naming what to use instead (-ngl N alone, -ngl 99 --cpu-moe, --n-cpu-moe N, -ngl 0);
  *    an explicit plan that does not fit the budget is HM_ERR_NOMEM, a bad -ot HM_ERR_ARG (the
  *    planner's message);
  *  - n_threads 0: the CPUs this process may use (hm_cpu_count_allowed); more than that: warned.
@@ -117,8 +125,13 @@ const hm_model *hm_context_model(const hm_context *ctx);
  * and why), or NULL when no placement was asked for (plain -ngl 0). Owned by the context. */
 const char *hm_context_placement_report(const hm_context *ctx);
 
-/* The GPU engine running this context (cuda/cuda_engine.h), or NULL on the CPU path. */
+/* The GPU engine running this context (cuda/cuda_engine.h), or NULL on the CPU path. A split
+ * context has one too: it runs the layers from hm_context_split_layer on. */
 struct cuda_engine;
 struct cuda_engine *hm_context_gpu(const hm_context *ctx);
+
+/* A split context (a partial -ngl running): the first layer on the GPU (the CPU runs the ones
+ * before it; n_layer: the GPU runs the output layer alone); 0 for any other context. */
+int hm_context_split_layer(const hm_context *ctx);
 
 #endif

@@ -137,7 +137,8 @@ hm_status hm_gen_init(hm_context *ctx, const sample_params *sp, const hm_gen_par
     g->sp = *sp;
     g->n_vocab = (int32_t)hm_model_hparams(hm_context_model(ctx))->n_vocab;
     g->eng = hm_context_gpu(ctx);
-    g->gpu = g->eng && !p.host_loop;
+    /* a split context's first layers run on the CPU: the per-token host path */
+    g->gpu = g->eng && !p.host_loop && hm_context_split_layer(ctx) == 0;
     g->expect_past = -1;
     hm_status st = HM_OK;
     if (p.audit_tokens > 0) {

@@ -6,7 +6,8 @@
  * adds them to the history; hm_gen_next hands out the next token; hm_gen_end finishes a
  * generation so that the cache holds exactly prompt + the tokens the caller took.
  *
- *  - CPU (a context without a GPU engine, or host_loop): hm_gen_next decodes the token it handed
+ *  - CPU (a context without a GPU engine, host_loop, or a split context whose first layers run
+ *    on the CPU: hm_context_split_layer): hm_gen_next decodes the token it handed
  *    out last (if any) and samples the next one with sample_token: today's loop, the same bits.
  *    The last token taken is decoded by hm_gen_end (hm_gen_free alone skips that decode).
  *  - GPU (cuda_decode.h): one decode step — sample from the device logits into a device token,
