@@ -3,8 +3,8 @@
 # (tools/train/hf_crosscheck.py's docstring says what is compared): builds hotmoe with CUDA
 # (Release, HOTMOE_CUDA=ON, sm_90, only the hotmoe target) unless HOTMOE_BIN names a binary,
 # then converts HFDIR to an f32 GGUF and compares, for the 3 prompts of tools/train/prompts.txt,
-# transformers float32 (CPU, eager, TF32 off) with hotmoe on the CPU (f32 KV cache) and with
-# -ngl 99 (f16 KV: the GPU engine's only cache type). Needs PyTorch + transformers (the GPU
+# transformers float32 (CPU, eager, TF32 off) with hotmoe on the CPU and with -ngl 99, both with
+# an f32 KV cache (GPU_KV=f16: the GPU's default f16 cache, reported only). Needs PyTorch + transformers (the GPU
 # machine; no network). The device has no jansson headers: run scripts/device_deps.sh here first
 # and carry build/devdeps (and the HF folder, if it is not on the device already).
 # Results under $OUT when OUT is set: crosscheck.json, crosscheck.txt, build.log.
@@ -13,7 +13,8 @@
 #   REFERENCE=hotmoe bash tools/train/hf_crosscheck.sh HFDIR (no torch: hotmoe stands in for HF)
 # Environment: HOTMOE_BIN (use this binary, no build), CMAKE_ARGS (extra configure arguments),
 # WORK (scratch folder, default /tmp/hf_crosscheck), THREADS (hotmoe's and torch's, default 4),
-# GPU (auto|on|off, default auto: -ngl 99 when nvidia-smi lists a GPU), REFERENCE (hf|hotmoe).
+# GPU (auto|on|off, default auto: -ngl 99 when nvidia-smi lists a GPU), GPU_KV (f32|f16, default
+# f32: the GPU held to the same bar), REFERENCE (hf|hotmoe).
 set -u
 if [ $# -ne 1 ] || [ ! -d "$1" ]; then
   echo "usage: bash tools/train/hf_crosscheck.sh HFDIR   (HFDIR: config.json, model.safetensors," \
@@ -61,7 +62,7 @@ if [ -z "$bin" ]; then
   echo "built $bin in $(($(date +%s) - t0)) s"
 fi
 python3 "$root/tools/train/hf_crosscheck.py" --hotmoe "$bin" --hf "$hf" --work "$work" \
-  --reference "${REFERENCE:-hf}" --gpu "${GPU:-auto}" --threads "$threads" ${OUT:+--out "$OUT"}
+  --reference "${REFERENCE:-hf}" --gpu "${GPU:-auto}" --gpu-kv "${GPU_KV:-f32}" --threads "$threads" ${OUT:+--out "$OUT"}
 rc=$?
 echo "total $(($(date +%s) - t0)) s"
 exit $rc
