@@ -221,6 +221,31 @@ static void test_placement_flags(void) {
     HM_CHECK(PARSE(&no_ctx, &a, "-ot", "x=CPU") == CLI_ARGS_USAGE);
 }
 
+/* --moe-offload-threshold N: 0 (the cost model) by default, any N >= 0, not a placement flag
+ * (it changes how a tiered plan runs, not the plan), refused below 0 or without a number, and
+ * only in context commands. */
+static void test_offload_threshold(void) {
+    cli_common_args a;
+    char *argv[] = {"cmd"};
+    HM_CHECK(parse(&k_all, &a, 1, argv) == CLI_ARGS_CONTINUE && a.moe_offload_threshold == 0);
+    HM_CHECK(PARSE(&k_all, &a, "--moe-offload-threshold", "32") == CLI_ARGS_CONTINUE &&
+             a.moe_offload_threshold == 32 && !cli_args_placement_given(&a));
+    HM_CHECK(PARSE(&k_all, &a, "--moe-offload-threshold=1", "--cpu-moe") == CLI_ARGS_CONTINUE &&
+             a.moe_offload_threshold == 1 && a.cpu_moe);
+    HM_CHECK(PARSE(&k_all, &a, "--moe-offload-threshold", "0") == CLI_ARGS_CONTINUE &&
+             a.moe_offload_threshold == 0);
+    char msg[256];
+    HM_CHECK(PARSE_MSG(&k_all, &a, msg, "--moe-offload-threshold", "-1") == CLI_ARGS_USAGE);
+    HM_CHECK_MSG(strstr(msg, "--moe-offload-threshold must be >= 0"), "%s", msg);
+    HM_CHECK(PARSE_MSG(&k_all, &a, msg, "--moe-offload-threshold", "many") == CLI_ARGS_USAGE);
+    HM_CHECK_MSG(strstr(msg, "'--moe-offload-threshold' needs an integer, got 'many'"), "%s",
+                 msg);
+    HM_CHECK(PARSE_MSG(&k_all, &a, msg, "--moe-offload-threshold") == CLI_ARGS_USAGE);
+    HM_CHECK_MSG(strstr(msg, "needs a value"), "%s", msg);
+    const cli_args_def no_ctx = {"t", NULL, NULL, CLI_ARGS_MODEL | CLI_ARGS_SAMPLING, NULL, 0};
+    HM_CHECK(PARSE(&no_ctx, &a, "--moe-offload-threshold", "4") == CLI_ARGS_USAGE);
+}
+
 /* --help of a context command lists every placement flag with its spellings. */
 static void test_placement_help(void) {
     char *buf = NULL;
@@ -232,11 +257,12 @@ static void test_placement_help(void) {
     HM_REQUIRE(buf);
     const char *want[] = {"-ngl, --n-gpu-layers N", "-cmoe, --cpu-moe", "-ncmoe, --n-cpu-moe N",
                           "-ot, --override-tensor REGEX=DEV,...", "--vram-budget MiB",
-                          "-mg, --main-gpu INDEX", "--gpu-strict"};
+                          "-mg, --main-gpu INDEX", "--gpu-strict",
+                          "--moe-offload-threshold N"};
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
         HM_CHECK_MSG(strstr(buf, want[i]), "help lacks '%s'", want[i]);
     free(buf);
 }
 
 HM_TEST_MAIN(test_defaults, test_values, test_conflicts, test_errors, test_extra,
-             test_placement_flags, test_placement_help)
+             test_placement_flags, test_offload_threshold, test_placement_help)

@@ -279,6 +279,82 @@ static void test_faults(void) {
     hm_model_free(m);
 }
 
+/* Requests posted with msg.fetch (prompt ubatches of the fetched-expert path) on a view: no copy
+ * lane and no staging layout, so every used expert stays on the CPU ("no GPU"): the answer is
+ * the CPU lane's bytes, fslot is -1 everywhere, the counters count the request and its used
+ * experts; HOTMOE_SCHED_DEBUG's text (hm_tiered_offload.debug) names the layer, the ubatch, the
+ * rule and the experts with their tokens; a negative threshold or rate is refused. */
+static void test_fetch_requests_without_lane(void) {
+    alarm(600);
+    hm_model *m = load("tiny-qwen3moe", FORGE_MIX_Q8_0);
+    HM_REQUIRE(m);
+    fake_gpu g;
+    HM_REQUIRE(fake_init(&g, m, false));
+    hm_tiered_params tp = hm_tiered_default_params();
+    tp.n_threads = 2;
+    hm_tiered *t = NULL;
+    hm_error err;
+    HM_REQUIRE(hm_tiered_init_view(m, &g.v, &tp, &t, &err) == HM_OK);
+    hm_tiered_offload o = {.lane = NULL, .rates = NULL, .threshold = -1, .debug = true};
+    HM_CHECK(hm_tiered_set_offload(t, &o, &err) == HM_ERR_ARG &&
+             strstr(err.msg, "--moe-offload-threshold"));
+    const int nl = (int)hm_model_hparams(m)->n_layer;
+    offload_rates *bad = calloc((size_t)nl, sizeof(*bad));
+    HM_REQUIRE(bad);
+    bad[nl - 1].gpu_tok_s = -1;
+    o.threshold = 4;
+    o.rates = bad;
+    HM_CHECK(hm_tiered_set_offload(t, &o, &err) == HM_ERR_ARG && strstr(err.msg, "rates"));
+    free(bad);
+    o.rates = NULL;
+    HM_REQUIRE(hm_tiered_set_offload(t, &o, &err) == HM_OK);
+    const int L = g.v.host_layers[0], K = g.v.n_used, n = NT_MAX;
+    for (int i = 0; i < n * K; i++) g.v.fslot[i] = 1234; /* must be overwritten */
+    g.v.msg->fetch = 1;
+    char *log = NULL;
+    size_t len = 0;
+    FILE *saved = stderr, *mem = open_memstream(&log, &len);
+    if (mem) stderr = mem;
+    const uint32_t seq = post(&g, L, n, (uint32_t)L, (uint32_t)n, 0);
+    const int r = wait_answer(&g, L, seq, 30.0);
+    if (mem) {
+        stderr = saved;
+        fclose(mem);
+    }
+    g.v.msg->fetch = 0;
+    HM_CHECK(r == 1 && answer_ok(&g, L, n));
+    bool all_cpu = true;
+    for (int i = 0; i < n * K; i++) all_cpu = all_cpu && g.v.fslot[i] == -1;
+    HM_CHECK(all_cpu);
+    int32_t counts[256];
+    HM_REQUIRE(g.v.n_expert <= 256);
+    memset(counts, 0, sizeof(counts));
+    int used = 0;
+    for (int i = 0; i < n * K; i++) used += counts[g.v.ids[i]]++ == 0;
+    hm_tiered_stats s;
+    hm_tiered_get_stats(t, &s);
+    HM_CHECK_MSG(s.fetch_requests == 1 && s.gpu_experts == 0 && s.cpu_experts == (uint64_t)used &&
+                     s.fetched_bytes == 0,
+                 "fetch %llu gpu %llu cpu %llu (used %d)", (unsigned long long)s.fetch_requests,
+                 (unsigned long long)s.gpu_experts, (unsigned long long)s.cpu_experts, used);
+    char head[160];
+    snprintf(head, sizeof(head), "sched layer %d: ubatch %d tok, --moe-offload-threshold 4", L, n);
+    HM_CHECK_MSG(log && strstr(log, head) && strstr(log, "CPU no GPU:"), "%s", log ? log : "");
+    /* every used expert listed with its tokens */
+    for (int x = 0; log && x < (int)g.v.n_expert; x++) {
+        if (!counts[x]) continue;
+        char item[32];
+        snprintf(item, sizeof(item), " %d:%d", x, counts[x]);
+        HM_CHECK_MSG(strstr(log, item), "expert %s missing in: %s", item, log);
+    }
+    free(log);
+    /* a request without fetch after it: served as before */
+    HM_CHECK(round_trip(&g, 0, 3));
+    hm_tiered_free(t);
+    fake_free(&g);
+    hm_model_free(m);
+}
+
 static void test_bad_views(void) {
     hm_model *m = load("tiny-qwen3moe", FORGE_MIX_Q8_0);
     HM_REQUIRE(m);
@@ -308,4 +384,5 @@ static void test_bad_views(void) {
     hm_model_free(m);
 }
 
-HM_TEST_MAIN(test_answers_equal_cpu_lane, test_faults, test_bad_views)
+HM_TEST_MAIN(test_answers_equal_cpu_lane, test_faults, test_fetch_requests_without_lane,
+             test_bad_views)
