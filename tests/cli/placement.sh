@@ -7,7 +7,8 @@
 # (a build without CUDA, or no device) the flags are accepted with one line saying the GPU
 # placement is ignored, the logits are the CPU's to the byte, and --gpu-strict exits 1.
 # bench runs a tiered plan (-ngl 99, layer 0's experts in RAM by -ot) on either machine (its JSON
-# row names the backend); on a GPU a plan with some attention on the host (-ngl 3) is refused.
+# row names the backend), and so does a partial -ngl (-ngl 3: layers 0-1 on the CPU, the rest on
+# the GPU); on a GPU a plan with a later layer's attention on the host alone is refused.
 #   bash tests/cli/placement.sh HOTMOE_BIN TMPDIR      (run from the repository root)
 set -u
 bin=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
@@ -133,17 +134,25 @@ EOF
 backend=CPU
 [ $gpu_here = 1 ] && backend=CUDA
 expect "bench json: placement fields ($backend)" check_json "$tmp/json" 99 "$ot0" $backend
-# -ngl 3 leaves the attention of layers 0-1 on the host: a GPU refuses that plan (exit 1, what to
-# use instead, no table); without one the CPU runs it after the one line and the row keeps -ngl 3
+# -ngl 3 leaves layers 0-1 wholly on the host: a GPU runs that split plan (layers 0-1 on the CPU,
+# the rest on the GPU; the row's backend CUDA); without one the CPU runs it after the one line and
+# the row keeps -ngl 3
 ot1='blk\.0\.ffn_up_exps=CPU'
 "$bin" bench -m "$m" -p 8 -n 0 -r 1 -t 2 -ngl 3 -ot "$ot1" --vram-budget 4096 -o json \
   >"$tmp/json3" 2>"$tmp/json3.err"
 rc=$?
 if [ $gpu_here = 1 ]; then
-  expect "bench -ngl 3 on a GPU: exit 1" test $rc -eq 1
-  expect "bench -ngl 3 on a GPU: nothing on stdout" test ! -s "$tmp/json3"
-  expect "bench -ngl 3 on a GPU: the layers" grep -qF "hotmoe bench: placement -ngl 3 -ot '$ot1' --vram-budget 4096: the attention of layers 0-1 would run on the host" "$tmp/json3.err"
-  expect "bench -ngl 3 on a GPU: what to use" grep -qF "use -ngl 99 --cpu-moe" "$tmp/json3.err"
+  expect "bench -ngl 3 on a GPU: exit 0" test $rc -eq 0
+  expect "bench -ngl 3 on a GPU: fields" check_json "$tmp/json3" 3 "$ot1" CUDA
+  # the attention of layer 1 alone on the host (layer 0's on the GPU): refused (exit 1, what
+  # to use instead, no table)
+  ot2='blk\.1\.attn_q\.weight=CPU'
+  "$bin" bench -m "$m" -p 8 -n 0 -r 1 -t 2 -ngl 99 -ot "$ot2" --vram-budget 4096 -o json \
+    >"$tmp/json4" 2>"$tmp/json4.err"
+  expect "bench -ot attn_q=CPU on a GPU: exit 1" test $? -eq 1
+  expect "bench -ot attn_q=CPU on a GPU: nothing on stdout" test ! -s "$tmp/json4"
+  expect "bench -ot attn_q=CPU on a GPU: the layers" grep -qF "hotmoe bench: placement -ngl 99 -ot '$ot2' --vram-budget 4096: the attention of layers 1 would run on the host" "$tmp/json4.err"
+  expect "bench -ot attn_q=CPU on a GPU: what to use" grep -qF "use -ngl N alone, -ngl 99 --cpu-moe" "$tmp/json4.err"
 else
   expect "bench -ngl 3 without a GPU: exit 0" test $rc -eq 0
   expect "bench -ngl 3 without a GPU: the line" grep -qF "the GPU placement (-ngl 3 -ot '$ot1' --vram-budget 4096) is ignored" "$tmp/json3.err"

@@ -4,8 +4,9 @@
  * (cuda_engine_params.vram_budget: refused one byte short, admitted at the exact need), a whole
  * model that does not fit the budget (the automatic tiered plan, run and reported; --gpu-strict
  * refuses), explicit tiered plans (--cpu-moe, --n-cpu-moe, -ot),
- * an explicit plan that does not fit (HM_ERR_NOMEM naming the budget) and the plans that cannot
- * run yet (attention split between host and device; a non-expert tensor on the host). Without a
+ * an explicit plan that does not fit (HM_ERR_NOMEM naming the budget), a partial -ngl (split
+ * between the engines) and the plans that cannot run yet (attention of a later layer on the
+ * host while an earlier one's is on the device; a non-expert tensor on the host). Without a
  * GPU the program reports itself skipped (exit 77; a failure under HOTMOE_EXPECT_GPU=1).
  *
  * Tiered plans (every attention on the GPU, routed experts of some layers in RAM: --cpu-moe,
@@ -317,20 +318,33 @@ static void test_explicit_not_fitting(void) {
     free(log);
 }
 
-/* Plans with the attention of some layers on the host, or a non-expert tensor there, do not run
- * yet: HM_ERR_UNSUPPORTED naming what to use; the report was logged. */
+/* Plans with the attention of some layers on the host other than as the first layers wholly
+ * there (a partial -ngl runs), or a non-expert tensor there, do not run yet:
+ * HM_ERR_UNSUPPORTED naming what to use; the report was logged. */
 static void test_mixed_refused(void) {
     if (!tu_have_gpu()) return;
     HM_REQUIRE(model());
-    hm_context_params p = params(2, N_CTX);
+    /* the attention of layer 1 alone on the host: not the first layers wholly on the host (a
+     * partial -ngl, which runs: test_context_split.c) */
+    hm_context_params p = params(99, N_CTX);
+    p.override_tensor = "blk\\.1\\.attn_q\\.weight=CPU";
     hm_context *ctx = NULL;
     hm_error err;
     char *log = NULL;
     HM_CHECK(init_logged(&p, &ctx, &err, &log) == HM_ERR_UNSUPPORTED && ctx == NULL);
-    HM_CHECK_MSG(strstr(err.msg, "the attention of layers 0-2 would run on the host") &&
+    HM_CHECK_MSG(strstr(err.msg, "the attention of layers 1 would run on the host") &&
                      strstr(err.msg, "-ngl 99 --cpu-moe") && strstr(err.msg, "-ngl 0"),
                  "%s", err.msg);
-    HM_CHECK_MSG(strstr(log, "placement: as asked (-ngl 2)"), "%s", log);
+    HM_CHECK_MSG(strstr(log, "placement: as asked (-ngl 99"), "%s", log);
+    free(log);
+    /* -ngl 2 runs split: layers 0-2 on the CPU, layer 3 and the output on the GPU */
+    p = params(2, N_CTX);
+    HM_CHECK_MSG(init_logged(&p, &ctx, &err, &log) == HM_OK && ctx &&
+                     hm_context_split_layer(ctx) == 3 && hm_context_gpu(ctx),
+                 "%s", err.msg);
+    HM_CHECK_MSG(strstr(log, "layers 0-2 on the CPU"), "%s", log);
+    hm_context_free(ctx);
+    ctx = NULL;
     free(log);
     p = params(99, N_CTX);
     p.override_tensor = "^output\\.weight=CPU";
