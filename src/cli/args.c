@@ -45,9 +45,9 @@ static const common_spec k_common[] = {
     {"-ub", "--ubatch-size", CLI_ARGS_CONTEXT, CLI_ARG_INT, OFF(n_ubatch), "N",
      "physical batch size (default: 512)"},
     {"-ctk", "--cache-type-k", CLI_ARGS_CONTEXT, CLI_ARG_STR, OFF(cache_type_k), "TYPE",
-     "KV cache type for K: " CLI_CACHE_TYPES " (default: f16; the GPU: f16 only)"},
+     "KV cache type for K: " CLI_CACHE_TYPES " (default: f16; the GPU: f16 or f32, K and V alike)"},
     {"-ctv", "--cache-type-v", CLI_ARGS_CONTEXT, CLI_ARG_STR, OFF(cache_type_v), "TYPE",
-     "KV cache type for V: " CLI_CACHE_TYPES " (default: f16; the GPU: f16 only)"},
+     "KV cache type for V: " CLI_CACHE_TYPES " (default: f16; the GPU: f16 or f32, K and V alike)"},
     {"-ngl", "--n-gpu-layers", CLI_ARGS_CONTEXT, CLI_ARG_INT, OFF(n_gpu_layers), "N",
      "layers on the GPU, counted as llama.cpp does: the output layer first, then the last "
      "layers; N > layers = the whole model (default: 0, CPU only). A whole model that does not "

@@ -1,4 +1,4 @@
-/* cuda_attn.cu - device f16 KV cache store and flash attention (cuda_attn.h).
+/* cuda_attn.cu - device KV cache store (f16 or f32) and flash attention (cuda_attn.h).
  *
  * DESIGN: attn_kernel<HD> (HD = 64, 128 or 256: the register tile bound of head_dim) runs 128
  * threads = 4 warps on a block of query rows: R = NT tokens x HB query heads of one kv head
@@ -20,6 +20,10 @@
  * One-token decode with head_dim 64 or 128 and 1, 2, 4 or 8 heads per kv head (every preset)
  * takes attn_decode_kernel instead (below): warps own heads and chunks of positions rather
  * than query rows, so no block-wide barrier per tile and few registers.
+ * Cache element type T (uint16_t: f16 bits; float: f32) is a template parameter of the store
+ * and of both kernels: kv_load8 / kv_load_n turn a row piece into f32 registers (exact for
+ * either type), everything after that is the same code, so the f16 instantiations compute what
+ * they did before the f32 cache existed.
  */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -35,14 +39,20 @@ extern "C" {
 
 /* ------------------------------------------------------------------ KV cache */
 
+static bool kv_type_ok(uint32_t t) { return t == HM_TYPE_F16 || t == HM_TYPE_F32; }
+
 extern "C" hm_status cuda_kv_check(uint32_t type_k, uint32_t type_v, int n_head_kv, int head_dim,
                                    hm_error *err) {
-    if (type_k != HM_TYPE_F16 || type_v != HM_TYPE_F16) {
-        uint32_t t = type_k != HM_TYPE_F16 ? type_k : type_v;
+    if (!kv_type_ok(type_k) || !kv_type_ok(type_v)) {
+        const bool k_bad = !kv_type_ok(type_k);
         return hm_error_set(err, HM_ERR_UNSUPPORTED,
-                            "%s KV cache (%s) is not supported on the GPU (f16 only)",
-                            hm_type_name(t), type_k != HM_TYPE_F16 ? "K" : "V");
+                            "%s KV cache (%s) is not supported on the GPU (f16 or f32)",
+                            hm_type_name(k_bad ? type_k : type_v), k_bad ? "K" : "V");
     }
+    if (type_k != type_v)
+        return hm_error_set(err, HM_ERR_UNSUPPORTED,
+                            "%s K with %s V: the GPU needs one type for K and V (f16 or f32)",
+                            hm_type_name(type_k), hm_type_name(type_v));
     if (n_head_kv < 1 || head_dim < 8 || head_dim % 8 || head_dim > 256)
         return hm_error_set(err, HM_ERR_UNSUPPORTED,
                             "GPU attention: head_dim %d (need a multiple of 8 up to 256) or %d kv "
@@ -51,13 +61,57 @@ extern "C" hm_status cuda_kv_check(uint32_t type_k, uint32_t type_v, int n_head_
     return HM_OK;
 }
 
-extern "C" size_t cuda_kv_bytes(int64_t n_ctx, int n_head_kv, int head_dim) {
-    if (n_ctx <= 0 || n_head_kv <= 0 || head_dim <= 0) return 0;
-    return (size_t)n_ctx * (size_t)n_head_kv * (size_t)head_dim * 2;
+extern "C" size_t cuda_kv_bytes(uint32_t type, int64_t n_ctx, int n_head_kv, int head_dim) {
+    if (!kv_type_ok(type) || n_ctx <= 0 || n_head_kv <= 0 || head_dim <= 0) return 0;
+    return (size_t)n_ctx * (size_t)n_head_kv * (size_t)head_dim * (type == HM_TYPE_F32 ? 4 : 2);
 }
 
-__global__ void kv_store_kernel(uint16_t *kc, uint16_t *vc, int64_t n_ctx, int64_t row,
-                                const float *k, const float *v, int64_t n_tok, const int32_t *pos) {
+/* one cache element from f32: f16 bits round-to-nearest-even (cpu_kv_store's), f32 as is */
+static __device__ __forceinline__ void kv_put(uint16_t *d, float x) { *d = cm_f32_to_f16(x); }
+static __device__ __forceinline__ void kv_put(float *d, float x) { *d = x; }
+
+/* 8 consecutive cache elements as f32 (p: 16-byte aligned) */
+static __device__ __forceinline__ void kv_load8(const uint16_t *p, float f[8]) {
+    const uint4 raw = *(const uint4 *)p;
+    const __half2 *h2 = (const __half2 *)&raw;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 f2 = __half22float2(h2[i]);
+        f[2 * i] = f2.x;
+        f[2 * i + 1] = f2.y;
+    }
+}
+static __device__ __forceinline__ void kv_load8(const float *p, float f[8]) {
+    const float4 a = ((const float4 *)p)[0], b = ((const float4 *)p)[1];
+    f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
+    f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
+}
+
+/* N = 2 or 4 consecutive cache elements as f32 (p aligned to N elements) */
+template <int N> static __device__ __forceinline__ void kv_load_n(const uint16_t *p, float *f) {
+    if constexpr (N == 4) {
+        const uint2 raw = *(const uint2 *)p;
+        const float2 a = __half22float2(*(const __half2 *)&raw.x);
+        const float2 b = __half22float2(*(const __half2 *)&raw.y);
+        f[0] = a.x; f[1] = a.y; f[2] = b.x; f[3] = b.y;
+    } else {
+        const float2 a = __half22float2(*(const __half2 *)p);
+        f[0] = a.x; f[1] = a.y;
+    }
+}
+template <int N> static __device__ __forceinline__ void kv_load_n(const float *p, float *f) {
+    if constexpr (N == 4) {
+        const float4 a = *(const float4 *)p;
+        f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
+    } else {
+        const float2 a = *(const float2 *)p;
+        f[0] = a.x; f[1] = a.y;
+    }
+}
+
+template <typename T>
+__global__ void kv_store_kernel(T *kc, T *vc, int64_t n_ctx, int64_t row, const float *k,
+                                const float *v, int64_t n_tok, const int32_t *pos) {
     cu_pdl_enter();
     const int64_t total = n_tok * row;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
@@ -65,23 +119,31 @@ __global__ void kv_store_kernel(uint16_t *kc, uint16_t *vc, int64_t n_ctx, int64
         const int64_t t = i / row, e = i % row;
         const int64_t p = pos[t];
         if (p < 0 || p >= n_ctx) continue;
-        kc[p * row + e] = cm_f32_to_f16(k[i]);
-        vc[p * row + e] = cm_f32_to_f16(v[i]);
+        kv_put(kc + p * row + e, k[i]);
+        kv_put(vc + p * row + e, v[i]);
     }
 }
 
-extern "C" hm_status cuda_kv_store(uint16_t *k_cache, uint16_t *v_cache, int64_t n_ctx,
+extern "C" hm_status cuda_kv_store(uint32_t type, void *k_cache, void *v_cache, int64_t n_ctx,
                                    int n_head_kv, int head_dim, const float *k, const float *v,
                                    int64_t n_tok, const int32_t *d_pos, void *stream,
                                    hm_error *err) {
     if (n_ctx <= 0 || n_head_kv <= 0 || head_dim <= 0 || n_tok < 0 || !d_pos)
         return hm_error_set(err, HM_ERR_ARG, "cuda_kv_store: bad shape or missing positions");
+    if (!kv_type_ok(type))
+        return hm_error_set(err, HM_ERR_UNSUPPORTED, "cuda_kv_store: %s cache (f16 or f32 only)",
+                            hm_type_name(type));
     if (n_tok == 0) return HM_OK;
     const int64_t row = (int64_t)n_head_kv * head_dim, total = n_tok * row;
     int64_t blocks = (total + 255) / 256;
     if (blocks > 4096) blocks = 4096;
-    cu_launch(kv_store_kernel, (unsigned)blocks, 256, 0, (cudaStream_t)stream, k_cache, v_cache,
-              n_ctx, row, k, v, n_tok, d_pos);
+    const cudaStream_t s = (cudaStream_t)stream;
+    if (type == HM_TYPE_F32)
+        cu_launch(kv_store_kernel<float>, (unsigned)blocks, 256, 0, s, (float *)k_cache,
+                  (float *)v_cache, n_ctx, row, k, v, n_tok, d_pos);
+    else
+        cu_launch(kv_store_kernel<uint16_t>, (unsigned)blocks, 256, 0, s, (uint16_t *)k_cache,
+                  (uint16_t *)v_cache, n_ctx, row, k, v, n_tok, d_pos);
     return attn_launched("kv_store_kernel", err);
 }
 
@@ -118,9 +180,9 @@ static size_t attn_smem_bytes(int hd, int rows) {
            (size_t)rows * 2 * sizeof(int);
 }
 
-template <int HD>
+template <int HD, typename T>
 __global__ void __launch_bounds__(ATT_THREADS)
-    attn_kernel(const attn_plan P, const float *q, const uint16_t *kc, const uint16_t *vc,
+    attn_kernel(const attn_plan P, const float *q, const T *kc, const T *vc,
                 const int32_t *pos, const float *sinks, float *out, void *scratch) {
     cu_pdl_enter();
     typedef attn_cfg<HD> C;
@@ -161,8 +223,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll
         for (int dd = 0; dd < C::DPL; dd++) acc[j][dd] = 0.0f;
     }
-    const int row_stride = P.n_kv * hd; /* halves per cache row */
-    const int chunks = hd / 8;          /* 16-byte pieces of one head row */
+    const int row_stride = P.n_kv * hd; /* elements per cache row */
+    const int chunks = hd / 8;          /* 8-element pieces of one head row */
 
     for (int k0 = k_begin; k0 < k_end; k0 += ATT_BK) {
         __syncthreads(); /* previous tile fully used */
@@ -172,14 +234,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
             float kf[8], vf[8];
             if (p < k_end) {
                 const size_t off = (size_t)p * row_stride + (size_t)g * hd + d0;
-                const uint4 kr = *(const uint4 *)(kc + off);
-                const uint4 vr = *(const uint4 *)(vc + off);
-                const __half *kh = (const __half *)&kr, *vh = (const __half *)&vr;
-#pragma unroll
-                for (int i = 0; i < 8; i++) {
-                    kf[i] = __half2float(kh[i]);
-                    vf[i] = __half2float(vh[i]);
-                }
+                kv_load8(kc + off, kf);
+                kv_load8(vc + off, vf);
             } else {
 #pragma unroll
                 for (int i = 0; i < 8; i++) kf[i] = vf[i] = 0.0f;
@@ -296,12 +352,13 @@ __global__ void __launch_bounds__(ATT_THREADS)
  * head group merge (m, l, acc) in shared memory in chunk-group order, then the block finalises
  * (one part) or writes its partial and the last part merges (attn_merge_row). Every order is
  * fixed: same bytes on every run. */
-template <int HD, int NREP>
+template <int HD, int NREP, typename T>
 __global__ void __launch_bounds__(ATT_THREADS)
-    attn_decode_kernel(const attn_plan P, const float *q, const uint16_t *kc, const uint16_t *vc,
+    attn_decode_kernel(const attn_plan P, const float *q, const T *kc, const T *vc,
                        const int32_t *pos, const float *sinks, float *out, void *scratch) {
     cu_pdl_enter();
-    constexpr int DPL = HD / 32, NP = HD / 8; /* output dims per lane, 16-byte pieces per row */
+    constexpr int DPL = HD / 32, NP = HD / 8; /* output dims per lane, 8-element pieces per row */
+    constexpr int LINE = 128 / (int)sizeof(T); /* elements per 128-byte line */
     constexpr int NG = NREP < ATT_WARPS ? NREP : ATT_WARPS; /* head groups */
     constexpr int HPW = NREP / NG, NPG = ATT_WARPS / NG;     /* heads per warp, chunk groups */
     __shared__ float Qs[NREP][HD];
@@ -324,7 +381,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     for (int i = threadIdx.x; i < NREP * HD; i += ATT_THREADS) Qs[i / HD][i % HD] = q[(int64_t)h0 * HD + i];
     __syncthreads();
 
-    const int row = P.n_kv * HD; /* halves per cache row */
+    const int row = P.n_kv * HD; /* elements per cache row */
     float m[HPW], l[HPW], acc[HPW][DPL];
 #pragma unroll
     for (int r = 0; r < HPW; r++) {
@@ -338,23 +395,16 @@ __global__ void __launch_bounds__(ATT_THREADS)
         const bool vis = pk < k_end;
         if (vis)
 #pragma unroll
-            for (int o = 0; o < HD; o += 64) /* 128-byte lines of this lane's V row */
+            for (int o = 0; o < HD; o += LINE) /* 128-byte lines of this lane's V row */
                 cu_prefetch_l2(vc + (size_t)pk * row + (size_t)g * HD + o);
         float sc[HPW];
 #pragma unroll
         for (int r = 0; r < HPW; r++) sc[r] = 0.0f;
-        const uint4 *kr = (const uint4 *)(kc + (size_t)(vis ? pk : c0) * row + (size_t)g * HD);
+        const T *kr = kc + (size_t)(vis ? pk : c0) * row + (size_t)g * HD;
 #pragma unroll
         for (int j = 0; j < NP; j++) {
-            const uint4 raw = kr[j];
-            const __half2 *h2 = (const __half2 *)&raw;
             float kf[8];
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const float2 f2 = __half22float2(h2[i]);
-                kf[2 * i] = f2.x;
-                kf[2 * i + 1] = f2.y;
-            }
+            kv_load8(kr + 8 * j, kf);
 #pragma unroll
             for (int r = 0; r < HPW; r++)
 #pragma unroll
@@ -373,16 +423,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll
             for (int jj = 0; jj < ATT_VG; jj++) {
                 const int pj = min(c0 + j0 + jj, k_end - 1);
-                const uint16_t *vr = vc + (size_t)pj * row + (size_t)g * HD + DPL * lane;
-                if constexpr (DPL == 4) {
-                    const uint2 raw = *(const uint2 *)vr;
-                    const float2 a = __half22float2(*(const __half2 *)&raw.x);
-                    const float2 b = __half22float2(*(const __half2 *)&raw.y);
-                    vf[jj][0] = a.x; vf[jj][1] = a.y; vf[jj][2] = b.x; vf[jj][3] = b.y;
-                } else {
-                    const float2 a = __half22float2(*(const __half2 *)vr);
-                    vf[jj][0] = a.x; vf[jj][1] = a.y;
-                }
+                kv_load_n<DPL>(vc + (size_t)pj * row + (size_t)g * HD + DPL * lane, vf[jj]);
             }
 #pragma unroll
             for (int jj = 0; jj < ATT_VG; jj++)
@@ -442,11 +483,11 @@ __global__ void __launch_bounds__(ATT_THREADS)
                             sinks ? sinks + h0 + r : NULL, out + (int64_t)(h0 + r) * HD);
 }
 
-template <int HD, int NREP>
+template <int HD, int NREP, typename T>
 static hm_status attn_decode_launch(const attn_plan *P, const cuda_attn_args *a, cudaStream_t s,
                                     hm_error *err) {
-    cu_launch(attn_decode_kernel<HD, NREP>, dim3((unsigned)P->n_kv, (unsigned)P->n_split), ATT_THREADS, 0, s,
-        *P, a->q, a->k_cache, a->v_cache, a->d_pos, a->d_sinks, a->out, a->scratch);
+    cu_launch(attn_decode_kernel<HD, NREP, T>, dim3((unsigned)P->n_kv, (unsigned)P->n_split), ATT_THREADS, 0, s,
+        *P, a->q, (const T *)a->k_cache, (const T *)a->v_cache, a->d_pos, a->d_sinks, a->out, a->scratch);
     return attn_launched("attn_decode_kernel", err);
 }
 
@@ -456,9 +497,10 @@ static bool attn_decode_fits(const attn_plan *P) {
            (P->n_rep == 1 || P->n_rep == 2 || P->n_rep == 4 || P->n_rep == 8);
 }
 
+template <typename T>
 static hm_status attn_decode(const attn_plan *P, const cuda_attn_args *a, cudaStream_t s,
                              hm_error *err) {
-#define ATT_DEC(HDV, NRV) if (P->hd == HDV && P->n_rep == NRV) return attn_decode_launch<HDV, NRV>(P, a, s, err)
+#define ATT_DEC(HDV, NRV) if (P->hd == HDV && P->n_rep == NRV) return attn_decode_launch<HDV, NRV, T>(P, a, s, err)
     ATT_DEC(64, 1); ATT_DEC(64, 2); ATT_DEC(64, 4); ATT_DEC(64, 8);
     ATT_DEC(128, 1); ATT_DEC(128, 2); ATT_DEC(128, 4); ATT_DEC(128, 8);
 #undef ATT_DEC
@@ -471,7 +513,8 @@ static hm_status attn_make_plan(const cuda_attn_args *a, attn_plan *P, hm_error 
         return hm_error_set(err, HM_ERR_ARG,
                             "cuda_attention: %d heads not a multiple of %d kv heads", a->n_head,
                             a->n_head_kv);
-    hm_status st = cuda_kv_check(HM_TYPE_F16, HM_TYPE_F16, a->n_head_kv, a->head_dim, err);
+    const uint32_t kt = a->kv_f32 ? HM_TYPE_F32 : HM_TYPE_F16;
+    hm_status st = cuda_kv_check(kt, kt, a->n_head_kv, a->head_dim, err);
     if (st != HM_OK) return st;
     if (a->n_tok < 0 || a->n_ctx <= 0 || a->n_ctx > 0x7fffffff || a->n_tok > 0x7fffffff)
         return hm_error_set(err, HM_ERR_ARG, "cuda_attention: bad batch (%lld tokens, n_ctx %lld)",
@@ -507,20 +550,33 @@ extern "C" size_t cuda_attention_scratch_size(const cuda_attn_args *a) {
     return ATT_COUNTER_BYTES + attn_part_floats(P) * sizeof(float);
 }
 
-template <int HD>
+template <int HD, typename T>
 static hm_status attn_launch(const attn_plan *P, const cuda_attn_args *a, cudaStream_t s,
                              hm_error *err) {
     const size_t smem = attn_smem_bytes(P->hd, P->rows);
-    cudaError_t e = cudaFuncSetAttribute(attn_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaError_t e = cudaFuncSetAttribute(attn_kernel<HD, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)smem);
     if (e != cudaSuccess)
         return hm_error_set(err, HM_ERR_CUDA, "cuda_attention: shared memory %zu bytes: %s", smem,
                             cudaGetErrorString(e));
     const dim3 grid((unsigned)((P->n_tok + P->nt - 1) / P->nt), (unsigned)(P->n_kv * P->n_hchunk),
                     (unsigned)P->n_split);
-    cu_launch(attn_kernel<HD>, grid, ATT_THREADS, smem, s, *P, a->q, a->k_cache, a->v_cache,
-              a->d_pos, a->d_sinks, a->out, a->scratch);
+    cu_launch(attn_kernel<HD, T>, grid, ATT_THREADS, smem, s, *P, a->q, (const T *)a->k_cache,
+              (const T *)a->v_cache, a->d_pos, a->d_sinks, a->out, a->scratch);
     return attn_launched("attn_kernel", err);
+}
+
+/* the kernel for the plan's shape: one-token decode, tensor cores (f16 prompts), or attn_kernel */
+template <typename T>
+static hm_status attn_run(const attn_plan *P, const cuda_attn_args *a, cudaStream_t s,
+                          hm_error *err) {
+    if (attn_decode_fits(P)) return attn_decode<T>(P, a, s, err);
+    if constexpr (sizeof(T) == 2) {
+        if (attn_mma_fits(P)) return attn_mma(P, a, s, err);
+    }
+    if (P->hd <= 64) return attn_launch<64, T>(P, a, s, err);
+    if (P->hd <= 128) return attn_launch<128, T>(P, a, s, err);
+    return attn_launch<256, T>(P, a, s, err);
 }
 
 extern "C" hm_status cuda_attention(const cuda_attn_args *a, void *stream, hm_error *err) {
@@ -536,10 +592,5 @@ extern "C" hm_status cuda_attention(const cuda_attn_args *a, void *stream, hm_er
     if ((unsigned)P.n_kv * P.n_hchunk > 65535)
         return hm_error_set(err, HM_ERR_ARG, "cuda_attention: too many heads");
     cudaStream_t s = (cudaStream_t)stream;
-    if (attn_decode_fits(&P)) return attn_decode(&P, a, s, err);
-    if (attn_mma_fits(&P)) return attn_mma(&P, a, s, err);
-    if (P.hd <= 64) st = attn_launch<64>(&P, a, s, err);
-    else if (P.hd <= 128) st = attn_launch<128>(&P, a, s, err);
-    else st = attn_launch<256>(&P, a, s, err);
-    return st;
+    return a->kv_f32 ? attn_run<float>(&P, a, s, err) : attn_run<uint16_t>(&P, a, s, err);
 }

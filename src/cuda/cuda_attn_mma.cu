@@ -16,6 +16,7 @@
  * relative bound of the tests holds), at twice the minimal tensor work, which is far from the
  * limit here. Every order is fixed: same bytes on every run.
  * Splits, the partial layout and the merge are attn_kernel's (cuda_attn_internal.cuh).
+ * f16 caches only: cuda_attention sends prompts over an f32 cache to attn_kernel.
  */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -272,8 +273,8 @@ static hm_status attn_mma_launch(const attn_plan *P, const cuda_attn_args *a, cu
                             cudaGetErrorString(e));
     const dim3 grid((unsigned)((P->n_tok + P->nt - 1) / P->nt), (unsigned)(P->n_kv * P->n_hchunk),
                     (unsigned)P->n_split);
-    cu_launch(attn_mma_kernel<HD>, grid, ATT_THREADS, smem, s, *P, a->q, a->k_cache, a->v_cache, a->d_pos,
-              a->d_sinks, a->out, a->scratch);
+    cu_launch(attn_mma_kernel<HD>, grid, ATT_THREADS, smem, s, *P, a->q, (const uint16_t *)a->k_cache,
+              (const uint16_t *)a->v_cache, a->d_pos, a->d_sinks, a->out, a->scratch);
     return attn_launched("attn_mma_kernel", err);
 }
 

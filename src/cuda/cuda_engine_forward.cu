@@ -244,7 +244,9 @@ static hm_status attention_block(cuda_engine *e, int il, int n, fwd_defer *dfr, 
     ra.p = hm_model_rope_params(e->m);
     ra.d_table = e->d_rope;
     ra.n_table = e->p.n_ctx;
-    const bool fqk = fz && e->desc->qk_norm != HM_QKNORM_FULL && hd <= 256;
+    const bool f32kv = e->p.type_k == HM_TYPE_F32; /* else f16 (cuda_kv_check) */
+    /* the fused kernel stores f16 caches only */
+    const bool fqk = fz && e->desc->qk_norm != HM_QKNORM_FULL && hd <= 256 && !f32kv;
     if (fqk) { /* q/k norm, RoPE and the KV store in one launch */
         cuda_fused_qk_args qa;
         memset(&qa, 0, sizeof(qa));
@@ -261,8 +263,8 @@ static hm_status attention_block(cuda_engine *e, int il, int n, fwd_defer *dfr, 
         qa.eps = hp->rms_eps;
         qa.d_pos = e->d_positions;
         qa.rope = ra;
-        qa.k_cache = L->k_cache;
-        qa.v_cache = L->v_cache;
+        qa.k_cache = (uint16_t *)L->k_cache;
+        qa.v_cache = (uint16_t *)L->v_cache;
         qa.n_ctx = e->p.n_ctx;
         st = cuda_fused_qk_rope_store(&qa, e->stream, err);
     } else if (e->desc->qk_norm == HM_QKNORM_HEAD) {
@@ -281,8 +283,8 @@ static hm_status attention_block(cuda_engine *e, int il, int n, fwd_defer *dfr, 
     if (st == HM_OK && !fqk) {
         st = cuda_rope_qk(e->q, nh, e->k, nkv, n, hd, e->d_positions, &ra, e->stream, err);
         if (st == HM_OK)
-            st = cuda_kv_store(L->k_cache, L->v_cache, e->p.n_ctx, nkv, hd, e->k, e->v, n,
-                               e->d_positions, e->stream, err);
+            st = cuda_kv_store(e->p.type_k, L->k_cache, L->v_cache, e->p.n_ctx, nkv, hd, e->k,
+                               e->v, n, e->d_positions, e->stream, err);
     }
     if (st != HM_OK) return st;
     cuda_attn_args a;
@@ -299,6 +301,7 @@ static hm_status attention_block(cuda_engine *e, int il, int n, fwd_defer *dfr, 
     a.q = e->q;
     a.k_cache = L->k_cache;
     a.v_cache = L->v_cache;
+    a.kv_f32 = f32kv;
     a.out = e->attn;
     a.scratch = cuda_attention_scratch_size(&a) ? e->attn_scratch : NULL;
     st = cuda_attention(&a, e->stream, err);

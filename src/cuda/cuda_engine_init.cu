@@ -3,7 +3,7 @@
  *
  * DESIGN: cuda_engine_plan walks every tensor the forward pass reads (a macro list of the layer
  * fields, so the plan, the upload and the type checks cannot disagree) and sums three sizes:
- * weights (one arena, each tensor 256-byte aligned), KV (f16 K and V rows, n_ctx positions per
+ * weights (one arena, each tensor 256-byte aligned), KV (f16/f32 K and V rows, n_ctx positions per
  * layer) and scratch (the CPU context's buffers for n_ubatch tokens plus quantised activations,
  * GEMM scratch and the logits rows). Init compares the sum with cudaMemGetInfo before
  * allocating anything and says by how many MiB it is short. The upload copies each tensor from
@@ -258,8 +258,8 @@ extern "C" hm_status cuda_engine_plan(const hm_model *m, const cuda_engine_param
 #undef CHECK_XM
     }
     if (st != HM_OK) return st;
-    uint64_t row_k = 2 * (uint64_t)(hp->n_head_kv * hp->head_dim_k);
-    uint64_t row_v = 2 * (uint64_t)(hp->n_head_kv * hp->head_dim_v);
+    uint64_t row_k = cuda_kv_bytes(p->type_k, 1, (int)hp->n_head_kv, (int)hp->head_dim_k);
+    uint64_t row_v = cuda_kv_bytes(p->type_v, 1, (int)hp->n_head_kv, (int)hp->head_dim_v);
     uint64_t k = 0;
     for (int il = p->layer_begin; il < hp->n_layer; il++)
         k += align_up(row_k * (uint64_t)p->n_ctx) + align_up(row_v * (uint64_t)p->n_ctx);
@@ -493,12 +493,12 @@ extern "C" hm_status cuda_engine_init(const hm_model *m, const cuda_engine_param
     layout_scratch(m, p, e, (char *)e->scratch_arena);
     {
         char *kvp = (char *)e->kv_arena;
-        size_t row_k = 2 * (size_t)(e->hp.n_head_kv * e->hp.head_dim_k);
-        size_t row_v = 2 * (size_t)(e->hp.n_head_kv * e->hp.head_dim_v);
+        size_t row_k = cuda_kv_bytes(p->type_k, 1, (int)e->hp.n_head_kv, (int)e->hp.head_dim_k);
+        size_t row_v = cuda_kv_bytes(p->type_v, 1, (int)e->hp.n_head_kv, (int)e->hp.head_dim_v);
         for (int il = p->layer_begin; il < e->hp.n_layer; il++) {
-            e->layers[il].k_cache = (uint16_t *)kvp;
+            e->layers[il].k_cache = kvp;
             kvp += align_up(row_k * (size_t)p->n_ctx);
-            e->layers[il].v_cache = (uint16_t *)kvp;
+            e->layers[il].v_cache = kvp;
             kvp += align_up(row_v * (size_t)p->n_ctx);
         }
     }

@@ -44,9 +44,9 @@ typedef struct {
     /* a host layer: every expert stays in host memory (no slot, n_slots 0, no expert bytes on
      * the device); the CPU computes them through the hand-off (cuda_handoff.h) */
     bool host;
-    /* device KV cache of this layer: f16 bits [n_ctx][n_head_kv * head_dim] (K and V); every
-     * layer holds n_ctx positions, the sliding window only masks */
-    uint16_t *k_cache, *v_cache;
+    /* device KV cache of this layer: [n_ctx][n_head_kv * head_dim] (K and V) of p.type_k: f16
+     * bits or f32; every layer holds n_ctx positions, the sliding window only masks */
+    void *k_cache, *v_cache;
 } cuda_layer;
 
 /* Products with n_tok above this use the tensor-core GEMMs (cuda_gemm.h) when available;

@@ -102,8 +102,9 @@ typedef struct {
 
 /* = (qk_norm) cuda_rmsnorm(q, q_norm, q, n_tok * n_head, head_dim, eps) and the same for k;
  *   cuda_rope_qk(q, n_head, k, n_head_kv, n_tok, head_dim, d_pos, &rope);
- *   cuda_kv_store(k_cache, v_cache, n_ctx, n_head_kv, head_dim, k, v, n_tok, d_pos)
- * in one launch (one block per token and head). Same bytes in q, k and the caches. */
+ *   cuda_kv_store(HM_TYPE_F16, k_cache, v_cache, n_ctx, n_head_kv, head_dim, k, v, n_tok, d_pos)
+ * in one launch (one block per token and head). Same bytes in q, k and the caches. f16 caches
+ * only (an f32 cache takes the separate kernels). */
 hm_status cuda_fused_qk_rope_store(const cuda_fused_qk_args *a, void *stream, hm_error *err);
 
 /* ------------------------------------------------------------ router logits + top-k */

@@ -165,9 +165,11 @@ typedef struct {
 static void gpu_facts_get(const hm_model *m, const hm_context_params *p, gpu_facts *g) {
     const hm_hparams *hp = hm_model_hparams(m);
     memset(g, 0, sizeof(*g));
-    /* without an engine to ask: the f16 K and V rows of every position, no scratch */
+    /* without an engine to ask: the K and V rows of every position (f32 4 bytes an element,
+     * the GPU's other type f16 2), no scratch */
     g->kv_layer = (uint64_t)p->n_ctx * (uint64_t)hp->n_head_kv *
-                  (uint64_t)(hp->head_dim_k + hp->head_dim_v) * 2u;
+                  ((uint64_t)hp->head_dim_k * (p->type_k == HM_TYPE_F32 ? 4u : 2u) +
+                   (uint64_t)hp->head_dim_v * (p->type_v == HM_TYPE_F32 ? 4u : 2u));
     cuda_device_info info[16];
     int n_dev = 0;
     hm_error e = {0};

@@ -8,9 +8,11 @@
 # cache's (bf16 keeps 8 significant bits, f16 11: bf16's distance must be the larger). bench's
 # JSON names the types. tools/reference/kv_f32_check.py (the GPU machine's check against a
 # fresh HF run) runs here with the committed goldens as its reference: the f32 cache within
-# 1e-4 x std of HF's float64 logits (tiny-olmoe, tiny-gpt-oss). On a GPU machine
-# (HOTMOE_EXPECT_GPU=1) -ngl 99 --gpu-strict with a non-f16 cache is refused with the GPU
-# engine's "not supported on the GPU (f16 only)" and exit 1.
+# 1e-4 x std of HF's float64 logits (tiny-olmoe, tiny-gpt-oss). -ngl 99 -ctk f32 -ctv f32: on a
+# GPU machine (HOTMOE_EXPECT_GPU=1) the GPU runs it under --gpu-strict, its logits within 1e-4 x
+# std of the CPU's f32-cache logits (both presets), and a mixed f32 K / f16 V pair, bf16 or
+# q8_0 are refused with the GPU engine's message ("one type", "not supported on the GPU (f16 or
+# f32)") and exit 1; without a GPU it falls back to the CPU: the CPU's f32-cache bytes.
 #   bash tests/cli/kv_types.sh HOTMOE_BIN TMPDIR      (run from the repository root)
 set -u
 bin=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
@@ -118,13 +120,35 @@ n_pass=$(grep -c "float64 (golden) .* PASS$" "$tmp/ref.out")
 expect "kv_f32_check.py: both models pass" test "$n_pass" -eq 2
 grep "^tiny-\|^model " "$tmp/ref.out"
 
-# ---- the GPU takes only f16 ----
+# ---- the GPU takes f16 and f32 (K and V of one type) ----
+for preset in tiny-qwen3moe tiny-gpt-oss; do
+  m=$tmp/$preset.gguf
+  g=$tmp/$preset-f32-gpu.bin
+  if [ "${HOTMOE_EXPECT_GPU:-0}" = 1 ]; then
+    "$bin" logits -m "$m" --ids $ids -o "$g" -t 1 -c 64 -ngl 99 --gpu-strict -ctk f32 -ctv f32 \
+      2>"$tmp/err"
+    expect "$preset GPU -ctk f32 -ctv f32 --gpu-strict: exit 0" test $? -eq 0
+    dg=$(reldiff "$tmp/$preset-f32-t1.bin" "$g")
+    echo "$preset: GPU f32 cache, max|logits - CPU f32 cache's| / std: $dg"
+    expect "$preset GPU f32 cache near the CPU's ($dg x std)" lt "$dg" 1e-4
+  else
+    "$bin" logits -m "$m" --ids $ids -o "$g" -t 1 -c 64 -ngl 99 -ctk f32 -ctv f32 2>"$tmp/err"
+    expect "$preset -ngl 99 -ctk f32 -ctv f32 without a GPU: exit 0" test $? -eq 0
+    expect "$preset without a GPU: says it runs on the CPU" grep -q "running on the CPU" "$tmp/err"
+    expect "$preset without a GPU: the CPU's f32-cache bytes" \
+      cmp -s <(data "$tmp/$preset-f32-t1.bin") <(data "$g")
+  fi
+done
 if [ "${HOTMOE_EXPECT_GPU:-0}" = 1 ]; then
-  for kv in "-ctk f32" "-ctv bf16" "-ctk q8_0"; do
+  for kv in "-ctk f32" "-ctv bf16" "-ctk q8_0 -ctv q8_0" "-ctk bf16 -ctv bf16"; do
     "$bin" logits -m "$tmp/tiny-qwen3moe.gguf" --ids 5,6,7 -o "$tmp/g.bin" -ngl 99 --gpu-strict \
       $kv 2>"$tmp/err"
     expect "GPU $kv --gpu-strict: exit 1" test $? -eq 1
-    expect "GPU $kv: says f16 only" grep -q "not supported on the GPU (f16 only)" "$tmp/err"
+    case "$kv" in
+      "-ctk f32") why="one type" ;;
+      *) why="not supported on the GPU (f16 or f32)" ;;
+    esac
+    expect "GPU $kv: says '$why'" grep -qF "$why" "$tmp/err"
   done
 fi
 cli_summary kv_types

@@ -1,13 +1,17 @@
-/* Device KV cache and attention (cuda_attn.h) against cpu_attention over an f16 cache.
+/* Device KV cache and attention (cuda_attn.h) against cpu_attention over a cache of the same
+ * type, f16 and f32 (every case runs with both).
  * Each case runs a prompt in batches (crossing the sliding window where there is one), then
- * decode steps, on both sides: cuda_kv_store must write the CPU's f16 bytes (compared row by
- * row), and every attention output must satisfy max |gpu - cpu| <= ATT_TOL * std(cpu output
- * of that call). The GPU sums in a different order (online softmax per 32-position tile,
+ * decode steps, on both sides: cuda_kv_store must write the CPU's cache bytes (f16 bits, or the
+ * f32 values; compared row by row), and every attention output must satisfy
+ * max |gpu - cpu| <= ATT_TOL * std(cpu output of that call). With an f32 cache the prompt
+ * batches run the CUDA-core kernel (the tensor-core one takes f16 only), decode the same
+ * one-token kernel as f16. The GPU sums in a different order (online softmax per 32-position tile,
  * flash-decoding splits, one f32 accumulator per dot product), so bit-identity is not claimed;
  * the worst ratio per case is printed. Cases: GQA, sliding window + sinks, 3000 positions,
  * head_dim 80 and 256, 16 and 128 query heads per kv head, multi-token decode batches. Also:
- * determinism (the same call twice gives the same bytes), argument errors, the q8_0 refusal,
- * and (printed, not asserted) timings of decode and prompt attention at model-like shapes.
+ * determinism (the same call twice gives the same bytes), argument errors, the refusals (q8_0,
+ * bf16, a mixed f16/f32 pair), and (printed, not asserted) timings of decode and prompt
+ * attention at model-like shapes, f16 and f32.
  * Without a GPU: the host checks only. */
 #include <math.h>
 #include <stdint.h>
@@ -28,15 +32,37 @@ static void test_host(void) {
     hm_error err;
     hm_error_clear(&err);
     HM_CHECK(cuda_kv_check(HM_TYPE_Q8_0, HM_TYPE_Q8_0, 8, 128, &err) == HM_ERR_UNSUPPORTED);
-    HM_CHECK_MSG(strstr(err.msg, "q8_0") && strstr(err.msg, "f16 only"), "%s", err.msg);
+    HM_CHECK_MSG(strstr(err.msg, "q8_0") && strstr(err.msg, "f16 or f32"), "%s", err.msg);
+    HM_CHECK(cuda_kv_check(HM_TYPE_F32, HM_TYPE_BF16, 8, 128, &err) == HM_ERR_UNSUPPORTED);
+    HM_CHECK_MSG(strstr(err.msg, "bf16 KV cache (V)") && strstr(err.msg, "f16 or f32"), "%s",
+                 err.msg);
     HM_CHECK(cuda_kv_check(HM_TYPE_F16, HM_TYPE_F32, 8, 128, &err) == HM_ERR_UNSUPPORTED);
+    HM_CHECK_MSG(strstr(err.msg, "f16 K with f32 V") && strstr(err.msg, "one type"), "%s",
+                 err.msg);
+    HM_CHECK(cuda_kv_check(HM_TYPE_F32, HM_TYPE_F16, 8, 128, &err) == HM_ERR_UNSUPPORTED);
     HM_CHECK(cuda_kv_check(HM_TYPE_F16, HM_TYPE_F16, 8, 320, &err) == HM_ERR_UNSUPPORTED);
+    HM_CHECK(cuda_kv_check(HM_TYPE_F32, HM_TYPE_F32, 8, 320, &err) == HM_ERR_UNSUPPORTED);
     HM_CHECK(cuda_kv_check(HM_TYPE_F16, HM_TYPE_F16, 8, 128, &err) == HM_OK);
-    HM_CHECK(cuda_kv_bytes(4096, 8, 128) == (size_t)4096 * 8 * 128 * 2);
+    HM_CHECK(cuda_kv_check(HM_TYPE_F32, HM_TYPE_F32, 8, 128, &err) == HM_OK);
+    HM_CHECK(cuda_kv_bytes(HM_TYPE_F16, 4096, 8, 128) == (size_t)4096 * 8 * 128 * 2);
+    HM_CHECK(cuda_kv_bytes(HM_TYPE_F32, 4096, 8, 128) == (size_t)4096 * 8 * 128 * 4);
+    HM_CHECK(cuda_kv_bytes(HM_TYPE_Q8_0, 4096, 8, 128) == 0);
+    HM_CHECK(cuda_kv_bytes(HM_TYPE_F32, 0, 8, 128) == 0);
+    /* the store refuses other types before touching the device */
+    int32_t dummy = 0;
+    HM_CHECK(cuda_kv_store(HM_TYPE_BF16, &dummy, &dummy, 16, 1, 8, NULL, NULL, 1, &dummy, NULL,
+                           &err) == HM_ERR_UNSUPPORTED);
+    HM_CHECK_MSG(strstr(err.msg, "bf16"), "%s", err.msg);
     cuda_attn_args a = {.n_head = 6, .n_head_kv = 4, .head_dim = 64, .n_ctx = 128, .n_tok = 1};
     HM_CHECK(cuda_attention(&a, NULL, &err) == HM_ERR_ARG); /* 6 % 4 */
     a.n_head = 8;
     HM_CHECK(cuda_attention(&a, NULL, &err) == HM_ERR_ARG); /* no buffers */
+    a.kv_f32 = 1;
+    HM_CHECK(cuda_attention(&a, NULL, &err) == HM_ERR_ARG); /* no buffers */
+    a.head_dim = 320;
+    HM_CHECK(cuda_attention(&a, NULL, &err) == HM_ERR_UNSUPPORTED);
+    a.head_dim = 64;
+    a.kv_f32 = 0;
     /* decode splits need scratch, prompt batches do not */
     a.n_ctx = 32768;
     HM_CHECK(cuda_attention_scratch_size(&a) > 0);
@@ -93,16 +119,19 @@ static double rel_err(const float *ref, const float *got, int64_t n) {
     return md / (sd > 0 ? sd : 1.0);
 }
 
-static void run_case(const att_case *c) {
+/* One case with caches of type kt (HM_TYPE_F16 or HM_TYPE_F32) on both sides. */
+static void run_case(const att_case *c, uint32_t kt) {
     hm_error err;
     hm_error_clear(&err);
     uint64_t s = 1234 + (uint64_t)c->hd * 7 + (uint64_t)c->n_head;
     const int row = c->n_kv * c->hd;
+    const size_t esz = kt == HM_TYPE_F32 ? 4 : 2; /* bytes per cache element */
     cpu_kv_layer kv;
-    HM_REQUIRE(cpu_kv_init(&kv, HM_TYPE_F16, HM_TYPE_F16, c->n_kv, c->hd, c->n_ctx, &err) == HM_OK);
-    const size_t kvb = cuda_kv_bytes(c->n_ctx, c->n_kv, c->hd);
-    uint16_t *dkc = tu_dev(NULL, kvb), *dvc = tu_dev(NULL, kvb);
-    uint16_t *hkc = malloc(kvb);
+    HM_REQUIRE(cpu_kv_init(&kv, kt, kt, c->n_kv, c->hd, c->n_ctx, &err) == HM_OK);
+    const size_t kvb = cuda_kv_bytes(kt, c->n_ctx, c->n_kv, c->hd);
+    HM_REQUIRE(kvb == (size_t)c->n_ctx * row * esz);
+    void *dkc = tu_dev(NULL, kvb), *dvc = tu_dev(NULL, kvb);
+    void *hkc = malloc(kvb);
     float sinks[128];
     for (int h = 0; h < c->n_head; h++) sinks[h] = tu_unit(&s) * 3.0f;
     float *dsinks = tu_dev(sinks, sizeof(sinks));
@@ -135,37 +164,43 @@ static void run_case(const att_case *c) {
         HM_REQUIRE(cpu_attention(NULL, &kv, &ca, NULL, 0, &err) == HM_OK);
         HM_REQUIRE(tu_put(dq, q, nq * 4) && tu_put(dk, k, (size_t)n * row * 4) &&
                    tu_put(dv, v, (size_t)n * row * 4) && tu_put(dpos, pos, (size_t)n * 4));
-        HM_REQUIRE(cuda_kv_store(dkc, dvc, c->n_ctx, c->n_kv, c->hd, dk, dv, n, dpos, NULL, &err) == HM_OK);
+        HM_REQUIRE(cuda_kv_store(kt, dkc, dvc, c->n_ctx, c->n_kv, c->hd, dk, dv, n, dpos, NULL, &err) == HM_OK);
         cuda_attn_args ga = {.n_head = c->n_head, .n_head_kv = c->n_kv, .head_dim = c->hd,
                              .n_ctx = c->n_ctx, .n_tok = n, .window = c->window,
                              .d_sinks = c->sinks ? dsinks : NULL, .d_pos = dpos, .q = dq,
-                             .k_cache = dkc, .v_cache = dvc, .out = dout};
+                             .k_cache = dkc, .v_cache = dvc, .kv_f32 = kt == HM_TYPE_F32,
+                             .out = dout};
         size_t scr = cuda_attention_scratch_size(&ga);
         ga.scratch = scr ? tu_dev(NULL, scr) : NULL;
         HM_REQUIRE(!scr || (ga.scratch && cudaMemset(ga.scratch, 0, scr) == cudaSuccess));
-        HM_CHECK_MSG(cuda_attention(&ga, NULL, &err) == HM_OK, "%s: %s", c->name, err.msg);
+        HM_CHECK_MSG(cuda_attention(&ga, NULL, &err) == HM_OK, "%s %s: %s", c->name,
+                     hm_type_name(kt), err.msg);
         HM_REQUIRE(tu_get(got, dout, nq * 4));
         /* the same call again: same bytes */
         HM_CHECK(cuda_attention(&ga, NULL, &err) == HM_OK);
         HM_REQUIRE(tu_get(got2, dout, nq * 4));
-        HM_CHECK_MSG(memcmp(got, got2, nq * 4) == 0, "%s: not deterministic", c->name);
+        HM_CHECK_MSG(memcmp(got, got2, nq * 4) == 0, "%s %s: not deterministic", c->name,
+                     hm_type_name(kt));
         if (ga.scratch) cudaFree(ga.scratch);
         double e = rel_err(ref, got, nq);
         if (!(e <= worst)) worst = e;
-        HM_CHECK_MSG(e <= ATT_TOL, "%s batch %d (pos %lld, %d tokens): max|diff|/std %.3g", c->name,
-                     b, (long long)p0, n, e);
+        HM_CHECK_MSG(e <= ATT_TOL, "%s %s batch %d (pos %lld, %d tokens): max|diff|/std %.3g",
+                     c->name, hm_type_name(kt), b, (long long)p0, n, e);
         calls++;
         p0 += n;
     }
-    /* cache bytes: every stored row equals the CPU's f16 row */
+    /* cache bytes: every stored row equals the CPU's row of the same type */
+    HM_REQUIRE(kv.k_row_size == (size_t)row * esz);
     HM_REQUIRE(tu_get(hkc, dkc, kvb));
-    HM_CHECK_MSG(memcmp(hkc, kv.k, (size_t)p0 * row * 2) == 0, "%s: K cache bytes differ", c->name);
+    HM_CHECK_MSG(memcmp(hkc, kv.k, (size_t)p0 * row * esz) == 0, "%s %s: K cache bytes differ",
+                 c->name, hm_type_name(kt));
     HM_REQUIRE(tu_get(hkc, dvc, kvb));
-    HM_CHECK_MSG(memcmp(hkc, kv.v, (size_t)p0 * row * 2) == 0, "%s: V cache bytes differ", c->name);
-    printf("%-16s heads %3d/%d hd %3d window %4lld sinks %d: %d calls to position %lld, worst "
-           "max|diff|/std %.3g\n",
-           c->name, c->n_head, c->n_kv, c->hd, (long long)c->window, c->sinks, calls, (long long)p0,
-           worst);
+    HM_CHECK_MSG(memcmp(hkc, kv.v, (size_t)p0 * row * esz) == 0, "%s %s: V cache bytes differ",
+                 c->name, hm_type_name(kt));
+    printf("%-16s %s heads %3d/%d hd %3d window %4lld sinks %d: %d calls to position %lld, "
+           "worst max|diff|/std %.3g\n",
+           c->name, hm_type_name(kt), c->n_head, c->n_kv, c->hd, (long long)c->window, c->sinks,
+           calls, (long long)p0, worst);
     cpu_kv_free(&kv);
     cudaFree(dkc);
     cudaFree(dvc);
@@ -184,16 +219,21 @@ static void run_case(const att_case *c) {
     free(got2);
 }
 
-/* Timing at model-like shapes (cache filled with random f16 on the host side once). */
-static void time_shape(const char *name, int n_head, int n_kv, int hd, int64_t n_ctx, int n_tok,
-                       int64_t pos0, int64_t window, int iters) {
+/* Timing at model-like shapes (cache of type kt filled with random values in (-1, 1) on the
+ * host side once). */
+static void time_shape(const char *name, uint32_t kt, int n_head, int n_kv, int hd, int64_t n_ctx,
+                       int n_tok, int64_t pos0, int64_t window, int iters) {
     hm_error err;
-    const size_t kvb = cuda_kv_bytes(n_ctx, n_kv, hd);
-    uint16_t *h = malloc(kvb);
+    const size_t kvb = cuda_kv_bytes(kt, n_ctx, n_kv, hd);
+    void *h = malloc(kvb);
     HM_REQUIRE(h);
     uint64_t s = 99;
-    for (size_t i = 0; i < kvb / 2; i++) h[i] = (uint16_t)(0x3800 + (tu_next(&s) % 0x800)) ^ (uint16_t)((tu_next(&s) & 1) << 15);
-    uint16_t *dkc = tu_dev(h, kvb), *dvc = tu_dev(h, kvb);
+    if (kt == HM_TYPE_F32)
+        tu_fill(&s, (float *)h, (int64_t)(kvb / 4), 1.0f);
+    else
+        for (size_t i = 0; i < kvb / 2; i++)
+            ((uint16_t *)h)[i] = (uint16_t)(0x3800 + (tu_next(&s) % 0x800)) ^ (uint16_t)((tu_next(&s) & 1) << 15);
+    void *dkc = tu_dev(h, kvb), *dvc = tu_dev(h, kvb);
     free(h);
     const size_t nq = (size_t)n_tok * n_head * hd;
     float *qh = malloc(nq * 4);
@@ -206,7 +246,7 @@ static void time_shape(const char *name, int n_head, int n_kv, int hd, int64_t n
     HM_REQUIRE(dkc && dvc && dq && dout && dpos);
     cuda_attn_args a = {.n_head = n_head, .n_head_kv = n_kv, .head_dim = hd, .n_ctx = n_ctx,
                         .n_tok = n_tok, .window = window, .d_pos = dpos, .q = dq, .k_cache = dkc,
-                        .v_cache = dvc, .out = dout};
+                        .v_cache = dvc, .kv_f32 = kt == HM_TYPE_F32, .out = dout};
     size_t scr = cuda_attention_scratch_size(&a);
     a.scratch = scr ? tu_dev(NULL, scr) : NULL;
     HM_REQUIRE(!scr || (a.scratch && cudaMemset(a.scratch, 0, scr) == cudaSuccess));
@@ -223,10 +263,11 @@ static void time_shape(const char *name, int n_head, int n_kv, int hd, int64_t n
     const double us = 1000.0 * ms / iters;
     /* bytes of K and V the call must read (visible positions of the last token) */
     const int64_t last = pos0 + n_tok - 1, first = window > 0 && last - window + 1 > 0 ? last - window + 1 : 0;
-    const double mb = (double)(last - first + 1) * n_kv * hd * 2 * 2 / 1e6;
-    printf("timing %-22s heads %d/%d hd %d, %d tok at pos %lld: %.1f us per call (%.0f GB/s of "
-           "K+V)\n",
-           name, n_head, n_kv, hd, n_tok, (long long)pos0, us, mb * 1e-3 / (us * 1e-6));
+    const double mb = (double)(last - first + 1) * n_kv * hd * 2 * (kt == HM_TYPE_F32 ? 4 : 2) / 1e6;
+    printf("timing %-22s %s heads %d/%d hd %d, %d tok at pos %lld: %.1f us per call (%.0f GB/s "
+           "of K+V)\n",
+           name, hm_type_name(kt), n_head, n_kv, hd, n_tok, (long long)pos0, us,
+           mb * 1e-3 / (us * 1e-6));
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     if (a.scratch) cudaFree(a.scratch);
@@ -241,13 +282,19 @@ static void time_shape(const char *name, int n_head, int n_kv, int hd, int64_t n
 
 static void test_gpu(void) {
     if (!tu_have_gpu()) return;
-    for (size_t i = 0; i < sizeof(k_cases) / sizeof(k_cases[0]); i++) run_case(&k_cases[i]);
-    time_shape("qwen3-30b decode", 32, 4, 128, 32768, 1, 4095, 0, 50);
-    time_shape("qwen3-30b decode 32k", 32, 4, 128, 32768, 1, 32767, 0, 50);
-    time_shape("gpt-oss decode swa", 64, 8, 64, 32768, 1, 32767, 128, 50);
-    time_shape("gpt-oss decode full", 64, 8, 64, 32768, 1, 8191, 0, 50);
-    time_shape("qwen3-30b prompt 512", 32, 4, 128, 4096, 512, 0, 0, 10);
-    time_shape("gpt-oss prompt 512", 64, 8, 64, 4096, 512, 0, 0, 10);
+    static const uint32_t types[] = {HM_TYPE_F16, HM_TYPE_F32};
+    for (int ti = 0; ti < 2; ti++)
+        for (size_t i = 0; i < sizeof(k_cases) / sizeof(k_cases[0]); i++)
+            run_case(&k_cases[i], types[ti]);
+    for (int ti = 0; ti < 2; ti++) {
+        const uint32_t kt = types[ti];
+        time_shape("qwen3-30b decode", kt, 32, 4, 128, 32768, 1, 4095, 0, 50);
+        time_shape("qwen3-30b decode 32k", kt, 32, 4, 128, 32768, 1, 32767, 0, 50);
+        time_shape("gpt-oss decode swa", kt, 64, 8, 64, 32768, 1, 32767, 128, 50);
+        time_shape("gpt-oss decode full", kt, 64, 8, 64, 32768, 1, 8191, 0, 50);
+        time_shape("qwen3-30b prompt 512", kt, 32, 4, 128, 4096, 512, 0, 0, 10);
+        time_shape("gpt-oss prompt 512", kt, 64, 8, 64, 4096, 512, 0, 0, 10);
+    }
 }
 
 #else

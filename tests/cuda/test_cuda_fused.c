@@ -447,7 +447,8 @@ static void test_qk(void) {
                 }
                 if (st == HM_OK) st = cuda_rope_qk(q1, nh, k1, nkv, nt, hd, pos, &ra, NULL, &err);
                 if (st == HM_OK)
-                    st = cuda_kv_store(kc1, vc1, n_ctx, nkv, hd, k1, v, nt, pos, NULL, &err);
+                    st = cuda_kv_store(HM_TYPE_F16, kc1, vc1, n_ctx, nkv, hd, k1, v, nt, pos, NULL,
+                                       &err);
                 HM_CHECK_MSG(st == HM_OK, "config %d unfused: %s", cfg, err.msg);
                 cuda_fused_qk_args a;
                 memset(&a, 0, sizeof(a));
