@@ -87,6 +87,25 @@ static __device__ __forceinline__ void kv_load8(const float *p, float f[8]) {
     f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
 }
 
+/* attn_kernel's tile piece: kv_load8 of K and of V at one offset (f16: converted element by
+ * element, K and V interleaved, as that kernel always did; the same values either way) */
+static __device__ __forceinline__ void kv_load8_kv(const uint16_t *k, const uint16_t *v,
+                                                   float kf[8], float vf[8]) {
+    const uint4 kr = *(const uint4 *)k;
+    const uint4 vr = *(const uint4 *)v;
+    const __half *kh = (const __half *)&kr, *vh = (const __half *)&vr;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        kf[i] = __half2float(kh[i]);
+        vf[i] = __half2float(vh[i]);
+    }
+}
+static __device__ __forceinline__ void kv_load8_kv(const float *k, const float *v, float kf[8],
+                                                   float vf[8]) {
+    kv_load8(k, kf);
+    kv_load8(v, vf);
+}
+
 /* N = 2 or 4 consecutive cache elements as f32 (p aligned to N elements) */
 template <int N> static __device__ __forceinline__ void kv_load_n(const uint16_t *p, float *f) {
     if constexpr (N == 4) {
@@ -234,8 +253,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
             float kf[8], vf[8];
             if (p < k_end) {
                 const size_t off = (size_t)p * row_stride + (size_t)g * hd + d0;
-                kv_load8(kc + off, kf);
-                kv_load8(vc + off, vf);
+                kv_load8_kv(kc + off, vc + off, kf, vf);
             } else {
 #pragma unroll
                 for (int i = 0; i < 8; i++) kf[i] = vf[i] = 0.0f;
