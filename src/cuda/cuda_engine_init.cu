@@ -16,6 +16,15 @@
  * layer_begin k > 0 plans, uploads and gives KV to layers [k, n_layer) and the output only (no
  * token embeddings); its input rows come from the host through a pinned buffer allocated at
  * the first cuda_engine_decode_rows.
+ *
+ * Module loading: CUDA loads kernels lazily by default, and the first launch of a kernel loads
+ * its module under the context's lock after the GPU's queue drains. In the tiered step a kernel
+ * spins on the GPU until the CPU answers, and for prompt batches the CPU's answer needs CUDA
+ * calls (the copies of fetched experts): a first launch enqueued behind the spinning kernel then
+ * holds the lock the copies wait for, and neither side moves (the step times out). So the
+ * library asks for eager loading before the first CUDA call of the process (a constructor, run
+ * at program start), unless CUDA_MODULE_LOADING is already set; the cost is the loading of every
+ * kernel at the first CUDA call.
  */
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -32,6 +41,11 @@ extern "C" {
 #include "cuda/cuda_gemm.h"
 #include "cuda/cuda_quant.h"
 #include "quant/qtypes.h"
+}
+
+/* see DESIGN, "Module loading" */
+__attribute__((constructor)) static void cuda_module_loading_eager(void) {
+    setenv("CUDA_MODULE_LOADING", "EAGER", 0);
 }
 
 #define LAYER_VECTORS(X)                                                                         \

@@ -175,6 +175,8 @@ extern "C" void cuda_copy_lane_free(cuda_copy_lane *l) {
     free(l);
 }
 
+static hm_status lane_chunks(cuda_copy_lane *l, hm_error *err);
+
 extern "C" hm_status cuda_copy_lane_init(int dev, size_t cap, const cuda_host_reg *reg,
                                          cuda_copy_lane **out, hm_error *err) {
     *out = NULL;
@@ -214,6 +216,12 @@ extern "C" hm_status cuda_copy_lane_init(int dev, size_t cap, const cuda_host_re
                                     "cuda_copy_lane_init: %s (2 buffers of %s on device %d): %s",
                                     what, sz, dev, cudaGetErrorString(e));
         cudaGetLastError();
+        cuda_copy_lane_free(l);
+        return st;
+    }
+    /* the pinned chunks too: no allocation while a tiered step's kernel waits for the host */
+    hm_status st = lane_chunks(l, err);
+    if (st != HM_OK) {
         cuda_copy_lane_free(l);
         return st;
     }

@@ -89,7 +89,8 @@ typedef struct {
 
 /* A lane on device dev with two device buffers of cap bytes each (cap > 0). reg (borrowed, may
  * be NULL) is the registration ranges are copied from directly; ranges outside it are staged
- * through two pinned chunks of min(cap, 8 MiB) bytes, allocated on first use. */
+ * through two pinned chunks of min(cap, 8 MiB) bytes, allocated at init (never while a tiered
+ * step waits for the host). */
 hm_status cuda_copy_lane_init(int dev, size_t cap, const cuda_host_reg *reg,
                               cuda_copy_lane **out, hm_error *err);
 /* Waits for every copy in flight, then frees; NULL is allowed. */
