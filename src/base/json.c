@@ -278,3 +278,39 @@ hm_status hm_json_write_file(hm_json *j, const char *path, hm_error *err) {
     if (!ok) return hm_error_set(err, HM_ERR_IO, "cannot write %s: %s", path, strerror(errno));
     return HM_OK;
 }
+
+hm_status hm_file_read_all(const char *path, char **buf, size_t *len, hm_error *err) {
+    *buf = NULL;
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return hm_error_set(err, HM_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    char *b = NULL;
+    size_t n = 0, cap = 0;
+    hm_status st = HM_OK;
+    for (;;) {
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 65536;
+            char *nb = nc > cap ? realloc(b, nc) : NULL;
+            if (!nb) {
+                st = hm_error_set(err, HM_ERR_NOMEM, "%s: out of memory reading it", path);
+                break;
+            }
+            b = nb;
+            cap = nc;
+        }
+        size_t got = fread(b + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) {
+            if (ferror(f)) st = hm_error_set(err, HM_ERR_IO, "cannot read %s: %s", path, strerror(errno));
+            break;
+        }
+    }
+    fclose(f);
+    if (st != HM_OK) {
+        free(b);
+        return st;
+    }
+    *buf = b;
+    *len = n;
+    return HM_OK;
+}

@@ -90,4 +90,9 @@ const char *hm_json_data(const hm_json *j, size_t *len);
  * truncated); errors name the path. Frees nothing. */
 hm_status hm_json_write_file(hm_json *j, const char *path, hm_error *err);
 
+/* The whole of the file at path in a malloc'd buffer (*buf, *len bytes; the caller frees it),
+ * for readers that parse the text themselves (and name their origin in errors). Errors name the
+ * path: HM_ERR_IO (cannot open or read), HM_ERR_NOMEM. */
+hm_status hm_file_read_all(const char *path, char **buf, size_t *len, hm_error *err);
+
 #endif

@@ -280,30 +280,9 @@ hm_status moe_learn_parse(const char *text, size_t len, const char *origin, moe_
 
 hm_status moe_learn_load(const char *path, moe_learn *out, hm_error *err) {
     memset(out, 0, sizeof(*out));
-    FILE *f = fopen(path, "rb");
-    if (!f) return hm_error_set(err, HM_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    hm_status st = HM_OK;
-    for (;;) {
-        if (len == cap) {
-            size_t nc = cap ? cap * 2 : 65536;
-            char *nb = nc > cap ? realloc(buf, nc) : NULL;
-            if (!nb) {
-                st = hm_error_set(err, HM_ERR_NOMEM, "%s: out of memory reading it", path);
-                break;
-            }
-            buf = nb;
-            cap = nc;
-        }
-        size_t n = fread(buf + len, 1, cap - len, f);
-        len += n;
-        if (n == 0) {
-            if (ferror(f)) st = hm_error_set(err, HM_ERR_IO, "cannot read %s: %s", path, strerror(errno));
-            break;
-        }
-    }
-    fclose(f);
+    char *buf;
+    size_t len;
+    hm_status st = hm_file_read_all(path, &buf, &len, err);
     if (st == HM_OK) st = moe_learn_parse(buf, len, path, out, err);
     free(buf);
     return st;
