@@ -8,6 +8,8 @@
  */
 #include "moe/offload.h"
 
+#include "base/text.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -153,32 +155,17 @@ hm_status offload_decide(offload_plan *p, int64_t n_tok, const offload_expert *e
 
 /* ---- text ---- */
 
-typedef struct {
-    char *buf;
-    size_t cap, len;
-} text_out;
-
-static void put(text_out *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(text_out *t, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    char *dst = t->len < t->cap ? t->buf + t->len : NULL;
-    const size_t room = t->len < t->cap ? t->cap - t->len : 0;
-    const int k = vsnprintf(dst, room, fmt, ap);
-    va_end(ap);
-    if (k > 0) t->len += (size_t)k;
-}
 
 size_t offload_plan_format(const offload_plan *p, int layer, const offload_expert *ex,
                            char *buf, size_t n) {
-    text_out t = {buf, n, 0};
+    hm_text t = {buf, n, 0};
     if (buf && n) buf[0] = '\0';
     if (p->threshold >= 1)
-        put(&t, "sched layer %d: ubatch %lld tok, --moe-offload-threshold %lld", layer,
+        hm_text_put(&t, "sched layer %d: ubatch %lld tok, --moe-offload-threshold %lld", layer,
             (long long)p->n_tok, (long long)p->threshold);
     else
-        put(&t, "sched layer %d: ubatch %lld tok, cost model", layer, (long long)p->n_tok);
-    put(&t, ": %d/%d experts used, %d GPU (%.2f MiB, lane %.3f ms), %d CPU (lane %.3f ms); "
+        hm_text_put(&t, "sched layer %d: ubatch %lld tok, cost model", layer, (long long)p->n_tok);
+    hm_text_put(&t, ": %d/%d experts used, %d GPU (%.2f MiB, lane %.3f ms), %d CPU (lane %.3f ms); "
             "all on CPU %.3f ms\n",
         p->n_used, p->n_expert, p->n_gpu, (double)p->gpu_bytes / (1024.0 * 1024.0),
         p->gpu_s * 1e3, p->n_used - p->n_gpu, p->cpu_s * 1e3, p->all_cpu_s * 1e3);
@@ -187,11 +174,11 @@ size_t offload_plan_format(const offload_plan *p, int layer, const offload_exper
             int cnt = 0;
             for (int e = 0; e < p->n_expert; e++)
                 if (p->why[e] == w && p->gpu[e] == lane && ex[e].n_tok > 0) {
-                    if (cnt++ == 0) put(&t, "  %s %s:", lane ? "GPU" : "CPU",
+                    if (cnt++ == 0) hm_text_put(&t, "  %s %s:", lane ? "GPU" : "CPU",
                                         offload_why_str((offload_why)w));
-                    put(&t, " %d:%d", e, (int)ex[e].n_tok);
+                    hm_text_put(&t, " %d:%d", e, (int)ex[e].n_tok);
                 }
-            if (cnt) put(&t, "\n");
+            if (cnt) hm_text_put(&t, "\n");
         }
     return t.len;
 }

@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "base/log.h"
+#include "base/text.h"
 #include "cpu/matmul.h"
 #include "cuda/cuda_host.h"
 #include "quant/qtypes.h"
@@ -354,67 +355,52 @@ void calib_layer_rates(const calib_result *c, const hm_model *m, int il, offload
     r->gpu_tok_s = (double)offload_expert_size(m, il, 1) / CALIB_GPU_BYTE_TOK_PER_S;
 }
 
-typedef struct {
-    char *buf;
-    size_t cap, len;
-} text_out;
-
-static void put(text_out *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(text_out *t, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    char *dst = t->len < t->cap ? t->buf + t->len : NULL;
-    const size_t room = t->len < t->cap ? t->cap - t->len : 0;
-    const int k = vsnprintf(dst, room, fmt, ap);
-    va_end(ap);
-    if (k > 0) t->len += (size_t)k;
-}
 
 size_t calib_format(const calib_result *c, char *buf, size_t n) {
-    text_out t = {buf, n, 0};
+    hm_text t = {buf, n, 0};
     if (buf && n) buf[0] = '\0';
     const double MiB = 1024.0 * 1024.0;
     switch (c->source) {
     case CALIB_OFF:
-        put(&t, "calibration: off (HOTMOE_CALIBRATE=0): rough defaults\n");
+        hm_text_put(&t, "calibration: off (HOTMOE_CALIBRATE=0): rough defaults\n");
         break;
     case CALIB_CACHED:
-        put(&t, "calibration: cached (%s)\n", c->cache_path);
+        hm_text_put(&t, "calibration: cached (%s)\n", c->cache_path);
         break;
     case CALIB_MEASURED:
-        put(&t, "calibration: measured in %.3f s%s%s%s\n", c->seconds,
+        hm_text_put(&t, "calibration: measured in %.3f s%s%s%s\n", c->seconds,
             c->cache_path[0] ? " (cached in " : "", c->cache_path,
             c->cache_path[0] ? ")" : "");
         break;
     }
-    put(&t, "  machine: %s\n", c->machine_key);
+    hm_text_put(&t, "  machine: %s\n", c->machine_key);
     if (c->host_read_bytes)
-        put(&t, "  host read: %.1f GB/s (%.1f MiB of expert weights, %d threads)\n",
+        hm_text_put(&t, "  host read: %.1f GB/s (%.1f MiB of expert weights, %d threads)\n",
             c->host_read_bps / 1e9, (double)c->host_read_bytes / MiB, c->n_threads);
     else
-        put(&t, "  host read: %.1f GB/s (default)\n", c->host_read_bps / 1e9);
+        hm_text_put(&t, "  host read: %.1f GB/s (default)\n", c->host_read_bps / 1e9);
     if (c->h2d_bps > 0)
-        put(&t, "  host->device: %.1f GB/s (%s)\n", c->h2d_bps / 1e9,
+        hm_text_put(&t, "  host->device: %.1f GB/s (%s)\n", c->h2d_bps / 1e9,
             !strcmp(c->h2d_source, "registered") ? "from the registered mapping"
             : !strcmp(c->h2d_source, "staged")   ? "through pinned staging"
                                                  : "default");
     else
-        put(&t, "  host->device: none (no GPU copy lane)\n");
+        hm_text_put(&t, "  host->device: none (no GPU copy lane)\n");
     for (int i = 0; i < c->n_types; i++) {
         const calib_type *ty = &c->types[i];
         if (ty->n_expert > 0 && ty->bytes > 0) {
             const double per = (double)ty->bytes / ty->n_expert;
-            put(&t, "  CPU experts %s: %.3f ms at 1 token, %.3f ms at %d tokens per expert "
+            hm_text_put(&t, "  CPU experts %s: %.3f ms at 1 token, %.3f ms at %d tokens per expert "
                     "matrix of %.2f MiB (%.1f GB/s of weights at 1 token)\n",
                 hm_type_name(ty->wtype), ty->t1_s * 1e3 / ty->n_expert,
                 ty->tb_s * 1e3 / ty->n_expert, ty->batch, per / MiB,
                 (double)ty->bytes / ty->t1_s / 1e9);
         } else {
-            put(&t, "  CPU experts %s: default %.1f GB/s of weights + %.1f GB/s per token\n",
+            hm_text_put(&t, "  CPU experts %s: default %.1f GB/s of weights + %.1f GB/s per token\n",
                 hm_type_name(ty->wtype), 1e-9 / ty->fixed_s_per_byte,
                 1e-9 / ty->tok_s_per_byte);
         }
     }
-    if (c->note[0]) put(&t, "  note: %s\n", c->note);
+    if (c->note[0]) hm_text_put(&t, "  note: %s\n", c->note);
     return t.len;
 }
