@@ -140,6 +140,7 @@ int cmd_run(int argc, char **argv) {
             (unsigned long long)au.steps, au.gpu ? "GPU autonomous" : cli_engine_backend(&e),
             e.n_threads);
     if (audit) cli_engine_print_audit(&e, e.gen);
+    cli_engine_print_tiered(&e);
     ret = 0;
     if (cli_tracer_finish(&e, tr)) ret = 1;
     tr = NULL;

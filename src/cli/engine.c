@@ -6,6 +6,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "runtime/tiered.h"
+
 double cli_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -176,6 +178,22 @@ void cli_engine_print_audit(const cli_engine *e, const hm_gen *g) {
             (unsigned long long)au.kernel_nodes, (unsigned long long)au.steps,
             (unsigned long long)au.stream_queries,
             au.tg_mean_s * 1e3, au.tg_cv, au.n_timed);
+}
+
+void cli_engine_print_tiered(const cli_engine *e) {
+    hm_tiered *t = hm_context_tiered(e->ctx);
+    if (!t) return;
+    hm_tiered_stats s;
+    hm_tiered_get_stats(t, &s);
+    fprintf(stderr,
+            "tiered: %llu layer requests to the CPU (%.1f us computing each), prompt layers %llu "
+            "(experts %llu on the GPU from %.1f MiB copied, %llu on the CPU); faults %llu, steps "
+            "redone %llu, failed copies %llu\n",
+            (unsigned long long)s.requests, s.requests ? s.busy_s * 1e6 / (double)s.requests : 0.0,
+            (unsigned long long)s.fetch_requests, (unsigned long long)s.gpu_experts,
+            (double)s.fetched_bytes / 1048576.0, (unsigned long long)s.cpu_experts,
+            (unsigned long long)s.faults, (unsigned long long)s.retries,
+            (unsigned long long)s.copy_fallbacks);
 }
 
 hm_status cli_engine_eval(cli_engine *e, const int32_t *ids, int n, float *logits_last,

@@ -62,6 +62,9 @@ const char *cli_engine_backend(const cli_engine *e);
  * "audit: backend ..., N tokens, host syncs/token X, graph nodes/token N (K kernels), tg mean
  * M ms, cv C". */
 void cli_engine_print_audit(const cli_engine *e, const hm_gen *g);
+/* One line of a tiered context's CPU-side counters (runtime/tiered.h) on stderr; nothing for
+ * any other context. */
+void cli_engine_print_tiered(const cli_engine *e);
 
 /* Seconds from a monotonic clock. */
 double cli_now(void);

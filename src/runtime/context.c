@@ -489,6 +489,8 @@ int hm_context_n_threads(const hm_context *c) {
     return c->cpu ? cpu_engine_n_threads(c->cpu) : c->p.n_threads;
 }
 struct cuda_engine *hm_context_gpu(const hm_context *c) { return c->gpu; }
+
+struct hm_tiered *hm_context_tiered(const hm_context *c) { return c->tiered; }
 const char *hm_context_placement_report(const hm_context *c) { return c->report; }
 int hm_context_split_layer(const hm_context *c) { return c->split; }
 moe_exec *hm_context_exec(hm_context *c) { return c->cpu ? cpu_engine_exec(c->cpu) : NULL; }
@@ -597,9 +599,9 @@ static hm_status check_decode(const hm_context *c, const int32_t *tokens, int n_
 }
 
 /* A failed GPU step of a tiered context: the CPU side's reason joins the engine's, and the
- * hand-off is reset so the next call can run (the failed positions are not kept: n_past stays). */
-static hm_status tiered_fault(hm_context *c, hm_status st, hm_error *err) {
-    if (!c->tiered) return st;
+ * hand-off is reset so the next call can run (the failed positions are not kept: n_past stays).
+ * Returns whether the reset worked. */
+static bool tiered_fault(hm_context *c, hm_status st, hm_error *err) {
     hm_error cpu = {0};
     if (hm_tiered_check(c->tiered, &cpu) != HM_OK && err) {
         char gpu_msg[HM_ERROR_MSG_MAX];
@@ -607,9 +609,37 @@ static hm_status tiered_fault(hm_context *c, hm_status st, hm_error *err) {
         hm_error_set(err, st, "%s (CPU side: %s)", gpu_msg, cpu.msg);
     }
     hm_error reset = {0};
-    if (hm_tiered_reset(c->tiered, &reset) != HM_OK)
-        HM_LOGW("tiered: the hand-off could not be reset: %s", reset.msg);
-    return st;
+    if (hm_tiered_reset(c->tiered, &reset) == HM_OK) return true;
+    HM_LOGW("tiered: the hand-off could not be reset: %s", reset.msg);
+    return false;
+}
+
+bool runtime_context_tiered_recover(hm_context *c, hm_status st, const char *what,
+                                    hm_error *err) {
+    if (!c->tiered) return false;
+    const bool reset = tiered_fault(c, st, err);
+    if (st != HM_ERR_STATE || !reset) return false;
+    hm_tiered_count_retry(c->tiered);
+    HM_LOGW("tiered: %s failed (%s); the hand-off was reset and it is redone", what,
+            err ? err->msg : "no reason given");
+    return true;
+}
+
+/* One GPU engine call of a tiered or all-GPU context, redone once after a tiered fault. */
+static hm_status gpu_step(hm_context *c, const int32_t *tokens, const float *rows, int n, int pos,
+                          float *logits, hm_logits_mode mode, hm_error *err) {
+    for (int attempt = 0;; attempt++) {
+        hm_status st = rows ? cuda_engine_decode_rows(c->gpu, rows, n, pos, logits, mode, err)
+                            : cuda_engine_decode(c->gpu, tokens, n, pos, logits, mode, err);
+        if (st == HM_OK) return st;
+        if (attempt == 1) {
+            if (c->tiered) tiered_fault(c, st, err);
+            return st;
+        }
+        char what[64];
+        snprintf(what, sizeof(what), "the step at position %d", pos);
+        if (!runtime_context_tiered_recover(c, st, what, err)) return st;
+    }
 }
 
 /* A split context: per ubatch, the CPU engine's layers [0, split) from the token ids into
@@ -631,8 +661,8 @@ static hm_status decode_split(hm_context *c, const int32_t *tokens, int n_tok, i
         st = cpu_engine_forward(c->cpu, tokens + done, NULL, n, pos + done, c->rows, NULL,
                                 HM_LOGITS_NONE, err);
         if (st != HM_OK) return st;
-        st = cuda_engine_decode_rows(c->gpu, c->rows, n, pos + done, lo, um, err);
-        if (st != HM_OK) return tiered_fault(c, st, err);
+        st = gpu_step(c, NULL, c->rows, n, pos + done, lo, um, err);
+        if (st != HM_OK) return st;
         c->n_past = pos + done + n;
         done += n;
     }
@@ -646,8 +676,8 @@ hm_status hm_decode(hm_context *c, const int32_t *tokens, int n_tok, int pos, fl
     if (st != HM_OK) return st;
     if (c->split > 0) return decode_split(c, tokens, n_tok, pos, logits, mode, err);
     if (c->gpu) {
-        st = cuda_engine_decode(c->gpu, tokens, n_tok, pos, logits, mode, err);
-        if (st != HM_OK) return tiered_fault(c, st, err);
+        st = gpu_step(c, tokens, NULL, n_tok, pos, logits, mode, err);
+        if (st != HM_OK) return st;
         c->n_past = pos + n_tok;
         return hm_context_flush_routes(c, err);
     }

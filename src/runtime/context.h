@@ -130,6 +130,11 @@ const char *hm_context_placement_report(const hm_context *ctx);
 struct cuda_engine;
 struct cuda_engine *hm_context_gpu(const hm_context *ctx);
 
+/* The CPU side of a tiered context's host layers (runtime/tiered.h: its counters, the test
+ * hooks of its failure paths), or NULL. Owned by the context. */
+struct hm_tiered;
+struct hm_tiered *hm_context_tiered(const hm_context *ctx);
+
 /* A split context (a partial -ngl running): the first layer on the GPU (the CPU runs the ones
  * before it; n_layer: the GPU runs the output layer alone); 0 for any other context. */
 int hm_context_split_layer(const hm_context *ctx);

@@ -16,6 +16,7 @@
 #include "runtime/generate.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -193,23 +194,26 @@ static hm_status end_cpu(hm_gen *g, hm_error *err) {
     return HM_OK;
 }
 
+/* The device's sampler and logits back where the caller stopped (pos0 + taken positions kept):
+ * the history and draw count of the tokens taken, and the last one's step run again. */
+static hm_status gpu_rewind(hm_gen *g, hm_error *err) {
+    int32_t *h = NULL;
+    if (g->hist_len > 0 && !(h = malloc(sizeof(int32_t) * (size_t)g->hist_len)))
+        return hm_error_set(err, HM_ERR_NOMEM, "out of memory (history)");
+    if (h) hist_linear(g, h);
+    hm_status st = cuda_decode_sampler_set(g->dec, h, g->hist_len, g->draws, err);
+    free(h);
+    if (st == HM_OK) st = cuda_decode_redo(g->dec, g->last_tok, hm_context_n_past(g->ctx) - 1, err);
+    return st;
+}
+
 static hm_status end_gpu(hm_gen *g, hm_error *err) {
     hm_status st = cuda_decode_finish(g->dec, err);
     if (st != HM_OK) return st;
     runtime_context_set_past(g->ctx, g->pos0 + g->taken);
     st = hm_context_flush_routes(g->ctx, err); /* the generation's routing, counted on the GPU */
     if (st != HM_OK) return st;
-    if (g->launched > g->taken) { /* the device ran ahead: put it back where the caller stopped */
-        int32_t *h = NULL;
-        if (g->hist_len > 0 && !(h = malloc(sizeof(int32_t) * (size_t)g->hist_len)))
-            return hm_error_set(err, HM_ERR_NOMEM, "out of memory (history)");
-        if (h) hist_linear(g, h);
-        st = cuda_decode_sampler_set(g->dec, h, g->hist_len, g->draws, err);
-        free(h);
-        if (st == HM_OK)
-            st = cuda_decode_redo(g->dec, g->last_tok, hm_context_n_past(g->ctx) - 1, err);
-        if (st != HM_OK) return st;
-    }
+    if (g->launched > g->taken) return gpu_rewind(g, err); /* the device ran ahead */
     return HM_OK;
 }
 
@@ -333,6 +337,27 @@ static hm_status launch_more(hm_gen *g, hm_error *err) {
     return HM_OK;
 }
 
+/* A tiered step of the loop failed (st): the hand-off reset (runtime_context_tiered_recover),
+ * the device put back after the tokens taken, and the loop started again from there with the
+ * same step numbering (step0 + taken is the next step). false: not recoverable, err says why. */
+static bool gpu_recover(hm_gen *g, hm_status st, hm_error *err) {
+    cuda_decode_finish(g->dec, NULL); /* the steps in flight end (their waits were aborted) */
+    char what[80];
+    snprintf(what, sizeof(what), "the generation step of token %d", g->taken);
+    if (!runtime_context_tiered_recover(g->ctx, st, what, err)) return false;
+    runtime_context_set_past(g->ctx, g->pos0 + g->taken);
+    hm_error e2;
+    hm_status s2 = gpu_rewind(g, &e2);
+    if (s2 == HM_OK) s2 = cuda_decode_begin(g->dec, g->pos0 + g->taken, &e2);
+    if (s2 == HM_OK) {
+        g->step0 = cuda_decode_launched(g->dec) - (uint64_t)g->taken;
+        g->launched = g->taken;
+        s2 = launch_more(g, &e2);
+    }
+    if (s2 != HM_OK && err) *err = e2;
+    return s2 == HM_OK;
+}
+
 static hm_status next_gpu(hm_gen *g, int32_t *token, hm_error *err) {
     hm_status st;
     if (!g->active) {
@@ -356,6 +381,8 @@ static hm_status next_gpu(hm_gen *g, int32_t *token, hm_error *err) {
     if (g->taken >= g->limit) return limit_error(g, err);
     int32_t t;
     st = cuda_decode_wait(g->dec, g->step0 + (uint64_t)g->taken, &t, err);
+    if (st != HM_OK && gpu_recover(g, st, err))
+        st = cuda_decode_wait(g->dec, g->step0 + (uint64_t)g->taken, &t, err);
     if (st != HM_OK) return st;
     if (t < 0 || t >= g->n_vocab) /* the device sampler's answer to a NaN logit */
         return hm_error_set(err, HM_ERR_ARG, "generation: a logit is NaN (step %d)", g->taken);

@@ -12,6 +12,8 @@
  * for TIERED_SPIN_NS, then yields its core until TIERED_YIELD_NS of idleness, then naps
  * (TIERED_NAP_NS, TIERED_NAP_LONG_NS after a second): a decode step's layers follow each other
  * within microseconds, an idle engine costs almost nothing.
+ * A failed copy of a prompt ubatch's fetched experts is not a fault: the worker waits for the
+ * lane to drain and computes those experts itself (copy_fallback), counted and logged.
  * Faults (a malformed request, an FFN error, an injected failure) are counted, logged, the first
  * one's message kept for hm_tiered_check, and the abort word is set (seq_cst) so that the GPU's
  * wait ends at once; the worker then serves nothing until hm_tiered_reset, which sets abort
@@ -80,6 +82,7 @@ struct hm_tiered {
     char *dbg;                   /* HOTMOE_SCHED_DEBUG text */
     size_t dbg_cap;
     atomic_ullong fetch_requests, gpu_experts, cpu_experts, fetched_bytes, copy_wait_ns;
+    atomic_ullong copies, copy_fallbacks, retries;
 };
 
 static int64_t now_ns(void) {
@@ -112,6 +115,55 @@ static void record(hm_tiered *t, const hm_error *e, bool fault) {
     pthread_mutex_unlock(&t->mu);
     if (fault) atomic_fetch_add(&t->faults, 1);
     HM_LOGE("tiered step: %s", e->msg);
+}
+
+/* Starts the copies of the n_fetch experts whose n_rng ranges serve_fetch gathered into staging
+ * buffer L & 1 and checks that the lane put them where the engine's layout expects. */
+static hm_status copy_start(hm_tiered *t, int L, const cuda_fetch_layout *lay, int n_fetch,
+                            int n_rng, hm_error *e) {
+    atomic_fetch_add(&t->copies, 1);
+    hm_status st = cuda_copy_lane_copy(t->off.lane, cuda_fetch_buffer(L), L, t->ranges, n_rng,
+                                       t->offs, e);
+    for (int j = 0; st == HM_OK && j < n_fetch; j++)
+        for (int i = 0; st == HM_OK && i < lay->n_parts; i++) {
+            const size_t want = (size_t)j * lay->slot_bytes + lay->part_off[i];
+            if (t->offs[j * lay->n_parts + i] != want)
+                st = hm_error_set(e, HM_ERR_STATE, "fetched experts: the copy lane put part %d "
+                                  "of slot %d at %zu, the layout expects %zu", i, j,
+                                  t->offs[j * lay->n_parts + i], want);
+        }
+    return st;
+}
+
+/* A failed copy (why): the layer's fetched experts run on the CPU in this step after all. Waits
+ * for whatever the lane still has in flight, counts and logs; returns the experts now fetched
+ * (none). */
+static int copy_fallback(hm_tiered *t, int L, int n_fetch, const hm_error *why) {
+    cuda_copy_lane_sync(t->off.lane, NULL);
+    const unsigned long long n = atomic_fetch_add(&t->copy_fallbacks, 1) + 1;
+    HM_LOGW("tiered step: layer %d: the copy of %d fetched expert%s failed (%s); the CPU computes "
+            "them in this step (%llu such fallback%s so far)", L, n_fetch, n_fetch == 1 ? "" : "s",
+            why->msg, n, n == 1 ? "" : "s");
+    return 0;
+}
+
+/* The CPU lane on the request's slots: those of experts the plan did not send to the GPU, or
+ * (fetched) those it did. */
+static hm_status run_cpu_slots(hm_tiered *t, int L, int64_t n_tok, bool fetched, hm_error *e) {
+    const cuda_handoff_view *v = &t->v;
+    const int K = v->n_used, NE = (int)v->n_expert;
+    bool any = false;
+    for (int64_t i = 0; i < n_tok * K; i++) {
+        const int32_t id = v->ids[i];
+        const bool on = id >= 0 && id < NE && t->plan.gpu[id] == fetched;
+        t->ids_cpu[i] = on ? id : -1;
+        any = any || on;
+    }
+    if (!any) return HM_OK;
+    const moe_job job = {.layer = L, .n_tok = n_tok, .n_used = K, .x = v->x, .ids = t->ids_cpu,
+                         .weights = v->gw, .y = v->y};
+    bool summed = false;
+    return moe_exec_run(t->exec, &job, NULL, &summed, e);
 }
 
 /* A request with msg.fetch (a prompt ubatch, cuda/cuda_fetch.h): decide, start the copies of the
@@ -158,46 +210,40 @@ static hm_status serve_fetch(hm_tiered *t, int L, const cuda_handoff_msg *m, hm_
         }
         t->fslot_of[x] = n_fetch++;
     }
+    bool copied = false; /* copies in flight */
     if (n_fetch > 0) {
-        st = cuda_copy_lane_copy(t->off.lane, cuda_fetch_buffer(L), L, t->ranges, n_rng,
-                                 t->offs, e);
-        for (int j = 0; st == HM_OK && j < n_fetch; j++)
-            for (int i = 0; i < lay->n_parts; i++)
-                if (t->offs[j * lay->n_parts + i] != (size_t)j * lay->slot_bytes +
-                                                         lay->part_off[i])
-                    return hm_error_set(e, HM_ERR_STATE, "fetched experts: the copy lane put "
-                                        "part %d of slot %d at %zu, the layout expects %zu", i,
-                                        j, t->offs[j * lay->n_parts + i],
-                                        (size_t)j * lay->slot_bytes + lay->part_off[i]);
-        if (st != HM_OK) return st;
+        hm_error ce;
+        hm_error_clear(&ce);
+        if (copy_start(t, L, lay, n_fetch, n_rng, &ce) == HM_OK) copied = true;
+        else n_fetch = copy_fallback(t, L, n_fetch, &ce);
     }
-    /* the CPU's slots meanwhile */
-    bool any_cpu = false;
-    for (int64_t i = 0; i < n_pairs; i++) {
-        const int32_t id = v->ids[i];
-        const bool gpu = id >= 0 && id < NE && t->fslot_of[id] >= 0;
-        t->ids_cpu[i] = gpu ? -1 : id;
-        any_cpu = any_cpu || (!gpu && id >= 0);
-    }
-    if (any_cpu) {
-        const moe_job job = {.layer = L, .n_tok = m->n_tok, .n_used = K, .x = v->x,
-                             .ids = t->ids_cpu, .weights = v->gw, .y = v->y};
-        bool summed = false;
-        st = moe_exec_run(t->exec, &job, NULL, &summed, e);
-    }
-    if (n_fetch > 0) {
+    /* the CPU's slots meanwhile (all of them after a failed start) */
+    st = run_cpu_slots(t, L, m->n_tok, false, e);
+    if (st == HM_OK && n_fetch == 0) st = run_cpu_slots(t, L, m->n_tok, true, e);
+    if (copied) {
         const int64_t t0 = now_ns();
-        hm_status s2 = cuda_copy_lane_sync(t->off.lane, st == HM_OK ? e : NULL);
-        if (st == HM_OK) st = s2;
+        hm_error ce;
+        hm_error_clear(&ce);
+        hm_status cs = cuda_copy_lane_sync(t->off.lane, &ce);
         atomic_fetch_add(&t->copy_wait_ns, (unsigned long long)(now_ns() - t0));
+        const uint64_t nc = atomic_load(&t->copies);
+        if (cs == HM_OK && t->p.copy_fail_from && nc >= t->p.copy_fail_from)
+            cs = hm_error_set(&ce, HM_ERR_STATE, "test hook: copy %llu fails",
+                              (unsigned long long)nc);
+        if (cs != HM_OK) { /* the fetched experts on the CPU after all */
+            n_fetch = copy_fallback(t, L, n_fetch, &ce);
+            if (st == HM_OK) st = run_cpu_slots(t, L, m->n_tok, true, e);
+        }
     }
     if (st != HM_OK) return st;
+    for (int x = 0; n_fetch == 0 && x < NE; x++) t->fslot_of[x] = -1;
     for (int64_t i = 0; i < n_pairs; i++) {
         const int32_t id = v->ids[i];
         v->fslot[i] = id >= 0 && id < NE ? t->fslot_of[id] : -1;
     }
-    atomic_fetch_add(&t->gpu_experts, (unsigned long long)t->plan.n_gpu);
-    atomic_fetch_add(&t->cpu_experts, (unsigned long long)(t->plan.n_used - t->plan.n_gpu));
+    const int n_gpu = n_fetch > 0 ? t->plan.n_gpu : 0;
+    atomic_fetch_add(&t->gpu_experts, (unsigned long long)n_gpu);
+    atomic_fetch_add(&t->cpu_experts, (unsigned long long)(t->plan.n_used - n_gpu));
     atomic_fetch_add(&t->fetched_bytes, (unsigned long long)n_fetch * lay->slot_bytes);
     return HM_OK;
 }
@@ -582,4 +628,23 @@ void hm_tiered_get_stats(hm_tiered *t, hm_tiered_stats *s) {
     s->cpu_experts = atomic_load(&t->cpu_experts);
     s->fetched_bytes = atomic_load(&t->fetched_bytes);
     s->copy_wait_s = (double)atomic_load(&t->copy_wait_ns) * 1e-9;
+    s->copies = atomic_load(&t->copies);
+    s->copy_fallbacks = atomic_load(&t->copy_fallbacks);
+    s->retries = atomic_load(&t->retries);
+}
+
+void hm_tiered_count_retry(hm_tiered *t) {
+    if (t) atomic_fetch_add(&t->retries, 1);
+}
+
+void hm_tiered_set_test_hooks(hm_tiered *t, uint64_t fail_after, uint64_t stall_after,
+                              uint64_t copy_fail_from) {
+    if (!t) return;
+    atomic_store(&t->pause_req, 1); /* the worker's fields: ours while it is paused */
+    while (t->started && !atomic_load(&t->paused)) nap(TIERED_NAP_NS);
+    t->served = 0;
+    t->p.fail_after = fail_after;
+    t->p.stall_after = stall_after;
+    t->p.copy_fail_from = copy_fail_from ? atomic_load(&t->copies) + copy_fail_from : 0;
+    atomic_store(&t->pause_req, 0);
 }

@@ -12,6 +12,8 @@
  * flag (release). Nothing on either side waits for the other's host thread: the GPU's graph
  * replays need no host synchronisation per token.
  *
+ * A copy of fetched experts that fails (a prompt ubatch's) is no fault: the CPU computes those
+ * experts in the same step, counted (copy_fallbacks) and logged.
  * Failure never deadlocks: when the CPU side fails (a malformed request, an FFN error) it counts
  * and logs the fault, keeps its message (hm_tiered_check) and sets the hand-off's abort word,
  * which ends the GPU's wait at once; the engine then reports the fault for the steps concerned
@@ -61,6 +63,8 @@ typedef struct {
     uint64_t fail_after;  /* the request after this many fails as if the expert FFN had */
     uint64_t stall_after; /* the worker stops answering after this many (no abort: the GPU's
                              timeout has to end the wait) */
+    uint64_t copy_fail_from; /* copies of fetched experts from this one on (1: the first) fail
+                                once started, as if the lane had reported an error */
 } hm_tiered_params;
 
 hm_tiered_params hm_tiered_default_params(void);
@@ -125,7 +129,15 @@ typedef struct {
     uint64_t cpu_experts;    /* used experts of those the CPU computed */
     uint64_t fetched_bytes;  /* bytes copied into the staging buffers */
     double copy_wait_s;      /* time the worker waited for copies after its own experts */
+    uint64_t copies;         /* layers whose fetched experts were copied (or tried) */
+    uint64_t copy_fallbacks; /* of those, copies that failed: the CPU computed those experts */
+    uint64_t retries;        /* failed steps redone by the context (hm_tiered_count_retry) */
 } hm_tiered_stats;
 void hm_tiered_get_stats(hm_tiered *t, hm_tiered_stats *s);
+/* Counts a failed step that the caller redoes after hm_tiered_reset (runtime/context.c). */
+void hm_tiered_count_retry(hm_tiered *t);
+/* Test hooks of hm_tiered_params set on a running object (counted from now on; 0: never). */
+void hm_tiered_set_test_hooks(hm_tiered *t, uint64_t fail_after, uint64_t stall_after,
+                              uint64_t copy_fail_from);
 
 #endif
