@@ -3,8 +3,8 @@
  * DESIGN: the planner lists the model's tensors once (name, layer, kind, bytes), parses and
  * compiles the -ot overrides once, then assigns tiers with one pure pass (assign_tiers) over
  * that list for a given (n_gpu_layers, cpu_moe) pair and sums the tiers (sum_tiers). The
- * automatic tiered choice is that pass repeated with --cpu-moe and decreasing -ngl until the
- * sums fit: the list is small (a few dozen tensors per layer), so trying every -ngl costs
+ * automatic tiered choice is that pass repeated with more layers' experts in RAM (--n-cpu-moe
+ * 1, 2, ... then --cpu-moe), then with --cpu-moe and decreasing -ngl, until the sums fit: the list is small (a few dozen tensors per layer), so trying every -ngl costs
  * nothing worth caching. The residency map and the per-layer attention flags are derived from
  * the final tiers, never decided separately, so they cannot disagree with them.
  */
@@ -297,21 +297,31 @@ static hm_status refuse(const moe_placement *p, const char *what, hm_error *err)
                         need, w, k, s, (unsigned long long)p->budget, bud);
 }
 
-/* The whole model did not fit: --cpu-moe with the most GPU layers that fits (-ngl 0 always
- * does: nothing on the device). */
+/* The whole model did not fit: the experts of the fewest first layers in RAM that fits with
+ * the staging of a tiered plan counted (--n-cpu-moe K, up to K = n_layer: --cpu-moe); else
+ * --cpu-moe without it (the staging gets what is left), then with the most GPU layers that fits
+ * (-ngl 0 always does: nothing on the device). */
 static void choose_tier(moe_placement *p, const compiled_overrides *c,
                         const moe_placement_options *o) {
-    assign_tiers(p, c, o->n_gpu_layers, true, 0);
-    sum_tiers(p, o);
-    if (p->fits) {
-        p->choice = MOE_PLAN_AUTO_CPU_MOE;
-        return;
+    moe_placement_options t = *o;
+    t.scratch_bytes += o->tier_scratch_bytes;
+    for (int k = 1; k <= p->n_layer; k++) {
+        const bool all = k == p->n_layer;
+        assign_tiers(p, c, o->n_gpu_layers, all, all ? 0 : k);
+        sum_tiers(p, &t);
+        if (p->fits) {
+            p->choice = all ? MOE_PLAN_AUTO_CPU_MOE : MOE_PLAN_AUTO_N_CPU_MOE;
+            p->n_cpu_moe = all ? 0 : k;
+            p->tier_scratch = true;
+            return;
+        }
     }
-    p->choice = MOE_PLAN_AUTO_FEWER_LAYERS;
-    for (int ngl = p->n_layer; ngl >= 0; ngl--) {
+    p->choice = MOE_PLAN_AUTO_CPU_MOE;
+    for (int ngl = o->n_gpu_layers; ngl >= 0; ngl = ngl > p->n_layer ? p->n_layer : ngl - 1) {
         assign_tiers(p, c, ngl, true, 0);
         sum_tiers(p, o);
         if (p->fits) return;
+        p->choice = MOE_PLAN_AUTO_FEWER_LAYERS;
     }
 }
 
@@ -406,10 +416,16 @@ static void put_header(FILE *f, const moe_placement *p) {
     fmt_bytes(p->asked_device_total, a);
     fmt_bytes(p->budget, b);
     fprintf(f, "placement: tiered, chosen automatically: the whole model needs %s of VRAM, the "
-            "budget is %s; %s\n", a, b,
-            p->choice == MOE_PLAN_AUTO_CPU_MOE
-                ? "every routed expert moved to RAM (as --cpu-moe)"
-                : "every routed expert moved to RAM and fewer layers on the GPU");
+            "budget is %s; ", a, b);
+    if (p->choice == MOE_PLAN_AUTO_N_CPU_MOE) {
+        fprintf(f, "the routed experts of the first %d of %d layers moved to RAM (as "
+                "--n-cpu-moe %d)\n  plan: -ngl %d --n-cpu-moe %d\n", p->n_cpu_moe, p->n_layer,
+                p->n_cpu_moe, p->n_gpu_layers, p->n_cpu_moe);
+        return;
+    }
+    fprintf(f, "%s\n", p->choice == MOE_PLAN_AUTO_CPU_MOE
+                           ? "every routed expert moved to RAM (as --cpu-moe)"
+                           : "every routed expert moved to RAM and fewer layers on the GPU");
     fprintf(f, "  plan: -ngl %d --cpu-moe%s\n", p->n_gpu_layers,
             p->n_gpu_layers == 0 ? " (nothing fits on the GPU: the CPU runs it)" : "");
 }

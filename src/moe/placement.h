@@ -75,7 +75,9 @@ typedef enum {
 /* How the plan came about. */
 typedef enum {
     MOE_PLAN_AS_ASKED = 0,   /* the options as given */
-    MOE_PLAN_AUTO_CPU_MOE,   /* -ngl N > n_layer did not fit: every routed expert in RAM */
+    MOE_PLAN_AUTO_N_CPU_MOE, /* -ngl N > n_layer did not fit: the experts of the fewest first
+                                layers in RAM that fits (as --n-cpu-moe K, K < n_layer) */
+    MOE_PLAN_AUTO_CPU_MOE,   /* ... only every routed expert in RAM fits (as --cpu-moe) */
     MOE_PLAN_AUTO_FEWER_LAYERS, /* ... and still too big: --cpu-moe with fewer GPU layers */
 } moe_plan_choice;
 
@@ -89,6 +91,9 @@ typedef struct {
     uint64_t vram_free;          /* free device memory as the caller measured it (0: unknown) */
     uint64_t kv_bytes_per_layer; /* device KV bytes of one layer whose attention is there */
     uint64_t scratch_bytes;      /* device buffers of the engine besides weights and KV */
+    uint64_t tier_scratch_bytes; /* more buffers a plan with experts in RAM needs (the fetched
+                                    experts' staging): added to scratch_bytes by the automatic
+                                    choices (the caller adds it itself when it asks for one) */
     bool gpu_strict;             /* --gpu-strict: refuse rather than plan a tier that fits */
 } moe_placement_options;
 
@@ -125,7 +130,9 @@ typedef struct {
     moe_plan_choice choice;
     int n_gpu_layers;              /* the -ngl the plan uses (the asked one unless automatic) */
     bool cpu_moe;                  /* every routed expert sent to the host (asked or automatic) */
-    int n_cpu_moe;                 /* as asked */
+    int n_cpu_moe;                 /* as asked, or the automatic choice's K */
+    bool tier_scratch;             /* the automatic choice counted tier_scratch_bytes in
+                                      device_scratch (the caller allocates that staging) */
     bool gpu_strict;
 
     uint64_t device_weights;       /* bytes of the tensors on the device */

@@ -364,17 +364,22 @@ static hm_status placement_open(hm_context *c, hm_error *err) {
     o.vram_free = g.free;
     o.kv_bytes_per_layer = g.kv_layer;
     o.scratch_bytes = g.scratch;
-    if (g.have && (c->p.cpu_moe || c->p.n_cpu_moe > 0 ||
-                   (c->p.override_tensor && *c->p.override_tensor))) {
-        /* experts asked into RAM: two staging buffers for the prompts' fetched experts, each
-         * the largest layer's experts, at most an eighth of the free VRAM */
+    uint64_t staging = 0; /* two staging buffers for the prompts' fetched experts, each the
+                             largest layer's experts, at most an eighth of the free VRAM */
+    if (g.have) {
         const uint64_t full = fetch_setup_full_cap(c->m);
-        c->staging = full < g.free / 8 ? full : g.free / 8;
-        o.scratch_bytes += 2 * c->staging;
+        staging = full < g.free / 8 ? full : g.free / 8;
+    }
+    if (c->p.cpu_moe || c->p.n_cpu_moe > 0 || (c->p.override_tensor && *c->p.override_tensor)) {
+        c->staging = staging; /* experts asked into RAM */
+        o.scratch_bytes += 2 * staging;
+    } else {
+        o.tier_scratch_bytes = 2 * staging; /* should the automatic choice put some there */
     }
     o.gpu_strict = c->p.gpu_strict && g.have; /* no GPU: refused below, with the reason */
     hm_status st = moe_placement_plan(c->m, &o, &c->plan, err);
     if (st != HM_OK) return st;
+    if (c->plan.tier_scratch) c->staging = staging;
     c->report = moe_placement_report(&c->plan);
     if (!c->report) return hm_error_set(err, HM_ERR_NOMEM, "out of memory (placement report)");
     const moe_placement *pl = &c->plan;

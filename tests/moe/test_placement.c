@@ -76,7 +76,9 @@ static void check_consistent(const hm_model *m, const moe_placement *p,
     int n_attn = 0;
     for (int il = 0; il < p->n_layer; il++) n_attn += p->attn_device[il];
     HM_CHECK(p->device_kv == (uint64_t)n_attn * o->kv_bytes_per_layer);
-    HM_CHECK(p->device_scratch == (dev > 0 || n_attn > 0 ? o->scratch_bytes : 0));
+    const uint64_t scratch =
+        o->scratch_bytes + (p->tier_scratch ? o->tier_scratch_bytes : 0);
+    HM_CHECK(p->device_scratch == (dev > 0 || n_attn > 0 ? scratch : 0));
     HM_CHECK(p->device_total == p->device_weights + p->device_kv + p->device_scratch);
     HM_CHECK(p->fits == (p->device_total <= p->budget));
     hm_error err;
@@ -294,10 +296,11 @@ static void test_override_errors(void) {
     HM_CHECK(strstr(err.msg, "-ngl -1") != NULL);
 }
 
-/* device_total of explicit options (under a huge budget). */
-static uint64_t total_of(int ngl, bool cpu_moe) {
+/* device_total of explicit options (under a huge budget); n_cpu_moe: --n-cpu-moe. */
+static uint64_t total_ncm(int ngl, bool cpu_moe, int n_cpu_moe) {
     moe_placement_options o = opts(ngl);
     o.cpu_moe = cpu_moe;
+    o.n_cpu_moe = n_cpu_moe;
     moe_placement p;
     hm_error err;
     if (plan(&o, &p, &err) != HM_OK) return 0;
@@ -306,24 +309,64 @@ static uint64_t total_of(int ngl, bool cpu_moe) {
     return t;
 }
 
+static uint64_t total_of(int ngl, bool cpu_moe) { return total_ncm(ngl, cpu_moe, 0); }
+
 static void test_auto_tier(void) {
     HM_REQUIRE(model());
     const int L = (int)hm_model_hparams(model())->n_layer;
     const uint64_t full = total_of(99, false), cm = total_of(99, true);
-    HM_REQUIRE(full > cm && cm > 0);
+    HM_REQUIRE(full > cm && cm > 0 && L >= 3);
     moe_placement p;
     hm_error err;
 
-    /* between: every routed expert to RAM is enough */
+    /* between: the experts of the fewest first layers in RAM that fits (--n-cpu-moe K) */
     moe_placement_options o = opts(99);
     o.vram_budget = cm + (full - cm) / 2;
+    HM_REQUIRE(plan(&o, &p, &err) == HM_OK);
+    HM_CHECK(p.choice == MOE_PLAN_AUTO_N_CPU_MOE);
+    const int k = p.n_cpu_moe;
+    HM_CHECK_MSG(k >= 1 && k < L && total_ncm(99, false, k) <= o.vram_budget &&
+                 total_ncm(99, false, k - 1) > o.vram_budget, "K = %d", k);
+    HM_CHECK(p.fits && !p.cpu_moe && p.n_gpu_layers == 99 && p.device_total <= o.vram_budget);
+    HM_CHECK(p.asked_device_total == full && p.device_total == total_ncm(99, false, k));
+    for (int il = 0; il < L; il++)
+        HM_CHECK((p.res.n_slots[il] == 0) == (il < k) && p.attn_device[il]);
+    char *r = moe_placement_report(&p);
+    HM_REQUIRE(r);
+    printf("%s", r);
+    char want[96];
+    snprintf(want, sizeof(want), "plan: -ngl 99 --n-cpu-moe %d\n", k);
+    HM_CHECK(strstr(r, "chosen automatically") && strstr(r, want));
+    free(r);
+    moe_placement_free(&p);
+
+    /* the staging a tiered plan adds counts: a budget K just fits, one byte of staging sends
+     * one more layer's experts to RAM */
+    const uint64_t saved = o.vram_budget;
+    o.vram_budget = total_ncm(99, false, k);
+    o.tier_scratch_bytes = 1;
+    HM_REQUIRE(plan(&o, &p, &err) == HM_OK);
+    HM_CHECK_MSG(p.n_cpu_moe == k + 1 || (k + 1 == L && p.choice == MOE_PLAN_AUTO_CPU_MOE),
+                 "K = %d with staging (%d without)", p.n_cpu_moe, k);
+    HM_CHECK(p.tier_scratch);
+    moe_placement_free(&p);
+    /* staging that fits nowhere: --cpu-moe without it */
+    o.vram_budget = cm;
+    HM_REQUIRE(plan(&o, &p, &err) == HM_OK);
+    HM_CHECK(p.choice == MOE_PLAN_AUTO_CPU_MOE && !p.tier_scratch && p.device_total == cm);
+    moe_placement_free(&p);
+    o.tier_scratch_bytes = 0;
+    o.vram_budget = saved;
+
+    /* only every routed expert in RAM fits: --cpu-moe */
+    o.vram_budget = cm;
     HM_REQUIRE(plan(&o, &p, &err) == HM_OK);
     HM_CHECK(p.choice == MOE_PLAN_AUTO_CPU_MOE);
     HM_CHECK(p.fits && p.cpu_moe && p.n_gpu_layers == 99);
     HM_CHECK(p.asked_device_total == full && p.device_total == cm);
     HM_CHECK(p.budget == o.vram_budget);
     for (int il = 0; il < L; il++) HM_CHECK(p.res.n_slots[il] == 0 && p.attn_device[il]);
-    char *r = moe_placement_report(&p);
+    r = moe_placement_report(&p);
     HM_REQUIRE(r);
     printf("%s", r);
     HM_CHECK(strstr(r, "chosen automatically") != NULL);

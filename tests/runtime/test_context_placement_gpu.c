@@ -244,6 +244,26 @@ static void test_auto_tiered(void) {
     HM_CHECK_MSG(strstr(err.msg, "the whole model needs") &&
                      strstr(err.msg, "--gpu-strict refuses a tiered placement"),
                  "%s", err.msg);
+
+    /* a budget a little short of the whole model: only the first layers' experts go to RAM
+     * (as --n-cpu-moe K), the rest keep their device slots; the logits are the whole model's */
+    p = params(99, N_CTX);
+    p.vram_budget = (wb + kvb + sb) / MIB * MIB - MIB;
+    ctx = NULL;
+    log = NULL;
+    st = init_logged(&p, &ctx, &err, &log);
+    HM_CHECK_MSG(st == HM_OK && strstr(log, "placement: tiered, chosen automatically") &&
+                     strstr(log, "moved to RAM (as --n-cpu-moe ") &&
+                     strstr(log, "plan: -ngl 99 --n-cpu-moe "),
+                 "%s", log);
+    if (st == HM_OK) {
+        float *ref = full_gpu_steps(), *lo = run_steps(ctx);
+        HM_CHECK(ref && lo && memcmp(ref, lo, logits_bytes()) == 0);
+        free(ref);
+        free(lo);
+    }
+    hm_context_free(ctx);
+    free(log);
 }
 
 /* Explicit tiered plans: the GPU engine with the CPU side serving the host layers; the report
