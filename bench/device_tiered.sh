@@ -6,7 +6,7 @@
 # PART ('+' between items; default all): q3, goss (that model's full, ram and half), budget (both
 # models), step (per-layer trace of tiered steps of q3), roofline (forge, inspect, rooflines
 # only), all (= q3+goss+budget: longer than one 10-minute device call), or
-# MODEL:PLACEMENT[,PLACEMENT...] with MODEL q3|goss and PLACEMENT full|ram|half|budget|step,
+# MODEL:PLACEMENT[,PLACEMENT...] with MODEL q3|goss and PLACEMENT full|ram|half|budget|step|stephalf,
 # e.g. 'q3:full,ram' then 'q3:half+goss:budget'. Each item prints how long it took.
 # Placements, hotmoe then the peer's configurations, for each test in turn (all at -t $(nproc)):
 #   full    hotmoe -ngl 99 --gpu-strict;    peer -ngl 99 -fa 1 -fmoe 1 (the reference)
@@ -16,6 +16,8 @@
 #   budget  hotmoe -ngl 99 --vram-budget 8192 and 16384 (its automatic plan; no peer equivalent)
 #   step    hotmoe -ngl 99 --cpu-moe tg32 under bench/hm_trace.c (CUPTI): per host layer, the GPU's
 #           kernels and its wait for the CPU's experts (ho_wait_kernel); mean of the 32 timed steps
+#   stephalf the same with --n-cpu-moe L/2 (the device layers after the host ones are counted in
+#           the last row); into tiered_step_half.txt
 # Tests: "-p 512 -n 128" (pp512, tg128) and "-p 2048 -n 0 -ub 2048" (pp2048 in one ubatch), one
 # process each, -r $REPS, JSON output, each run under `timeout`. hotmoe's GPU bench adds its
 # 1024-token audit generation after tg128 (not part of the figures). A figure is the run's
@@ -437,8 +439,8 @@ placement() { # MODEL PLACEMENT
   done
 }
 
-step() { # MODEL: per-layer trace of the tiered steps of tg32 with every expert in RAM
-  local mod=$1 f=$M/$1.gguf cu lib
+step() { # MODEL [FLAGS]: per-layer trace of the tiered steps of tg32 (default --cpu-moe)
+  local mod=$1 f=$M/$1.gguf cu lib flags=${2:---cpu-moe} out=$OUT/tiered_step${3:-}.txt
   export PATH=$PATH:/usr/local/cuda/bin
   command -v nvcc >/dev/null || { echo "step: no nvcc (CUPTI headers) here: skipped"; return 0; }
   cu=$(dirname "$(dirname "$(command -v nvcc)")")
@@ -450,13 +452,14 @@ step() { # MODEL: per-layer trace of the tiered steps of tg32 with every expert 
   [ $tmo -ge 30 ] || { echo "step: DEADLINE ($DEADLINE s) reached: skipped"; return 0; }
   [ $tmo -gt "$TMO" ] && tmo=$TMO
   CUDA_INJECTION64_PATH=$W/libhm_trace.so HM_TRACE_OUT=$W/step.csv timeout -k 10 "$tmo" \
-    "$bin" bench -m "$f" -ngl 99 --cpu-moe -t "$N" -r 1 -p 0 -n 32 >"$W/raw/step_bench.txt" 2>&1
+    "$bin" bench -m "$f" -ngl 99 $flags -t "$N" -r 1 -p 0 -n 32 >"$W/raw/step_bench.txt" 2>&1
   local rc=$?
   echo "  traced tg32: rc $rc ($(grep -E 'tg32' "$W/raw/step_bench.txt" | tr -s ' ' | cut -c1-120))"
   # the warm-up decodes 16 tokens, then the 32 timed ones (one CUDA graph replay per token)
-  { echo "## One tiered decode step of $mod (-ngl 99 --cpu-moe), per layer"; echo
-    [ -s "$W/step.csv" ] && py step "$W/step.csv" 16 32 || echo "no trace written"; } >"$OUT/tiered_step.txt"
-  cat "$OUT/tiered_step.txt"
+  { echo "## One tiered decode step of $mod (-ngl 99 $flags), per layer"; echo
+    [ -s "$W/step.csv" ] && py step "$W/step.csv" 16 32 || echo "no trace written"; } >"$out"
+  rm -f "$W/step.csv"
+  cat "$out"
 }
 
 # ---- the parts ----
@@ -482,7 +485,8 @@ for it in "${items[@]}"; do
     case $pl in
     full | ram | half | budget) placement "$mod" "$pl" ;;
     step) step "$mod" ;;
-    *) echo "unknown placement '$pl' (full, ram, half, budget, step)" ;;
+    stephalf) step "$mod" "--n-cpu-moe $((NLAYER[$mod] / 2))" _half ;;
+    *) echo "unknown placement '$pl' (full, ram, half, budget, step, stephalf)" ;;
     esac
     pack
   done
