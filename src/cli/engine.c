@@ -187,11 +187,12 @@ void cli_engine_print_tiered(const cli_engine *e) {
     hm_tiered_get_stats(t, &s);
     fprintf(stderr,
             "tiered: %llu layer requests to the CPU (%.1f us computing each), prompt layers %llu "
-            "(experts %llu on the GPU from %.1f MiB copied, %llu on the CPU); faults %llu, steps "
-            "redone %llu, failed copies %llu\n",
+            "(experts %llu on the GPU from %.1f MiB copied, %llu of %llu copied ahead used, %llu "
+            "on the CPU); faults %llu, steps redone %llu, failed copies %llu\n",
             (unsigned long long)s.requests, s.requests ? s.busy_s * 1e6 / (double)s.requests : 0.0,
             (unsigned long long)s.fetch_requests, (unsigned long long)s.gpu_experts,
-            (double)s.fetched_bytes / 1048576.0, (unsigned long long)s.cpu_experts,
+            (double)s.fetched_bytes / 1048576.0, (unsigned long long)s.ahead_used,
+            (unsigned long long)s.ahead_experts, (unsigned long long)s.cpu_experts,
             (unsigned long long)s.faults, (unsigned long long)s.retries,
             (unsigned long long)s.copy_fallbacks);
 }

@@ -267,25 +267,27 @@ static hm_status lane_staged(cuda_copy_lane *l, char *d, const char *p, size_t n
     return HM_OK;
 }
 
-extern "C" hm_status cuda_copy_lane_copy(cuda_copy_lane *l, int b, int layer,
-                                         const cuda_host_range *src, int n, size_t *off,
-                                         hm_error *err) {
-    if (!l || b < 0 || b >= CUDA_COPY_LANE_BUFS || n < 0 || (n > 0 && !src))
+extern "C" hm_status cuda_copy_lane_copy_at(cuda_copy_lane *l, int b, int layer, size_t start,
+                                            const cuda_host_range *src, int n, size_t *off,
+                                            hm_error *err) {
+    if (!l || b < 0 || b >= CUDA_COPY_LANE_BUFS || n < 0 || (n > 0 && !src) ||
+        start % CUDA_COPY_LANE_ALIGN != 0)
         return hm_error_set(err, HM_ERR_ARG, "cuda_copy_lane_copy: bad arguments (buffer %d, "
-                            "%d ranges)", b, n);
+                            "%d ranges, at %zu)", b, n, start);
     for (int i = 0; i < n; i++)
         if (!src[i].p && src[i].n > 0)
             return hm_error_set(err, HM_ERR_ARG, "cuda_copy_lane_copy: range %d is NULL with "
                                 "%zu bytes", i, src[i].n);
     const size_t total = cuda_copy_lane_bytes(src, n);
-    if (total > l->cap)
+    if (start > l->cap || total > l->cap - start)
         return hm_error_set(err, HM_ERR_RANGE, "cuda_copy_lane_copy: layer %d needs %zu bytes "
-                            "in %d ranges, the buffer holds %zu", layer, total, n, l->cap);
+                            "in %d ranges at %zu, the buffer holds %zu", layer, total, n, start,
+                            l->cap);
     cudaError_t e = cudaSetDevice(l->dev);
     if (e != cudaSuccess) return host_fail(err, e, "cuda_copy_lane_copy: cudaSetDevice");
     if (l->freed_set[b] && (e = cudaStreamWaitEvent(l->s, l->freed[b], 0)) != cudaSuccess)
         return host_fail(err, e, "cuda_copy_lane_copy: waiting for the buffer's release");
-    size_t o = 0;
+    size_t o = start;
     for (int i = 0; i < n; i++) {
         if (off) off[i] = o;
         if (src[i].n == 0) continue;
@@ -306,6 +308,12 @@ extern "C" hm_status cuda_copy_lane_copy(cuda_copy_lane *l, int b, int layer,
     l->layer[b] = layer;
     l->st.copies++;
     return HM_OK;
+}
+
+extern "C" hm_status cuda_copy_lane_copy(cuda_copy_lane *l, int b, int layer,
+                                         const cuda_host_range *src, int n, size_t *off,
+                                         hm_error *err) {
+    return cuda_copy_lane_copy_at(l, b, layer, 0, src, n, off, err);
 }
 
 extern "C" void *cuda_copy_lane_buf(const cuda_copy_lane *l, int b) {
@@ -331,6 +339,14 @@ extern "C" hm_status cuda_copy_lane_release(cuda_copy_lane *l, int b, void *stre
     cudaError_t e = cudaEventRecord(l->freed[b], (cudaStream_t)stream);
     if (e != cudaSuccess) return host_fail(err, e, "cuda_copy_lane_release: cudaEventRecord");
     l->freed_set[b] = true;
+    return HM_OK;
+}
+
+extern "C" hm_status cuda_copy_lane_sync_buf(cuda_copy_lane *l, int b, hm_error *err) {
+    if (!l || b < 0 || b >= CUDA_COPY_LANE_BUFS)
+        return hm_error_set(err, HM_ERR_ARG, "cuda_copy_lane_sync_buf: bad buffer %d", b);
+    cudaError_t e = cudaEventSynchronize(l->ready[b]);
+    if (e != cudaSuccess) return host_fail(err, e, "cuda_copy_lane_sync_buf");
     return HM_OK;
 }
 

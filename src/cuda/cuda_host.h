@@ -107,6 +107,11 @@ size_t cuda_copy_lane_cap(const cuda_copy_lane *l);
  * enqueued); HM_ERR_ARG for b outside [0, 2) or a NULL range with n > 0. */
 hm_status cuda_copy_lane_copy(cuda_copy_lane *l, int b, int layer, const cuda_host_range *src,
                               int n, size_t *off, hm_error *err);
+/* The same from byte start of buffer b on (a multiple of CUDA_COPY_LANE_ALIGN): ranges appended
+ * after an earlier copy into b, which stays (both are in the buffer once ready[b], recorded after
+ * this copy, has fired). */
+hm_status cuda_copy_lane_copy_at(cuda_copy_lane *l, int b, int layer, size_t start,
+                                 const cuda_host_range *src, int n, size_t *off, hm_error *err);
 /* Device address of buffer b (cap bytes). */
 void *cuda_copy_lane_buf(const cuda_copy_lane *l, int b);
 /* The layer tag of the last copy into b (-1 before any). */
@@ -119,6 +124,9 @@ hm_status cuda_copy_lane_wait(cuda_copy_lane *l, int b, void *stream, hm_error *
 hm_status cuda_copy_lane_release(cuda_copy_lane *l, int b, void *stream, hm_error *err);
 /* The host waits for every copy enqueued on the lane. */
 hm_status cuda_copy_lane_sync(cuda_copy_lane *l, hm_error *err);
+/* The host waits for the copies into buffer b enqueued so far (not for later ones, into the
+ * other buffer). */
+hm_status cuda_copy_lane_sync_buf(cuda_copy_lane *l, int b, hm_error *err);
 void cuda_copy_lane_get_stats(const cuda_copy_lane *l, cuda_copy_lane_stats *s);
 /* Whether copies from [p, p + n) would go directly (registered) or through staging. */
 bool cuda_copy_lane_direct(const cuda_copy_lane *l, const void *p, size_t n);

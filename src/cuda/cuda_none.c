@@ -257,6 +257,15 @@ hm_status cuda_copy_lane_copy(cuda_copy_lane *l, int b, int layer, const cuda_ho
     return host_none(err, "cuda_copy_lane_copy");
 }
 
+hm_status cuda_copy_lane_copy_at(cuda_copy_lane *l, int b, int layer, size_t start,
+                                 const cuda_host_range *src, int n, size_t *off, hm_error *err) {
+    return host_none(err, "cuda_copy_lane_copy_at");
+}
+
+hm_status cuda_copy_lane_sync_buf(cuda_copy_lane *l, int b, hm_error *err) {
+    return host_none(err, "cuda_copy_lane_sync_buf");
+}
+
 void *cuda_copy_lane_buf(const cuda_copy_lane *l, int b) { return NULL; }
 
 int cuda_copy_lane_layer(const cuda_copy_lane *l, int b) { return -1; }

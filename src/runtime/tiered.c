@@ -12,8 +12,8 @@
  * for TIERED_SPIN_NS, then yields its core until TIERED_YIELD_NS of idleness, then naps
  * (TIERED_NAP_NS, TIERED_NAP_LONG_NS after a second): a decode step's layers follow each other
  * within microseconds, an idle engine costs almost nothing.
- * A failed copy of a prompt ubatch's fetched experts is not a fault: the worker waits for the
- * lane to drain and computes those experts itself (copy_fallback), counted and logged.
+ * A request of a prompt ubatch (msg.fetch) is served by tiered_fetch.c: some experts copied to
+ * the GPU, the others computed here; a failed copy there is not a fault.
  * Faults (a malformed request, an FFN error, an injected failure) are counted, logged, the first
  * one's message kept for hm_tiered_check, and the abort word is set (seq_cst) so that the GPU's
  * wait ends at once; the worker then serves nothing until hm_tiered_reset, which sets abort
@@ -23,6 +23,7 @@
  * reset only while the worker is paused.
  */
 #include "runtime/tiered.h"
+#include "runtime/tiered_internal.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -34,10 +35,6 @@
 #include "base/cpu.h"
 #include "base/log.h"
 #include "base/spin.h"
-#include "cuda/cuda_fetch.h"
-#include "cuda/cuda_host.h"
-#include "moe/moe_exec.h"
-#include "runtime/calibrate.h"
 
 #define TIERED_SPIN_NS 50000ll          /* spin with a pause this long, then yield */
 #define TIERED_YIELD_NS 20000000ll      /* yield until idle this long, then nap */
@@ -45,47 +42,8 @@
 #define TIERED_NAP_LONG_NS 1000000l     /* a nap after that */
 #define TIERED_TIMEOUT_MS_DEFAULT 20000u
 
-struct hm_tiered {
-    const hm_model *m;
-    struct cuda_engine *gpu; /* NULL: a view its caller owns (tests) */
-    cuda_handoff_view v;
-    int32_t *host_layers;    /* [v.n_host] copy of the view's list */
-    hm_tiered_params p;
-    tp_pool *pool;
-    bool own_pool;
-    moe_exec *exec;
-    pthread_t th;
-    bool started;
-    bool attached;           /* this object is the engine's CPU side */
-    atomic_int stop, pause_req, paused;
-    /* the worker's own */
-    int cursor;              /* index into host_layers of the last request served */
-    uint64_t served;         /* requests taken (the test hooks count them) */
-    bool stalled;            /* stall_after reached: serves nothing until reset */
-    /* counters */
-    atomic_ullong requests, tokens, faults, aborts, resets, busy_ns;
-    /* the first fault since the last reset */
-    pthread_mutex_t mu;
-    bool has_fault;
-    hm_error fault;
-    /* the fetched-expert path (hm_tiered_set_offload; arrays allocated at init) */
-    hm_tiered_offload off;       /* off.rates points at rates */
-    offload_rates *rates;        /* [n_layer] */
-    cuda_fetch_layout *lay;      /* [n_layer] staging layouts (the engine's) */
-    offload_plan plan;           /* [n_expert] decisions of the request being served */
-    offload_expert *ex;          /* [n_expert] tokens and staging bytes */
-    int32_t *counts;             /* [n_expert] */
-    int32_t *fslot_of;           /* [n_expert] staging slot of a fetched expert, else -1 */
-    int32_t *ids_cpu;            /* [n_tok_max][n_used] ids with fetched slots masked (-1) */
-    cuda_host_range *ranges;     /* [n_expert * CUDA_FETCH_MAX_PARTS] the copies */
-    size_t *offs;                /* [n_expert * CUDA_FETCH_MAX_PARTS] where the lane put them */
-    char *dbg;                   /* HOTMOE_SCHED_DEBUG text */
-    size_t dbg_cap;
-    atomic_ullong fetch_requests, gpu_experts, cpu_experts, fetched_bytes, copy_wait_ns;
-    atomic_ullong copies, copy_fallbacks, retries;
-};
 
-static int64_t now_ns(void) {
+int64_t tiered_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
@@ -117,136 +75,6 @@ static void record(hm_tiered *t, const hm_error *e, bool fault) {
     HM_LOGE("tiered step: %s", e->msg);
 }
 
-/* Starts the copies of the n_fetch experts whose n_rng ranges serve_fetch gathered into staging
- * buffer L & 1 and checks that the lane put them where the engine's layout expects. */
-static hm_status copy_start(hm_tiered *t, int L, const cuda_fetch_layout *lay, int n_fetch,
-                            int n_rng, hm_error *e) {
-    atomic_fetch_add(&t->copies, 1);
-    hm_status st = cuda_copy_lane_copy(t->off.lane, cuda_fetch_buffer(L), L, t->ranges, n_rng,
-                                       t->offs, e);
-    for (int j = 0; st == HM_OK && j < n_fetch; j++)
-        for (int i = 0; st == HM_OK && i < lay->n_parts; i++) {
-            const size_t want = (size_t)j * lay->slot_bytes + lay->part_off[i];
-            if (t->offs[j * lay->n_parts + i] != want)
-                st = hm_error_set(e, HM_ERR_STATE, "fetched experts: the copy lane put part %d "
-                                  "of slot %d at %zu, the layout expects %zu", i, j,
-                                  t->offs[j * lay->n_parts + i], want);
-        }
-    return st;
-}
-
-/* A failed copy (why): the layer's fetched experts run on the CPU in this step after all. Waits
- * for whatever the lane still has in flight, counts and logs; returns the experts now fetched
- * (none). */
-static int copy_fallback(hm_tiered *t, int L, int n_fetch, const hm_error *why) {
-    cuda_copy_lane_sync(t->off.lane, NULL);
-    const unsigned long long n = atomic_fetch_add(&t->copy_fallbacks, 1) + 1;
-    HM_LOGW("tiered step: layer %d: the copy of %d fetched expert%s failed (%s); the CPU computes "
-            "them in this step (%llu such fallback%s so far)", L, n_fetch, n_fetch == 1 ? "" : "s",
-            why->msg, n, n == 1 ? "" : "s");
-    return 0;
-}
-
-/* The CPU lane on the request's slots: those of experts the plan did not send to the GPU, or
- * (fetched) those it did. */
-static hm_status run_cpu_slots(hm_tiered *t, int L, int64_t n_tok, bool fetched, hm_error *e) {
-    const cuda_handoff_view *v = &t->v;
-    const int K = v->n_used, NE = (int)v->n_expert;
-    bool any = false;
-    for (int64_t i = 0; i < n_tok * K; i++) {
-        const int32_t id = v->ids[i];
-        const bool on = id >= 0 && id < NE && t->plan.gpu[id] == fetched;
-        t->ids_cpu[i] = on ? id : -1;
-        any = any || on;
-    }
-    if (!any) return HM_OK;
-    const moe_job job = {.layer = L, .n_tok = n_tok, .n_used = K, .x = v->x, .ids = t->ids_cpu,
-                         .weights = v->gw, .y = v->y};
-    bool summed = false;
-    return moe_exec_run(t->exec, &job, NULL, &summed, e);
-}
-
-/* A request with msg.fetch (a prompt ubatch, cuda/cuda_fetch.h): decide, start the copies of the
- * GPU's experts, compute the CPU's, wait for the copies, write fslot. The caller answers. */
-static hm_status serve_fetch(hm_tiered *t, int L, const cuda_handoff_msg *m, hm_error *e) {
-    const cuda_handoff_view *v = &t->v;
-    const int K = v->n_used, NE = (int)v->n_expert;
-    const int64_t n_pairs = (int64_t)m->n_tok * K;
-    const cuda_fetch_layout *lay = &t->lay[L];
-    atomic_fetch_add(&t->fetch_requests, 1);
-    offload_count_tokens(v->ids, m->n_tok, K, NE, t->counts);
-    for (int x = 0; x < NE; x++)
-        t->ex[x] = (offload_expert){.n_tok = t->counts[x], .bytes = lay->slot_bytes};
-    offload_rates r = t->rates[L];
-    const bool can = t->off.lane && lay->eligible && lay->n_slots > 0;
-    if (!can) r.h2d_bytes_per_s = 0; /* every expert on the CPU: "no GPU" */
-    const offload_opts o = {.threshold = t->off.threshold,
-                            .cap_bytes = (uint64_t)lay->n_slots * lay->slot_bytes};
-    hm_status st = offload_decide(&t->plan, m->n_tok, t->ex, &r, &o, e);
-    if (st != HM_OK) return st;
-    if (t->off.debug) {
-        offload_plan_format(&t->plan, L, t->ex, t->dbg, t->dbg_cap);
-        size_t n = strlen(t->dbg);
-        if (n && t->dbg[n - 1] == '\n') t->dbg[n - 1] = 0;
-        HM_LOGI("%s", t->dbg);
-    }
-    /* the GPU's experts in id order: staging slot j, parts at the engine's offsets */
-    int n_fetch = 0, n_rng = 0;
-    for (int x = 0; x < NE; x++) {
-        t->fslot_of[x] = -1;
-        if (!t->plan.gpu[x]) continue;
-        offload_range rr[OFFLOAD_MAX_RANGES];
-        const int np = offload_expert_ranges(t->m, L, x, rr);
-        if (np != lay->n_parts || n_fetch >= lay->n_slots)
-            return hm_error_set(e, HM_ERR_STATE, "fetched experts: layer %d expert %d has %d "
-                                "parts, the staging layout %d (slot %d of %d)", L, x, np,
-                                lay->n_parts, n_fetch, lay->n_slots);
-        for (int i = 0; i < np; i++) {
-            if (rr[i].n != lay->part_bytes[i])
-                return hm_error_set(e, HM_ERR_STATE, "fetched experts: layer %d expert %d part "
-                                    "%d is %zu bytes, the staging layout says %zu", L, x, i,
-                                    rr[i].n, lay->part_bytes[i]);
-            t->ranges[n_rng++] = (cuda_host_range){rr[i].p, rr[i].n};
-        }
-        t->fslot_of[x] = n_fetch++;
-    }
-    bool copied = false; /* copies in flight */
-    if (n_fetch > 0) {
-        hm_error ce;
-        hm_error_clear(&ce);
-        if (copy_start(t, L, lay, n_fetch, n_rng, &ce) == HM_OK) copied = true;
-        else n_fetch = copy_fallback(t, L, n_fetch, &ce);
-    }
-    /* the CPU's slots meanwhile (all of them after a failed start) */
-    st = run_cpu_slots(t, L, m->n_tok, false, e);
-    if (st == HM_OK && n_fetch == 0) st = run_cpu_slots(t, L, m->n_tok, true, e);
-    if (copied) {
-        const int64_t t0 = now_ns();
-        hm_error ce;
-        hm_error_clear(&ce);
-        hm_status cs = cuda_copy_lane_sync(t->off.lane, &ce);
-        atomic_fetch_add(&t->copy_wait_ns, (unsigned long long)(now_ns() - t0));
-        const uint64_t nc = atomic_load(&t->copies);
-        if (cs == HM_OK && t->p.copy_fail_from && nc >= t->p.copy_fail_from)
-            cs = hm_error_set(&ce, HM_ERR_STATE, "test hook: copy %llu fails",
-                              (unsigned long long)nc);
-        if (cs != HM_OK) { /* the fetched experts on the CPU after all */
-            n_fetch = copy_fallback(t, L, n_fetch, &ce);
-            if (st == HM_OK) st = run_cpu_slots(t, L, m->n_tok, true, e);
-        }
-    }
-    if (st != HM_OK) return st;
-    for (int x = 0; n_fetch == 0 && x < NE; x++) t->fslot_of[x] = -1;
-    for (int64_t i = 0; i < n_pairs; i++) {
-        const int32_t id = v->ids[i];
-        v->fslot[i] = id >= 0 && id < NE ? t->fslot_of[id] : -1;
-    }
-    const int n_gpu = n_fetch > 0 ? t->plan.n_gpu : 0;
-    atomic_fetch_add(&t->gpu_experts, (unsigned long long)n_gpu);
-    atomic_fetch_add(&t->cpu_experts, (unsigned long long)(t->plan.n_used - n_gpu));
-    atomic_fetch_add(&t->fetched_bytes, (unsigned long long)n_fetch * lay->slot_bytes);
-    return HM_OK;
-}
 
 /* The request of host layer index j: checked, computed, answered; or a fault (abort). */
 static void serve(hm_tiered *t, int j) {
@@ -284,16 +112,16 @@ static void serve(hm_tiered *t, int j) {
                           (unsigned long long)t->served, L, r);
     }
     if (st == HM_OK) {
-        const int64_t t0 = now_ns();
+        const int64_t t0 = tiered_now_ns();
         if (m.fetch) {
-            st = serve_fetch(t, L, &m, &e);
+            st = tiered_serve_fetch(t, j, &m, &e);
         } else {
             const moe_job job = {.layer = L, .n_tok = m.n_tok, .n_used = K, .x = v->x,
                                  .ids = v->ids, .weights = v->gw, .y = v->y};
             bool summed = false;
             st = moe_exec_run(t->exec, &job, NULL, &summed, &e);
         }
-        atomic_fetch_add(&t->busy_ns, (unsigned long long)(now_ns() - t0));
+        atomic_fetch_add(&t->busy_ns, (unsigned long long)(tiered_now_ns() - t0));
     }
     if (st != HM_OK) {
         record(t, &e, true);
@@ -323,14 +151,14 @@ static int find_pending(hm_tiered *t) {
 /* One step of waiting with nothing to do; *idle0: when the idleness began (0: not idle). */
 static void idle_step(int64_t *idle0, unsigned *spins) {
     if (*idle0 == 0) {
-        *idle0 = now_ns();
+        *idle0 = tiered_now_ns();
         *spins = 0;
     }
     if ((++*spins & 63u) != 0) { /* the clock every 64 pauses */
         HM_SPIN_RELAX();
         return;
     }
-    const int64_t idle = now_ns() - *idle0;
+    const int64_t idle = tiered_now_ns() - *idle0;
     if (idle < TIERED_SPIN_NS) HM_SPIN_RELAX();
     else if (idle < TIERED_YIELD_NS) sched_yield();
     else nap(idle < 1000000000ll ? TIERED_NAP_NS : TIERED_NAP_LONG_NS);
@@ -402,45 +230,6 @@ static hm_status check_view(const hm_model *m, const cuda_handoff_view *v, hm_er
     return HM_OK;
 }
 
-/* The fetched path's arrays; rates the defaults, no lane, no layouts (every expert on the CPU)
- * until hm_tiered_set_offload. */
-static hm_status offload_alloc(hm_tiered *t, hm_error *err) {
-    const int nl = t->v.n_layer, ne = (int)t->v.n_expert;
-    const size_t nr = (size_t)ne * CUDA_FETCH_MAX_PARTS;
-    t->dbg_cap = 256 + (size_t)ne * 24;
-    t->rates = calloc((size_t)nl, sizeof(*t->rates));
-    t->lay = calloc((size_t)nl, sizeof(*t->lay));
-    t->ex = calloc((size_t)ne, sizeof(*t->ex));
-    t->counts = calloc((size_t)ne, sizeof(*t->counts));
-    t->fslot_of = calloc((size_t)ne, sizeof(*t->fslot_of));
-    t->ids_cpu = calloc((size_t)t->v.n_tok_max * (size_t)t->v.n_used, sizeof(*t->ids_cpu));
-    t->ranges = calloc(nr, sizeof(*t->ranges));
-    t->offs = calloc(nr, sizeof(*t->offs));
-    t->dbg = calloc(t->dbg_cap, 1);
-    if (!t->rates || !t->lay || !t->ex || !t->counts || !t->fslot_of || !t->ids_cpu ||
-        !t->ranges || !t->offs || !t->dbg)
-        return hm_error_set(err, HM_ERR_NOMEM, "out of memory (tiered: fetched experts)");
-    hm_status st = offload_plan_init(&t->plan, ne, err);
-    if (st != HM_OK) return st;
-    calib_result c;
-    calib_defaults(t->m, false, &c);
-    for (int il = 0; il < nl; il++) calib_layer_rates(&c, t->m, il, &t->rates[il]);
-    t->off.rates = t->rates;
-    return HM_OK;
-}
-
-static void offload_release(hm_tiered *t) {
-    offload_plan_free(&t->plan);
-    free(t->rates);
-    free(t->lay);
-    free(t->ex);
-    free(t->counts);
-    free(t->fslot_of);
-    free(t->ids_cpu);
-    free(t->ranges);
-    free(t->offs);
-    free(t->dbg);
-}
 
 static hm_status init_common(const hm_model *m, struct cuda_engine *gpu,
                              const cuda_handoff_view *v, const hm_tiered_params *p,
@@ -477,7 +266,7 @@ static hm_status init_common(const hm_model *m, struct cuda_engine *gpu,
         t->own_pool = true;
     }
     st = moe_exec_init(m, t->pool, v->n_tok_max, &t->exec, err);
-    if (st == HM_OK) st = offload_alloc(t, err);
+    if (st == HM_OK) st = tiered_fetch_alloc(t, err);
     if (st != HM_OK) {
         hm_tiered_free(t);
         return st;
@@ -540,7 +329,7 @@ void hm_tiered_free(hm_tiered *t) {
     }
     if (t->attached) cuda_engine_handoff_attach(t->gpu, false, NULL);
     moe_exec_free(t->exec);
-    offload_release(t);
+    tiered_fetch_release(t);
     if (t->own_pool) tp_free(t->pool);
     free(t->host_layers);
     pthread_mutex_destroy(&t->mu);
@@ -563,6 +352,7 @@ hm_status hm_tiered_reset(hm_tiered *t, hm_error *err) {
     hm_status st = t->gpu ? cuda_engine_handoff_reset(t->gpu, err) : HM_OK;
     if (!t->gpu) view_clear(&t->v);
     t->stalled = false; /* the worker is paused: its fields are ours */
+    t->ahead_layer = -1;
     t->cursor = 0;
     pthread_mutex_lock(&t->mu);
     t->has_fault = false;
@@ -631,6 +421,8 @@ void hm_tiered_get_stats(hm_tiered *t, hm_tiered_stats *s) {
     s->copies = atomic_load(&t->copies);
     s->copy_fallbacks = atomic_load(&t->copy_fallbacks);
     s->retries = atomic_load(&t->retries);
+    s->ahead_experts = atomic_load(&t->ahead_experts);
+    s->ahead_used = atomic_load(&t->ahead_used);
 }
 
 void hm_tiered_count_retry(hm_tiered *t) {

@@ -132,6 +132,8 @@ typedef struct {
     uint64_t copies;         /* layers whose fetched experts were copied (or tried) */
     uint64_t copy_fallbacks; /* of those, copies that failed: the CPU computed those experts */
     uint64_t retries;        /* failed steps redone by the context (hm_tiered_count_retry) */
+    uint64_t ahead_experts;  /* experts of a next layer copied ahead (runtime/tiered_fetch.c) */
+    uint64_t ahead_used;     /* of those, experts the GPU then ran */
 } hm_tiered_stats;
 void hm_tiered_get_stats(hm_tiered *t, hm_tiered_stats *s);
 /* Counts a failed step that the caller redoes after hm_tiered_reset (runtime/context.c). */

@@ -15,6 +15,8 @@
  *    logits' standard deviation, test_cuda_engine.c's bar for quantised weights: a slot is
  *    either the all-GPU path's GEMM or the CPU's exact product); with threshold 1 every slot is
  *    the all-GPU path's kernels on the same bytes, printed (max |diff| / sd, expected 0);
+ *  - with threshold 1 and copies from the registered mapping, experts of the next layer were
+ *    copied ahead and used (runtime/tiered_fetch.c);
  *  - the greedy continuation (16 tokens, one per call: decode steps, which never fetch) after
  *    the prompt equals the all-GPU engine's with threshold 1, and agrees at >= 14 of 16
  *    positions with the other rules (their prompt KV differs within the tolerance).
@@ -34,6 +36,7 @@
 #include "harness.h"
 #include "model/model.h"
 #include "runtime/context.h"
+#include "runtime/tiered.h"
 
 #define N_CTX 256
 #define N_GEN 16
@@ -184,6 +187,15 @@ static void check_model(const char *preset, forge_mix mix) {
                 HM_CHECK_MSG(agree >= N_GEN - 2, "%s %s %s %d tokens: greedy %d/%d", preset,
                              forge_mix_name(mix), rules[r].name, n, agree, N_GEN);
         }
+        /* the next layer's experts copied ahead (direct copies only), and used */
+        hm_tiered_stats ts;
+        hm_tiered_get_stats(hm_context_tiered(t), &ts);
+        printf("%-14s %-7s %-15s copied ahead %llu experts, %llu used\n", preset,
+               forge_mix_name(mix), rules[r].name, (unsigned long long)ts.ahead_experts,
+               (unsigned long long)ts.ahead_used);
+        if (rules[r].threshold == 1 && strstr(rep, "copies registered"))
+            HM_CHECK_MSG(ts.ahead_experts > 0 && ts.ahead_used > 0, "%s %s: nothing copied "
+                         "ahead", preset, forge_mix_name(mix));
         hm_context_free(t);
     }
     hm_context_free(gpu);

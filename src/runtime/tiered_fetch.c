@@ -1,0 +1,279 @@
+/* tiered_fetch.c - the fetched-expert path of the CPU side (tiered.h, cuda/cuda_fetch.h): a prompt
+ * ubatch's request at a host layer, served by copying some used experts to the GPU while the CPU
+ * computes the others.
+ *
+ * DESIGN: per request, the cost model (moe/offload.h) decides from the tokens routed to each
+ * expert; the GPU's experts are copied through the copy lane into staging buffer L & 1 (expert
+ * j of the GPU's list at slot j), the CPU computes the rest meanwhile, the worker waits for that
+ * buffer's copies and writes fslot. A failed copy is no fault: the lane is drained and the CPU
+ * computes those experts too (copy_fallback).
+ * Copies ahead: right after layer L's copies are enqueued, the first experts of the next host
+ * layer L2 (ids 0, 1, ...; in a ubatch of >= AHEAD_MIN_TOK tokens per expert on average every
+ * expert is used) are copied into buffer L2 & 1, as many as the copy lane moves while the GPU
+ * computes layer L's experts by the cost model's own rates, so that the lane, idle then, works;
+ * at L2 the cost model counts those experts' copies as done (bytes 0) and the new ones go after
+ * them. The choice depends on the ubatch's routing and the rates only, never on a clock, so a
+ * placement's prompt output stays the same bytes from run to run. Buffer L2 & 1 is free when L's
+ * request arrives: the GPU posted it after every kernel of the layers before L had run. Only
+ * when L2 & 1 differs from L & 1 (the buffer L's experts are in) and the copies are direct (from
+ * the registered mapping: a staged copy would hold the worker).
+ */
+#include "runtime/tiered_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "runtime/calibrate.h"
+
+#define AHEAD_MIN_TOK 8 /* tokens per expert on average for copies ahead */
+
+/* Gathers the ranges of experts xs[0..n) of layer L into t->ranges (checked against the staging
+ * layout); their number, or -1 with e set. */
+static int gather_ranges(hm_tiered *t, int L, const int32_t *xs, int n, hm_error *e) {
+    const cuda_fetch_layout *lay = &t->lay[L];
+    int n_rng = 0;
+    for (int k = 0; k < n; k++) {
+        offload_range rr[OFFLOAD_MAX_RANGES];
+        const int np = offload_expert_ranges(t->m, L, xs[k], rr);
+        if (np != lay->n_parts) {
+            hm_error_set(e, HM_ERR_STATE, "fetched experts: layer %d expert %d has %d parts, "
+                         "the staging layout %d", L, xs[k], np, lay->n_parts);
+            return -1;
+        }
+        for (int i = 0; i < np; i++) {
+            if (rr[i].n != lay->part_bytes[i]) {
+                hm_error_set(e, HM_ERR_STATE, "fetched experts: layer %d expert %d part %d is "
+                             "%zu bytes, the staging layout says %zu", L, xs[k], i, rr[i].n,
+                             lay->part_bytes[i]);
+                return -1;
+            }
+            t->ranges[n_rng++] = (cuda_host_range){rr[i].p, rr[i].n};
+        }
+    }
+    return n_rng;
+}
+
+/* Enqueues the copies of experts xs[0..n) of layer L into slots first .. first + n - 1 of its
+ * buffer and checks that the lane put them where the engine's layout expects. */
+static hm_status copy_experts(hm_tiered *t, int L, const int32_t *xs, int n, int first,
+                              hm_error *e) {
+    const cuda_fetch_layout *lay = &t->lay[L];
+    if (first + n > lay->n_slots)
+        return hm_error_set(e, HM_ERR_STATE, "fetched experts: layer %d: slots %d + %d, the "
+                            "buffer holds %d", L, first, n, lay->n_slots);
+    const int n_rng = gather_ranges(t, L, xs, n, e);
+    if (n_rng < 0) return HM_ERR_STATE;
+    hm_status st = cuda_copy_lane_copy_at(t->off.lane, cuda_fetch_buffer(L), L,
+                                          (size_t)first * lay->slot_bytes, t->ranges, n_rng,
+                                          t->offs, e);
+    for (int j = 0; st == HM_OK && j < n; j++)
+        for (int i = 0; st == HM_OK && i < lay->n_parts; i++) {
+            const size_t want = (size_t)(first + j) * lay->slot_bytes + lay->part_off[i];
+            if (t->offs[j * lay->n_parts + i] != want)
+                st = hm_error_set(e, HM_ERR_STATE, "fetched experts: the copy lane put part %d "
+                                  "of slot %d at %zu, the layout expects %zu", i, first + j,
+                                  t->offs[j * lay->n_parts + i], want);
+        }
+    return st;
+}
+
+/* A failed copy (why): the layer's fetched experts run on the CPU in this step after all. Waits
+ * for whatever the lane still has in flight (copies ahead included, which are dropped), counts
+ * and logs; returns the experts now fetched (none). */
+static int copy_fallback(hm_tiered *t, int L, int n_fetch, const hm_error *why) {
+    cuda_copy_lane_sync(t->off.lane, NULL);
+    t->ahead_layer = -1;
+    const unsigned long long n = atomic_fetch_add(&t->copy_fallbacks, 1) + 1;
+    HM_LOGW("tiered step: layer %d: the copy of %d fetched expert%s failed (%s); the CPU computes "
+            "them in this step (%llu such fallback%s so far)", L, n_fetch, n_fetch == 1 ? "" : "s",
+            why->msg, n, n == 1 ? "" : "s");
+    return 0;
+}
+
+/* The CPU lane on the request's slots: those of experts the plan did not send to the GPU, or
+ * (fetched) those it did. */
+static hm_status run_cpu_slots(hm_tiered *t, int L, int64_t n_tok, bool fetched, hm_error *e) {
+    const cuda_handoff_view *v = &t->v;
+    const int K = v->n_used, NE = (int)v->n_expert;
+    bool any = false;
+    for (int64_t i = 0; i < n_tok * K; i++) {
+        const int32_t id = v->ids[i];
+        const bool on = id >= 0 && id < NE && t->plan.gpu[id] == fetched;
+        t->ids_cpu[i] = on ? id : -1;
+        any = any || on;
+    }
+    if (!any) return HM_OK;
+    const moe_job job = {.layer = L, .n_tok = n_tok, .n_used = K, .x = v->x, .ids = t->ids_cpu,
+                         .weights = v->gw, .y = v->y};
+    bool summed = false;
+    return moe_exec_run(t->exec, &job, NULL, &summed, e);
+}
+
+/* Copies ahead for the host layer after index j, while layer L (= host_layers[j]) computes: as
+ * many of its first experts as the lane moves in the GPU's predicted time for L's experts. */
+static void copy_ahead(hm_tiered *t, int j, int64_t n_tok) {
+    const int L = t->host_layers[j];
+    if (!t->ahead_on || j + 1 >= t->v.n_host || t->off.lane == NULL) return;
+    const int L2 = t->host_layers[j + 1], NE = (int)t->v.n_expert;
+    const cuda_fetch_layout *l2 = &t->lay[L2];
+    if ((L2 & 1) == (L & 1) || !l2->eligible || l2->n_slots < 1 ||
+        n_tok * t->v.n_used < (int64_t)AHEAD_MIN_TOK * NE)
+        return;
+    const offload_rates *r = &t->rates[L];
+    double gpu_s = 0; /* the GPU's time for L's experts, by the model */
+    for (int x = 0; x < NE; x++)
+        if (t->plan.gpu[x]) gpu_s += r->gpu_fixed_s + (double)t->counts[x] * r->gpu_tok_s;
+    double n = gpu_s * t->rates[L2].h2d_bytes_per_s / (double)l2->slot_bytes;
+    int m = n < (double)l2->n_slots ? (int)n : l2->n_slots;
+    if (m > NE) m = NE;
+    if (m < 1) return;
+    offload_range rr[OFFLOAD_MAX_RANGES];
+    if (offload_expert_ranges(t->m, L2, m - 1, rr) < 1 ||
+        !cuda_copy_lane_direct(t->off.lane, rr[0].p, rr[0].n))
+        return;
+    for (int x = 0; x < m; x++) t->ahead_ids[x] = x;
+    hm_error e;
+    hm_error_clear(&e);
+    if (copy_experts(t, L2, t->ahead_ids, m, 0, &e) != HM_OK) {
+        HM_LOGW("tiered step: copying layer %d's experts ahead failed (%s)", L2, e.msg);
+        return;
+    }
+    t->ahead_layer = L2;
+    t->ahead_n = m;
+    atomic_fetch_add(&t->ahead_experts, (unsigned long long)m);
+    atomic_fetch_add(&t->fetched_bytes, (unsigned long long)m * l2->slot_bytes);
+    if (t->off.debug)
+        HM_LOGI("sched layer %d: %d experts of layer %d copied ahead (GPU %.3f ms by the model)",
+                L, m, L2, gpu_s * 1e3);
+}
+
+hm_status tiered_fetch_alloc(hm_tiered *t, hm_error *err) {
+    const int nl = t->v.n_layer, ne = (int)t->v.n_expert;
+    const size_t nr = (size_t)ne * CUDA_FETCH_MAX_PARTS;
+    t->dbg_cap = 256 + (size_t)ne * 24;
+    t->rates = calloc((size_t)nl, sizeof(*t->rates));
+    t->lay = calloc((size_t)nl, sizeof(*t->lay));
+    t->ex = calloc((size_t)ne, sizeof(*t->ex));
+    t->counts = calloc((size_t)ne, sizeof(*t->counts));
+    t->fslot_of = calloc((size_t)ne, sizeof(*t->fslot_of));
+    t->ahead_ids = calloc((size_t)ne, sizeof(*t->ahead_ids));
+    t->ids_cpu = calloc((size_t)t->v.n_tok_max * (size_t)t->v.n_used, sizeof(*t->ids_cpu));
+    t->ranges = calloc(nr, sizeof(*t->ranges));
+    t->offs = calloc(nr, sizeof(*t->offs));
+    t->dbg = calloc(t->dbg_cap, 1);
+    if (!t->rates || !t->lay || !t->ex || !t->counts || !t->fslot_of || !t->ahead_ids || !t->ids_cpu ||
+        !t->ranges || !t->offs || !t->dbg)
+        return hm_error_set(err, HM_ERR_NOMEM, "out of memory (tiered: fetched experts)");
+    hm_status st = offload_plan_init(&t->plan, ne, err);
+    if (st != HM_OK) return st;
+    calib_result c;
+    calib_defaults(t->m, false, &c);
+    for (int il = 0; il < nl; il++) calib_layer_rates(&c, t->m, il, &t->rates[il]);
+    t->off.rates = t->rates;
+    t->ahead_layer = -1;
+    const char *env = getenv("HOTMOE_FETCH_AHEAD");
+    t->ahead_on = !(env && !strcmp(env, "0"));
+    return HM_OK;
+}
+
+void tiered_fetch_release(hm_tiered *t) {
+    offload_plan_free(&t->plan);
+    free(t->rates);
+    free(t->lay);
+    free(t->ex);
+    free(t->counts);
+    free(t->fslot_of);
+    free(t->ahead_ids);
+    free(t->ids_cpu);
+    free(t->ranges);
+    free(t->offs);
+    free(t->dbg);
+}
+
+static void debug_plan(hm_tiered *t, int L, int ahead) {
+    offload_plan_format(&t->plan, L, t->ex, t->dbg, t->dbg_cap);
+    size_t n = strlen(t->dbg);
+    if (n && t->dbg[n - 1] == '\n') t->dbg[n - 1] = 0;
+    if (ahead) HM_LOGI("%s\n  copied ahead: experts 0-%d (bytes 0 above)", t->dbg, ahead - 1);
+    else HM_LOGI("%s", t->dbg);
+}
+
+hm_status tiered_serve_fetch(hm_tiered *t, int j, const cuda_handoff_msg *m, hm_error *e) {
+    const cuda_handoff_view *v = &t->v;
+    const int L = t->host_layers[j];
+    const int K = v->n_used, NE = (int)v->n_expert;
+    const int64_t n_pairs = (int64_t)m->n_tok * K;
+    const cuda_fetch_layout *lay = &t->lay[L];
+    const int ahead = t->ahead_layer == L ? t->ahead_n : 0; /* slots 0 .. ahead-1 hold 0 .. */
+    t->ahead_layer = -1;
+    atomic_fetch_add(&t->fetch_requests, 1);
+    offload_count_tokens(v->ids, m->n_tok, K, NE, t->counts);
+    for (int x = 0; x < NE; x++)
+        t->ex[x] = (offload_expert){.n_tok = t->counts[x],
+                                    .bytes = x < ahead ? 0 : lay->slot_bytes};
+    offload_rates r = t->rates[L];
+    const bool can = t->off.lane && lay->eligible && lay->n_slots > 0;
+    if (!can) r.h2d_bytes_per_s = 0; /* every expert on the CPU: "no GPU" */
+    const offload_opts o = {.threshold = t->off.threshold,
+                            .cap_bytes = (uint64_t)(lay->n_slots - ahead) * lay->slot_bytes};
+    hm_status st = offload_decide(&t->plan, m->n_tok, t->ex, &r, &o, e);
+    if (st != HM_OK) return st;
+    if (t->off.debug) debug_plan(t, L, ahead);
+    /* the GPU's experts: those copied ahead in their slots, the others after them in id order */
+    int n_fetch = 0, n_new = 0, used_ahead = 0;
+    for (int x = 0; x < NE; x++) {
+        t->fslot_of[x] = -1;
+        if (!t->plan.gpu[x]) continue;
+        n_fetch++;
+        if (x < ahead) {
+            t->fslot_of[x] = x;
+            used_ahead++;
+        } else {
+            t->fslot_of[x] = ahead + n_new;
+            t->ahead_ids[n_new++] = x;
+        }
+    }
+    atomic_fetch_add(&t->ahead_used, (unsigned long long)used_ahead);
+    bool copied = false; /* this layer's copies in flight */
+    if (n_fetch > 0) {
+        hm_error ce;
+        hm_error_clear(&ce);
+        atomic_fetch_add(&t->copies, 1);
+        if (n_new == 0 || copy_experts(t, L, t->ahead_ids, n_new, ahead, &ce) == HM_OK)
+            copied = true;
+        else
+            n_fetch = copy_fallback(t, L, n_fetch, &ce);
+    }
+    if (copied) copy_ahead(t, j, m->n_tok);
+    /* the CPU's slots meanwhile (all of them after a failed start) */
+    st = run_cpu_slots(t, L, m->n_tok, false, e);
+    if (st == HM_OK && n_fetch == 0) st = run_cpu_slots(t, L, m->n_tok, true, e);
+    if (copied) {
+        const int64_t t0 = tiered_now_ns();
+        hm_error ce;
+        hm_error_clear(&ce);
+        hm_status cs = cuda_copy_lane_sync_buf(t->off.lane, cuda_fetch_buffer(L), &ce);
+        atomic_fetch_add(&t->copy_wait_ns, (unsigned long long)(tiered_now_ns() - t0));
+        const uint64_t nc = atomic_load(&t->copies);
+        if (cs == HM_OK && t->p.copy_fail_from && nc >= t->p.copy_fail_from)
+            cs = hm_error_set(&ce, HM_ERR_STATE, "test hook: copy %llu fails",
+                              (unsigned long long)nc);
+        if (cs != HM_OK) { /* the fetched experts on the CPU after all */
+            n_fetch = copy_fallback(t, L, n_fetch, &ce);
+            if (st == HM_OK) st = run_cpu_slots(t, L, m->n_tok, true, e);
+        }
+    }
+    if (st != HM_OK) return st;
+    for (int x = 0; n_fetch == 0 && x < NE; x++) t->fslot_of[x] = -1;
+    for (int64_t i = 0; i < n_pairs; i++) {
+        const int32_t id = v->ids[i];
+        v->fslot[i] = id >= 0 && id < NE ? t->fslot_of[id] : -1;
+    }
+    const int n_gpu = n_fetch > 0 ? t->plan.n_gpu : 0;
+    atomic_fetch_add(&t->gpu_experts, (unsigned long long)n_gpu);
+    atomic_fetch_add(&t->cpu_experts, (unsigned long long)(t->plan.n_used - n_gpu));
+    atomic_fetch_add(&t->fetched_bytes, (unsigned long long)(n_fetch > 0 ? n_new : 0) *
+                                            lay->slot_bytes);
+    return HM_OK;
+}

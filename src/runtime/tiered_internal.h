@@ -1,0 +1,75 @@
+/* tiered_internal.h - the CPU side's object (tiered.h), shared by its two files: tiered.c (the
+ * worker, the hand-off's requests, init, reset, counters) and tiered_fetch.c (the fetched-expert
+ * path of prompt ubatches). runtime/ sources only. */
+#ifndef HM_RUNTIME_TIERED_INTERNAL_H
+#define HM_RUNTIME_TIERED_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cuda/cuda_fetch.h"
+#include "cuda/cuda_host.h"
+#include "moe/moe_exec.h"
+#include "moe/offload.h"
+#include "runtime/tiered.h"
+
+struct hm_tiered {
+    const hm_model *m;
+    struct cuda_engine *gpu; /* NULL: a view its caller owns (tests) */
+    cuda_handoff_view v;
+    int32_t *host_layers;    /* [v.n_host] copy of the view's list */
+    hm_tiered_params p;
+    tp_pool *pool;
+    bool own_pool;
+    moe_exec *exec;
+    pthread_t th;
+    bool started;
+    bool attached;           /* this object is the engine's CPU side */
+    atomic_int stop, pause_req, paused;
+    /* the worker's own */
+    int cursor;              /* index into host_layers of the last request served */
+    uint64_t served;         /* requests taken (the test hooks count them) */
+    bool stalled;            /* stall_after reached: serves nothing until reset */
+    /* counters */
+    atomic_ullong requests, tokens, faults, aborts, resets, busy_ns;
+    /* the first fault since the last reset */
+    pthread_mutex_t mu;
+    bool has_fault;
+    hm_error fault;
+    /* the fetched-expert path (hm_tiered_set_offload; arrays allocated at init) */
+    hm_tiered_offload off;       /* off.rates points at rates */
+    offload_rates *rates;        /* [n_layer] */
+    cuda_fetch_layout *lay;      /* [n_layer] staging layouts (the engine's) */
+    offload_plan plan;           /* [n_expert] decisions of the request being served */
+    offload_expert *ex;          /* [n_expert] tokens and staging bytes */
+    int32_t *counts;             /* [n_expert] */
+    int32_t *fslot_of;           /* [n_expert] staging slot of a fetched expert, else -1 */
+    int32_t *ahead_ids;          /* [n_expert] the experts of one copy (scratch) */
+    int32_t *ids_cpu;            /* [n_tok_max][n_used] ids with fetched slots masked (-1) */
+    cuda_host_range *ranges;     /* [n_expert * CUDA_FETCH_MAX_PARTS] the copies */
+    size_t *offs;                /* [n_expert * CUDA_FETCH_MAX_PARTS] where the lane put them */
+    char *dbg;                   /* HOTMOE_SCHED_DEBUG text */
+    size_t dbg_cap;
+    /* experts of the next host layer copied ahead while this one computes (tiered_fetch.c):
+     * that layer, and its experts 0 .. ahead_n - 1 in slots 0 .. ahead_n - 1 of its buffer */
+    int ahead_layer;             /* -1: none */
+    int ahead_n;
+    bool ahead_on;               /* HOTMOE_FETCH_AHEAD=0 turns it off (A/B measurement) */
+    atomic_ullong fetch_requests, gpu_experts, cpu_experts, fetched_bytes, copy_wait_ns;
+    atomic_ullong copies, copy_fallbacks, retries, ahead_experts, ahead_used;
+};
+
+int64_t tiered_now_ns(void);
+
+/* The fetched path's arrays (rates the defaults, no lane, no layouts: every expert on the CPU
+ * until hm_tiered_set_offload) and their release. */
+hm_status tiered_fetch_alloc(hm_tiered *t, hm_error *err);
+void tiered_fetch_release(hm_tiered *t);
+
+/* A request of host layer index j posted with msg.fetch: decide, copy the GPU's experts, compute
+ * the CPU's, wait for the copies, write fslot. The caller answers. */
+hm_status tiered_serve_fetch(hm_tiered *t, int j, const cuda_handoff_msg *m, hm_error *e);
+
+#endif
