@@ -54,7 +54,7 @@ double offload_cpu_s(const offload_rates *r, const offload_expert *x) {
 
 double offload_gpu_s(const offload_rates *r, const offload_expert *x) {
     if (!(r->h2d_bytes_per_s > 0)) return INFINITY;
-    return (double)x->bytes / r->h2d_bytes_per_s + r->gpu_fixed_s +
+    return (x->copied ? 0.0 : (double)x->bytes / r->h2d_bytes_per_s) + r->gpu_fixed_s +
            (double)x->n_tok * r->gpu_tok_s;
 }
 
@@ -68,6 +68,11 @@ static int item_cmp(const void *a, const void *b) {
 }
 
 static double max2(double a, double b) { return a > b ? a : b; }
+
+/* Whether the staging buffer has room for x after the plan's copies so far. */
+static bool room(const offload_plan *p, const offload_opts *o, const offload_expert *x) {
+    return x->copied || !o->cap_bytes || p->gpu_bytes + x->bytes <= o->cap_bytes;
+}
 
 hm_status offload_decide(offload_plan *p, int64_t n_tok, const offload_expert *ex,
                          const offload_rates *r, const offload_opts *o, hm_error *err) {
@@ -117,13 +122,13 @@ hm_status offload_decide(offload_plan *p, int64_t n_tok, const offload_expert *e
         /* seed 003: the whole ubatch's used experts go one way; in id order while they fit */
         for (int e = 0; e < E; e++) {
             if (p->why[e] != OFFLOAD_WHY_THRESHOLD_GE) continue;
-            if (o->cap_bytes && p->gpu_bytes + ex[e].bytes > o->cap_bytes) {
+            if (!room(p, o, &ex[e])) {
                 p->why[e] = OFFLOAD_WHY_CAP;
                 continue;
             }
             p->gpu[e] = 1;
             p->n_gpu++;
-            p->gpu_bytes += ex[e].bytes;
+            p->gpu_bytes += ex[e].copied ? 0 : ex[e].bytes;
             C -= offload_cpu_s(r, &ex[e]);
             G += offload_gpu_s(r, &ex[e]);
         }
@@ -131,7 +136,7 @@ hm_status offload_decide(offload_plan *p, int64_t n_tok, const offload_expert *e
         qsort(p->items, (size_t)n_items, sizeof(*p->items), item_cmp);
         for (int i = 0; i < n_items; i++) {
             const int e = p->items[i].id;
-            if (o->cap_bytes && p->gpu_bytes + ex[e].bytes > o->cap_bytes) {
+            if (!room(p, o, &ex[e])) {
                 p->why[e] = OFFLOAD_WHY_CAP;
                 continue;
             }
@@ -140,7 +145,7 @@ hm_status offload_decide(offload_plan *p, int64_t n_tok, const offload_expert *e
                 p->gpu[e] = 1;
                 p->why[e] = OFFLOAD_WHY_GAIN;
                 p->n_gpu++;
-                p->gpu_bytes += ex[e].bytes;
+                p->gpu_bytes += ex[e].copied ? 0 : ex[e].bytes;
                 C = c2 > 0 ? c2 : 0;
                 G = g2;
             } else {

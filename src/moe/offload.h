@@ -9,6 +9,7 @@
  *
  *   cpu(e) = bytes(e) * (cpu_fixed_s_per_byte + n_tok(e) * cpu_tok_s_per_byte)
  *   gpu(e) = bytes(e) / h2d_bytes_per_s + gpu_fixed_s + n_tok(e) * gpu_tok_s
+ *   (no copy term for an expert already copied)
  *
  * (an expert on the CPU streams its weights once and then pays per token; on the GPU its copy
  * dominates and the product is nearly free) and picks the split that makes the slower lane
@@ -67,7 +68,10 @@ typedef struct {
 /* One expert of the layer in this ubatch. */
 typedef struct {
     int32_t n_tok;  /* tokens routed to it (>= 0) */
-    uint64_t bytes; /* what its copy moves / occupies in a staging buffer (offload_expert_size) */
+    uint64_t bytes; /* what its copy moves / occupies in a staging buffer (offload_expert_size);
+                       the CPU's cost is per byte of it too */
+    bool copied;    /* already in the staging buffer (copied ahead): on the GPU it costs no copy
+                       and takes no room (cap_bytes) */
 } offload_expert;
 
 typedef struct {

@@ -11,7 +11,7 @@
  * layer L2 (ids 0, 1, ...; in a ubatch of >= AHEAD_MIN_TOK tokens per expert on average every
  * expert is used) are copied into buffer L2 & 1, as many as the copy lane moves while the GPU
  * computes layer L's experts by the cost model's own rates, so that the lane, idle then, works;
- * at L2 the cost model counts those experts' copies as done (bytes 0) and the new ones go after
+ * at L2 the cost model counts those experts' copies as done (copied) and the new ones go after
  * them. The choice depends on the ubatch's routing and the rates only, never on a clock, so a
  * placement's prompt output stays the same bytes from run to run. Buffer L2 & 1 is free when L's
  * request arrives: the GPU posted it after every kernel of the layers before L had run. Only
@@ -195,7 +195,7 @@ static void debug_plan(hm_tiered *t, int L, int ahead) {
     offload_plan_format(&t->plan, L, t->ex, t->dbg, t->dbg_cap);
     size_t n = strlen(t->dbg);
     if (n && t->dbg[n - 1] == '\n') t->dbg[n - 1] = 0;
-    if (ahead) HM_LOGI("%s\n  copied ahead: experts 0-%d (bytes 0 above)", t->dbg, ahead - 1);
+    if (ahead) HM_LOGI("%s\n  copied ahead: experts 0-%d (no copy above)", t->dbg, ahead - 1);
     else HM_LOGI("%s", t->dbg);
 }
 
@@ -210,8 +210,8 @@ hm_status tiered_serve_fetch(hm_tiered *t, int j, const cuda_handoff_msg *m, hm_
     atomic_fetch_add(&t->fetch_requests, 1);
     offload_count_tokens(v->ids, m->n_tok, K, NE, t->counts);
     for (int x = 0; x < NE; x++)
-        t->ex[x] = (offload_expert){.n_tok = t->counts[x],
-                                    .bytes = x < ahead ? 0 : lay->slot_bytes};
+        t->ex[x] = (offload_expert){.n_tok = t->counts[x], .bytes = lay->slot_bytes,
+                                    .copied = x < ahead};
     offload_rates r = t->rates[L];
     const bool can = t->off.lane && lay->eligible && lay->n_slots > 0;
     if (!can) r.h2d_bytes_per_s = 0; /* every expert on the CPU: "no GPU" */

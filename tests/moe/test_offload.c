@@ -90,6 +90,37 @@ static void test_cap(void) {
     offload_plan_free(&p);
 }
 
+/* An expert already copied (ahead): test_cost_model's numbers with e1 copied, so gpu(e1) = 0
+ * (no copy, no fixed cost in these rates) and its key is infinite: visited first.
+ *   e1: CPU 2.3, GPU 0.0 -> gain; e0: CPU 0.2, GPU 1.0 -> max 1.0 < 2.3, gain;
+ *   e3: CPU 0.0, GPU 2.0 -> no gain. Lanes 0.2 / 1.0 ms; only e0's bytes are copied, and with a
+ * staging buffer of 1e6 bytes e1 takes no room, so e0 still fits (and e3, next, does not). The CPU's cost of e1 is the
+ * same as uncopied (2.1 - 1.0 = 1.1 ms: all on CPU still 3.4). */
+static void test_copied(void) {
+    offload_plan p;
+    hm_error err;
+    HM_REQUIRE(offload_plan_init(&p, 4, &err) == HM_OK);
+    offload_expert ex[4];
+    four(ex);
+    ex[1].copied = true;
+    const offload_rates r = rates(1e9);
+    HM_CHECK(close_to(offload_gpu_s(&r, &ex[1]), 0.0) && close_to(offload_cpu_s(&r, &ex[1]), 1.1e-3));
+    offload_opts o = {0};
+    for (int k = 0; k < 2; k++) {
+        o.cap_bytes = k ? 1000000 : 0;
+        HM_REQUIRE(offload_decide(&p, 16, ex, &r, &o, &err) == HM_OK);
+        HM_CHECK_MSG(p.gpu[0] && p.gpu[1] && !p.gpu[3] &&
+                         p.why[3] == (k ? OFFLOAD_WHY_CAP : OFFLOAD_WHY_NO_GAIN),
+                     "cap %d: gpu %d %d %d why %d %d %d", k, p.gpu[0], p.gpu[1], p.gpu[3], p.why[0],
+                     p.why[1], p.why[3]);
+        HM_CHECK(p.n_gpu == 2 && p.gpu_bytes == 1000000);
+        HM_CHECK_MSG(close_to(p.cpu_s, 0.2e-3) && close_to(p.gpu_s, 1.0e-3), "lanes %g %g",
+                     p.cpu_s, p.gpu_s);
+        HM_CHECK(close_to(p.all_cpu_s, 3.4e-3));
+    }
+    offload_plan_free(&p);
+}
+
 /* A fixed GPU cost per expert and per token count on the GPU lane. h2d 1e10 (0.1 ms copy),
  * gpu_fixed 0.05 ms, gpu_tok 0.01 ms: gpu(e0) = 0.1 + 0.05 + 0.2 = 0.35 ms, gpu(e1) = 0.25,
  * gpu(e3) = 0.16. Ratios: e0 2.1/0.35 = 6, e1 1.1/0.25 = 4.4, e3 0.2/0.16 = 1.25.
@@ -341,6 +372,6 @@ static void test_model_ranges(void) {
     hm_model_free(m);
 }
 
-HM_TEST_MAIN(test_cost_model, test_cap, test_gpu_costs, test_batch_sizes, test_threshold,
+HM_TEST_MAIN(test_cost_model, test_cap, test_copied, test_gpu_costs, test_batch_sizes, test_threshold,
              test_no_gpu, test_ties, test_bad_input, test_format, test_count_tokens,
              test_model_ranges)
