@@ -1,0 +1,180 @@
+/* test_context_tiered_decode.c - where an expert runs changes no bit of a decode step: for every
+ * tiny preset (qwen3moe, mixtral, olmoe, gpt-oss, qwen2moe) and weight mix (f32, q8_0, q4_k_m;
+ * mxfp4 for gpt-oss), the placements that keep attention on the GPU — all on the GPU (-ngl 99),
+ * --cpu-moe, --n-cpu-moe K for K = 1 .. n_layer, and -ot sending the odd layers' experts to the
+ * CPU — give, through hm_context_init with those flags:
+ *  - host loop: an 8-token prompt decoded one token per call, then N_GEN greedy single-token
+ *    steps; the logits of every step byte-identical to the all-GPU context's;
+ *  - the GPU-autonomous generation loop (runtime/generate.h) from the same prompt: N_GEN greedy
+ *    tokens equal to the all-GPU context's, and to the host loop's.
+ * Prompt batches are left out on purpose: they are deterministic per placement and within the
+ * GPU-vs-CPU tolerance (test_cuda_fetch.c), not the same bytes. Without a GPU the program
+ * reports itself skipped (exit 77; a failure under HOTMOE_EXPECT_GPU=1).
+ */
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../cuda/cuda_test_util.h"
+#include "../forge/forge_test_util.h"
+#include "harness.h"
+#include "model/model.h"
+#include "runtime/context.h"
+#include "runtime/generate.h"
+#include "runtime/tiered.h"
+
+#define N_PROMPT 8
+#define N_GEN 256
+#define N_CTX 320
+
+typedef struct {
+    char name[48];
+    bool cpu_moe;
+    int n_cpu_moe;
+    char ot[160];
+} placement;
+
+static int argmax(const float *x, int64_t n) {
+    int64_t b = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return (int)b;
+}
+
+static hm_context *open_ctx(const hm_model *m, const placement *pl) {
+    hm_context_params p = hm_context_default_params();
+    p.n_ctx = N_CTX;
+    p.n_threads = 2;
+    p.n_gpu_layers = 99;
+    p.gpu_strict = !pl; /* the reference: the whole model, or fail */
+    if (pl) {
+        p.cpu_moe = pl->cpu_moe;
+        p.n_cpu_moe = pl->n_cpu_moe;
+        p.override_tensor = pl->ot[0] ? pl->ot : NULL;
+    }
+    hm_context *c = NULL;
+    hm_error err;
+    hm_status st = hm_context_init(m, &p, &c, &err);
+    HM_CHECK_MSG(st == HM_OK && hm_context_gpu(c), "%s: %s", pl ? pl->name : "all on the GPU",
+                 st == HM_OK ? "no GPU engine" : err.msg);
+    if (st == HM_OK && pl) HM_CHECK_MSG(hm_context_tiered(c), "%s: not tiered", pl->name);
+    return st == HM_OK ? c : NULL;
+}
+
+/* Logits [N_PROMPT + N_GEN][V] of single-token calls: the prompt's, then greedy steps. */
+static bool host_loop(hm_context *c, const int32_t *prompt, int64_t V, float *lo) {
+    hm_error err;
+    hm_context_reset(c);
+    int32_t tok = prompt[0];
+    for (int i = 0; i < N_PROMPT + N_GEN; i++) {
+        if (i < N_PROMPT) tok = prompt[i];
+        float *row = lo + (size_t)i * (size_t)V;
+        hm_status st = hm_decode(c, &tok, 1, i, row, HM_LOGITS_LAST, &err);
+        HM_CHECK_MSG(st == HM_OK, "step %d: %s", i, err.msg);
+        if (st != HM_OK) return false;
+        tok = argmax(row, V);
+    }
+    return true;
+}
+
+static bool auto_loop(hm_context *c, const int32_t *prompt, int32_t *toks) {
+    hm_error err;
+    hm_context_reset(c);
+    sample_params sp = sample_params_default();
+    sp.temperature = 0.0f;
+    hm_gen *g = NULL;
+    hm_status st = hm_gen_init(c, &sp, NULL, &g, &err);
+    if (st == HM_OK) st = hm_gen_prompt(g, prompt, N_PROMPT, &err);
+    for (int i = 0; st == HM_OK && i < N_GEN; i++) st = hm_gen_next(g, &toks[i], &err);
+    if (st == HM_OK) st = hm_gen_end(g, &err);
+    HM_CHECK_MSG(st == HM_OK, "generation: %s", err.msg);
+    hm_gen_free(g);
+    return st == HM_OK;
+}
+
+static void check_model(const char *preset, forge_mix mix) {
+    char path[512];
+    HM_REQUIRE(ft_forged("ctxtier", preset, mix, path, sizeof(path)));
+    hm_model *m = NULL;
+    hm_error err;
+    HM_REQUIRE(hm_model_load(path, NULL, &m, &err) == HM_OK);
+    const hm_hparams *hp = hm_model_hparams(m);
+    const int64_t V = hp->n_vocab;
+    const int L = (int)hp->n_layer;
+    const size_t nb = sizeof(float) * (size_t)(N_PROMPT + N_GEN) * (size_t)V;
+    float *ref = malloc(nb), *got = malloc(nb);
+    HM_REQUIRE(ref && got);
+    int32_t prompt[N_PROMPT], ref_tok[N_GEN], tok[N_GEN];
+    for (int i = 0; i < N_PROMPT; i++) prompt[i] = (int32_t)(3 + (i * 7919) % (V - 3));
+    hm_context *c = open_ctx(m, NULL);
+    bool ok = c && host_loop(c, prompt, V, ref) && auto_loop(c, prompt, ref_tok);
+    hm_context_free(c);
+    for (int i = 0; ok && i < N_GEN; i++)
+        HM_CHECK_MSG(ref_tok[i] == argmax(ref + (size_t)(N_PROMPT - 1 + i) * (size_t)V, V),
+                     "%s %s: the all-GPU loops differ at token %d", preset,
+                     forge_mix_name(mix), i);
+    placement pls[64];
+    int n = 0;
+    snprintf(pls[n].name, sizeof(pls[n].name), "--cpu-moe");
+    pls[n].cpu_moe = true, pls[n].n_cpu_moe = 0, pls[n].ot[0] = 0, n++;
+    for (int k = 1; k <= L && n < 62; k++, n++) {
+        snprintf(pls[n].name, sizeof(pls[n].name), "--n-cpu-moe %d", k);
+        pls[n].cpu_moe = false, pls[n].n_cpu_moe = k, pls[n].ot[0] = 0;
+    }
+    snprintf(pls[n].name, sizeof(pls[n].name), "-ot odd layers' experts");
+    pls[n].cpu_moe = false, pls[n].n_cpu_moe = 0;
+    size_t o = (size_t)snprintf(pls[n].ot, sizeof(pls[n].ot), "blk\\.(");
+    for (int il = 1; il < L && o < sizeof(pls[n].ot) - 40; il += 2)
+        o += (size_t)snprintf(pls[n].ot + o, sizeof(pls[n].ot) - o, "%s%d", il > 1 ? "|" : "", il);
+    snprintf(pls[n].ot + o, sizeof(pls[n].ot) - o, ")\\.ffn_(gate|up|down)_exps=CPU");
+    n++;
+    for (int i = 0; ok && i < n; i++) {
+        c = open_ctx(m, &pls[i]);
+        if (!c) continue;
+        if (host_loop(c, prompt, V, got)) {
+            int first = -1;
+            for (int r = 0; r < N_PROMPT + N_GEN && first < 0; r++)
+                if (memcmp(ref + (size_t)r * (size_t)V, got + (size_t)r * (size_t)V,
+                           sizeof(float) * (size_t)V))
+                    first = r;
+            HM_CHECK_MSG(first < 0, "%s %s %s: logits of step %d differ from the all-GPU "
+                         "context's", preset, forge_mix_name(mix), pls[i].name, first);
+        }
+        if (auto_loop(c, prompt, tok))
+            HM_CHECK_MSG(!memcmp(ref_tok, tok, sizeof(tok)), "%s %s %s: the generation's tokens "
+                         "differ from the all-GPU context's", preset, forge_mix_name(mix),
+                         pls[i].name);
+        hm_tiered_stats s;
+        hm_tiered_get_stats(hm_context_tiered(c), &s);
+        HM_CHECK_MSG(s.faults == 0 && s.retries == 0 && s.requests > 0, "%s %s %s: %llu "
+                     "requests, %llu faults", preset, forge_mix_name(mix), pls[i].name,
+                     (unsigned long long)s.requests, (unsigned long long)s.faults);
+        hm_context_free(c);
+    }
+    printf("%-14s %-7s %d placements x (%d host-loop steps, %d generated tokens): %s\n", preset,
+           forge_mix_name(mix), n, N_PROMPT + N_GEN, N_GEN, ok ? "checked" : "no reference");
+    free(ref);
+    free(got);
+    hm_model_free(m);
+}
+
+static void test_placements_same_bytes(void) {
+    if (!tu_have_gpu()) return;
+    alarm(1800); /* a hang is a failure */
+    setenv("HOTMOE_CALIBRATE", "0", 1);
+    static const char *presets[] = {"tiny-qwen3moe", "tiny-mixtral", "tiny-olmoe",
+                                    "tiny-gpt-oss", "tiny-qwen2moe"};
+    static const forge_mix mixes[] = {FORGE_MIX_F32, FORGE_MIX_Q8_0, FORGE_MIX_Q4_K_M,
+                                      FORGE_MIX_MXFP4};
+    for (size_t i = 0; i < sizeof(presets) / sizeof(presets[0]); i++)
+        for (size_t j = 0; j < sizeof(mixes) / sizeof(mixes[0]); j++) {
+            if (mixes[j] == FORGE_MIX_MXFP4 && strcmp(presets[i], "tiny-gpt-oss")) continue;
+            check_model(presets[i], mixes[j]);
+        }
+    alarm(0);
+}
+
+TU_TEST_MAIN(test_placements_same_bytes)
