@@ -35,8 +35,10 @@
 #include "base/cpu.h"
 #include "base/log.h"
 #include "base/spin.h"
+#include "base/tune.h"
 
-#define TIERED_SPIN_NS 50000ll          /* spin with a pause this long, then yield */
+#define TIERED_SPIN_NS HM_TUNE_SPIN_IDLE_NS /* spin with a pause this long, then yield: as the
+                                           pool's idle workers, longer than a layer's GPU part */
 #define TIERED_YIELD_NS 20000000ll      /* yield until idle this long, then nap */
 #define TIERED_NAP_NS 50000l            /* a nap until idle for a second */
 #define TIERED_NAP_LONG_NS 1000000l     /* a nap after that */
