@@ -19,5 +19,6 @@ int cmd_chat(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_learn(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
 
 #endif
