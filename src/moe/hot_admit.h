@@ -1,0 +1,56 @@
+/* hot_admit.h - the hot cache's online admission (--moe-hot-cache-policy static|lru|lfru):
+ * after each decode step, misses may take a slot from a hot expert, at most K per layer per
+ * step; the expert -> slot table changes only between steps.
+ *
+ * DESIGN: the object keeps, per (layer, expert), whether it is hot, the last step that used it
+ * and a decayed use frequency. hot_admit_observe counts a layer's routing of the step (hits and
+ * misses); hot_admit_step ends the step: every frequency is multiplied by `decay` and the step's
+ * uses added, then per layer the step's misses are ranked (lru: uses this step, then lower id;
+ * lfru: frequency, then lower id) and the first K are admitted, each in place of the victim the
+ * policy picks among the hot experts the step did not use (lru: the least recently used; lfru:
+ * the lowest frequency; ties: lower id) — under lfru only when the newcomer's frequency is
+ * higher. `static` never admits: the plan and the updater alone change the cache. The caller
+ * copies each admitted expert into its victim's slot (an asynchronous copy; the CPU computed
+ * the miss this time) and switches the table before the next step. Pure C.
+ */
+#ifndef HM_MOE_HOT_ADMIT_H
+#define HM_MOE_HOT_ADMIT_H
+
+#include <stdint.h>
+
+#include "base/status.h"
+#include "moe/hot_update.h"
+
+typedef enum { HOT_POLICY_STATIC = 0, HOT_POLICY_LRU, HOT_POLICY_LFRU, HOT_POLICY_COUNT } hot_policy;
+
+#define HOT_POLICY_NAMES "static, lru, lfru"
+
+hm_status hot_policy_parse(const char *s, hot_policy *out, hm_error *err);
+const char *hot_policy_name(hot_policy p);
+
+typedef struct {
+    hot_policy policy;
+    int max_per_step; /* K: admissions per layer per step (>= 1) */
+    double decay;     /* lfru: frequencies x decay each step, in (0, 1] (default 0.9) */
+} hot_admit_cfg;
+
+hot_admit_cfg hot_admit_default(void);
+
+typedef struct hot_admit hot_admit;
+
+/* hot [n_layer][n_expert]: the initial cache (the plan), copied. */
+hm_status hot_admit_init(int n_layer, int n_expert, const uint8_t *hot, const hot_admit_cfg *c,
+                         hot_admit **out, hm_error *err);
+void hot_admit_free(hot_admit *a);
+
+/* The step's routing of layer il: ids[0..n) (n = tokens x n_used; ids outside [0, n_expert)
+ * are skipped). */
+void hot_admit_observe(hot_admit *a, int il, const int32_t *ids, int n);
+/* Ends the step: the admissions into out[0..cap) (layer, out = victim, in = newcomer), sorted
+ * by layer; returns their number. The object's hot map already has them. */
+int hot_admit_step(hot_admit *a, hot_exchange *out, int cap);
+
+const uint8_t *hot_admit_map(const hot_admit *a); /* [n_layer][n_expert] */
+void hot_admit_counts(const hot_admit *a, uint64_t *hits, uint64_t *misses, uint64_t *admitted);
+
+#endif
