@@ -453,12 +453,25 @@ static hm_status shared_expert(cuda_engine *e, const cuda_layer *L, int n, float
 static hm_status host_experts(cuda_engine *e, const cuda_layer *L, int il, int n,
                               hm_error *err) {
     const bool fetch = cuda_fetch_active(e, il, n);
-    hm_status st = cuda_handoff_enqueue_post(e, il, n, fetch, err);
+    hm_status st = cuda_handoff_enqueue_post(e, il, n, fetch, false, err);
     if (st == HM_OK && e->desc->shared_expert) st = shared_expert(e, L, n, e->hsh, err);
     if (st == HM_OK) st = cuda_handoff_enqueue_wait(e, il, err);
     if (st == HM_OK)
         st = fetch ? cuda_fetch_enqueue_experts(e, il, n, err)
-                   : cuda_handoff_enqueue_take(e, n, err);
+                   : cuda_handoff_enqueue_take(e, n, false, err);
+    return st;
+}
+
+/* A mixed layer's experts (the hot cache): the request names the cold slots (no device slot),
+ * the GPU computes the hot ones meanwhile (its kernels skip slots < 0; down bias included, so
+ * the merge adds none), then the wait and the CPU's cold slots into e->ey; every slot of ey is
+ * then one lane's output and the merge sums them in slot order. */
+static hm_status mixed_experts(cuda_engine *e, const cuda_layer *L, int il, int n,
+                               const void *xact, hm_error *err) {
+    hm_status st = cuda_handoff_enqueue_post(e, il, n, false, true, err);
+    if (st == HM_OK) st = experts(e, L, n, xact, false, false, err);
+    if (st == HM_OK) st = cuda_handoff_enqueue_wait(e, il, err);
+    if (st == HM_OK) st = cuda_handoff_enqueue_take(e, n, true, err);
     return st;
 }
 
@@ -535,11 +548,13 @@ static hm_status moe_block(cuda_engine *e, int il, int n, fwd_defer *dfr, hm_err
     /* decode without a shared expert: the combine (and down bias) go into the next norm */
     const bool defer = fz && !d->shared_expert;
     if (st == HM_OK)
-        st = L->host ? host_experts(e, L, il, n, err) : experts(e, L, n, xact, defer, false, err);
+        st = L->host    ? host_experts(e, L, il, n, err)
+             : L->mixed ? mixed_experts(e, L, il, n, xact, err)
+                        : experts(e, L, n, xact, defer, false, err);
     if (st != HM_OK) return st;
     if (defer) { /* the CPU's slot outputs include the down bias already */
         dfr->combine = true;
-        dfr->ey_bias = L->host ? NULL : (const float *)L->down_exps_b.d;
+        dfr->ey_bias = L->host || L->mixed ? NULL : (const float *)L->down_exps_b.d;
         dfr->n_slots = L->n_slots;
         return HM_OK;
     }

@@ -92,6 +92,14 @@ static bool host_layer(const hm_model *m, const cuda_engine_params *p, int il) {
     return hm_residency_n_device(r, il) == 0;
 }
 
+/* Some of the layer's experts have a device slot, not all (cuda_layer.mixed). */
+static bool mixed_layer(const hm_model *m, const cuda_engine_params *p, int il) {
+    const hm_residency *r = p->res;
+    if (!r || il < p->layer_begin || !hm_model_layer(m, il)->gate_exps.data) return false;
+    const int nd = hm_residency_n_device(r, il);
+    return nd > 0 && nd < r->n_expert;
+}
+
 /* Scratch: the buffers of cuda_engine_internal.h in one arena; sets the pointers when base is
  * given, returns the bytes. */
 static size_t layout_scratch(const hm_model *m, const cuda_engine_params *p, cuda_engine *e,
@@ -208,19 +216,7 @@ static hm_status check_residency(const hm_model *m, const cuda_engine_params *p,
         return hm_error_set(err, HM_ERR_ARG, "expert residency: a map of %d layers x %d experts "
                             "for a model of %lld x %lld", r->n_layer, r->n_expert,
                             (long long)hp->n_layer, (long long)hp->n_expert);
-    hm_status st = hm_residency_check(r, err);
-    if (st != HM_OK) return st;
-    for (int il = p->layer_begin; il < r->n_layer; il++) {
-        if (!hm_model_layer(m, il)->gate_exps.data || host_layer(m, p, il)) continue;
-        for (int ie = 0; ie < r->n_expert; ie++)
-            if (r->slot[hm_residency_at(r, il, ie)] < 0)
-                return hm_error_set(err, HM_ERR_UNSUPPORTED, "expert residency: layer %d expert "
-                                    "%d has no device slot while %d of the layer's experts have "
-                                    "one (a layer's experts are all on the device or all in "
-                                    "host memory for now)", il, ie,
-                                    hm_residency_n_device(r, il));
-    }
-    return HM_OK;
+    return hm_residency_check(r, err); /* mixed layers: hot slots here, cold ones on the CPU */
 }
 
 extern "C" hm_status cuda_engine_plan(const hm_model *m, const cuda_engine_params *p,
@@ -534,10 +530,11 @@ extern "C" hm_status cuda_engine_init(const hm_model *m, const cuda_engine_param
         for (int il = 0; il < e->hp.n_layer; il++) {
             cuda_layer *D = &e->layers[il];
             D->host = host_layer(m, p, il);
+            D->mixed = mixed_layer(m, p, il);
             D->n_slots = D->host || il < p->layer_begin ? 0
                          : p->res ? p->res->n_slots[il] : e->hp.n_expert;
             D->slot_of = e->d_slot_of + (size_t)il * (size_t)e->hp.n_expert;
-            e->n_host += D->host;
+            e->n_host += D->host || D->mixed;
         }
         /* on the engine's stream: after the scratch arena's memset (the upload waits for it) */
         CUDA_TRY(cudaMemcpyAsync(e->d_slot_of, slot_of, sizeof(int32_t) * nt,

@@ -44,6 +44,10 @@ typedef struct {
     /* a host layer: every expert stays in host memory (no slot, n_slots 0, no expert bytes on
      * the device); the CPU computes them through the hand-off (cuda_handoff.h) */
     bool host;
+    /* a mixed layer (the hot cache): some experts have a device slot (hot), the others stay in
+     * host memory (cold); the GPU runs the hot slots while the CPU computes the cold ones
+     * through the hand-off, and the merge sums the slots in order */
+    bool mixed;
     /* device KV cache of this layer: [n_ctx][n_head_kv * head_dim] (K and V) of p.type_k: f16
      * bits or f32; every layer holds n_ctx positions, the sliding window only masks */
     void *k_cache, *v_cache;
@@ -128,7 +132,7 @@ struct cuda_engine {
 
     /* the tiered step (cuda_handoff.h, cuda_handoff.cu): n_host 0 and the rest NULL without
      * host layers */
-    int n_host;              /* host layers */
+    int n_host;              /* layers the CPU side serves: host and mixed layers */
     int32_t *host_layers;    /* [n_host] their indices, ascending (host array) */
     void *ho_mem;            /* the mapped pinned allocation (host address) */
     size_t ho_bytes;
@@ -171,11 +175,13 @@ hm_status cuda_handoff_init(cuda_engine *e, hm_error *err);
 /* Sets abort (a wait in flight ends), frees the memory; the stream must be idle or about to be. */
 void cuda_handoff_free(cuda_engine *e);
 /* Layer il's request for n_tok tokens from e->xn, e->ids, e->gw (post, one block), the wait for
- * the CPU's answer (one thread) and the answer copied into e->ey (take). */
-hm_status cuda_handoff_enqueue_post(cuda_engine *e, int il, int n_tok, bool fetch,
+ * the CPU's answer (one thread) and the answer copied into e->ey (take). cold_only (a mixed
+ * layer): the request names only the slots without a device slot (e->dslot < 0; the others
+ * posted as -1) and the take copies only those. */
+hm_status cuda_handoff_enqueue_post(cuda_engine *e, int il, int n_tok, bool fetch, bool cold_only,
                                     hm_error *err);
 hm_status cuda_handoff_enqueue_wait(cuda_engine *e, int il, hm_error *err);
-hm_status cuda_handoff_enqueue_take(cuda_engine *e, int n_tok, hm_error *err);
+hm_status cuda_handoff_enqueue_take(cuda_engine *e, int n_tok, bool cold_only, hm_error *err);
 /* Whether layer il's request for n_tok tokens takes the fetched-expert path (cuda_fetch.h). */
 bool cuda_fetch_active(const cuda_engine *e, int il, int n_tok);
 /* After the wait of such a request: the fetched experts' products on the staging buffer and the

@@ -45,8 +45,9 @@ static __device__ __forceinline__ uint64_t ho_clock_ns() {
 /* xn [n_tok][n_embd], ids and gw [n_tok][n_used] (device) -> the mapped area; then ready. */
 __global__ void ho_post_kernel(const uint32_t *d_seq, int layer, int n_tok, int n_used,
                                int n_embd, const float *xn, const int32_t *ids, const float *gw,
-                               cuda_handoff_msg *msg, int32_t *h_ids, float *h_gw, float *h_x,
-                               cuda_handoff_flags *flags, uint32_t fetch) {
+                               const int32_t *dslot, cuda_handoff_msg *msg, int32_t *h_ids,
+                               float *h_gw, float *h_x, cuda_handoff_flags *flags,
+                               uint32_t fetch) {
     cu_pdl_enter();
     const uint32_t seq = *d_seq;
     const int64_t nx = (int64_t)n_tok * n_embd, ns = (int64_t)n_tok * n_used;
@@ -58,7 +59,7 @@ __global__ void ho_post_kernel(const uint32_t *d_seq, int layer, int n_tok, int 
         for (int64_t i = threadIdx.x; i < nx; i += blockDim.x) h_x[i] = xn[i];
     }
     for (int64_t i = threadIdx.x; i < ns; i += blockDim.x) {
-        h_ids[i] = ids[i];
+        h_ids[i] = dslot && dslot[i] >= 0 ? -1 : ids[i]; /* a mixed layer: cold slots only */
         h_gw[i] = gw[i];
     }
     if (threadIdx.x == 0) {
@@ -109,25 +110,30 @@ __global__ void ho_wait_kernel(const uint32_t *d_seq, int layer, cuda_handoff_fl
     __threadfence_system();
 }
 
-template <typename T> __global__ void ho_take_kernel(const T *y, T *ey, int64_t n) {
+/* n items of y into ey; dslot (a mixed layer, else NULL): only the rows (row_items items, one
+ * slot each) of slots without a device slot */
+template <typename T>
+__global__ void ho_take_kernel(const T *y, T *ey, int64_t n, const int32_t *dslot,
+                               int64_t row_items) {
     cu_pdl_enter();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-        ey[i] = __ldcv(y + i);
+        if (!dslot || dslot[i / row_items] < 0) ey[i] = __ldcv(y + i);
 }
 
 /* ---- enqueue (no host synchronisation) ---- */
 
 extern "C" hm_status cuda_handoff_enqueue_post(cuda_engine *e, int il, int n_tok, bool fetch,
-                                               hm_error *err) {
+                                               bool cold_only, hm_error *err) {
     const cuda_handoff_view *v = &e->ho_d;
     if (!e->ho_mem || n_tok < 1 || n_tok > v->n_tok_max)
         return hm_error_set(err, HM_ERR_STATE, "GPU: hand-off of layer %d for %d tokens (area for "
                             "%d)", il, n_tok, e->ho_mem ? v->n_tok_max : 0);
     cu_launch(ho_post_kernel, 1, 512, 0, (cudaStream_t)e->stream, (const uint32_t *)e->d_seq, il,
               n_tok, (int)e->hp.n_expert_used, (int)e->hp.n_embd, (const float *)e->xn,
-              (const int32_t *)e->ids, (const float *)e->gw, v->msg, v->ids, v->gw, v->x,
-              v->flags, (uint32_t)(fetch ? 1 : 0));
+              (const int32_t *)e->ids, (const float *)e->gw,
+              cold_only ? (const int32_t *)e->dslot : (const int32_t *)NULL, v->msg, v->ids,
+              v->gw, v->x, v->flags, (uint32_t)(fetch ? 1 : 0));
     return launched("hand-off post", err);
 }
 
@@ -137,9 +143,12 @@ extern "C" hm_status cuda_handoff_enqueue_wait(cuda_engine *e, int il, hm_error 
     return launched("hand-off wait", err);
 }
 
-extern "C" hm_status cuda_handoff_enqueue_take(cuda_engine *e, int n_tok, hm_error *err) {
+extern "C" hm_status cuda_handoff_enqueue_take(cuda_engine *e, int n_tok, bool cold_only,
+                                               hm_error *err) {
     const int64_t n = (int64_t)n_tok * e->hp.n_expert_used * e->hp.n_embd;
-    const bool v4 = (n & 3) == 0;
+    const bool v4 = (e->hp.n_embd & 3) == 0; /* whole rows of float4 */
+    const int32_t *ds = cold_only ? (const int32_t *)e->dslot : (const int32_t *)NULL;
+    const int64_t row = v4 ? e->hp.n_embd / 4 : e->hp.n_embd;
     const int64_t items = v4 ? n / 4 : n;
     int64_t blocks = (items + 255) / 256;
     if (blocks > 1024) blocks = 1024;
@@ -147,10 +156,10 @@ extern "C" hm_status cuda_handoff_enqueue_take(cuda_engine *e, int n_tok, hm_err
     cudaStream_t s = (cudaStream_t)e->stream;
     if (v4)
         cu_launch(ho_take_kernel<float4>, (unsigned)blocks, 256, 0, s,
-                  (const float4 *)e->ho_d.y, (float4 *)e->ey, items);
+                  (const float4 *)e->ho_d.y, (float4 *)e->ey, items, ds, row);
     else
         cu_launch(ho_take_kernel<float>, (unsigned)blocks, 256, 0, s, (const float *)e->ho_d.y,
-                  e->ey, items);
+                  e->ey, items, ds, row);
     return launched("hand-off take", err);
 }
 
@@ -164,7 +173,7 @@ extern "C" hm_status cuda_handoff_init(cuda_engine *e, hm_error *err) {
     if (!e->host_layers) return hm_error_set(err, HM_ERR_NOMEM, "out of memory (hand-off)");
     int k = 0;
     for (int il = 0; il < nl; il++)
-        if (e->layers[il].host) e->host_layers[k++] = il;
+        if (e->layers[il].host || e->layers[il].mixed) e->host_layers[k++] = il;
     const size_t bytes = cuda_handoff_bytes(nl, E, K, nt);
     void *h = NULL, *d = NULL;
     cudaError_t ce = cudaHostAlloc(&h, bytes, cudaHostAllocMapped | cudaHostAllocPortable);

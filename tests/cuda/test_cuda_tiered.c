@@ -5,8 +5,11 @@
  * Host checks (any machine): without CUDA the engine entry points refuse and hm_tiered_init
  * says why.
  * With a GPU, for every tiny preset x f32/q8_0/q4_k_m (and mxfp4 for gpt-oss), host layers =
- * every MoE layer, then the odd ones, against the all-GPU engine on the same model (n_ubatch 8:
- * every step, prompt ubatches included, on the matvec kernels, whose bytes are the CPU's):
+ * every MoE layer, then the odd ones, then mixed layers (every MoE layer with its even experts
+ * in device slots and its odd ones in host memory: the GPU computes the hot slots while the CPU
+ * computes the cold ones, the hot cache's lanes), against the all-GPU engine on the same model
+ * (n_ubatch 8: every step, prompt ubatches included, on the matvec kernels, whose bytes are the
+ * CPU's):
  *  - host loop (cuda_engine_decode): a 21-token prompt (all logits, ubatches of 8, 8, 5), then
  *    N_GEN greedy single steps: the logits of every position byte-identical; the CPU side
  *    answered exactly n_host requests per ubatch, with no fault;
@@ -65,21 +68,25 @@ static cuda_engine_params eng_params(const hm_residency *res, int n_ubatch) {
     return p;
 }
 
-/* All experts on the device (slot = id), then layer il's experts moved to host memory for
- * every MoE layer il (odd: the odd ones only). Returns the number of host layers. */
-static int host_map(const hm_model *m, bool odd, hm_residency *r) {
+/* All experts on the device (slot = id), then, per MoE layer il: mode 0 every expert moved to
+ * host memory, 1 the same for the odd layers only, 2 (a mixed layer, the hot cache's shape) the
+ * odd experts moved to host memory and the even ones kept in slots 0, 1, ... (slot = id / 2).
+ * Returns the number of layers the CPU side serves. */
+static int host_map(const hm_model *m, int mode, hm_residency *r) {
     const hm_hparams *hp = hm_model_hparams(m);
     hm_error err;
     if (hm_residency_init_device(r, (int)hp->n_layer, (int)hp->n_expert, &err) != HM_OK) return 0;
     int n = 0;
     for (int il = 0; il < hp->n_layer; il++) {
-        if (!hm_model_layer(m, il)->gate_exps.data || (odd && il % 2 == 0)) continue;
+        if (!hm_model_layer(m, il)->gate_exps.data || (mode == 1 && il % 2 == 0)) continue;
+        int ns = 0;
         for (int e = 0; e < hp->n_expert; e++) {
             const size_t i = hm_residency_at(r, il, e);
-            r->slot[i] = -1;
-            r->home[i] = HM_HOME_HOST;
+            const bool hot = mode == 2 && e % 2 == 0;
+            r->slot[i] = hot ? ns++ : -1;
+            r->home[i] = hot ? HM_HOME_HOST | HM_HOME_DEVICE : HM_HOME_HOST;
         }
-        r->n_slots[il] = 0;
+        r->n_slots[il] = ns;
         n++;
     }
     return n;
@@ -239,12 +246,13 @@ static void check_model(const char *preset, forge_mix mix, int n_ubatch) {
     const double ms_gpu = g_ms_per_token;
     HM_CHECK_MSG(!memcmp(ref.toks, ref.atoks, sizeof(ref.toks)), "%s: autonomous tokens differ "
                  "from the host loop's", what);
-    for (int odd = 0; odd < 2; odd++) {
+    static const char *const modes[3] = {"all MoE", "odd", "mixed: even experts hot"};
+    for (int mode = 0; mode < 3; mode++) {
         hm_residency r;
-        const int nh = host_map(m, odd, &r);
+        const int nh = host_map(m, mode, &r);
         HM_REQUIRE(nh > 0);
         snprintf(what, sizeof(what), "%s %s ub%d, %d host layers (%s)", preset,
-                 forge_mix_name(mix), n_ubatch, nh, odd ? "odd" : "all MoE");
+                 forge_mix_name(mix), n_ubatch, nh, modes[mode]);
         hm_tiered_stats ts;
         memset(&ts, 0, sizeof(ts));
         if (run_all(m, &r, n_ubatch, &got, &syncs, &ts, what)) {
@@ -315,7 +323,7 @@ static void check_faults(const char *preset, forge_mix mix) {
     uint64_t syncs = 0;
     HM_REQUIRE(run_all(m, NULL, 8, &ref, &syncs, NULL, preset));
     hm_residency r;
-    const int nh = host_map(m, false, &r);
+    const int nh = host_map(m, 0, &r);
     HM_REQUIRE(nh > 0);
     cuda_engine_params p = eng_params(&r, 8);
     cuda_engine *e = NULL;
