@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "base/cpu.h"
+#include "moe/hot_weight.h"
 #include "quant/qtypes.h"
 
 typedef struct {
@@ -66,6 +67,21 @@ static const common_spec k_common[] = {
      "N", "with routed experts in RAM on a GPU: prompt ubatches of >= N tokens run every expert "
      "they use on the GPU from a copy, smaller ones on the CPU (default: 0, the calibrated cost "
      "model decides per expert; decode steps stay on the CPU)"},
+    {"--moe-hot-cache", NULL, CLI_ARGS_CONTEXT, CLI_ARG_STR, OFF(moe_hot_cache), "FILE",
+     "with routed experts in RAM on a GPU: keep the experts a learn or perf file scores best in "
+     "VRAM (the hot cache, docs/HOT_CACHE.md; default: none)"},
+    {"--moe-hot-cache-max-mib", NULL, CLI_ARGS_CONTEXT, CLI_ARG_INT, OFF(moe_hot_cache_max_mib),
+     "N", "hot cache size in MiB; -1: the VRAM the placement leaves, minus the reserve "
+     "(default: -1)"},
+    {"--moe-hot-cache-reserve-mib", NULL, CLI_ARGS_CONTEXT, CLI_ARG_INT,
+     OFF(moe_hot_cache_reserve_mib), "N", "VRAM the automatic size leaves free (default: 1024)"},
+    {"--moe-hot-cache-weighting", NULL, CLI_ARGS_CONTEXT, CLI_ARG_STR,
+     OFF(moe_hot_cache_weighting), "W",
+     "how observed use becomes scores: flat, pressure, smooth_pressure, time, balanced "
+     "(default: flat)"},
+    {"--moe-hot-cache-layer-curve", NULL, CLI_ARGS_CONTEXT, CLI_ARG_FLOAT,
+     OFF(moe_hot_cache_layer_curve), "X", "how strongly the layer weights apply, >= 0 "
+     "(default: 0.5)"},
     {"-mg", "--main-gpu", CLI_ARGS_CONTEXT, CLI_ARG_INT, OFF(main_gpu), "INDEX",
      "CUDA device for the model (default: 0)"},
     {"--gpu-strict", NULL, CLI_ARGS_CONTEXT, CLI_ARG_BOOL, OFF(gpu_strict), NULL,
@@ -113,6 +129,10 @@ void cli_args_defaults(cli_common_args *a) {
     a->repeat_penalty = 1.0f;
     a->repeat_last_n = 64;
     a->seed = CLI_SEED_RANDOM;
+    a->moe_hot_cache_max_mib = -1;
+    a->moe_hot_cache_reserve_mib = 1024;
+    a->moe_hot_cache_weighting = "flat";
+    a->moe_hot_cache_layer_curve = 0.5f;
 }
 
 int cli_args_default_threads(void) {
@@ -194,6 +214,17 @@ static const char *check_ranges(const cli_common_args *a, unsigned groups, char 
         for (int i = 0; i < a->override_tensor.n; i++)
             if (!a->override_tensor.v[i][0]) return "-ot needs REGEX=DEVICE, got ''";
         if (a->main_gpu < 0) return "-mg must be >= 0";
+        if (a->moe_hot_cache_max_mib < -1 || a->moe_hot_cache_max_mib == 0)
+            return "--moe-hot-cache-max-mib must be -1 (auto) or > 0";
+        if (a->moe_hot_cache_reserve_mib < 0) return "--moe-hot-cache-reserve-mib must be >= 0";
+        if (!(a->moe_hot_cache_layer_curve >= 0.0f) || a->moe_hot_cache_layer_curve > 1e30f)
+            return "--moe-hot-cache-layer-curve must be a finite number >= 0";
+        hot_weighting w;
+        if (hot_weighting_parse(a->moe_hot_cache_weighting, &w, NULL) != HM_OK) {
+            snprintf(buf, cap, "--moe-hot-cache-weighting: unknown weighting '%.40s' (known: "
+                     HOT_WEIGHT_NAMES ")", a->moe_hot_cache_weighting);
+            return buf;
+        }
         if (cli_args_cache_type(a->cache_type_k) < 0) {
             snprintf(buf, cap,
                      "-ctk: unsupported KV cache type '%s' (supported: " CLI_CACHE_TYPES ")",

@@ -82,6 +82,11 @@ typedef struct {
     bool seed_given;
     bool given_n_predict;     /* -n was on the command line */
     bool given_vram_budget;   /* --vram-budget was on the command line */
+    const char *moe_hot_cache;          /* --moe-hot-cache FILE: a learn or perf file (NULL) */
+    int moe_hot_cache_max_mib;          /* --moe-hot-cache-max-mib: -1 auto (default) or > 0 */
+    int moe_hot_cache_reserve_mib;      /* --moe-hot-cache-reserve-mib (1024) */
+    const char *moe_hot_cache_weighting; /* --moe-hot-cache-weighting ("flat") */
+    float moe_hot_cache_layer_curve;    /* --moe-hot-cache-layer-curve (0.5) */
 } cli_common_args;
 
 #define CLI_SEED_RANDOM 0xFFFFFFFFull

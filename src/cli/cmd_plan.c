@@ -24,13 +24,6 @@
 #define CMD "plan"
 #define MIB (1ull << 20)
 
-typedef struct {
-    const char *file;
-    int max_mib, reserve_mib;
-    const char *weighting;
-    float curve;
-} plan_flags;
-
 /* The layers whose routed experts the placement leaves in RAM, into el[]; the placement's VRAM
  * bytes into *dev. */
 static hm_status eligible_layers(const hm_model *m, const cli_common_args *a, bool *el,
@@ -60,33 +53,20 @@ static hm_status eligible_layers(const hm_model *m, const cli_common_args *a, bo
     return HM_OK;
 }
 
-static int plan_run(const cli_common_args *a, const plan_flags *f) {
+static int plan_run(const cli_common_args *a) {
     hm_error err = {0};
     hot_weight_cfg cfg = hot_weight_default();
-    if (f->weighting && hot_weighting_parse(f->weighting, &cfg.mode, &err) != HM_OK) {
-        fprintf(stderr, "hotmoe " CMD ": --moe-hot-cache-weighting: %s\n", err.msg);
-        return 2;
-    }
-    cfg.layer_curve = f->curve;
-    if (!(f->curve >= 0.0f) || f->curve > 1e30f) {
-        fprintf(stderr, "hotmoe " CMD ": --moe-hot-cache-layer-curve %g: must be a finite number "
-                        ">= 0\n", (double)f->curve);
-        return 2;
-    }
-    if (f->max_mib < -1 || f->max_mib == 0 || f->reserve_mib < 0) {
-        fprintf(stderr, "hotmoe " CMD ": --moe-hot-cache-max-mib must be -1 (auto) or > 0 and "
-                        "--moe-hot-cache-reserve-mib >= 0 (got %d and %d)\n", f->max_mib,
-                f->reserve_mib);
-        return 2;
-    }
-    if (f->max_mib == -1 && !a->given_vram_budget) {
+    hot_weighting_parse(a->moe_hot_cache_weighting, &cfg.mode, NULL); /* checked by the parser */
+    cfg.layer_curve = a->moe_hot_cache_layer_curve;
+    const int max_mib = a->moe_hot_cache_max_mib, reserve_mib = a->moe_hot_cache_reserve_mib;
+    if (max_mib == -1 && !a->given_vram_budget) {
         fprintf(stderr, "hotmoe " CMD ": --moe-hot-cache-max-mib -1 (auto) sizes the cache from "
                         "the VRAM the placement leaves: give --vram-budget MiB (the card's "
                         "size), or --moe-hot-cache-max-mib N\n");
         return 2;
     }
     moe_learn l;
-    if (moe_learn_load(f->file, &l, &err) != HM_OK) {
+    if (moe_learn_load(a->moe_hot_cache, &l, &err) != HM_OK) {
         fprintf(stderr, "hotmoe " CMD ": %s\n", err.msg);
         return 1;
     }
@@ -102,13 +82,13 @@ static int plan_run(const cli_common_args *a, const plan_flags *f) {
         goto fail;
     }
     if (eligible_layers(m, a, el, &dev, &err) != HM_OK) goto fail;
-    uint64_t budget = (uint64_t)f->max_mib * MIB;
-    if (f->max_mib == -1) {
+    uint64_t budget = (uint64_t)max_mib * MIB;
+    if (max_mib == -1) {
         budget = hot_plan_auto_budget((uint64_t)a->vram_budget_mib * MIB, dev,
-                                      (uint64_t)f->reserve_mib * MIB);
+                                      (uint64_t)reserve_mib * MIB);
         printf("budget: --vram-budget %d MiB - the placement's %.1f MiB (weights, f16 KV; "
                "without the engine's buffers: an upper estimate) - reserve %d MiB = %.1f MiB\n",
-               a->vram_budget_mib, (double)dev / (double)MIB, f->reserve_mib,
+               a->vram_budget_mib, (double)dev / (double)MIB, reserve_mib,
                (double)budget / (double)MIB);
     }
     if (hot_plan_make(m, &l, &cfg, el, budget, &p, &err) != HM_OK) goto fail;
@@ -130,34 +110,19 @@ fail:
 }
 
 int cmd_plan(int argc, char **argv) {
-    plan_flags f = {.file = NULL, .max_mib = -1, .reserve_mib = 1024, .weighting = NULL,
-                    .curve = 0.5f};
-    const cli_arg_spec extra[] = {
-        {"--moe-hot-cache", NULL, CLI_ARG_STR, &f.file, "FILE",
-         "learn file (`hotmoe learn`) or saved perf file to plan from (required)"},
-        {"--moe-hot-cache-max-mib", NULL, CLI_ARG_INT, &f.max_mib, "N",
-         "cache size in MiB; -1: what --vram-budget leaves after the placement, minus the "
-         "reserve (default -1)"},
-        {"--moe-hot-cache-reserve-mib", NULL, CLI_ARG_INT, &f.reserve_mib, "N",
-         "VRAM kept free by the auto size (default 1024)"},
-        {"--moe-hot-cache-weighting", NULL, CLI_ARG_STR, &f.weighting, "W",
-         "flat, pressure, smooth_pressure, time or balanced (default flat; docs/HOT_CACHE.md)"},
-        {"--moe-hot-cache-layer-curve", NULL, CLI_ARG_FLOAT, &f.curve, "X",
-         "how strongly the layer weights apply, >= 0 (default 0.5)"},
-    };
     const cli_args_def def = {
         CMD, "-m MODEL --moe-hot-cache FILE [--moe-hot-cache-max-mib N] [placement] [options]",
         "Prints the hot cache's plan without a GPU: for each layer whose routed experts stay in "
         "RAM under the placement flags (default: -ngl 99 --cpu-moe), the experts that get a "
         "VRAM slot, their bytes and the expected hit rate (their share of the file's "
-        "selections).",
-        CLI_ARGS_MODEL | CLI_ARGS_CONTEXT, extra, sizeof(extra) / sizeof(extra[0])};
+        "selections). The --moe-hot-cache-* flags are those of run, bench and chat.",
+        CLI_ARGS_MODEL | CLI_ARGS_CONTEXT, NULL, 0};
     cli_common_args a;
     int rc = cli_args_parse(&def, argc, argv, &a);
     if (rc != CLI_ARGS_CONTINUE) return rc;
-    if (!a.model || !f.file) {
+    if (!a.model || !a.moe_hot_cache) {
         fprintf(stderr, "hotmoe " CMD ": -m MODEL and --moe-hot-cache FILE are required\n");
         return 2;
     }
-    return plan_run(&a, &f);
+    return plan_run(&a);
 }

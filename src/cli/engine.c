@@ -108,6 +108,12 @@ int cli_engine_open(cli_engine *e, const char *cmd, const cli_common_args *a, un
     cp.main_gpu = a->main_gpu;
     cp.gpu_strict = a->gpu_strict;
     cp.moe_offload_threshold = a->moe_offload_threshold;
+    cp.moe_hot_cache = a->moe_hot_cache;
+    cp.moe_hot_cache_max_mib = a->moe_hot_cache_max_mib;
+    cp.moe_hot_cache_reserve_mib = a->moe_hot_cache_reserve_mib;
+    cp.moe_hot_cache_weight.layer_curve = a->moe_hot_cache_layer_curve;
+    hm_error we;
+    hot_weighting_parse(a->moe_hot_cache_weighting, &cp.moe_hot_cache_weight.mode, &we);
     bool oom = false;
     char *ot = cli_args_overrides(a, &oom); /* the context keeps its own copy */
     if (oom) {

@@ -35,6 +35,7 @@
 #include "moe/tracer.h"
 #include "quant/qtypes.h"
 #include "runtime/fetch_setup.h"
+#include "runtime/hot_setup.h"
 #include "runtime/tiered.h"
 
 struct hm_context {
@@ -51,6 +52,7 @@ struct hm_context {
     uint64_t *hits;      /* [n_layer][n_expert] device counts read back (GPU path) */
     uint64_t *calls, *tokens; /* [n_layer] */
     char *override_tensor;    /* the context's copy of p.override_tensor */
+    char *hot_cache;          /* the context's copy of p.moe_hot_cache */
     moe_placement plan;       /* the placement plan (zeroed when none was asked for) */
     char *report;             /* its report, or NULL */
     fetch_setup fetch;        /* prompt ubatches' fetched experts (tiered plans) */
@@ -62,7 +64,9 @@ hm_context_params hm_context_default_params(void) {
                            .type_k = HM_TYPE_F16, .type_v = HM_TYPE_F16, .check_ram = true,
                            .n_gpu_layers = 0, .cpu_moe = false, .n_cpu_moe = 0,
                            .override_tensor = NULL, .vram_budget = 0, .main_gpu = 0,
-                           .gpu_strict = false};
+                           .gpu_strict = false, .moe_hot_cache = NULL,
+                           .moe_hot_cache_max_mib = -1, .moe_hot_cache_reserve_mib = 1024,
+                           .moe_hot_cache_weight = hot_weight_default()};
     return p;
 }
 
@@ -77,6 +81,12 @@ static hm_status resolve_params(const hm_model *m, const hm_context_params *in,
         p->moe_offload_threshold < 0)
         return hm_error_set(err, HM_ERR_ARG, "-ngl, --n-cpu-moe, --moe-offload-threshold and "
                             "-mg must be >= 0");
+    if (p->moe_hot_cache_max_mib < -1 || p->moe_hot_cache_max_mib == 0 ||
+        p->moe_hot_cache_reserve_mib < 0)
+        return hm_error_set(err, HM_ERR_ARG, "--moe-hot-cache-max-mib must be -1 or > 0 and "
+                            "--moe-hot-cache-reserve-mib >= 0 (got %lld and %lld)",
+                            (long long)p->moe_hot_cache_max_mib,
+                            (long long)p->moe_hot_cache_reserve_mib);
     if (p->n_ctx == 0) p->n_ctx = (int)(hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
     if (p->n_batch == 0) p->n_batch = 2048;
     if (p->n_ubatch == 0) p->n_ubatch = 512;
@@ -408,7 +418,14 @@ static hm_status placement_open(hm_context *c, hm_error *err) {
                             hm_bytes_str(pl->device_total, need), hm_bytes_str(pl->budget, bud),
                             c->p.vram_budget ? "--vram-budget" : "the free VRAM");
     }
+    if (c->p.moe_hot_cache && kind != PLAN_TIERED)
+        HM_LOGW("hot cache: --moe-hot-cache needs a placement that keeps routed experts in RAM "
+                "with the attention on the GPU (-ngl 99 --cpu-moe, --n-cpu-moe N, ...): ignored");
     if (kind == PLAN_FULL) return gpu_open(c, NULL, 0, err);
+    if (kind == PLAN_TIERED && c->p.moe_hot_cache) {
+        st = hot_setup_apply(c->m, &c->p, &c->plan, &c->report, err);
+        if (st != HM_OK) return st;
+    }
     if (kind == PLAN_TIERED) return gpu_open(c, &pl->res, 0, err);
     if (kind == PLAN_SPLIT) return gpu_open(c, &pl->res, split_layer(pl), err);
     return refuse_mixed(c, host_tensor, err);
@@ -443,12 +460,20 @@ hm_status hm_context_init(const hm_model *m, const hm_context_params *params, hm
     if (!c) return hm_error_set(err, HM_ERR_NOMEM, "out of memory (context)");
     c->m = m;
     c->p = p;
+    if (p.moe_hot_cache) {
+        c->hot_cache = strdup(p.moe_hot_cache);
+        c->p.moe_hot_cache = c->hot_cache;
+        if (!c->hot_cache) st = hm_error_set(err, HM_ERR_NOMEM, "out of memory (context)");
+    }
     if (p.override_tensor) {
         c->override_tensor = strdup(p.override_tensor);
         c->p.override_tensor = c->override_tensor;
         if (!c->override_tensor) st = hm_error_set(err, HM_ERR_NOMEM, "out of memory (context)");
     }
     if (st == HM_OK && placement_asked(&c->p)) st = placement_open(c, err);
+    if (st == HM_OK && c->p.moe_hot_cache && !c->gpu)
+        HM_LOGW("hot cache: --moe-hot-cache needs a GPU running a placement that keeps routed "
+                "experts in RAM (-ngl 99 --cpu-moe, ...): ignored");
     if (st == HM_OK && p.check_ram) st = check_ram(c, err);
     if (st == HM_OK && (!c->gpu || c->split > 0)) {
         char buf[160];
@@ -483,6 +508,7 @@ void hm_context_free(hm_context *c) {
     moe_placement_free(&c->plan);
     free(c->report);
     free(c->override_tensor);
+    free(c->hot_cache);
     free(c);
 }
 

@@ -49,6 +49,7 @@
 
 #include "base/status.h"
 #include "model/model.h"
+#include "moe/hot_weight.h"
 #include "moe/moe_exec.h"
 
 typedef struct hm_context hm_context;
@@ -77,6 +78,13 @@ typedef struct {
                          run every used RAM expert on the GPU from a fetched copy, smaller ones
                          on the CPU; 0 = the calibrated cost model (docs/OFFLOAD.md). Decode
                          steps (<= 8 tokens) always stay on the CPU */
+    const char *moe_hot_cache;     /* --moe-hot-cache FILE (learn or perf file; copied at init):
+                                      a tiered plan keeps the best-scored experts of its RAM
+                                      layers in VRAM (docs/HOT_CACHE.md); NULL: none */
+    int64_t moe_hot_cache_max_mib; /* -1: what the placement leaves of the budget minus the
+                                      reserve (default), else > 0 */
+    int64_t moe_hot_cache_reserve_mib; /* default 1024 */
+    hot_weight_cfg moe_hot_cache_weight; /* default flat, layer curve 0.5 */
 } hm_context_params;
 
 hm_context_params hm_context_default_params(void);

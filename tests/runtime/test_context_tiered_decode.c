@@ -1,8 +1,11 @@
 /* test_context_tiered_decode.c - where an expert runs changes no bit of a decode step: for every
  * tiny preset (qwen3moe, mixtral, olmoe, gpt-oss, qwen2moe) and weight mix (f32, q8_0, q4_k_m;
  * mxfp4 for gpt-oss), the placements that keep attention on the GPU — all on the GPU (-ngl 99),
- * --cpu-moe, --n-cpu-moe K for K = 1 .. n_layer, and -ot sending the odd layers' experts to the
- * CPU — give, through hm_context_init with those flags:
+ * --cpu-moe, --n-cpu-moe K for K = 1 .. n_layer, -ot sending the odd layers' experts to the
+ * CPU, and --cpu-moe with a hot cache (--moe-hot-cache from a learn file written here, hits
+ * falling with the expert id, sized for about a third and for all but one of each layer's
+ * experts: mixed layers, the GPU running the hot slots and the CPU the cold ones) — give,
+ * through hm_context_init with those flags:
  *  - host loop: an 8-token prompt decoded one token per call, then N_GEN greedy single-token
  *    steps; the logits of every step byte-identical to the all-GPU context's;
  *  - the GPU-autonomous generation loop (runtime/generate.h) from the same prompt: N_GEN greedy
@@ -22,6 +25,9 @@
 #include "../forge/forge_test_util.h"
 #include "harness.h"
 #include "model/model.h"
+#include "moe/hot_plan.h"
+#include "moe/learn_file.h"
+#include "moe/offload.h"
 #include "runtime/context.h"
 #include "runtime/generate.h"
 #include "runtime/tiered.h"
@@ -35,6 +41,8 @@ typedef struct {
     bool cpu_moe;
     int n_cpu_moe;
     char ot[160];
+    const char *hot;  /* --moe-hot-cache FILE or NULL */
+    int64_t hot_mib;  /* --moe-hot-cache-max-mib */
 } placement;
 
 static int argmax(const float *x, int64_t n) {
@@ -54,6 +62,8 @@ static hm_context *open_ctx(const hm_model *m, const placement *pl) {
         p.cpu_moe = pl->cpu_moe;
         p.n_cpu_moe = pl->n_cpu_moe;
         p.override_tensor = pl->ot[0] ? pl->ot : NULL;
+        p.moe_hot_cache = pl->hot;
+        if (pl->hot) p.moe_hot_cache_max_mib = pl->hot_mib;
     }
     hm_context *c = NULL;
     hm_error err;
@@ -95,6 +105,35 @@ static bool auto_loop(hm_context *c, const int32_t *prompt, int32_t *toks) {
     return st == HM_OK;
 }
 
+/* A learn file for m at path: in every MoE layer expert e of n is hit n - e times, over as many
+ * tokens as those hits need (hits <= tokens x n_used). */
+static bool write_learn(const hm_model *m, const char *path) {
+    const hm_hparams *hp = hm_model_hparams(m);
+    const int L = (int)hp->n_layer, NE = (int)hp->n_expert, K = (int)hp->n_expert_used;
+    FILE *f = fopen(path, "w");
+    if (!f) return false;
+    uint64_t h = 0;
+    for (int e = 0; e < NE; e++) h += (uint64_t)(NE - e);
+    const uint64_t tokens = (h + (uint64_t)K - 1) / (uint64_t)K;
+    fprintf(f, "{\"format\":\"hotmoe-expert-usage\",\"version\":1,\"n_layer\":%d,"
+               "\"n_expert\":%d,\"n_expert_used\":%d,\"prompts\":1,\"total_tokens\":%llu,"
+               "\"rejected\":0,\"experts\":[", L, NE, K, (unsigned long long)tokens);
+    int n_moe = 0;
+    for (int il = 0; il < L; il++) n_moe += hm_model_layer(m, il)->gate_exps.data != NULL;
+    for (int e = 0; e < NE; e++) fprintf(f, "%s%d", e ? "," : "", (NE - e) * n_moe);
+    fprintf(f, "],\"layers\":[");
+    for (int il = 0; il < L; il++) {
+        const bool moe = hm_model_layer(m, il)->gate_exps.data != NULL;
+        fprintf(f, "%s{\"layer\":%d,\"calls\":%d,\"tokens\":%llu,\"expert_hits_total\":%llu,"
+                   "\"experts\":[", il ? "," : "", il, moe ? 1 : 0,
+                (unsigned long long)(moe ? tokens : 0), (unsigned long long)(moe ? h : 0));
+        for (int e = 0; e < NE; e++) fprintf(f, "%s%d", e ? "," : "", moe ? NE - e : 0);
+        fprintf(f, "]}");
+    }
+    fprintf(f, "]}\n");
+    return fclose(f) == 0;
+}
+
 static void check_model(const char *preset, forge_mix mix) {
     char path[512];
     HM_REQUIRE(ft_forged("ctxtier", preset, mix, path, sizeof(path)));
@@ -117,15 +156,40 @@ static void check_model(const char *preset, forge_mix mix) {
                      "%s %s: the all-GPU loops differ at token %d", preset,
                      forge_mix_name(mix), i);
     placement pls[64];
+    memset(pls, 0, sizeof(pls));
     int n = 0;
     snprintf(pls[n].name, sizeof(pls[n].name), "--cpu-moe");
-    pls[n].cpu_moe = true, pls[n].n_cpu_moe = 0, pls[n].ot[0] = 0, n++;
-    for (int k = 1; k <= L && n < 62; k++, n++) {
+    pls[n].cpu_moe = true, n++;
+    for (int k = 1; k <= L && n < 60; k++, n++) {
         snprintf(pls[n].name, sizeof(pls[n].name), "--n-cpu-moe %d", k);
-        pls[n].cpu_moe = false, pls[n].n_cpu_moe = k, pls[n].ot[0] = 0;
+        pls[n].n_cpu_moe = k;
+    }
+    char learn[600];
+    snprintf(learn, sizeof(learn), "%s.learn.json", path);
+    const bool have_learn = write_learn(m, learn);
+    HM_CHECK_MSG(have_learn, "%s: cannot write %s", preset, learn);
+    /* cache sizes in MiB: about a third of the experts' bytes, and all but one expert per MoE
+     * layer (an expert's bytes: offload_expert_size; every MoE layer alike in the presets) */
+    int n_moe = 0;
+    uint64_t one = 0;
+    for (int il = 0; il < L; il++)
+        if (hm_model_layer(m, il)->gate_exps.data) {
+            n_moe++;
+            one = offload_expert_size(m, il, 1);
+        }
+    const uint64_t all = one * (uint64_t)hp->n_expert * (uint64_t)n_moe, MiB = 1u << 20;
+    const int64_t mib[2] = {(int64_t)((all * 3 / 10 + MiB - 1) / MiB),
+                            (int64_t)((all - one * (uint64_t)n_moe) / MiB)};
+    for (int k = 0; have_learn && k < 2; k++) {
+        if (mib[k] < 1 || (uint64_t)mib[k] * MiB < one * (uint64_t)n_moe) continue;
+        snprintf(pls[n].name, sizeof(pls[n].name), "--cpu-moe + hot cache %lld MiB",
+                 (long long)mib[k]);
+        pls[n].cpu_moe = true;
+        pls[n].hot = learn;
+        pls[n].hot_mib = mib[k];
+        n++;
     }
     snprintf(pls[n].name, sizeof(pls[n].name), "-ot odd layers' experts");
-    pls[n].cpu_moe = false, pls[n].n_cpu_moe = 0;
     size_t o = (size_t)snprintf(pls[n].ot, sizeof(pls[n].ot), "blk\\.(");
     for (int il = 1; il < L && o < sizeof(pls[n].ot) - 40; il += 2)
         o += (size_t)snprintf(pls[n].ot + o, sizeof(pls[n].ot) - o, "%s%d", il > 1 ? "|" : "", il);
@@ -161,6 +225,30 @@ static void check_model(const char *preset, forge_mix mix) {
     hm_model_free(m);
 }
 
+/* Host check (any machine): the learn file the GPU checks write is one the reader and the
+ * planner accept, for a model of each preset shape. */
+static void test_learn_file(void) {
+    static const char *presets[] = {"tiny-qwen3moe", "tiny-gpt-oss"};
+    for (int i = 0; i < 2; i++) {
+        char path[512], learn[600];
+        HM_REQUIRE(ft_forged("ctxtier", presets[i], FORGE_MIX_Q8_0, path, sizeof(path)));
+        hm_model *m = NULL;
+        hm_error err;
+        HM_REQUIRE(hm_model_load(path, NULL, &m, &err) == HM_OK);
+        snprintf(learn, sizeof(learn), "%s.host.learn.json", path);
+        HM_CHECK(write_learn(m, learn));
+        moe_learn l;
+        HM_CHECK_MSG(moe_learn_load(learn, &l, &err) == HM_OK, "%s", err.msg);
+        hot_plan p;
+        HM_CHECK_MSG(hot_plan_make(m, &l, NULL, NULL, 1ull << 30, &p, &err) == HM_OK, "%s",
+                     err.msg);
+        HM_CHECK(p.n_eligible > 0 && p.hits_hot == p.hits_total);
+        hot_plan_free(&p);
+        moe_learn_free(&l);
+        hm_model_free(m);
+    }
+}
+
 static void test_placements_same_bytes(void) {
     if (!tu_have_gpu()) return;
     alarm(1800); /* a hang is a failure */
@@ -177,4 +265,4 @@ static void test_placements_same_bytes(void) {
     alarm(0);
 }
 
-TU_TEST_MAIN(test_placements_same_bytes)
+TU_TEST_MAIN(test_learn_file, test_placements_same_bytes)

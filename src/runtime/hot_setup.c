@@ -1,0 +1,101 @@
+/* hot_setup.c - the hot cache of a tiered context (hot_setup.h). */
+#include "runtime/hot_setup.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "moe/hot_plan.h"
+#include "moe/learn_file.h"
+
+#define MIB (1ull << 20)
+
+/* Appends text to *report (NULL report: nothing); false when out of memory. */
+static bool report_put(char **report, const char *text) {
+    if (!report) return true;
+    const size_t a = *report ? strlen(*report) : 0, b = strlen(text);
+    char *r = realloc(*report, a + b + 1);
+    if (!r) return false;
+    memcpy(r + a, text, b + 1);
+    *report = r;
+    return true;
+}
+
+/* No cache, for this reason: logged and reported. */
+static hm_status without(char **report, const char *why, hm_error *err) {
+    HM_LOGW("hot cache: %s; running without it", why);
+    char line[HM_ERROR_MSG_MAX + 64];
+    snprintf(line, sizeof(line), "hot cache: none (%s)\n", why);
+    return report_put(report, line) ? HM_OK
+                                    : hm_error_set(err, HM_ERR_NOMEM, "out of memory (report)");
+}
+
+/* The chosen experts into the residency map: slots 0, 1, ... of each layer in id order. */
+static void apply_slots(const hot_plan *hp, moe_placement *plan) {
+    hm_residency *r = &plan->res;
+    for (int il = 0; il < hp->n_layer; il++) {
+        if (hp->n_hot[il] == 0) continue;
+        int ns = 0;
+        for (int e = 0; e < hp->n_expert; e++) {
+            const size_t i = hm_residency_at(r, il, e);
+            if (!hp->hot[(size_t)il * (size_t)hp->n_expert + (size_t)e]) continue;
+            r->slot[i] = ns++;
+            r->home[i] |= HM_HOME_DEVICE;
+        }
+        r->n_slots[il] = ns;
+    }
+    plan->device_weights += hp->used_bytes;
+    plan->device_total += hp->used_bytes;
+    plan->fits = plan->device_total <= plan->budget;
+}
+
+hm_status hot_setup_apply(const hm_model *m, const hm_context_params *p, moe_placement *plan,
+                          char **report, hm_error *err) {
+    const int NL = (int)hm_model_hparams(m)->n_layer;
+    bool *el = calloc((size_t)NL, sizeof(bool));
+    if (!el) return hm_error_set(err, HM_ERR_NOMEM, "out of memory (hot cache)");
+    int n_el = 0;
+    for (int il = 0; il < NL; il++) {
+        el[il] = hm_model_layer(m, il)->gate_exps.data && plan->res.n_slots[il] == 0 &&
+                 plan->attn_device[il];
+        n_el += el[il];
+    }
+    hm_status st = HM_OK;
+    moe_learn l;
+    hm_error e2 = {0};
+    if (n_el == 0) {
+        free(el);
+        return without(report, "no layer of this placement keeps its experts in RAM with its "
+                       "attention on the GPU", err);
+    }
+    if (moe_learn_load(p->moe_hot_cache, &l, &e2) != HM_OK) {
+        free(el);
+        return without(report, e2.msg, err);
+    }
+    const uint64_t budget =
+        p->moe_hot_cache_max_mib > 0
+            ? (uint64_t)p->moe_hot_cache_max_mib * MIB
+            : hot_plan_auto_budget(plan->budget, plan->device_total,
+                                   (uint64_t)p->moe_hot_cache_reserve_mib * MIB);
+    hot_plan hp;
+    if (hot_plan_make(m, &l, &p->moe_hot_cache_weight, el, budget, &hp, &e2) != HM_OK) {
+        st = e2.status == HM_ERR_NOMEM ? hm_error_set(err, HM_ERR_NOMEM, "%s", e2.msg)
+                                       : without(report, e2.msg, err);
+    } else {
+        apply_slots(&hp, plan);
+        char *text = hot_plan_format(&hp);
+        int n_hot = 0;
+        for (int il = 0; il < NL; il++) n_hot += hp.n_hot[il];
+        HM_LOGI("hot cache: %d experts in VRAM (%.1f of %.1f MiB), expected hit rate %.1f %%",
+                n_hot, (double)hp.used_bytes / MIB, (double)budget / MIB,
+                hp.hits_total ? 100.0 * (double)hp.hits_hot / (double)hp.hits_total : 0.0);
+        if (!text || !report_put(report, text))
+            st = hm_error_set(err, HM_ERR_NOMEM, "out of memory (report)");
+        free(text);
+        hot_plan_free(&hp);
+    }
+    moe_learn_free(&l);
+    free(el);
+    return st;
+}

@@ -1,0 +1,28 @@
+/* hot_setup.h - the hot cache of a tiered context (--moe-hot-cache, docs/HOT_CACHE.md): the plan
+ * from a learn or perf file turned into device slots of the placement's residency map, before
+ * the GPU engine uploads it.
+ *
+ * DESIGN: the layers whose routed experts the placement leaves in RAM are the candidates; the
+ * budget is --moe-hot-cache-max-mib, or what the placement's budget leaves after its own VRAM
+ * minus the reserve; moe/hot_plan.h chooses; each chosen expert gets the next slot of its layer
+ * (in id order) and HM_HOME_DEVICE, so its layer becomes a mixed layer of the GPU engine (the
+ * GPU runs its hot slots, the CPU side the cold ones: cuda/cuda_engine_internal.h). The plan's
+ * device figures grow by the cache's bytes. A file that cannot be used (unreadable, malformed,
+ * another model's, a budget below one expert per RAM layer) is no error: the context runs
+ * without a cache and the reason is logged and reported. Plain C, no GPU.
+ */
+#ifndef HM_RUNTIME_HOT_SETUP_H
+#define HM_RUNTIME_HOT_SETUP_H
+
+#include "base/status.h"
+#include "model/model.h"
+#include "moe/placement.h"
+#include "runtime/context.h"
+
+/* Applies p's hot cache to plan (its residency map and device figures). *report (malloc'd, may
+ * be NULL) gets the plan's text, or the line saying why there is no cache, appended. HM_OK also
+ * when no cache results; HM_ERR_NOMEM only. */
+hm_status hot_setup_apply(const hm_model *m, const hm_context_params *p, moe_placement *plan,
+                          char **report, hm_error *err);
+
+#endif
