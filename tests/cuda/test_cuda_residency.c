@@ -3,8 +3,8 @@
  *
  * Host checks (CUDA builds, no device needed: cuda_engine_plan): a map of the wrong shape or an
  * inconsistent one is HM_ERR_ARG; a map where an expert has no device slot while others of its
- * layer have one is HM_ERR_UNSUPPORTED naming the layer and expert ("... has no device slot
- * while N of the layer's experts have one"); a permuted map plans the same weight bytes as none;
+ * layer have one (a mixed layer, the hot cache's shape: test_cuda_tiered.c runs it) plans the
+ * layer's arena as its n_slots say; a permuted map plans the same weight bytes as none;
  * a map where every expert of a layer is in host memory (a host layer: the tiered step,
  * test_cuda_tiered.c) plans exactly that layer's expert bytes less.
  * With a GPU, on tiny forged models of every architecture x weight mix: an engine whose experts
@@ -12,8 +12,7 @@
  * experts) gives logits byte-identical to an engine without a map (slot = id) and to one with
  * the explicit all-device map: a 21-token prompt (all logits; the grouped GEMM for quantised
  * weights, the batched expert matvecs with HOTMOE_GPU_NO_GEMM and for f32), 8 one-token decode
- * steps (the one-token expert kernels, fused router, deferred down bias) and a 3-token step.
- * init refuses the slotless map too, before touching the device. */
+ * steps (the one-token expert kernels, fused router, deferred down bias) and a 3-token step. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -70,28 +69,24 @@ static void test_plan(void) {
     HM_CHECK_MSG(cuda_engine_plan(m, &p, &w1, &kv1, &s1, &err) == HM_OK, "%s", err.msg);
     HM_CHECK(w1 == w0 && kv1 == kv0 && s1 == s0);
 
-    /* an expert without a device slot: refused, named */
+    /* an expert without a device slot: a mixed layer (the hot cache's shape), planned with the
+     * same arena while n_slots stays; one expert's bytes less once the arena is one slot
+     * smaller */
     const size_t i = hm_residency_at(&r, 1, 5);
     const int32_t keep = r.slot[i];
     r.slot[i] = -1;
     r.home[i] = HM_HOME_HOST;
     hm_error_clear(&err);
-    HM_CHECK(cuda_engine_plan(m, &p, &w1, NULL, NULL, &err) == HM_ERR_UNSUPPORTED);
-    HM_CHECK_MSG(strstr(err.msg, "expert residency: layer 1 expert 5 has no device slot while "
-                                 "15 of the layer's experts have one"), "'%s'", err.msg);
-    cuda_engine *e = NULL;
-    hm_error_clear(&err);
-    HM_CHECK(cuda_engine_init(m, &p, &e, &err) == HM_ERR_UNSUPPORTED && e == NULL);
-    HM_CHECK_MSG(strstr(err.msg, "layer 1 expert 5 has no device slot"), "'%s'", err.msg);
-    /* the same with fewer slots than experts in that layer */
+    HM_CHECK_MSG(cuda_engine_plan(m, &p, &w1, NULL, NULL, &err) == HM_OK, "%s", err.msg);
+    HM_CHECK(w1 == w0);
     r.n_slots[1] = ne - 1;
     for (int x = 0; x < ne; x++) {
         const size_t j = hm_residency_at(&r, 1, x);
         if (r.slot[j] == ne - 1) r.slot[j] = keep; /* the freed slot takes the last one's */
     }
     hm_error_clear(&err);
-    HM_CHECK(cuda_engine_plan(m, &p, NULL, NULL, NULL, &err) == HM_ERR_UNSUPPORTED &&
-             strstr(err.msg, "layer 1 expert 5"));
+    HM_CHECK_MSG(cuda_engine_plan(m, &p, &w1, NULL, NULL, &err) == HM_OK, "%s", err.msg);
+    HM_CHECK_MSG(w1 < w0, "%llu >= %llu", (unsigned long long)w1, (unsigned long long)w0);
     /* inconsistent: a device slot without the device home */
     r.n_slots[1] = ne;
     r.slot[i] = keep;
