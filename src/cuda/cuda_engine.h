@@ -78,10 +78,9 @@ typedef struct {
 /* Device bytes the engine would allocate: weights, KV cache, scratch (all three out, any may be
  * NULL). Returns HM_ERR_UNSUPPORTED naming the tensor and type when a weight type or the KV
  * type has no GPU kernel. A residency map (p->res) sizes each layer's expert arena by its
- * n_slots (a host layer's: none); a map that does not match the model or fails
- * hm_residency_check is HM_ERR_ARG, one where an expert of a MoE layer has no device slot while
- * others of the layer have one HM_ERR_UNSUPPORTED ("expert residency: layer L expert E has no
- * device slot while N of the layer's experts have one ..."). Host-only computation (the stub of
+ * n_slots (a host layer's: none; a mixed layer's, some experts slotless: its hot slots, the
+ * CPU side computing the others); a map that does not match the model or fails
+ * hm_residency_check is HM_ERR_ARG. Host-only computation (the stub of
  * a build without CUDA returns HM_ERR_UNSUPPORTED). With layer_begin > 0 the token embeddings
  * and the layers below it count nothing (their entries of the map are not read); a layer_begin
  * outside 0..n_layer is HM_ERR_ARG. */
