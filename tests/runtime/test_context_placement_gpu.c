@@ -205,6 +205,14 @@ static void test_engine_budget(void) {
     cuda_engine_free(e);
 }
 
+/* ctx's step-by-step logits are the whole model's on the GPU, byte for byte. */
+static void check_full_gpu_bytes(hm_context *ctx) {
+    float *ref = full_gpu_steps(), *lo = run_steps(ctx);
+    HM_CHECK(ref && lo && memcmp(ref, lo, logits_bytes()) == 0);
+    free(ref);
+    free(lo);
+}
+
 /* A whole model that does not fit the budget but fits with its experts in RAM: the automatic
  * tiered plan (reported); --gpu-strict refuses it with the numbers. */
 static void test_auto_tiered(void) {
@@ -230,12 +238,7 @@ static void test_auto_tiered(void) {
                  "%s", log);
     HM_CHECK_MSG(st == HM_OK && hm_context_gpu(ctx) != NULL, "%d: %s", st, err.msg);
     HM_CHECK_MSG(strstr(log, "the routed experts of 4 layers in RAM"), "%s", log);
-    if (st == HM_OK) {
-        float *ref = full_gpu_steps(), *lo = run_steps(ctx);
-        HM_CHECK(ref && lo && memcmp(ref, lo, logits_bytes()) == 0);
-        free(ref);
-        free(lo);
-    }
+    if (st == HM_OK) check_full_gpu_bytes(ctx);
     hm_context_free(ctx);
     free(log);
     p.gpu_strict = true;
@@ -256,12 +259,7 @@ static void test_auto_tiered(void) {
                      strstr(log, "moved to RAM (as --n-cpu-moe ") &&
                      strstr(log, "plan: -ngl 99 --n-cpu-moe "),
                  "%s", log);
-    if (st == HM_OK) {
-        float *ref = full_gpu_steps(), *lo = run_steps(ctx);
-        HM_CHECK(ref && lo && memcmp(ref, lo, logits_bytes()) == 0);
-        free(ref);
-        free(lo);
-    }
+    if (st == HM_OK) check_full_gpu_bytes(ctx);
     hm_context_free(ctx);
     free(log);
 }
