@@ -464,14 +464,18 @@ static hm_status host_experts(cuda_engine *e, const cuda_layer *L, int il, int n
 
 /* A mixed layer's experts (the hot cache): the request names the cold slots (no device slot),
  * the GPU computes the hot ones meanwhile (its kernels skip slots < 0; down bias included, so
- * the merge adds none), then the wait and the CPU's cold slots into e->ey; every slot of ey is
- * then one lane's output and the merge sums them in slot order. */
+ * the merge adds none), then the wait and the CPU's cold slots into e->ey — in a prompt ubatch
+ * with staging buffers also the cold experts the CPU side fetched (cuda_fetch.h), the hot slots
+ * left alone; every slot of ey is then one lane's output and the merge sums them in order. */
 static hm_status mixed_experts(cuda_engine *e, const cuda_layer *L, int il, int n,
                                const void *xact, hm_error *err) {
-    hm_status st = cuda_handoff_enqueue_post(e, il, n, false, true, err);
+    const bool fetch = cuda_fetch_active(e, il, n); /* a prompt ubatch: cold experts fetched */
+    hm_status st = cuda_handoff_enqueue_post(e, il, n, fetch, true, err);
     if (st == HM_OK) st = experts(e, L, n, xact, false, false, err);
     if (st == HM_OK) st = cuda_handoff_enqueue_wait(e, il, err);
-    if (st == HM_OK) st = cuda_handoff_enqueue_take(e, n, true, err);
+    if (st == HM_OK)
+        st = fetch ? cuda_fetch_enqueue_experts(e, il, n, err)
+                   : cuda_handoff_enqueue_take(e, n, true, err);
     return st;
 }
 

@@ -7,11 +7,13 @@
  * least one expert fits a buffer. After the hand-off's wait, cuda_fetch_enqueue_experts runs
  *   fetch_table_kernel   fslot (mapped host memory, cache-volatile loads) -> e->dslot, ids
  *                        outside [0, n_slots) -> -1 (a faulted or malformed answer reads no
- *                        byte outside the buffer);
+ *                        byte outside the buffer); in a mixed layer the hot slots (a resident
+ *                        slot before: the GPU computed them already, the CPU was not asked)
+ *                        become -2, which every kernel below skips;
  *   cuda_gemm_moe x 3    gate and up on xn, down on the activation, weights at the staging
  *                        buffer + part offset with the slot stride; slots < 0 skipped;
  *   fetch_bias_kernel    the expert biases, read from the staging slot (stride slot_bytes);
- *   fetch_take_kernel    the CPU's slots (dslot < 0) from the hand-off's y into e->ey.
+ *   fetch_take_kernel    the CPU's slots (dslot == -1) from the hand-off's y into e->ey.
  * Every launch is in stream order after the wait; nothing synchronises the host.
  */
 #include <cuda_runtime.h>
@@ -39,9 +41,14 @@ static size_t fetch_align(size_t n) {
 }
 
 /* fslot [n] (mapped) -> dslot [n] (device), out-of-range ids -> -1 */
-__global__ void fetch_table_kernel(const int32_t *fslot, int32_t *dslot, int n, int n_slots) {
+__global__ void fetch_table_kernel(const int32_t *fslot, int32_t *dslot, int n, int n_slots,
+                                   int mixed) {
     cu_pdl_enter();
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        if (mixed && dslot[i] >= 0) { /* hot: done on the resident slot */
+            dslot[i] = -2;
+            continue;
+        }
         const int s = __ldcv(fslot + i);
         dslot[i] = s >= 0 && s < n_slots ? s : -1;
     }
@@ -60,12 +67,12 @@ __global__ void fetch_bias_kernel(float *y, const char *base, size_t stride,
     for (int i = threadIdx.x; i < n; i += blockDim.x) row[i] = row[i] + b[i];
 }
 
-/* ey[p] = y[p] (mapped, cache-volatile) for the pairs the CPU computed (dslot < 0) */
+/* ey[p] = y[p] (mapped, cache-volatile) for the pairs the CPU computed (dslot == -1) */
 __global__ void fetch_take_kernel(const float *y, float *ey, const int32_t *dslot, int n_pairs,
                                   int n) {
     cu_pdl_enter();
     const int p = blockIdx.x;
-    if (p >= n_pairs || dslot[p] >= 0) return;
+    if (p >= n_pairs || dslot[p] != -1) return;
     const size_t o = (size_t)p * (size_t)n;
     if ((n & 3) == 0) {
         const float4 *s = (const float4 *)(y + o);
@@ -82,7 +89,7 @@ static void layout_of(const cuda_engine *e, int il, size_t cap, cuda_fetch_layou
     const cuda_layer *L = &e->layers[il];
     const cuda_tensor *mats[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
     const cuda_tensor *bias[3] = {&L->gate_exps_b, &L->up_exps_b, &L->down_exps_b};
-    if (!L->host || !L->gate_exps.d || !L->up_exps.d || !L->down_exps.d) return;
+    if (!(L->host || L->mixed) || !L->gate_exps.d || !L->up_exps.d || !L->down_exps.d) return;
     size_t off = 0;
     for (int i = 0; i < 3; i++) {
         out->part_bytes[out->n_parts] = mats[i]->row_size * (size_t)mats[i]->ne[1];
@@ -158,7 +165,8 @@ extern "C" hm_status cuda_fetch_enqueue_experts(cuda_engine *e, int il, int n_to
     cudaStream_t s = (cudaStream_t)e->stream;
     const char *buf = (const char *)e->fetch_buf[cuda_fetch_buffer(il)];
     cu_launch(fetch_table_kernel, (unsigned)((n_pairs + 255) / 256), 256, 0, s,
-              (const int32_t *)e->ho_d.fslot, e->dslot, n_pairs, lay->n_slots);
+              (const int32_t *)e->ho_d.fslot, e->dslot, n_pairs, lay->n_slots,
+              L->mixed ? 1 : 0);
     hm_status st = launched("fetched experts: slot table", err);
     const cuda_tensor *w[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
     float *y[3] = {e->eg, e->eu, e->ey};

@@ -17,6 +17,9 @@
  *    the all-GPU path's kernels on the same bytes, printed (max |diff| / sd, expected 0);
  *  - with threshold 1 and copies from the registered mapping, experts of the next layer were
  *    copied ahead and used (runtime/tiered_fetch.c);
+ *  - a fourth rule, threshold 1 with a hot cache of about a third of the experts' bytes (mixed
+ *    layers: hot slots on their resident copies, cold ones fetched): the same checks as
+ *    threshold 1, and cold experts were fetched;
  *  - the greedy continuation (16 tokens, one per call: decode steps, which never fetch) after
  *    the prompt equals the all-GPU engine's with threshold 1, and agrees at >= 14 of 16
  *    positions with the other rules (their prompt KV differs within the tolerance).
@@ -34,7 +37,9 @@
 #include "../forge/forge_test_util.h"
 #include "cuda_test_util.h"
 #include "harness.h"
+#include "../runtime/learn_test_util.h"
 #include "model/model.h"
+#include "moe/offload.h"
 #include "runtime/context.h"
 #include "runtime/tiered.h"
 
@@ -70,13 +75,17 @@ static double max_diff(const float *a, const float *b, int64_t n) {
     return m;
 }
 
-static hm_context *open_ctx(const hm_model *m, bool tiered, int64_t threshold, char **log) {
+/* hot (NULL: none): a hot cache of hot_mib MiB from that learn file (mixed layers) */
+static hm_context *open_ctx_hot(const hm_model *m, bool tiered, int64_t threshold,
+                                const char *hot, int64_t hot_mib, char **log) {
     hm_context_params p = hm_context_default_params();
     p.n_ctx = N_CTX;
     p.n_threads = 2;
     p.n_gpu_layers = 99;
     p.cpu_moe = tiered;
     p.moe_offload_threshold = threshold;
+    p.moe_hot_cache = hot;
+    p.moe_hot_cache_max_mib = hot ? hot_mib : -1;
     hm_context *c = NULL;
     hm_error err;
     size_t len = 0;
@@ -97,6 +106,10 @@ static hm_context *open_ctx(const hm_model *m, bool tiered, int64_t threshold, c
         return NULL;
     }
     return c;
+}
+
+static hm_context *open_ctx(const hm_model *m, bool tiered, int64_t threshold, char **log) {
+    return open_ctx_hot(m, tiered, threshold, NULL, 0, log);
 }
 
 /* The prompt's logits [n][V] (out) and the greedy continuation's tokens (gen), the prompt's
@@ -146,12 +159,34 @@ static void check_model(const char *preset, forge_mix mix) {
     char *log = NULL;
     hm_context *gpu = open_ctx(m, false, 0, &log);
     free(log);
+    /* a hot cache of about a third of the experts' bytes (mixed layers: the hot slots resident,
+     * the cold ones fetched or on the CPU), when a whole MiB is that */
+    char learn[600];
+    snprintf(learn, sizeof(learn), "%s.learn.json", path);
+    HM_REQUIRE(write_learn(m, learn));
+    int n_moe = 0;
+    uint64_t one = 0;
+    for (int il = 0; il < (int)hm_model_hparams(m)->n_layer; il++)
+        if (hm_model_layer(m, il)->gate_exps.data) {
+            n_moe++;
+            one = offload_expert_size(m, il, 1);
+        }
+    const uint64_t all = one * (uint64_t)hm_model_hparams(m)->n_expert * (uint64_t)n_moe;
+    const int64_t hot_mib = (int64_t)((all * 3 / 10) >> 20);
+    const bool hot_ok = hot_mib >= 1 && (uint64_t)hot_mib << 20 >= one * (uint64_t)n_moe &&
+                        ((uint64_t)hot_mib << 20) < all - one * (uint64_t)n_moe;
     const struct {
         const char *name;
         int64_t threshold;
-    } rules[] = {{"threshold 1", 1}, {"huge threshold", HUGE_THRESHOLD}, {"cost model", 0}};
+        bool hot;
+    } rules[] = {{"threshold 1", 1, false},
+                 {"huge threshold", HUGE_THRESHOLD, false},
+                 {"cost model", 0, false},
+                 {"hot cache, threshold 1", 1, true}};
     for (size_t r = 0; gpu && r < sizeof(rules) / sizeof(rules[0]); r++) {
-        hm_context *t = open_ctx(m, true, rules[r].threshold, &log);
+        if (rules[r].hot && !hot_ok) continue;
+        hm_context *t = open_ctx_hot(m, true, rules[r].threshold, rules[r].hot ? learn : NULL,
+                                     hot_mib, &log);
         if (!t) {
             free(log);
             continue;
@@ -193,7 +228,10 @@ static void check_model(const char *preset, forge_mix mix) {
         printf("%-14s %-7s %-15s copied ahead %llu experts, %llu used\n", preset,
                forge_mix_name(mix), rules[r].name, (unsigned long long)ts.ahead_experts,
                (unsigned long long)ts.ahead_used);
-        if (rules[r].threshold == 1 && strstr(rep, "copies registered"))
+        if (rules[r].hot)
+            HM_CHECK_MSG(ts.gpu_experts > 0, "%s %s: hot cache: no cold expert fetched", preset,
+                         forge_mix_name(mix));
+        if (rules[r].threshold == 1 && !rules[r].hot && strstr(rep, "copies registered"))
             HM_CHECK_MSG(ts.ahead_experts > 0 && ts.ahead_used > 0, "%s %s: nothing copied "
                          "ahead", preset, forge_mix_name(mix));
         hm_context_free(t);

@@ -24,6 +24,7 @@
 #include "../cuda/cuda_test_util.h"
 #include "../forge/forge_test_util.h"
 #include "harness.h"
+#include "learn_test_util.h"
 #include "model/model.h"
 #include "moe/hot_plan.h"
 #include "moe/learn_file.h"
@@ -103,35 +104,6 @@ static bool auto_loop(hm_context *c, const int32_t *prompt, int32_t *toks) {
     HM_CHECK_MSG(st == HM_OK, "generation: %s", err.msg);
     hm_gen_free(g);
     return st == HM_OK;
-}
-
-/* A learn file for m at path: in every MoE layer expert e of n is hit n - e times, over as many
- * tokens as those hits need (hits <= tokens x n_used). */
-static bool write_learn(const hm_model *m, const char *path) {
-    const hm_hparams *hp = hm_model_hparams(m);
-    const int L = (int)hp->n_layer, NE = (int)hp->n_expert, K = (int)hp->n_expert_used;
-    FILE *f = fopen(path, "w");
-    if (!f) return false;
-    uint64_t h = 0;
-    for (int e = 0; e < NE; e++) h += (uint64_t)(NE - e);
-    const uint64_t tokens = (h + (uint64_t)K - 1) / (uint64_t)K;
-    fprintf(f, "{\"format\":\"hotmoe-expert-usage\",\"version\":1,\"n_layer\":%d,"
-               "\"n_expert\":%d,\"n_expert_used\":%d,\"prompts\":1,\"total_tokens\":%llu,"
-               "\"rejected\":0,\"experts\":[", L, NE, K, (unsigned long long)tokens);
-    int n_moe = 0;
-    for (int il = 0; il < L; il++) n_moe += hm_model_layer(m, il)->gate_exps.data != NULL;
-    for (int e = 0; e < NE; e++) fprintf(f, "%s%d", e ? "," : "", (NE - e) * n_moe);
-    fprintf(f, "],\"layers\":[");
-    for (int il = 0; il < L; il++) {
-        const bool moe = hm_model_layer(m, il)->gate_exps.data != NULL;
-        fprintf(f, "%s{\"layer\":%d,\"calls\":%d,\"tokens\":%llu,\"expert_hits_total\":%llu,"
-                   "\"experts\":[", il ? "," : "", il, moe ? 1 : 0,
-                (unsigned long long)(moe ? tokens : 0), (unsigned long long)(moe ? h : 0));
-        for (int e = 0; e < NE; e++) fprintf(f, "%s%d", e ? "," : "", moe ? NE - e : 0);
-        fprintf(f, "]}");
-    }
-    fprintf(f, "]}\n");
-    return fclose(f) == 0;
 }
 
 static void check_model(const char *preset, forge_mix mix) {
