@@ -300,6 +300,16 @@ extern "C" hm_status cuda_decode_redo(cuda_decode *d, int32_t token, int pos, hm
     return st;
 }
 
+extern "C" hm_status cuda_decode_set_logits(cuda_decode *d, const float *logits,
+                                           hm_error *err) {
+    cudaStream_t s = (cudaStream_t)d->e->stream;
+    cudaError_t ce = cudaMemcpyAsync(d->e->d_logits, logits, sizeof(float) * (size_t)d->e->hp.n_vocab,
+                                     cudaMemcpyHostToDevice, s);
+    if (ce == cudaSuccess) ce = cudaStreamSynchronize(s);
+    if (ce == cudaSuccess) d->e->n_host_syncs++;
+    return ce == cudaSuccess ? HM_OK : cuda_fail(err, ce, "decode: setting the logits");
+}
+
 extern "C" void cuda_decode_get_stats(const cuda_decode *d, cuda_decode_stats *s) {
     s->graph_nodes = d->nodes;
     s->kernel_nodes = d->kernels;

@@ -64,6 +64,10 @@ hm_status cuda_decode_finish(cuda_decode *d, hm_error *err);
  * device logits become those of pos, the cache row pos is rewritten with the same values.
  * Enqueued; leaves *d_pos = pos + 1. */
 hm_status cuda_decode_redo(cuda_decode *d, int32_t token, int pos, hm_error *err);
+/* Sets the device logits (the first row) to logits[0..n_vocab) from host memory: a generation
+ * that must start again from a prompt's logits, which no single-token step reproduces (the
+ * prompt's last ubatch may have run on the GEMMs). The copy is done when this returns. */
+hm_status cuda_decode_set_logits(cuda_decode *d, const float *logits, hm_error *err);
 
 typedef struct {
     uint64_t graph_nodes;  /* nodes of the step graph */

@@ -183,6 +183,10 @@ hm_status cuda_decode_finish(cuda_decode *d, hm_error *err) {
     return decode_none(err, "cuda_decode_finish");
 }
 
+hm_status cuda_decode_set_logits(cuda_decode *d, const float *logits, hm_error *err) {
+    return decode_none(err, "cuda_decode_set_logits");
+}
+
 hm_status cuda_decode_redo(cuda_decode *d, int32_t token, int pos, hm_error *err) {
     return decode_none(err, "cuda_decode_redo");
 }

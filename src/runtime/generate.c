@@ -195,16 +195,18 @@ static hm_status end_cpu(hm_gen *g, hm_error *err) {
 }
 
 /* The device's sampler and logits back where the caller stopped (pos0 + taken positions kept):
- * the history and draw count of the tokens taken, and the last one's step run again. */
-static hm_status gpu_rewind(hm_gen *g, hm_error *err) {
+ * the history and draw count of the tokens taken, and the last one's step run again — or, when
+ * no token was taken yet (from_prompt), the prompt's logits as the host received them. */
+static hm_status gpu_rewind(hm_gen *g, bool from_prompt, hm_error *err) {
     int32_t *h = NULL;
     if (g->hist_len > 0 && !(h = malloc(sizeof(int32_t) * (size_t)g->hist_len)))
         return hm_error_set(err, HM_ERR_NOMEM, "out of memory (history)");
     if (h) hist_linear(g, h);
     hm_status st = cuda_decode_sampler_set(g->dec, h, g->hist_len, g->draws, err);
     free(h);
-    if (st == HM_OK) st = cuda_decode_redo(g->dec, g->last_tok, hm_context_n_past(g->ctx) - 1, err);
-    return st;
+    if (st != HM_OK) return st;
+    if (from_prompt) return cuda_decode_set_logits(g->dec, g->logits, err);
+    return cuda_decode_redo(g->dec, g->last_tok, hm_context_n_past(g->ctx) - 1, err);
 }
 
 static hm_status end_gpu(hm_gen *g, hm_error *err) {
@@ -213,7 +215,8 @@ static hm_status end_gpu(hm_gen *g, hm_error *err) {
     runtime_context_set_past(g->ctx, g->pos0 + g->taken);
     st = hm_context_flush_routes(g->ctx, err); /* the generation's routing, counted on the GPU */
     if (st != HM_OK) return st;
-    if (g->launched > g->taken) return gpu_rewind(g, err); /* the device ran ahead */
+    if (g->launched > g->taken) /* the device ran ahead */
+        return gpu_rewind(g, g->taken == 0 && g->have_logits, err);
     return HM_OK;
 }
 
@@ -347,7 +350,7 @@ static bool gpu_recover(hm_gen *g, hm_status st, hm_error *err) {
     if (!runtime_context_tiered_recover(g->ctx, st, what, err)) return false;
     runtime_context_set_past(g->ctx, g->pos0 + g->taken);
     hm_error e2;
-    hm_status s2 = gpu_rewind(g, &e2);
+    hm_status s2 = gpu_rewind(g, g->taken == 0 && g->have_logits, &e2);
     if (s2 == HM_OK) s2 = cuda_decode_begin(g->dec, g->pos0 + g->taken, &e2);
     if (s2 == HM_OK) {
         g->step0 = cuda_decode_launched(g->dec) - (uint64_t)g->taken;

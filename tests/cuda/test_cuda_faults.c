@@ -9,7 +9,8 @@
  *    hand-off and redoes the step once; every step's logits equal the run without failure,
  *    retries == 1 per failure;
  *  - the same inside the GPU-autonomous generation loop (runtime/generate.h), greedy and
- *    sampled (temperature 0.8, seed 42): the tokens equal those of the run without failure.
+ *    sampled (temperature 0.8, seed 42), and greedy with the fault at the first generation step
+ *    (the loop restarts from the prompt's logits): the tokens equal the run without failure.
  * Presets tiny-qwen3moe q8_0 and tiny-gpt-oss q4_k_m (expert biases, OAI activation). Without a
  * GPU the program reports itself skipped (exit 77; a failure under HOTMOE_EXPECT_GPU=1).
  */
@@ -147,21 +148,33 @@ static void check_model(const char *preset, forge_mix mix) {
             HM_CHECK_MSG(s.retries == (uint64_t)k + 1, "%s %s: %llu retries", preset, name,
                          (unsigned long long)s.retries);
         }
-        /* the autonomous loop, greedy and sampled */
-        for (int k = 0; k < 2; k++) {
-            const float temp = k ? 0.8f : 0.0f;
+        /* the autonomous loop: greedy and sampled with a fault mid-generation, and greedy with
+         * the fault at the first generation step (restarted from the prompt's logits) */
+        hm_error e3;
+        hm_context_reset(t);
+        hm_tiered_get_stats(tc, &s0);
+        float *lo = malloc(sizeof(float) * (size_t)V);
+        HM_REQUIRE(lo);
+        HM_REQUIRE(hm_decode(t, prompt, N_PROMPT, 0, lo, HM_LOGITS_LAST, &e3) == HM_OK);
+        free(lo);
+        hm_tiered_get_stats(tc, &s);
+        const uint64_t prompt_requests = s.requests - s0.requests; /* one per host layer */
+        for (int k = 0; k < 3; k++) {
+            const float temp = k == 1 ? 0.8f : 0.0f;
             int32_t want[N_GEN], have[N_GEN];
             hm_tiered_set_test_hooks(tc, 0, 0, 0);
             if (!run_gen(t, prompt, temp, want)) continue;
             hm_tiered_get_stats(tc, &s0);
-            hm_tiered_set_test_hooks(tc, (s0.requests - s.requests) / 2, 0, 0);
+            const uint64_t when = k == 2 ? prompt_requests : (s0.requests - s.requests) / 2;
+            hm_tiered_set_test_hooks(tc, when, 0, 0);
             if (run_gen(t, prompt, temp, have))
                 HM_CHECK_MSG(!memcmp(want, have, sizeof(want)), "%s %s: generation "
-                             "(temperature %.1f) after a fault differs", preset, name, temp);
+                             "(temperature %.1f%s) after a fault differs", preset, name, temp,
+                             k == 2 ? ", first step" : "");
             hm_tiered_stats s2;
             hm_tiered_get_stats(tc, &s2);
-            HM_CHECK_MSG(s2.retries == s.retries + 1, "%s %s: generation: %llu retries", preset,
-                         name, (unsigned long long)(s2.retries - s.retries));
+            HM_CHECK_MSG(s2.retries == s0.retries + 1, "%s %s: generation: %llu retries", preset,
+                         name, (unsigned long long)(s2.retries - s0.retries));
             hm_tiered_get_stats(tc, &s);
         }
     }
