@@ -141,4 +141,22 @@ hm_status cuda_engine_route_counts_enable(cuda_engine *e, bool on, hm_error *err
 hm_status cuda_engine_route_counts_read(cuda_engine *e, uint64_t *hits, uint64_t *calls,
                                         uint64_t *tokens, hm_error *err);
 
+/* The hot cache's exchanges (cuda_hot.cu): in a mixed layer il, hot expert `out` gives its
+ * device slot to cold expert `in`, without a reallocation or a host wait. Enqueued on the
+ * engine's stream: out's table entry becomes -1 (from the next step on the CPU side computes
+ * it); a side stream then copies in's bytes (gate, up, down, biases) from host memory into the
+ * slot once every step enqueued before has finished; cuda_engine_hot_poll sets in's entry once
+ * that copy has completed, between steps, so the table changes only between steps and no step
+ * reads a half-copied slot. Where an expert runs changes no bit of a decode step, so the
+ * results stay the same bytes throughout. At most CUDA_HOT_PENDING exchanges in flight
+ * (HM_ERR_STATE beyond); HM_ERR_ARG for a layer that is not mixed, an out without a slot or an
+ * in with one (a pending in counts as having one). */
+enum { CUDA_HOT_PENDING = 64 };
+hm_status cuda_engine_hot_exchange(cuda_engine *e, int il, int out, int in, hm_error *err);
+/* Publishes the exchanges whose copies have completed (cudaEventQuery: no wait); returns the
+ * number still in flight, or -1 with err set on a CUDA error. */
+int cuda_engine_hot_poll(cuda_engine *e, hm_error *err);
+/* Expert x's device slot in layer il as the host table has it (-1: none). */
+int cuda_engine_slot(const cuda_engine *e, int il, int x);
+
 #endif

@@ -144,11 +144,20 @@ struct cuda_engine {
     float *hsh;              /* [nu][n_embd] shared expert output of a host layer, computed while
                               * the CPU works (scratch; NULL unless both exist) */
 
+    /* the hot cache's exchanges (cuda_hot.cu): a side stream, the exchanges whose copies are in
+     * flight and the event that orders a copy after the steps enqueued before it */
+    void *hot_stream;
+    struct cuda_hot_pending *hot_pending; /* [CUDA_HOT_PENDING] */
+    int n_hot_pending;
+
     /* prompt ubatches' fetched experts at host layers (cuda_fetch.h, cuda_fetch.cu) */
     void *fetch_buf[2];         /* device staging buffers (the copy lane's; not owned) */
     size_t fetch_cap;           /* bytes of each; 0: the path is off */
     cuda_fetch_layout *fetch;   /* [n_layer] per layer (NULL until cuda_engine_fetch_set) */
 };
+
+/* Frees the exchanges' stream and events (cuda_hot.cu); the engine's stream idle. */
+void cuda_hot_free(cuda_engine *e);
 
 /* Embedding + every layer for d_tokens[0..n_tok) (device memory) at positions *d_pos + t;
  * K/V stored into the cache; leaves the final residual in e->x [n_tok][n_embd]. Does not move

@@ -209,6 +209,14 @@ hm_status cuda_engine_route_counts_read(cuda_engine *e, uint64_t *hits, uint64_t
     return hm_error_set(err, HM_ERR_UNSUPPORTED, "built without CUDA");
 }
 
+hm_status cuda_engine_hot_exchange(cuda_engine *e, int il, int out, int in, hm_error *err) {
+    return hm_error_set(err, HM_ERR_UNSUPPORTED, "built without CUDA");
+}
+
+int cuda_engine_hot_poll(cuda_engine *e, hm_error *err) { return 0; }
+
+int cuda_engine_slot(const cuda_engine *e, int il, int x) { return -1; }
+
 hm_status cuda_engine_experts(cuda_engine *e, int il, int n_tok, const float *x,
                               const int32_t *ids, float *y, hm_error *err) {
     return hm_error_set(err, HM_ERR_UNSUPPORTED, "built without CUDA");

@@ -29,6 +29,10 @@
  *  - the CPU side stops answering without abort (test hook): the GPU's wait times out by
  *    itself (timeout set to 300 ms), the call reports the timeout, reset recovers;
  *  - a second CPU side cannot attach; hm_tiered_free detaches: steps are refused again.
+ * The hot cache's exchanges (tiny-qwen3moe q8_0, tiny-gpt-oss q4_k_m, mixed layers): every MoE
+ * layer's hot expert 0 gives its slot to cold expert 1 in the middle of a greedy run, the table
+ * polled before each step: every position's logits equal the all-GPU engine's, and expert 1
+ * ends in expert 0's old slot; exchanges that make no sense are refused.
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -409,4 +413,80 @@ static void test_faults(void) {
     alarm(0);
 }
 
-TU_TEST_MAIN(test_tiered_equals_gpu, test_faults)
+/* ---- the hot cache's exchanges ---- */
+
+/* Mixed layers (even experts hot): at step 4 every MoE layer's expert 0 gives its slot to expert
+ * 1 (cold); the table is polled before every step. The logits of every position equal the
+ * all-GPU engine's, and once the copies are published expert 1 holds expert 0's old slot. */
+static void check_exchanges(const char *preset, forge_mix mix) {
+    char path[512];
+    HM_REQUIRE(ft_forged("cudatier", preset, mix, path, sizeof(path)));
+    hm_model *m = NULL;
+    hm_error err;
+    HM_REQUIRE(hm_model_load(path, NULL, &m, &err) == HM_OK);
+    const hm_hparams *hp = hm_model_hparams(m);
+    const int64_t V = hp->n_vocab;
+    run_out ref;
+    HM_REQUIRE(out_alloc(&ref, V));
+    uint64_t syncs = 0;
+    HM_REQUIRE(run_all(m, NULL, 8, &ref, &syncs, NULL, "exchanges: all-GPU"));
+    hm_residency r;
+    HM_REQUIRE(host_map(m, 2, &r) > 0);
+    cuda_engine_params p = eng_params(&r, 8);
+    cuda_engine *e = NULL;
+    hm_tiered *t = NULL;
+    HM_REQUIRE(cuda_engine_init(m, &p, &e, &err) == HM_OK);
+    hm_tiered_params tp = hm_tiered_default_params();
+    tp.n_threads = 2;
+    HM_REQUIRE(hm_tiered_init(m, e, &tp, &t, &err) == HM_OK);
+    int moe_layer = -1;
+    for (int il = 0; il < hp->n_layer && moe_layer < 0; il++)
+        if (hm_model_layer(m, il)->gate_exps.data) moe_layer = il;
+    /* refusals: expert 1 has no slot to give, expert 2 has one already */
+    HM_CHECK(cuda_engine_hot_exchange(e, moe_layer, 1, 3, &err) == HM_ERR_ARG);
+    HM_CHECK(cuda_engine_hot_exchange(e, moe_layer, 0, 2, &err) == HM_ERR_ARG);
+    const int slot0 = cuda_engine_slot(e, moe_layer, 0);
+    float *lo = malloc(sizeof(float) * (size_t)N_POS * (size_t)V);
+    HM_REQUIRE(lo);
+    int32_t prompt[N_PROMPT];
+    prompt_ids(prompt);
+    hm_status st = cuda_engine_decode(e, prompt, N_PROMPT, 0, lo, HM_LOGITS_ALL, &err);
+    int left = -1;
+    for (int i = 0; i < N_GEN && st == HM_OK; i++) {
+        if (i == 4)
+            for (int il = 0; il < hp->n_layer && st == HM_OK; il++)
+                if (hm_model_layer(m, il)->gate_exps.data)
+                    st = cuda_engine_hot_exchange(e, il, 0, 1, &err);
+        left = cuda_engine_hot_poll(e, &err);
+        if (left < 0) st = HM_ERR_CUDA;
+        const int32_t tok = argmax(lo + (size_t)(N_PROMPT - 1 + i) * (size_t)V, V);
+        if (st == HM_OK)
+            st = cuda_engine_decode(e, &tok, 1, N_PROMPT + i,
+                                    lo + (size_t)(N_PROMPT + i) * (size_t)V, HM_LOGITS_LAST, &err);
+    }
+    HM_CHECK_MSG(st == HM_OK, "%s %s: exchanges: %s", preset, forge_mix_name(mix), err.msg);
+    const int d = first_diff_row(ref.logits, lo, N_POS, V);
+    HM_CHECK_MSG(d < 0, "%s %s: exchanges: logits of position %d differ from the all-GPU "
+                 "engine's", preset, forge_mix_name(mix), d);
+    HM_CHECK_MSG(left == 0 && cuda_engine_slot(e, moe_layer, 1) == slot0 &&
+                     cuda_engine_slot(e, moe_layer, 0) == -1,
+                 "%s %s: after the exchanges: %d pending, expert 1 slot %d (want %d), expert 0 "
+                 "slot %d", preset, forge_mix_name(mix), left, cuda_engine_slot(e, moe_layer, 1),
+                 slot0, cuda_engine_slot(e, moe_layer, 0));
+    free(lo);
+    hm_tiered_free(t);
+    cuda_engine_free(e);
+    hm_residency_free(&r);
+    out_free(&ref);
+    hm_model_free(m);
+}
+
+static void test_exchanges(void) {
+    if (!tu_have_gpu()) return;
+    alarm(600);
+    check_exchanges("tiny-qwen3moe", FORGE_MIX_Q8_0);
+    check_exchanges("tiny-gpt-oss", FORGE_MIX_Q4_K_M); /* expert biases */
+    alarm(0);
+}
+
+TU_TEST_MAIN(test_tiered_equals_gpu, test_faults, test_exchanges)
