@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "base/cpu.h"
+#include "moe/hot_admit.h"
 #include "moe/hot_weight.h"
 #include "quant/qtypes.h"
 
@@ -82,6 +83,14 @@ static const common_spec k_common[] = {
     {"--moe-hot-cache-layer-curve", NULL, CLI_ARGS_CONTEXT, CLI_ARG_FLOAT,
      OFF(moe_hot_cache_layer_curve), "X", "how strongly the layer weights apply, >= 0 "
      "(default: 0.5)"},
+    {"--moe-hot-cache-policy", NULL, CLI_ARGS_CONTEXT, CLI_ARG_STR, OFF(moe_hot_cache_policy),
+     "P", "static (the plan and the updates only), lru or lfru (a miss may take a slot after "
+     "its step) (default: static)"},
+    {"--moe-hot-cache-update-rate", NULL, CLI_ARGS_CONTEXT, CLI_ARG_FLOAT,
+     OFF(moe_hot_cache_update_rate), "R", "share of the hot slots an update may exchange for "
+     "better-scored experts, in [0, 1] (default: 0, no updates)"},
+    {"--moe-hot-cache-update-interval", NULL, CLI_ARGS_CONTEXT, CLI_ARG_INT,
+     OFF(moe_hot_cache_update_interval), "N", "tokens between updates (default: 256)"},
     {"-mg", "--main-gpu", CLI_ARGS_CONTEXT, CLI_ARG_INT, OFF(main_gpu), "INDEX",
      "CUDA device for the model (default: 0)"},
     {"--gpu-strict", NULL, CLI_ARGS_CONTEXT, CLI_ARG_BOOL, OFF(gpu_strict), NULL,
@@ -133,6 +142,9 @@ void cli_args_defaults(cli_common_args *a) {
     a->moe_hot_cache_reserve_mib = 1024;
     a->moe_hot_cache_weighting = "flat";
     a->moe_hot_cache_layer_curve = 0.5f;
+    a->moe_hot_cache_policy = "static";
+    a->moe_hot_cache_update_rate = 0.0f;
+    a->moe_hot_cache_update_interval = 256;
 }
 
 int cli_args_default_threads(void) {
@@ -219,6 +231,16 @@ static const char *check_ranges(const cli_common_args *a, unsigned groups, char 
         if (a->moe_hot_cache_reserve_mib < 0) return "--moe-hot-cache-reserve-mib must be >= 0";
         if (!(a->moe_hot_cache_layer_curve >= 0.0f) || a->moe_hot_cache_layer_curve > 1e30f)
             return "--moe-hot-cache-layer-curve must be a finite number >= 0";
+        if (!(a->moe_hot_cache_update_rate >= 0.0f && a->moe_hot_cache_update_rate <= 1.0f))
+            return "--moe-hot-cache-update-rate must be in [0, 1]";
+        if (a->moe_hot_cache_update_interval < 1)
+            return "--moe-hot-cache-update-interval must be >= 1";
+        hot_policy pol;
+        if (hot_policy_parse(a->moe_hot_cache_policy, &pol, NULL) != HM_OK) {
+            snprintf(buf, cap, "--moe-hot-cache-policy: unknown policy '%.40s' (known: "
+                     HOT_POLICY_NAMES ")", a->moe_hot_cache_policy);
+            return buf;
+        }
         hot_weighting w;
         if (hot_weighting_parse(a->moe_hot_cache_weighting, &w, NULL) != HM_OK) {
             snprintf(buf, cap, "--moe-hot-cache-weighting: unknown weighting '%.40s' (known: "

@@ -87,6 +87,9 @@ typedef struct {
     int moe_hot_cache_reserve_mib;      /* --moe-hot-cache-reserve-mib (1024) */
     const char *moe_hot_cache_weighting; /* --moe-hot-cache-weighting ("flat") */
     float moe_hot_cache_layer_curve;    /* --moe-hot-cache-layer-curve (0.5) */
+    const char *moe_hot_cache_policy;   /* --moe-hot-cache-policy ("static") */
+    float moe_hot_cache_update_rate;    /* --moe-hot-cache-update-rate (0) */
+    int moe_hot_cache_update_interval;  /* --moe-hot-cache-update-interval (256) */
 } cli_common_args;
 
 #define CLI_SEED_RANDOM 0xFFFFFFFFull

@@ -114,6 +114,9 @@ int cli_engine_open(cli_engine *e, const char *cmd, const cli_common_args *a, un
     cp.moe_hot_cache_weight.layer_curve = a->moe_hot_cache_layer_curve;
     hm_error we;
     hot_weighting_parse(a->moe_hot_cache_weighting, &cp.moe_hot_cache_weight.mode, &we);
+    hot_policy_parse(a->moe_hot_cache_policy, &cp.moe_hot_cache_policy, &we);
+    cp.moe_hot_cache_update_rate = a->moe_hot_cache_update_rate;
+    cp.moe_hot_cache_update_interval = a->moe_hot_cache_update_interval;
     bool oom = false;
     char *ot = cli_args_overrides(a, &oom); /* the context keeps its own copy */
     if (oom) {
@@ -201,6 +204,13 @@ void cli_engine_print_tiered(const cli_engine *e) {
             (unsigned long long)s.ahead_experts, (unsigned long long)s.cpu_experts,
             (unsigned long long)s.faults, (unsigned long long)s.retries,
             (unsigned long long)s.copy_fallbacks);
+    if (s.hot_hits + s.hot_misses > 0)
+        fprintf(stderr, "hot cache: %llu hits, %llu misses (hit rate %.1f %%), %llu admissions, "
+                "%llu updates, %llu exchanges (%llu refused)\n",
+                (unsigned long long)s.hot_hits, (unsigned long long)s.hot_misses,
+                100.0 * (double)s.hot_hits / (double)(s.hot_hits + s.hot_misses),
+                (unsigned long long)s.hot_admitted, (unsigned long long)s.hot_updates,
+                (unsigned long long)s.hot_exchanged, (unsigned long long)s.hot_refused);
 }
 
 hm_status cli_engine_eval(cli_engine *e, const int32_t *ids, int n, float *logits_last,

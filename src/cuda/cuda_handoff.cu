@@ -59,7 +59,8 @@ __global__ void ho_post_kernel(const uint32_t *d_seq, int layer, int n_tok, int 
         for (int64_t i = threadIdx.x; i < nx; i += blockDim.x) h_x[i] = xn[i];
     }
     for (int64_t i = threadIdx.x; i < ns; i += blockDim.x) {
-        h_ids[i] = dslot && dslot[i] >= 0 ? -1 : ids[i]; /* a mixed layer: cold slots only */
+        /* a mixed layer: a hot slot (computed here) posted as -2 - id: seen, not computed */
+        h_ids[i] = dslot && dslot[i] >= 0 ? -2 - ids[i] : ids[i];
         h_gw[i] = gw[i];
     }
     if (threadIdx.x == 0) {

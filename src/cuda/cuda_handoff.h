@@ -85,7 +85,9 @@ typedef struct {
     cuda_handoff_ctl *ctl;
     cuda_handoff_flags *flags; /* [n_layer] (used for host layers only) */
     cuda_handoff_msg *msg;
-    int32_t *ids; /* [n_tok_max][n_used] selected experts, slot order */
+    int32_t *ids; /* [n_tok_max][n_used] selected experts, slot order; in a mixed layer a slot
+                   * the GPU computes itself (hot) is posted as -2 - id: the CPU side counts it
+                   * and computes only the ids >= 0 */
     float *gw;    /* [n_tok_max][n_used] gating weights */
     float *x;     /* [n_tok_max][n_embd] FFN-normed input rows */
     float *y;     /* [n_tok_max][n_used][n_embd] per-slot outputs (CPU -> GPU) */

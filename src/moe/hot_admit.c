@@ -158,6 +158,15 @@ int hot_admit_step(hot_admit *a, hot_exchange *out, int cap) {
 
 const uint8_t *hot_admit_map(const hot_admit *a) { return a->hot; }
 
+void hot_admit_apply(hot_admit *a, int il, int out, int in) {
+    if (il < 0 || il >= a->n_layer || out < 0 || out >= a->n_expert || in < 0 ||
+        in >= a->n_expert)
+        return;
+    const size_t r = (size_t)il * (size_t)a->n_expert;
+    a->hot[r + (size_t)out] = 0;
+    a->hot[r + (size_t)in] = 1;
+}
+
 void hot_admit_counts(const hot_admit *a, uint64_t *hits, uint64_t *misses, uint64_t *admitted) {
     *hits = a->hits;
     *misses = a->misses;

@@ -51,6 +51,8 @@ void hot_admit_observe(hot_admit *a, int il, const int32_t *ids, int n);
 int hot_admit_step(hot_admit *a, hot_exchange *out, int cap);
 
 const uint8_t *hot_admit_map(const hot_admit *a); /* [n_layer][n_expert] */
+/* An exchange decided elsewhere (the updater), or one taken back: out leaves, in enters. */
+void hot_admit_apply(hot_admit *a, int il, int out, int in);
 void hot_admit_counts(const hot_admit *a, uint64_t *hits, uint64_t *misses, uint64_t *admitted);
 
 #endif

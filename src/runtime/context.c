@@ -66,7 +66,10 @@ hm_context_params hm_context_default_params(void) {
                            .override_tensor = NULL, .vram_budget = 0, .main_gpu = 0,
                            .gpu_strict = false, .moe_hot_cache = NULL,
                            .moe_hot_cache_max_mib = -1, .moe_hot_cache_reserve_mib = 1024,
-                           .moe_hot_cache_weight = hot_weight_default()};
+                           .moe_hot_cache_weight = hot_weight_default(),
+                           .moe_hot_cache_policy = HOT_POLICY_STATIC,
+                           .moe_hot_cache_update_rate = 0.0,
+                           .moe_hot_cache_update_interval = 256};
     return p;
 }
 
@@ -87,6 +90,11 @@ static hm_status resolve_params(const hm_model *m, const hm_context_params *in,
                             "--moe-hot-cache-reserve-mib >= 0 (got %lld and %lld)",
                             (long long)p->moe_hot_cache_max_mib,
                             (long long)p->moe_hot_cache_reserve_mib);
+    if (!(p->moe_hot_cache_update_rate >= 0 && p->moe_hot_cache_update_rate <= 1) ||
+        p->moe_hot_cache_update_interval < 1 || p->moe_hot_cache_policy < 0 ||
+        p->moe_hot_cache_policy >= HOT_POLICY_COUNT)
+        return hm_error_set(err, HM_ERR_ARG, "--moe-hot-cache-update-rate must be in [0, 1], "
+                            "--moe-hot-cache-update-interval >= 1 and the policy known");
     if (p->n_ctx == 0) p->n_ctx = (int)(hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
     if (p->n_batch == 0) p->n_batch = 2048;
     if (p->n_ubatch == 0) p->n_ubatch = 512;
@@ -319,6 +327,48 @@ static hm_status fetch_open(hm_context *c, hm_error *err) {
  * residency map, whose host-only layers the engine hands to the CPU side, runtime/tiered.h);
  * split > 0: from that layer on (the CPU engine runs the ones before, c->split); when it cannot
  * start, the CPU (logged) unless gpu_strict. */
+static hm_status engine_hot_exchange(void *user, int il, int out, int in, hm_error *err) {
+    return cuda_engine_hot_exchange((cuda_engine *)user, il, out, in, err);
+}
+
+static int engine_hot_poll(void *user, hm_error *err) {
+    return cuda_engine_hot_poll((cuda_engine *)user, err);
+}
+
+/* The hot cache's controller on the CPU side when a hot cache was built and a policy or an
+ * update rate asks for one (runtime/tiered.h: hm_tiered_set_hot). */
+static hm_status hot_control_open(hm_context *c, hm_error *err) {
+    const hm_context_params *p = &c->p;
+    if (!p->moe_hot_cache || (p->moe_hot_cache_policy == HOT_POLICY_STATIC &&
+                              p->moe_hot_cache_update_rate <= 0))
+        return HM_OK;
+    const hm_hparams *hp = hm_model_hparams(c->m);
+    const size_t n = (size_t)hp->n_layer * (size_t)hp->n_expert;
+    uint8_t *hot = calloc(n ? n : 1, 1);
+    if (!hot) return hm_error_set(err, HM_ERR_NOMEM, "out of memory (hot cache)");
+    int n_hot = 0;
+    for (int il = 0; il < hp->n_layer; il++)
+        for (int x = 0; x < hp->n_expert; x++) {
+            hot[(size_t)il * (size_t)hp->n_expert + (size_t)x] =
+                cuda_engine_slot(c->gpu, il, x) >= 0 && c->plan.res.n_slots[il] < hp->n_expert;
+            n_hot += hot[(size_t)il * (size_t)hp->n_expert + (size_t)x];
+        }
+    hm_status st = HM_OK;
+    if (n_hot > 0) {
+        const hm_tiered_hot_cfg hc = {.policy = p->moe_hot_cache_policy, .admit_per_step = 1,
+                                      .decay = 0.9, .update_rate = p->moe_hot_cache_update_rate,
+                                      .update_interval = p->moe_hot_cache_update_interval,
+                                      .weight = p->moe_hot_cache_weight};
+        st = hm_tiered_set_hot(c->tiered, &hc, hot, engine_hot_exchange, engine_hot_poll, c->gpu,
+                               err);
+        if (st == HM_OK)
+            HM_LOGI("hot cache: policy %s, update rate %g every %lld tokens",
+                    hot_policy_name(hc.policy), hc.update_rate, (long long)hc.update_interval);
+    }
+    free(hot);
+    return st;
+}
+
 static hm_status gpu_open(hm_context *c, const hm_residency *res, int split, hm_error *err) {
     cuda_engine_params ep = {.device = c->p.main_gpu, .n_ctx = c->p.n_ctx,
                              .n_ubatch = c->p.n_ubatch, .type_k = c->p.type_k,
@@ -331,6 +381,7 @@ static hm_status gpu_open(hm_context *c, const hm_residency *res, int split, hm_
         tp.n_threads = c->p.n_threads;
         st = hm_tiered_init(c->m, c->gpu, &tp, &c->tiered, &e2);
         if (st == HM_OK) st = fetch_open(c, &e2);
+        if (st == HM_OK) st = hot_control_open(c, &e2);
         if (st != HM_OK) {
             hm_tiered_free(c->tiered);
             c->tiered = NULL;

@@ -49,6 +49,7 @@
 
 #include "base/status.h"
 #include "model/model.h"
+#include "moe/hot_admit.h"
 #include "moe/hot_weight.h"
 #include "moe/moe_exec.h"
 
@@ -85,6 +86,10 @@ typedef struct {
                                       reserve (default), else > 0 */
     int64_t moe_hot_cache_reserve_mib; /* default 1024 */
     hot_weight_cfg moe_hot_cache_weight; /* default flat, layer curve 0.5 */
+    hot_policy moe_hot_cache_policy;     /* --moe-hot-cache-policy: static (default), lru, lfru */
+    double moe_hot_cache_update_rate;    /* --moe-hot-cache-update-rate: share of hot slots an
+                                            update may exchange, [0, 1] (0: none, default) */
+    int64_t moe_hot_cache_update_interval; /* tokens between updates (default 256) */
 } hm_context_params;
 
 hm_context_params hm_context_default_params(void);

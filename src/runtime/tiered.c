@@ -51,10 +51,12 @@ int64_t tiered_now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
 }
 
-static void nap(long ns) {
+void tiered_nap(long ns) {
     struct timespec ts = {0, ns};
     nanosleep(&ts, NULL);
 }
+
+static void nap(long ns) { tiered_nap(ns); }
 
 static uint32_t load_acq(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 
@@ -103,7 +105,7 @@ static void serve(hm_tiered *t, int j) {
                           "message says step %u, layer %u, %u tokens x %u slots (at most %d x "
                           "%d)", L, r, m.seq, m.layer, m.n_tok, m.n_used, v->n_tok_max, K);
     for (int64_t i = 0; st == HM_OK && i < (int64_t)m.n_tok * K; i++)
-        if (v->ids[i] < -1 || v->ids[i] >= v->n_expert)
+        if (v->ids[i] >= v->n_expert || (v->ids[i] < -1 && -2 - v->ids[i] >= v->n_expert))
             st = hm_error_set(&e, HM_ERR_FORMAT, "request of layer %d step %u: expert id %d at "
                               "token %lld slot %lld (the layer has %lld experts)", L, r,
                               v->ids[i], (long long)(i / K), (long long)(i % K),
@@ -113,6 +115,7 @@ static void serve(hm_tiered *t, int j) {
         st = hm_error_set(&e, HM_ERR_STATE, "test hook: request %llu (layer %d step %u) fails",
                           (unsigned long long)t->served, L, r);
     }
+    if (st == HM_OK) tiered_hot_observe(t, L, &m); /* before the answer: the ids stay put */
     if (st == HM_OK) {
         const int64_t t0 = tiered_now_ns();
         if (m.fetch) {
@@ -134,6 +137,7 @@ static void serve(hm_tiered *t, int j) {
     atomic_fetch_add(&t->requests, 1);
     atomic_fetch_add(&t->tokens, m.n_tok);
     __atomic_store_n(&f->done, r, __ATOMIC_RELEASE);
+    tiered_hot_after(t); /* the GPU goes on meanwhile */
 }
 
 /* Index into host_layers of a layer with a request not answered yet, or -1. */
@@ -330,6 +334,7 @@ void hm_tiered_free(hm_tiered *t) {
         pthread_join(t->th, NULL);
     }
     if (t->attached) cuda_engine_handoff_attach(t->gpu, false, NULL);
+    tiered_hot_free(t);
     moe_exec_free(t->exec);
     tiered_fetch_release(t);
     if (t->own_pool) tp_free(t->pool);
@@ -425,6 +430,10 @@ void hm_tiered_get_stats(hm_tiered *t, hm_tiered_stats *s) {
     s->retries = atomic_load(&t->retries);
     s->ahead_experts = atomic_load(&t->ahead_experts);
     s->ahead_used = atomic_load(&t->ahead_used);
+    tiered_hot_counts(t, &s->hot_hits, &s->hot_misses, &s->hot_admitted);
+    s->hot_updates = atomic_load(&t->hot_updates);
+    s->hot_exchanged = atomic_load(&t->hot_exchanged);
+    s->hot_refused = atomic_load(&t->hot_refused);
 }
 
 void hm_tiered_count_retry(hm_tiered *t) {

@@ -48,6 +48,8 @@
 #include "base/threadpool.h"
 #include "cuda/cuda_handoff.h"
 #include "model/model.h"
+#include "moe/hot_admit.h"
+#include "moe/hot_weight.h"
 #include "moe/offload.h"
 
 typedef struct hm_tiered hm_tiered;
@@ -113,6 +115,27 @@ typedef struct {
  * comes first; on a caller-owned view every layer has none (no expert can go to the GPU).
  * HM_ERR_ARG for a negative threshold or a negative or non-finite rate. */
 hm_status hm_tiered_set_offload(hm_tiered *t, const hm_tiered_offload *o, hm_error *err);
+/* The hot cache's controller (runtime/tiered_hot.c): with mixed layers the worker sees every
+ * selection (hot ones posted as -2 - id) and drives online admission (policy lru or lfru, at
+ * most admit_per_step per layer per step) and, every update_interval tokens, the updater
+ * (update_rate of the hot slots at most; 0: none), handing each exchange to ex (in a context:
+ * cuda_engine_hot_exchange) after answering a request and calling poll (cuda_engine_hot_poll)
+ * then. hot [n_layer][n_expert]: the cache as the engine holds it. Only the worker calls ex and
+ * poll. HM_ERR_ARG for a rate outside [0, 1] or an interval < 1. */
+typedef struct {
+    hot_policy policy;       /* --moe-hot-cache-policy (static) */
+    int admit_per_step;      /* K (1) */
+    double decay;            /* lfru's decay per step (0.9) */
+    double update_rate;      /* --moe-hot-cache-update-rate (0) */
+    int64_t update_interval; /* --moe-hot-cache-update-interval tokens (256) */
+    hot_weight_cfg weight;   /* the weighting the updater scores the window with */
+} hm_tiered_hot_cfg;
+typedef hm_status (*hm_tiered_exchange_fn)(void *user, int il, int out, int in, hm_error *err);
+typedef int (*hm_tiered_poll_fn)(void *user, hm_error *err);
+hm_status hm_tiered_set_hot(hm_tiered *t, const hm_tiered_hot_cfg *c, const uint8_t *hot,
+                            hm_tiered_exchange_fn ex, hm_tiered_poll_fn poll, void *user,
+                            hm_error *err);
+
 /* The pool the worker computes with: others may run jobs on it only before the first step
  * (the calibration at init: runtime/calibrate.h, whose CPU figures must be this pool's). */
 tp_pool *hm_tiered_pool(hm_tiered *t);
@@ -134,6 +157,11 @@ typedef struct {
     uint64_t retries;        /* failed steps redone by the context (hm_tiered_count_retry) */
     uint64_t ahead_experts;  /* experts of a next layer copied ahead (runtime/tiered_fetch.c) */
     uint64_t ahead_used;     /* of those, experts the GPU then ran */
+    uint64_t hot_hits, hot_misses; /* selections of mixed layers served hot / cold */
+    uint64_t hot_admitted;   /* admissions decided (lru, lfru) */
+    uint64_t hot_updates;    /* updates run */
+    uint64_t hot_exchanged;  /* exchanges handed to the engine (admissions and updates) */
+    uint64_t hot_refused;    /* exchanges the engine refused (taken back) */
 } hm_tiered_stats;
 void hm_tiered_get_stats(hm_tiered *t, hm_tiered_stats *s);
 /* Counts a failed step that the caller redoes after hm_tiered_reset (runtime/context.c). */

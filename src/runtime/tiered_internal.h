@@ -59,7 +59,20 @@ struct hm_tiered {
     bool ahead_on;               /* HOTMOE_FETCH_AHEAD=0 turns it off (A/B measurement) */
     atomic_ullong fetch_requests, gpu_experts, cpu_experts, fetched_bytes, copy_wait_ns;
     atomic_ullong copies, copy_fallbacks, retries, ahead_experts, ahead_used;
+    /* the hot cache's controller (tiered_hot.c), or NULL */
+    struct tiered_hot *hot;
+    atomic_ullong hot_updates, hot_exchanged, hot_refused;
 };
+
+typedef struct tiered_hot tiered_hot;
+
+void tiered_nap(long ns);
+/* The hot cache's controller: a request's selections counted before the answer, the exchanges
+ * handed over after it; its counters; freed with the object (the worker stopped). */
+void tiered_hot_observe(hm_tiered *t, int L, const cuda_handoff_msg *m);
+void tiered_hot_after(hm_tiered *t);
+void tiered_hot_counts(const hm_tiered *t, uint64_t *hits, uint64_t *misses, uint64_t *admitted);
+void tiered_hot_free(hm_tiered *t);
 
 int64_t tiered_now_ns(void);
 

@@ -1,0 +1,206 @@
+/* tiered_hot.c - the hot cache's controller on the CPU side (tiered.h: hm_tiered_set_hot): the
+ * worker sees every selection of the mixed layers (the GPU posts the hot ones as -2 - id,
+ * cuda/cuda_handoff.h), so it drives online admission and the periodic updates without a host
+ * synchronisation or a device read.
+ *
+ * DESIGN: before answering a request the worker counts its selections (tiered_hot_observe): the
+ * admission state (moe/hot_admit.h) and the update window (hits and cold hits per expert, calls
+ * per layer, tokens at the first served layer). A request of a new step first ends the previous
+ * step: the admissions it decides are queued. After answering (tiered_hot_after), the queued
+ * exchanges are handed to the engine (the exchange callback: cuda_engine_hot_exchange in a
+ * context) — the GPU is already on its next layer by then — then completed copies are published
+ * (the poll callback), and when the window holds update_interval tokens the updater
+ * (moe/hot_update.h) scores the window with the weighting (moe/hot_weight.h) and queues its
+ * exchanges the same way, logging the seed's statistics line. An exchange the engine refuses (its
+ * victim's copy still pending, say) is taken back in the controller's map and counted. Only the
+ * worker calls the callbacks, one at a time.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "moe/hot_update.h"
+#include "moe/hot_weight.h"
+#include "moe/learn_file.h"
+#include "runtime/tiered_internal.h"
+
+#define HOT_QUEUE 256 /* exchanges decided, not yet handed to the engine */
+
+struct tiered_hot {
+    hm_tiered_hot_cfg c;
+    hot_admit *adm;
+    hm_tiered_exchange_fn ex;
+    hm_tiered_poll_fn poll;
+    void *user;
+    int n_layer, n_expert, first_layer;
+    uint32_t seq;
+    bool have_seq;
+    uint64_t *win_hits, *win_cold; /* [n_layer][n_expert] */
+    uint64_t *win_calls;           /* [n_layer] */
+    uint64_t win_tokens;
+    int32_t *dec;                  /* [n_tok_max * n_used] decoded ids */
+    hot_exchange q[HOT_QUEUE];
+    int n_q;
+    /* the update's scratch */
+    double *score, *layer_w;
+    moe_learn_layer *ly;
+    uint64_t *hot_w;               /* [n_layer][n_expert] window hits served hot */
+};
+
+static void hot_free(tiered_hot *h) {
+    if (!h) return;
+    hot_admit_free(h->adm);
+    free(h->win_hits);
+    free(h->win_cold);
+    free(h->win_calls);
+    free(h->dec);
+    free(h->score);
+    free(h->layer_w);
+    free(h->ly);
+    free(h->hot_w);
+    free(h);
+}
+
+void tiered_hot_free(hm_tiered *t) {
+    hot_free(t->hot);
+    t->hot = NULL;
+}
+
+hm_status hm_tiered_set_hot(hm_tiered *t, const hm_tiered_hot_cfg *c, const uint8_t *hot,
+                            hm_tiered_exchange_fn ex, hm_tiered_poll_fn poll, void *user,
+                            hm_error *err) {
+    if (!t || !c || !hot || !ex || !poll)
+        return hm_error_set(err, HM_ERR_ARG, "hot cache controller: missing arguments");
+    if (!(c->update_rate >= 0 && c->update_rate <= 1) || c->update_interval < 1)
+        return hm_error_set(err, HM_ERR_ARG, "--moe-hot-cache-update-rate %g must be in [0, 1] "
+                            "and --moe-hot-cache-update-interval %lld >= 1", c->update_rate,
+                            (long long)c->update_interval);
+    const int NL = t->v.n_layer, NE = (int)t->v.n_expert;
+    const size_t n = (size_t)NL * (size_t)NE;
+    tiered_hot *h = calloc(1, sizeof(*h));
+    hm_status st = h ? HM_OK : hm_error_set(err, HM_ERR_NOMEM, "out of memory (hot cache)");
+    hot_admit_cfg ac = {.policy = c->policy, .max_per_step = c->admit_per_step,
+                        .decay = c->decay};
+    if (st == HM_OK) st = hot_admit_init(NL, NE, hot, &ac, &h->adm, err);
+    if (st == HM_OK) {
+        h->win_hits = calloc(n, sizeof(*h->win_hits));
+        h->win_cold = calloc(n, sizeof(*h->win_cold));
+        h->hot_w = calloc(n, sizeof(*h->hot_w));
+        h->win_calls = calloc((size_t)NL, sizeof(*h->win_calls));
+        h->dec = malloc(sizeof(*h->dec) * (size_t)t->v.n_tok_max * (size_t)t->v.n_used);
+        h->score = malloc(sizeof(*h->score) * n);
+        h->layer_w = malloc(sizeof(*h->layer_w) * (size_t)NL);
+        h->ly = calloc((size_t)NL, sizeof(*h->ly));
+        if (!h->win_hits || !h->win_cold || !h->hot_w || !h->win_calls || !h->dec ||
+            !h->score || !h->layer_w || !h->ly)
+            st = hm_error_set(err, HM_ERR_NOMEM, "out of memory (hot cache)");
+    }
+    if (st != HM_OK) {
+        hot_free(h);
+        return st;
+    }
+    h->c = *c;
+    h->ex = ex;
+    h->poll = poll;
+    h->user = user;
+    h->n_layer = NL;
+    h->n_expert = NE;
+    h->first_layer = t->host_layers[0];
+    atomic_store(&t->pause_req, 1); /* the worker's fields: ours while it is paused */
+    while (t->started && !atomic_load(&t->paused)) tiered_nap(50000);
+    hot_free(t->hot);
+    t->hot = h;
+    atomic_store(&t->pause_req, 0);
+    return HM_OK;
+}
+
+void tiered_hot_observe(hm_tiered *t, int L, const cuda_handoff_msg *m) {
+    tiered_hot *h = t->hot;
+    if (!h) return;
+    if (h->have_seq && m->seq != h->seq && h->c.policy != HOT_POLICY_STATIC)
+        h->n_q += hot_admit_step(h->adm, h->q + h->n_q, HOT_QUEUE - h->n_q);
+    h->seq = m->seq;
+    h->have_seq = true;
+    const int n = (int)m->n_tok * t->v.n_used, NE = h->n_expert;
+    const size_t row = (size_t)L * (size_t)NE;
+    for (int i = 0; i < n; i++) {
+        const int32_t id = t->v.ids[i];
+        const int32_t e = id <= -2 ? -2 - id : id;
+        h->dec[i] = e;
+        if (e < 0 || e >= NE) continue;
+        h->win_hits[row + (size_t)e]++;
+        if (id >= 0) h->win_cold[row + (size_t)e]++;
+    }
+    hot_admit_observe(h->adm, L, h->dec, n);
+    h->win_calls[L]++;
+    if (L == h->first_layer) h->win_tokens += m->n_tok;
+}
+
+/* The window as a perf observation, scored, then the updater's exchanges queued. */
+static void update(hm_tiered *t, tiered_hot *h) {
+    const int NL = h->n_layer, NE = h->n_expert;
+    uint64_t hot_hits = 0, cold_hits = 0;
+    for (int il = 0; il < NL; il++) {
+        const size_t row = (size_t)il * (size_t)NE;
+        for (int e = 0; e < NE; e++) {
+            h->hot_w[row + e] = h->win_hits[row + e] - h->win_cold[row + e];
+            hot_hits += h->hot_w[row + e];
+            cold_hits += h->win_cold[row + e];
+        }
+        h->ly[il] = (moe_learn_layer){.calls = h->win_calls[il], .tokens = h->win_tokens,
+                                      .experts = h->win_hits + row, .has_branch_counts = true,
+                                      .hot_experts = h->hot_w + row,
+                                      .cold_experts = h->win_cold + row};
+    }
+    const moe_learn l = {.n_layer = NL, .n_expert = NE, .n_expert_used = t->v.n_used,
+                         .layers = h->ly};
+    hm_error e;
+    hot_update_stats s;
+    int n = 0;
+    if (hot_weight_score(&l, &h->c.weight, h->score, h->layer_w, NULL, &e) == HM_OK &&
+        hot_update_plan(NL, NE, hot_admit_map(h->adm), h->score, hot_hits, cold_hits,
+                        h->c.update_rate, h->q + h->n_q, &n, &s, &e) == HM_OK) {
+        if (h->n_q + n > HOT_QUEUE) n = HOT_QUEUE - h->n_q;
+        for (int i = 0; i < n; i++) {
+            const hot_exchange *x = &h->q[h->n_q + i];
+            hot_admit_apply(h->adm, x->layer, x->out, x->in);
+        }
+        h->n_q += n;
+        char line[320];
+        hot_update_format(&s, line, sizeof(line));
+        HM_LOGI("%s", line);
+        atomic_fetch_add(&t->hot_updates, 1);
+    } else {
+        HM_LOGW("hot cache update: %s", e.msg);
+    }
+    memset(h->win_hits, 0, sizeof(*h->win_hits) * (size_t)NL * (size_t)NE);
+    memset(h->win_cold, 0, sizeof(*h->win_cold) * (size_t)NL * (size_t)NE);
+    memset(h->win_calls, 0, sizeof(*h->win_calls) * (size_t)NL);
+    h->win_tokens = 0;
+}
+
+void tiered_hot_after(hm_tiered *t) {
+    tiered_hot *h = t->hot;
+    if (!h) return;
+    if (h->c.update_rate > 0 && h->win_tokens >= (uint64_t)h->c.update_interval) update(t, h);
+    for (int i = 0; i < h->n_q; i++) {
+        const hot_exchange *x = &h->q[i];
+        hm_error e;
+        if (h->ex(h->user, x->layer, x->out, x->in, &e) == HM_OK) {
+            atomic_fetch_add(&t->hot_exchanged, 1);
+        } else { /* taken back: the engine keeps its slots as they are */
+            hot_admit_apply(h->adm, x->layer, x->in, x->out);
+            atomic_fetch_add(&t->hot_refused, 1);
+            HM_LOGD("hot cache: exchange in layer %d (%d -> %d) refused: %s", x->layer, x->out,
+                    x->in, e.msg);
+        }
+    }
+    h->n_q = 0;
+    hm_error e;
+    if (h->poll(h->user, &e) < 0) HM_LOGW("hot cache: %s", e.msg);
+}
+
+void tiered_hot_counts(const hm_tiered *t, uint64_t *hits, uint64_t *misses, uint64_t *admitted) {
+    *hits = *misses = *admitted = 0;
+    if (t->hot) hot_admit_counts(t->hot->adm, hits, misses, admitted);
+}
