@@ -228,6 +228,7 @@ static hm_status recapture(cuda_decode *d, hm_error *err) {
 extern "C" hm_status cuda_decode_launch(cuda_decode *d, hm_error *err) {
     hm_status st0 = cuda_handoff_ready(d->e, err); /* a tiered engine's CPU side serving */
     if (st0 != HM_OK) return st0;
+    cuda_hot_service(d->e); /* the hot cache's exchanges asked for: between steps */
     if (d->count_epoch != d->e->count_epoch || !d->exec) {
         hm_status st = recapture(d, err);
         if (st != HM_OK) return st;

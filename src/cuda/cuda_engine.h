@@ -158,5 +158,12 @@ hm_status cuda_engine_hot_exchange(cuda_engine *e, int il, int out, int in, hm_e
 int cuda_engine_hot_poll(cuda_engine *e, hm_error *err);
 /* Expert x's device slot in layer il as the host table has it (-1: none). */
 int cuda_engine_slot(const cuda_engine *e, int il, int x);
+/* From another thread (one producer: the CPU side's worker): asks for an exchange, which the
+ * engine's own thread applies before its next step (cuda_engine_decode, cuda_decode_launch:
+ * every CUDA call on the engine's stream stays on that thread, none while a graph is being
+ * captured). HM_ERR_STATE when CUDA_HOT_PENDING requests wait already; HM_ERR_UNSUPPORTED for
+ * an engine without mixed layers. Refusals at application are counted (applied, refused). */
+hm_status cuda_engine_hot_request(cuda_engine *e, int il, int out, int in, hm_error *err);
+void cuda_engine_hot_counts(const cuda_engine *e, uint64_t *applied, uint64_t *refused);
 
 #endif

@@ -550,6 +550,7 @@ extern "C" hm_status cuda_engine_init(const hm_model *m, const cuda_engine_param
     if (st != HM_OK) goto fail;
     st = rope_table_upload(e, err);
     if (st == HM_OK) st = cuda_handoff_init(e, err);
+    if (st == HM_OK) st = cuda_hot_init(e, err);
     if (st != HM_OK) goto fail;
     {
         int w = snprintf(e->info, sizeof(e->info), "%s (device %d): %.0f MiB weights (uploaded in "
@@ -725,6 +726,7 @@ static hm_status decode_input(cuda_engine *e, const int32_t *tokens, const float
     for (int done = 0; done < n_tok && st == HM_OK;) {
         int n = n_tok - done < e->p.n_ubatch ? n_tok - done : e->p.n_ubatch;
         bool last = done + n == n_tok;
+        cuda_hot_service(e); /* the hot cache's exchanges asked for: between steps */
         /* h_tokens / h_rows are reused: wait for the previous ubatch's upload to have run */
         if (done > 0) st = cuda_engine_sync(e, err);
         if (st == HM_OK && done > 0) st = cuda_engine_handoff_check(e, err);

@@ -149,6 +149,7 @@ struct cuda_engine {
     void *hot_stream;
     struct cuda_hot_pending *hot_pending; /* [CUDA_HOT_PENDING] */
     int n_hot_pending;
+    struct cuda_hot_queue *hot_q; /* requests from another thread (cuda_engine_hot_request) */
 
     /* prompt ubatches' fetched experts at host layers (cuda_fetch.h, cuda_fetch.cu) */
     void *fetch_buf[2];         /* device staging buffers (the copy lane's; not owned) */
@@ -158,6 +159,11 @@ struct cuda_engine {
 
 /* Frees the exchanges' stream and events (cuda_hot.cu); the engine's stream idle. */
 void cuda_hot_free(cuda_engine *e);
+/* The queue of requested exchanges, allocated when the engine has mixed layers. */
+hm_status cuda_hot_init(cuda_engine *e, hm_error *err);
+/* The engine's own thread, between steps (cuda_engine_decode, cuda_decode_launch): applies the
+ * requested exchanges and publishes completed copies. */
+void cuda_hot_service(cuda_engine *e);
 
 /* Embedding + every layer for d_tokens[0..n_tok) (device memory) at positions *d_pos + t;
  * K/V stored into the cache; leaves the final residual in e->x [n_tok][n_embd]. Does not move

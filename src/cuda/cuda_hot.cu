@@ -11,6 +11,9 @@
  * steps again) and updates the host table. Meanwhile both experts are cold: the CPU side
  * computes whichever of them a step selects (the post kernel asks for every slot whose table
  * entry is -1). No allocation, no shape change, no host wait.
+ * Another thread (the CPU side's controller) asks through a single-producer queue; the engine's
+ * own thread drains it before each step (cuda_hot_service), so every call on the engine's stream
+ * stays on one thread and none lands inside a graph capture.
  */
 #include <cuda_runtime.h>
 #include <stdlib.h>
@@ -20,12 +23,23 @@
 
 extern "C" {
 #include "cuda/cuda_engine_internal.h"
+#include "base/log.h"
 #include "quant/qtypes.h"
 }
+
+typedef struct cuda_hot_queue cuda_hot_queue;
 
 struct cuda_hot_pending {
     int layer, in, slot;
     cudaEvent_t copied;
+};
+
+/* Single producer (the worker), single consumer (the engine's thread): head written by the
+ * producer, tail by the consumer. */
+struct cuda_hot_queue {
+    int32_t req[CUDA_HOT_PENDING][3]; /* layer, out, in */
+    unsigned head, tail;
+    unsigned long long applied, refused;
 };
 
 static hm_status hot_fail(hm_error *err, cudaError_t ce, const char *what) {
@@ -170,7 +184,59 @@ void cuda_hot_free(cuda_engine *e) {
     for (int i = 0; i < e->n_hot_pending; i++) cudaEventDestroy(e->hot_pending[i].copied);
     if (e->hot_stream) cudaStreamDestroy((cudaStream_t)e->hot_stream);
     free(e->hot_pending);
+    free(e->hot_q);
+    e->hot_q = NULL;
     e->hot_pending = NULL;
     e->hot_stream = NULL;
     e->n_hot_pending = 0;
+}
+
+hm_status cuda_hot_init(cuda_engine *e, hm_error *err) {
+    bool mixed = false;
+    for (int il = 0; il < e->hp.n_layer; il++) mixed = mixed || e->layers[il].mixed;
+    if (!mixed || e->hot_q) return HM_OK;
+    e->hot_q = (cuda_hot_queue *)calloc(1, sizeof(cuda_hot_queue));
+    return e->hot_q ? HM_OK : hm_error_set(err, HM_ERR_NOMEM, "out of memory (hot cache)");
+}
+
+extern "C" hm_status cuda_engine_hot_request(cuda_engine *e, int il, int out, int in,
+                                             hm_error *err) {
+    cuda_hot_queue *q = e ? e->hot_q : NULL;
+    if (!q) return hm_error_set(err, HM_ERR_UNSUPPORTED, "hot cache exchange: no mixed layer");
+    const unsigned h = __atomic_load_n(&q->head, __ATOMIC_RELAXED);
+    if (h - __atomic_load_n(&q->tail, __ATOMIC_ACQUIRE) >= CUDA_HOT_PENDING)
+        return hm_error_set(err, HM_ERR_STATE, "hot cache exchange: %d requests wait already",
+                            CUDA_HOT_PENDING);
+    int32_t *r = q->req[h % CUDA_HOT_PENDING];
+    r[0] = il, r[1] = out, r[2] = in;
+    __atomic_store_n(&q->head, h + 1, __ATOMIC_RELEASE);
+    return HM_OK;
+}
+
+void cuda_hot_service(cuda_engine *e) {
+    cuda_hot_queue *q = e->hot_q;
+    if (!q) return;
+    const unsigned h = __atomic_load_n(&q->head, __ATOMIC_ACQUIRE);
+    unsigned t = q->tail;
+    for (; t != h; t++) {
+        const int32_t *r = q->req[t % CUDA_HOT_PENDING];
+        hm_error err;
+        if (cuda_engine_hot_exchange(e, r[0], r[1], r[2], &err) == HM_OK) {
+            q->applied++;
+        } else {
+            q->refused++;
+            HM_LOGD("%s", err.msg);
+        }
+    }
+    __atomic_store_n(&q->tail, t, __ATOMIC_RELEASE);
+    if (e->n_hot_pending > 0) {
+        hm_error err;
+        if (cuda_engine_hot_poll(e, &err) < 0) HM_LOGW("%s", err.msg);
+    }
+}
+
+extern "C" void cuda_engine_hot_counts(const cuda_engine *e, uint64_t *applied,
+                                       uint64_t *refused) {
+    *applied = e && e->hot_q ? e->hot_q->applied : 0;
+    *refused = e && e->hot_q ? e->hot_q->refused : 0;
 }

@@ -217,6 +217,14 @@ int cuda_engine_hot_poll(cuda_engine *e, hm_error *err) { return 0; }
 
 int cuda_engine_slot(const cuda_engine *e, int il, int x) { return -1; }
 
+hm_status cuda_engine_hot_request(cuda_engine *e, int il, int out, int in, hm_error *err) {
+    return hm_error_set(err, HM_ERR_UNSUPPORTED, "built without CUDA");
+}
+
+void cuda_engine_hot_counts(const cuda_engine *e, uint64_t *applied, uint64_t *refused) {
+    *applied = *refused = 0;
+}
+
 hm_status cuda_engine_experts(cuda_engine *e, int il, int n_tok, const float *x,
                               const int32_t *ids, float *y, hm_error *err) {
     return hm_error_set(err, HM_ERR_UNSUPPORTED, "built without CUDA");

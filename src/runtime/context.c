@@ -327,12 +327,15 @@ static hm_status fetch_open(hm_context *c, hm_error *err) {
  * residency map, whose host-only layers the engine hands to the CPU side, runtime/tiered.h);
  * split > 0: from that layer on (the CPU engine runs the ones before, c->split); when it cannot
  * start, the CPU (logged) unless gpu_strict. */
+/* The controller runs on the CPU side's worker: it asks, the engine's thread applies between
+ * steps (and publishes completed copies there too). */
 static hm_status engine_hot_exchange(void *user, int il, int out, int in, hm_error *err) {
-    return cuda_engine_hot_exchange((cuda_engine *)user, il, out, in, err);
+    return cuda_engine_hot_request((cuda_engine *)user, il, out, in, err);
 }
 
 static int engine_hot_poll(void *user, hm_error *err) {
-    return cuda_engine_hot_poll((cuda_engine *)user, err);
+    (void)user, (void)err;
+    return 0;
 }
 
 /* The hot cache's controller on the CPU side when a hot cache was built and a policy or an

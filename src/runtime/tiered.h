@@ -119,8 +119,8 @@ hm_status hm_tiered_set_offload(hm_tiered *t, const hm_tiered_offload *o, hm_err
  * selection (hot ones posted as -2 - id) and drives online admission (policy lru or lfru, at
  * most admit_per_step per layer per step) and, every update_interval tokens, the updater
  * (update_rate of the hot slots at most; 0: none), handing each exchange to ex (in a context:
- * cuda_engine_hot_exchange) after answering a request and calling poll (cuda_engine_hot_poll)
- * then. hot [n_layer][n_expert]: the cache as the engine holds it. Only the worker calls ex and
+ * cuda_engine_hot_request, applied by the engine's thread between steps) after answering a
+ * request and calling poll then. hot [n_layer][n_expert]: the cache as the engine holds it. Only the worker calls ex and
  * poll. HM_ERR_ARG for a rate outside [0, 1] or an interval < 1. */
 typedef struct {
     hot_policy policy;       /* --moe-hot-cache-policy (static) */

@@ -7,13 +7,16 @@
  * admission state (moe/hot_admit.h) and the update window (hits and cold hits per expert, calls
  * per layer, tokens at the first served layer). A request of a new step first ends the previous
  * step: the admissions it decides are queued. After answering (tiered_hot_after), the queued
- * exchanges are handed to the engine (the exchange callback: cuda_engine_hot_exchange in a
- * context) — the GPU is already on its next layer by then — then completed copies are published
- * (the poll callback), and when the window holds update_interval tokens the updater
+ * exchanges are handed to the engine (the exchange callback: in a context
+ * cuda_engine_hot_request, which the engine's own thread applies before its next step, and
+ * publishes the completed copies of there) — the GPU is already on its next layer by then — the
+ * poll callback is called, and when the window holds update_interval tokens the updater
  * (moe/hot_update.h) scores the window with the weighting (moe/hot_weight.h) and queues its
- * exchanges the same way, logging the seed's statistics line. An exchange the engine refuses (its
- * victim's copy still pending, say) is taken back in the controller's map and counted. Only the
- * worker calls the callbacks, one at a time.
+ * exchanges the same way, logging the seed's statistics line. An exchange the callback refuses
+ * (a full queue) is taken back in the controller's map and counted; one the engine refuses when
+ * it applies it (its victim's copy still pending, say) is counted there
+ * (cuda_engine_hot_counts), the controller's map then differing from the engine's until the
+ * experts concerned are exchanged again. Only the worker calls the callbacks.
  */
 #include <stdlib.h>
 #include <string.h>
