@@ -91,6 +91,12 @@ static const common_spec k_common[] = {
      "better-scored experts, in [0, 1] (default: 0, no updates)"},
     {"--moe-hot-cache-update-interval", NULL, CLI_ARGS_CONTEXT, CLI_ARG_INT,
      OFF(moe_hot_cache_update_interval), "N", "tokens between updates (default: 256)"},
+    {"--moe-layer-perf", NULL, CLI_ARGS_CONTEXT, CLI_ARG_STR, OFF(moe_layer_perf), "MODE",
+     "live MoE layer counters of the layers the CPU serves: off, update (what the updates "
+     "need), full (default: off)"},
+    {"--moe-layer-perf-out", NULL, CLI_ARGS_CONTEXT, CLI_ARG_STR, OFF(moe_layer_perf_out),
+     "FILE", "write the full counters at exit in the learn schema (a perf file for "
+     "--moe-hot-cache; implies --moe-layer-perf full)"},
     {"-mg", "--main-gpu", CLI_ARGS_CONTEXT, CLI_ARG_INT, OFF(main_gpu), "INDEX",
      "CUDA device for the model (default: 0)"},
     {"--gpu-strict", NULL, CLI_ARGS_CONTEXT, CLI_ARG_BOOL, OFF(gpu_strict), NULL,
@@ -145,6 +151,7 @@ void cli_args_defaults(cli_common_args *a) {
     a->moe_hot_cache_policy = "static";
     a->moe_hot_cache_update_rate = 0.0f;
     a->moe_hot_cache_update_interval = 256;
+    a->moe_layer_perf = "off";
 }
 
 int cli_args_default_threads(void) {
@@ -235,6 +242,12 @@ static const char *check_ranges(const cli_common_args *a, unsigned groups, char 
             return "--moe-hot-cache-update-rate must be in [0, 1]";
         if (a->moe_hot_cache_update_interval < 1)
             return "--moe-hot-cache-update-interval must be >= 1";
+        if (strcmp(a->moe_layer_perf, "off") && strcmp(a->moe_layer_perf, "update") &&
+            strcmp(a->moe_layer_perf, "full")) {
+            snprintf(buf, cap, "--moe-layer-perf: unknown mode '%.40s' (known: off, update, "
+                     "full)", a->moe_layer_perf);
+            return buf;
+        }
         hot_policy pol;
         if (hot_policy_parse(a->moe_hot_cache_policy, &pol, NULL) != HM_OK) {
             snprintf(buf, cap, "--moe-hot-cache-policy: unknown policy '%.40s' (known: "

@@ -90,6 +90,8 @@ typedef struct {
     const char *moe_hot_cache_policy;   /* --moe-hot-cache-policy ("static") */
     float moe_hot_cache_update_rate;    /* --moe-hot-cache-update-rate (0) */
     int moe_hot_cache_update_interval;  /* --moe-hot-cache-update-interval (256) */
+    const char *moe_layer_perf;         /* --moe-layer-perf off|update|full ("off") */
+    const char *moe_layer_perf_out;     /* --moe-layer-perf-out FILE (implies full), or NULL */
 } cli_common_args;
 
 #define CLI_SEED_RANDOM 0xFFFFFFFFull

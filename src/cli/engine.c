@@ -59,6 +59,13 @@ static void print_model_error(const char *cmd, const char *path, const hm_error 
 }
 
 void cli_engine_close(cli_engine *e) {
+    if (e->ctx && e->perf_out) {
+        hm_error err = {0};
+        if (hm_context_perf_write(e->ctx, e->perf_out, &err) != HM_OK)
+            fprintf(stderr, "hotmoe %s: --moe-layer-perf-out: %s\n", e->cmd, err.msg);
+        else
+            fprintf(stderr, "hotmoe %s: layer perf -> %s\n", e->cmd, e->perf_out);
+    }
     hm_gen_free(e->gen);
     hm_context_free(e->ctx);
     tok_vocab_free(e->vocab);
@@ -117,6 +124,11 @@ int cli_engine_open(cli_engine *e, const char *cmd, const cli_common_args *a, un
     hot_policy_parse(a->moe_hot_cache_policy, &cp.moe_hot_cache_policy, &we);
     cp.moe_hot_cache_update_rate = a->moe_hot_cache_update_rate;
     cp.moe_hot_cache_update_interval = a->moe_hot_cache_update_interval;
+    cp.moe_layer_perf = a->moe_layer_perf_out || !strcmp(a->moe_layer_perf, "full")
+                            ? HM_LAYER_PERF_FULL
+                        : !strcmp(a->moe_layer_perf, "update") ? HM_LAYER_PERF_UPDATE
+                                                               : HM_LAYER_PERF_OFF;
+    e->perf_out = a->moe_layer_perf_out;
     bool oom = false;
     char *ot = cli_args_overrides(a, &oom); /* the context keeps its own copy */
     if (oom) {

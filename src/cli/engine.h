@@ -29,6 +29,7 @@ typedef struct {
     int n_batch;
     int n_threads;
     uint64_t seed;      /* the seed used (random when -s was not given) */
+    const char *perf_out; /* --moe-layer-perf-out: written by cli_engine_close */
 } cli_engine;
 
 /* CLI_ENGINE_SAMPLER: a generator with the sampling flags; CLI_ENGINE_AUDIT: it records token

@@ -385,6 +385,8 @@ static hm_status gpu_open(hm_context *c, const hm_residency *res, int split, hm_
         st = hm_tiered_init(c->m, c->gpu, &tp, &c->tiered, &e2);
         if (st == HM_OK) st = fetch_open(c, &e2);
         if (st == HM_OK) st = hot_control_open(c, &e2);
+        if (st == HM_OK && c->p.moe_layer_perf == HM_LAYER_PERF_FULL)
+            st = hm_tiered_perf_enable(c->tiered, &e2);
         if (st != HM_OK) {
             hm_tiered_free(c->tiered);
             c->tiered = NULL;
@@ -576,6 +578,14 @@ int hm_context_n_threads(const hm_context *c) {
 struct cuda_engine *hm_context_gpu(const hm_context *c) { return c->gpu; }
 
 struct hm_tiered *hm_context_tiered(const hm_context *c) { return c->tiered; }
+
+hm_status hm_context_perf_write(hm_context *c, const char *path, hm_error *err) {
+    if (!c->tiered)
+        return hm_error_set(err, HM_ERR_STATE, "layer perf: counts the layers whose experts the "
+                            "CPU side serves (a tiered placement on a GPU): none here");
+    const hm_arch_desc *d = hm_model_arch(c->m);
+    return hm_tiered_perf_write(c->tiered, path, d ? d->name : NULL, NULL, err);
+}
 const char *hm_context_placement_report(const hm_context *c) { return c->report; }
 int hm_context_split_layer(const hm_context *c) { return c->split; }
 moe_exec *hm_context_exec(hm_context *c) { return c->cpu ? cpu_engine_exec(c->cpu) : NULL; }

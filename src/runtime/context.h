@@ -55,6 +55,8 @@
 
 typedef struct hm_context hm_context;
 
+typedef enum { HM_LAYER_PERF_OFF = 0, HM_LAYER_PERF_UPDATE, HM_LAYER_PERF_FULL } hm_layer_perf;
+
 typedef struct {
     int n_ctx;        /* KV positions (-c); 0 = min(n_ctx_train, 4096) */
     int n_batch;      /* -b: largest n_tok one hm_decode call accepts (default 2048) */
@@ -90,6 +92,9 @@ typedef struct {
     double moe_hot_cache_update_rate;    /* --moe-hot-cache-update-rate: share of hot slots an
                                             update may exchange, [0, 1] (0: none, default) */
     int64_t moe_hot_cache_update_interval; /* tokens between updates (default 256) */
+    hm_layer_perf moe_layer_perf; /* --moe-layer-perf: off (default), update (only what the
+                                     updater needs), full (per-layer counters for
+                                     hm_context_perf_write) */
 } hm_context_params;
 
 hm_context_params hm_context_default_params(void);
@@ -147,6 +152,11 @@ struct cuda_engine *hm_context_gpu(const hm_context *ctx);
  * hooks of its failure paths), or NULL. Owned by the context. */
 struct hm_tiered;
 struct hm_tiered *hm_context_tiered(const hm_context *ctx);
+
+/* Writes the live layer perf counters (--moe-layer-perf full: the layers the CPU side of a
+ * tiered context serves; runtime/tiered.h) to path in the learn schema. HM_ERR_STATE when the
+ * context has no such layers or the counters are off. */
+hm_status hm_context_perf_write(hm_context *ctx, const char *path, hm_error *err);
 
 /* A split context (a partial -ngl running): the first layer on the GPU (the CPU runs the ones
  * before it; n_layer: the GPU runs the output layer alone); 0 for any other context. */

@@ -115,7 +115,10 @@ static void serve(hm_tiered *t, int j) {
         st = hm_error_set(&e, HM_ERR_STATE, "test hook: request %llu (layer %d step %u) fails",
                           (unsigned long long)t->served, L, r);
     }
-    if (st == HM_OK) tiered_hot_observe(t, L, &m); /* before the answer: the ids stay put */
+    if (st == HM_OK) { /* before the answer: the ids stay put until then */
+        tiered_hot_observe(t, L, &m);
+        tiered_perf_observe(t, L, &m);
+    }
     if (st == HM_OK) {
         const int64_t t0 = tiered_now_ns();
         if (m.fetch) {
@@ -126,7 +129,9 @@ static void serve(hm_tiered *t, int j) {
             bool summed = false;
             st = moe_exec_run(t->exec, &job, NULL, &summed, &e);
         }
-        atomic_fetch_add(&t->busy_ns, (unsigned long long)(tiered_now_ns() - t0));
+        const int64_t dt = tiered_now_ns() - t0;
+        atomic_fetch_add(&t->busy_ns, (unsigned long long)dt);
+        tiered_perf_time(t, L, dt);
     }
     if (st != HM_OK) {
         record(t, &e, true);
@@ -335,6 +340,7 @@ void hm_tiered_free(hm_tiered *t) {
     }
     if (t->attached) cuda_engine_handoff_attach(t->gpu, false, NULL);
     tiered_hot_free(t);
+    tiered_perf_free(t);
     moe_exec_free(t->exec);
     tiered_fetch_release(t);
     if (t->own_pool) tp_free(t->pool);

@@ -136,6 +136,15 @@ hm_status hm_tiered_set_hot(hm_tiered *t, const hm_tiered_hot_cfg *c, const uint
                             hm_tiered_exchange_fn ex, hm_tiered_poll_fn poll, void *user,
                             hm_error *err);
 
+/* The live layer perf counters (seed 001's --moe-layer-perf full; runtime/tiered_perf.c): per
+ * layer the CPU side serves, calls, tokens, each expert's selections split hot (its cache slot
+ * on the GPU) and cold (the CPU's, computed or fetched), and the CPU's time on the layer's
+ * requests. hm_tiered_perf_write writes them in the learn schema (docs/LEARN.md: moe_time_us is
+ * that CPU time), which --moe-hot-cache and `hotmoe plan` read. Call it between steps. */
+hm_status hm_tiered_perf_enable(hm_tiered *t, hm_error *err);
+hm_status hm_tiered_perf_write(hm_tiered *t, const char *path, const char *arch,
+                               const char *name, hm_error *err);
+
 /* The pool the worker computes with: others may run jobs on it only before the first step
  * (the calibration at init: runtime/calibrate.h, whose CPU figures must be this pool's). */
 tp_pool *hm_tiered_pool(hm_tiered *t);

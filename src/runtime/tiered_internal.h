@@ -61,10 +61,18 @@ struct hm_tiered {
     atomic_ullong copies, copy_fallbacks, retries, ahead_experts, ahead_used;
     /* the hot cache's controller (tiered_hot.c), or NULL */
     struct tiered_hot *hot;
+    /* the live layer perf counters (tiered_perf.c), or NULL (off) */
+    struct tiered_perf *perf;
     atomic_ullong hot_updates, hot_exchanged, hot_refused;
 };
 
 typedef struct tiered_hot tiered_hot;
+typedef struct tiered_perf tiered_perf;
+
+/* The layer perf counters: a request counted before the answer, its CPU time after computing. */
+void tiered_perf_observe(hm_tiered *t, int L, const cuda_handoff_msg *m);
+void tiered_perf_time(hm_tiered *t, int L, int64_t ns);
+void tiered_perf_free(hm_tiered *t);
 
 void tiered_nap(long ns);
 /* The hot cache's controller: a request's selections counted before the answer, the exchanges

@@ -18,7 +18,8 @@
  *  - views that do not fit the model are refused (HM_ERR_ARG);
  *  - the hot cache's controller (mixed layers: hot slots posted as -2 - id): lru admissions,
  *    at most one per layer per step, and updates by the window's scores, handed to the exchange
- *    callback; the answers stay the CPU lane's; the counters add up.
+ *    callback; the answers stay the CPU lane's; the counters add up; the layer perf file
+ *    (hm_tiered_perf_write) reads back through the learn file's reader with the posted split.
  */
 #include <sched.h>
 #include <stdbool.h>
@@ -31,6 +32,7 @@
 
 #include "../forge/forge_test_util.h"
 #include "harness.h"
+#include "moe/learn_file.h"
 #include "moe/moe_exec.h"
 #include "runtime/tiered.h"
 
@@ -460,6 +462,8 @@ static void test_hot_controller(void) {
                                 .weight = hot_weight_default()};
         lg->n = 0;
         HM_REQUIRE(hm_tiered_set_hot(t, &hc, hot, log_exchange, no_pending, lg, &err) == HM_OK);
+        HM_REQUIRE(hm_tiered_perf_enable(t, &err) == HM_OK);
+        uint64_t posted_hot = 0, posted_cold = 0;
         hc.update_rate = 1.5;
         HM_CHECK(hm_tiered_set_hot(t, &hc, hot, log_exchange, no_pending, lg, &err) ==
                  HM_ERR_ARG);
@@ -469,12 +473,42 @@ static void test_hot_controller(void) {
             for (int j = 0; j < g.v.n_host && ok; j++) {
                 const int L = g.v.host_layers[j];
                 post_mixed(&g, hot, L, step, 1);
+                for (int i = 0; i < K; i++) {
+                    posted_hot += g.v.ids[i] <= -2;
+                    posted_cold += g.v.ids[i] >= 0;
+                }
                 ok = wait_answer(&g, L, step, 30.0) == 1 && answer_ok(&g, L, 1);
                 sel += (uint64_t)K;
             }
         HM_CHECK_MSG(ok, "%s: a request went unanswered or wrong", mode ? "updates" : "lru");
         hm_tiered_stats s;
         hm_tiered_get_stats(t, &s);
+        /* the layer perf file: the learn schema's reader takes it; the split is what was posted */
+        char pf[64];
+        snprintf(pf, sizeof(pf), "/tmp/hotmoe_perf_%d.json", (int)getpid());
+        HM_CHECK_MSG(hm_tiered_perf_write(t, pf, "qwen3moe", NULL, &err) == HM_OK, "%s", err.msg);
+        moe_learn l;
+        if (moe_learn_load(pf, &l, &err) == HM_OK) {
+            uint64_t h = 0, c = 0, calls = 0;
+            for (int il = 0; il < l.n_layer; il++) {
+                calls += l.layers[il].calls;
+                if (!l.layers[il].has_branch_counts) continue;
+                for (int e = 0; e < l.n_expert; e++) {
+                    h += l.layers[il].hot_experts[e];
+                    c += l.layers[il].cold_experts[e];
+                }
+            }
+            HM_CHECK_MSG(h == posted_hot && c == posted_cold &&
+                             calls == 12 * (uint64_t)g.v.n_host,
+                         "perf file: hot %llu (%llu), cold %llu (%llu), calls %llu",
+                         (unsigned long long)h, (unsigned long long)posted_hot,
+                         (unsigned long long)c, (unsigned long long)posted_cold,
+                         (unsigned long long)calls);
+            moe_learn_free(&l);
+        } else {
+            HM_CHECK_MSG(false, "perf file: %s", err.msg);
+        }
+        remove(pf);
         hm_tiered_free(t); /* the worker stopped: the log is ours */
         HM_CHECK_MSG(s.hot_hits + s.hot_misses == sel, "%llu + %llu selections of %llu",
                      (unsigned long long)s.hot_hits, (unsigned long long)s.hot_misses,
