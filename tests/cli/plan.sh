@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# plan.sh - `hotmoe plan` as a user runs it: a learn file of the shipped demo model, the plan at
+# plan.sh - `hotmoe plan` and the hot cache's flags as a user runs them: a learn file of the shipped demo model, the plan at
 # a fixed size (one line per RAM layer, within the budget, the same text twice), the auto size
 # from --vram-budget, the placement flags choosing the RAM layers, and errors answered with one
 # line and exit codes 2 (usage: auto without --vram-budget, an unknown weighting, a bad curve)
@@ -55,5 +55,21 @@ head -c 100 "$tmp/l.json" >"$tmp/cut.json"
 expect "malformed file: exit 1" test $? -eq 1
 expect "malformed file: not valid JSON" grep -q "cut.json:.*not valid JSON" "$tmp/err"
 expect "errors are one line" test "$(wc -l <"$tmp/err")" -eq 1
+
+# the hot cache's other flags on a machine that cannot honour them: said, and bad values refused
+"$bin" run -m "$m" -p "Hello" -n 2 -t 1 --moe-hot-cache "$tmp/l.json" --moe-layer-perf-out "$tmp/perf.json" >/dev/null 2>"$tmp/err"
+expect "run with the cache flags: exit 0" test $? -eq 0
+if [ "$(command -v nvidia-smi)" = "" ]; then
+  expect "no GPU: the cache is ignored, said" grep -q "hot cache: --moe-hot-cache needs a GPU" "$tmp/err"
+  expect "no GPU: no perf file, said" grep -q "moe-layer-perf-out: layer perf: counts the layers" "$tmp/err"
+fi
+"$bin" run -m "$m" -p "Hello" -n 2 --moe-layer-perf fast >/dev/null 2>"$tmp/err"
+expect "unknown perf mode: exit 2" test $? -eq 2
+expect "unknown perf mode: known ones named" grep -q "unknown mode 'fast' (known: off, update, full)" "$tmp/err"
+"$bin" run -m "$m" -p "Hello" -n 2 --moe-hot-cache-policy lfu >/dev/null 2>"$tmp/err"
+expect "unknown policy: exit 2" test $? -eq 2
+expect "unknown policy: known ones named" grep -q "unknown policy 'lfu' (known: static, lru, lfru)" "$tmp/err"
+"$bin" run -m "$m" -p "Hello" -n 2 --moe-hot-cache-update-rate 1.5 >/dev/null 2>"$tmp/err"
+expect "update rate out of range: exit 2" test $? -eq 2
 
 cli_summary plan
