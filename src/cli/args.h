@@ -92,6 +92,8 @@ typedef struct {
     int moe_hot_cache_update_interval;  /* --moe-hot-cache-update-interval (256) */
     const char *moe_layer_perf;         /* --moe-layer-perf off|update|full ("off") */
     const char *moe_layer_perf_out;     /* --moe-layer-perf-out FILE (implies full), or NULL */
+    const char *routing_profile;        /* bench's --moe-routing-profile FILE (set by bench, not a
+                                           common flag), or NULL */
 } cli_common_args;
 
 #define CLI_SEED_RANDOM 0xFFFFFFFFull

@@ -198,6 +198,7 @@ static hm_status print_json(const cli_engine *e, const cli_common_args *a,
         hm_json_key(&j, "tensor_buft_overrides"); hm_json_str(&j, pl->ot ? pl->ot : "none");
         hm_json_key(&j, "cpu_moe"); hm_json_bool(&j, pl->cpu_moe);
         hm_json_key(&j, "vram_budget_mib"); hm_json_int(&j, pl->vram_budget_mib);
+        hm_json_key(&j, "routing_profile"); hm_json_str(&j, a->routing_profile);
         hm_json_key(&j, "moe_offload_threshold"); hm_json_int(&j, pl->offload_threshold);
         hm_json_key(&j, "test"); hm_json_str(&j, row->name);
         hm_json_key(&j, "n_prompt"); hm_json_int(&j, row->n_prompt);
@@ -242,7 +243,7 @@ static hm_status print_json(const cli_engine *e, const cli_common_args *a,
 int cmd_bench(int argc, char **argv) {
     int n_prompt = 512, n_gen = 128, reps = 5;
     bool audit = false, host_loop = false;
-    const char *output = "md";
+    const char *output = "md", *routing = NULL;
     cli_str_list ot = {{0}, 0};
     const cli_arg_spec extra[] = {
         {"-p", "--n-prompt", CLI_ARG_INT, &n_prompt, "N", "prompt tokens of the pp test (default: "
@@ -259,6 +260,9 @@ int cmd_bench(int argc, char **argv) {
          "token and the token interval cv (always on with a GPU; printed on stderr)"},
         {"--host-loop", NULL, CLI_ARG_BOOL, &host_loop, NULL,
          "GPU: decode and sample token by token from the host instead of the autonomous graph"},
+        {"--moe-routing-profile", NULL, CLI_ARG_STR, &routing, "FILE",
+         "GPU: route by a table drawn from this routing profile (docs/ROUTING.md) instead of "
+         "the model's routers, for forged models (said above the table and in the JSON)"},
     };
     const cli_args_def def = {"bench", "-m MODEL [options]",
                               "Prompt processing (ppN) and generation (tgN) speed in tokens/s, "
@@ -313,6 +317,7 @@ int cmd_bench(int argc, char **argv) {
     int n_ctx_default = need < 512 ? 512 : need;
     if ((a.n_gpu_layers > 0 || audit) && n_ctx_default < BENCH_AUDIT_TOKENS + 1)
         n_ctx_default = BENCH_AUDIT_TOKENS + 1;
+    a.routing_profile = routing;
     cli_engine e;
     rc = cli_engine_open(&e, "bench", &a, 0, n_ctx_default);
     free(ot_ctx); /* the context has its own copy */
@@ -402,6 +407,9 @@ int cmd_bench(int argc, char **argv) {
         au.on = false;
     }
     if (!st) {
+        if (!strcmp(output, "md") && routing)
+            printf("routing: synthetic, drawn from %s (--moe-routing-profile), not the model's "
+                   "routers\n", routing);
         if (!strcmp(output, "md")) print_md(&e, &pl, desc, size, params, rows, n_rows);
         else st = print_json(&e, &a, &pl, desc, size, params, rows, n_rows, &au);
     }

@@ -129,6 +129,8 @@ int cli_engine_open(cli_engine *e, const char *cmd, const cli_common_args *a, un
                         : !strcmp(a->moe_layer_perf, "update") ? HM_LAYER_PERF_UPDATE
                                                                : HM_LAYER_PERF_OFF;
     e->perf_out = a->moe_layer_perf_out;
+    cp.routing_profile = a->routing_profile;
+    cp.routing_seed = 42; /* fixed: the same routing run after run */
     bool oom = false;
     char *ot = cli_args_overrides(a, &oom); /* the context keeps its own copy */
     if (oom) {

@@ -166,4 +166,13 @@ int cuda_engine_slot(const cuda_engine *e, int il, int x);
 hm_status cuda_engine_hot_request(cuda_engine *e, int il, int out, int in, hm_error *err);
 void cuda_engine_hot_counts(const cuda_engine *e, uint64_t *applied, uint64_t *refused);
 
+/* Routing taken from a table instead of the routers (--moe-routing-profile: benchmarks of forged
+ * models, whose routers route almost uniformly; moe/route_synth.h draws the table): table
+ * [n_pos][n_layer][n_used] expert ids for positions 0 .. n_pos - 1, uploaded (NULL: the routers
+ * decide again). Each MoE layer's router still runs; a kernel then replaces its choice with the
+ * table's row at every token's position (positions >= n_pos keep the router's), the weights with
+ * 1 / n_used, the device slots accordingly, and the routing counts count the table's ids. Ids
+ * outside [0, n_expert) are refused at upload (HM_ERR_ARG). Enqueued; the next steps see it. */
+hm_status cuda_engine_route_table(cuda_engine *e, const int32_t *table, int n_pos, hm_error *err);
+
 #endif

@@ -500,7 +500,7 @@ static hm_status moe_block(cuda_engine *e, int il, int n, fwd_defer *dfr, hm_err
     memset(&ro, 0, sizeof(ro));
     ro.slot_of = L->slot_of;
     ro.dslot = e->dslot;
-    if (e->counting) {
+    if (e->counting && !e->d_route_table) { /* a route table counts its own ids */
         ro.hits = e->d_hits + (size_t)il * (size_t)hp->n_expert;
         ro.stat = e->d_stat + 2 * (size_t)il;
     }
@@ -549,6 +549,7 @@ static hm_status moe_block(cuda_engine *e, int il, int n, fwd_defer *dfr, hm_err
             st = cuda_router(e->router, (const float *)L->router_b.d, n, (int)hp->n_expert, K,
                              gm, renorm, e->ids, e->gw, &ro, e->stream, err);
     }
+    if (st == HM_OK && e->d_route_table) st = cuda_route_table_enqueue(e, il, n, err);
     /* decode without a shared expert: the combine (and down bias) go into the next norm */
     const bool defer = fz && !d->shared_expert;
     if (st == HM_OK)

@@ -586,6 +586,7 @@ extern "C" void cuda_engine_free(cuda_engine *e) {
     cuda_handoff_free(e); /* ends a wait in flight first, or the synchronisation could last */
     if (e->stream) cudaStreamSynchronize((cudaStream_t)e->stream);
     cuda_hot_free(e);
+    cudaFree(e->d_route_table);
     cudaFree(e->arena);
     cudaFree(e->kv_arena);
     cudaFree(e->scratch_arena);

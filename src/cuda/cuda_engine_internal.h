@@ -151,12 +151,18 @@ struct cuda_engine {
     int n_hot_pending;
     struct cuda_hot_queue *hot_q; /* requests from another thread (cuda_engine_hot_request) */
 
+    /* routing from a table (cuda_engine_route_table, cuda_ops.cu): [n_pos][n_layer][n_used] */
+    int32_t *d_route_table;
+    int route_table_pos;
+
     /* prompt ubatches' fetched experts at host layers (cuda_fetch.h, cuda_fetch.cu) */
     void *fetch_buf[2];         /* device staging buffers (the copy lane's; not owned) */
     size_t fetch_cap;           /* bytes of each; 0: the path is off */
     cuda_fetch_layout *fetch;   /* [n_layer] per layer (NULL until cuda_engine_fetch_set) */
 };
 
+/* After layer il's router: the route table's choice for the step's n tokens (cuda_route_table.cu). */
+hm_status cuda_route_table_enqueue(cuda_engine *e, int il, int n, hm_error *err);
 /* Frees the exchanges' stream and events (cuda_hot.cu); the engine's stream idle. */
 void cuda_hot_free(cuda_engine *e);
 /* The queue of requested exchanges, allocated when the engine has mixed layers. */

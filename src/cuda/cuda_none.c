@@ -221,6 +221,11 @@ hm_status cuda_engine_hot_request(cuda_engine *e, int il, int out, int in, hm_er
     return hm_error_set(err, HM_ERR_UNSUPPORTED, "built without CUDA");
 }
 
+hm_status cuda_engine_route_table(cuda_engine *e, const int32_t *table, int n_pos,
+                                  hm_error *err) {
+    return hm_error_set(err, HM_ERR_UNSUPPORTED, "built without CUDA");
+}
+
 void cuda_engine_hot_counts(const cuda_engine *e, uint64_t *applied, uint64_t *refused) {
     *applied = *refused = 0;
 }

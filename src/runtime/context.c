@@ -32,6 +32,8 @@
 #include "cuda/cuda_engine.h"
 #include "cuda/cuda_handoff.h"
 #include "moe/placement.h"
+#include "moe/route_synth.h"
+#include "moe/routing_stats.h"
 #include "moe/tracer.h"
 #include "quant/qtypes.h"
 #include "runtime/fetch_setup.h"
@@ -487,6 +489,40 @@ static hm_status placement_open(hm_context *c, hm_error *err) {
     return refuse_mixed(c, host_tensor, err);
 }
 
+/* --moe-routing-profile: a routing table for every position of the context, drawn from the
+ * profile (moe/route_synth.h), handed to the GPU engine. Refused without one: a benchmark must
+ * not report the model's own routing under the profile's name. */
+static hm_status route_table_open(hm_context *c, hm_error *err) {
+    if (!c->gpu)
+        return hm_error_set(err, HM_ERR_UNSUPPORTED, "--moe-routing-profile: the routing table "
+                            "replaces the GPU engine's routers: it needs a GPU context (-ngl)");
+    moe_routing_profile prof;
+    hm_status st = moe_routing_profile_load(c->p.routing_profile, &prof, err);
+    if (st != HM_OK) return st;
+    const hm_hparams *hp = hm_model_hparams(c->m);
+    const int NL = (int)hp->n_layer, K = (int)hp->n_expert_used;
+    route_synth *rs = NULL;
+    st = route_synth_init(&prof, NL, (int)hp->n_expert, K, c->p.routing_seed, &rs, err);
+    const size_t n = (size_t)c->p.n_ctx * (size_t)NL * (size_t)K;
+    int32_t *table = st == HM_OK ? calloc(n ? n : 1, sizeof(int32_t)) : NULL;
+    if (st == HM_OK && !table) st = hm_error_set(err, HM_ERR_NOMEM, "out of memory (route table)");
+    if (st == HM_OK) {
+        route_synth_begin(rs);
+        for (int pos = 0; pos < c->p.n_ctx; pos++)
+            for (int il = 0; il < NL; il++)
+                if (hm_model_layer(c->m, il)->gate_exps.data)
+                    route_synth_next(rs, il, table + ((size_t)pos * NL + il) * K, NULL);
+        st = cuda_engine_route_table(c->gpu, table, c->p.n_ctx, err);
+    }
+    if (st == HM_OK)
+        HM_LOGI("routing: drawn from %s (synthetic: Zipf z %.3f, reuse %.3f; not the model's "
+                "routers)", c->p.routing_profile, route_synth_skew(rs), route_synth_reuse(rs));
+    free(table);
+    route_synth_free(rs);
+    moe_routing_profile_free(&prof);
+    return st;
+}
+
 /* RAM for the weights (mapped) and, on the CPU path, the KV cache and buffers; a context on the
  * GPU keeps those in VRAM (its admission control checked them). */
 static hm_status check_ram(const hm_context *c, hm_error *err) {
@@ -527,6 +563,7 @@ hm_status hm_context_init(const hm_model *m, const hm_context_params *params, hm
         if (!c->override_tensor) st = hm_error_set(err, HM_ERR_NOMEM, "out of memory (context)");
     }
     if (st == HM_OK && placement_asked(&c->p)) st = placement_open(c, err);
+    if (st == HM_OK && c->p.routing_profile) st = route_table_open(c, err);
     if (st == HM_OK && c->p.moe_hot_cache && !c->gpu)
         HM_LOGW("hot cache: --moe-hot-cache needs a GPU running a placement that keeps routed "
                 "experts in RAM (-ngl 99 --cpu-moe, ...): ignored");

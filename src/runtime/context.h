@@ -92,6 +92,10 @@ typedef struct {
     double moe_hot_cache_update_rate;    /* --moe-hot-cache-update-rate: share of hot slots an
                                             update may exchange, [0, 1] (0: none, default) */
     int64_t moe_hot_cache_update_interval; /* tokens between updates (default 256) */
+    const char *routing_profile;  /* --moe-routing-profile FILE (benchmarks): the GPU engine's
+                                     routing drawn from this routing profile (moe/route_synth.h)
+                                     instead of the model's routers; NULL: the routers */
+    uint64_t routing_seed;        /* its seed */
     hm_layer_perf moe_layer_perf; /* --moe-layer-perf: off (default), update (only what the
                                      updater needs), full (per-layer counters for
                                      hm_context_perf_write) */
