@@ -61,6 +61,7 @@ extern "C" hm_status cuda_engine_route_table(cuda_engine *e, const int32_t *tabl
         cudaFree(e->d_route_table);
         e->d_route_table = NULL;
         e->route_table_pos = 0;
+        e->count_epoch++; /* a captured decode step recaptures without the kernel */
         return HM_OK;
     }
     const int NL = (int)e->hp.n_layer, K = (int)e->hp.n_expert_used, NE = (int)e->hp.n_expert;
@@ -83,5 +84,6 @@ extern "C" hm_status cuda_engine_route_table(cuda_engine *e, const int32_t *tabl
                             (n * sizeof(int32_t)) >> 20, cudaGetErrorString(ce));
     }
     e->route_table_pos = n_pos;
+    e->count_epoch++; /* a captured decode step recaptures with the kernel */
     return HM_OK;
 }
