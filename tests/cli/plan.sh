@@ -72,4 +72,10 @@ expect "unknown policy: known ones named" grep -q "unknown policy 'lfu' (known: 
 "$bin" run -m "$m" -p "Hello" -n 2 --moe-hot-cache-update-rate 1.5 >/dev/null 2>"$tmp/err"
 expect "update rate out of range: exit 2" test $? -eq 2
 
+if [ "$(command -v nvidia-smi)" = "" ]; then
+  "$bin" bench -m "$m" -p 8 -n 4 -r 1 --moe-routing-profile bench/profiles/demo-moe-heldout.json >/dev/null 2>"$tmp/err"
+  expect "bench --moe-routing-profile without a GPU: refused" test $? -ne 0
+  expect "bench --moe-routing-profile without a GPU: says why" grep -q "needs a GPU context" "$tmp/err"
+fi
+
 cli_summary plan
