@@ -32,12 +32,12 @@
 #include "cuda/cuda_engine.h"
 #include "cuda/cuda_handoff.h"
 #include "moe/placement.h"
-#include "moe/route_synth.h"
 #include "moe/routing_stats.h"
 #include "moe/tracer.h"
 #include "quant/qtypes.h"
 #include "runtime/fetch_setup.h"
 #include "runtime/hot_setup.h"
+#include "runtime/route_setup.h"
 #include "runtime/tiered.h"
 
 struct hm_context {
@@ -329,51 +329,6 @@ static hm_status fetch_open(hm_context *c, hm_error *err) {
  * residency map, whose host-only layers the engine hands to the CPU side, runtime/tiered.h);
  * split > 0: from that layer on (the CPU engine runs the ones before, c->split); when it cannot
  * start, the CPU (logged) unless gpu_strict. */
-/* The controller runs on the CPU side's worker: it asks, the engine's thread applies between
- * steps (and publishes completed copies there too). */
-static hm_status engine_hot_exchange(void *user, int il, int out, int in, hm_error *err) {
-    return cuda_engine_hot_request((cuda_engine *)user, il, out, in, err);
-}
-
-static int engine_hot_poll(void *user, hm_error *err) {
-    (void)user, (void)err;
-    return 0;
-}
-
-/* The hot cache's controller on the CPU side when a hot cache was built and a policy or an
- * update rate asks for one (runtime/tiered.h: hm_tiered_set_hot). */
-static hm_status hot_control_open(hm_context *c, hm_error *err) {
-    const hm_context_params *p = &c->p;
-    if (!p->moe_hot_cache || (p->moe_hot_cache_policy == HOT_POLICY_STATIC &&
-                              p->moe_hot_cache_update_rate <= 0))
-        return HM_OK;
-    const hm_hparams *hp = hm_model_hparams(c->m);
-    const size_t n = (size_t)hp->n_layer * (size_t)hp->n_expert;
-    uint8_t *hot = calloc(n ? n : 1, 1);
-    if (!hot) return hm_error_set(err, HM_ERR_NOMEM, "out of memory (hot cache)");
-    int n_hot = 0;
-    for (int il = 0; il < hp->n_layer; il++)
-        for (int x = 0; x < hp->n_expert; x++) {
-            hot[(size_t)il * (size_t)hp->n_expert + (size_t)x] =
-                cuda_engine_slot(c->gpu, il, x) >= 0 && c->plan.res.n_slots[il] < hp->n_expert;
-            n_hot += hot[(size_t)il * (size_t)hp->n_expert + (size_t)x];
-        }
-    hm_status st = HM_OK;
-    if (n_hot > 0) {
-        const hm_tiered_hot_cfg hc = {.policy = p->moe_hot_cache_policy, .admit_per_step = 1,
-                                      .decay = 0.9, .update_rate = p->moe_hot_cache_update_rate,
-                                      .update_interval = p->moe_hot_cache_update_interval,
-                                      .weight = p->moe_hot_cache_weight};
-        st = hm_tiered_set_hot(c->tiered, &hc, hot, engine_hot_exchange, engine_hot_poll, c->gpu,
-                               err);
-        if (st == HM_OK)
-            HM_LOGI("hot cache: policy %s, update rate %g every %lld tokens",
-                    hot_policy_name(hc.policy), hc.update_rate, (long long)hc.update_interval);
-    }
-    free(hot);
-    return st;
-}
-
 static hm_status gpu_open(hm_context *c, const hm_residency *res, int split, hm_error *err) {
     cuda_engine_params ep = {.device = c->p.main_gpu, .n_ctx = c->p.n_ctx,
                              .n_ubatch = c->p.n_ubatch, .type_k = c->p.type_k,
@@ -386,7 +341,8 @@ static hm_status gpu_open(hm_context *c, const hm_residency *res, int split, hm_
         tp.n_threads = c->p.n_threads;
         st = hm_tiered_init(c->m, c->gpu, &tp, &c->tiered, &e2);
         if (st == HM_OK) st = fetch_open(c, &e2);
-        if (st == HM_OK) st = hot_control_open(c, &e2);
+        if (st == HM_OK)
+            st = hot_setup_control(c->m, &c->p, &c->plan.res, c->gpu, c->tiered, &e2);
         if (st == HM_OK && c->p.moe_layer_perf == HM_LAYER_PERF_FULL)
             st = hm_tiered_perf_enable(c->tiered, &e2);
         if (st != HM_OK) {
@@ -489,40 +445,6 @@ static hm_status placement_open(hm_context *c, hm_error *err) {
     return refuse_mixed(c, host_tensor, err);
 }
 
-/* --moe-routing-profile: a routing table for every position of the context, drawn from the
- * profile (moe/route_synth.h), handed to the GPU engine. Refused without one: a benchmark must
- * not report the model's own routing under the profile's name. */
-static hm_status route_table_open(hm_context *c, hm_error *err) {
-    if (!c->gpu)
-        return hm_error_set(err, HM_ERR_UNSUPPORTED, "--moe-routing-profile: the routing table "
-                            "replaces the GPU engine's routers: it needs a GPU context (-ngl)");
-    moe_routing_profile prof;
-    hm_status st = moe_routing_profile_load(c->p.routing_profile, &prof, err);
-    if (st != HM_OK) return st;
-    const hm_hparams *hp = hm_model_hparams(c->m);
-    const int NL = (int)hp->n_layer, K = (int)hp->n_expert_used;
-    route_synth *rs = NULL;
-    st = route_synth_init(&prof, NL, (int)hp->n_expert, K, c->p.routing_seed, &rs, err);
-    const size_t n = (size_t)c->p.n_ctx * (size_t)NL * (size_t)K;
-    int32_t *table = st == HM_OK ? calloc(n ? n : 1, sizeof(int32_t)) : NULL;
-    if (st == HM_OK && !table) st = hm_error_set(err, HM_ERR_NOMEM, "out of memory (route table)");
-    if (st == HM_OK) {
-        route_synth_begin(rs);
-        for (int pos = 0; pos < c->p.n_ctx; pos++)
-            for (int il = 0; il < NL; il++)
-                if (hm_model_layer(c->m, il)->gate_exps.data)
-                    route_synth_next(rs, il, table + ((size_t)pos * NL + il) * K, NULL);
-        st = cuda_engine_route_table(c->gpu, table, c->p.n_ctx, err);
-    }
-    if (st == HM_OK)
-        HM_LOGI("routing: drawn from %s (synthetic: Zipf z %.3f, reuse %.3f; not the model's "
-                "routers)", c->p.routing_profile, route_synth_skew(rs), route_synth_reuse(rs));
-    free(table);
-    route_synth_free(rs);
-    moe_routing_profile_free(&prof);
-    return st;
-}
-
 /* RAM for the weights (mapped) and, on the CPU path, the KV cache and buffers; a context on the
  * GPU keeps those in VRAM (its admission control checked them). */
 static hm_status check_ram(const hm_context *c, hm_error *err) {
@@ -563,7 +485,7 @@ hm_status hm_context_init(const hm_model *m, const hm_context_params *params, hm
         if (!c->override_tensor) st = hm_error_set(err, HM_ERR_NOMEM, "out of memory (context)");
     }
     if (st == HM_OK && placement_asked(&c->p)) st = placement_open(c, err);
-    if (st == HM_OK && c->p.routing_profile) st = route_table_open(c, err);
+    if (st == HM_OK && c->p.routing_profile) st = route_setup_open(c->m, &c->p, c->gpu, err);
     if (st == HM_OK && c->p.moe_hot_cache && !c->gpu)
         HM_LOGW("hot cache: --moe-hot-cache needs a GPU running a placement that keeps routed "
                 "experts in RAM (-ngl 99 --cpu-moe, ...): ignored");

@@ -1,4 +1,4 @@
-/* hot_setup.c - the hot cache of a tiered context (hot_setup.h). */
+/* hot_setup.c - the hot cache of a tiered context and its controller (hot_setup.h). */
 #include "runtime/hot_setup.h"
 
 #include <stdio.h>
@@ -97,5 +97,42 @@ hm_status hot_setup_apply(const hm_model *m, const hm_context_params *p, moe_pla
     }
     moe_learn_free(&l);
     free(el);
+    return st;
+}
+
+/* The controller runs on the CPU side's worker: it asks, the engine's thread applies between
+ * steps. */
+static hm_status engine_hot_exchange(void *user, int il, int out, int in, hm_error *err) {
+    return cuda_engine_hot_request((cuda_engine *)user, il, out, in, err);
+}
+
+hm_status hot_setup_control(const hm_model *m, const hm_context_params *p, const hm_residency *res,
+                            cuda_engine *gpu, hm_tiered *tiered, hm_error *err) {
+    if (!p->moe_hot_cache || (p->moe_hot_cache_policy == HOT_POLICY_STATIC &&
+                              p->moe_hot_cache_update_rate <= 0))
+        return HM_OK;
+    const hm_hparams *hp = hm_model_hparams(m);
+    const size_t n = (size_t)hp->n_layer * (size_t)hp->n_expert;
+    uint8_t *hot = calloc(n ? n : 1, 1);
+    if (!hot) return hm_error_set(err, HM_ERR_NOMEM, "out of memory (hot cache)");
+    int n_hot = 0;
+    for (int il = 0; il < hp->n_layer; il++)
+        for (int x = 0; x < hp->n_expert; x++) {
+            hot[(size_t)il * (size_t)hp->n_expert + (size_t)x] =
+                cuda_engine_slot(gpu, il, x) >= 0 && res->n_slots[il] < hp->n_expert;
+            n_hot += hot[(size_t)il * (size_t)hp->n_expert + (size_t)x];
+        }
+    hm_status st = HM_OK;
+    if (n_hot > 0) {
+        const hm_tiered_hot_cfg hc = {.policy = p->moe_hot_cache_policy, .admit_per_step = 1,
+                                      .decay = 0.9, .update_rate = p->moe_hot_cache_update_rate,
+                                      .update_interval = p->moe_hot_cache_update_interval,
+                                      .weight = p->moe_hot_cache_weight};
+        st = hm_tiered_set_hot(tiered, &hc, hot, engine_hot_exchange, gpu, err);
+        if (st == HM_OK)
+            HM_LOGI("hot cache: policy %s, update rate %g every %lld tokens",
+                    hot_policy_name(hc.policy), hc.update_rate, (long long)hc.update_interval);
+    }
+    free(hot);
     return st;
 }

@@ -10,19 +10,29 @@
  * device figures grow by the cache's bytes. A file that cannot be used (unreadable, malformed,
  * another model's, a budget below one expert per RAM layer) is no error: the context runs
  * without a cache and the reason is logged and reported. Plain C, no GPU.
+ * Once the engine holds the cache, hot_setup_control starts the controller on the tiered CPU
+ * side when a policy or an update rate asks for one (runtime/tiered.h: hm_tiered_set_hot); its
+ * exchanges go to cuda_engine_hot_request, which the engine's thread applies between steps.
  */
 #ifndef HM_RUNTIME_HOT_SETUP_H
 #define HM_RUNTIME_HOT_SETUP_H
 
 #include "base/status.h"
+#include "cuda/cuda_engine.h"
 #include "model/model.h"
 #include "moe/placement.h"
 #include "runtime/context.h"
+#include "runtime/tiered.h"
 
 /* Applies p's hot cache to plan (its residency map and device figures). *report (malloc'd, may
  * be NULL) gets the plan's text, or the line saying why there is no cache, appended. HM_OK also
  * when no cache results; HM_ERR_NOMEM only. */
 hm_status hot_setup_apply(const hm_model *m, const hm_context_params *p, moe_placement *plan,
                           char **report, hm_error *err);
+
+/* The controller for the cache gpu holds (its slots of the layers res keeps partly in RAM):
+ * none for a static policy without updates or without a cache; the tiered side's errors. */
+hm_status hot_setup_control(const hm_model *m, const hm_context_params *p, const hm_residency *res,
+                            cuda_engine *gpu, hm_tiered *tiered, hm_error *err);
 
 #endif

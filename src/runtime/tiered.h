@@ -119,9 +119,9 @@ hm_status hm_tiered_set_offload(hm_tiered *t, const hm_tiered_offload *o, hm_err
  * selection (hot ones posted as -2 - id) and drives online admission (policy lru or lfru, at
  * most admit_per_step per layer per step) and, every update_interval tokens, the updater
  * (update_rate of the hot slots at most; 0: none), handing each exchange to ex (in a context:
- * cuda_engine_hot_request, applied by the engine's thread between steps) after answering a
- * request and calling poll then. hot [n_layer][n_expert]: the cache as the engine holds it. Only the worker calls ex and
- * poll. HM_ERR_ARG for a rate outside [0, 1] or an interval < 1. */
+ * cuda_engine_hot_request, applied by the engine's thread between steps, which also publishes
+ * the completed copies) after answering a request. hot [n_layer][n_expert]: the cache as the
+ * engine holds it. Only the worker calls ex. HM_ERR_ARG for a rate outside [0, 1] or an interval < 1. */
 typedef struct {
     hot_policy policy;       /* --moe-hot-cache-policy (static) */
     int admit_per_step;      /* K (1) */
@@ -131,10 +131,8 @@ typedef struct {
     hot_weight_cfg weight;   /* the weighting the updater scores the window with */
 } hm_tiered_hot_cfg;
 typedef hm_status (*hm_tiered_exchange_fn)(void *user, int il, int out, int in, hm_error *err);
-typedef int (*hm_tiered_poll_fn)(void *user, hm_error *err);
 hm_status hm_tiered_set_hot(hm_tiered *t, const hm_tiered_hot_cfg *c, const uint8_t *hot,
-                            hm_tiered_exchange_fn ex, hm_tiered_poll_fn poll, void *user,
-                            hm_error *err);
+                            hm_tiered_exchange_fn ex, void *user, hm_error *err);
 
 /* The live layer perf counters (seed 001's --moe-layer-perf full; runtime/tiered_perf.c): per
  * layer the CPU side serves, calls, tokens, each expert's selections split hot (its cache slot

@@ -8,15 +8,15 @@
  * per layer, tokens at the first served layer). A request of a new step first ends the previous
  * step: the admissions it decides are queued. After answering (tiered_hot_after), the queued
  * exchanges are handed to the engine (the exchange callback: in a context
- * cuda_engine_hot_request, which the engine's own thread applies before its next step, and
- * publishes the completed copies of there) — the GPU is already on its next layer by then — the
- * poll callback is called, and when the window holds update_interval tokens the updater
+ * cuda_engine_hot_request, which the engine's own thread applies before its next step, where
+ * it also publishes the completed copies) — the GPU is already on its next layer by then — and
+ * when the window holds update_interval tokens the updater
  * (moe/hot_update.h) scores the window with the weighting (moe/hot_weight.h) and queues its
  * exchanges the same way, logging the seed's statistics line. An exchange the callback refuses
  * (a full queue) is taken back in the controller's map and counted; one the engine refuses when
  * it applies it (its victim's copy still pending, say) is counted there
  * (cuda_engine_hot_counts), the controller's map then differing from the engine's until the
- * experts concerned are exchanged again. Only the worker calls the callbacks.
+ * experts concerned are exchanged again. Only the worker calls the callback.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +33,6 @@ struct tiered_hot {
     hm_tiered_hot_cfg c;
     hot_admit *adm;
     hm_tiered_exchange_fn ex;
-    hm_tiered_poll_fn poll;
     void *user;
     int n_layer, n_expert, first_layer;
     uint32_t seq;
@@ -70,9 +69,8 @@ void tiered_hot_free(hm_tiered *t) {
 }
 
 hm_status hm_tiered_set_hot(hm_tiered *t, const hm_tiered_hot_cfg *c, const uint8_t *hot,
-                            hm_tiered_exchange_fn ex, hm_tiered_poll_fn poll, void *user,
-                            hm_error *err) {
-    if (!t || !c || !hot || !ex || !poll)
+                            hm_tiered_exchange_fn ex, void *user, hm_error *err) {
+    if (!t || !c || !hot || !ex)
         return hm_error_set(err, HM_ERR_ARG, "hot cache controller: missing arguments");
     if (!(c->update_rate >= 0 && c->update_rate <= 1) || c->update_interval < 1)
         return hm_error_set(err, HM_ERR_ARG, "--moe-hot-cache-update-rate %g must be in [0, 1] "
@@ -104,7 +102,6 @@ hm_status hm_tiered_set_hot(hm_tiered *t, const hm_tiered_hot_cfg *c, const uint
     }
     h->c = *c;
     h->ex = ex;
-    h->poll = poll;
     h->user = user;
     h->n_layer = NL;
     h->n_expert = NE;
@@ -199,8 +196,6 @@ void tiered_hot_after(hm_tiered *t) {
         }
     }
     h->n_q = 0;
-    hm_error e;
-    if (h->poll(h->user, &e) < 0) HM_LOGW("hot cache: %s", e.msg);
 }
 
 void tiered_hot_counts(const hm_tiered *t, uint64_t *hits, uint64_t *misses, uint64_t *admitted) {

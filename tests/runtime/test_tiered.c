@@ -417,11 +417,6 @@ static hm_status log_exchange(void *user, int il, int out, int in, hm_error *err
     return HM_OK;
 }
 
-static int no_pending(void *user, hm_error *err) {
-    (void)user, (void)err;
-    return 0;
-}
-
 /* A request of layer L in step seq as a mixed layer's: random ids, the hot ones (hot map)
  * posted as -2 - id. */
 static void post_mixed(fake_gpu *g, const uint8_t *hot, int L, uint32_t seq, int n) {
@@ -461,11 +456,11 @@ static void test_hot_controller(void) {
                                 .update_rate = mode ? 0.5 : 0.0, .update_interval = 4,
                                 .weight = hot_weight_default()};
         lg->n = 0;
-        HM_REQUIRE(hm_tiered_set_hot(t, &hc, hot, log_exchange, no_pending, lg, &err) == HM_OK);
+        HM_REQUIRE(hm_tiered_set_hot(t, &hc, hot, log_exchange, lg, &err) == HM_OK);
         HM_REQUIRE(hm_tiered_perf_enable(t, &err) == HM_OK);
         uint64_t posted_hot = 0, posted_cold = 0;
         hc.update_rate = 1.5;
-        HM_CHECK(hm_tiered_set_hot(t, &hc, hot, log_exchange, no_pending, lg, &err) ==
+        HM_CHECK(hm_tiered_set_hot(t, &hc, hot, log_exchange, lg, &err) ==
                  HM_ERR_ARG);
         uint64_t sel = 0;
         bool ok = true;
