@@ -96,6 +96,11 @@ typedef struct {
                      * output (CPU -> GPU, written before done) */
 } cuda_handoff_view;
 
+/* A posted id's expert: id itself, or for a hot slot (-2 - id) the id; -1 (no expert) stays. */
+static inline int32_t cuda_handoff_expert(int32_t posted) {
+    return posted <= -2 ? -2 - posted : posted;
+}
+
 static inline size_t cuda_handoff_align_(size_t n) { return (n + 63) & ~(size_t)63; }
 
 /* Bytes of a hand-off area for these sizes (all >= 1). */

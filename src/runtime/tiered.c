@@ -51,12 +51,17 @@ int64_t tiered_now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
 }
 
-void tiered_nap(long ns) {
+static void nap(long ns) {
     struct timespec ts = {0, ns};
     nanosleep(&ts, NULL);
 }
 
-static void nap(long ns) { tiered_nap(ns); }
+void tiered_pause(hm_tiered *t) {
+    atomic_store(&t->pause_req, 1);
+    while (t->started && !atomic_load(&t->paused)) nap(TIERED_NAP_NS);
+}
+
+void tiered_resume(hm_tiered *t) { atomic_store(&t->pause_req, 0); }
 
 static uint32_t load_acq(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 
@@ -360,8 +365,7 @@ void hm_tiered_abort(hm_tiered *t, const char *why) {
 hm_status hm_tiered_reset(hm_tiered *t, hm_error *err) {
     if (!t) return hm_error_set(err, HM_ERR_ARG, "tiered: no object");
     set_abort(t, false); /* no GPU wait may last while the engine's stream drains */
-    atomic_store(&t->pause_req, 1);
-    while (t->started && !atomic_load(&t->paused)) nap(TIERED_NAP_NS);
+    tiered_pause(t);
     hm_status st = t->gpu ? cuda_engine_handoff_reset(t->gpu, err) : HM_OK;
     if (!t->gpu) view_clear(&t->v);
     t->stalled = false; /* the worker is paused: its fields are ours */
@@ -372,7 +376,7 @@ hm_status hm_tiered_reset(hm_tiered *t, hm_error *err) {
     hm_error_clear(&t->fault);
     pthread_mutex_unlock(&t->mu);
     atomic_fetch_add(&t->resets, 1);
-    atomic_store(&t->pause_req, 0);
+    tiered_resume(t);
     return st;
 }
 
@@ -391,8 +395,7 @@ hm_status hm_tiered_set_offload(hm_tiered *t, const hm_tiered_offload *o, hm_err
             return hm_error_set(err, HM_ERR_ARG, "tiered: layer %d's offload rates are not "
                                 "finite and >= 0", il);
     }
-    atomic_store(&t->pause_req, 1); /* the worker's fields: ours while it is paused */
-    while (t->started && !atomic_load(&t->paused)) nap(TIERED_NAP_NS);
+    tiered_pause(t);
     t->off = *o;
     if (o->rates) memcpy(t->rates, o->rates, sizeof(*t->rates) * (size_t)nl);
     t->off.rates = t->rates;
@@ -400,7 +403,7 @@ hm_status hm_tiered_set_offload(hm_tiered *t, const hm_tiered_offload *o, hm_err
         if (t->gpu) cuda_engine_fetch_layout(t->gpu, il, &t->lay[il]);
         else memset(&t->lay[il], 0, sizeof(t->lay[il]));
     }
-    atomic_store(&t->pause_req, 0);
+    tiered_resume(t);
     return HM_OK;
 }
 
@@ -449,11 +452,10 @@ void hm_tiered_count_retry(hm_tiered *t) {
 void hm_tiered_set_test_hooks(hm_tiered *t, uint64_t fail_after, uint64_t stall_after,
                               uint64_t copy_fail_from) {
     if (!t) return;
-    atomic_store(&t->pause_req, 1); /* the worker's fields: ours while it is paused */
-    while (t->started && !atomic_load(&t->paused)) nap(TIERED_NAP_NS);
+    tiered_pause(t);
     t->served = 0;
     t->p.fail_after = fail_after;
     t->p.stall_after = stall_after;
     t->p.copy_fail_from = copy_fail_from ? atomic_load(&t->copies) + copy_fail_from : 0;
-    atomic_store(&t->pause_req, 0);
+    tiered_resume(t);
 }

@@ -106,11 +106,10 @@ hm_status hm_tiered_set_hot(hm_tiered *t, const hm_tiered_hot_cfg *c, const uint
     h->n_layer = NL;
     h->n_expert = NE;
     h->first_layer = t->host_layers[0];
-    atomic_store(&t->pause_req, 1); /* the worker's fields: ours while it is paused */
-    while (t->started && !atomic_load(&t->paused)) tiered_nap(50000);
+    tiered_pause(t);
     hot_free(t->hot);
     t->hot = h;
-    atomic_store(&t->pause_req, 0);
+    tiered_resume(t);
     return HM_OK;
 }
 
@@ -124,8 +123,7 @@ void tiered_hot_observe(hm_tiered *t, int L, const cuda_handoff_msg *m) {
     const int n = (int)m->n_tok * t->v.n_used, NE = h->n_expert;
     const size_t row = (size_t)L * (size_t)NE;
     for (int i = 0; i < n; i++) {
-        const int32_t id = t->v.ids[i];
-        const int32_t e = id <= -2 ? -2 - id : id;
+        const int32_t id = t->v.ids[i], e = cuda_handoff_expert(id);
         h->dec[i] = e;
         if (e < 0 || e >= NE) continue;
         h->win_hits[row + (size_t)e]++;

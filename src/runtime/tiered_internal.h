@@ -74,7 +74,10 @@ void tiered_perf_observe(hm_tiered *t, int L, const cuda_handoff_msg *m);
 void tiered_perf_time(hm_tiered *t, int L, int64_t ns);
 void tiered_perf_free(hm_tiered *t);
 
-void tiered_nap(long ns);
+/* The worker parked between requests (returns once it is, at once when it never started): its
+ * fields are the caller's until tiered_resume. */
+void tiered_pause(hm_tiered *t);
+void tiered_resume(hm_tiered *t);
 /* The hot cache's controller: a request's selections counted before the answer, the exchanges
  * handed over after it; its counters; freed with the object (the worker stopped). */
 void tiered_hot_observe(hm_tiered *t, int L, const cuda_handoff_msg *m);

@@ -22,8 +22,7 @@ struct tiered_perf {
     uint64_t requests;
 };
 
-void tiered_perf_free(hm_tiered *t) {
-    tiered_perf *p = t->perf;
+static void perf_free(tiered_perf *p) {
     if (!p) return;
     free(p->calls);
     free(p->tokens);
@@ -31,6 +30,10 @@ void tiered_perf_free(hm_tiered *t) {
     free(p->hits);
     free(p->cold);
     free(p);
+}
+
+void tiered_perf_free(hm_tiered *t) {
+    perf_free(t->perf);
     t->perf = NULL;
 }
 
@@ -47,16 +50,12 @@ hm_status hm_tiered_perf_enable(hm_tiered *t, hm_error *err) {
         p->cold = calloc(n, sizeof(*p->cold));
     }
     if (!p || !p->calls || !p->tokens || !p->time_ns || !p->hits || !p->cold) {
-        if (p) {
-            free(p->calls), free(p->tokens), free(p->time_ns), free(p->hits), free(p->cold);
-            free(p);
-        }
+        perf_free(p);
         return hm_error_set(err, HM_ERR_NOMEM, "out of memory (layer perf)");
     }
-    atomic_store(&t->pause_req, 1); /* the worker's fields: ours while it is paused */
-    while (t->started && !atomic_load(&t->paused)) tiered_nap(50000);
+    tiered_pause(t);
     t->perf = p;
-    atomic_store(&t->pause_req, 0);
+    tiered_resume(t);
     return HM_OK;
 }
 
@@ -69,7 +68,7 @@ void tiered_perf_observe(hm_tiered *t, int L, const cuda_handoff_msg *m) {
     p->tokens[L] += m->n_tok;
     p->requests++;
     for (int i = 0; i < n; i++) {
-        const int32_t id = t->v.ids[i], e = id <= -2 ? -2 - id : id;
+        const int32_t id = t->v.ids[i], e = cuda_handoff_expert(id);
         if (e < 0 || e >= NE) continue;
         p->hits[row + (size_t)e]++;
         if (id >= 0) p->cold[row + (size_t)e]++;
