@@ -61,7 +61,7 @@ static const size_t k_stage_bytes = 16u << 20;
 
 static size_t align_up(size_t n) { return (n + k_align - 1) & ~(k_align - 1); }
 
-static size_t tensor_bytes(const hm_tensor *t) {
+size_t cuda_tensor_bytes(const hm_tensor *t) {
     if (!t->data) return 0;
     return hm_row_size(t->type, t->ne[0]) * (size_t)(t->ne[1] ? t->ne[1] : 1) *
            (size_t)(t->ne[2] ? t->ne[2] : 1) * (size_t)(t->ne[3] ? t->ne[3] : 1);
@@ -239,26 +239,26 @@ extern "C" hm_status cuda_engine_plan(const hm_model *m, const cuda_engine_param
     if (st == HM_OK && embd) st = check_matrix(hm_model_tok_embd(m), err);
     if (st == HM_OK) st = check_matrix(hm_model_output(m), err);
     if (st == HM_OK) st = check_vector(hm_model_output_norm(m), err);
-    uint64_t w = (embd ? align_up(tensor_bytes(hm_model_tok_embd(m))) : 0) +
-                 align_up(tensor_bytes(hm_model_output(m))) +
-                 align_up(tensor_bytes(hm_model_output_norm(m)));
+    uint64_t w = (embd ? align_up(cuda_tensor_bytes(hm_model_tok_embd(m))) : 0) +
+                 align_up(cuda_tensor_bytes(hm_model_output(m))) +
+                 align_up(cuda_tensor_bytes(hm_model_output_norm(m)));
     for (int il = p->layer_begin; il < hp->n_layer && st == HM_OK; il++) {
         const hm_layer *L = hm_model_layer(m, il);
         const bool host = host_layer(m, p, il);
         const int64_t ns = host ? 0 : p->res ? p->res->n_slots[il] : hp->n_expert;
 #define CHECK_V(f)                                                                               \
     if (st == HM_OK) st = check_vector(&L->f, err);                                            \
-    w += align_up(tensor_bytes(&L->f));
+    w += align_up(cuda_tensor_bytes(&L->f));
 #define CHECK_M(f)                                                                               \
     if (st == HM_OK) st = check_matrix(&L->f, err);                                            \
-    w += align_up(tensor_bytes(&L->f));
+    w += align_up(cuda_tensor_bytes(&L->f));
 /* a host layer's experts are read by the CPU only: no GPU kernel needed, no device bytes */
 #define CHECK_XV(f)                                                                              \
     if (st == HM_OK && !host) st = check_vector(&L->f, err);                                   \
-    w += align_up(tensor_bytes(&L->f) / (size_t)hp->n_expert * (size_t)ns);
+    w += align_up(cuda_tensor_bytes(&L->f) / (size_t)hp->n_expert * (size_t)ns);
 #define CHECK_XM(f)                                                                              \
     if (st == HM_OK && !host) st = check_matrix(&L->f, err);                                   \
-    w += align_up(tensor_bytes(&L->f) / (size_t)hp->n_expert * (size_t)ns);
+    w += align_up(cuda_tensor_bytes(&L->f) / (size_t)hp->n_expert * (size_t)ns);
         LAYER_VECTORS(CHECK_V)
         LAYER_MATRICES(CHECK_M)
         LAYER_EXPERTS(CHECK_XM, CHECK_XV)
@@ -334,7 +334,7 @@ static void tensor_meta(const hm_tensor *t, cuda_tensor *dst) {
 
 static hm_status upload_tensor(uploader *u, const hm_tensor *t, cuda_tensor *dst, hm_error *err) {
     tensor_meta(t, dst);
-    const size_t n = tensor_bytes(t);
+    const size_t n = cuda_tensor_bytes(t);
     if (!n) return HM_OK;
     char *d = u->arena + u->off;
     dst->d = d;
@@ -348,7 +348,7 @@ static hm_status upload_experts(uploader *u, const hm_tensor *t, cuda_tensor *ds
                                 int64_t n_expert, const int32_t *slot, int64_t n_slots,
                                 hm_error *err) {
     tensor_meta(t, dst);
-    const size_t n = tensor_bytes(t);
+    const size_t n = cuda_tensor_bytes(t);
     if (!n) return HM_OK;
     const size_t stride = n / (size_t)n_expert;
     char *d = u->arena + u->off;

@@ -161,6 +161,9 @@ struct cuda_engine {
     cuda_fetch_layout *fetch;   /* [n_layer] per layer (NULL until cuda_engine_fetch_set) */
 };
 
+/* Bytes of a tensor's data (all of its dimensions); 0 when absent (cuda_engine_init.cu). */
+size_t cuda_tensor_bytes(const hm_tensor *t);
+
 /* After layer il's router: the route table's choice for the step's n tokens (cuda_route_table.cu). */
 hm_status cuda_route_table_enqueue(cuda_engine *e, int il, int n, hm_error *err);
 /* Frees the exchanges' stream and events (cuda_hot.cu); the engine's stream idle. */

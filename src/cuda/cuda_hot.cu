@@ -52,12 +52,6 @@ __global__ void hot_set_kernel(int32_t *slot_of, int32_t value) {
     *slot_of = value;
 }
 
-static size_t part_bytes(const hm_tensor *t) {
-    if (!t->data) return 0;
-    return hm_row_size(t->type, t->ne[0]) * (size_t)(t->ne[1] ? t->ne[1] : 1) *
-           (size_t)(t->ne[2] ? t->ne[2] : 1);
-}
-
 static hm_status lazy_init(cuda_engine *e, hm_error *err) {
     if (e->hot_pending) return HM_OK;
     e->hot_pending = (cuda_hot_pending *)calloc(CUDA_HOT_PENDING, sizeof(cuda_hot_pending));
@@ -85,7 +79,7 @@ static hm_status copy_expert(cuda_engine *e, int il, int in, int s, hm_error *er
                                  &D->gate_exps_b, &D->up_exps_b, &D->down_exps_b};
     const int64_t NE = e->hp.n_expert;
     for (int i = 0; i < 6; i++) {
-        const size_t n = part_bytes(src[i]);
+        const size_t n = cuda_tensor_bytes(src[i]);
         if (!n || !dst[i]->d) continue;
         const size_t stride = n / (size_t)NE;
         cudaError_t ce = cudaMemcpyAsync((char *)dst[i]->d + (size_t)s * stride,
