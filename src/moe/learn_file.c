@@ -1,6 +1,6 @@
 /* learn_file.c - the learn-file reader (see learn_file.h and docs/LEARN.md).
  *
- * DESIGN: one pass over jansson's tree. Every check goes through fail(), which writes
+ * DESIGN: one pass over jansson's tree. Every check goes through hm_json_fail(), which writes
  * "ORIGIN: FIELD: problem" and returns the status, so a check is one line at its call site and
  * the first violation ends the read. Field names are built as the walk descends
  * ("layers[3].experts[7]"). Sums of counts are checked for overflow before they are compared.
@@ -16,61 +16,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/json_read.h"
 #include "moe/tracer_internal.h" /* MOE_TRACER_MAX_LAYERS, MOE_TRACER_MAX_EXPERTS */
 
-typedef struct {
-    const char *origin;
-    hm_error *err;
-} reader;
-
-__attribute__((format(printf, 4, 5)))
-static hm_status fail(const reader *r, hm_status st, const char *field, const char *fmt, ...) {
-    char msg[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    return hm_error_set(r->err, st, "%s: %s: %s", r->origin, field, msg);
-}
-
-static const char *type_name(const json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a real number";
-    case JSON_TRUE: return "true";
-    case JSON_FALSE: return "false";
-    default: return "null";
-    }
-}
-
-/* A count: a JSON integer >= 0. */
-static hm_status as_count(const reader *r, const json_t *v, const char *field, uint64_t *out) {
-    if (!json_is_integer(v))
-        return fail(r, HM_ERR_FORMAT, field, "must be a non-negative integer, not %s", type_name(v));
-    json_int_t i = json_integer_value(v);
-    if (i < 0) return fail(r, HM_ERR_FORMAT, field, "must not be negative (%" JSON_INTEGER_FORMAT ")", i);
-    *out = (uint64_t)i;
-    return HM_OK;
-}
-
-/* obj[key] as a count; *present (if non-NULL) says whether it was there, else it is required. */
-static hm_status get_count(const reader *r, const json_t *obj, const char *key, const char *where,
-                           uint64_t *out, bool *present) {
-    char field[160];
-    snprintf(field, sizeof(field), "%s%s%s", where, *where ? "." : "", key);
-    const json_t *v = json_object_get(obj, key);
-    *out = 0;
-    if (present) *present = v != NULL;
-    if (!v) return present ? HM_OK : fail(r, HM_ERR_FORMAT, field, "missing");
-    return as_count(r, v, field, out);
-}
-
 /* obj[key], optional: a finite number >= 0 (integer or real). */
-static hm_status get_time(const reader *r, const json_t *obj, const char *key, const char *where,
-                          double *out, bool *present) {
+static hm_status get_time(const hm_json_reader *r, const json_t *obj, const char *key,
+                          const char *where, double *out, bool *present) {
     char field[160];
     snprintf(field, sizeof(field), "%s.%s", where, key);
     const json_t *v = json_object_get(obj, key);
@@ -78,31 +29,36 @@ static hm_status get_time(const reader *r, const json_t *obj, const char *key, c
     *present = v != NULL;
     if (!v) return HM_OK;
     if (!json_is_number(v))
-        return fail(r, HM_ERR_FORMAT, field, "must be a number, not %s", type_name(v));
+        return hm_json_fail(r, HM_ERR_FORMAT, field, "must be a number, not %s",
+                            hm_json_type_name(v));
     double d = json_number_value(v);
-    if (!(d >= 0) || !isfinite(d)) return fail(r, HM_ERR_FORMAT, field, "must not be negative (%g)", d);
+    if (!(d >= 0) || !isfinite(d))
+        return hm_json_fail(r, HM_ERR_FORMAT, field, "must not be negative (%g)", d);
     *out = d;
     return HM_OK;
 }
 
 /* obj[key] as an array of exactly n counts into a new *out (NULL if absent and optional). */
-static hm_status get_counts(const reader *r, const json_t *obj, const char *key, const char *where,
-                            size_t n, uint64_t **out, bool *present) {
+static hm_status get_counts(const hm_json_reader *r, const json_t *obj, const char *key,
+                            const char *where, size_t n, uint64_t **out, bool *present) {
     char field[160];
     snprintf(field, sizeof(field), "%s%s%s", where, *where ? "." : "", key);
     const json_t *a = json_object_get(obj, key);
     *out = NULL;
     if (present) *present = a != NULL;
-    if (!a) return present ? HM_OK : fail(r, HM_ERR_FORMAT, field, "missing");
-    if (!json_is_array(a)) return fail(r, HM_ERR_FORMAT, field, "must be an array, not %s", type_name(a));
+    if (!a) return present ? HM_OK : hm_json_fail(r, HM_ERR_FORMAT, field, "missing");
+    if (!json_is_array(a))
+        return hm_json_fail(r, HM_ERR_FORMAT, field, "must be an array, not %s",
+                            hm_json_type_name(a));
     if (json_array_size(a) != n)
-        return fail(r, HM_ERR_FORMAT, field, "has %zu entries, n_expert is %zu", json_array_size(a), n);
+        return hm_json_fail(r, HM_ERR_FORMAT, field, "has %zu entries, n_expert is %zu",
+                            json_array_size(a), n);
     uint64_t *v = calloc(n, sizeof(*v));
-    if (!v) return fail(r, HM_ERR_NOMEM, field, "out of memory");
+    if (!v) return hm_json_fail(r, HM_ERR_NOMEM, field, "out of memory");
     for (size_t i = 0; i < n; i++) {
         char ef[192];
         snprintf(ef, sizeof(ef), "%s[%zu]", field, i);
-        hm_status st = as_count(r, json_array_get(a, i), ef, &v[i]);
+        hm_status st = hm_json_as_count(r, json_array_get(a, i), ef, &v[i]);
         if (st != HM_OK) {
             free(v);
             return st;
@@ -113,20 +69,23 @@ static hm_status get_counts(const reader *r, const json_t *obj, const char *key,
 }
 
 /* A shape field: an integer in [lo, hi]. */
-static hm_status get_dim(const reader *r, const json_t *root, const char *key, int lo, int hi, int *out) {
+static hm_status get_dim(const hm_json_reader *r, const json_t *root, const char *key, int lo,
+                         int hi, int *out) {
     uint64_t v;
-    hm_status st = get_count(r, root, key, "", &v, NULL);
+    hm_status st = hm_json_get_count(r, root, key, "", &v, NULL);
     if (st != HM_OK) return st;
     if (v < (uint64_t)lo || v > (uint64_t)hi)
-        return fail(r, HM_ERR_FORMAT, key, "%" PRIu64 " is outside [%d, %d]", v, lo, hi);
+        return hm_json_fail(r, HM_ERR_FORMAT, key, "%" PRIu64 " is outside [%d, %d]", v, lo, hi);
     *out = (int)v;
     return HM_OK;
 }
 
-static hm_status get_model(const reader *r, const json_t *root, moe_learn *out) {
+static hm_status get_model(const hm_json_reader *r, const json_t *root, moe_learn *out) {
     const json_t *m = json_object_get(root, "model");
     if (!m) return HM_OK;
-    if (!json_is_object(m)) return fail(r, HM_ERR_FORMAT, "model", "must be an object, not %s", type_name(m));
+    if (!json_is_object(m))
+        return hm_json_fail(r, HM_ERR_FORMAT, "model", "must be an object, not %s",
+                            hm_json_type_name(m));
     static const char *const keys[3] = {"arch", "name", "file"};
     char **dst[3] = {&out->arch, &out->name, &out->file};
     for (int i = 0; i < 3; i++) {
@@ -134,8 +93,11 @@ static hm_status get_model(const reader *r, const json_t *root, moe_learn *out) 
         if (!v) continue;
         char field[32];
         snprintf(field, sizeof(field), "model.%s", keys[i]);
-        if (!json_is_string(v)) return fail(r, HM_ERR_FORMAT, field, "must be a string, not %s", type_name(v));
-        if (!(*dst[i] = strdup(json_string_value(v)))) return fail(r, HM_ERR_NOMEM, field, "out of memory");
+        if (!json_is_string(v))
+            return hm_json_fail(r, HM_ERR_FORMAT, field, "must be a string, not %s",
+                                hm_json_type_name(v));
+        if (!(*dst[i] = strdup(json_string_value(v))))
+            return hm_json_fail(r, HM_ERR_NOMEM, field, "out of memory");
     }
     return HM_OK;
 }
@@ -148,35 +110,44 @@ static const char *const perf_times[] = {
 static const char *const perf_counts[] = {"hot_slots_total", "cold_slots_total", "parallel_launches",
                                           "parallel_fallbacks"};
 
-static hm_status get_layer(const reader *r, const json_t *lo, size_t l, const moe_learn *f,
+static hm_status get_layer(const hm_json_reader *r, const json_t *lo, size_t l, const moe_learn *f,
                            moe_learn_layer *ly) {
     char where[32];
     snprintf(where, sizeof(where), "layers[%zu]", l);
-    if (!json_is_object(lo)) return fail(r, HM_ERR_FORMAT, where, "must be an object, not %s", type_name(lo));
+    if (!json_is_object(lo))
+        return hm_json_fail(r, HM_ERR_FORMAT, where, "must be an object, not %s",
+                            hm_json_type_name(lo));
     hm_status st;
     uint64_t idx;
-    if ((st = get_count(r, lo, "layer", where, &idx, NULL)) != HM_OK) return st;
-    if (idx != l) return fail(r, HM_ERR_FORMAT, where, "has \"layer\": %" PRIu64 "; layers must be in order", idx);
-    if ((st = get_count(r, lo, "calls", where, &ly->calls, NULL)) != HM_OK ||
-        (st = get_count(r, lo, "tokens", where, &ly->tokens, NULL)) != HM_OK ||
-        (st = get_count(r, lo, "expert_hits_total", where, &ly->expert_hits_total, NULL)) != HM_OK ||
-        (st = get_counts(r, lo, "experts", where, (size_t)f->n_expert, &ly->experts, NULL)) != HM_OK ||
+    if ((st = hm_json_get_count(r, lo, "layer", where, &idx, NULL)) != HM_OK) return st;
+    if (idx != l)
+        return hm_json_fail(r, HM_ERR_FORMAT, where,
+                            "has \"layer\": %" PRIu64 "; layers must be in order", idx);
+    if ((st = hm_json_get_count(r, lo, "calls", where, &ly->calls, NULL)) != HM_OK ||
+        (st = hm_json_get_count(r, lo, "tokens", where, &ly->tokens, NULL)) != HM_OK ||
+        (st = hm_json_get_count(r, lo, "expert_hits_total", where, &ly->expert_hits_total, NULL)) !=
+            HM_OK ||
+        (st = get_counts(r, lo, "experts", where, (size_t)f->n_expert, &ly->experts, NULL)) !=
+            HM_OK ||
         (st = get_time(r, lo, "moe_time_us", where, &ly->moe_time_us, &ly->has_moe_time)) != HM_OK)
         return st;
     uint64_t sum = 0;
     for (int e = 0; e < f->n_expert; e++) {
-        if (ly->experts[e] > UINT64_MAX - sum) return fail(r, HM_ERR_FORMAT, where, "experts sum past 2^64");
+        if (ly->experts[e] > UINT64_MAX - sum)
+            return hm_json_fail(r, HM_ERR_FORMAT, where, "experts sum past 2^64");
         sum += ly->experts[e];
     }
     if (sum != ly->expert_hits_total)
-        return fail(r, HM_ERR_FORMAT, where, "expert_hits_total %" PRIu64 " is not the sum of experts (%" PRIu64 ")",
-                    ly->expert_hits_total, sum);
+        return hm_json_fail(r, HM_ERR_FORMAT, where,
+                            "expert_hits_total %" PRIu64 " is not the sum of experts (%" PRIu64 ")",
+                            ly->expert_hits_total, sum);
     uint64_t used = (uint64_t)f->n_expert_used; /* at most tokens x n_expert_used slots */
     if (ly->tokens <= UINT64_MAX / used && sum > ly->tokens * used)
-        return fail(r, HM_ERR_FORMAT, where, "%" PRIu64 " hits for %" PRIu64 " tokens of %d experts each",
-                    sum, ly->tokens, f->n_expert_used);
+        return hm_json_fail(r, HM_ERR_FORMAT, where,
+                            "%" PRIu64 " hits for %" PRIu64 " tokens of %d experts each", sum,
+                            ly->tokens, f->n_expert_used);
     if (!ly->calls && (ly->tokens || sum))
-        return fail(r, HM_ERR_FORMAT, where, "calls is 0 but tokens or hits are not");
+        return hm_json_fail(r, HM_ERR_FORMAT, where, "calls is 0 but tokens or hits are not");
     bool has_hot, has_cold;
     if ((st = get_counts(r, lo, "hot_experts", where, (size_t)f->n_expert, &ly->hot_experts, &has_hot)) != HM_OK ||
         (st = get_counts(r, lo, "cold_experts", where, (size_t)f->n_expert, &ly->cold_experts, &has_cold)) != HM_OK)
@@ -190,7 +161,8 @@ static hm_status get_layer(const reader *r, const json_t *lo, size_t l, const mo
     for (int e = 0; ly->has_branch_counts && e < f->n_expert; e++) {
         uint64_t h = ly->hot_experts[e], c = ly->cold_experts[e];
         if (h > UINT64_MAX - c || h + c != ly->experts[e])
-            return fail(r, HM_ERR_FORMAT, where, "hot_experts[%d] + cold_experts[%d] is not experts[%d]", e, e, e);
+            return hm_json_fail(r, HM_ERR_FORMAT, where,
+                                "hot_experts[%d] + cold_experts[%d] is not experts[%d]", e, e, e);
     }
     for (size_t i = 0; i < sizeof(perf_times) / sizeof(perf_times[0]); i++) {
         double d;
@@ -200,42 +172,51 @@ static hm_status get_layer(const reader *r, const json_t *lo, size_t l, const mo
     for (size_t i = 0; i < sizeof(perf_counts) / sizeof(perf_counts[0]); i++) {
         uint64_t v;
         bool p;
-        if ((st = get_count(r, lo, perf_counts[i], where, &v, &p)) != HM_OK) return st;
+        if ((st = hm_json_get_count(r, lo, perf_counts[i], where, &v, &p)) != HM_OK) return st;
     }
     return HM_OK;
 }
 
-static hm_status read_root(const reader *r, const json_t *root, moe_learn *out) {
-    if (!json_is_object(root)) return fail(r, HM_ERR_FORMAT, "(top)", "must be an object, not %s", type_name(root));
+static hm_status read_root(const hm_json_reader *r, const json_t *root, moe_learn *out) {
+    if (!json_is_object(root))
+        return hm_json_fail(r, HM_ERR_FORMAT, "(top)", "must be an object, not %s",
+                            hm_json_type_name(root));
     const json_t *fmt = json_object_get(root, "format");
-    if (!fmt) return fail(r, HM_ERR_FORMAT, "format", "missing (not a learn file)");
+    if (!fmt) return hm_json_fail(r, HM_ERR_FORMAT, "format", "missing (not a learn file)");
     if (!json_is_string(fmt) || strcmp(json_string_value(fmt), MOE_LEARN_FORMAT))
-        return fail(r, HM_ERR_FORMAT, "format", "must be \"%s\"%s%.60s%s", MOE_LEARN_FORMAT,
-                    json_is_string(fmt) ? ", not \"" : "", json_is_string(fmt) ? json_string_value(fmt) : "",
-                    json_is_string(fmt) ? "\"" : "");
+        return hm_json_fail(r, HM_ERR_FORMAT, "format", "must be \"%s\"%s%.60s%s", MOE_LEARN_FORMAT,
+                            json_is_string(fmt) ? ", not \"" : "",
+                            json_is_string(fmt) ? json_string_value(fmt) : "",
+                            json_is_string(fmt) ? "\"" : "");
     uint64_t version;
-    hm_status st = get_count(r, root, "version", "", &version, NULL);
+    hm_status st = hm_json_get_count(r, root, "version", "", &version, NULL);
     if (st != HM_OK) return st;
     if (version > MOE_LEARN_VERSION)
-        return fail(r, HM_ERR_UNSUPPORTED, "version", "%" PRIu64 " is newer than this reader (%d)", version,
-                    MOE_LEARN_VERSION);
-    if (version < 1) return fail(r, HM_ERR_FORMAT, "version", "must be %d, not 0", MOE_LEARN_VERSION);
+        return hm_json_fail(r, HM_ERR_UNSUPPORTED, "version",
+                            "%" PRIu64 " is newer than this reader (%d)", version,
+                            MOE_LEARN_VERSION);
+    if (version < 1)
+        return hm_json_fail(r, HM_ERR_FORMAT, "version", "must be %d, not 0", MOE_LEARN_VERSION);
     if ((st = get_model(r, root, out)) != HM_OK ||
         (st = get_dim(r, root, "n_layer", 1, MOE_TRACER_MAX_LAYERS, &out->n_layer)) != HM_OK ||
         (st = get_dim(r, root, "n_expert", 1, MOE_TRACER_MAX_EXPERTS, &out->n_expert)) != HM_OK ||
         (st = get_dim(r, root, "n_expert_used", 1, out->n_expert, &out->n_expert_used)) != HM_OK ||
-        (st = get_count(r, root, "prompts", "", &out->prompts, NULL)) != HM_OK ||
-        (st = get_count(r, root, "total_tokens", "", &out->total_tokens, NULL)) != HM_OK ||
-        (st = get_count(r, root, "rejected", "", &out->rejected, NULL)) != HM_OK ||
-        (st = get_counts(r, root, "experts", "", (size_t)out->n_expert, &out->experts, NULL)) != HM_OK)
+        (st = hm_json_get_count(r, root, "prompts", "", &out->prompts, NULL)) != HM_OK ||
+        (st = hm_json_get_count(r, root, "total_tokens", "", &out->total_tokens, NULL)) != HM_OK ||
+        (st = hm_json_get_count(r, root, "rejected", "", &out->rejected, NULL)) != HM_OK ||
+        (st = get_counts(r, root, "experts", "", (size_t)out->n_expert, &out->experts, NULL)) !=
+            HM_OK)
         return st;
     const json_t *layers = json_object_get(root, "layers");
-    if (!layers) return fail(r, HM_ERR_FORMAT, "layers", "missing");
-    if (!json_is_array(layers)) return fail(r, HM_ERR_FORMAT, "layers", "must be an array, not %s", type_name(layers));
+    if (!layers) return hm_json_fail(r, HM_ERR_FORMAT, "layers", "missing");
+    if (!json_is_array(layers))
+        return hm_json_fail(r, HM_ERR_FORMAT, "layers", "must be an array, not %s",
+                            hm_json_type_name(layers));
     if (json_array_size(layers) != (size_t)out->n_layer)
-        return fail(r, HM_ERR_FORMAT, "layers", "has %zu entries, n_layer is %d", json_array_size(layers), out->n_layer);
+        return hm_json_fail(r, HM_ERR_FORMAT, "layers", "has %zu entries, n_layer is %d",
+                            json_array_size(layers), out->n_layer);
     if (!(out->layers = calloc((size_t)out->n_layer, sizeof(*out->layers))))
-        return fail(r, HM_ERR_NOMEM, "layers", "out of memory");
+        return hm_json_fail(r, HM_ERR_NOMEM, "layers", "out of memory");
     uint64_t max_tokens = 0;
     for (int l = 0; l < out->n_layer; l++) {
         moe_learn_layer *ly = &out->layers[l];
@@ -243,20 +224,23 @@ static hm_status read_root(const reader *r, const json_t *root, moe_learn *out) 
         if (ly->tokens > max_tokens) max_tokens = ly->tokens;
     }
     if (out->total_tokens != max_tokens)
-        return fail(r, HM_ERR_FORMAT, "total_tokens", "%" PRIu64 " is not the largest layer's tokens (%" PRIu64 ")",
-                    out->total_tokens, max_tokens);
+        return hm_json_fail(r, HM_ERR_FORMAT, "total_tokens",
+                            "%" PRIu64 " is not the largest layer's tokens (%" PRIu64 ")",
+                            out->total_tokens, max_tokens);
     for (int e = 0; e < out->n_expert; e++) {
         uint64_t sum = 0;
         for (int l = 0; l < out->n_layer; l++) {
             uint64_t h = out->layers[l].experts[e];
-            if (h > UINT64_MAX - sum) return fail(r, HM_ERR_FORMAT, "experts", "sums past 2^64");
+            if (h > UINT64_MAX - sum)
+                return hm_json_fail(r, HM_ERR_FORMAT, "experts", "sums past 2^64");
             sum += h;
         }
         if (sum != out->experts[e]) {
             char field[32];
             snprintf(field, sizeof(field), "experts[%d]", e);
-            return fail(r, HM_ERR_FORMAT, field, "%" PRIu64 " is not the sum over layers (%" PRIu64 ")",
-                        out->experts[e], sum);
+            return hm_json_fail(r, HM_ERR_FORMAT, field,
+                                "%" PRIu64 " is not the sum over layers (%" PRIu64 ")",
+                                out->experts[e], sum);
         }
     }
     return HM_OK;
@@ -265,7 +249,7 @@ static hm_status read_root(const reader *r, const json_t *root, moe_learn *out) 
 hm_status moe_learn_parse(const char *text, size_t len, const char *origin, moe_learn *out,
                           hm_error *err) {
     memset(out, 0, sizeof(*out));
-    reader r = {origin ? origin : "(learn file)", err};
+    hm_json_reader r = {origin ? origin : "(learn file)", err};
     json_error_t je;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
