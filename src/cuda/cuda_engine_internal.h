@@ -193,8 +193,8 @@ hm_status cuda_engine_enqueue_experts(cuda_engine *e, int il, int n_tok, hm_erro
 hm_status cuda_engine_enqueue_step(cuda_engine *e, const int32_t *d_tokens, int n_tok,
                                    hm_error *err);
 /* The tiered step (cuda_handoff.cu). Allocates the hand-off for the engine's host layers (the
- * layers' host flags and e->n_host set): mapped pinned memory, zeroed, timeout from
- * HOTMOE_TIERED_TIMEOUT_MS or 20 s. Nothing when n_host is 0. */
+ * layers' host flags and e->n_host set): mapped pinned memory, zeroed, timeout 20 s until the
+ * CPU side sets its own (hm_tiered_init). Nothing when n_host is 0. */
 hm_status cuda_handoff_init(cuda_engine *e, hm_error *err);
 /* Sets abort (a wait in flight ends), frees the memory; the stream must be idle or about to be. */
 void cuda_handoff_free(cuda_engine *e);

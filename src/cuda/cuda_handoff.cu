@@ -191,16 +191,7 @@ extern "C" hm_status cuda_handoff_init(cuda_engine *e, hm_error *err) {
                             cudaGetErrorString(ce));
     cuda_handoff_layout(h, nl, E, K, nt, e->hp.n_expert, e->host_layers, e->n_host, &e->ho_h);
     cuda_handoff_layout(d, nl, E, K, nt, e->hp.n_expert, e->host_layers, e->n_host, &e->ho_d);
-    uint64_t ms = HO_TIMEOUT_MS_DEFAULT;
-    const char *env = getenv("HOTMOE_TIERED_TIMEOUT_MS");
-    if (env && *env) {
-        char *end = NULL;
-        unsigned long long v = strtoull(env, &end, 10);
-        if (end && !*end) ms = v;
-        else HM_LOGW("HOTMOE_TIERED_TIMEOUT_MS=%s is not a number of milliseconds; using %llu",
-                     env, (unsigned long long)ms);
-    }
-    e->ho_h.ctl->timeout_ns = ms * 1000000ull;
+    e->ho_h.ctl->timeout_ns = HO_TIMEOUT_MS_DEFAULT * 1000000ull; /* the CPU side sets its own */
     return HM_OK;
 }
 

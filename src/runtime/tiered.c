@@ -293,6 +293,8 @@ static hm_status init_common(const hm_model *m, struct cuda_engine *gpu,
         char *end = NULL;
         unsigned long long x = strtoull(env, &end, 10);
         if (end && !*end) ms = x;
+        else HM_LOGW("HOTMOE_TIERED_TIMEOUT_MS=%s is not a number of milliseconds; using %llu",
+                     env, (unsigned long long)ms);
     }
     /* the engine's one CPU side; then a clean hand-off: the engine's reset waits for its stream
      * (nothing waits: abort first) */
