@@ -4,6 +4,15 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+hm_status hm_json_parse(const hm_json_reader *r, const char *text, size_t len, json_t **root) {
+    json_error_t je;
+    *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    if (!*root)
+        return hm_error_set(r->err, HM_ERR_FORMAT, "%s:%d:%d: not valid JSON: %s", r->origin,
+                            je.line, je.column, je.text);
+    return HM_OK;
+}
+
 hm_status hm_json_fail(const hm_json_reader *r, hm_status st, const char *field, const char *fmt,
                        ...) {
     char msg[256];

@@ -19,6 +19,9 @@ typedef struct {
     hm_error *err;
 } hm_json_reader;
 
+/* text as one JSON value (duplicate keys refused) into *root (json_decref it); invalid JSON is
+ * HM_ERR_FORMAT "ORIGIN:LINE:COLUMN: not valid JSON: ...". */
+hm_status hm_json_parse(const hm_json_reader *r, const char *text, size_t len, json_t **root);
 /* Sets r->err to "ORIGIN: FIELD: message" and returns st. */
 __attribute__((format(printf, 4, 5)))
 hm_status hm_json_fail(const hm_json_reader *r, hm_status st, const char *field, const char *fmt,

@@ -374,12 +374,10 @@ hm_status moe_routing_profile_parse(const char *text, size_t len, const char *or
     out->tokens = out->sequences = out->rejected = -1;
     moe_routing_figures_unknown(&out->avg);
     hm_json_reader r = {origin ? origin : "(routing profile)", err};
-    json_error_t je;
-    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
-    if (!root)
-        return hm_error_set(err, HM_ERR_FORMAT, "%s:%d:%d: not valid JSON: %s", r.origin, je.line,
-                            je.column, je.text);
-    hm_status st = read_root(&r, root, out);
+    json_t *root;
+    hm_status st = hm_json_parse(&r, text, len, &root);
+    if (st != HM_OK) return st;
+    st = read_root(&r, root, out);
     json_decref(root);
     if (st != HM_OK) moe_routing_profile_free(out);
     return st;
