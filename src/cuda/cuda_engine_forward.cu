@@ -321,6 +321,30 @@ static hm_status attention_block(cuda_engine *e, int il, int n, fwd_defer *dfr, 
     return cuda_add(e->x, e->proj, e->x, (int64_t)n * E, e->stream, err);
 }
 
+/* Product i of the expert FFN over the slots e->dslot [n_tok][K]: 0 gate and 1 up (xn ->
+ * eg, eu [n_tok][K][F]), 2 down (eg -> ey [n_tok][K][E]); w holds n_slots experts' matrices
+ * w_stride bytes apart (0: packed). */
+hm_status cuda_experts_gemm(cuda_engine *e, int i, uint32_t wtype, const void *w, size_t w_stride,
+                            int n_slots, int n_tok, hm_error *err) {
+    const int64_t F = e->hp.n_ff_exp, E = e->hp.n_embd;
+    float *y[3] = {e->eg, e->eu, e->ey};
+    cuda_gemm_moe_args g;
+    memset(&g, 0, sizeof(g));
+    g.wtype = wtype;
+    g.w = w;
+    g.w_stride = w_stride;
+    g.n_expert = n_slots;
+    g.n_rows = i == 2 ? E : F;
+    g.k = i == 2 ? F : E;
+    g.x = i == 2 ? e->eg : e->xn;
+    g.x_per_slot = i == 2;
+    g.ids = e->dslot;
+    g.n_tok = n_tok;
+    g.n_used = (int)e->hp.n_expert_used;
+    g.y = y[i];
+    return cuda_gemm_moe(&g, e->gemm_scratch, e->gemm_scratch_bytes, e->stream, err);
+}
+
 /* The expert FFN: ey[t][s] = down(act(gate(xn[t]), up(xn[t]))) of expert ids[t][s], whose
  * weights and biases are slot dslot[t][s] of the layer's arenas (NS of them); a slot < 0 is
  * skipped. matvec_only: never the tensor-core GEMMs (the CPU's bytes for any n). */
@@ -334,21 +358,7 @@ static hm_status experts(cuda_engine *e, const cuda_layer *L, int n, const void 
     if (!matvec_only && use_gemm(e, &L->gate_exps, n) && use_gemm(e, &L->up_exps, n) &&
         use_gemm(e, &L->down_exps, n) && NS <= CUDA_GEMM_MAX_EXPERTS) {
         const cuda_tensor *w[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
-        float *y[3] = {e->eg, e->eu, e->ey};
         for (int i = 0; i < 3 && st == HM_OK; i++) {
-            cuda_gemm_moe_args g;
-            memset(&g, 0, sizeof(g));
-            g.wtype = w[i]->type;
-            g.w = w[i]->d;
-            g.n_expert = NS;
-            g.n_rows = i == 2 ? E : F;
-            g.k = i == 2 ? F : E;
-            g.x = i == 2 ? e->eg : e->xn;
-            g.x_per_slot = i == 2;
-            g.ids = e->dslot;
-            g.n_tok = n;
-            g.n_used = K;
-            g.y = y[i];
             if (i == 2) { /* biases and the activation before the down product */
                 if (L->gate_exps_b.d) {
                     st = cuda_moe_add_bias(e->eg, (const float *)L->gate_exps_b.d, e->dslot, n,
@@ -364,7 +374,7 @@ static hm_status experts(cuda_engine *e, const cuda_layer *L, int n, const void 
                                            err);
                 if (st != HM_OK) return st;
             }
-            st = cuda_gemm_moe(&g, e->gemm_scratch, e->gemm_scratch_bytes, e->stream, err);
+            st = cuda_experts_gemm(e, i, w[i]->type, w[i]->d, 0, NS, n, err);
         }
     } else {
         /* gate and up fused: every slot of token t reads xn[t] */

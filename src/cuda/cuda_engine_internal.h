@@ -161,6 +161,10 @@ struct cuda_engine {
     cuda_fetch_layout *fetch;   /* [n_layer] per layer (NULL until cuda_engine_fetch_set) */
 };
 
+/* Product i (0 gate, 1 up, 2 down) of the expert FFN over e->dslot for n_tok tokens, weights
+ * of n_slots experts w_stride bytes apart (0: packed) (cuda_engine_forward.cu). */
+hm_status cuda_experts_gemm(cuda_engine *e, int i, uint32_t wtype, const void *w, size_t w_stride,
+                            int n_slots, int n_tok, hm_error *err);
 /* Bytes of a tensor's data (all of its dimensions); 0 when absent (cuda_engine_init.cu). */
 size_t cuda_tensor_bytes(const hm_tensor *t);
 

@@ -192,21 +192,8 @@ extern "C" hm_status cuda_fetch_enqueue_experts(cuda_engine *e, int il, int n_to
                                        err);
             if (st != HM_OK) return st;
         }
-        cuda_gemm_moe_args g;
-        memset(&g, 0, sizeof(g));
-        g.wtype = w[i]->type;
-        g.w = buf + lay->part_off[i];
-        g.w_stride = lay->slot_bytes;
-        g.n_expert = lay->n_slots;
-        g.n_rows = i == 2 ? E : F;
-        g.k = i == 2 ? F : E;
-        g.x = i == 2 ? e->eg : e->xn;
-        g.x_per_slot = i == 2;
-        g.ids = e->dslot;
-        g.n_tok = n_tok;
-        g.n_used = K;
-        g.y = y[i];
-        st = cuda_gemm_moe(&g, e->gemm_scratch, e->gemm_scratch_bytes, e->stream, err);
+        st = cuda_experts_gemm(e, i, w[i]->type, buf + lay->part_off[i], lay->slot_bytes,
+                               lay->n_slots, n_tok, err);
     }
     if (st == HM_OK && bias_off[2]) {
         cu_launch(fetch_bias_kernel, (unsigned)n_pairs, 128, 0, s, e->ey,
