@@ -166,17 +166,29 @@ static hm_model *load(const char *preset, forge_mix mix) {
     return m;
 }
 
+/* A fake GPU over m's layers (odd: every other layer on the host) and a CPU side (2 threads)
+ * serving it; NULL when either cannot start. */
+static hm_tiered *start(const hm_model *m, fake_gpu *g, bool odd) {
+    if (!fake_init(g, m, odd)) return NULL;
+    hm_tiered_params tp = hm_tiered_default_params();
+    tp.n_threads = 2;
+    hm_tiered *t = NULL;
+    hm_error err;
+    if (hm_tiered_init_view(m, &g->v, &tp, &t, &err) != HM_OK) {
+        fprintf(stderr, "tiered init: %s\n", err.msg);
+        return NULL;
+    }
+    return t;
+}
+
 static void check_answers(const char *preset, forge_mix mix) {
     hm_model *m = load(preset, mix);
     HM_REQUIRE(m);
     for (int odd = 0; odd < 2; odd++) {
         fake_gpu g;
-        HM_REQUIRE(fake_init(&g, m, odd));
-        hm_tiered_params tp = hm_tiered_default_params();
-        tp.n_threads = 2;
-        hm_tiered *t = NULL;
+        hm_tiered *t = start(m, &g, odd);
+        HM_REQUIRE(t);
         hm_error err;
-        HM_REQUIRE(hm_tiered_init_view(m, &g.v, &tp, &t, &err) == HM_OK);
         uint64_t toks = 0, reqs = 0;
         for (int step = 0; step < 24; step++) {
             const int n = 1 + step % NT_MAX;
@@ -308,12 +320,9 @@ static void test_fetch_requests_without_lane(void) {
     hm_model *m = load("tiny-qwen3moe", FORGE_MIX_Q8_0);
     HM_REQUIRE(m);
     fake_gpu g;
-    HM_REQUIRE(fake_init(&g, m, false));
-    hm_tiered_params tp = hm_tiered_default_params();
-    tp.n_threads = 2;
-    hm_tiered *t = NULL;
+    hm_tiered *t = start(m, &g, false);
+    HM_REQUIRE(t);
     hm_error err;
-    HM_REQUIRE(hm_tiered_init_view(m, &g.v, &tp, &t, &err) == HM_OK);
     hm_tiered_offload o = {.lane = NULL, .rates = NULL, .threshold = -1, .debug = true};
     HM_CHECK(hm_tiered_set_offload(t, &o, &err) == HM_ERR_ARG &&
              strstr(err.msg, "--moe-offload-threshold"));
@@ -445,12 +454,9 @@ static void test_hot_controller(void) {
         for (int e = 0; e < NE; e += 2) hot[(size_t)il * (size_t)NE + (size_t)e] = 1;
     for (int mode = 0; mode < 2; mode++) {
         fake_gpu g;
-        HM_REQUIRE(fake_init(&g, m, false));
-        hm_tiered_params tp = hm_tiered_default_params();
-        tp.n_threads = 2;
-        hm_tiered *t = NULL;
+        hm_tiered *t = start(m, &g, false);
+        HM_REQUIRE(t);
         hm_error err;
-        HM_REQUIRE(hm_tiered_init_view(m, &g.v, &tp, &t, &err) == HM_OK);
         hm_tiered_hot_cfg hc = {.policy = mode ? HOT_POLICY_STATIC : HOT_POLICY_LRU,
                                 .admit_per_step = 1, .decay = 0.9,
                                 .update_rate = mode ? 0.5 : 0.0, .update_interval = 4,
