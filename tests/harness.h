@@ -42,6 +42,30 @@ static int hm_t_failed_checks;
         }                                                                                  \
     } while (0)
 
+/* stderr (where the log goes) kept in memory from hm_t_log_begin to hm_t_log_end, which returns
+ * the text: malloc'd, "" when nothing was written or the capture could not start. */
+typedef struct {
+    FILE *saved, *mem;
+    char *buf;
+    size_t len;
+} hm_t_log;
+
+static inline void hm_t_log_begin(hm_t_log *l) {
+    l->buf = NULL;
+    l->len = 0;
+    l->saved = stderr;
+    l->mem = open_memstream(&l->buf, &l->len);
+    if (l->mem) stderr = l->mem;
+}
+
+static inline char *hm_t_log_end(hm_t_log *l) {
+    if (l->mem) {
+        stderr = l->saved;
+        fclose(l->mem);
+    }
+    return l->buf ? l->buf : (char *)calloc(1, 1);
+}
+
 /* The tests' random numbers: xorshift64 on *state (a test's own seed), the upper bits. */
 static inline unsigned hm_t_rnd(unsigned long long *state) {
     *state ^= *state << 13;

@@ -132,15 +132,10 @@ static void test_extra(void) {
 /* Like PARSE, keeping the one error line (stderr) in msg. */
 static int parse_msg(const cli_args_def *def, cli_common_args *a, char *msg, size_t cap, int argc,
                      char **argv) {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *saved = stderr, *mem = open_memstream(&buf, &len);
-    if (mem) stderr = mem;
+    hm_t_log l;
+    hm_t_log_begin(&l);
     int rc = cli_args_parse(def, argc, argv, a);
-    if (mem) {
-        stderr = saved;
-        fclose(mem);
-    }
+    char *buf = hm_t_log_end(&l);
     snprintf(msg, cap, "%s", buf ? buf : "");
     free(buf);
     return rc;

@@ -88,16 +88,10 @@ static hm_context *open_ctx_hot(const hm_model *m, bool tiered, int64_t threshol
     p.moe_hot_cache_max_mib = hot ? hot_mib : -1;
     hm_context *c = NULL;
     hm_error err;
-    size_t len = 0;
-    *log = NULL;
-    FILE *saved = stderr, *mem = open_memstream(log, &len);
-    if (mem) stderr = mem;
+    hm_t_log l;
+    hm_t_log_begin(&l);
     hm_status st = hm_context_init(m, &p, &c, &err);
-    if (mem) {
-        stderr = saved;
-        fclose(mem);
-    }
-    if (!*log) *log = calloc(1, 1);
+    *log = hm_t_log_end(&l);
     HM_CHECK_MSG(st == HM_OK && hm_context_gpu(c), "init (tiered %d, threshold %lld): %s",
                  tiered, (long long)threshold, st == HM_OK ? "no GPU engine" : err.msg);
     if (st != HM_OK) return NULL;
@@ -118,14 +112,10 @@ static bool run(hm_context *c, const int32_t *prompt, int n, int64_t V, float *o
                 int32_t *gen, char **log) {
     hm_error err;
     hm_context_reset(c);
-    size_t len = 0;
-    FILE *saved = stderr, *mem = log ? open_memstream(log, &len) : NULL;
-    if (mem) stderr = mem;
+    hm_t_log l;
+    if (log) hm_t_log_begin(&l);
     hm_status st = hm_decode(c, prompt, n, 0, out, HM_LOGITS_ALL, &err);
-    if (mem) {
-        stderr = saved;
-        fclose(mem);
-    }
+    if (log) *log = hm_t_log_end(&l);
     HM_CHECK_MSG(st == HM_OK, "prompt of %d: %s", n, err.msg);
     if (st != HM_OK) return false;
     float *lo = malloc(sizeof(float) * (size_t)V);

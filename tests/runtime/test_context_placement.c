@@ -71,16 +71,10 @@ static hm_context_params with(const flags *f) {
 /* hm_context_init with stderr (the log) kept in *log (malloc'd, may be empty). */
 static hm_status init_logged(const hm_context_params *p, hm_context **ctx, hm_error *err,
                              char **log) {
-    size_t len = 0;
-    *log = NULL;
-    FILE *saved = stderr, *mem = open_memstream(log, &len);
-    if (mem) stderr = mem;
+    hm_t_log l;
+    hm_t_log_begin(&l);
     hm_status st = hm_context_init(model(), p, ctx, err);
-    if (mem) {
-        stderr = saved;
-        fclose(mem);
-    }
-    if (!*log) *log = calloc(1, 1);
+    *log = hm_t_log_end(&l);
     return st;
 }
 

@@ -339,16 +339,11 @@ static void test_fetch_requests_without_lane(void) {
     const int L = g.v.host_layers[0], K = g.v.n_used, n = NT_MAX;
     for (int i = 0; i < n * K; i++) g.v.fslot[i] = 1234; /* must be overwritten */
     g.v.msg->fetch = 1;
-    char *log = NULL;
-    size_t len = 0;
-    FILE *saved = stderr, *mem = open_memstream(&log, &len);
-    if (mem) stderr = mem;
+    hm_t_log lc;
+    hm_t_log_begin(&lc);
     const uint32_t seq = post(&g, L, n, (uint32_t)L, (uint32_t)n, 0);
     const int r = wait_answer(&g, L, seq, 30.0);
-    if (mem) {
-        stderr = saved;
-        fclose(mem);
-    }
+    char *log = hm_t_log_end(&lc);
     g.v.msg->fetch = 0;
     HM_CHECK(r == 1 && answer_ok(&g, L, n));
     bool all_cpu = true;
