@@ -57,7 +57,7 @@ static void layer_pairs(int il, int NE, const uint8_t *hot, const double *score,
 
 hm_status hot_update_plan(int n_layer, int n_expert, const uint8_t *hot, const double *score,
                           uint64_t hot_hits, uint64_t cold_hits, double rate, hot_exchange *out,
-                          int *n_out, hot_update_stats *st, hm_error *err) {
+                          int room, int *n_out, hot_update_stats *st, hm_error *err) {
     *n_out = 0;
     if (!(rate >= 0 && rate <= 1))
         return hm_error_set(err, HM_ERR_ARG, "--moe-hot-cache-update-rate %g: must be in [0, 1]",
@@ -84,7 +84,8 @@ hm_status hot_update_plan(int n_layer, int n_expert, const uint8_t *hot, const d
     for (int il = 0; il < n_layer; il++) layer_pairs(il, n_expert, hot, score, cand, vict, ps, &np);
     qsort(ps, (size_t)np, sizeof(*ps), by_gain);
     st->candidates = np;
-    const int take = np < st->max_exchange ? np : st->max_exchange;
+    int take = np < st->max_exchange ? np : st->max_exchange;
+    if (take > room) take = room > 0 ? room : 0;
     for (int i = 0; i < take; i++) out[i] = ps[i].x;
     qsort(out, (size_t)take, sizeof(*out), by_layer_out);
     for (int i = 0; i < take; i++)

@@ -39,12 +39,12 @@ typedef struct {
 } hot_update_stats;
 
 /* Plans the exchanges: hot [n_layer][n_expert] (1: has a slot), score [n_layer][n_expert],
- * hot_hits / cold_hits of the window (for the statistics), rate in [0, 1]. out must hold
- * max_exchange entries (at most the cache's hot slots); *n_out gets their number, sorted by
- * layer, then victim id. HM_ERR_ARG for a rate outside [0, 1] or NaN, or negative shapes. */
+ * hot_hits / cold_hits of the window (for the statistics), rate in [0, 1]. out holds room
+ * entries: the best-gain min(max_exchange, room) pairs are returned; *n_out gets their number,
+ * sorted by layer, then victim id. HM_ERR_ARG for a rate outside [0, 1] or NaN, or negative shapes. */
 hm_status hot_update_plan(int n_layer, int n_expert, const uint8_t *hot, const double *score,
                           uint64_t hot_hits, uint64_t cold_hits, double rate, hot_exchange *out,
-                          int *n_out, hot_update_stats *st, hm_error *err);
+                          int room, int *n_out, hot_update_stats *st, hm_error *err);
 
 /* One line of st for the log: "hot cache update: active 1, update_rate 0.10, ...". */
 int hot_update_format(const hot_update_stats *st, char *buf, int n);

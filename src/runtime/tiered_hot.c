@@ -157,8 +157,8 @@ static void update(hm_tiered *t, tiered_hot *h) {
     int n = 0;
     if (hot_weight_score(&l, &h->c.weight, h->score, h->layer_w, NULL, &e) == HM_OK &&
         hot_update_plan(NL, NE, hot_admit_map(h->adm), h->score, hot_hits, cold_hits,
-                        h->c.update_rate, h->q + h->n_q, &n, &s, &e) == HM_OK) {
-        if (h->n_q + n > HOT_QUEUE) n = HOT_QUEUE - h->n_q;
+                        h->c.update_rate, h->q + h->n_q, HOT_QUEUE - h->n_q, &n, &s,
+                        &e) == HM_OK) {
         for (int i = 0; i < n; i++) {
             const hot_exchange *x = &h->q[h->n_q + i];
             hot_admit_apply(h->adm, x->layer, x->out, x->in);

@@ -141,19 +141,17 @@ static void check_model(const char *preset, forge_mix mix) {
     const bool have_learn = write_learn(m, learn);
     HM_CHECK_MSG(have_learn, "%s: cannot write %s", preset, learn);
     /* cache sizes in MiB: about a third of the experts' bytes, and all but one expert per MoE
-     * layer (an expert's bytes: offload_expert_size; every MoE layer alike in the presets) */
-    int n_moe = 0;
-    uint64_t one = 0;
+     * layer, rounded down (an expert's bytes: offload_expert_size, which differs between the
+     * layers of a mix) */
+    uint64_t one_each = 0;
     for (int il = 0; il < L; il++)
-        if (hm_model_layer(m, il)->gate_exps.data) {
-            n_moe++;
-            one = offload_expert_size(m, il, 1);
-        }
-    const uint64_t all = one * (uint64_t)hp->n_expert * (uint64_t)n_moe, MiB = 1u << 20;
+        if (hm_model_layer(m, il)->gate_exps.data) one_each += offload_expert_size(m, il, 1);
+    const uint64_t all = one_each * (uint64_t)hp->n_expert, MiB = 1u << 20;
     const int64_t mib[2] = {(int64_t)((all * 3 / 10 + MiB - 1) / MiB),
-                            (int64_t)((all - one * (uint64_t)n_moe) / MiB)};
+                            (int64_t)((all - one_each) / MiB)};
     for (int k = 0; have_learn && k < 2; k++) {
-        if (mib[k] < 1 || (uint64_t)mib[k] * MiB < one * (uint64_t)n_moe) continue;
+        if (mib[k] < 1 || (uint64_t)mib[k] * MiB < one_each || (uint64_t)mib[k] * MiB >= all)
+            continue;
         snprintf(pls[n].name, sizeof(pls[n].name), "--cpu-moe + hot cache %lld MiB",
                  (long long)mib[k]);
         pls[n].cpu_moe = true;
