@@ -84,7 +84,9 @@ typedef struct {
 
 struct tp_pool {
     int n;
-    int64_t spin_idle_ns, spin_wait_ns; /* spin budgets (tp_init) */
+    _Atomic int64_t spin_idle_ns; /* spin budgets (tp_init; idle: tp_set_idle_spin too) */
+    int64_t spin_wait_ns;
+    bool spin_fixed;              /* oversubscribed or HOTMOE_POOL_SPIN_US: budgets stay */
     tp_fn fn;
     void *ctx;
     /* each waited-on word with its sleepers, in a cache line of its own */
@@ -513,7 +515,8 @@ static void *tp_worker_main(void *arg) {
     for (;;) {
         if (wk->ith >= atomic_load_explicit(&p->nact, memory_order_relaxed))
             tp_park(p, wk->ith, seen);
-        hm_wait_ne(&p->gen, seen, &p->gen_w, p->spin_idle_ns, 0);
+        hm_wait_ne(&p->gen, seen, &p->gen_w,
+                   atomic_load_explicit(&p->spin_idle_ns, memory_order_relaxed), 0);
         const int g = atomic_load_explicit(&p->gen, memory_order_acquire);
         seen = g;
         if (atomic_load_explicit(&p->stop, memory_order_acquire)) break;
@@ -572,13 +575,17 @@ hm_status tp_init(int n, tp_pool **pool, hm_error *err) {
     }
     p->spin_idle_ns = HM_TUNE_SPIN_IDLE_NS;
     p->spin_wait_ns = HM_TUNE_SPIN_WAIT_NS;
-    if (n > hm_cpu_count_allowed()) p->spin_idle_ns = p->spin_wait_ns = HM_TUNE_SPIN_OVERSUB_NS;
+    if (n > hm_cpu_count_allowed()) {
+        p->spin_idle_ns = p->spin_wait_ns = HM_TUNE_SPIN_OVERSUB_NS;
+        p->spin_fixed = true;
+    }
     const char *se = getenv("HOTMOE_POOL_SPIN_US"); /* "WAIT[,IDLE]", for tuning runs */
     if (se && *se) {
         char *end = NULL;
         p->spin_wait_ns = (int64_t)(1000 * strtod(se, &end));
         p->spin_idle_ns = end && *end == ',' ? (int64_t)(1000 * strtod(end + 1, NULL))
                                              : p->spin_wait_ns;
+        p->spin_fixed = true;
     }
     const char *pe = getenv("HOTMOE_POOL_PROF");
     if (pe && atoi(pe) > 0) {
@@ -637,6 +644,11 @@ void tp_free(tp_pool *p) {
 }
 
 int tp_size(const tp_pool *p) { return p ? p->n : 1; }
+
+void tp_set_idle_spin(tp_pool *p, int64_t ns) {
+    if (p && !p->spin_fixed && ns >= 0)
+        atomic_store_explicit(&p->spin_idle_ns, ns, memory_order_relaxed);
+}
 
 void tp_run(tp_pool *p, tp_fn fn, void *ctx) {
     if (!p || p->n == 1) {

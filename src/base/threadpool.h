@@ -33,6 +33,11 @@ typedef void (*tp_fn)(void *ctx, int ith, int nth);
  * budgets (base/tune.h; short when n exceeds the CPUs the process may use) can be replaced for
  * tuning runs by HOTMOE_POOL_SPIN_US=WAIT[,IDLE] (microseconds; IDLE defaults to WAIT). */
 hm_status tp_init(int n, tp_pool **pool, hm_error *err);
+/* Replaces the idle workers' spin budget (waiting for the next job) with ns, for a pool whose
+ * jobs come in bursts with longer gaps than a decode step's (runtime/tiered.c); kept short when
+ * the pool has more threads than CPUs, and HOTMOE_POOL_SPIN_US still wins. Call it before the
+ * first job. */
+void tp_set_idle_spin(tp_pool *pool, int64_t ns);
 /* Stops and joins the workers; NULL is allowed. */
 void tp_free(tp_pool *pool);
 /* Number of threads (nth of every job). */

@@ -17,6 +17,12 @@
 
 /* An idle worker waiting for the next job (between a decode step's jobs, or tokens). */
 #define HM_TUNE_SPIN_IDLE_NS 300000
+/* The tiered CPU side's idle workers (runtime/tiered.c): its jobs are a decode step's host
+ * layers, with gaps of the GPU's own layers, the output and the next step's start between them
+ * (a half-GPU qwen3-30b-a3b step: ~2 ms without a job), so a 300 us spin sleeps and wakes the
+ * pool every token. 5 ms: tg128, -t 15, H200 machine, 2026-11-28, same call (bench/RESULTS.md):
+ * q3 --n-cpu-moe 24 125.2 -> 145.0, --cpu-moe 73.7 -> 77.3, gpt-oss-20b --cpu-moe 81.0 -> 78.9. */
+#define HM_TUNE_SPIN_IDLE_TIERED_NS 5000000
 /* Inside a job: stage gates, barriers, the end of a job, one item waiting on another's flag.
  * The 16-core host's pool traces (bench/results/2026-11-23h/i-host-cpu-trace-*) give mean gate
  * waits of 4-18 us for most stages and 100-290 us for a few (a thread held up); a wait longer

@@ -59,6 +59,7 @@ struct hm_context {
     char *report;             /* its report, or NULL */
     fetch_setup fetch;        /* prompt ubatches' fetched experts (tiered plans) */
     uint64_t staging;         /* bytes of one staging buffer the plan reserved (0: none) */
+    int tiered_threads;       /* the CPU side's threads: -t, or 0 (hm_tiered's default) */
 };
 
 hm_context_params hm_context_default_params(void) {
@@ -338,7 +339,7 @@ static hm_status gpu_open(hm_context *c, const hm_residency *res, int split, hm_
     hm_status st = cuda_engine_init(c->m, &ep, &c->gpu, &e2);
     if (st == HM_OK && cuda_engine_host_layers(c->gpu) > 0) {
         hm_tiered_params tp = hm_tiered_default_params();
-        tp.n_threads = c->p.n_threads;
+        tp.n_threads = c->tiered_threads;
         st = hm_tiered_init(c->m, c->gpu, &tp, &c->tiered, &e2);
         if (st == HM_OK) st = fetch_open(c, &e2);
         if (st == HM_OK)
@@ -362,7 +363,7 @@ static hm_status gpu_open(hm_context *c, const hm_residency *res, int split, hm_
         if (c->tiered)
             HM_LOGI("GPU: %s; the routed experts of %d layers in RAM, computed by %d CPU threads",
                     cuda_engine_describe(c->gpu), cuda_engine_host_layers(c->gpu),
-                    c->p.n_threads);
+                    hm_tiered_n_threads(c->tiered));
         else
             HM_LOGI("GPU: %s", cuda_engine_describe(c->gpu));
         return HM_OK;
@@ -474,6 +475,7 @@ hm_status hm_context_init(const hm_model *m, const hm_context_params *params, hm
     if (!c) return hm_error_set(err, HM_ERR_NOMEM, "out of memory (context)");
     c->m = m;
     c->p = p;
+    c->tiered_threads = params->n_threads;
     if (p.moe_hot_cache) {
         c->hot_cache = strdup(p.moe_hot_cache);
         c->p.moe_hot_cache = c->hot_cache;

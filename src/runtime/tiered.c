@@ -279,6 +279,7 @@ static hm_status init_common(const hm_model *m, struct cuda_engine *gpu,
             hm_tiered_free(t);
             return st;
         }
+        tp_set_idle_spin(t->pool, HM_TUNE_SPIN_IDLE_TIERED_NS);
         t->own_pool = true;
     }
     st = moe_exec_init(m, t->pool, v->n_tok_max, &t->exec, err);
@@ -421,6 +422,8 @@ hm_status hm_tiered_check(hm_tiered *t, hm_error *err) {
     pthread_mutex_unlock(&t->mu);
     return st;
 }
+
+int hm_tiered_n_threads(const hm_tiered *t) { return t ? tp_size(t->pool) : 0; }
 
 void hm_tiered_get_stats(hm_tiered *t, hm_tiered_stats *s) {
     memset(s, 0, sizeof(*s));

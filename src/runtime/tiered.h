@@ -27,7 +27,7 @@
  *   cuda_engine_init(m, &ep, &gpu, err);
  *   if (cuda_engine_host_layers(gpu) > 0) {                        cuda/cuda_handoff.h
  *       hm_tiered_params tp = hm_tiered_default_params();
- *       tp.n_threads = n_threads;                                  (-t)
+ *       tp.n_threads = n_threads;                                  (-t; 0: CPUs - 1)
  *       hm_tiered_init(m, gpu, &tp, &tiered, err);                 owned by the context
  *   }
  *   ... hm_decode -> cuda_engine_decode, generation -> cuda_decode: unchanged ...
@@ -56,7 +56,8 @@ typedef struct hm_tiered hm_tiered;
 
 typedef struct {
     int n_threads;       /* threads computing the experts: the worker + n_threads - 1 pool
-                            threads, when pool is NULL (>= 1; 0: the CPUs this process may use) */
+                            threads, when pool is NULL (>= 1; 0: one less than the CPUs this
+                            process may use, so that the thread driving the GPU keeps a core) */
     tp_pool *pool;       /* borrowed pool (the worker becomes its caller thread: nobody else
                             may run jobs on it while the object lives), or NULL */
     uint32_t timeout_ms; /* the GPU's wait for one answer gives up after this long (0: default,
@@ -171,6 +172,8 @@ typedef struct {
     uint64_t hot_refused;    /* exchanges the engine refused (taken back) */
 } hm_tiered_stats;
 void hm_tiered_get_stats(hm_tiered *t, hm_tiered_stats *s);
+/* Threads computing the experts (the pool's size). */
+int hm_tiered_n_threads(const hm_tiered *t);
 /* Counts a failed step that the caller redoes after hm_tiered_reset (runtime/context.c). */
 void hm_tiered_count_retry(hm_tiered *t);
 /* Test hooks of hm_tiered_params set on a running object (counted from now on; 0: never). */
