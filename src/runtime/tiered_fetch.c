@@ -114,7 +114,7 @@ static hm_status run_cpu_slots(hm_tiered *t, int L, int64_t n_tok, bool fetched,
  * many of its first experts as the lane moves in the GPU's predicted time for L's experts. */
 static void copy_ahead(hm_tiered *t, int j, int64_t n_tok) {
     const int L = t->host_layers[j];
-    if (!t->ahead_on || j + 1 >= t->v.n_host || t->off.lane == NULL) return;
+    if (j + 1 >= t->v.n_host || t->off.lane == NULL) return;
     const int L2 = t->host_layers[j + 1], NE = (int)t->v.n_expert;
     const cuda_fetch_layout *l2 = &t->lay[L2];
     if ((L2 & 1) == (L & 1) || !l2->eligible || l2->n_slots < 1 ||
@@ -172,8 +172,6 @@ hm_status tiered_fetch_alloc(hm_tiered *t, hm_error *err) {
     for (int il = 0; il < nl; il++) calib_layer_rates(&c, t->m, il, &t->rates[il]);
     t->off.rates = t->rates;
     t->ahead_layer = -1;
-    const char *env = getenv("HOTMOE_FETCH_AHEAD");
-    t->ahead_on = !(env && !strcmp(env, "0"));
     return HM_OK;
 }
 

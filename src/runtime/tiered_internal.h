@@ -56,7 +56,6 @@ struct hm_tiered {
      * that layer, and its experts 0 .. ahead_n - 1 in slots 0 .. ahead_n - 1 of its buffer */
     int ahead_layer;             /* -1: none */
     int ahead_n;
-    bool ahead_on;               /* HOTMOE_FETCH_AHEAD=0 turns it off (A/B measurement) */
     atomic_ullong fetch_requests, gpu_experts, cpu_experts, fetched_bytes, copy_wait_ns;
     atomic_ullong copies, copy_fallbacks, retries, ahead_experts, ahead_used;
     /* the hot cache's controller (tiered_hot.c), or NULL */
