@@ -4,7 +4,9 @@
  * --cpu-moe, --n-cpu-moe K for K = 1 .. n_layer, -ot sending the odd layers' experts to the
  * CPU, and --cpu-moe with a hot cache (--moe-hot-cache from a learn file written here, hits
  * falling with the expert id, sized for about a third and for all but one of each layer's
- * experts: mixed layers, the GPU running the hot slots and the CPU the cold ones) — give,
+ * experts: mixed layers, the GPU running the hot slots and the CPU the cold ones; on the first
+ * size also the lru and lfru policies and updates every 8 tokens, static and lru, so slots
+ * change hands mid-generation; and a cache of every expert, which leaves no CPU side) — give,
  * through hm_context_init with those flags:
  *  - host loop: an 8-token prompt decoded one token per call, then N_GEN greedy single-token
  *    steps; the logits of every step byte-identical to the all-GPU context's;
@@ -44,6 +46,9 @@ typedef struct {
     char ot[160];
     const char *hot;  /* --moe-hot-cache FILE or NULL */
     int64_t hot_mib;  /* --moe-hot-cache-max-mib */
+    hot_policy policy;     /* --moe-hot-cache-policy */
+    double update_rate;    /* --moe-hot-cache-update-rate (0: none) */
+    bool whole;            /* the cache holds every expert: no CPU side */
 } placement;
 
 static int argmax(const float *x, int64_t n) {
@@ -65,13 +70,18 @@ static hm_context *open_ctx(const hm_model *m, const placement *pl) {
         p.override_tensor = pl->ot[0] ? pl->ot : NULL;
         p.moe_hot_cache = pl->hot;
         if (pl->hot) p.moe_hot_cache_max_mib = pl->hot_mib;
+        p.moe_hot_cache_policy = pl->policy;
+        p.moe_hot_cache_update_rate = pl->update_rate;
+        p.moe_hot_cache_update_interval = 8; /* updates every 8 tokens: many in one generation */
     }
     hm_context *c = NULL;
     hm_error err;
     hm_status st = hm_context_init(m, &p, &c, &err);
     HM_CHECK_MSG(st == HM_OK && hm_context_gpu(c), "%s: %s", pl ? pl->name : "all on the GPU",
                  st == HM_OK ? "no GPU engine" : err.msg);
-    if (st == HM_OK && pl) HM_CHECK_MSG(hm_context_tiered(c), "%s: not tiered", pl->name);
+    if (st == HM_OK && pl)
+        HM_CHECK_MSG(!hm_context_tiered(c) == pl->whole, "%s: %s", pl->name,
+                     pl->whole ? "a CPU side, with every expert in the cache" : "not tiered");
     return st == HM_OK ? c : NULL;
 }
 
@@ -127,7 +137,7 @@ static void check_model(const char *preset, forge_mix mix) {
         HM_CHECK_MSG(ref_tok[i] == argmax(ref + (size_t)(N_PROMPT - 1 + i) * (size_t)V, V),
                      "%s %s: the all-GPU loops differ at token %d", preset,
                      forge_mix_name(mix), i);
-    placement pls[64];
+    placement pls[72];
     memset(pls, 0, sizeof(pls));
     int n = 0;
     snprintf(pls[n].name, sizeof(pls[n].name), "--cpu-moe");
@@ -149,14 +159,33 @@ static void check_model(const char *preset, forge_mix mix) {
     const uint64_t all = one_each * (uint64_t)hp->n_expert, MiB = 1u << 20;
     const int64_t mib[2] = {(int64_t)((all * 3 / 10 + MiB - 1) / MiB),
                             (int64_t)((all - one_each) / MiB)};
+    /* the policies and the updates on the first partial size: admissions and exchanges land
+     * between the steps of one generation */
+    static const struct { hot_policy pol; double rate; const char *what; } kinds[] = {
+        {HOT_POLICY_STATIC, 0.0, "static"}, {HOT_POLICY_LRU, 0.0, "lru"},
+        {HOT_POLICY_LFRU, 0.0, "lfru"}, {HOT_POLICY_STATIC, 0.5, "static + updates"},
+        {HOT_POLICY_LRU, 0.25, "lru + updates"}};
+    bool first_size = true;
     for (int k = 0; have_learn && k < 2; k++) {
         if (mib[k] < 1 || (uint64_t)mib[k] * MiB < one_each || (uint64_t)mib[k] * MiB >= all)
             continue;
-        snprintf(pls[n].name, sizeof(pls[n].name), "--cpu-moe + hot cache %lld MiB",
-                 (long long)mib[k]);
+        for (size_t q = 0; q < (first_size ? sizeof(kinds) / sizeof(kinds[0]) : 1); q++, n++) {
+            snprintf(pls[n].name, sizeof(pls[n].name), "--cpu-moe + hot cache %lld MiB, %s",
+                     (long long)mib[k], kinds[q].what);
+            pls[n].cpu_moe = true;
+            pls[n].hot = learn;
+            pls[n].hot_mib = mib[k];
+            pls[n].policy = kinds[q].pol;
+            pls[n].update_rate = kinds[q].rate;
+        }
+        first_size = false;
+    }
+    if (have_learn) { /* every expert fits: the GPU alone, from the cache's slots */
+        snprintf(pls[n].name, sizeof(pls[n].name), "--cpu-moe + hot cache of every expert");
         pls[n].cpu_moe = true;
         pls[n].hot = learn;
-        pls[n].hot_mib = mib[k];
+        pls[n].hot_mib = (int64_t)(all / MiB) + 2;
+        pls[n].whole = true;
         n++;
     }
     snprintf(pls[n].name, sizeof(pls[n].name), "-ot odd layers' experts");
@@ -181,11 +210,15 @@ static void check_model(const char *preset, forge_mix mix) {
             HM_CHECK_MSG(!memcmp(ref_tok, tok, sizeof(tok)), "%s %s %s: the generation's tokens "
                          "differ from the all-GPU context's", preset, forge_mix_name(mix),
                          pls[i].name);
-        hm_tiered_stats s;
-        hm_tiered_get_stats(hm_context_tiered(c), &s);
-        HM_CHECK_MSG(s.faults == 0 && s.retries == 0 && s.requests > 0, "%s %s %s: %llu "
-                     "requests, %llu faults", preset, forge_mix_name(mix), pls[i].name,
-                     (unsigned long long)s.requests, (unsigned long long)s.faults);
+        if (!pls[i].whole) {
+            hm_tiered_stats s;
+            hm_tiered_get_stats(hm_context_tiered(c), &s);
+            HM_CHECK_MSG(s.faults == 0 && s.retries == 0 && s.requests > 0, "%s %s %s: %llu "
+                         "requests, %llu faults", preset, forge_mix_name(mix), pls[i].name,
+                         (unsigned long long)s.requests, (unsigned long long)s.faults);
+            HM_CHECK_MSG(pls[i].update_rate <= 0 || s.hot_updates > 0, "%s %s %s: no update "
+                         "in %d tokens", preset, forge_mix_name(mix), pls[i].name, N_GEN);
+        }
         hm_context_free(c);
     }
     printf("%-14s %-7s %d placements x (%d host-loop steps, %d generated tokens): %s\n", preset,
