@@ -267,6 +267,24 @@ static hm_status lane_staged(cuda_copy_lane *l, char *d, const char *p, size_t n
     return HM_OK;
 }
 
+/* Before copies into buffer b: the lane's device, then the consumer's last release of b. */
+static hm_status lane_begin(cuda_copy_lane *l, int b, hm_error *err) {
+    cudaError_t e = cudaSetDevice(l->dev);
+    if (e != cudaSuccess) return host_fail(err, e, "cuda_copy_lane_copy: cudaSetDevice");
+    if (l->freed_set[b] && (e = cudaStreamWaitEvent(l->s, l->freed[b], 0)) != cudaSuccess)
+        return host_fail(err, e, "cuda_copy_lane_copy: waiting for the buffer's release");
+    return HM_OK;
+}
+
+/* After them: ready[b] and the layer tag. */
+static hm_status lane_end(cuda_copy_lane *l, int b, int layer, hm_error *err) {
+    cudaError_t e = cudaEventRecord(l->ready[b], l->s);
+    if (e != cudaSuccess) return host_fail(err, e, "cuda_copy_lane_copy: cudaEventRecord");
+    l->layer[b] = layer;
+    l->st.copies++;
+    return HM_OK;
+}
+
 extern "C" hm_status cuda_copy_lane_copy_at(cuda_copy_lane *l, int b, int layer, size_t start,
                                             const cuda_host_range *src, int n, size_t *off,
                                             hm_error *err) {
@@ -283,31 +301,68 @@ extern "C" hm_status cuda_copy_lane_copy_at(cuda_copy_lane *l, int b, int layer,
         return hm_error_set(err, HM_ERR_RANGE, "cuda_copy_lane_copy: layer %d needs %zu bytes "
                             "in %d ranges at %zu, the buffer holds %zu", layer, total, n, start,
                             l->cap);
-    cudaError_t e = cudaSetDevice(l->dev);
-    if (e != cudaSuccess) return host_fail(err, e, "cuda_copy_lane_copy: cudaSetDevice");
-    if (l->freed_set[b] && (e = cudaStreamWaitEvent(l->s, l->freed[b], 0)) != cudaSuccess)
-        return host_fail(err, e, "cuda_copy_lane_copy: waiting for the buffer's release");
+    hm_status st = lane_begin(l, b, err);
+    if (st != HM_OK) return st;
     size_t o = start;
     for (int i = 0; i < n; i++) {
         if (off) off[i] = o;
         if (src[i].n == 0) continue;
         char *d = (char *)l->buf[b] + o;
         if (cuda_host_reg_covers(l->reg, src[i].p, src[i].n)) {
-            e = cudaMemcpyAsync(d, src[i].p, src[i].n, cudaMemcpyHostToDevice, l->s);
+            cudaError_t e = cudaMemcpyAsync(d, src[i].p, src[i].n, cudaMemcpyHostToDevice, l->s);
             if (e != cudaSuccess) return host_fail(err, e, "cuda_copy_lane_copy: cudaMemcpyAsync");
             l->st.bytes_direct += src[i].n;
         } else {
-            hm_status st = lane_staged(l, d, (const char *)src[i].p, src[i].n, err);
+            st = lane_staged(l, d, (const char *)src[i].p, src[i].n, err);
             if (st != HM_OK) return st;
         }
         o += lane_align(src[i].n);
         l->st.ranges++;
     }
-    if ((e = cudaEventRecord(l->ready[b], l->s)) != cudaSuccess)
-        return host_fail(err, e, "cuda_copy_lane_copy: cudaEventRecord");
-    l->layer[b] = layer;
-    l->st.copies++;
-    return HM_OK;
+    return lane_end(l, b, layer, err);
+}
+
+/* Whether run r is well formed and ends inside a buffer of cap bytes. */
+static bool rows_ok(const cuda_host_rows *r, size_t cap) {
+    if (r->rows == 0 || r->n == 0) return true;
+    if (!r->p || r->spitch < r->n || r->dpitch < r->n || r->off > cap) return false;
+    const size_t span = (r->rows - 1) * r->dpitch; /* rows <= cap / dpitch checked first */
+    return r->rows - 1 <= (cap - r->off) / r->dpitch && span <= cap - r->off &&
+           r->n <= cap - r->off - span;
+}
+
+extern "C" hm_status cuda_copy_lane_copy_rows(cuda_copy_lane *l, int b, int layer,
+                                              const cuda_host_rows *r, int n, hm_error *err) {
+    if (!l || b < 0 || b >= CUDA_COPY_LANE_BUFS || n < 0 || (n > 0 && !r))
+        return hm_error_set(err, HM_ERR_ARG, "cuda_copy_lane_copy_rows: bad arguments (buffer "
+                            "%d, %d runs)", b, n);
+    for (int i = 0; i < n; i++)
+        if (!rows_ok(&r[i], l->cap))
+            return hm_error_set(err, HM_ERR_RANGE, "cuda_copy_lane_copy_rows: layer %d: run %d "
+                                "(%zu rows of %zu bytes, pitches %zu / %zu, at %zu) does not fit "
+                                "the buffer of %zu bytes", layer, i, r[i].rows, r[i].n,
+                                r[i].spitch, r[i].dpitch, r[i].off, l->cap);
+    hm_status st = lane_begin(l, b, err);
+    if (st != HM_OK) return st;
+    for (int i = 0; i < n; i++) {
+        if (r[i].rows == 0 || r[i].n == 0) continue;
+        char *d = (char *)l->buf[b] + r[i].off;
+        const char *p = (const char *)r[i].p;
+        const size_t span = (r[i].rows - 1) * r[i].spitch + r[i].n;
+        if (cuda_host_reg_covers(l->reg, p, span)) {
+            cudaError_t e = cudaMemcpy2DAsync(d, r[i].dpitch, p, r[i].spitch, r[i].n, r[i].rows,
+                                              cudaMemcpyHostToDevice, l->s);
+            if (e != cudaSuccess)
+                return host_fail(err, e, "cuda_copy_lane_copy_rows: cudaMemcpy2DAsync");
+            l->st.bytes_direct += r[i].n * r[i].rows;
+        } else {
+            for (size_t k = 0; k < r[i].rows && st == HM_OK; k++)
+                st = lane_staged(l, d + k * r[i].dpitch, p + k * r[i].spitch, r[i].n, err);
+            if (st != HM_OK) return st;
+        }
+        l->st.ranges += r[i].rows;
+    }
+    return lane_end(l, b, layer, err);
 }
 
 extern "C" hm_status cuda_copy_lane_copy(cuda_copy_lane *l, int b, int layer,

@@ -76,6 +76,14 @@ typedef struct {
     size_t n;
 } cuda_host_range;
 
+/* rows strided rows of n bytes: row k from p + k * spitch to buffer offset off + k * dpitch. */
+typedef struct {
+    const void *p;
+    size_t n, rows;
+    size_t spitch, dpitch; /* >= n */
+    size_t off;
+} cuda_host_rows;
+
 typedef struct cuda_copy_lane cuda_copy_lane;
 
 enum { CUDA_COPY_LANE_BUFS = 2, CUDA_COPY_LANE_ALIGN = 256 };
@@ -112,6 +120,14 @@ hm_status cuda_copy_lane_copy(cuda_copy_lane *l, int b, int layer, const cuda_ho
  * this copy, has fired). */
 hm_status cuda_copy_lane_copy_at(cuda_copy_lane *l, int b, int layer, size_t start,
                                  const cuda_host_range *src, int n, size_t *off, hm_error *err);
+/* Strided runs into buffer b, placed by the caller (off, dpitch): each one cudaMemcpy2DAsync
+ * when the registration covers its rows, else staged row by row; after the consumer's last
+ * release of b, as cuda_copy_lane_copy_at (earlier copies into b stay). A run's rows count as
+ * ranges in the stats. HM_ERR_RANGE (nothing enqueued) when a run does not fit the buffer or
+ * its pitches are below n; HM_ERR_ARG for b outside [0, 2). Runs with no rows or n == 0 take
+ * no space. */
+hm_status cuda_copy_lane_copy_rows(cuda_copy_lane *l, int b, int layer, const cuda_host_rows *r,
+                                   int n, hm_error *err);
 /* Device address of buffer b (cap bytes). */
 void *cuda_copy_lane_buf(const cuda_copy_lane *l, int b);
 /* The layer tag of the last copy into b (-1 before any). */

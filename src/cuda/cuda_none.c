@@ -287,6 +287,11 @@ hm_status cuda_copy_lane_copy_at(cuda_copy_lane *l, int b, int layer, size_t sta
     return host_none(err, "cuda_copy_lane_copy_at");
 }
 
+hm_status cuda_copy_lane_copy_rows(cuda_copy_lane *l, int b, int layer, const cuda_host_rows *r,
+                                   int n, hm_error *err) {
+    return host_none(err, "cuda_copy_lane_copy_rows");
+}
+
 hm_status cuda_copy_lane_sync_buf(cuda_copy_lane *l, int b, hm_error *err) {
     return host_none(err, "cuda_copy_lane_sync_buf");
 }

@@ -28,54 +28,60 @@
 
 #define AHEAD_MIN_TOK 8 /* tokens per expert on average for copies ahead */
 
-/* Gathers the ranges of experts xs[0..n) of layer L into t->ranges (checked against the staging
- * layout); their number, or -1 with e set. */
-static int gather_ranges(hm_tiered *t, int L, const int32_t *xs, int n, hm_error *e) {
+/* Experts x0 .. x0 + r - 1 of layer L into slots slot0 .. slot0 + r - 1: one strided run per
+ * part, row j the part of expert x0 + j, when a part's experts lie back to back in the file (a
+ * tensor's experts do), else one run per expert. Checked against the staging layout; appended
+ * to t->runs from index nr; the new count, or -1 (e set) on a mismatch. */
+static int add_runs(hm_tiered *t, int L, int x0, int r, int slot0, int nr, hm_error *e) {
     const cuda_fetch_layout *lay = &t->lay[L];
-    int n_rng = 0;
-    for (int k = 0; k < n; k++) {
-        offload_range rr[OFFLOAD_MAX_RANGES];
-        const int np = offload_expert_ranges(t->m, L, xs[k], rr);
-        if (np != lay->n_parts) {
-            hm_error_set(e, HM_ERR_STATE, "fetched experts: layer %d expert %d has %d parts, "
-                         "the staging layout %d", L, xs[k], np, lay->n_parts);
+    offload_range a[OFFLOAD_MAX_RANGES], z[OFFLOAD_MAX_RANGES];
+    const int np = offload_expert_ranges(t->m, L, x0, a);
+    const int nz = offload_expert_ranges(t->m, L, x0 + r - 1, z);
+    if (np != lay->n_parts || nz != np) {
+        hm_error_set(e, HM_ERR_STATE, "fetched experts: layer %d expert %d has %d parts, the "
+                     "staging layout %d", L, np != lay->n_parts ? x0 : x0 + r - 1,
+                     np != lay->n_parts ? np : nz, lay->n_parts);
+        return -1;
+    }
+    for (int i = 0; i < np; i++) {
+        const size_t pb = lay->part_bytes[i];
+        if (a[i].n != pb || z[i].n != pb) {
+            hm_error_set(e, HM_ERR_STATE, "fetched experts: layer %d expert %d part %d is %zu "
+                         "bytes, the staging layout says %zu", L, a[i].n != pb ? x0 : x0 + r - 1,
+                         i, a[i].n != pb ? a[i].n : z[i].n, pb);
             return -1;
         }
-        for (int i = 0; i < np; i++) {
-            if (rr[i].n != lay->part_bytes[i]) {
-                hm_error_set(e, HM_ERR_STATE, "fetched experts: layer %d expert %d part %d is "
-                             "%zu bytes, the staging layout says %zu", L, xs[k], i, rr[i].n,
-                             lay->part_bytes[i]);
-                return -1;
-            }
-            t->ranges[n_rng++] = (cuda_host_range){rr[i].p, rr[i].n};
+        if ((const char *)z[i].p != (const char *)a[i].p + (size_t)(r - 1) * pb) {
+            for (int j = 0; j < r && nr >= 0; j++) /* not back to back: one run each */
+                nr = add_runs(t, L, x0 + j, 1, slot0 + j, nr, e);
+            return nr;
         }
     }
-    return n_rng;
+    for (int i = 0; i < np; i++)
+        t->runs[nr++] = (cuda_host_rows){.p = a[i].p, .n = lay->part_bytes[i], .rows = (size_t)r,
+                                         .spitch = lay->part_bytes[i], .dpitch = lay->slot_bytes,
+                                         .off = (size_t)slot0 * lay->slot_bytes +
+                                                lay->part_off[i]};
+    return nr;
 }
 
 /* Enqueues the copies of experts xs[0..n) of layer L into slots first .. first + n - 1 of its
- * buffer and checks that the lane put them where the engine's layout expects. */
+ * buffer: each run of consecutive ids is one strided copy per part (cuda_copy_lane_copy_rows). */
 static hm_status copy_experts(hm_tiered *t, int L, const int32_t *xs, int n, int first,
                               hm_error *e) {
     const cuda_fetch_layout *lay = &t->lay[L];
     if (first + n > lay->n_slots)
         return hm_error_set(e, HM_ERR_STATE, "fetched experts: layer %d: slots %d + %d, the "
                             "buffer holds %d", L, first, n, lay->n_slots);
-    const int n_rng = gather_ranges(t, L, xs, n, e);
-    if (n_rng < 0) return HM_ERR_STATE;
-    hm_status st = cuda_copy_lane_copy_at(t->off.lane, cuda_fetch_buffer(L), L,
-                                          (size_t)first * lay->slot_bytes, t->ranges, n_rng,
-                                          t->offs, e);
-    for (int j = 0; st == HM_OK && j < n; j++)
-        for (int i = 0; st == HM_OK && i < lay->n_parts; i++) {
-            const size_t want = (size_t)(first + j) * lay->slot_bytes + lay->part_off[i];
-            if (t->offs[j * lay->n_parts + i] != want)
-                st = hm_error_set(e, HM_ERR_STATE, "fetched experts: the copy lane put part %d "
-                                  "of slot %d at %zu, the layout expects %zu", i, first + j,
-                                  t->offs[j * lay->n_parts + i], want);
-        }
-    return st;
+    int nr = 0;
+    for (int k = 0; k < n && nr >= 0;) {
+        int r = 1;
+        while (k + r < n && xs[k + r] == xs[k] + r) r++;
+        nr = add_runs(t, L, xs[k], r, first + k, nr, e);
+        k += r;
+    }
+    if (nr < 0) return HM_ERR_STATE;
+    return cuda_copy_lane_copy_rows(t->off.lane, cuda_fetch_buffer(L), L, t->runs, nr, e);
 }
 
 /* A failed copy (why): the layer's fetched experts run on the CPU in this step after all. Waits
@@ -159,11 +165,10 @@ hm_status tiered_fetch_alloc(hm_tiered *t, hm_error *err) {
     t->fslot_of = calloc((size_t)ne, sizeof(*t->fslot_of));
     t->ahead_ids = calloc((size_t)ne, sizeof(*t->ahead_ids));
     t->ids_cpu = calloc((size_t)t->v.n_tok_max * (size_t)t->v.n_used, sizeof(*t->ids_cpu));
-    t->ranges = calloc(nr, sizeof(*t->ranges));
-    t->offs = calloc(nr, sizeof(*t->offs));
+    t->runs = calloc(nr, sizeof(*t->runs));
     t->dbg = calloc(t->dbg_cap, 1);
     if (!t->rates || !t->lay || !t->ex || !t->counts || !t->fslot_of || !t->ahead_ids || !t->ids_cpu ||
-        !t->ranges || !t->offs || !t->dbg)
+        !t->runs || !t->dbg)
         return hm_error_set(err, HM_ERR_NOMEM, "out of memory (tiered: fetched experts)");
     hm_status st = offload_plan_init(&t->plan, ne, err);
     if (st != HM_OK) return st;
@@ -184,8 +189,7 @@ void tiered_fetch_release(hm_tiered *t) {
     free(t->fslot_of);
     free(t->ahead_ids);
     free(t->ids_cpu);
-    free(t->ranges);
-    free(t->offs);
+    free(t->runs);
     free(t->dbg);
 }
 

@@ -48,8 +48,8 @@ struct hm_tiered {
     int32_t *fslot_of;           /* [n_expert] staging slot of a fetched expert, else -1 */
     int32_t *ahead_ids;          /* [n_expert] the experts of one copy (scratch) */
     int32_t *ids_cpu;            /* [n_tok_max][n_used] ids with fetched slots masked (-1) */
-    cuda_host_range *ranges;     /* [n_expert * CUDA_FETCH_MAX_PARTS] the copies */
-    size_t *offs;                /* [n_expert * CUDA_FETCH_MAX_PARTS] where the lane put them */
+    cuda_host_rows *runs;        /* [n_expert * CUDA_FETCH_MAX_PARTS] the copies: one strided
+                                    run per part of each run of consecutive expert ids */
     char *dbg;                   /* HOTMOE_SCHED_DEBUG text */
     size_t dbg_cap;
     /* experts of the next host layer copied ahead while this one computes (tiered_fetch.c):

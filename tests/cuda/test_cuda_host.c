@@ -159,6 +159,43 @@ static void test_register_and_copy(void) {
     }
     HM_CHECK(stt.copies == 1 && stt.ranges == 5);
 
+    /* strided runs into buffer 1: back to back and spaced rows of the mapping (one 2D copy
+     * each), and spaced rows of the heap (staged row by row), interleaved in the buffer */
+    const cuda_host_rows rows[3] = {
+        {.p = f.map + 3000, .n = 1000, .rows = 5, .spitch = 1000, .dpitch = 4096, .off = 0},
+        {.p = f.map + 70001, .n = 700, .rows = 5, .spitch = 1500, .dpitch = 4096, .off = 1024},
+        {.p = heap, .n = (2 << 20) + 5, .rows = 3, .spitch = 3 << 20, .dpitch = (2 << 20) + 256,
+         .off = 8 << 20}};
+    HM_REQUIRE(cuda_copy_lane_copy_rows(l, 1, 77, rows, 3, &err) == HM_OK);
+    HM_CHECK(cuda_copy_lane_layer(l, 1) == 77);
+    HM_REQUIRE(cuda_copy_lane_wait(l, 1, s, &err) == HM_OK);
+    const size_t span = (8u << 20) + 3 * ((2u << 20) + 256);
+    uint8_t *back = malloc(span);
+    HM_REQUIRE(back);
+    HM_REQUIRE(cudaMemcpyAsync(back, cuda_copy_lane_buf(l, 1), span, cudaMemcpyDeviceToHost, s) ==
+               cudaSuccess);
+    HM_REQUIRE(cuda_copy_lane_release(l, 1, s, &err) == HM_OK);
+    HM_REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+    for (int i = 0; i < 3; i++)
+        for (size_t k = 0; k < rows[i].rows; k++) {
+            const int64_t d = tu_diff_at(back + rows[i].off + k * rows[i].dpitch,
+                                         (const uint8_t *)rows[i].p + k * rows[i].spitch,
+                                         rows[i].n);
+            HM_CHECK_MSG(d < 0, "rows: run %d row %zu differs at byte %lld", i, k, (long long)d);
+        }
+    free(back);
+    cuda_copy_lane_stats st2;
+    cuda_copy_lane_get_stats(l, &st2);
+    HM_CHECK(st2.copies == 2 && st2.ranges == 5 + 13);
+    if (reg) HM_CHECK(st2.bytes_direct == direct + 5000 + 3500);
+    const cuda_host_rows past = {.p = f.map, .n = 1 << 20, .rows = 33, .spitch = 1 << 20,
+                                 .dpitch = 1 << 20, .off = 0};
+    HM_CHECK(cuda_copy_lane_copy_rows(l, 1, 0, &past, 1, &err) == HM_ERR_RANGE);
+    const cuda_host_rows narrow = {.p = f.map, .n = 100, .rows = 2, .spitch = 100, .dpitch = 50,
+                                   .off = 0};
+    HM_CHECK(cuda_copy_lane_copy_rows(l, 1, 0, &narrow, 1, &err) == HM_ERR_RANGE);
+    HM_CHECK(cuda_copy_lane_copy_rows(l, 2, 0, rows, 1, &err) == HM_ERR_ARG);
+
     /* errors: too many bytes, bad buffer, NULL range */
     const cuda_host_range big = {f.map, (32u << 20) + 1};
     HM_CHECK(cuda_copy_lane_copy(l, 1, 0, &big, 1, NULL, &err) == HM_ERR_RANGE);
