@@ -225,6 +225,16 @@ void cli_engine_print_tiered(const cli_engine *e) {
                 100.0 * (double)s.hot_hits / (double)(s.hot_hits + s.hot_misses),
                 (unsigned long long)s.hot_admitted, (unsigned long long)s.hot_updates,
                 (unsigned long long)s.hot_exchanged, (unsigned long long)s.hot_refused);
+    if (s.pf_requests + s.pf_fallbacks > 0) { /* seed 000's metrics */
+        const double ov = s.pf_copy_s > 0 ? 1.0 - s.pf_wait_s / s.pf_copy_s : 1.0;
+        const uint64_t tried = s.pf_experts + s.pf_fallbacks;
+        fprintf(stderr, "post-fetch: %llu requests, %llu down products on the GPU (%.1f MiB "
+                "copied), overlap %.1f %%, fallbacks %llu (%.1f %%); scratch: the staging "
+                "buffers\n", (unsigned long long)s.pf_requests,
+                (unsigned long long)s.pf_experts, (double)s.pf_bytes / 1048576.0,
+                100.0 * (ov < 0 ? 0 : ov), (unsigned long long)s.pf_fallbacks,
+                tried ? 100.0 * (double)s.pf_fallbacks / (double)tried : 0.0);
+    }
 }
 
 hm_status cli_engine_eval(cli_engine *e, const int32_t *ids, int n, float *logits_last,

@@ -469,6 +469,8 @@ static hm_status host_experts(cuda_engine *e, const cuda_layer *L, int il, int n
     if (st == HM_OK)
         st = fetch ? cuda_fetch_enqueue_experts(e, il, n, err)
                    : cuda_handoff_enqueue_take(e, n, false, err);
+    if (st == HM_OK && !fetch && cuda_postfetch_active(e, il, n))
+        st = cuda_postfetch_enqueue(e, il, n, err);
     return st;
 }
 
@@ -486,6 +488,8 @@ static hm_status mixed_experts(cuda_engine *e, const cuda_layer *L, int il, int 
     if (st == HM_OK)
         st = fetch ? cuda_fetch_enqueue_experts(e, il, n, err)
                    : cuda_handoff_enqueue_take(e, n, true, err);
+    if (st == HM_OK && !fetch && cuda_postfetch_active(e, il, n))
+        st = cuda_postfetch_enqueue(e, il, n, err);
     return st;
 }
 

@@ -159,6 +159,9 @@ struct cuda_engine {
     void *fetch_buf[2];         /* device staging buffers (the copy lane's; not owned) */
     size_t fetch_cap;           /* bytes of each; 0: the path is off */
     cuda_fetch_layout *fetch;   /* [n_layer] per layer (NULL until cuda_engine_fetch_set) */
+    /* post-fetch at decode steps (cuda_fetch.h: cuda_engine_postfetch_set, cuda_postfetch.cu) */
+    bool pf_on;
+    int32_t *d_pfslot;          /* [CUDA_HANDOFF_PF_TOK][n_used] the scratch slot of each slot */
 };
 
 /* Product i (0 gate, 1 up, 2 down) of the expert FFN over e->dslot for n_tok tokens, weights
@@ -210,6 +213,10 @@ hm_status cuda_handoff_enqueue_post(cuda_engine *e, int il, int n_tok, bool fetc
                                     hm_error *err);
 hm_status cuda_handoff_enqueue_wait(cuda_engine *e, int il, hm_error *err);
 hm_status cuda_handoff_enqueue_take(cuda_engine *e, int n_tok, bool cold_only, hm_error *err);
+/* Whether layer il's decode request of n_tok tokens runs post-fetched down products
+ * (cuda_postfetch.cu), and those products after the take: the slots of fslot >= 0. */
+bool cuda_postfetch_active(const cuda_engine *e, int il, int n_tok);
+hm_status cuda_postfetch_enqueue(cuda_engine *e, int il, int n_tok, hm_error *err);
 /* Whether layer il's request for n_tok tokens takes the fetched-expert path (cuda_fetch.h). */
 bool cuda_fetch_active(const cuda_engine *e, int il, int n_tok);
 /* After the wait of such a request: the fetched experts' products on the staging buffer and the

@@ -69,6 +69,20 @@ hm_status cuda_engine_fetch_set(struct cuda_engine *e, void *buf0, void *buf1, s
  * Bytes are computed from the model's tensors whether or not the path is on (n_slots then 0). */
 void cuda_engine_fetch_layout(const struct cuda_engine *e, int il, cuda_fetch_layout *out);
 
+/* Post-fetch at decode steps (seed 000; the CPU side: runtime/tiered_postfetch.c): with on, a
+ * decode request (n_tok <= CUDA_HANDOFF_PF_TOK) at an eligible layer may come back with fslot
+ * [n_tok][n_used] naming, for some cold slots, a scratch slot k of staging buffer il & 1 that
+ * holds the slot's expert's down rows at k * (its down bytes), and h (cuda_handoff.h) holding
+ * the slot's activation; the GPU then runs those down products itself (cuda_postfetch.cu). The
+ * CPU side must write every slot's fslot (-1: y holds its output) of such requests. Needs the
+ * staging buffers (cuda_engine_fetch_set first); the engine's stream idle; a decode step
+ * captured before is captured again. HM_ERR_STATE without host layers or buffers. */
+hm_status cuda_engine_postfetch_set(struct cuda_engine *e, bool on, hm_error *err);
+/* Whether layer il takes post-fetched down products (post-fetch on, a host or mixed layer
+ * without down biases, the scratch for CUDA_HANDOFF_PF_TOK * n_used experts fits a buffer);
+ * *bytes (may be NULL) gets one expert's down bytes (0 when not). */
+bool cuda_engine_postfetch_layer(const struct cuda_engine *e, int il, size_t *bytes);
+
 #ifdef __cplusplus
 }
 #endif

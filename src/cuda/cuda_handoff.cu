@@ -175,7 +175,8 @@ extern "C" hm_status cuda_handoff_init(cuda_engine *e, hm_error *err) {
     int k = 0;
     for (int il = 0; il < nl; il++)
         if (e->layers[il].host || e->layers[il].mixed) e->host_layers[k++] = il;
-    const size_t bytes = cuda_handoff_bytes(nl, E, K, nt);
+    const int F = (int)e->hp.n_ff_exp;
+    const size_t bytes = cuda_handoff_bytes(nl, E, K, nt, F);
     void *h = NULL, *d = NULL;
     cudaError_t ce = cudaHostAlloc(&h, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
     if (ce != cudaSuccess)
@@ -189,8 +190,8 @@ extern "C" hm_status cuda_handoff_init(cuda_engine *e, hm_error *err) {
     if (ce != cudaSuccess)
         return hm_error_set(err, HM_ERR_CUDA, "GPU: hand-off: cudaHostGetDevicePointer: %s",
                             cudaGetErrorString(ce));
-    cuda_handoff_layout(h, nl, E, K, nt, e->hp.n_expert, e->host_layers, e->n_host, &e->ho_h);
-    cuda_handoff_layout(d, nl, E, K, nt, e->hp.n_expert, e->host_layers, e->n_host, &e->ho_d);
+    cuda_handoff_layout(h, nl, E, K, nt, F, e->hp.n_expert, e->host_layers, e->n_host, &e->ho_h);
+    cuda_handoff_layout(d, nl, E, K, nt, F, e->hp.n_expert, e->host_layers, e->n_host, &e->ho_d);
     e->ho_h.ctl->timeout_ns = HO_TIMEOUT_MS_DEFAULT * 1000000ull; /* the CPU side sets its own */
     return HM_OK;
 }
@@ -208,6 +209,9 @@ extern "C" void cuda_handoff_free(cuda_engine *e) {
     }
     free(e->host_layers);
     free(e->fetch); /* the fetched path's layouts (cuda_fetch.cu) */
+    if (e->d_pfslot) cudaFree(e->d_pfslot); /* post-fetch's table (cuda_postfetch.cu) */
+    e->d_pfslot = NULL;
+    e->pf_on = false;
     e->ho_mem = NULL;
     e->host_layers = NULL;
     e->fetch = NULL;

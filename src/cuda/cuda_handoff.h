@@ -41,6 +41,8 @@ extern "C" {
 #endif
 
 enum {
+    CUDA_HANDOFF_PF_TOK = 8,        /* post-fetch serves decode requests of at most this many
+                                       tokens (h holds their activations) */
     CUDA_HANDOFF_FAULT_ABORT = 1,   /* a wait ended because ctl.abort was set (by the host) */
     CUDA_HANDOFF_FAULT_TIMEOUT = 2, /* a wait ended because the CPU did not answer in time */
     CUDA_HANDOFF_ABORT_HOST = 1,    /* ctl.abort values: set by the host (CPU side, caller) */
@@ -93,7 +95,12 @@ typedef struct {
     float *y;     /* [n_tok_max][n_used][n_embd] per-slot outputs (CPU -> GPU) */
     int32_t *fslot; /* [n_tok_max][n_used] (requests with fetch) the staging slot of the
                      * fetched expert the GPU computes this slot with, or -1: y holds the CPU's
-                     * output (CPU -> GPU, written before done) */
+                     * output (CPU -> GPU, written before done); a decode request of an engine
+                     * with post-fetch on: the scratch slot of the expert whose down product
+                     * the GPU runs from h, or -1 (the CPU side writes every slot) */
+    int n_ff;       /* the experts' hidden size */
+    float *h;       /* [CUDA_HANDOFF_PF_TOK][n_used][n_ff] post-fetch: the activations (gate,
+                     * up, biases, act) of the slots whose fslot >= 0 (CPU -> GPU) */
 } cuda_handoff_view;
 
 /* A posted id's expert: id itself, or for a hot slot (-2 - id) the id; -1 (no expert) stays. */
@@ -104,9 +111,11 @@ static inline int32_t cuda_handoff_expert(int32_t posted) {
 static inline size_t cuda_handoff_align_(size_t n) { return (n + 63) & ~(size_t)63; }
 
 /* Bytes of a hand-off area for these sizes (all >= 1). */
-static inline size_t cuda_handoff_bytes(int n_layer, int n_embd, int n_used, int n_tok_max) {
+static inline size_t cuda_handoff_bytes(int n_layer, int n_embd, int n_used, int n_tok_max,
+                                        int n_ff) {
     const size_t nt = (size_t)n_tok_max, k = (size_t)n_used, e = (size_t)n_embd;
-    return cuda_handoff_align_(sizeof(cuda_handoff_ctl)) +
+    return cuda_handoff_align_(sizeof(float) * CUDA_HANDOFF_PF_TOK * k * (size_t)n_ff) +
+           cuda_handoff_align_(sizeof(cuda_handoff_ctl)) +
            cuda_handoff_align_(sizeof(cuda_handoff_flags) * (size_t)n_layer) +
            cuda_handoff_align_(sizeof(cuda_handoff_msg)) +
            cuda_handoff_align_(sizeof(int32_t) * nt * k) +
@@ -118,7 +127,7 @@ static inline size_t cuda_handoff_bytes(int n_layer, int n_embd, int n_used, int
 /* The view of such an area at base (64-byte aligned: the engine's mapped allocation, or ordinary
  * memory in a test); host_layers is kept as given (not copied). The caller zeroes the memory. */
 static inline void cuda_handoff_layout(void *base, int n_layer, int n_embd, int n_used,
-                                       int n_tok_max, int64_t n_expert,
+                                       int n_tok_max, int n_ff, int64_t n_expert,
                                        const int32_t *host_layers, int n_host,
                                        cuda_handoff_view *v) {
     const size_t nt = (size_t)n_tok_max, k = (size_t)n_used, e = (size_t)n_embd;
@@ -145,6 +154,9 @@ static inline void cuda_handoff_layout(void *base, int n_layer, int n_embd, int 
     v->y = (float *)p;
     p += cuda_handoff_align_(sizeof(float) * nt * k * e);
     v->fslot = (int32_t *)p;
+    p += cuda_handoff_align_(sizeof(int32_t) * nt * k);
+    v->n_ff = n_ff;
+    v->h = (float *)p;
 }
 
 struct cuda_engine;

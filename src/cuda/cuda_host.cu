@@ -405,6 +405,18 @@ extern "C" hm_status cuda_copy_lane_sync_buf(cuda_copy_lane *l, int b, hm_error 
     return HM_OK;
 }
 
+extern "C" hm_status cuda_copy_lane_query_buf(cuda_copy_lane *l, int b, bool *done,
+                                              hm_error *err) {
+    *done = false;
+    if (!l || b < 0 || b >= CUDA_COPY_LANE_BUFS)
+        return hm_error_set(err, HM_ERR_ARG, "cuda_copy_lane_query_buf: bad buffer %d", b);
+    cudaError_t e = cudaEventQuery(l->ready[b]);
+    if (e == cudaErrorNotReady) return HM_OK;
+    if (e != cudaSuccess) return host_fail(err, e, "cuda_copy_lane_query_buf");
+    *done = true;
+    return HM_OK;
+}
+
 extern "C" hm_status cuda_copy_lane_sync(cuda_copy_lane *l, hm_error *err) {
     if (!l) return hm_error_set(err, HM_ERR_ARG, "cuda_copy_lane_sync: no lane");
     cudaError_t e = cudaStreamSynchronize(l->s);

@@ -143,6 +143,8 @@ hm_status cuda_copy_lane_sync(cuda_copy_lane *l, hm_error *err);
 /* The host waits for the copies into buffer b enqueued so far (not for later ones, into the
  * other buffer). */
 hm_status cuda_copy_lane_sync_buf(cuda_copy_lane *l, int b, hm_error *err);
+/* Whether the copies into buffer b enqueued so far have landed (*done), without waiting. */
+hm_status cuda_copy_lane_query_buf(cuda_copy_lane *l, int b, bool *done, hm_error *err);
 void cuda_copy_lane_get_stats(const cuda_copy_lane *l, cuda_copy_lane_stats *s);
 /* Whether copies from [p, p + n) would go directly (registered) or through staging. */
 bool cuda_copy_lane_direct(const cuda_copy_lane *l, const void *p, size_t n);

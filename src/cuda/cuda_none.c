@@ -292,6 +292,11 @@ hm_status cuda_copy_lane_copy_rows(cuda_copy_lane *l, int b, int layer, const cu
     return host_none(err, "cuda_copy_lane_copy_rows");
 }
 
+hm_status cuda_copy_lane_query_buf(cuda_copy_lane *l, int b, bool *done, hm_error *err) {
+    *done = false;
+    return host_none(err, "cuda_copy_lane_query_buf");
+}
+
 hm_status cuda_copy_lane_sync_buf(cuda_copy_lane *l, int b, hm_error *err) {
     return host_none(err, "cuda_copy_lane_sync_buf");
 }
@@ -352,6 +357,15 @@ hm_status cuda_engine_fetch_set(struct cuda_engine *e, void *buf0, void *buf1, s
                                 int *n_eligible, hm_error *err) {
     if (n_eligible) *n_eligible = 0;
     return hm_error_set(err, HM_ERR_UNSUPPORTED, "built without CUDA");
+}
+
+hm_status cuda_engine_postfetch_set(struct cuda_engine *e, bool on, hm_error *err) {
+    return host_none(err, "cuda_engine_postfetch_set");
+}
+
+bool cuda_engine_postfetch_layer(const struct cuda_engine *e, int il, size_t *bytes) {
+    if (bytes) *bytes = 0;
+    return false;
 }
 
 void cuda_engine_fetch_layout(const struct cuda_engine *e, int il, cuda_fetch_layout *out) {

@@ -245,6 +245,44 @@ static hm_status run_cpu(moe_exec *x, const moe_job *job, const int32_t *ids,
     return st;
 }
 
+hm_status moe_exec_gate_up(moe_exec *x, const moe_job *job, float *h, hm_error *err) {
+    if (job->n_tok > x->n_tok_max || job->n_used != x->K || job->layer < 0 ||
+        job->layer >= x->n_layer)
+        return hm_error_set(err, HM_ERR_ARG, "expert executor: gate/up job of %lld tokens x %d "
+                            "slots in layer %d exceeds its plan (%lld x %d, %d layers)",
+                            (long long)job->n_tok, job->n_used, job->layer,
+                            (long long)x->n_tok_max, x->K, x->n_layer);
+    const hm_layer *L = hm_model_layer(x->m, job->layer);
+    const int64_t n = job->n_tok;
+    const int K = job->n_used;
+    cpu_moe_args a, b, d;
+    moe_post_ctx pc;
+    const bool pair = moe_exec_cpu_args(x, job->layer, job->ids, n, K, job->x, job->y, &a, &b,
+                                        &d, &pc);
+    const int64_t F = a.n_rows;
+    hm_status st;
+    if (pair) { /* the first half of cpu_moe_ffn: the same bytes in x->eg */
+        bool fits = cpu_moe_scratch_size(&a) <= x->mm_size;
+        st = cpu_moe_matmul_pair(x->pool, x->kern, &a, &b, moe_exec_post, &pc,
+                                 fits ? x->mm : NULL, fits ? x->mm_size : 0, err);
+    } else {
+        st = cpu_product(x, &a, err);
+        if (st == HM_OK) st = cpu_product(x, &b, err);
+        if (st == HM_OK && L->gate_exps_b.data) {
+            cpu_moe_add_bias(x->pool, x->eg, L->gate_exps_b.data, job->ids, n, K, F);
+            cpu_moe_add_bias(x->pool, x->eu, L->up_exps_b.data, job->ids, n, K, F);
+        }
+        if (st == HM_OK) {
+            if (pc.oai) cpu_swiglu_oai(x->pool, x->eg, x->eu, x->eg, n * K * F, 1.702f, 7.0f);
+            else cpu_swiglu(x->pool, x->eg, x->eu, x->eg, n * K * F);
+        }
+    }
+    for (int64_t i = 0; st == HM_OK && i < n * K; i++)
+        if (job->ids[i] >= 0)
+            memcpy(h + i * F, x->eg + i * F, sizeof(float) * (size_t)F);
+    return st;
+}
+
 /* Writes into x->ids the job's ids of the slots on lane (others -1); the count of such slots. */
 static int64_t lane_ids(moe_exec *x, const moe_job *job, int lane) {
     const int64_t ns = job->n_tok * job->n_used;

@@ -73,6 +73,12 @@ enum { MOE_FEW_TOK = 4 };
 hm_status moe_exec_run(moe_exec *x, const moe_job *job, const cpu_moe_sum *sum, bool *summed,
                        hm_error *err);
 
+/* The CPU lane's gate and up products, biases and activation for the slots of job with id >= 0
+ * (every expert computed here, whatever its lane), into h [n_tok][n_used][n_ff_exp] (other
+ * rows left alone): the input of the down product, the same bytes as moe_exec_run computes on
+ * the way (post-fetch: the GPU then runs the down product, runtime/tiered_postfetch.c). */
+hm_status moe_exec_gate_up(moe_exec *x, const moe_job *job, float *h, hm_error *err);
+
 /* The CPU lane's three products for layer il (ids [n][K], input xin [n][n_embd], per-slot outputs
  * y [n][K][n_embd]; the executor's scratch holds the activations) and the gate/up post step's
  * context; true when gate and up can be one paired product (cpu_moe_matmul_pair, cpu_moe_ffn). */

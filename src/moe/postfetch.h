@@ -28,7 +28,7 @@
 
 #include "base/status.h"
 
-typedef struct {
+typedef struct pf_config {
     bool enable;            /* LLAMA_POSTFETCH_ENABLE (1) */
     bool force_cpu;         /* LLAMA_POSTFETCH_FORCE_CPU (0) */
     bool block_on_miss;     /* LLAMA_POSTFETCH_BLOCK_ON_MISS (1) */
@@ -45,7 +45,7 @@ pf_config pf_config_default(void);
  * MAX_TRANSFERS >= 1, SCRATCHPAD_MB >= 0). */
 hm_status pf_config_from_env(pf_config *c, hm_error *err);
 
-typedef struct {
+typedef struct pf_rates {
     double read_bytes_per_s;  /* the CPU's expert read rate */
     double h2d_bytes_per_s;   /* the copy lane's rate */
     double concurrency;       /* >= 1: host memory's reads and copies at once / reads alone */

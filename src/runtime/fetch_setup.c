@@ -11,7 +11,10 @@
 #include "cuda/cuda_fetch.h"
 #include "cuda/cuda_host.h"
 #include "moe/offload.h"
+#include "moe/postfetch.h"
 #include "runtime/calibrate.h"
+
+#define PF_GPU_D_S 10e-6 /* the GPU's time for one post-fetched down product, launch included */
 
 uint64_t fetch_setup_full_cap(const hm_model *m) {
     const hm_hparams *hp = hm_model_hparams(m);
@@ -39,6 +42,46 @@ static bool report_add(char **report, const char *fmt, ...) {
     va_end(ap);
     *report = r;
     return true;
+}
+
+/* Post-fetch at decode steps (seed 000; runtime/tiered_postfetch.c): the variables, then on
+ * when forced (HOTMOE_POSTFETCH_FORCE=1) or when the cost model could ever choose it, i.e. host
+ * memory feeds the CPU's reads and the copies faster together than reads alone (concurrency > 1;
+ * not measured at start, so 1: one shared bandwidth, which bench_host_pcie measured on the GPU
+ * machine). A variable that is not a number: the error. */
+static hm_status postfetch_open(fetch_setup *s, struct cuda_engine *gpu, hm_tiered *t,
+                                const calib_result *cal, char **report, hm_error *err) {
+    pf_config c;
+    hm_status st = pf_config_from_env(&c, err);
+    if (st != HM_OK) return st;
+    const pf_rates r = {.read_bytes_per_s = cal->host_read_bps, .h2d_bytes_per_s = cal->h2d_bps,
+                        .concurrency = 1.0, .gpu_d_s = PF_GPU_D_S};
+    char why[160];
+    const bool want = c.force_gpu || (c.enable && !c.force_cpu && r.concurrency > 1.0);
+    if (!s->lane) snprintf(why, sizeof(why), "no copy lane");
+    else if (c.force_cpu) snprintf(why, sizeof(why), "LLAMA_POSTFETCH_FORCE_CPU=1");
+    else if (!c.enable && !c.force_gpu) snprintf(why, sizeof(why), "LLAMA_POSTFETCH_ENABLE=0");
+    else snprintf(why, sizeof(why), "host memory shares one bandwidth between the CPU's reads "
+                  "and copies: no gain; HOTMOE_POSTFETCH_FORCE=1 forces it");
+    bool on = false;
+    if (want && s->lane) {
+        hm_error e = {0};
+        if (cuda_engine_postfetch_set(gpu, true, &e) == HM_OK &&
+            hm_tiered_set_postfetch(t, true, &c, &r, &e) == HM_OK) {
+            on = true;
+        } else {
+            cuda_engine_postfetch_set(gpu, false, NULL);
+            snprintf(why, sizeof(why), "%.150s", e.msg);
+        }
+    }
+    if (on) HM_LOGI("post-fetch: on (%s, at most %d experts per layer and step, %s)",
+                    c.force_gpu ? "forced: every cold expert's down product" : "the cost model",
+                    c.max_transfers, c.block_on_miss ? "the GPU waits for a late copy"
+                                                     : "a late copy leaves it to the CPU");
+    if (report && !report_add(report, "post-fetch: %s%s%s\n", on ? "on" : "off (",
+                              on ? "" : why, on ? "" : ")"))
+        return hm_error_set(err, HM_ERR_NOMEM, "out of memory (placement report)");
+    return HM_OK;
 }
 
 hm_status fetch_setup_open(fetch_setup *s, const hm_model *m, struct cuda_engine *gpu,
@@ -98,6 +141,8 @@ hm_status fetch_setup_open(fetch_setup *s, const hm_model *m, struct cuda_engine
         snprintf(why, sizeof(why), "%s", e.msg);
         HM_LOGW("fetched experts: %s", why);
     }
+    st = postfetch_open(s, gpu, t, &cal, report, err);
+    if (st != HM_OK) return st;
     char rule[64];
     if (threshold > 0) snprintf(rule, sizeof(rule), "--moe-offload-threshold %lld",
                                 (long long)threshold);

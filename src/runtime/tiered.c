@@ -128,6 +128,8 @@ static void serve(hm_tiered *t, int j) {
         const int64_t t0 = tiered_now_ns();
         if (m.fetch) {
             st = tiered_serve_fetch(t, j, &m, &e);
+        } else if (tiered_pf_wants(t, L, m.n_tok)) {
+            st = tiered_serve_postfetch(t, j, &m, &e);
         } else {
             const moe_job job = {.layer = L, .n_tok = m.n_tok, .n_used = K, .x = v->x,
                                  .ids = v->ids, .weights = v->gw, .y = v->y};
@@ -349,6 +351,7 @@ void hm_tiered_free(hm_tiered *t) {
     if (t->attached) cuda_engine_handoff_attach(t->gpu, false, NULL);
     tiered_hot_free(t);
     tiered_perf_free(t);
+    tiered_pf_free(t);
     moe_exec_free(t->exec);
     tiered_fetch_release(t);
     if (t->own_pool) tp_free(t->pool);
@@ -448,6 +451,12 @@ void hm_tiered_get_stats(hm_tiered *t, hm_tiered_stats *s) {
     s->hot_updates = atomic_load(&t->hot_updates);
     s->hot_exchanged = atomic_load(&t->hot_exchanged);
     s->hot_refused = atomic_load(&t->hot_refused);
+    s->pf_requests = atomic_load(&t->pf_requests);
+    s->pf_experts = atomic_load(&t->pf_experts);
+    s->pf_bytes = atomic_load(&t->pf_bytes);
+    s->pf_fallbacks = atomic_load(&t->pf_fallbacks);
+    s->pf_wait_s = 1e-9 * (double)atomic_load(&t->pf_wait_ns);
+    s->pf_copy_s = 1e-9 * (double)atomic_load(&t->pf_copy_ns);
 }
 
 void hm_tiered_count_retry(hm_tiered *t) {

@@ -135,6 +135,21 @@ typedef hm_status (*hm_tiered_exchange_fn)(void *user, int il, int out, int in, 
 hm_status hm_tiered_set_hot(hm_tiered *t, const hm_tiered_hot_cfg *c, const uint8_t *hot,
                             hm_tiered_exchange_fn ex, void *user, hm_error *err);
 
+/* Post-fetch at decode requests (seed 000; runtime/tiered_postfetch.c): with on, a decode
+ * request of at most CUDA_HANDOFF_PF_TOK tokens at a layer the engine takes post-fetch for
+ * (cuda_engine_postfetch_layer) is decided by moe/postfetch.h (c, r): the chosen cold experts'
+ * down rows are copied through the copy lane into the layer's staging buffer while the CPU
+ * computes the other experts and the chosen ones' gate, up and activation (into the hand-off's
+ * h); then (block_on_miss) it waits for the copies, or (not) computes the down products itself
+ * of those still in flight; fslot names each post-fetched slot's scratch slot. A failed copy:
+ * the CPU computes those experts, counted. Needs the offload lane (hm_tiered_set_offload) and
+ * the engine's post-fetch on (cuda_engine_postfetch_set); off: every request as before.
+ * HM_ERR_ARG for rates pf_decide refuses (not finite, read or copy rate 0, concurrency < 1). */
+typedef struct pf_config pf_config;
+typedef struct pf_rates pf_rates;
+hm_status hm_tiered_set_postfetch(hm_tiered *t, bool on, const pf_config *c, const pf_rates *r,
+                                  hm_error *err);
+
 /* The live layer perf counters (seed 001's --moe-layer-perf full; runtime/tiered_perf.c): per
  * layer the CPU side serves, calls, tokens, each expert's selections split hot (its cache slot
  * on the GPU) and cold (the CPU's, computed or fetched), and the CPU's time on the layer's
@@ -170,6 +185,12 @@ typedef struct {
     uint64_t hot_updates;    /* updates run */
     uint64_t hot_exchanged;  /* exchanges handed to the engine (admissions and updates) */
     uint64_t hot_refused;    /* exchanges the engine refused (taken back) */
+    uint64_t pf_requests;    /* decode requests with post-fetched experts */
+    uint64_t pf_experts;     /* experts whose down product the GPU ran from a copy */
+    uint64_t pf_bytes;       /* down bytes copied for them */
+    uint64_t pf_fallbacks;   /* experts chosen whose copy failed or was late: the CPU's */
+    double pf_wait_s;        /* time the worker waited for those copies */
+    double pf_copy_s;        /* their copies' time at the calibrated rate (the overlap's base) */
 } hm_tiered_stats;
 void hm_tiered_get_stats(hm_tiered *t, hm_tiered_stats *s);
 /* Threads computing the experts (the pool's size). */

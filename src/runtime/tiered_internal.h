@@ -63,9 +63,19 @@ struct hm_tiered {
     /* the live layer perf counters (tiered_perf.c), or NULL (off) */
     struct tiered_perf *perf;
     atomic_ullong hot_updates, hot_exchanged, hot_refused;
+    /* post-fetch at decode requests (tiered_postfetch.c), or NULL (off) */
+    struct tiered_pf *pf;
+    atomic_ullong pf_requests, pf_experts, pf_bytes, pf_fallbacks, pf_wait_ns, pf_copy_ns;
 };
 
 typedef struct tiered_hot tiered_hot;
+typedef struct tiered_pf tiered_pf;
+
+/* Post-fetch (tiered_postfetch.c): whether it serves this decode request, then the request
+ * served (the caller answers); freed with the object. */
+bool tiered_pf_wants(const hm_tiered *t, int L, int64_t n_tok);
+hm_status tiered_serve_postfetch(hm_tiered *t, int j, const cuda_handoff_msg *m, hm_error *e);
+void tiered_pf_free(hm_tiered *t);
 typedef struct tiered_perf tiered_perf;
 
 /* The layer perf counters: a request counted before the answer, its CPU time after computing. */

@@ -40,7 +40,7 @@
 #define N_CTX 320
 
 typedef struct {
-    char name[48];
+    char name[80];
     bool cpu_moe;
     int n_cpu_moe;
     char ot[160];
@@ -49,6 +49,7 @@ typedef struct {
     hot_policy policy;     /* --moe-hot-cache-policy */
     double update_rate;    /* --moe-hot-cache-update-rate (0: none) */
     bool whole;            /* the cache holds every expert: no CPU side */
+    bool pf;               /* HOTMOE_POSTFETCH_FORCE=1: every cold expert's down on the GPU */
 } placement;
 
 static int argmax(const float *x, int64_t n) {
@@ -76,7 +77,9 @@ static hm_context *open_ctx(const hm_model *m, const placement *pl) {
     }
     hm_context *c = NULL;
     hm_error err;
+    if (pl && pl->pf) setenv("HOTMOE_POSTFETCH_FORCE", "1", 1);
     hm_status st = hm_context_init(m, &p, &c, &err);
+    unsetenv("HOTMOE_POSTFETCH_FORCE");
     HM_CHECK_MSG(st == HM_OK && hm_context_gpu(c), "%s: %s", pl ? pl->name : "all on the GPU",
                  st == HM_OK ? "no GPU engine" : err.msg);
     if (st == HM_OK && pl)
@@ -137,6 +140,8 @@ static void check_model(const char *preset, forge_mix mix) {
         HM_CHECK_MSG(ref_tok[i] == argmax(ref + (size_t)(N_PROMPT - 1 + i) * (size_t)V, V),
                      "%s %s: the all-GPU loops differ at token %d", preset,
                      forge_mix_name(mix), i);
+    bool down_b = false;
+    for (int il = 0; il < L; il++) down_b = down_b || hm_model_layer(m, il)->down_exps_b.data;
     placement pls[72];
     memset(pls, 0, sizeof(pls));
     int n = 0;
@@ -188,6 +193,17 @@ static void check_model(const char *preset, forge_mix mix) {
         pls[n].whole = true;
         n++;
     }
+    /* post-fetch forced: the cold experts' down products on the GPU from copies of their rows,
+     * with the CPU's activations; alone and beside the hot cache's mixed layers */
+    snprintf(pls[n].name, sizeof(pls[n].name), "--cpu-moe, post-fetch forced");
+    pls[n].cpu_moe = true, pls[n].pf = true, n++;
+    if (have_learn && mib[0] >= 1 && (uint64_t)mib[0] * MiB >= one_each &&
+        (uint64_t)mib[0] * MiB < all) {
+        snprintf(pls[n].name, sizeof(pls[n].name), "--cpu-moe + hot cache %lld MiB, post-fetch "
+                 "forced", (long long)mib[0]);
+        pls[n].cpu_moe = true, pls[n].pf = true, pls[n].hot = learn, pls[n].hot_mib = mib[0];
+        n++;
+    }
     snprintf(pls[n].name, sizeof(pls[n].name), "-ot odd layers' experts");
     size_t o = (size_t)snprintf(pls[n].ot, sizeof(pls[n].ot), "blk\\.(");
     for (int il = 1; il < L && o < sizeof(pls[n].ot) - 40; il += 2)
@@ -218,6 +234,15 @@ static void check_model(const char *preset, forge_mix mix) {
                          (unsigned long long)s.requests, (unsigned long long)s.faults);
             HM_CHECK_MSG(pls[i].update_rate <= 0 || s.hot_updates > 0, "%s %s %s: no update "
                          "in %d tokens", preset, forge_mix_name(mix), pls[i].name, N_GEN);
+            /* forced post-fetch runs where the layers have no down biases (gpt-oss has) */
+            HM_CHECK_MSG(!pls[i].pf || down_b || (s.pf_experts > 0 && s.pf_fallbacks == 0),
+                         "%s %s %s: %llu down products post-fetched, %llu fallbacks", preset,
+                         forge_mix_name(mix), pls[i].name, (unsigned long long)s.pf_experts,
+                         (unsigned long long)s.pf_fallbacks);
+            if (pls[i].pf)
+                printf("%-14s %-7s %s: %llu down products post-fetched in %llu requests\n",
+                       preset, forge_mix_name(mix), pls[i].name,
+                       (unsigned long long)s.pf_experts, (unsigned long long)s.pf_requests);
         }
         hm_context_free(c);
     }

@@ -65,13 +65,14 @@ static bool fake_init(fake_gpu *g, const hm_model *m, bool odd_only) {
         if (hm_model_layer(m, il)->gate_exps.data && (!odd_only || il % 2 == 1)) g->host[n++] = il;
     if (n == 0) return false;
     const int E = (int)hp->n_embd, K = (int)hp->n_expert_used;
-    size_t bytes = cuda_handoff_bytes((int)hp->n_layer, E, K, NT_MAX);
+    size_t bytes = cuda_handoff_bytes((int)hp->n_layer, E, K, NT_MAX, (int)hp->n_ff_exp);
     g->mem = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
     g->y_ref = malloc(sizeof(float) * NT_MAX * (size_t)K * (size_t)E);
     hm_error err;
     if (!g->mem || !g->y_ref || moe_exec_init(m, NULL, NT_MAX, &g->ref, &err) != HM_OK) return false;
     memset(g->mem, 0, bytes);
-    cuda_handoff_layout(g->mem, (int)hp->n_layer, E, K, NT_MAX, hp->n_expert, g->host, n, &g->v);
+    cuda_handoff_layout(g->mem, (int)hp->n_layer, E, K, NT_MAX, (int)hp->n_ff_exp, hp->n_expert,
+                        g->host, n, &g->v);
     return true;
 }
 
