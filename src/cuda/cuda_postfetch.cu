@@ -36,11 +36,11 @@ static hm_status launched(const char *what, hm_error *err) {
     return HM_OK;
 }
 
-__global__ void pf_table_kernel(const int32_t *fslot, int32_t *pfslot, int n) {
+__global__ void pf_table_kernel(const int32_t *fslot, int32_t *pfslot, int n, int n_slots) {
     cu_pdl_enter();
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
         const int s = __ldcv(fslot + i);
-        pfslot[i] = s >= 0 && s < n ? s : -1;
+        pfslot[i] = s >= 0 && s < n_slots ? s : -1;
     }
 }
 
@@ -62,7 +62,8 @@ extern "C" bool cuda_engine_postfetch_layer(const cuda_engine *e, int il, size_t
     if (!e || il < 0 || il >= e->hp.n_layer || !e->pf_on) return false;
     const cuda_layer *L = &e->layers[il];
     const size_t db = down_bytes(e, il);
-    const size_t slots = (size_t)CUDA_HANDOFF_PF_TOK * (size_t)e->hp.n_expert_used;
+    size_t slots = (size_t)CUDA_HANDOFF_PF_TOK * (size_t)e->hp.n_expert_used; /* distinct */
+    if (slots > (size_t)e->hp.n_expert) slots = (size_t)e->hp.n_expert;
     if (!(L->host || L->mixed) || L->down_exps_b.d || hm_model_layer(e->m, il)->down_exps_b.data ||
         db == 0 || slots * db > e->fetch_cap)
         return false;
@@ -96,9 +97,10 @@ bool cuda_postfetch_active(const cuda_engine *e, int il, int n_tok) {
 hm_status cuda_postfetch_enqueue(cuda_engine *e, int il, int n_tok, hm_error *err) {
     if (!cuda_engine_postfetch_layer(e, il, NULL)) return HM_OK;
     const int K = (int)e->hp.n_expert_used, n = n_tok * K;
+    const int ns = n < (int)e->hp.n_expert ? n : (int)e->hp.n_expert; /* scratch slots */
     const int64_t F = e->hp.n_ff_exp, E = e->hp.n_embd;
     cudaStream_t s = (cudaStream_t)e->stream;
-    cu_launch(pf_table_kernel, 1, 256, 0, s, (const int32_t *)e->ho_d.fslot, e->d_pfslot, n);
+    cu_launch(pf_table_kernel, 1, 256, 0, s, (const int32_t *)e->ho_d.fslot, e->d_pfslot, n, ns);
     hm_status st = launched("slot table", err);
     if (st != HM_OK) return st;
     const int64_t nh = (int64_t)n * F;
@@ -112,7 +114,7 @@ hm_status cuda_postfetch_enqueue(cuda_engine *e, int il, int n_tok, hm_error *er
     memset(&d, 0, sizeof(d));
     d.wtype = L->down_exps.type;
     d.w = e->fetch_buf[cuda_fetch_buffer(il)];
-    d.n_expert = n;
+    d.n_expert = ns;
     d.n_rows = E;
     d.k = F;
     d.x_per_slot = 1;
