@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "base/cpu.h"
+#include "base/log.h"
 #include "moe/hot_admit.h"
 #include "moe/hot_weight.h"
 #include "quant/qtypes.h"
@@ -125,6 +126,31 @@ static const common_spec k_common[] = {
      "frequency penalty (default: 0.0, off)"},
     {"-s", "--seed", CLI_ARGS_SAMPLING, CLI_ARG_U64, OFF(seed), "SEED",
      "RNG seed (default: -1, random)"},
+    {"-v", "--verbose", CLI_ARGS_MODEL, CLI_ARG_BOOL, OFF(verbose), NULL,
+     "print debug log lines (as HOTMOE_LOG=debug)"},
+    {"--mlock", NULL, CLI_ARGS_MODEL, CLI_ARG_BOOL, OFF(mlock), NULL,
+     "keep the mapped model in RAM (mlock; a warning when the limit refuses it)"},
+    {"--no-mmap", NULL, CLI_ARGS_MODEL, CLI_ARG_BOOL, OFF(no_mmap), NULL,
+     "accepted for llama.cpp's command lines; hotmoe always maps the file (says so)"},
+    {"--override-kv", NULL, CLI_ARGS_MODEL, CLI_ARG_LIST, OFF(override_kv), "KEY=TYPE:VALUE",
+     "refused: hotmoe does not override model metadata"},
+    {"-fa", "--flash-attn", CLI_ARGS_CONTEXT, CLI_ARG_STR, OFF(flash_attn), "on|off|auto",
+     "accepted for llama.cpp's command lines: hotmoe's attention is always fused (off says so)"},
+    {"-tb", "--threads-batch", CLI_ARGS_THREADS, CLI_ARG_INT, OFF(n_threads_batch), "N",
+     "threads for prompts; hotmoe's prompts use the -t threads (a different N says so)"},
+    {"--ignore-eos", NULL, CLI_ARGS_GEN, CLI_ARG_BOOL, OFF(ignore_eos), NULL,
+     "an end-of-generation token does not stop the generation (it is not shown)"},
+    {"-r", "--reverse-prompt", CLI_ARGS_GEN, CLI_ARG_LIST, OFF(reverse_prompt), "TEXT",
+     "stop generating once the output ends with TEXT (repeatable)"},
+    {"-sp", "--special", CLI_ARGS_GEN, CLI_ARG_BOOL, OFF(special), NULL,
+     "print special tokens' text"},
+    {"-e", "--escape", CLI_ARGS_GEN, CLI_ARG_BOOL, OFF(escape), NULL,
+     "process escapes (\\n \\r \\t \\' \\\" \\\\ \\xHH) in -p, -r and -sys (default: on)"},
+    {"--no-escape", NULL, CLI_ARGS_GEN, CLI_ARG_BOOL, OFF(no_escape), NULL,
+     "take -p, -r and -sys literally"},
+    {"--keep", NULL, CLI_ARGS_GEN, CLI_ARG_INT, OFF(keep), "N",
+     "chat: tokens of the start kept when the conversation outgrows -c (-1: all of the system "
+     "prompt; default: -1)"},
 };
 #define N_COMMON (sizeof(k_common) / sizeof(k_common[0]))
 
@@ -152,6 +178,43 @@ void cli_args_defaults(cli_common_args *a) {
     a->moe_hot_cache_update_rate = 0.0f;
     a->moe_hot_cache_update_interval = 256;
     a->moe_layer_perf = "off";
+    a->escape = true;
+    a->keep = -1;
+}
+
+static int hexval(char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* The character escape "\\c" stands for, or 0 when it is not one of llama.cpp's. */
+static char escaped(char c) {
+    switch (c) {
+    case 'n': return '\n';
+    case 'r': return '\r';
+    case 't': return '\t';
+    case '\'': return '\'';
+    case '"': return '"';
+    case '\\': return '\\';
+    default: return 0;
+    }
+}
+
+void cli_args_unescape(char *s) {
+    char *w = s;
+    for (const char *r = s; *r; r++) {
+        const char e = *r == '\\' ? escaped(r[1]) : 0;
+        if (e) {
+            *w++ = e;
+            r++;
+        } else if (*r == '\\' && r[1] == 'x' && hexval(r[2]) >= 0 && hexval(r[3]) >= 0) {
+            *w++ = (char)(hexval(r[2]) * 16 + hexval(r[3]));
+            r += 3;
+        } else {
+            *w++ = *r;
+        }
+    }
+    *w = 0;
 }
 
 int cli_args_default_threads(void) {
@@ -275,6 +338,15 @@ static const char *check_ranges(const cli_common_args *a, unsigned groups, char 
     }
     if (groups & CLI_ARGS_THREADS && (a->n_threads < 0 || a->n_threads > 1024))
         return "-t must be between 0 and 1024";
+    if (groups & CLI_ARGS_THREADS && (a->n_threads_batch < 0 || a->n_threads_batch > 1024))
+        return "-tb must be between 0 and 1024";
+    if (groups & CLI_ARGS_GEN && a->keep < -1) return "--keep must be >= -1";
+    if (groups & CLI_ARGS_CONTEXT && a->flash_attn && strcmp(a->flash_attn, "on") &&
+        strcmp(a->flash_attn, "off") && strcmp(a->flash_attn, "auto") &&
+        strcmp(a->flash_attn, "1") && strcmp(a->flash_attn, "0")) {
+        snprintf(buf, cap, "-fa: '%.40s' is not on, off or auto", a->flash_attn);
+        return buf;
+    }
     if (groups & CLI_ARGS_SAMPLING) {
         if (a->temp < 0) return "--temp must be >= 0";
         if (a->top_k < 0) return "--top-k must be >= 0";
@@ -284,6 +356,71 @@ static const char *check_ranges(const cli_common_args *a, unsigned groups, char 
         if (a->repeat_last_n < -1) return "--repeat-last-n must be >= -1";
     }
     return NULL;
+}
+
+/* Edit distance of a[0..na) and b (insertions, deletions, substitutions), at most 63 each. */
+static int edit_distance(const char *a, size_t na, const char *b) {
+    const size_t nb = strlen(b);
+    if (na > 63 || nb > 63) return 99;
+    int row[64];
+    for (size_t j = 0; j <= nb; j++) row[j] = (int)j;
+    for (size_t i = 1; i <= na; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= nb; j++) {
+            const int up = row[j];
+            const int sub = diag + (a[i - 1] != b[j - 1]);
+            const int best = up + 1 < row[j - 1] + 1 ? up + 1 : row[j - 1] + 1;
+            row[j] = sub < best ? sub : best;
+            diag = up;
+        }
+    }
+    return row[nb];
+}
+
+/* The accepted flag nearest to arg[0..n) when it is near enough (a typo), else NULL. */
+static const char *nearest_flag(const cli_args_def *def, const char *arg, size_t n) {
+    const char *best = NULL;
+    int bd = 99;
+    for (size_t k = 0; k < def->n_extra + N_COMMON; k++) {
+        const char *names[2];
+        if (k < def->n_extra) {
+            names[0] = def->extra[k].name, names[1] = def->extra[k].alt;
+        } else {
+            const common_spec *c = &k_common[k - def->n_extra];
+            if (!(def->groups & c->group)) continue;
+            names[0] = c->name, names[1] = c->alt;
+        }
+        for (int q = 0; q < 2; q++) {
+            if (!names[q]) continue;
+            const int d = edit_distance(arg, n, names[q]);
+            if (d < bd) bd = d, best = names[q];
+        }
+    }
+    const int limit = n <= 4 ? 1 : n <= 10 ? 2 : 3;
+    return bd <= limit ? best : NULL;
+}
+
+/* What the flags hotmoe accepts from llama.cpp but does not follow mean here: a line each on
+ * stderr; -v applied. false (after an error line) for one it refuses. */
+static bool llama_flags(const cli_args_def *def, const cli_common_args *a) {
+    if (a->override_kv.n > 0) {
+        fprintf(stderr, "hotmoe %s: --override-kv: hotmoe does not override model metadata (the "
+                "file's keys decide the model's shape and tokenizer); convert or edit the file "
+                "instead\n", def->cmd);
+        return false;
+    }
+    if (a->verbose) hm_log_set_level(HM_LOG_DEBUG);
+    if (a->no_mmap)
+        fprintf(stderr, "hotmoe %s: --no-mmap: hotmoe always maps the model file (pages are "
+                "read once and shared); ignored\n", def->cmd);
+    if (a->flash_attn && (!strcmp(a->flash_attn, "off") || !strcmp(a->flash_attn, "0")))
+        fprintf(stderr, "hotmoe %s: -fa off: hotmoe's attention is always computed fused; "
+                "ignored\n", def->cmd);
+    if (a->n_threads_batch > 0 && a->n_threads_batch != a->n_threads)
+        fprintf(stderr, "hotmoe %s: -tb %d: prompts use the -t threads too; ignored\n",
+                def->cmd, a->n_threads_batch);
+    return true;
 }
 
 static bool name_is(const char *arg, size_t len, const char *name) {
@@ -337,8 +474,13 @@ int cli_args_parse(const cli_args_def *def, int argc, char **argv, cli_common_ar
             }
         }
         if (!found) {
-            fprintf(stderr, "hotmoe %s: unknown flag '%.*s' (see hotmoe %s --help)\n", def->cmd,
-                    (int)nlen, arg, def->cmd);
+            const char *near = nearest_flag(def, arg, nlen);
+            if (near)
+                fprintf(stderr, "hotmoe %s: unknown flag '%.*s'; did you mean '%s'? (see hotmoe "
+                        "%s --help)\n", def->cmd, (int)nlen, arg, near, def->cmd);
+            else
+                fprintf(stderr, "hotmoe %s: unknown flag '%.*s' (see hotmoe %s --help)\n",
+                        def->cmd, (int)nlen, arg, def->cmd);
             return CLI_ARGS_USAGE;
         }
         const char *val = NULL;
@@ -350,6 +492,9 @@ int cli_args_parse(const cli_args_def *def, int argc, char **argv, cli_common_ar
             }
         } else if (eq) {
             val = eq + 1;
+        } else if (dest == (char *)out + OFF(flash_attn) &&
+                   (i + 1 >= argc || argv[i + 1][0] == '-')) {
+            val = "on"; /* llama.cpp's older boolean -fa */
         } else if (i + 1 < argc) {
             val = argv[++i];
         } else {
@@ -376,7 +521,8 @@ int cli_args_parse(const cli_args_def *def, int argc, char **argv, cli_common_ar
         fprintf(stderr, "hotmoe %s: %s\n", def->cmd, bad);
         return CLI_ARGS_USAGE;
     }
-    return CLI_ARGS_CONTINUE;
+    if (out->no_escape) out->escape = false;
+    return llama_flags(def, out) ? CLI_ARGS_CONTINUE : CLI_ARGS_USAGE;
 }
 
 static void print_flag(FILE *f, const char *name, const char *alt, const char *meta,

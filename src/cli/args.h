@@ -36,7 +36,9 @@ enum {
                                     --repeat-last-n --presence-penalty --frequency-penalty
                                     -s/--seed */
     CLI_ARGS_FILE = 1u << 5,     /* -f/--file */
-    CLI_ARGS_ALL = 0x3f,
+    CLI_ARGS_GEN = 1u << 6,      /* what generated text does: --ignore-eos, -r/--reverse-prompt,
+                                    -sp/--special, -e/--escape, --no-escape, --keep */
+    CLI_ARGS_ALL = 0x7f,
 };
 
 /* Most values one repeatable flag (-ot) collects. */
@@ -94,7 +96,25 @@ typedef struct {
     const char *moe_layer_perf_out;     /* --moe-layer-perf-out FILE (implies full), or NULL */
     const char *routing_profile;        /* bench's --moe-routing-profile FILE (set by bench, not a
                                            common flag), or NULL */
+    /* llama.cpp's flags (MODEL group: -v, --no-mmap, --mlock, --override-kv; CONTEXT: -fa;
+     * THREADS: -tb; GEN: the rest) */
+    bool verbose;             /* -v/--verbose: debug log lines */
+    bool no_mmap;             /* --no-mmap: said to be ignored (the file is always mapped) */
+    bool mlock;               /* --mlock: keep the mapped model in RAM (mlock) */
+    cli_str_list override_kv; /* --override-kv: refused (model metadata is not overridden) */
+    const char *flash_attn;   /* -fa/--flash-attn on|off|auto (NULL: not given) */
+    int n_threads_batch;      /* -tb/--threads-batch (0: not given; prompts use -t) */
+    bool ignore_eos;          /* --ignore-eos: an end-of-generation token does not stop */
+    cli_str_list reverse_prompt; /* -r/--reverse-prompt TEXT: generation stops after it */
+    bool special;             /* -sp/--special: special tokens' text is printed */
+    bool escape;              /* -e/--escape (default on): \n \t \' \" \\ in -p, -r, -sys */
+    bool no_escape;           /* --no-escape */
+    int keep;                 /* --keep N: prompt tokens kept when the context shifts (chat) */
 } cli_common_args;
+
+/* Processes llama.cpp's escapes in s, in place: \n \r \t \' \" \\ and \xHH; any other
+ * backslash stays as it is. */
+void cli_args_unescape(char *s);
 
 #define CLI_SEED_RANDOM 0xFFFFFFFFull
 

@@ -16,10 +16,14 @@
  * tokens taken (the end-of-turn token included) in the cache, and they are what `cached`
  * lists. For harmony only the final channel is shown (and text before any channel).
  */
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "base/json.h"
 
 #include "cli/cli_tracer.h"
 #include "cli/commands.h"
@@ -51,6 +55,14 @@ static bool msgs_push(msg_list *l, const char *role, const char *content, size_t
 
 static void msgs_pop(msg_list *l) {
     if (l->n) free((char *)l->m[--l->n].content);
+}
+
+/* Removes message i (the later ones move up). */
+static void msgs_remove(msg_list *l, size_t i) {
+    if (i >= l->n) return;
+    free((char *)l->m[i].content);
+    memmove(l->m + i, l->m + i + 1, sizeof(*l->m) * (l->n - i - 1));
+    l->n--;
 }
 
 static void msgs_free(msg_list *l) {
@@ -98,7 +110,28 @@ typedef struct {
     int32_t id_channel, id_message, id_start, id_end; /* harmony control tokens (-1: none) */
     tok_ids cached; /* tokens in the KV cache */
     bool verbose;
+    bool special;                 /* -sp: special tokens' text shown */
+    const cli_str_list *reverse;  /* -r: a reply stops once its text ends with one */
+    int n_predict;                /* most tokens per reply (-1: no limit) */
 } chat_state;
+
+/* Ctrl-C: set by the handler, read and cleared by the reply loop (it stops the reply); at the
+ * prompt it ends the session, as Ctrl-D. The one global of the CLI: a signal handler's flag. */
+static volatile sig_atomic_t g_interrupt;
+
+static void on_sigint(int sig) {
+    (void)sig;
+    g_interrupt = 1;
+}
+
+static void install_sigint(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0; /* no SA_RESTART: a read at the prompt returns EINTR */
+    sigaction(SIGINT, &sa, NULL);
+}
 
 static bool is_stop(const chat_state *s, int32_t t) {
     if (s->n_stop == 0) return tok_is_eog(s->e->vocab, t);
@@ -138,11 +171,13 @@ static hm_status process_prompt(chat_state *s, const msg_list *msgs, int *n_new,
         return st;
     }
     int n_ctx = hm_context_n_ctx(s->e->ctx);
-    if (toks.n >= (size_t)n_ctx) {
+    /* room for a reply: -n, or a quarter of the context (at most half) */
+    size_t room = s->n_predict > 0 ? (size_t)s->n_predict : (size_t)n_ctx / 4;
+    if (room > (size_t)n_ctx / 2) room = (size_t)n_ctx / 2;
+    if (toks.n + room >= (size_t)n_ctx) {
         hm_error_set(err, HM_ERR_RANGE,
-                     "the conversation (%zu tokens) no longer fits the context of %d tokens "
-                     "(raise -c)",
-                     toks.n, n_ctx);
+                     "the conversation (%zu tokens) and a reply (%zu) no longer fit the context "
+                     "of %d tokens (raise -c)", toks.n, room, n_ctx);
         tok_ids_free(&toks);
         return HM_ERR_RANGE;
     }
@@ -216,8 +251,12 @@ static hm_status generate(chat_state *s, int n_predict, char **reply, int *n_gen
     cli_engine *e = s->e;
     bool harmony = s->tmpl->family == CHAT_HARMONY;
     tok_stream ts;
-    tok_stream_init(&ts, e->vocab, TOK_DECODE_REPLACE_INVALID);
+    tok_stream_init(&ts, e->vocab,
+                    TOK_DECODE_REPLACE_INVALID | (s->special ? TOK_DECODE_SPECIAL : 0u));
     tok_ids gen = {0};
+    char *shown = NULL; /* the reply's text so far, for -r */
+    size_t shown_n = 0, shown_cap = 0;
+    g_interrupt = 0;
     hm_status st = HM_OK;
     int n_ctx = hm_context_n_ctx(e->ctx);
     /* harmony display: text of the final channel only; text before any channel marker (a model
@@ -226,6 +265,11 @@ static hm_status generate(chat_state *s, int n_predict, char **reply, int *n_gen
     char chan[16] = {0};
     size_t chan_n = 0;
     while (n_predict < 0 || (int)gen.n < n_predict) {
+        if (g_interrupt) { /* Ctrl-C: the reply ends here, the session goes on */
+            g_interrupt = 0;
+            fprintf(stderr, "\n[stopped]");
+            break;
+        }
         if (hm_gen_room(e->gen) == 0) {
             fprintf(stderr, "\n[context full: %d tokens]\n", n_ctx);
             break;
@@ -268,6 +312,24 @@ static hm_status generate(chat_state *s, int n_predict, char **reply, int *n_gen
             fwrite(piece, 1, plen, stdout);
             fflush(stdout);
         }
+        bool reversed = false;
+        if (s->reverse->n > 0 && plen) {
+            if (shown_n + plen > shown_cap) {
+                size_t cap = (shown_n + plen) * 2;
+                char *m = realloc(shown, cap);
+                if (!m) {
+                    st = hm_error_set(err, HM_ERR_NOMEM, "out of memory");
+                    break;
+                }
+                shown = m, shown_cap = cap;
+            }
+            memcpy(shown + shown_n, piece, plen);
+            shown_n += plen;
+            for (int i = 0; i < s->reverse->n && !reversed; i++) {
+                const size_t m = strlen(s->reverse->v[i]);
+                reversed = m && m <= shown_n && !memcmp(shown + shown_n - m, s->reverse->v[i], m);
+            }
+        }
         if (gen.n == gen.cap) {
             size_t cap = gen.cap ? gen.cap * 2 : 64;
             int32_t *ids = realloc(gen.ids, cap * sizeof(int32_t));
@@ -279,7 +341,9 @@ static hm_status generate(chat_state *s, int n_predict, char **reply, int *n_gen
             gen.cap = cap;
         }
         gen.ids[gen.n++] = t;
+        if (reversed) break;
     }
+    free(shown);
     /* the cache holds the prompt and every token taken; a GPU that ran ahead is rewound */
     hm_status end_st = hm_gen_end(e->gen, err);
     if (!st) st = end_st;
@@ -309,6 +373,60 @@ static hm_status generate(chat_state *s, int n_predict, char **reply, int *n_gen
     return st;
 }
 
+/* /save FILE: the conversation as OpenAI-style JSON messages. */
+static void save_messages(const msg_list *msgs, const char *path) {
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "hotmoe chat: /save: cannot write %s: %s\n", path, strerror(errno));
+        return;
+    }
+    hm_json j;
+    hm_json_init_file(&j, f, true);
+    hm_json_obj_begin(&j);
+    hm_json_key(&j, "messages");
+    hm_json_arr_begin(&j);
+    for (size_t i = 0; i < msgs->n; i++) {
+        hm_json_obj_begin(&j);
+        hm_json_kstr(&j, "role", msgs->m[i].role);
+        hm_json_kstr(&j, "content", msgs->m[i].content);
+        hm_json_obj_end(&j);
+    }
+    hm_json_arr_end(&j);
+    hm_json_obj_end(&j);
+    hm_error err;
+    const bool ok = hm_json_finish(&j, &err) == HM_OK;
+    hm_json_free(&j);
+    if (fclose(f) != 0 || !ok)
+        fprintf(stderr, "hotmoe chat: /save: writing %s failed\n", path);
+    else
+        fprintf(stderr, "[saved %zu messages to %s]\n", msgs->n, path);
+}
+
+/* A line starting with '/': true when it was a command (done), false to send it as text. */
+static bool chat_command(chat_state *s, msg_list *msgs, bool has_system, const char *line) {
+    if (!strcmp(line, "/help")) {
+        fprintf(stderr, "commands: /help this list; /clear forget the conversation (the system "
+                "prompt stays); /save FILE write it as JSON messages; /exit quit. Ctrl-C stops "
+                "a reply; a line ending in \\ continues on the next.\n");
+        return true;
+    }
+    if (!strcmp(line, "/clear")) {
+        while (msgs->n > (has_system ? 1u : 0u)) msgs_pop(msgs);
+        hm_context_reset(s->e->ctx);
+        s->cached.n = 0;
+        fprintf(stderr, "[conversation cleared]\n");
+        return true;
+    }
+    if (!strncmp(line, "/save", 5) && (line[5] == ' ' || !line[5])) {
+        const char *path = line + 5;
+        while (*path == ' ') path++;
+        if (!*path) fprintf(stderr, "hotmoe chat: /save needs a file name\n");
+        else save_messages(msgs, path);
+        return true;
+    }
+    return false;
+}
+
 static int32_t find_tok(const tok_vocab *v, const char *text) {
     return tok_token_find(v, text, strlen(text));
 }
@@ -332,12 +450,15 @@ int cmd_chat(int argc, char **argv) {
     };
     const cli_args_def def = {"chat", "-m MODEL [-sys TEXT] [options]",
                               "Interactive chat: type a message and Enter (end a line with \\ to "
-                              "continue it); Ctrl-D or /exit quits. Expert usage tracer: "
+                              "continue it); Ctrl-C stops a reply, Ctrl-D, Ctrl-C at the prompt "
+                              "or /exit quits; /help lists the commands. When the conversation "
+                              "outgrows -c, its oldest turns after the system prompt are "
+                              "dropped. Expert usage tracer: "
                               "--expert-trace-stats, --expert-trace-names, "
                               "--expert-trace-per-layer, --expert-trace-output FILE (or "
                               "LLAMA_EXPERT_TRACE_*).",
                               CLI_ARGS_MODEL | CLI_ARGS_CONTEXT | CLI_ARGS_THREADS |
-                                  CLI_ARGS_SAMPLING,
+                                  CLI_ARGS_SAMPLING | CLI_ARGS_GEN,
                               extra, sizeof(extra) / sizeof(extra[0])};
     moe_tracer_config tc;
     if (cli_tracer_args("chat", &tc, &argc, argv)) return 2;
@@ -368,6 +489,16 @@ int cmd_chat(int argc, char **argv) {
     s.e = &e;
     s.tmpl = &tmpl;
     s.verbose = verbose;
+    s.special = a.special;
+    s.reverse = &a.reverse_prompt;
+    s.n_predict = n_predict;
+    if (a.escape) {
+        if (system) cli_args_unescape((char *)system);
+        for (int i = 0; i < a.reverse_prompt.n; i++) cli_args_unescape((char *)a.reverse_prompt.v[i]);
+    }
+    if (a.ignore_eos)
+        fprintf(stderr, "hotmoe chat: a reply ends at the template's end-of-turn token; "
+                "--ignore-eos is ignored\n");
     s.ropts = chat_render_default_opts();
     s.ropts.bos_token = tok_bos(e.vocab) >= 0 ? tok_token_text(e.vocab, tok_bos(e.vocab)) : "";
     s.ropts.eos_token = tok_eos(e.vocab) >= 0 ? tok_token_text(e.vocab, tok_eos(e.vocab)) : "";
@@ -419,6 +550,7 @@ int cmd_chat(int argc, char **argv) {
                 (unsigned long long)e.seed);
     char *line = NULL;
     size_t line_cap = 0;
+    install_sigint();
     for (int turn = 1; status == 0; turn++) {
         if (tty) {
             printf("> ");
@@ -433,6 +565,11 @@ int cmd_chat(int argc, char **argv) {
         if (!strcmp(user, "/exit")) {
             free(user);
             break;
+        }
+        if (user[0] == '/' && chat_command(&s, &msgs, system != NULL, user)) {
+            free(user);
+            turn--;
+            continue;
         }
         if (ulen == 0) {
             free(user);
@@ -450,6 +587,23 @@ int cmd_chat(int argc, char **argv) {
         int n_new = 0, n_reused = 0, n_gen = 0;
         double t0 = cli_now();
         hm_status st = process_prompt(&s, &msgs, &n_new, &n_reused, &err);
+        /* context shift: the oldest turns after the system prompt go (--keep 0: it too) */
+        const size_t first = system && a.keep != 0 ? 1 : 0;
+        int dropped = 0;
+        while (st == HM_ERR_RANGE && msgs.n >= first + 3) { /* a user + assistant pair */
+            msgs_remove(&msgs, first);
+            msgs_remove(&msgs, first);
+            dropped += 2;
+            st = process_prompt(&s, &msgs, &n_new, &n_reused, &err);
+        }
+        if (dropped) fprintf(stderr, "[context shift: the oldest %d message%s dropped]\n",
+                             dropped, dropped == 1 ? "" : "s");
+        if (st == HM_ERR_RANGE) { /* this message alone does not fit: the session goes on */
+            fprintf(stderr, "hotmoe chat: %s\n", err.msg);
+            msgs_pop(&msgs);
+            turn--;
+            continue;
+        }
         if (st == HM_ERR_ARG || st == HM_ERR_FORMAT) { /* template refused it, bad UTF-8 */
             fprintf(stderr, "hotmoe chat: %s\n", err.msg);
             msgs_pop(&msgs);

@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/engine.h"
 #include "cli/cli_tracer.h"
+#include "tokenizer/chat.h"
 
 #define CMD "run"
 
@@ -21,9 +22,64 @@ static void put_text(const char *s, size_t n) {
     fflush(stdout);
 }
 
+/* -cnv: llama-cli's conversation mode is `hotmoe chat`, with -p as the system prompt. */
+static int run_conversation(int argc, char **argv) {
+    char **v = calloc((size_t)argc + 1, sizeof(*v));
+    if (!v) {
+        fprintf(stderr, "hotmoe " CMD ": out of memory\n");
+        return 1;
+    }
+    int n = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "-cnv") || !strcmp(argv[i], "--conversation")) continue;
+        if (!strcmp(argv[i], "-p") || !strcmp(argv[i], "--prompt")) v[n++] = "-sys";
+        else if (!strncmp(argv[i], "--prompt=", 9)) {
+            v[n++] = "-sys";
+            v[n++] = argv[i] + 9;
+        } else v[n++] = argv[i];
+    }
+    v[0] = "chat";
+    const int rc = cmd_chat(n, v);
+    free(v);
+    return rc;
+}
+
+/* Whether the text out[0..n) ends with one of the -r texts. */
+static bool ends_with_reverse(const cli_str_list *r, const char *out, size_t n) {
+    for (int i = 0; i < r->n; i++) {
+        const size_t m = strlen(r->v[i]);
+        if (m && m <= n && !memcmp(out + n - m, r->v[i], m)) return true;
+    }
+    return false;
+}
+
+/* The prompt as the chat template's one user message with the generation prompt (malloc'd). */
+static char *templated(const cli_engine *e, const char *name, const char *prompt,
+                       hm_error *err) {
+    chat_template t;
+    if (chat_template_for_model(hm_model_gguf(e->model), name, &t, err) != HM_OK) return NULL;
+    chat_render_opts o = chat_render_default_opts();
+    o.bos_token = tok_bos(e->vocab) >= 0 ? tok_token_text(e->vocab, tok_bos(e->vocab)) : "";
+    o.eos_token = tok_eos(e->vocab) >= 0 ? tok_token_text(e->vocab, tok_eos(e->vocab)) : "";
+    const chat_message m[] = {{"user", prompt}};
+    char *out = NULL;
+    hm_status st = chat_render(&t, m, 1, &o, &out, NULL, err);
+    chat_template_free(&t);
+    return st == HM_OK ? out : NULL;
+}
+
 int cmd_run(int argc, char **argv) {
-    bool no_display_prompt = false, audit = false, host_loop = false;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "-cnv") || !strcmp(argv[i], "--conversation"))
+            return run_conversation(argc, argv);
+    bool no_display_prompt = false, audit = false, host_loop = false, cnv = false;
+    const char *tmpl_name = NULL;
     const cli_arg_spec extra[] = {
+        {"-cnv", "--conversation", CLI_ARG_BOOL, &cnv, NULL,
+         "conversation mode: runs `hotmoe chat` with -p as the system prompt"},
+        {"--chat-template", NULL, CLI_ARG_STR, &tmpl_name, "NAME",
+         "wrap the prompt as one user message in this chat template (chatml, harmony, mistral, "
+         "mistral-legacy, tulu; \"model\": the model's own), with the generation prompt"},
         {"--no-display-prompt", NULL, CLI_ARG_BOOL, &no_display_prompt, NULL,
          "do not echo the prompt before the generated text"},
         {"--audit", NULL, CLI_ARG_BOOL, &audit, NULL,
@@ -62,12 +118,31 @@ int cmd_run(int argc, char **argv) {
     if (tr) moe_tracer_add_prompt(tr);
     tok_ids ids = {0};
     tok_stream ts;
-    tok_stream_init(&ts, e.vocab, TOK_DECODE_REPLACE_INVALID);
+    tok_stream_init(&ts, e.vocab,
+                    TOK_DECODE_REPLACE_INVALID | (a.special ? TOK_DECODE_SPECIAL : 0u));
+    char *out = NULL, *wrapped = NULL; /* the generated text so far (for -r); the templated
+                                          prompt */
+    size_t out_n = 0, out_cap = 0;
     size_t len = 0;
     char *text = a.prompt ? NULL : cli_read_file(CMD, a.file, &len);
     if (!a.prompt && !text) goto done;
+    if (a.escape) { /* llama.cpp's default: escapes in -p and -r */
+        if (a.prompt) cli_args_unescape((char *)a.prompt);
+        for (int i = 0; i < a.reverse_prompt.n; i++) cli_args_unescape((char *)a.reverse_prompt.v[i]);
+    }
+    if (a.keep >= 0)
+        fprintf(stderr, "hotmoe " CMD ": --keep applies to chat's context shift; run stops at a "
+                "full context\n");
     const char *prompt = a.prompt ? a.prompt : text;
-    if (a.prompt) len = strlen(prompt);
+    if (tmpl_name) {
+        wrapped = templated(&e, strcmp(tmpl_name, "model") ? tmpl_name : NULL, prompt, &err);
+        if (!wrapped) {
+            fprintf(stderr, "hotmoe " CMD ": --chat-template: %s\n", err.msg);
+            goto done;
+        }
+        prompt = wrapped;
+    }
+    len = strlen(prompt);
     if (tok_encode(e.vocab, prompt, len, TOK_ENCODE_ADD_SPECIAL | TOK_ENCODE_PARSE_SPECIAL, &ids,
                    &err) != HM_OK) {
         fprintf(stderr, "hotmoe " CMD ": %s\n", err.msg);
@@ -109,7 +184,7 @@ int cmd_run(int argc, char **argv) {
             goto done;
         }
         n_taken++;
-        if (tok_is_eog(e.vocab, tok)) break;
+        if (tok_is_eog(e.vocab, tok) && !a.ignore_eos) break;
         const char *piece;
         size_t plen;
         if (tok_stream_push(&ts, tok, &piece, &plen, &err) != HM_OK) {
@@ -118,6 +193,20 @@ int cmd_run(int argc, char **argv) {
         }
         put_text(piece, plen);
         n_gen++;
+        if (a.reverse_prompt.n > 0 && plen > 0) {
+            if (out_n + plen + 1 > out_cap) {
+                size_t c = (out_n + plen + 1) * 2;
+                char *o = realloc(out, c);
+                if (!o) {
+                    fprintf(stderr, "\nhotmoe " CMD ": out of memory\n");
+                    goto done;
+                }
+                out = o, out_cap = c;
+            }
+            memcpy(out + out_n, piece, plen);
+            out_n += plen;
+            if (ends_with_reverse(&a.reverse_prompt, out, out_n)) break;
+        }
     }
     double t_gen = cli_now() - t0;
     const char *rest;
@@ -146,6 +235,8 @@ int cmd_run(int argc, char **argv) {
     tr = NULL;
 done:
     cli_tracer_finish(&e, tr);
+    free(out);
+    free(wrapped);
     free(text);
     tok_stream_free(&ts);
     tok_ids_free(&ids);

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/log.h"
 #include "runtime/tiered.h"
 
 double cli_now(void) {
@@ -92,6 +93,8 @@ int cli_engine_open(cli_engine *e, const char *cmd, const cli_common_args *a, un
         print_model_error(cmd, a->model, &err);
         return 1;
     }
+    if (a->mlock && gguf_lock(hm_model_gguf(e->model), &err) != HM_OK)
+        fprintf(stderr, "hotmoe %s: --mlock: %s; the model stays pageable\n", cmd, err.msg);
     const hm_hparams *hp = hm_model_hparams(e->model);
     e->n_vocab = (int)hp->n_vocab;
     if (what & CLI_ENGINE_VOCAB) {
@@ -180,6 +183,9 @@ int cli_engine_open(cli_engine *e, const char *cmd, const cli_common_args *a, un
             return 1;
         }
     }
+    HM_LOGD("%s: %s, context %d tokens, batch %d / ubatch %d, %d threads, %s, seed %llu", cmd,
+            a->model, hm_context_n_ctx(e->ctx), a->n_batch, a->n_ubatch, e->n_threads,
+            cli_engine_backend(e), (unsigned long long)e->seed);
     return 0;
 }
 

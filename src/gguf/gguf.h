@@ -84,6 +84,9 @@ uint64_t gguf_data_offset(const gguf_ctx *ctx); /* byte offset of the data secti
  * that are dropped (madvise MADV_DONTNEED) come back from the file when read again. False for
  * gguf_open_mem images, whose pages are the caller's. */
 bool gguf_in_file_map(const gguf_ctx *ctx, const void *p, size_t n);
+/* Locks the file's mapping in RAM (mlock: every page read now); HM_ERR_IO with the system's
+ * reason when refused (RLIMIT_MEMLOCK). Nothing to do for an image in memory. */
+hm_status gguf_lock(const gguf_ctx *ctx, hm_error *err);
 
 int64_t gguf_kv_count(const gguf_ctx *ctx);
 const char *gguf_kv_key(const gguf_ctx *ctx, int64_t i);

@@ -553,6 +553,14 @@ bool gguf_in_file_map(const gguf_ctx *c, const void *p, size_t n) {
     return c->map && q >= a && n <= c->map_size && q - a <= c->map_size - n;
 }
 
+hm_status gguf_lock(const gguf_ctx *c, hm_error *err) {
+    if (!c->map) return HM_OK; /* an image in the caller's memory */
+    if (mlock(c->map, c->map_size) != 0)
+        return hm_error_set(err, HM_ERR_IO, "mlock of %.1f MiB: %s (the limit: ulimit -l)",
+                            (double)c->map_size / 1048576.0, strerror(errno));
+    return HM_OK;
+}
+
 void gguf_close(gguf_ctx *c) {
     if (!c) return;
     if (c->map) munmap(c->map, c->map_size);

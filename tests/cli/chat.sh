@@ -98,8 +98,27 @@ expect "bad number: exit 2" test $? -eq 2
 expect "missing model: exit 1" test $? -eq 1
 expect "missing model: one line" one_line "$tmp/e6"
 printf 'hi\n' | "$bin" chat -m "$tmp/tiny-olmoe.gguf" -c 16 -n 2 -sys "$(printf 'word %.0s' {1..40})" >/dev/null 2>"$tmp/e7"
-expect "conversation longer than the context: exit 1" test $? -eq 1
-expect "context: says so" grep -q "context" "$tmp/e7"
+expect "a message longer than the context: the session goes on (exit 0)" test $? -eq 0
+expect "context: says so" grep -q "no longer fit the context" "$tmp/e7"
+# context shift: 6 turns of ~20 tokens in a context of 96: the oldest turns go, every turn runs
+printf 'one two three four five six seven\n%.0s' {1..6} | "$bin" chat -m "$tmp/tiny-olmoe.gguf" \
+  -c 96 -n 8 --temp 0 -sys "Be brief." -v >/dev/null 2>"$tmp/e9"
+expect "context shift: exit 0" test $? -eq 0
+expect "context shift: said" grep -q '^\[context shift: the oldest 2 messages dropped\]' "$tmp/e9"
+expect "context shift: all 6 turns ran" grep -q '^\[turn 6:' "$tmp/e9"
+# commands: /help, /save (JSON with the messages), /clear (the next turn reuses nothing)
+printf 'hello\n/help\n/save %s\n/clear\nagain\n' "$tmp/conv.json" | "$bin" chat \
+  -m "$tmp/tiny-olmoe.gguf" -n 3 --temp 0 -sys "Be brief." -v >/dev/null 2>"$tmp/e10"
+expect "commands: exit 0" test $? -eq 0
+expect "/help lists /save" grep -q '/save FILE' "$tmp/e10"
+expect "/save: three messages" python3 -c "import json,sys; m=json.load(open(sys.argv[1]))['messages']; sys.exit(0 if [x['role'] for x in m]==['system','user','assistant'] and m[1]['content']=='hello' else 1)" "$tmp/conv.json"
+expect "/clear: the next turn starts from an empty cache" grep -q '^\[turn 2: prompt [0-9]* new tokens (0 reused' "$tmp/e10"
+# -r: a reply stops once its text ends with the reverse prompt (the first character of a greedy
+# reply, found from a run without it)
+printf 'hello\n' | "$bin" chat -m "$tmp/tiny-olmoe.gguf" -n 12 --temp 0 >"$tmp/r0.out" 2>/dev/null
+first=$(head -c 1 "$tmp/r0.out")
+printf 'hello\n' | "$bin" chat -m "$tmp/tiny-olmoe.gguf" -n 12 --temp 0 -r "$first" >"$tmp/r1.out" 2>/dev/null
+expect "-r: the reply stops at its text" test "$(head -c 1 "$tmp/r1.out")" = "$first" -a "$(wc -c <"$tmp/r1.out")" -lt "$(wc -c <"$tmp/r0.out")"
 printf '\xff\xfe\nhello\n' | "$bin" chat -m "$tmp/tiny-olmoe.gguf" -n 2 --temp 0 -v >/dev/null 2>"$tmp/e8"
 expect "invalid UTF-8 turn: session goes on" test $? -eq 0
 expect "invalid UTF-8 turn: reported" grep -q "UTF-8" "$tmp/e8"
