@@ -30,15 +30,8 @@
 #include "cli/cli_tracer.h"
 #include "cli/commands.h"
 #include "cli/engine.h"
+#include "cli/bench_out.h"
 #include "quant/qtypes.h"
-
-typedef struct {
-    const char *name; /* "pp512" */
-    int n_prompt, n_gen;
-    double *ts;       /* [reps] tokens/s */
-    double *ns;       /* [reps] nanoseconds */
-    int reps;
-} bench_row;
 
 static uint32_t lcg_next(uint64_t *s) {
     *s = *s * 6364136223846793005ull + 1442695040888963407ull;
@@ -46,38 +39,44 @@ static uint32_t lcg_next(uint64_t *s) {
 }
 
 #define BENCH_AUDIT_TOKENS 1024
+#define BENCH_LIST_MAX 16
 
+/* One test: ppN, tgN, ppN+tgM, at a depth of D tokens already in the cache. */
 typedef struct {
-    bool on;
-    int n_tokens;            /* tokens of the audit generation */
-    hm_gen_audit a;
-} bench_audit;
+    int n_prompt, n_gen, depth;
+} bench_test;
 
-static hm_status run_test(cli_engine *e, hm_gen *g, int n_prompt, int n_gen, int32_t *toks,
-                          float *logits, uint64_t *rng, hm_error *err) {
+/* A flag's values: each occurrence, its comma-separated items. */
+typedef struct {
+    const char *flag, *alt;
+    int v[BENCH_LIST_MAX];
+    int n;
+} int_list;
+
+/* Empties the cache, fills `depth` tokens (not timed), then times the test: n_prompt tokens
+ * in batches, and a generation of n_gen tokens through the generation API (one forward pass for
+ * its first token, n_gen - 1 for the others; the GPU's limit is n_gen - 1 steps, so it never
+ * runs ahead). *dt: the seconds of the prompt and the generation. */
+static hm_status run_test(cli_engine *e, hm_gen *g, const bench_test *t, int32_t *toks,
+                          float *logits, uint64_t *rng, double *dt, hm_error *err) {
     hm_context_reset(e->ctx);
-    if (n_prompt > 0) {
-        for (int i = 0; i < n_prompt; i++) toks[i] = (int32_t)(lcg_next(rng) % (uint32_t)e->n_vocab);
-        hm_status st = cli_engine_eval(e, toks, n_prompt, logits, NULL, err);
-        if (st) return st;
+    hm_status st = HM_OK;
+    for (int pass = 0; pass < 2 && !st; pass++) { /* the depth, then the prompt */
+        const int n = pass ? t->n_prompt : t->depth;
+        if (pass) *dt = cli_now();
+        if (n <= 0) continue;
+        for (int i = 0; i < n; i++) toks[i] = (int32_t)(lcg_next(rng) % (uint32_t)e->n_vocab);
+        st = cli_engine_eval(e, toks, n, logits, NULL, err);
     }
-    if (n_gen <= 0) return HM_OK;
-    /* one forward pass for the prompt token, n_gen - 1 for the generated ones (the last one by
-     * hm_gen_end on the CPU; the GPU's limit is n_gen - 1 steps, so it never runs ahead) */
-    int32_t t = (int32_t)(lcg_next(rng) % (uint32_t)e->n_vocab);
-    hm_gen_set_max(g, n_gen - 1);
-    hm_status st = hm_gen_prompt(g, &t, 1, err);
-    for (int i = 0; i < n_gen - 1 && !st; i++) st = hm_gen_next(g, &t, err);
-    if (!st) st = hm_gen_end(g, err);
+    if (!st && t->n_gen > 0) {
+        int32_t tok = (int32_t)(lcg_next(rng) % (uint32_t)e->n_vocab);
+        hm_gen_set_max(g, t->n_gen - 1);
+        st = hm_gen_prompt(g, &tok, 1, err);
+        for (int i = 0; i < t->n_gen - 1 && !st; i++) st = hm_gen_next(g, &tok, err);
+        if (!st) st = hm_gen_end(g, err);
+    }
+    *dt = cli_now() - *dt;
     return st;
-}
-
-static void mean_sd(const double *v, int n, double *mean, double *sd) {
-    double s = 0, s2 = 0;
-    for (int i = 0; i < n; i++) s += v[i];
-    *mean = n ? s / n : 0;
-    for (int i = 0; i < n; i++) s2 += (v[i] - *mean) * (v[i] - *mean);
-    *sd = n > 1 ? sqrt(s2 / (n - 1)) : 0;
 }
 
 static uint64_t model_params(const hm_model *m) {
@@ -92,7 +91,6 @@ static uint64_t model_params(const hm_model *m) {
     return n;
 }
 
-/* The weight type holding most bytes ("Q4_K", "MXFP4", ...), as the model description. */
 static const char *main_type(const hm_model *m) {
     const gguf_ctx *g = hm_model_gguf(m);
     uint64_t bytes[64] = {0};
@@ -106,152 +104,238 @@ static const char *main_type(const hm_model *m) {
     return hm_type_name(best);
 }
 
-static void fmt_size(char *b, size_t n, uint64_t bytes) {
-    if (bytes < (1ull << 30)) snprintf(b, n, "%.2f MiB", (double)bytes / (1 << 20));
-    else snprintf(b, n, "%.2f GiB", (double)bytes / (1ull << 30));
-}
-
 static void fmt_params(char *b, size_t n, uint64_t p) {
     if (p < 1000000000ull) snprintf(b, n, "%.2f M", (double)p / 1e6);
     else snprintf(b, n, "%.2f B", (double)p / 1e9);
 }
 
-/* The placement as bench reports it: llama-bench's columns where it has them. */
-typedef struct {
-    bool ngl;              /* show the ngl column: on the GPU, or -ngl given */
-    int n_gpu_layers;
-    bool cpu_moe;          /* --cpu-moe (a column when on) */
-    int n_cpu_moe;         /* a column when > 0 */
-    const char *ot;        /* -ot as given ("a=CPU;b=CPU"), NULL: none (no column) */
-    int vram_budget_mib;   /* 0: not given */
-    int offload_threshold; /* --moe-offload-threshold (a column when > 0) */
-} bench_place;
-
-static void print_md(const cli_engine *e, const bench_place *pl, const char *desc,
-                     uint64_t size, uint64_t params, const bench_row *rows, int n_rows) {
-    char s[32], p[32];
-    fmt_size(s, sizeof(s), size);
-    fmt_params(p, sizeof(p), params);
-    const int ot_w = pl->ot && strlen(pl->ot) > 10 ? (int)strlen(pl->ot) : 10;
-    printf("| %-30s | %10s | %10s | %-10s |", "model", "size", "params", "backend");
-    if (pl->ngl) printf(" %3s |", "ngl");
-    if (pl->n_cpu_moe > 0) printf(" %9s |", "n_cpu_moe");
-    if (pl->cpu_moe) printf(" %7s |", "cpu_moe");
-    printf(" %7s |", "threads");
-    if (pl->offload_threshold > 0) printf(" %7s |", "offl_th");
-    if (pl->ot) printf(" %-*s |", ot_w, "ot");
-    printf(" %13s | %20s |\n", "test", "t/s");
-    printf("| ------------------------------ | ---------: | ---------: | ---------- |");
-    if (pl->ngl) printf(" --: |");
-    if (pl->n_cpu_moe > 0) printf(" --------: |");
-    if (pl->cpu_moe) printf(" ------: |");
-    printf(" ------: |");
-    if (pl->offload_threshold > 0) printf(" ------: |");
-    if (pl->ot) {
-        putchar(' ');
-        for (int i = 0; i < ot_w; i++) putchar('-');
-        printf(" |");
+/* Takes the list flags out of argv (the rest goes to the common parser): "-t 8,16" and
+ * "-t 8 -t 16" alike. 0, or 2 after a usage line. */
+static int take_lists(int *argc, char **argv, int_list *ls, int n_ls, cli_str_list *models,
+                      int_list *pg) {
+    int w = 1;
+    for (int i = 1; i < *argc; i++) {
+        const char *a = argv[i], *eq = a[0] == '-' && a[1] == '-' ? strchr(a, '=') : NULL;
+        const size_t nl = eq ? (size_t)(eq - a) : strlen(a);
+        int_list *l = NULL;
+        bool is_m = false, is_pg = false;
+        for (int k = 0; k < n_ls && !l; k++)
+            if ((strlen(ls[k].flag) == nl && !strncmp(a, ls[k].flag, nl)) ||
+                (ls[k].alt && strlen(ls[k].alt) == nl && !strncmp(a, ls[k].alt, nl)))
+                l = &ls[k];
+        is_m = !l && ((nl == 2 && !strncmp(a, "-m", 2)) || (nl == 7 && !strncmp(a, "--model", 7)));
+        is_pg = !l && !is_m && nl == 3 && !strncmp(a, "-pg", 3);
+        if (!l && !is_m && !is_pg) {
+            argv[w++] = argv[i];
+            continue;
+        }
+        char *v = eq ? (char *)eq + 1 : i + 1 < *argc ? argv[++i] : NULL;
+        if (!v) {
+            fprintf(stderr, "hotmoe bench: flag '%.*s' needs a value\n", (int)nl, a);
+            return 2;
+        }
+        int got = 0;
+        for (char *item = v, *next; item; item = next) {
+            next = strchr(item, ',');
+            if (next) *next++ = 0;
+            if (is_m) {
+                if (models->n >= CLI_LIST_MAX) return fprintf(stderr, "hotmoe bench: too many -m\n"), 2;
+                models->v[models->n++] = item;
+                continue;
+            }
+            int_list *d = is_pg ? pg : l;
+            char *end = NULL;
+            const long x = strtol(item, &end, 10);
+            if (!*item || *end || x < 0 || x > 1 << 24 || d->n >= BENCH_LIST_MAX) {
+                fprintf(stderr, "hotmoe bench: %.*s: '%s' is not a count >= 0 (at most %d values)\n",
+                        (int)nl, a, item, BENCH_LIST_MAX);
+                return 2;
+            }
+            d->v[d->n++] = (int)x;
+            got++;
+        }
+        if (is_pg && got != 2) {
+            fprintf(stderr, "hotmoe bench: -pg takes PP,TG (two counts), got '%s'\n", v);
+            return 2;
+        }
     }
-    printf(" ------------: | -------------------: |\n");
-    for (int r = 0; r < n_rows; r++) {
-        double mean, sd;
-        mean_sd(rows[r].ts, rows[r].reps, &mean, &sd);
-        char ts[48];
-        snprintf(ts, sizeof(ts), "%.2f ± %.2f", mean, sd);
-        printf("| %-30s | %10s | %10s | %-10s |", desc, s, p, cli_engine_backend(e));
-        if (pl->ngl) printf(" %3d |", pl->n_gpu_layers);
-        if (pl->n_cpu_moe > 0) printf(" %9d |", pl->n_cpu_moe);
-        if (pl->cpu_moe) printf(" %7d |", 1);
-        printf(" %7d |", e->n_threads);
-        if (pl->offload_threshold > 0) printf(" %7d |", pl->offload_threshold);
-        if (pl->ot) printf(" %-*s |", ot_w, pl->ot);
-        /* "±" is two bytes wide in UTF-8 but one column: pad by one more */
-        printf(" %13s | %21s |\n", rows[r].name, ts);
-    }
+    *argc = w;
+    return 0;
 }
 
-static hm_status print_json(const cli_engine *e, const cli_common_args *a,
-                            const bench_place *pl, const char *desc,
-                            uint64_t size, uint64_t params, const bench_row *rows, int n_rows,
-                            const bench_audit *au) {
-    hm_json j;
-    hm_json_init_file(&j, stdout, true);
-    hm_json_arr_begin(&j);
-    for (int r = 0; r < n_rows; r++) {
-        const bench_row *row = &rows[r];
-        double ts_mean, ts_sd, ns_mean, ns_sd;
-        mean_sd(row->ts, row->reps, &ts_mean, &ts_sd);
-        mean_sd(row->ns, row->reps, &ns_mean, &ns_sd);
-        hm_json_obj_begin(&j);
-        hm_json_key(&j, "model_filename"); hm_json_str(&j, a->model);
-        hm_json_key(&j, "model_type"); hm_json_str(&j, desc);
-        hm_json_key(&j, "model_size"); hm_json_uint(&j, size);
-        hm_json_key(&j, "model_n_params"); hm_json_uint(&j, params);
-        hm_json_key(&j, "backends"); hm_json_str(&j, cli_engine_backend(e));
-        hm_json_key(&j, "n_batch"); hm_json_int(&j, a->n_batch);
-        hm_json_key(&j, "n_ubatch"); hm_json_int(&j, a->n_ubatch);
-        hm_json_key(&j, "n_threads"); hm_json_int(&j, e->n_threads);
-        hm_json_key(&j, "type_k"); hm_json_str(&j, a->cache_type_k);
-        hm_json_key(&j, "type_v"); hm_json_str(&j, a->cache_type_v);
-        hm_json_key(&j, "n_gpu_layers"); hm_json_int(&j, pl->n_gpu_layers);
-        hm_json_key(&j, "n_cpu_moe"); hm_json_int(&j, pl->n_cpu_moe);
-        hm_json_key(&j, "tensor_buft_overrides"); hm_json_str(&j, pl->ot ? pl->ot : "none");
-        hm_json_key(&j, "cpu_moe"); hm_json_bool(&j, pl->cpu_moe);
-        hm_json_key(&j, "vram_budget_mib"); hm_json_int(&j, pl->vram_budget_mib);
-        hm_json_key(&j, "routing_profile"); hm_json_str(&j, a->routing_profile);
-        hm_json_key(&j, "moe_offload_threshold"); hm_json_int(&j, pl->offload_threshold);
-        hm_json_key(&j, "test"); hm_json_str(&j, row->name);
-        hm_json_key(&j, "n_prompt"); hm_json_int(&j, row->n_prompt);
-        hm_json_key(&j, "n_gen"); hm_json_int(&j, row->n_gen);
-        hm_json_key(&j, "avg_ns"); hm_json_uint(&j, (uint64_t)llround(ns_mean));
-        hm_json_key(&j, "stddev_ns"); hm_json_uint(&j, (uint64_t)llround(ns_sd));
-        hm_json_key(&j, "avg_ts"); hm_json_double(&j, ts_mean);
-        hm_json_key(&j, "stddev_ts"); hm_json_double(&j, ts_sd);
-        hm_json_key(&j, "samples_ns");
-        hm_json_arr_begin(&j);
-        for (int i = 0; i < row->reps; i++) hm_json_uint(&j, (uint64_t)llround(row->ns[i]));
-        hm_json_arr_end(&j);
-        hm_json_key(&j, "samples_ts");
-        hm_json_arr_begin(&j);
-        for (int i = 0; i < row->reps; i++) hm_json_double(&j, row->ts[i]);
-        hm_json_arr_end(&j);
-        if (au->on && row->n_gen > 0) {
-            const hm_gen_audit *x = &au->a;
-            int gaps = x->n_tokens > 1 ? x->n_tokens - 1 : 1;
-            hm_json_key(&j, "decode_loop"); hm_json_str(&j, x->gpu ? "gpu-graph" : "host");
-            hm_json_key(&j, "audit_tokens"); hm_json_int(&j, x->n_tokens);
-            hm_json_key(&j, "host_syncs_per_token");
-            hm_json_double(&j, (double)x->host_syncs / gaps);
-            hm_json_key(&j, "host_syncs_start_end"); hm_json_uint(&j, x->host_syncs_end);
-            hm_json_key(&j, "graph_nodes_per_token"); hm_json_uint(&j, x->graph_nodes);
-            hm_json_key(&j, "graph_kernels_per_token"); hm_json_uint(&j, x->kernel_nodes);
-            hm_json_key(&j, "stream_queries"); hm_json_uint(&j, x->stream_queries);
-            hm_json_key(&j, "tg_cv"); hm_json_double(&j, x->tg_cv);
-            hm_json_key(&j, "audit_ts");
-            hm_json_double(&j, x->tg_mean_s > 0 ? 1.0 / x->tg_mean_s : 0.0);
-        }
-        hm_json_obj_end(&j);
+/* The tests of one engine, llama-bench's order: each depth, the pp tests, tg, then pp+tg. */
+static int make_tests(const int_list *P, const int_list *N, const int_list *PG, const int_list *D,
+                      bench_test *t, int cap) {
+    int n = 0;
+    for (int d = 0; d < D->n; d++) {
+        for (int i = 0; i < P->n && n < cap; i++)
+            if (P->v[i] > 0) t[n++] = (bench_test){P->v[i], 0, D->v[d]};
+        for (int i = 0; i < N->n && n < cap; i++)
+            if (N->v[i] > 0) t[n++] = (bench_test){0, N->v[i], D->v[d]};
+        for (int i = 0; i + 1 < PG->n && n < cap; i += 2)
+            t[n++] = (bench_test){PG->v[i], PG->v[i + 1], D->v[d]};
     }
-    hm_json_arr_end(&j);
+    return n;
+}
+
+static void test_name(const bench_test *t, char *b, size_t n) {
+    int o = 0;
+    if (t->n_prompt > 0) o += snprintf(b + o, n - (size_t)o, "pp%d", t->n_prompt);
+    if (t->n_gen > 0) o += snprintf(b + o, n - (size_t)o, "%stg%d", o ? "+" : "", t->n_gen);
+    if (t->depth > 0) snprintf(b + o, n - (size_t)o, " @ d%d", t->depth);
+}
+
+typedef struct {
+    bool audit, host_loop;
+    int reps;
+    const char *routing, *ot;
+} bench_opts;
+
+/* One engine's tests (a's model, threads and placement), each row printed when done. */
+static int bench_engine(cli_common_args *a, const bench_opts *bo, const bench_test *tests,
+                        int n_tests, const moe_tracer_config *tc, bench_out *out) {
+    int need = 1;
+    for (int k = 0; k < n_tests; k++) {
+        const int len = tests[k].depth + tests[k].n_prompt + tests[k].n_gen;
+        if (len > need) need = len;
+    }
+    bool any_tg = false;
+    for (int k = 0; k < n_tests; k++) any_tg = any_tg || tests[k].n_gen > 0;
+    int n_ctx_default = need < 512 ? 512 : need;
+    if ((a->n_gpu_layers > 0 || bo->audit) && n_ctx_default < BENCH_AUDIT_TOKENS + 1)
+        n_ctx_default = BENCH_AUDIT_TOKENS + 1;
+    cli_engine e;
+    int rc = cli_engine_open(&e, "bench", a, 0, n_ctx_default);
+    if (rc) return rc;
+    moe_tracer *tr = NULL;
+    if (cli_tracer_attach(&e, tc, a->model, &tr)) {
+        cli_engine_close(&e);
+        return 1;
+    }
+    if (tr) moe_tracer_add_prompt(tr);
+    if (hm_context_n_ctx(e.ctx) < need) {
+        fprintf(stderr, "hotmoe bench: context %d is smaller than the test (%d tokens); raise -c\n",
+                hm_context_n_ctx(e.ctx), need);
+        cli_tracer_finish(&e, tr);
+        cli_engine_close(&e);
+        return 1;
+    }
+    if (!out->cols.ngl) out->cols.ngl = out->n_rows == 0 && hm_context_gpu(e.ctx) != NULL;
+    char desc[96], pbuf[32];
+    const uint64_t params = model_params(e.model);
+    fmt_params(pbuf, sizeof(pbuf), params);
+    snprintf(desc, sizeof(desc), "%s %s %s", hm_model_arch(e.model)->name, pbuf,
+             main_type(e.model));
+    int most = 1;
+    for (int k = 0; k < n_tests; k++) {
+        if (tests[k].n_prompt > most) most = tests[k].n_prompt;
+        if (tests[k].depth > most) most = tests[k].depth;
+    }
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)most);
+    float *logits = malloc(sizeof(float) * (size_t)e.n_vocab);
+    double *ts = calloc((size_t)bo->reps, sizeof(double));
+    double *ns = calloc((size_t)bo->reps, sizeof(double));
     hm_error err = {0};
-    hm_status st = hm_json_finish(&j, &err);
-    printf("\n");
-    hm_json_free(&j);
-    return st;
+    hm_status st = toks && logits && ts && ns ? HM_OK
+                                              : hm_error_set(&err, HM_ERR_NOMEM, "out of memory");
+    /* the generator: greedy, no penalties (tokens need no sampling flags, as llama-bench) */
+    const int n_audit = hm_context_n_ctx(e.ctx) - 1 < BENCH_AUDIT_TOKENS
+                            ? hm_context_n_ctx(e.ctx) - 1 : BENCH_AUDIT_TOKENS;
+    const bool audit = any_tg && (bo->audit || hm_context_gpu(e.ctx)) && n_audit >= 2;
+    hm_gen *gen = NULL;
+    if (!st && any_tg) {
+        sample_params sp = sample_params_default();
+        sp.temperature = 0.0f;
+        sp.penalty_last_n = 0;
+        hm_gen_params gp = hm_gen_default_params();
+        gp.host_loop = bo->host_loop;
+        gp.audit_tokens = audit ? n_audit : 0;
+        st = hm_gen_init(e.ctx, &sp, &gp, &gen, &err);
+    }
+    uint64_t rng = 42;
+    double dt = 0;
+    /* warm-up: the first prompt test once, a short generation */
+    for (int k = 0; k < n_tests && !st; k++)
+        if (tests[k].n_prompt > 0) {
+            const bench_test w = {tests[k].n_prompt, 0, 0};
+            st = run_test(&e, gen, &w, toks, logits, &rng, &dt, &err);
+            break;
+        }
+    if (!st && any_tg) {
+        const bench_test w = {0, 16, 0};
+        st = run_test(&e, gen, &w, toks, logits, &rng, &dt, &err);
+    }
+    hm_gen_audit au;
+    bool have_au = false;
+    if (!st && audit) { /* a generation of n_audit tokens: the audit the tg rows carry */
+        const bench_test w = {0, n_audit + 1, 0};
+        st = run_test(&e, gen, &w, toks, logits, &rng, &dt, &err);
+        if (!st) {
+            hm_gen_audit_get(gen, &au);
+            have_au = true;
+            if (bo->audit) cli_engine_print_audit(&e, gen);
+        }
+    }
+    const bench_env env = {.model_file = a->model, .desc = desc, .size = hm_model_weight_bytes(e.model),
+                           .params = params, .backend = cli_engine_backend(&e),
+                           .n_threads = e.n_threads, .n_batch = a->n_batch,
+                           .n_ubatch = a->n_ubatch, .type_k = a->cache_type_k,
+                           .type_v = a->cache_type_v, .n_gpu_layers = a->n_gpu_layers,
+                           .n_cpu_moe = a->n_cpu_moe, .vram_budget_mib = a->vram_budget_mib,
+                           .offload_threshold = a->moe_offload_threshold, .cpu_moe = a->cpu_moe,
+                           .ot = bo->ot, .routing = bo->routing, .audit = have_au ? &au : NULL};
+    for (int k = 0; k < n_tests && !st; k++) {
+        bench_row row = {.n_prompt = tests[k].n_prompt, .n_gen = tests[k].n_gen,
+                         .depth = tests[k].depth, .ts = ts, .ns = ns, .reps = bo->reps};
+        test_name(&tests[k], row.name, sizeof(row.name));
+        for (int i = 0; i < bo->reps && !st; i++) {
+            st = run_test(&e, gen, &tests[k], toks, logits, &rng, &dt, &err);
+            ns[i] = dt * 1e9;
+            ts[i] = (double)(row.n_prompt + row.n_gen) / (dt > 0 ? dt : 1e-9);
+        }
+        if (!st) bench_out_row(out, &env, &row);
+    }
+    hm_gen_free(gen);
+    if (st) fprintf(stderr, "hotmoe bench: %s\n", err.msg);
+    free(toks);
+    free(logits);
+    free(ts);
+    free(ns);
+    const int tr_rc = cli_tracer_finish(&e, tr);
+    cli_engine_close(&e);
+    return st || tr_rc ? 1 : 0;
 }
 
 int cmd_bench(int argc, char **argv) {
-    int n_prompt = 512, n_gen = 128, reps = 5;
+    int_list lists[] = {{"-p", "--n-prompt", {512}, 1},  {"-n", "--n-gen", {128}, 1},
+                        {"-t", "--threads", {0}, 1},     {"-ngl", "--n-gpu-layers", {0}, 1},
+                        {"-ub", "--ubatch-size", {512}, 1}, {"-ncmoe", "--n-cpu-moe", {0}, 1},
+                        {"-d", "--n-depth", {0}, 1}};
+    enum { L_P, L_N, L_T, L_NGL, L_UB, L_NCMOE, L_D, N_L };
+    int_list given[N_L], pg = {"-pg", NULL, {0}, 0};
+    for (int k = 0; k < N_L; k++) given[k] = (int_list){lists[k].flag, lists[k].alt, {0}, 0};
+    cli_str_list models = {{0}, 0};
+    int reps = 5;
     bool audit = false, host_loop = false;
-    const char *output = "md", *routing = NULL;
+    const char *output = "md", *routing = NULL, *dummy = NULL;
     cli_str_list ot = {{0}, 0};
     const cli_arg_spec extra[] = {
-        {"-p", "--n-prompt", CLI_ARG_INT, &n_prompt, "N", "prompt tokens of the pp test (default: "
-                                                          "512; 0 = skip)"},
-        {"-n", "--n-gen", CLI_ARG_INT, &n_gen, "N", "generated tokens of the tg test (default: "
-                                                    "128; 0 = skip)"},
+        {"-m", "--model", CLI_ARG_STR, &dummy, "FNAME[,...]", "model paths (repeatable)"},
+        {"-p", "--n-prompt", CLI_ARG_STR, &dummy, "N[,...]",
+         "prompt tokens of the pp tests (default: 512; 0 = none)"},
+        {"-n", "--n-gen", CLI_ARG_STR, &dummy, "N[,...]",
+         "generated tokens of the tg tests (default: 128; 0 = none)"},
+        {"-pg", NULL, CLI_ARG_STR, &dummy, "PP,TG", "a test of PP prompt tokens then TG generated "
+         "ones, timed together (repeatable)"},
+        {"-d", "--n-depth", CLI_ARG_STR, &dummy, "N[,...]",
+         "tokens already in the cache before each test, not timed (default: 0)"},
+        {"-t", "--threads", CLI_ARG_STR, &dummy, "N[,...]", "threads (default: 0, all CPUs)"},
+        {"-ngl", "--n-gpu-layers", CLI_ARG_STR, &dummy, "N[,...]", "layers on the GPU, as run"},
+        {"-ub", "--ubatch-size", CLI_ARG_STR, &dummy, "N[,...]", "physical batch size (default: 512)"},
+        {"-ncmoe", "--n-cpu-moe", CLI_ARG_STR, &dummy, "N[,...]",
+         "routed experts of the first N layers in RAM (default: 0)"},
         {"-r", "--repetitions", CLI_ARG_INT, &reps, "N", "repetitions of each test (default: 5)"},
-        {"-o", "--output", CLI_ARG_STR, &output, "FORMAT", "md or json (default: md)"},
+        {"-o", "--output", CLI_ARG_STR, &output, "FORMAT", "md, csv, json or jsonl (default: md)"},
         {"-ot", "--override-tensor", CLI_ARG_LIST, &ot, "REGEX=DEV;...",
          "as llama-bench: overrides separated by ';' (DEV: CPU or CUDA0), the first match "
          "wins; one set per run (llama-bench's ',' between sets is not taken)"},
@@ -266,27 +350,52 @@ int cmd_bench(int argc, char **argv) {
     };
     const cli_args_def def = {"bench", "-m MODEL [options]",
                               "Prompt processing (ppN) and generation (tgN) speed in tokens/s, "
-                              "mean ± sd over repetitions (like llama-bench). Expert usage "
-                              "tracer: --expert-trace-stats, --expert-trace-names, "
+                              "mean ± sd over repetitions (like llama-bench): -m, -p, -n, -d, "
+                              "-t, -ngl, -ub and -ncmoe take comma lists (every combination "
+                              "runs, each row printed when done). Expert usage tracer (one "
+                              "engine): --expert-trace-stats, --expert-trace-names, "
                               "--expert-trace-per-layer, --expert-trace-output FILE (or "
                               "LLAMA_EXPERT_TRACE_*).",
                               CLI_ARGS_MODEL | CLI_ARGS_CONTEXT | CLI_ARGS_THREADS, extra,
                               sizeof(extra) / sizeof(extra[0])};
     moe_tracer_config tc;
     if (cli_tracer_args("bench", &tc, &argc, argv)) return 2;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            cli_args_usage(stdout, &def);
+            return 0;
+        }
+    if (take_lists(&argc, argv, given, N_L, &models, &pg)) return 2;
+    for (int k = 0; k < N_L; k++)
+        if (given[k].n) lists[k] = given[k];
     cli_common_args a;
     int rc = cli_args_parse(&def, argc, argv, &a);
     if (rc != CLI_ARGS_CONTINUE) return rc;
-    if (n_prompt < 0 || n_gen < 0 || (n_prompt == 0 && n_gen == 0)) {
-        fprintf(stderr, "hotmoe bench: -p and -n must be >= 0 and not both 0\n");
+    if (models.n == 0) {
+        fprintf(stderr, "hotmoe bench: no model given (-m FILE)\n");
+        return 1;
+    }
+    bench_test tests[4 * BENCH_LIST_MAX * BENCH_LIST_MAX];
+    const int n_tests = make_tests(&lists[L_P], &lists[L_N], &pg, &lists[L_D], tests,
+                                   (int)(sizeof(tests) / sizeof(tests[0])));
+    if (n_tests == 0) {
+        fprintf(stderr, "hotmoe bench: no test: -p and -n are all 0 and no -pg\n");
         return 2;
     }
     if (reps < 1) {
         fprintf(stderr, "hotmoe bench: -r must be >= 1\n");
         return 2;
     }
-    if (strcmp(output, "md") && strcmp(output, "json")) {
-        fprintf(stderr, "hotmoe bench: unknown output format '%s' (md, json)\n", output);
+    bench_fmt fmt;
+    if (!bench_fmt_parse(output, &fmt)) {
+        fprintf(stderr, "hotmoe bench: unknown output format '%s' (md, csv, json, jsonl)\n",
+                output);
+        return 2;
+    }
+    const int n_engines = models.n * lists[L_T].n * lists[L_NGL].n * lists[L_UB].n *
+                          lists[L_NCMOE].n;
+    if (n_engines > 1 && moe_tracer_config_enabled(&tc)) {
+        fprintf(stderr, "hotmoe bench: the expert tracer takes one engine (no comma lists)\n");
         return 2;
     }
     /* -ot as llama-bench: ';' between overrides; the context takes them ','-separated */
@@ -308,120 +417,34 @@ int cmd_bench(int argc, char **argv) {
         a.override_tensor.v[0] = ot_ctx;
         a.override_tensor.n = 1;
     }
-    bench_place pl = {.ngl = false, .n_gpu_layers = a.n_gpu_layers, .cpu_moe = a.cpu_moe,
-                            .n_cpu_moe = a.n_cpu_moe, .ot = ot.n ? ot.v[0] : NULL,
-                            .vram_budget_mib = a.vram_budget_mib,
-                            .offload_threshold = a.moe_offload_threshold};
-    /* the context must hold the longest test */
-    int need = n_prompt > n_gen ? n_prompt : n_gen;
-    int n_ctx_default = need < 512 ? 512 : need;
-    if ((a.n_gpu_layers > 0 || audit) && n_ctx_default < BENCH_AUDIT_TOKENS + 1)
-        n_ctx_default = BENCH_AUDIT_TOKENS + 1;
     a.routing_profile = routing;
-    cli_engine e;
-    rc = cli_engine_open(&e, "bench", &a, 0, n_ctx_default);
-    free(ot_ctx); /* the context has its own copy */
-    a.override_tensor.n = 0;
-    if (rc) return rc;
-    pl.ngl = hm_context_gpu(e.ctx) != NULL || a.n_gpu_layers > 0;
-    moe_tracer *tr = NULL;
-    if (cli_tracer_attach(&e, &tc, a.model, &tr)) {
-        cli_engine_close(&e);
-        return 1;
-    }
-    if (tr) moe_tracer_add_prompt(tr);
-    if (hm_context_n_ctx(e.ctx) < need) {
-        fprintf(stderr, "hotmoe bench: context %d is smaller than the test (%d tokens); raise -c\n",
-                hm_context_n_ctx(e.ctx), need);
-        cli_tracer_finish(&e, tr);
-        cli_engine_close(&e);
-        return 1;
-    }
-    char desc[96];
-    uint64_t params = model_params(e.model), size = hm_model_weight_bytes(e.model);
-    char pbuf[32];
-    fmt_params(pbuf, sizeof(pbuf), params);
-    snprintf(desc, sizeof(desc), "%s %s %s", hm_model_arch(e.model)->name, pbuf, main_type(e.model));
-
-    bench_row rows[2];
-    int n_rows = 0;
-    char names[2][24];
-    if (n_prompt > 0) {
-        snprintf(names[n_rows], sizeof(names[0]), "pp%d", n_prompt);
-        rows[n_rows] = (bench_row){names[n_rows], n_prompt, 0, NULL, NULL, reps};
-        n_rows++;
-    }
-    if (n_gen > 0) {
-        snprintf(names[n_rows], sizeof(names[0]), "tg%d", n_gen);
-        rows[n_rows] = (bench_row){names[n_rows], 0, n_gen, NULL, NULL, reps};
-        n_rows++;
-    }
-    int32_t *toks = malloc(sizeof(int32_t) * (size_t)(n_prompt > 0 ? n_prompt : 1));
-    float *logits = malloc(sizeof(float) * (size_t)e.n_vocab);
-    bool ok = toks && logits;
-    for (int r = 0; r < n_rows && ok; r++) {
-        rows[r].ts = calloc((size_t)reps, sizeof(double));
-        rows[r].ns = calloc((size_t)reps, sizeof(double));
-        ok = rows[r].ts && rows[r].ns;
-    }
+    bench_cols cols = {.ngl = given[L_NGL].n > 0, .cpu_moe = a.cpu_moe,
+                       .offl_th = a.moe_offload_threshold > 0, .ot = ot.n > 0,
+                       .ot_width = ot.n ? (int)strlen(ot.v[0]) : 0};
+    for (int k = 0; k < lists[L_NCMOE].n; k++) cols.n_cpu_moe |= lists[L_NCMOE].v[k] > 0;
+    cols.n_ubatch = lists[L_UB].n > 1 || lists[L_UB].v[0] != 512;
+    bench_out out;
+    bench_out_init(&out, fmt, &cols);
+    if (fmt == BENCH_MD && routing)
+        printf("routing: synthetic, drawn from %s (--moe-routing-profile), not the model's "
+               "routers\n", routing);
+    const bench_opts bo = {.audit = audit, .host_loop = host_loop, .reps = reps,
+                           .routing = routing, .ot = ot.n ? ot.v[0] : NULL};
+    int status = 0;
+    for (int mi = 0; mi < models.n && !status; mi++)
+        for (int ti = 0; ti < lists[L_T].n && !status; ti++)
+            for (int gi = 0; gi < lists[L_NGL].n && !status; gi++)
+                for (int ui = 0; ui < lists[L_UB].n && !status; ui++)
+                    for (int ci = 0; ci < lists[L_NCMOE].n && !status; ci++) {
+                        a.model = models.v[mi];
+                        a.n_threads = lists[L_T].v[ti];
+                        a.n_gpu_layers = lists[L_NGL].v[gi];
+                        a.n_ubatch = lists[L_UB].v[ui];
+                        a.n_cpu_moe = lists[L_NCMOE].v[ci];
+                        status = bench_engine(&a, &bo, tests, n_tests, &tc, &out);
+                    }
     hm_error err = {0};
-    hm_status st = ok ? HM_OK : hm_error_set(&err, HM_ERR_NOMEM, "out of memory");
-    /* the generator: greedy, no penalties (tokens need no sampling flags, as llama-bench) */
-    bench_audit au = {0};
-    au.on = n_gen > 0 && (audit || hm_context_gpu(e.ctx));
-    au.n_tokens = hm_context_n_ctx(e.ctx) - 1 < BENCH_AUDIT_TOKENS ? hm_context_n_ctx(e.ctx) - 1
-                                                                    : BENCH_AUDIT_TOKENS;
-    hm_gen *gen = NULL;
-    if (!st && n_gen > 0) {
-        sample_params sp = sample_params_default();
-        sp.temperature = 0.0f;
-        sp.penalty_last_n = 0;
-        hm_gen_params gp = hm_gen_default_params();
-        gp.host_loop = host_loop;
-        gp.audit_tokens = au.on ? au.n_tokens : 0;
-        st = hm_gen_init(e.ctx, &sp, &gp, &gen, &err);
-    }
-    uint64_t rng = 42;
-    /* warm-up: the prompt test once, a short generation */
-    if (!st && n_prompt > 0) st = run_test(&e, gen, n_prompt, 0, toks, logits, &rng, &err);
-    if (!st && n_gen > 0)
-        st = run_test(&e, gen, 0, n_gen < 16 ? n_gen : 16, toks, logits, &rng, &err);
-    for (int r = 0; r < n_rows && !st; r++) {
-        for (int i = 0; i < reps && !st; i++) {
-            double t0 = cli_now();
-            st = run_test(&e, gen, rows[r].n_prompt, rows[r].n_gen, toks, logits, &rng, &err);
-            double dt = cli_now() - t0;
-            rows[r].ns[i] = dt * 1e9;
-            rows[r].ts[i] = (double)(rows[r].n_prompt + rows[r].n_gen) / (dt > 0 ? dt : 1e-9);
-        }
-    }
-    if (!st && au.on && au.n_tokens >= 2) { /* the audit generation: prompt + n_tokens */
-        au.on = false;
-        st = run_test(&e, gen, 0, au.n_tokens + 1, toks, logits, &rng, &err);
-        if (!st) {
-            hm_gen_audit_get(gen, &au.a);
-            au.on = true;
-            if (audit) cli_engine_print_audit(&e, gen);
-        }
-    } else {
-        au.on = false;
-    }
-    if (!st) {
-        if (!strcmp(output, "md") && routing)
-            printf("routing: synthetic, drawn from %s (--moe-routing-profile), not the model's "
-                   "routers\n", routing);
-        if (!strcmp(output, "md")) print_md(&e, &pl, desc, size, params, rows, n_rows);
-        else st = print_json(&e, &a, &pl, desc, size, params, rows, n_rows, &au);
-    }
-    hm_gen_free(gen);
-    if (st) fprintf(stderr, "hotmoe bench: %s\n", err.msg[0] ? err.msg : "JSON output failed");
-    for (int r = 0; r < n_rows; r++) {
-        free(rows[r].ts);
-        free(rows[r].ns);
-    }
-    free(toks);
-    free(logits);
-    int tr_rc = cli_tracer_finish(&e, tr);
-    cli_engine_close(&e);
-    return st || tr_rc ? 1 : 0;
+    if (bench_out_end(&out, &err) != HM_OK && !status) status = 1;
+    free(ot_ctx);
+    return status;
 }

@@ -50,6 +50,37 @@ expect "json: fields and statistics" check_json "$tmp/json"
 "$bin" bench -m "$m" -p 0 -n 2 -r 1 >"$tmp/tg" 2>/dev/null
 expect "-p 0: only tg" test "$(grep -c '| *tg2 |' "$tmp/tg")" -eq 1 -a "$(grep -c 'pp' "$tmp/tg")" -eq 0
 
+# sweeps as llama-bench: comma lists and repeated flags, every combination, rows as they finish
+"$bin" bench -m "$m" -m "$m" -p 8,16 -n 4 -t 1,2 -r 1 -o jsonl >"$tmp/sweep" 2>"$tmp/sweep.err"
+expect "sweep: exit 0" test $? -eq 0
+check_sweep() {
+  python3 - "$1" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 2 * 2 * 3, len(rows)  # 2 models x 2 thread counts x (pp8, pp16, tg4)
+assert [r["test"] for r in rows[:3]] == ["pp8", "pp16", "tg4"], rows[:3]
+assert [r["n_threads"] for r in rows] == [1] * 3 + [2] * 3 + [1] * 3 + [2] * 3
+assert all(r["n_depth"] == 0 for r in rows)
+EOF
+}
+expect "sweep: 12 rows in llama-bench's order (jsonl)" check_sweep "$tmp/sweep"
+"$bin" bench -m "$m" -p 0 -n 0 -pg 8,4 -d 0,16 -r 2 -o csv >"$tmp/csv" 2>/dev/null
+expect "-pg -d csv: exit 0" test $? -eq 0
+check_csv() {
+  python3 - "$1" <<'EOF'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert [r["test"] for r in rows] == ["pp8+tg4", "pp8+tg4 @ d16"], rows
+assert rows[1]["n_depth"] == "16" and rows[0]["n_prompt"] == "8" and rows[0]["n_gen"] == "4"
+assert float(rows[0]["avg_ts"]) > 0
+EOF
+}
+expect "-pg -d: a pp+tg test at each depth (csv)" check_csv "$tmp/csv"
+"$bin" bench -m "$m" -p 8 -n 0 -ub 4,8 -r 1 >"$tmp/ub" 2>/dev/null
+expect "-ub list: an n_ubatch column, one row each" test "$(grep -c '| *[48] | *pp8 |' "$tmp/ub")" -eq 2
+"$bin" bench -m "$m" -pg 8 >/dev/null 2>"$tmp/e6"
+expect "-pg needs PP,TG: exit 2" test $? -eq 2
+
 one_line() { test "$(wc -l <"$1")" -eq 1; }
 "$bin" bench -m "$m" -o xml >/dev/null 2>"$tmp/e1"
 expect "bad -o: exit 2" test $? -eq 2

@@ -44,9 +44,11 @@ refuses "tokenize -p -f" 2 "-p and -f both given; use one" \
   "$bin" tokenize -m "$m" -p hello -f "$tmp/text.txt"
 
 # ---- a repeated -m, -p or -f ----
-for cmd in run chat bench perplexity logits learn tokenize; do
+for cmd in run chat perplexity logits learn tokenize; do
   refuses "$cmd -m twice" 2 "-m given twice" "$bin" $cmd -m "$m" -m "$tmp/other.gguf"
 done
+# bench takes several models as llama-bench does: the missing one is named
+refuses "bench -m twice: each model, the missing one named" 1 "other.gguf" "$bin" bench -m "$m" -m "$tmp/other.gguf" -p 8 -n 0 -r 1
 refuses "--model twice" 2 "-m given twice" "$bin" run --model="$m" --model "$m" -p hi
 refuses "run -p twice" 2 "-p given twice" "$bin" run -m "$m" -p one -p two -n 1
 refuses "learn -f twice" 2 "-f given twice" \
