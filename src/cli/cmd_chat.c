@@ -28,6 +28,7 @@
 #include "cli/cli_tracer.h"
 #include "cli/commands.h"
 #include "cli/engine.h"
+#include "cli/line_input.h"
 #include "tokenizer/chat.h"
 
 typedef struct {
@@ -70,32 +71,35 @@ static void msgs_free(msg_list *l) {
     free(l->m);
 }
 
-/* One user turn from stdin: lines ending in '\' continue. false at end of input. */
-static bool read_turn(char **line, size_t *cap, char **turn, size_t *turn_len) {
+/* One user turn (cli/line_input.h: a terminal edits lines, with history): lines ending in '\'
+ * continue. false at end of input (or a Ctrl-C at the prompt). */
+static bool read_turn(char **turn, size_t *turn_len) {
     size_t n = 0;
     char *t = NULL;
     for (;;) {
-        ssize_t got = getline(line, cap, stdin);
-        if (got < 0) {
+        size_t k = 0;
+        char *line = cli_line_read(t ? "... " : "> ", &k);
+        if (!line) {
             if (!t) return false;
             break;
         }
-        size_t k = (size_t)got;
-        while (k && ((*line)[k - 1] == '\n' || (*line)[k - 1] == '\r')) k--;
-        bool more = k && (*line)[k - 1] == '\\';
+        bool more = k && line[k - 1] == '\\';
         if (more) k--;
         char *nt = realloc(t, n + k + 2);
         if (!nt) {
+            free(line);
             free(t);
             return false;
         }
         t = nt;
-        memcpy(t + n, *line, k);
+        memcpy(t + n, line, k);
+        free(line);
         n += k;
         if (!more) break;
         t[n++] = '\n';
     }
     t[n] = 0;
+    cli_line_history(t);
     *turn = t;
     *turn_len = n;
     return true;
@@ -548,17 +552,11 @@ int cmd_chat(int argc, char **argv) {
         fprintf(stderr, "hotmoe chat: template %s, context %d, seed %llu\n",
                 chat_family_name(tmpl.family), hm_context_n_ctx(e.ctx),
                 (unsigned long long)e.seed);
-    char *line = NULL;
-    size_t line_cap = 0;
     install_sigint();
     for (int turn = 1; status == 0; turn++) {
-        if (tty) {
-            printf("> ");
-            fflush(stdout);
-        }
         char *user = NULL;
         size_t ulen = 0;
-        if (!read_turn(&line, &line_cap, &user, &ulen)) {
+        if (!read_turn(&user, &ulen)) {
             if (tty) printf("\n"); /* Ctrl-D: leave the shell prompt on a line of its own */
             break;
         }
@@ -638,7 +636,6 @@ int cmd_chat(int argc, char **argv) {
                     turn, n_new, n_reused, n_new / (t1 - t0 > 0 ? t1 - t0 : 1e-9), n_gen,
                     n_gen / (t2 - t1 > 0 ? t2 - t1 : 1e-9));
     }
-    free(line);
     msgs_free(&msgs);
     tok_ids_free(&s.cached);
     chat_template_free(&tmpl);

@@ -124,4 +124,13 @@ expect "invalid UTF-8 turn: session goes on" test $? -eq 0
 expect "invalid UTF-8 turn: reported" grep -q "UTF-8" "$tmp/e8"
 expect "invalid UTF-8 turn: next turn runs" grep -q '^\[turn 1:' "$tmp/e8"
 
+# a terminal (script(1) gives one): libedit's line editing, the up arrow recalls the last message
+if command -v script >/dev/null && "$bin" chat --help >/dev/null 2>&1; then
+  printf 'hello\n\033[A\n/exit\n' | timeout 60 script -q -c "'$bin' chat -m '$tmp/tiny-olmoe.gguf' -n 2 --temp 0 -v" /dev/null >"$tmp/pty" 2>&1
+  expect "terminal: exit 0" test $? -eq 0
+  if ldd "$bin" 2>/dev/null | grep -q libedit; then
+    expect "terminal: the up arrow sends the last message again (turn 2)" grep -aq '^\[turn 2:' "$tmp/pty"
+  fi
+fi
+
 cli_summary chat.sh
