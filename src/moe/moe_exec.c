@@ -195,6 +195,29 @@ static hm_status cpu_product(moe_exec *x, const cpu_moe_args *a, hm_error *err) 
     return cpu_moe_matmul(x->pool, x->kern, a, fits ? x->mm : NULL, fits ? x->mm_size : 0, err);
 }
 
+/* Gate and up products of the slots of ids, their biases and the activation into x->eg
+ * [n][K][F] (a, b, pc from moe_exec_cpu_args; pair: one paired product). */
+static hm_status gate_up(moe_exec *x, const hm_layer *L, bool pair, const cpu_moe_args *a,
+                         const cpu_moe_args *b, moe_post_ctx *pc, const int32_t *ids, int64_t n,
+                         int K, hm_error *err) {
+    const int64_t F = a->n_rows;
+    if (pair) { /* one job: gate and up rows of each chunk, then their biases and activation */
+        bool fits = cpu_moe_scratch_size(a) <= x->mm_size;
+        return cpu_moe_matmul_pair(x->pool, x->kern, a, b, moe_exec_post, pc,
+                                   fits ? x->mm : NULL, fits ? x->mm_size : 0, err);
+    }
+    hm_status st = cpu_product(x, a, err);
+    if (st == HM_OK) st = cpu_product(x, b, err);
+    if (st != HM_OK) return st;
+    if (L->gate_exps_b.data) {
+        cpu_moe_add_bias(x->pool, x->eg, L->gate_exps_b.data, ids, n, K, F);
+        cpu_moe_add_bias(x->pool, x->eu, L->up_exps_b.data, ids, n, K, F);
+    }
+    if (pc->oai) cpu_swiglu_oai(x->pool, x->eg, x->eu, x->eg, n * K * F, 1.702f, 7.0f);
+    else cpu_swiglu(x->pool, x->eg, x->eu, x->eg, n * K * F);
+    return HM_OK;
+}
+
 /* The CPU lane on the slots of ids (others skipped); with sum the slots' weighted sum too, and
  * *summed = true when it was done. */
 static hm_status run_cpu(moe_exec *x, const moe_job *job, const int32_t *ids,
@@ -206,7 +229,7 @@ static hm_status run_cpu(moe_exec *x, const moe_job *job, const int32_t *ids,
     moe_post_ctx pc;
     const bool pair = moe_exec_cpu_args(x, job->layer, ids, n, K, job->x, job->y, &a, &b, &d,
                                         &pc);
-    const int64_t F = a.n_rows, E = d.n_rows;
+    const int64_t E = d.n_rows;
     hm_status st;
     if (pair && n <= MOE_FEW_TOK) { /* decode: gate/up, activation and down in one pool job */
         bool fits = cpu_moe_ffn_scratch_size(&a, &d) <= x->mm_size;
@@ -223,36 +246,27 @@ static hm_status run_cpu(moe_exec *x, const moe_job *job, const int32_t *ids,
                              E);
         return st;
     }
-    if (pair) { /* one job: gate and up rows of each chunk, then their biases and activation */
-        bool fits = cpu_moe_scratch_size(&a) <= x->mm_size;
-        st = cpu_moe_matmul_pair(x->pool, x->kern, &a, &b, moe_exec_post, &pc,
-                                 fits ? x->mm : NULL, fits ? x->mm_size : 0, err);
-        if (st != HM_OK) return st;
-    } else {
-        st = cpu_product(x, &a, err);
-        if (st == HM_OK) st = cpu_product(x, &b, err);
-        if (st != HM_OK) return st;
-        if (L->gate_exps_b.data) {
-            cpu_moe_add_bias(x->pool, x->eg, L->gate_exps_b.data, ids, n, K, F);
-            cpu_moe_add_bias(x->pool, x->eu, L->up_exps_b.data, ids, n, K, F);
-        }
-        if (pc.oai) cpu_swiglu_oai(x->pool, x->eg, x->eu, x->eg, n * K * F, 1.702f, 7.0f);
-        else cpu_swiglu(x->pool, x->eg, x->eu, x->eg, n * K * F);
-    }
-    st = cpu_product(x, &d, err);
+    st = gate_up(x, L, pair, &a, &b, &pc, ids, n, K, err);
+    if (st == HM_OK) st = cpu_product(x, &d, err);
     if (st == HM_OK && L->down_exps_b.data)
         cpu_moe_add_bias(op_pool(x->pool, n * K * E), job->y, L->down_exps_b.data, ids, n, K, E);
     return st;
 }
 
-hm_status moe_exec_gate_up(moe_exec *x, const moe_job *job, float *h, hm_error *err) {
+/* HM_ERR_ARG when job does not fit the executor's plan. */
+static hm_status check_job(const moe_exec *x, const moe_job *job, hm_error *err) {
     if (job->n_tok > x->n_tok_max || job->n_used != x->K || job->layer < 0 ||
         job->layer >= x->n_layer)
-        return hm_error_set(err, HM_ERR_ARG, "expert executor: gate/up job of %lld tokens x %d "
-                            "slots in layer %d exceeds its plan (%lld x %d, %d layers)",
+        return hm_error_set(err, HM_ERR_ARG, "expert executor: job of %lld tokens x %d slots "
+                            "in layer %d exceeds its plan (%lld x %d, %d layers)",
                             (long long)job->n_tok, job->n_used, job->layer,
                             (long long)x->n_tok_max, x->K, x->n_layer);
-    const hm_layer *L = hm_model_layer(x->m, job->layer);
+    return HM_OK;
+}
+
+hm_status moe_exec_gate_up(moe_exec *x, const moe_job *job, float *h, hm_error *err) {
+    hm_status st = check_job(x, job, err);
+    if (st != HM_OK) return st;
     const int64_t n = job->n_tok;
     const int K = job->n_used;
     cpu_moe_args a, b, d;
@@ -260,23 +274,7 @@ hm_status moe_exec_gate_up(moe_exec *x, const moe_job *job, float *h, hm_error *
     const bool pair = moe_exec_cpu_args(x, job->layer, job->ids, n, K, job->x, job->y, &a, &b,
                                         &d, &pc);
     const int64_t F = a.n_rows;
-    hm_status st;
-    if (pair) { /* the first half of cpu_moe_ffn: the same bytes in x->eg */
-        bool fits = cpu_moe_scratch_size(&a) <= x->mm_size;
-        st = cpu_moe_matmul_pair(x->pool, x->kern, &a, &b, moe_exec_post, &pc,
-                                 fits ? x->mm : NULL, fits ? x->mm_size : 0, err);
-    } else {
-        st = cpu_product(x, &a, err);
-        if (st == HM_OK) st = cpu_product(x, &b, err);
-        if (st == HM_OK && L->gate_exps_b.data) {
-            cpu_moe_add_bias(x->pool, x->eg, L->gate_exps_b.data, job->ids, n, K, F);
-            cpu_moe_add_bias(x->pool, x->eu, L->up_exps_b.data, job->ids, n, K, F);
-        }
-        if (st == HM_OK) {
-            if (pc.oai) cpu_swiglu_oai(x->pool, x->eg, x->eu, x->eg, n * K * F, 1.702f, 7.0f);
-            else cpu_swiglu(x->pool, x->eg, x->eu, x->eg, n * K * F);
-        }
-    }
+    st = gate_up(x, hm_model_layer(x->m, job->layer), pair, &a, &b, &pc, job->ids, n, K, err);
     for (int64_t i = 0; st == HM_OK && i < n * K; i++)
         if (job->ids[i] >= 0)
             memcpy(h + i * F, x->eg + i * F, sizeof(float) * (size_t)F);
@@ -300,12 +298,8 @@ static int64_t lane_ids(moe_exec *x, const moe_job *job, int lane) {
 hm_status moe_exec_run(moe_exec *x, const moe_job *job, const cpu_moe_sum *sum, bool *summed,
                        hm_error *err) {
     *summed = false;
-    if (job->n_tok > x->n_tok_max || job->n_used != x->K || job->layer < 0 ||
-        job->layer >= x->n_layer)
-        return hm_error_set(err, HM_ERR_ARG, "expert executor: job of %lld tokens x %d slots "
-                            "in layer %d exceeds its plan (%lld x %d, %d layers)",
-                            (long long)job->n_tok, job->n_used, job->layer,
-                            (long long)x->n_tok_max, x->K, x->n_layer);
+    hm_status st0 = check_job(x, job, err);
+    if (st0 != HM_OK) return st0;
     if (x->n_off_cpu == 0) return run_cpu(x, job, job->ids, sum, summed, err);
     for (int lane = 0; lane < MOE_LANE_MAX; lane++) {
         if (lane != MOE_LANE_CPU && !x->fn[lane]) continue;
