@@ -17,6 +17,7 @@ static const cli_command k_commands[] = {
     {"bench", "prompt (ppN) and generation (tgN) speed like llama-bench", cmd_bench},
     {"perplexity", "perplexity of a text file, computed as llama-perplexity does", cmd_perplexity},
     {"learn", "run prompts with the expert usage tracer and write a learn file (per-layer expert hits)", cmd_learn},
+    {"serve", "OpenAI-compatible HTTP server (chat, completions, streaming)", cmd_serve},
     {"plan", "print the hot cache's plan for a model and a learn file: experts per layer, bytes, expected hit rate (no GPU needed)", cmd_plan},
 };
 

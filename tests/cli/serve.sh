@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# serve.sh - `hotmoe serve` on loopback with a forged tiny model, driven by Python's urllib: the
+# routes, a completion equal to `hotmoe run`'s bytes (greedy, same prompt), streaming (SSE
+# chunks that add up to the same text, usage, [DONE]), stop strings, chat, 8 requests at once,
+# errors in OpenAI's shape (400 bad JSON or field, 401 without the key, 404, 405, 413), and
+# SIGTERM: exit 0. Skipped (77) in a build without libmicrohttpd.
+#   bash tests/cli/serve.sh HOTMOE_BIN TMPDIR      (run from the repository root)
+set -u
+bin=$1
+tmp=$2/serve_sh
+mkdir -p "$tmp"
+. "$(dirname "${BASH_SOURCE[0]}")/common.bash"
+
+m=$tmp/q.gguf
+"$bin" forge --preset tiny-qwen3moe --type q8_0 --no-hf -q -o "$m" || bad "forge"
+"$bin" serve -m "$m" -t 2 --port 0 --api-key sekret >"$tmp/out" 2>"$tmp/err" &
+pid=$!
+port=
+for _ in $(seq 100); do
+  port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$tmp/err" | cut -d: -f3)
+  [ -n "$port" ] && break
+  if ! kill -0 $pid 2>/dev/null; then
+    grep -q "without libmicrohttpd" "$tmp/err" && { echo "serve.sh: skipped (no libmicrohttpd)"; exit 77; }
+    break
+  fi
+  sleep 0.1
+done
+expect "serve: listening" test -n "$port"
+"$bin" run -m "$m" -t 2 -p "Hello there" -n 12 --temp 0 --no-display-prompt >"$tmp/run.txt" 2>/dev/null
+python3 - "$port" "$tmp/run.txt" >"$tmp/py.out" 2>&1 <<'PY'
+import json, sys, threading, urllib.request, urllib.error
+port, run_txt = sys.argv[1], open(sys.argv[2], encoding="utf-8", errors="replace").read()
+KEY = {"Authorization": "Bearer sekret"}
+fails = 0
+def check(name, ok):
+    global fails
+    print(("ok   " if ok else "FAIL ") + name)
+    fails += not ok
+def req(path, body=None, method=None, headers=KEY, raw=None):
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    r = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method,
+                               headers=headers)
+    try:
+        with urllib.request.urlopen(r, timeout=60) as f:
+            return f.status, f.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+def err_shape(body, code):
+    try:
+        e = json.loads(body)["error"]
+        return e["code"] == code and isinstance(e["message"], str) and e["message"]
+    except Exception:
+        return False
+
+s, b = req("/health", headers={})
+check("health: 200 without a key", s == 200 and json.loads(b)["status"] == "ok")
+s, b = req("/v1/models")
+check("models: the model listed", s == 200 and json.loads(b)["data"][0]["object"] == "model")
+s, b = req("/v1/models", headers={})
+check("no key: 401 in OpenAI's shape", s == 401 and err_shape(b, 401))
+s, b = req("/v1/models", headers={"Authorization": "Bearer wrong"})
+check("wrong key: 401", s == 401)
+
+body = {"prompt": "Hello there", "max_tokens": 12, "temperature": 0}
+s, b = req("/v1/completions", body)
+r = json.loads(b) if s == 200 else {}
+text = r.get("choices", [{}])[0].get("text")
+check("completion: 200", s == 200)
+check("completion: the text `hotmoe run` prints (greedy, same prompt)", text == run_txt.rstrip("\n"))
+check("completion: usage", r.get("usage", {}).get("completion_tokens") == 12 and
+      r["usage"]["total_tokens"] == r["usage"]["prompt_tokens"] + 12)
+check("completion: finish length", r.get("choices", [{}])[0].get("finish_reason") == "length")
+s2, b2 = req("/v1/completions", body)
+check("completion: the same request, the same bytes", s2 == 200 and json.loads(b2)["choices"] == r["choices"])
+
+s, b = req("/v1/completions", dict(body, stream=True, stream_options={"include_usage": True}))
+events = [l[6:] for l in b.split("\n\n") if l.startswith("data: ")]
+check("stream: ends with [DONE]", s == 200 and events and events[-1] == "[DONE]")
+chunks = [json.loads(e) for e in events[:-1]]
+streamed = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
+check("stream: the chunks add up to the completion", streamed == text)
+check("stream: finish and usage", any(c["choices"] and c["choices"][0]["finish_reason"] == "length" for c in chunks)
+      and chunks[-1]["usage"]["completion_tokens"] == 12)
+
+if text and len(text) > 4:
+    stop = text[3:6]
+    s, b = req("/v1/completions", dict(body, stop=[stop]))
+    r2 = json.loads(b)["choices"][0]
+    check("stop string: the text ends before it", s == 200 and r2["text"] == text[:text.find(stop)]
+          and r2["finish_reason"] == "stop")
+    s, b = req("/v1/completions", dict(body, stop=stop, stream=True))
+    ev = [json.loads(l[6:]) for l in b.split("\n\n") if l.startswith("data: {")]
+    check("stop string, streamed: the same text", "".join(c["choices"][0]["text"] for c in ev) == text[:text.find(stop)])
+
+s, b = req("/v1/chat/completions", {"messages": [{"role": "system", "content": "Be brief."},
+                                                 {"role": "user", "content": "Hi"}],
+                                    "max_tokens": 6, "temperature": 0.7, "seed": 3})
+c = json.loads(b) if s == 200 else {}
+check("chat: an assistant message", s == 200 and c["choices"][0]["message"]["role"] == "assistant"
+      and c["object"] == "chat.completion")
+s, b2 = req("/v1/chat/completions", {"messages": [{"role": "system", "content": "Be brief."},
+                                                  {"role": "user", "content": "Hi"}],
+                                     "max_tokens": 6, "temperature": 0.7, "seed": 3})
+check("chat: the same seed, the same reply", s == 200 and json.loads(b2)["choices"] == c["choices"])
+
+res = [None] * 8
+def one(i):
+    res[i] = req("/v1/completions", {"prompt": f"Number {i}", "max_tokens": 4})
+ts = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+check("8 requests at once: all answered", all(r and r[0] == 200 for r in res))
+
+s, b = req("/v1/completions", raw=b"{not json")
+check("bad JSON: 400 in OpenAI's shape", s == 400 and err_shape(b, 400))
+s, b = req("/v1/completions", {"prompt": "x", "temperature": "hot"})
+check("bad field: 400 naming it", s == 400 and "temperature" in json.loads(b)["error"]["message"])
+s, b = req("/v1/completions", {"prompt": "x", "n": 2})
+check("n = 2: 400", s == 400)
+s, b = req("/v1/chat/completions", {"messages": []})
+check("no messages: 400", s == 400)
+s, b = req("/v1/nothing")
+check("unknown route: 404", s == 404 and err_shape(b, 404))
+s, b = req("/v1/completions", method="GET")
+check("wrong method: 405", s == 405 and err_shape(b, 405))
+s, b = req("/v1/completions", raw=b'{"prompt": "' + b"a" * (2 << 20) + b'"}')
+check("oversize body: 413", s == 413 and err_shape(b, 413))
+sys.exit(1 if fails else 0)
+PY
+expect "the HTTP checks (see py.out)" test $? -eq 0
+grep '^FAIL' "$tmp/py.out" >&2
+kill -TERM $pid 2>/dev/null
+for _ in $(seq 100); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+wait $pid
+expect "SIGTERM: exit 0" test $? -eq 0
+expect "SIGTERM: the counts" grep -q "requests, .* completed" "$tmp/err"
+
+cli_summary serve.sh
