@@ -217,6 +217,42 @@ static enum MHD_Result post_generate(hm_server *s, struct MHD_Connection *c, srv
     return send_text(c, code, text, "application/json");
 }
 
+/* GET /metrics: Prometheus text format. */
+static char *metrics_text(hm_server *s) {
+    hm_server_stats st;
+    hm_server_get_stats(s, &st);
+    pthread_mutex_lock(&s->mu);
+    const int queued = s->n_queued, busy = s->busy ? 1 : 0;
+    pthread_mutex_unlock(&s->mu);
+    const size_t cap = 2048;
+    char *t = malloc(cap);
+    if (!t) return NULL;
+    snprintf(t, cap,
+             "# HELP hotmoe_requests_total Generation requests accepted.\n"
+             "# TYPE hotmoe_requests_total counter\nhotmoe_requests_total %llu\n"
+             "# HELP hotmoe_requests_completed_total Requests answered in full.\n"
+             "# TYPE hotmoe_requests_completed_total counter\nhotmoe_requests_completed_total %llu\n"
+             "# HELP hotmoe_requests_errors_total Requests that ended with an error.\n"
+             "# TYPE hotmoe_requests_errors_total counter\nhotmoe_requests_errors_total %llu\n"
+             "# HELP hotmoe_requests_cancelled_total Requests whose client left.\n"
+             "# TYPE hotmoe_requests_cancelled_total counter\nhotmoe_requests_cancelled_total %llu\n"
+             "# HELP hotmoe_requests_rejected_total Requests refused with 503 (queue full).\n"
+             "# TYPE hotmoe_requests_rejected_total counter\nhotmoe_requests_rejected_total %llu\n"
+             "# HELP hotmoe_prompt_tokens_total Prompt tokens processed.\n"
+             "# TYPE hotmoe_prompt_tokens_total counter\nhotmoe_prompt_tokens_total %llu\n"
+             "# HELP hotmoe_completion_tokens_total Tokens generated.\n"
+             "# TYPE hotmoe_completion_tokens_total counter\nhotmoe_completion_tokens_total %llu\n"
+             "# HELP hotmoe_queue_depth Requests waiting.\n"
+             "# TYPE hotmoe_queue_depth gauge\nhotmoe_queue_depth %d\n"
+             "# HELP hotmoe_slots_busy Requests being decoded.\n"
+             "# TYPE hotmoe_slots_busy gauge\nhotmoe_slots_busy %d\n",
+             (unsigned long long)st.requests, (unsigned long long)st.completed,
+             (unsigned long long)st.errors, (unsigned long long)st.cancelled,
+             (unsigned long long)st.rejected, (unsigned long long)st.prompt_tokens,
+             (unsigned long long)st.completion_tokens, queued, busy);
+    return t;
+}
+
 static bool authorised(const hm_server *s, struct MHD_Connection *c) {
     if (!s->p.api_key) return true;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
@@ -227,13 +263,15 @@ static enum MHD_Result route(hm_server *s, struct MHD_Connection *c, const char 
                              const char *method, srv_conn *cn) {
     const bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     const bool health = !strcmp(url, "/health"), models = !strcmp(url, "/v1/models");
+    const bool metrics = !strcmp(url, "/metrics");
     const bool compl = !strcmp(url, "/v1/completions");
     const bool chat = !strcmp(url, "/v1/chat/completions");
-    if (!health && !models && !compl && !chat)
+    if (!health && !models && !metrics && !compl && !chat)
         return send_error(c, 404, "invalid_request_error", "unknown route");
-    if (((health || models) && !get) || ((compl || chat) && !post))
+    if (((health || models || metrics) && !get) || ((compl || chat) && !post))
         return send_error(c, 405, "invalid_request_error", "method not allowed on this route");
     if (health) return send_text(c, 200, strdup("{\"status\":\"ok\"}"), "application/json");
+    if (metrics) return send_text(c, 200, metrics_text(s), "text/plain; version=0.0.4");
     if (!authorised(s, c))
         return send_error(c, 401, "invalid_request_error", "a valid API key is required "
                           "(Authorization: Bearer KEY)");

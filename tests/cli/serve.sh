@@ -111,6 +111,10 @@ ts = [threading.Thread(target=one, args=(i,)) for i in range(8)]
 [t.join() for t in ts]
 check("8 requests at once: all answered", all(r and r[0] == 200 for r in res))
 
+s, b = req("/metrics", headers={})
+lines = dict(l.split(" ", 1) for l in b.splitlines() if l and not l.startswith("#"))
+check("metrics: Prometheus text with the counts", s == 200 and int(lines["hotmoe_requests_total"]) >= 15
+      and int(lines["hotmoe_completion_tokens_total"]) >= 24 and lines["hotmoe_queue_depth"] == "0")
 s, b = req("/v1/completions", raw=b"{not json")
 check("bad JSON: 400 in OpenAI's shape", s == 400 and err_shape(b, 400))
 s, b = req("/v1/completions", {"prompt": "x", "temperature": "hot"})
