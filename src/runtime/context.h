@@ -162,6 +162,11 @@ struct hm_tiered *hm_context_tiered(const hm_context *ctx);
  * context has no such layers or the counters are off. */
 hm_status hm_context_perf_write(hm_context *ctx, const char *path, hm_error *err);
 
+/* The hot cache of layer il (a tiered context on a GPU whose layer keeps some, not all, of its
+ * experts in VRAM): hot[e] = 1 for the experts holding a slot now ([n_expert], caller's); their
+ * number, 0 for a layer without a cache. Call it between steps (runtime/hot_setup.c). */
+int hm_context_hot_layer(const hm_context *ctx, int il, uint8_t *hot);
+
 /* A split context (a partial -ngl running): the first layer on the GPU (the CPU runs the ones
  * before it; n_layer: the GPU runs the output layer alone); 0 for any other context. */
 int hm_context_split_layer(const hm_context *ctx);

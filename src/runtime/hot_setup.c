@@ -136,3 +136,15 @@ hm_status hot_setup_control(const hm_model *m, const hm_context_params *p, const
     free(hot);
     return st;
 }
+
+int hm_context_hot_layer(const hm_context *c, int il, uint8_t *hot) {
+    struct cuda_engine *gpu = hm_context_gpu(c);
+    const hm_hparams *hp = hm_model_hparams(hm_context_model(c));
+    if (!gpu || !hm_context_tiered(c) || il < 0 || il >= hp->n_layer) return 0;
+    int n = 0;
+    for (int x = 0; x < hp->n_expert; x++) {
+        hot[x] = cuda_engine_slot(gpu, il, x) >= 0;
+        n += hot[x];
+    }
+    return n < hp->n_expert ? n : 0; /* a layer whose experts are all resident is no cache */
+}

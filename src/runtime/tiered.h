@@ -44,6 +44,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/json.h"
 #include "base/status.h"
 #include "base/threadpool.h"
 #include "cuda/cuda_handoff.h"
@@ -51,6 +52,7 @@
 #include "moe/hot_admit.h"
 #include "moe/hot_weight.h"
 #include "moe/offload.h"
+#include "runtime/context.h"
 
 typedef struct hm_tiered hm_tiered;
 
@@ -158,6 +160,13 @@ hm_status hm_tiered_set_postfetch(hm_tiered *t, bool on, const pf_config *c, con
 hm_status hm_tiered_perf_enable(hm_tiered *t, hm_error *err);
 hm_status hm_tiered_perf_write(hm_tiered *t, const char *path, const char *arch,
                                const char *name, hm_error *err);
+/* The same counters as one JSON object into j (the learn schema). */
+hm_status hm_tiered_perf_json(hm_tiered *t, hm_json *j, const char *arch,
+                              const char *name, hm_error *err);
+/* Counters off (freed); the hot cache's own window stays. */
+hm_status hm_tiered_perf_disable(hm_tiered *t);
+/* full (counters on), update (a hot cache controller keeps its window), off. */
+hm_layer_perf hm_tiered_perf_mode(const hm_tiered *t);
 
 /* The pool the worker computes with: others may run jobs on it only before the first step
  * (the calibration at init: runtime/calibrate.h, whose CPU figures must be this pool's). */

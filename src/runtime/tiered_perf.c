@@ -86,66 +86,84 @@ static void put_array(hm_json *j, const char *key, const uint64_t *v, int n, con
     hm_json_arr_end(j);
 }
 
-hm_status hm_tiered_perf_write(hm_tiered *t, const char *path, const char *arch,
-                               const char *name, hm_error *err) {
+hm_status hm_tiered_perf_disable(hm_tiered *t) {
+    if (!t) return HM_OK;
+    tiered_pause(t);
+    tiered_perf_free(t);
+    tiered_resume(t);
+    return HM_OK;
+}
+
+hm_status hm_tiered_perf_json(hm_tiered *t, hm_json *j, const char *arch, const char *name,
+                              hm_error *err) {
     const tiered_perf *p = t ? t->perf : NULL;
     if (!p) return hm_error_set(err, HM_ERR_STATE, "layer perf: not enabled (--moe-layer-perf full)");
     const int NL = t->v.n_layer, NE = (int)t->v.n_expert;
-    FILE *f = fopen(path, "w");
-    if (!f) return hm_error_set(err, HM_ERR_IO, "layer perf: cannot write '%s'", path);
     uint64_t *tot = calloc((size_t)NE, sizeof(*tot)), max_tok = 0;
-    if (!tot) {
-        fclose(f);
-        return hm_error_set(err, HM_ERR_NOMEM, "out of memory (layer perf)");
-    }
+    if (!tot) return hm_error_set(err, HM_ERR_NOMEM, "out of memory (layer perf)");
     for (int il = 0; il < NL; il++) {
         for (int e = 0; e < NE; e++) tot[e] += p->hits[(size_t)il * (size_t)NE + (size_t)e];
         if (p->tokens[il] > max_tok) max_tok = p->tokens[il];
     }
-    hm_json j;
-    hm_json_init_file(&j, f, true);
-    hm_json_obj_begin(&j);
-    hm_json_kstr(&j, "format", MOE_LEARN_FORMAT);
-    hm_json_kint(&j, "version", MOE_LEARN_VERSION);
+    hm_json_obj_begin(j);
+    hm_json_kstr(j, "format", MOE_LEARN_FORMAT);
+    hm_json_kint(j, "version", MOE_LEARN_VERSION);
     if (arch || name) {
-        hm_json_key(&j, "model");
-        hm_json_obj_begin(&j);
-        if (arch) hm_json_kstr(&j, "arch", arch);
-        if (name) hm_json_kstr(&j, "name", name);
-        hm_json_obj_end(&j);
+        hm_json_key(j, "model");
+        hm_json_obj_begin(j);
+        if (arch) hm_json_kstr(j, "arch", arch);
+        if (name) hm_json_kstr(j, "name", name);
+        hm_json_obj_end(j);
     }
-    hm_json_kint(&j, "n_layer", NL);
-    hm_json_kint(&j, "n_expert", NE);
-    hm_json_kint(&j, "n_expert_used", t->v.n_used);
-    hm_json_kuint(&j, "prompts", 0);
-    hm_json_kuint(&j, "total_tokens", max_tok);
-    hm_json_kuint(&j, "rejected", 0);
-    put_array(&j, "experts", tot, NE, NULL);
-    hm_json_key(&j, "layers");
-    hm_json_arr_begin(&j);
+    hm_json_kint(j, "n_layer", NL);
+    hm_json_kint(j, "n_expert", NE);
+    hm_json_kint(j, "n_expert_used", t->v.n_used);
+    hm_json_kuint(j, "prompts", 0);
+    hm_json_kuint(j, "total_tokens", max_tok);
+    hm_json_kuint(j, "rejected", 0);
+    put_array(j, "experts", tot, NE, NULL);
+    hm_json_key(j, "layers");
+    hm_json_arr_begin(j);
     for (int il = 0; il < NL; il++) {
         const uint64_t *h = p->hits + (size_t)il * (size_t)NE, *c = p->cold + (size_t)il * NE;
         uint64_t sum = 0;
         for (int e = 0; e < NE; e++) sum += h[e];
-        hm_json_obj_begin(&j);
-        hm_json_kint(&j, "layer", il);
-        hm_json_kuint(&j, "calls", p->calls[il]);
-        hm_json_kuint(&j, "tokens", p->tokens[il]);
-        hm_json_kuint(&j, "expert_hits_total", sum);
-        if (p->calls[il]) hm_json_kdouble(&j, "moe_time_us", (double)p->time_ns[il] / 1000.0);
-        put_array(&j, "experts", h, NE, NULL);
+        hm_json_obj_begin(j);
+        hm_json_kint(j, "layer", il);
+        hm_json_kuint(j, "calls", p->calls[il]);
+        hm_json_kuint(j, "tokens", p->tokens[il]);
+        hm_json_kuint(j, "expert_hits_total", sum);
+        if (p->calls[il]) hm_json_kdouble(j, "moe_time_us", (double)p->time_ns[il] / 1000.0);
+        put_array(j, "experts", h, NE, NULL);
         if (p->calls[il]) {
-            put_array(&j, "hot_experts", h, NE, c);
-            put_array(&j, "cold_experts", c, NE, NULL);
+            put_array(j, "hot_experts", h, NE, c);
+            put_array(j, "cold_experts", c, NE, NULL);
         }
-        hm_json_obj_end(&j);
+        hm_json_obj_end(j);
     }
-    hm_json_arr_end(&j);
-    hm_json_obj_end(&j);
-    hm_status st = hm_json_finish(&j, err);
-    hm_json_free(&j);
+    hm_json_arr_end(j);
+    hm_json_obj_end(j);
     free(tot);
+    return HM_OK;
+}
+
+hm_status hm_tiered_perf_write(hm_tiered *t, const char *path, const char *arch,
+                               const char *name, hm_error *err) {
+    if (!t || !t->perf)
+        return hm_error_set(err, HM_ERR_STATE, "layer perf: not enabled (--moe-layer-perf full)");
+    FILE *f = fopen(path, "w");
+    if (!f) return hm_error_set(err, HM_ERR_IO, "layer perf: cannot write '%s'", path);
+    hm_json j;
+    hm_json_init_file(&j, f, true);
+    hm_status st = hm_tiered_perf_json(t, &j, arch, name, err);
+    if (st == HM_OK) st = hm_json_finish(&j, err);
+    hm_json_free(&j);
     if (fclose(f) != 0 && st == HM_OK)
         st = hm_error_set(err, HM_ERR_IO, "layer perf: writing '%s' failed", path);
     return st;
+}
+
+hm_layer_perf hm_tiered_perf_mode(const hm_tiered *t) {
+    return !t ? HM_LAYER_PERF_OFF : t->perf ? HM_LAYER_PERF_FULL
+                                  : t->hot ? HM_LAYER_PERF_UPDATE : HM_LAYER_PERF_OFF;
 }

@@ -102,7 +102,8 @@ static void *worker_main(void *arg) {
             j->cancelled = true;
             pthread_mutex_unlock(&j->mu);
         }
-        srv_gen_run(s, j);
+        if (j->kind == SRV_GENERATE) srv_gen_run(s, j);
+        else srv_moe_run(s, j);
         srv_job_unref(j);
         pthread_mutex_lock(&s->mu);
         s->busy = false;
@@ -253,6 +254,42 @@ static char *metrics_text(hm_server *s) {
     return t;
 }
 
+/* GET or POST /moe-layer-perf, GET /moe-hot-cache: handled by the inference thread between
+ * generations (the counters and slots are its own). */
+static enum MHD_Result moe_route(hm_server *s, struct MHD_Connection *c, srv_conn *cn,
+                                 srv_kind kind) {
+    srv_job *j = job_new(s);
+    if (!j) return send_error(c, 500, "server_error", "out of memory");
+    j->kind = kind;
+    if (kind == SRV_PERF_SET) {
+        char mode[16] = "";
+        if (!cn->body || srv_parse_mode(cn->body, cn->len, mode, sizeof(mode)) != 0) {
+            j->refs = 1;
+            srv_job_unref(j);
+            return send_error(c, 400, "invalid_request_error",
+                              "the body must be {\"mode\": \"full\" | \"update\" | \"off\"}");
+        }
+        j->perf_mode = !strcmp(mode, "full") ? HM_LAYER_PERF_FULL
+                       : !strcmp(mode, "update") ? HM_LAYER_PERF_UPDATE : HM_LAYER_PERF_OFF;
+    }
+    if (!enqueue(s, j)) {
+        j->refs = 1;
+        srv_job_unref(j);
+        return send_error(c, 503, "server_error", "the server is busy (queue full) or stopping");
+    }
+    pthread_mutex_lock(&j->mu);
+    while (!j->done) pthread_cond_wait(&j->cv, &j->mu);
+    char *text = malloc(j->len + 1);
+    if (text) {
+        memcpy(text, j->out, j->len);
+        text[j->len] = 0;
+    }
+    const unsigned code = (unsigned)j->status;
+    pthread_mutex_unlock(&j->mu);
+    srv_job_unref(j);
+    return send_text(c, code, text, "application/json");
+}
+
 static bool authorised(const hm_server *s, struct MHD_Connection *c) {
     if (!s->p.api_key) return true;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
@@ -264,11 +301,13 @@ static enum MHD_Result route(hm_server *s, struct MHD_Connection *c, const char 
     const bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     const bool health = !strcmp(url, "/health"), models = !strcmp(url, "/v1/models");
     const bool metrics = !strcmp(url, "/metrics");
+    const bool perf = !strcmp(url, "/moe-layer-perf"), cache = !strcmp(url, "/moe-hot-cache");
     const bool compl = !strcmp(url, "/v1/completions");
     const bool chat = !strcmp(url, "/v1/chat/completions");
-    if (!health && !models && !metrics && !compl && !chat)
+    if (!health && !models && !metrics && !compl && !chat && !perf && !cache)
         return send_error(c, 404, "invalid_request_error", "unknown route");
-    if (((health || models || metrics) && !get) || ((compl || chat) && !post))
+    if (((health || models || metrics || cache) && !get) || ((compl || chat) && !post) ||
+        (perf && !get && !post))
         return send_error(c, 405, "invalid_request_error", "method not allowed on this route");
     if (health) return send_text(c, 200, strdup("{\"status\":\"ok\"}"), "application/json");
     if (metrics) return send_text(c, 200, metrics_text(s), "text/plain; version=0.0.4");
@@ -286,6 +325,8 @@ static enum MHD_Result route(hm_server *s, struct MHD_Connection *c, const char 
     }
     if (cn->too_big)
         return send_error(c, 413, "invalid_request_error", "the request body is too large");
+    if (perf) return moe_route(s, c, cn, get ? SRV_PERF_GET : SRV_PERF_SET);
+    if (cache) return moe_route(s, c, cn, SRV_CACHE_GET);
     return post_generate(s, c, cn, chat);
 }
 

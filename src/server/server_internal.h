@@ -11,8 +11,14 @@
 
 struct MHD_Daemon;
 
+/* What a request asks the inference thread: a generation, or a look at (or a change of) the
+ * MoE counters and the hot cache between generations. */
+typedef enum { SRV_GENERATE = 0, SRV_PERF_GET, SRV_PERF_SET, SRV_CACHE_GET } srv_kind;
+
 /* One request: written by the inference thread (out, done), read by its connection. */
 typedef struct {
+    srv_kind kind;
+    hm_layer_perf perf_mode; /* SRV_PERF_SET */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int refs;              /* the connection and the inference thread */
@@ -49,5 +55,9 @@ bool srv_job_put(srv_job *j, const char *text, size_t n, bool done, int status);
 void srv_job_unref(srv_job *j);
 /* The inference thread: the whole request, always ending with done. */
 void srv_gen_run(hm_server *s, srv_job *j);
+/* The same for SRV_PERF_* and SRV_CACHE_GET (server_moe.c). */
+void srv_moe_run(hm_server *s, srv_job *j);
+/* {"mode": "full" | "update" | "off"} -> mode; 0, or -1 for anything else. */
+int srv_parse_mode(const char *body, size_t len, char *mode, size_t cap);
 
 #endif

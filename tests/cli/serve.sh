@@ -118,6 +118,21 @@ s, b = req("/metrics", headers={})
 lines = dict(l.split(" ", 1) for l in b.splitlines() if l and not l.startswith("#"))
 check("metrics: Prometheus text with the counts", s == 200 and int(lines["hotmoe_requests_total"]) >= 15
       and int(lines["hotmoe_completion_tokens_total"]) >= 24 and lines["hotmoe_queue_depth"] == "0")
+s, b = req("/moe-layer-perf")
+p = json.loads(b) if s == 200 else {}
+check("GET /moe-layer-perf on the CPU: mode off, no counters, said why", s == 200 and p.get("mode") == "off"
+      and p.get("perf") is None and "tiered" in p.get("note", ""))
+s, b = req("/moe-layer-perf", {"mode": "full"})
+check("POST /moe-layer-perf full without a tiered placement: 409", s == 409 and err_shape(b, 409))
+s, b = req("/moe-layer-perf", {"mode": "off"})
+check("POST /moe-layer-perf off: 200", s == 200 and json.loads(b)["mode"] == "off")
+s, b = req("/moe-layer-perf", {"mode": "loud"})
+check("POST /moe-layer-perf bad mode: 400", s == 400)
+s, b = req("/moe-layer-perf", headers={})
+check("/moe-layer-perf needs the key: 401", s == 401)
+s, b = req("/moe-hot-cache")
+h = json.loads(b) if s == 200 else {}
+check("GET /moe-hot-cache without a cache: no layers", s == 200 and h.get("layers") == [] and h.get("hot_experts_total") == 0)
 s, b = req("/v1/completions", raw=b"{not json")
 check("bad JSON: 400 in OpenAI's shape", s == 400 and err_shape(b, 400))
 s, b = req("/v1/completions", {"prompt": "x", "temperature": "hot"})
