@@ -111,7 +111,6 @@ typedef struct {
     chat_render_opts ropts;
     int32_t stop_ids[8];
     int n_stop;
-    int32_t id_channel, id_message, id_start, id_end; /* harmony control tokens (-1: none) */
     tok_ids cached; /* tokens in the KV cache */
     bool verbose;
     bool special;                 /* -sp: special tokens' text shown */
@@ -263,11 +262,8 @@ static hm_status generate(chat_state *s, int n_predict, char **reply, int *n_gen
     g_interrupt = 0;
     hm_status st = HM_OK;
     int n_ctx = hm_context_n_ctx(e->ctx);
-    /* harmony display: text of the final channel only; text before any channel marker (a model
-     * that does not speak harmony, e.g. a forged one) is shown as it comes */
-    bool in_final = true, want_channel = false;
-    char chan[16] = {0};
-    size_t chan_n = 0;
+    chat_harmony hv; /* harmony: only the final channel is shown */
+    chat_harmony_init(&hv, s->tmpl, e->vocab);
     while (n_predict < 0 || (int)gen.n < n_predict) {
         if (g_interrupt) { /* Ctrl-C: the reply ends here, the session goes on */
             g_interrupt = 0;
@@ -294,24 +290,12 @@ static hm_status generate(chat_state *s, int n_predict, char **reply, int *n_gen
         }
         s->cached.ids[s->cached.n++] = t;
         if (is_stop(s, t)) break;
-        if (harmony) {
-            if (t == s->id_channel) {
-                want_channel = true;
-                chan_n = 0;
-                in_final = false;
-            } else if (t == s->id_message) {
-                if (want_channel) in_final = chan_n >= 5 && !memcmp(chan, "final", 5);
-                want_channel = false;
-            } else if (t == s->id_start || t == s->id_end) {
-                in_final = want_channel = false;
-            }
-        }
+        chat_harmony_token(&hv, t);
         const char *piece;
         size_t plen;
         st = tok_stream_push(&ts, t, &piece, &plen, err);
         if (st) break;
-        if (want_channel)
-            for (size_t i = 0; i < plen && chan_n < sizeof(chan); i++) chan[chan_n++] = piece[i];
+        const bool in_final = chat_harmony_piece(&hv, piece, plen);
         if (in_final && plen) {
             fwrite(piece, 1, plen, stdout);
             fflush(stdout);
@@ -354,7 +338,7 @@ static hm_status generate(chat_state *s, int n_predict, char **reply, int *n_gen
     const char *rest;
     size_t rlen;
     tok_stream_flush(&ts, &rest, &rlen);
-    if (in_final && rlen) fwrite(rest, 1, rlen, stdout);
+    if (hv.in_final && rlen) fwrite(rest, 1, rlen, stdout);
     printf("\n");
     fflush(stdout);
     tok_stream_free(&ts);
@@ -534,10 +518,6 @@ int cmd_chat(int argc, char **argv) {
         }
         free(text);
     }
-    s.id_channel = find_tok(e.vocab, "<|channel|>");
-    s.id_message = find_tok(e.vocab, "<|message|>");
-    s.id_start = find_tok(e.vocab, "<|start|>");
-    s.id_end = find_tok(e.vocab, "<|end|>");
     msg_list msgs = {0};
     int status = 0;
     moe_tracer *tr = NULL;

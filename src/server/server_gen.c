@@ -5,7 +5,8 @@
  * DESIGN: the stop rules, in order: the token budget (max_tokens: "length"), a full context
  * ("length"), an end-of-turn token (the template's stop texts, else the vocabulary's
  * end-of-generation set: "stop"), a stop string (the text is cut before it: "stop"), a cancelled
- * request (the client left). A stream holds back the last (longest stop string - 1) bytes until
+ * request (the client left). A harmony chat (gpt-oss) returns its final channel's text only
+ * (tokenizer/chat.h: chat_harmony). A stream holds back the last (longest stop string - 1) bytes until
  * it knows they do not start a stop string. Decoding starts from an empty cache every time, so
  * one request gives the bytes `hotmoe run` gives for the same prompt, sampling and seed.
  */
@@ -161,6 +162,8 @@ void srv_gen_run(hm_server *s, srv_job *j) {
         if (strlen(r->stop[i]) > hold + 1) hold = strlen(r->stop[i]) - 1;
     tok_stream ts;
     tok_stream_init(&ts, s->m.vocab, TOK_DECODE_REPLACE_INVALID);
+    chat_harmony hv; /* a harmony chat (gpt-oss): the final channel's text only */
+    chat_harmony_init(&hv, r->chat ? s->m.tmpl : NULL, s->m.vocab);
     text_buf t = {0};
     size_t emitted = 0;
     int n_gen = 0;
@@ -182,9 +185,11 @@ void srv_gen_run(hm_server *s, srv_job *j) {
         for (int i = 0; i < n_stops; i++) end = end || tok == stops[i];
         if (end) break;
         n_gen++;
+        chat_harmony_token(&hv, tok);
         const char *piece;
         size_t plen;
         if ((st = tok_stream_push(&ts, tok, &piece, &plen, &err))) break;
+        if (!chat_harmony_piece(&hv, piece, plen)) continue;
         const size_t before = t.n;
         if (!text_add(&t, piece, plen)) {
             st = hm_error_set(&err, HM_ERR_NOMEM, "out of memory");
@@ -207,7 +212,7 @@ void srv_gen_run(hm_server *s, srv_job *j) {
     const char *rest;
     size_t rlen;
     tok_stream_flush(&ts, &rest, &rlen);
-    if (!st && !cut && rlen) text_add(&t, rest, rlen);
+    if (!st && !cut && rlen && hv.in_final) text_add(&t, rest, rlen);
     hm_gen_free(g);
     tok_stream_free(&ts);
     atomic_fetch_add(&s->st_prompt_tokens, ids.n);

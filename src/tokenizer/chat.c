@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tokenizer/tokenizer.h"
+
 static const char *const k_names[CHAT_FAMILY_COUNT] = {"chatml", "harmony", "mistral",
                                                        "mistral-legacy", "tulu"};
 
@@ -287,4 +289,35 @@ hm_status chat_template_for_model(const gguf_ctx *g, const char *override_name,
 const char *const *chat_stop_texts(const chat_template *t) {
     static const char *const k_harmony_stop[] = {"<|return|>", "<|call|>", "<|endoftext|>", NULL};
     return t->family == CHAT_HARMONY ? k_harmony_stop : NULL;
+}
+
+void chat_harmony_init(chat_harmony *h, const chat_template *t, const struct tok_vocab *v) {
+    memset(h, 0, sizeof(*h));
+    h->on = t && t->family == CHAT_HARMONY;
+    h->in_final = true;
+    h->id_channel = tok_token_find(v, "<|channel|>", 11);
+    h->id_message = tok_token_find(v, "<|message|>", 11);
+    h->id_start = tok_token_find(v, "<|start|>", 9);
+    h->id_end = tok_token_find(v, "<|end|>", 7);
+}
+
+void chat_harmony_token(chat_harmony *h, int32_t t) {
+    if (!h->on) return;
+    if (t == h->id_channel) {
+        h->want_channel = true;
+        h->chan_n = 0;
+        h->in_final = false;
+    } else if (t == h->id_message) {
+        if (h->want_channel) h->in_final = h->chan_n >= 5 && !memcmp(h->chan, "final", 5);
+        h->want_channel = false;
+    } else if (t == h->id_start || t == h->id_end) {
+        h->in_final = h->want_channel = false;
+    }
+}
+
+bool chat_harmony_piece(chat_harmony *h, const char *piece, size_t len) {
+    if (!h->on) return true;
+    if (h->want_channel)
+        for (size_t i = 0; i < len && h->chan_n < sizeof(h->chan); i++) h->chan[h->chan_n++] = piece[i];
+    return h->in_final;
 }

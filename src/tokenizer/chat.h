@@ -26,6 +26,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "base/status.h"
 #include "gguf/gguf.h"
@@ -106,5 +107,22 @@ hm_status chat_render(const chat_template *t, const chat_message *msgs, size_t n
  * vocabulary's end-of-generation set (tok_is_eog) is the rule. harmony: <|return|>, <|call|>,
  * <|endoftext|> (not <|end|>, which closes the analysis message inside a turn). */
 const char *const *chat_stop_texts(const chat_template *t);
+
+/* What of a harmony reply (gpt-oss) a user sees: the final channel's text, and text before any
+ * channel marker (a model that does not speak harmony, e.g. a forged one). Feed every token with
+ * chat_harmony_token, then its decoded piece with chat_harmony_piece; the piece is shown when
+ * that returns true. For another family every piece is shown. */
+typedef struct {
+    bool on;                                   /* harmony */
+    int32_t id_channel, id_message, id_start, id_end; /* control tokens (-1: absent) */
+    bool in_final, want_channel;
+    char chan[16];
+    size_t chan_n;
+} chat_harmony;
+
+struct tok_vocab;
+void chat_harmony_init(chat_harmony *h, const chat_template *t, const struct tok_vocab *v);
+void chat_harmony_token(chat_harmony *h, int32_t tok);
+bool chat_harmony_piece(chat_harmony *h, const char *piece, size_t len);
 
 #endif

@@ -404,6 +404,25 @@ static void test_jinja_fixture(void) {
     free(fx);
 }
 
-HM_TEST_MAIN(test_jinja_fixture, test_forge_qwen3_chatml, test_forge_qwen2_default_system, test_qwen3_real_think,
+/* What a user sees of a harmony reply: the text before any channel marker, then only the final
+ * channel's; ids 1-4 play <|channel|>, <|message|>, <|start|>, <|end|>, 0 any text token. */
+static void test_harmony_filter(void) {
+    chat_harmony h = {.on = true, .id_channel = 1, .id_message = 2, .id_start = 3, .id_end = 4,
+                      .in_final = true};
+    static const struct { int32_t tok; const char *piece; bool shown; } seq[] = {
+        {0, "plain ", true},   {1, "", false},      {0, "analysis", false}, {2, "", false},
+        {0, "thinking", false}, {4, "", false},     {3, "", false},         {0, "assistant", false},
+        {1, "", false},        {0, "fin", false},   {0, "al", false},       {2, "", true},
+        {0, "Hello", true},    {0, " there", true}};
+    for (size_t i = 0; i < sizeof(seq) / sizeof(seq[0]); i++) {
+        chat_harmony_token(&h, seq[i].tok);
+        const bool shown = chat_harmony_piece(&h, seq[i].piece, strlen(seq[i].piece));
+        HM_CHECK_MSG(shown == seq[i].shown, "step %zu ('%s'): shown %d", i, seq[i].piece, shown);
+    }
+    chat_harmony off = {.on = false};
+    HM_CHECK(chat_harmony_piece(&off, "x", 1));
+}
+
+HM_TEST_MAIN(test_harmony_filter, test_jinja_fixture, test_forge_qwen3_chatml, test_forge_qwen2_default_system, test_qwen3_real_think,
              test_harmony_openai, test_harmony_forge, test_mistral_legacy, test_mistral_current,
              test_tulu, test_unknown_and_names)
