@@ -302,15 +302,18 @@ static enum MHD_Result route(hm_server *s, struct MHD_Connection *c, const char 
     const bool health = !strcmp(url, "/health"), models = !strcmp(url, "/v1/models");
     const bool metrics = !strcmp(url, "/metrics");
     const bool perf = !strcmp(url, "/moe-layer-perf"), cache = !strcmp(url, "/moe-hot-cache");
+    const bool routes = !strcmp(url, "/moe-routing"), page = !strcmp(url, "/");
     const bool compl = !strcmp(url, "/v1/completions");
     const bool chat = !strcmp(url, "/v1/chat/completions");
-    if (!health && !models && !metrics && !compl && !chat && !perf && !cache)
+    if (!health && !models && !metrics && !compl && !chat && !perf && !cache && !routes && !page)
         return send_error(c, 404, "invalid_request_error", "unknown route");
-    if (((health || models || metrics || cache) && !get) || ((compl || chat) && !post) ||
+    if (((health || models || metrics || cache || routes || page) && !get) ||
+        ((compl || chat) && !post) ||
         (perf && !get && !post))
         return send_error(c, 405, "invalid_request_error", "method not allowed on this route");
     if (health) return send_text(c, 200, strdup("{\"status\":\"ok\"}"), "application/json");
     if (metrics) return send_text(c, 200, metrics_text(s), "text/plain; version=0.0.4");
+    if (page) return send_text(c, 200, strdup(srv_dashboard_html), "text/html; charset=utf-8");
     if (!authorised(s, c))
         return send_error(c, 401, "invalid_request_error", "a valid API key is required "
                           "(Authorization: Bearer KEY)");
@@ -325,6 +328,7 @@ static enum MHD_Result route(hm_server *s, struct MHD_Connection *c, const char 
     }
     if (cn->too_big)
         return send_error(c, 413, "invalid_request_error", "the request body is too large");
+    if (routes) return send_text(c, 200, srv_routes_json(s), "application/json");
     if (perf) return moe_route(s, c, cn, get ? SRV_PERF_GET : SRV_PERF_SET);
     if (cache) return moe_route(s, c, cn, SRV_CACHE_GET);
     return post_generate(s, c, cn, chat);
@@ -399,7 +403,15 @@ hm_status hm_server_start(const hm_server_params *p, const hm_server_model *m, h
         if (*q == '"' || *q == '\\' || (unsigned char)*q < 0x20) *q = '_';
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
+    hm_status rst = srv_routes_init(s, err);
+    if (rst != HM_OK) {
+        srv_routes_free(s);
+        free(s->queue);
+        free(s);
+        return rst;
+    }
     if (pthread_create(&s->worker, NULL, worker_main, s) != 0) {
+        srv_routes_free(s);
         free(s->queue);
         free(s);
         return hm_error_set(err, HM_ERR_STATE, "server: cannot start the inference thread");
@@ -439,6 +451,7 @@ void hm_server_stop(hm_server *s, int drain_ms) {
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->worker, NULL);
     if (s->d) MHD_stop_daemon(s->d);
+    srv_routes_free(s);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s->queue);

@@ -214,6 +214,8 @@ void srv_gen_run(hm_server *s, srv_job *j) {
     tok_stream_flush(&ts, &rest, &rlen);
     if (!st && !cut && rlen && hv.in_final) text_add(&t, rest, rlen);
     hm_gen_free(g);
+    hm_error e2;
+    hm_context_flush_routes(s->m.ctx, &e2); /* a GPU's routing counts of this generation */
     tok_stream_free(&ts);
     atomic_fetch_add(&s->st_prompt_tokens, ids.n);
     atomic_fetch_add(&s->st_completion_tokens, (unsigned long long)n_gen);

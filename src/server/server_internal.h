@@ -47,6 +47,10 @@ struct hm_server {
     atomic_ullong next_id;
     atomic_ullong st_requests, st_completed, st_errors, st_cancelled, st_rejected;
     atomic_ullong st_prompt_tokens, st_completion_tokens;
+    /* routing counts of every generation (the context's observer, server_moe.c) */
+    int n_layer, n_expert;
+    atomic_ullong *route_hits;           /* [n_layer][n_expert] */
+    atomic_ullong *route_calls, *route_tokens; /* [n_layer] */
 };
 
 /* Appends n bytes to the job's output; with done, the end (status for a whole response).
@@ -57,6 +61,13 @@ void srv_job_unref(srv_job *j);
 void srv_gen_run(hm_server *s, srv_job *j);
 /* The same for SRV_PERF_* and SRV_CACHE_GET (server_moe.c). */
 void srv_moe_run(hm_server *s, srv_job *j);
+/* The routing observer feeding s->route_* (installed at start; HM_OK or its error). */
+hm_status srv_routes_init(hm_server *s, hm_error *err);
+void srv_routes_free(hm_server *s);
+/* GET /moe-routing's JSON (malloc'd), read by an HTTP thread (the counters are atomic). */
+char *srv_routes_json(const hm_server *s);
+/* GET /: the dashboard's page (static). */
+extern const char srv_dashboard_html[];
 /* {"mode": "full" | "update" | "off"} -> mode; 0, or -1 for anything else. */
 int srv_parse_mode(const char *body, size_t len, char *mode, size_t cap);
 

@@ -2,7 +2,9 @@
  * srv_moe_run): GET /moe-layer-perf (the mode and the layer counters in the learn schema, which
  * --moe-hot-cache and `hotmoe plan` read), POST /moe-layer-perf {"mode": ...} (full turns the
  * counters on, update and off turn them off; the hot cache's controller keeps its own window),
- * GET /moe-hot-cache (per cache layer the experts holding a VRAM slot now). The counters and
+ * GET /moe-hot-cache (per cache layer the experts holding a VRAM slot now), and the routing
+ * counts of every generation the server ran (GET /moe-routing, any placement: the context's
+ * observer, reported per routing result on the CPU and per generation on a GPU). The counters and
  * the slots are the inference thread's, so it answers between generations. A context without
  * a tiered placement (no layer whose experts the CPU serves) has no counters: GET says so with
  * mode off, POST full answers 409.
@@ -140,4 +142,86 @@ void srv_moe_run(hm_server *s, srv_job *j) {
     case SRV_CACHE_GET: cache_get(s, j); break;
     default: answer_error(j, 500, "unknown control request"); break;
     }
+}
+
+static void obs_route(void *user, int layer, int64_t n_tok, int n_used, const int32_t *ids,
+                      const float *weights) {
+    (void)weights;
+    hm_server *s = user;
+    if (layer < 0 || layer >= s->n_layer) return;
+    atomic_fetch_add(&s->route_calls[layer], 1);
+    atomic_fetch_add(&s->route_tokens[layer], (unsigned long long)n_tok);
+    for (int64_t i = 0; i < n_tok * n_used; i++)
+        if (ids[i] >= 0 && ids[i] < s->n_expert)
+            atomic_fetch_add(&s->route_hits[(size_t)layer * (size_t)s->n_expert + (size_t)ids[i]], 1);
+}
+
+static void obs_counts(void *user, int layer, uint64_t calls, uint64_t tokens,
+                       const uint64_t *hits) {
+    hm_server *s = user;
+    if (layer < 0 || layer >= s->n_layer) return;
+    atomic_fetch_add(&s->route_calls[layer], calls);
+    atomic_fetch_add(&s->route_tokens[layer], tokens);
+    for (int e = 0; e < s->n_expert; e++)
+        atomic_fetch_add(&s->route_hits[(size_t)layer * (size_t)s->n_expert + (size_t)e], hits[e]);
+}
+
+hm_status srv_routes_init(hm_server *s, hm_error *err) {
+    const hm_hparams *hp = hm_model_hparams(hm_context_model(s->m.ctx));
+    s->n_layer = (int)hp->n_layer;
+    s->n_expert = (int)(hp->n_expert > 0 ? hp->n_expert : 0);
+    if (s->n_expert == 0) return HM_OK; /* a dense model: nothing routes */
+    s->route_hits = calloc((size_t)s->n_layer * (size_t)s->n_expert, sizeof(*s->route_hits));
+    s->route_calls = calloc((size_t)s->n_layer, sizeof(*s->route_calls));
+    s->route_tokens = calloc((size_t)s->n_layer, sizeof(*s->route_tokens));
+    if (!s->route_hits || !s->route_calls || !s->route_tokens)
+        return hm_error_set(err, HM_ERR_NOMEM, "out of memory (routing counts)");
+    const moe_observer o = {.route = obs_route, .counts = obs_counts, .user = s};
+    return hm_context_set_observer(s->m.ctx, &o, err);
+}
+
+void srv_routes_free(hm_server *s) {
+    if (s->route_hits) hm_context_set_observer(s->m.ctx, NULL, NULL);
+    free(s->route_hits);
+    free(s->route_calls);
+    free(s->route_tokens);
+    s->route_hits = NULL;
+}
+
+char *srv_routes_json(const hm_server *s) {
+    hm_json js;
+    hm_json_init_buf(&js, false);
+    hm_json_obj_begin(&js);
+    hm_json_kint(&js, "n_layer", s->n_layer);
+    hm_json_kint(&js, "n_expert", s->n_expert);
+    hm_json_key(&js, "layers");
+    hm_json_arr_begin(&js);
+    for (int il = 0; s->route_hits && il < s->n_layer; il++) {
+        const uint64_t calls = atomic_load(&s->route_calls[il]);
+        if (!calls) continue;
+        hm_json_obj_begin(&js);
+        hm_json_kint(&js, "layer", il);
+        hm_json_kuint(&js, "calls", calls);
+        hm_json_kuint(&js, "tokens", atomic_load(&s->route_tokens[il]));
+        hm_json_key(&js, "experts");
+        hm_json_arr_begin(&js);
+        for (int e = 0; e < s->n_expert; e++)
+            hm_json_uint(&js, atomic_load(&s->route_hits[(size_t)il * (size_t)s->n_expert + (size_t)e]));
+        hm_json_arr_end(&js);
+        hm_json_obj_end(&js);
+    }
+    hm_json_arr_end(&js);
+    hm_json_obj_end(&js);
+    hm_error err;
+    char *out = NULL;
+    if (hm_json_finish(&js, &err) == HM_OK) {
+        size_t n = 0;
+        const char *t = hm_json_data(&js, &n);
+        if ((out = malloc(n + 1))) {
+            memcpy(out, t, n);
+            out[n] = 0;
+        }
+    }
+    hm_json_free(&js);
+    return out;
 }

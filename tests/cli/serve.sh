@@ -30,8 +30,8 @@ for _ in $(seq 100); do
 done
 expect "serve: listening" test -n "$port"
 "$bin" run -m "$m" -t 2 -p "Hello there" -n 12 --temp 0 --no-display-prompt >"$tmp/run.txt" 2>/dev/null
-SERVE_PID=$pid SERVE_ASAN=$asan python3 - "$port" "$tmp/run.txt" >"$tmp/py.out" 2>&1 <<'PY'
-import json, sys, threading, urllib.request, urllib.error
+REPO=$PWD SERVE_PID=$pid SERVE_ASAN=$asan python3 - "$port" "$tmp/run.txt" >"$tmp/py.out" 2>&1 <<'PY'
+import json, os, sys, threading, urllib.request, urllib.error
 port, run_txt = sys.argv[1], open(sys.argv[2], encoding="utf-8", errors="replace").read()
 KEY = {"Authorization": "Bearer sekret"}
 fails = 0
@@ -133,6 +133,15 @@ check("/moe-layer-perf needs the key: 401", s == 401)
 s, b = req("/moe-hot-cache")
 h = json.loads(b) if s == 200 else {}
 check("GET /moe-hot-cache without a cache: no layers", s == 200 and h.get("layers") == [] and h.get("hot_experts_total") == 0)
+s, b = req("/")
+page = open(os.path.join(os.environ["REPO"], "src/server/dashboard.html"), encoding="utf-8").read()
+check("GET /: the dashboard, src/server/dashboard.html's bytes", s == 200 and b == page and "<canvas" in b)
+s, b = req("/moe-routing")
+rt = json.loads(b) if s == 200 else {}
+routed = sum(sum(l["experts"]) for l in rt.get("layers", []))
+toks = sum(l["tokens"] for l in rt.get("layers", []))
+check("GET /moe-routing: every layer's routing counted (n_used per token)", s == 200 and rt["n_expert"] == 16
+      and len(rt["layers"]) == 4 and toks > 0 and routed == toks * 4)
 s, b = req("/v1/completions", raw=b"{not json")
 check("bad JSON: 400 in OpenAI's shape", s == 400 and err_shape(b, 400))
 s, b = req("/v1/completions", {"prompt": "x", "temperature": "hot"})
