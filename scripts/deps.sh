@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages hotmoe needs to build and test (see README "Dependencies").
 # Does nothing when they are present; needs root (or sudo) otherwise.
 set -euo pipefail
-pkgs=(gcc make cmake clang libclang-rt-14-dev python3 libjansson-dev libedit-dev libmicrohttpd-dev chromium wamerican)
+pkgs=(gcc make cmake clang libclang-rt-14-dev python3 libjansson-dev libedit-dev libmicrohttpd-dev chromium nodejs npm wamerican)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
