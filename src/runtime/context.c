@@ -31,6 +31,7 @@
 #include "cuda/cuda_device.h"
 #include "cuda/cuda_engine.h"
 #include "cuda/cuda_handoff.h"
+#include "cuda/cuda_host.h"
 #include "moe/placement.h"
 #include "moe/routing_stats.h"
 #include "moe/tracer.h"
@@ -546,6 +547,14 @@ hm_status hm_context_perf_write(hm_context *c, const char *path, hm_error *err) 
                             "CPU side serves (a tiered placement on a GPU): none here");
     const hm_arch_desc *d = hm_model_arch(c->m);
     return hm_tiered_perf_write(c->tiered, path, d ? d->name : NULL, NULL, err);
+}
+void hm_context_memory(const hm_context *c, uint64_t *vram, uint64_t *pinned) {
+    const void *base = NULL;
+    size_t len = 0;
+    double secs = 0;
+    if (c->fetch.reg) cuda_host_reg_range(c->fetch.reg, &base, &len, &secs);
+    *vram = c->gpu ? c->plan.device_total : 0;
+    *pinned = (uint64_t)len;
 }
 const char *hm_context_placement_report(const hm_context *c) { return c->report; }
 int hm_context_split_layer(const hm_context *c) { return c->split; }

@@ -162,6 +162,11 @@ struct hm_tiered *hm_context_tiered(const hm_context *ctx);
  * context has no such layers or the counters are off. */
 hm_status hm_context_perf_write(hm_context *ctx, const char *path, hm_error *err);
 
+/* Memory the context holds: on the GPU (the placement plan's device total: weights, KV cache,
+ * buffers, the hot cache) and host memory registered as pinned (the experts' mapping, for the
+ * copies); both 0 on the CPU. */
+void hm_context_memory(const hm_context *ctx, uint64_t *vram, uint64_t *pinned);
+
 /* The hot cache of layer il (a tiered context on a GPU whose layer keeps some, not all, of its
  * experts in VRAM): hot[e] = 1 for the experts holding a slot now ([n_expert], caller's); their
  * number, 0 for a layer without a cache. Call it between steps (runtime/hot_setup.c). */

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "base/log.h"
+#include "runtime/tiered.h"
 
 hm_server_params hm_server_default_params(void) {
     return (hm_server_params){.host = "127.0.0.1", .port = 8080, .api_key = NULL,
@@ -225,10 +226,31 @@ static char *metrics_text(hm_server *s) {
     pthread_mutex_lock(&s->mu);
     const int queued = s->n_queued, busy = s->busy ? 1 : 0;
     pthread_mutex_unlock(&s->mu);
-    const size_t cap = 2048;
+    uint64_t vram = 0, pinned = 0;
+    hm_context_memory(s->m.ctx, &vram, &pinned);
+    hm_tiered_stats ts = {0};
+    if (hm_context_tiered(s->m.ctx)) hm_tiered_get_stats(hm_context_tiered(s->m.ctx), &ts);
+    const double dec_s = 1e-9 * (double)atomic_load(&s->st_decode_ns);
+    const double tps = dec_s > 0 ? (double)atomic_load(&s->st_decode_tokens) / dec_s : 0.0;
+    const size_t cap = 4096;
     char *t = malloc(cap);
     if (!t) return NULL;
-    snprintf(t, cap,
+    int o = snprintf(t, cap,
+             "# HELP hotmoe_decode_tokens_per_second Tokens per second of the generations so far "
+             "(their decode time).\n# TYPE hotmoe_decode_tokens_per_second gauge\n"
+             "hotmoe_decode_tokens_per_second %.3f\n"
+             "# HELP hotmoe_hot_cache_hits_total Selections of a cached expert (served from VRAM).\n"
+             "# TYPE hotmoe_hot_cache_hits_total counter\nhotmoe_hot_cache_hits_total %llu\n"
+             "# HELP hotmoe_hot_cache_misses_total Selections of an expert outside the cache.\n"
+             "# TYPE hotmoe_hot_cache_misses_total counter\nhotmoe_hot_cache_misses_total %llu\n"
+             "# HELP hotmoe_vram_bytes VRAM the placement holds (weights, KV, buffers, cache).\n"
+             "# TYPE hotmoe_vram_bytes gauge\nhotmoe_vram_bytes %llu\n"
+             "# HELP hotmoe_pinned_bytes Host memory registered as pinned (the experts' mapping).\n"
+             "# TYPE hotmoe_pinned_bytes gauge\nhotmoe_pinned_bytes %llu\n",
+             tps, (unsigned long long)ts.hot_hits, (unsigned long long)ts.hot_misses,
+             (unsigned long long)vram, (unsigned long long)pinned);
+    if (o < 0 || (size_t)o >= cap) o = 0;
+    snprintf(t + o, cap - (size_t)o,
              "# HELP hotmoe_requests_total Generation requests accepted.\n"
              "# TYPE hotmoe_requests_total counter\nhotmoe_requests_total %llu\n"
              "# HELP hotmoe_requests_completed_total Requests answered in full.\n"

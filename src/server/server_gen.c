@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime/generate.h"
 #include "server/server_internal.h"
@@ -170,6 +171,8 @@ void srv_gen_run(hm_server *s, srv_job *j) {
     const char *finish = "stop";
     bool alive = true, cut = false;
     hm_status st = hm_gen_prompt(g, ids.ids, (int)ids.n, &err);
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     while (!st && alive) {
         if (r->max_tokens >= 0 && n_gen >= r->max_tokens) {
             finish = "length";
@@ -209,6 +212,11 @@ void srv_gen_run(hm_server *s, srv_job *j) {
         alive = alive && !j->cancelled;
         pthread_mutex_unlock(&j->mu);
     }
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    atomic_fetch_add(&s->st_decode_ns, (unsigned long long)((t1.tv_sec - t0.tv_sec) * 1000000000ll +
+                                                            (t1.tv_nsec - t0.tv_nsec)));
+    atomic_fetch_add(&s->st_decode_tokens, (unsigned long long)n_gen);
     const char *rest;
     size_t rlen;
     tok_stream_flush(&ts, &rest, &rlen);

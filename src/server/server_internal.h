@@ -47,6 +47,7 @@ struct hm_server {
     atomic_ullong next_id;
     atomic_ullong st_requests, st_completed, st_errors, st_cancelled, st_rejected;
     atomic_ullong st_prompt_tokens, st_completion_tokens;
+    atomic_ullong st_decode_ns, st_decode_tokens; /* generations' decode time and tokens */
     /* routing counts of every generation (the context's observer, server_moe.c) */
     int n_layer, n_expert;
     atomic_ullong *route_hits;           /* [n_layer][n_expert] */

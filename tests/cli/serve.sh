@@ -117,7 +117,8 @@ check("8 requests at once: all answered", all(r and r[0] == 200 for r in res))
 s, b = req("/metrics", headers={})
 lines = dict(l.split(" ", 1) for l in b.splitlines() if l and not l.startswith("#"))
 check("metrics: Prometheus text with the counts", s == 200 and int(lines["hotmoe_requests_total"]) >= 15
-      and int(lines["hotmoe_completion_tokens_total"]) >= 24 and lines["hotmoe_queue_depth"] == "0")
+      and int(lines["hotmoe_completion_tokens_total"]) >= 24 and lines["hotmoe_queue_depth"] == "0"
+      and float(lines["hotmoe_decode_tokens_per_second"]) > 0 and lines["hotmoe_vram_bytes"] == "0")
 s, b = req("/moe-layer-perf")
 p = json.loads(b) if s == 200 else {}
 check("GET /moe-layer-perf on the CPU: mode off, no counters, said why", s == 200 and p.get("mode") == "off"
