@@ -174,6 +174,21 @@ static void stream_free(void *cls) {
     srv_job_unref(j);
 }
 
+/* A whole response: waits for the inference thread to finish the job, sends what it wrote. */
+static enum MHD_Result send_when_done(struct MHD_Connection *c, srv_job *j) {
+    pthread_mutex_lock(&j->mu);
+    while (!j->done) pthread_cond_wait(&j->cv, &j->mu);
+    char *text = malloc(j->len + 1);
+    if (text) {
+        memcpy(text, j->out, j->len);
+        text[j->len] = 0;
+    }
+    const unsigned code = (unsigned)j->status;
+    pthread_mutex_unlock(&j->mu);
+    srv_job_unref(j);
+    return send_text(c, code, text, "application/json");
+}
+
 static enum MHD_Result post_generate(hm_server *s, struct MHD_Connection *c, srv_conn *cn,
                                      bool chat) {
     if (chat && !s->m.tmpl)
@@ -206,17 +221,7 @@ static enum MHD_Result post_generate(hm_server *s, struct MHD_Connection *c, srv
         MHD_destroy_response(r);
         return q;
     }
-    pthread_mutex_lock(&j->mu);
-    while (!j->done) pthread_cond_wait(&j->cv, &j->mu);
-    char *text = malloc(j->len + 1);
-    if (text) {
-        memcpy(text, j->out, j->len);
-        text[j->len] = 0;
-    }
-    const unsigned code = (unsigned)j->status;
-    pthread_mutex_unlock(&j->mu);
-    srv_job_unref(j);
-    return send_text(c, code, text, "application/json");
+    return send_when_done(c, j);
 }
 
 /* GET /metrics: Prometheus text format. */
@@ -299,17 +304,7 @@ static enum MHD_Result moe_route(hm_server *s, struct MHD_Connection *c, srv_con
         srv_job_unref(j);
         return send_error(c, 503, "server_error", "the server is busy (queue full) or stopping");
     }
-    pthread_mutex_lock(&j->mu);
-    while (!j->done) pthread_cond_wait(&j->cv, &j->mu);
-    char *text = malloc(j->len + 1);
-    if (text) {
-        memcpy(text, j->out, j->len);
-        text[j->len] = 0;
-    }
-    const unsigned code = (unsigned)j->status;
-    pthread_mutex_unlock(&j->mu);
-    srv_job_unref(j);
-    return send_text(c, code, text, "application/json");
+    return send_when_done(c, j);
 }
 
 static bool authorised(const hm_server *s, struct MHD_Connection *c) {
