@@ -14,18 +14,7 @@ chrome=$(command -v chromium || command -v chromium-browser || true)
 
 m=$tmp/q.gguf
 "$bin" forge --preset tiny-qwen3moe --type q8_0 --no-hf -q -o "$m" || bad "forge"
-"$bin" serve -m "$m" -t 2 --port 0 >/dev/null 2>"$tmp/err" &
-pid=$!
-port=
-for _ in $(seq 100); do
-  port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$tmp/err" | cut -d: -f3)
-  [ -n "$port" ] && break
-  if ! kill -0 $pid 2>/dev/null; then
-    grep -q "without libmicrohttpd" "$tmp/err" && { echo "dashboard.sh: skipped (no libmicrohttpd)"; exit 77; }
-    break
-  fi
-  sleep 0.1
-done
+serve_start "$bin" "$tmp/err" -m "$m" -t 2
 expect "serve: listening" test -n "$port"
 for i in 1 2 3; do
   python3 -c "import sys,urllib.request; urllib.request.urlopen(urllib.request.Request('http://127.0.0.1:$port/v1/completions', data=b'{\"prompt\": \"hi $i\", \"max_tokens\": 16}')).read()"

@@ -18,18 +18,7 @@ if [ ! -d "$tmp/node_modules/openai" ]; then
 fi
 m=$tmp/q.gguf
 "$bin" forge --preset tiny-qwen3moe --type q8_0 --no-hf -q -o "$m" || bad "forge"
-"$bin" serve -m "$m" -t 2 --port 0 --api-key sekret >/dev/null 2>"$tmp/err" &
-pid=$!
-port=
-for _ in $(seq 100); do
-  port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$tmp/err" | cut -d: -f3)
-  [ -n "$port" ] && break
-  if ! kill -0 $pid 2>/dev/null; then
-    grep -q "without libmicrohttpd" "$tmp/err" && { echo "openai_client.sh: skipped (no libmicrohttpd)"; exit 77; }
-    break
-  fi
-  sleep 0.1
-done
+serve_start "$bin" "$tmp/err" -m "$m" -t 2 --api-key sekret
 expect "serve: listening" test -n "$port"
 (cd "$tmp" && timeout 120 node client.mjs "$port") >"$tmp/client.out" 2>&1
 expect "the openai client's checks (see client.out)" test $? -eq 0

@@ -14,20 +14,9 @@ mkdir -p "$tmp"
 
 m=$tmp/q.gguf
 "$bin" forge --preset tiny-qwen3moe --type q8_0 --no-hf -q -o "$m" || bad "forge"
-"$bin" serve -m "$m" -t 2 --port 0 --api-key sekret --queue 128 >"$tmp/out" 2>"$tmp/err" &
-pid=$!
+serve_start "$bin" "$tmp/err" -m "$m" -t 2 --api-key sekret --queue 128
 asan=
 ldd "$bin" 2>/dev/null | grep -q libasan && asan=1
-port=
-for _ in $(seq 100); do
-  port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$tmp/err" | cut -d: -f3)
-  [ -n "$port" ] && break
-  if ! kill -0 $pid 2>/dev/null; then
-    grep -q "without libmicrohttpd" "$tmp/err" && { echo "serve.sh: skipped (no libmicrohttpd)"; exit 77; }
-    break
-  fi
-  sleep 0.1
-done
 expect "serve: listening" test -n "$port"
 "$bin" run -m "$m" -t 2 -p "Hello there" -n 12 --temp 0 --no-display-prompt >"$tmp/run.txt" 2>/dev/null
 REPO=$PWD SERVE_PID=$pid SERVE_ASAN=$asan python3 - "$port" "$tmp/run.txt" >"$tmp/py.out" 2>&1 <<'PY'
