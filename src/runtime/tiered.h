@@ -50,7 +50,9 @@
 #include "cuda/cuda_handoff.h"
 #include "model/model.h"
 #include "moe/hot_admit.h"
+#include "moe/hot_update.h"
 #include "moe/hot_weight.h"
+#include "moe/learn_file.h"
 #include "moe/offload.h"
 #include "runtime/context.h"
 
@@ -136,6 +138,16 @@ typedef struct {
 typedef hm_status (*hm_tiered_exchange_fn)(void *user, int il, int out, int in, hm_error *err);
 hm_status hm_tiered_set_hot(hm_tiered *t, const hm_tiered_hot_cfg *c, const uint8_t *hot,
                             hm_tiered_exchange_fn ex, void *user, hm_error *err);
+
+/* A manual apply of the hot cache (seed 001's POST /moe-hot-cache): scores l (a learn or perf
+ * file of this model) with the controller's weighting and exchanges slots for the better-scored
+ * experts with the full budget (rate 1), between steps (the worker paused). *st: the seed's
+ * update statistics. HM_ERR_STATE without a controller, HM_ERR_ARG for a file of another shape. */
+hm_status hm_tiered_hot_apply(hm_tiered *t, const moe_learn *l, hot_update_stats *st,
+                              hm_error *err);
+/* An update now from the window so far (the server's update after each request), when the
+ * controller has an update rate > 0; nothing otherwise. Between steps. */
+hm_status hm_tiered_hot_update_now(hm_tiered *t);
 
 /* Post-fetch at decode requests (seed 000; runtime/tiered_postfetch.c): with on, a decode
  * request of at most CUDA_HANDOFF_PF_TOK tokens at a layer the engine takes post-fetch for

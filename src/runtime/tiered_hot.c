@@ -134,6 +134,42 @@ void tiered_hot_observe(hm_tiered *t, int L, const cuda_handoff_msg *m) {
     if (L == h->first_layer) h->win_tokens += m->n_tok;
 }
 
+/* Plans the exchanges a scoring asks for at rate against the current map, applies them to the
+ * map and queues them (the worker's, or the worker paused). */
+static hm_status queue_plan(hm_tiered *t, tiered_hot *h, const double *score, double rate,
+                            uint64_t hot_hits, uint64_t cold_hits, hot_update_stats *st,
+                            hm_error *err) {
+    int n = 0;
+    hm_status s = hot_update_plan(h->n_layer, h->n_expert, hot_admit_map(h->adm), score,
+                                  hot_hits, cold_hits, rate, h->q + h->n_q, HOT_QUEUE - h->n_q,
+                                  &n, st, err);
+    if (s != HM_OK) return s;
+    for (int i = 0; i < n; i++) {
+        const hot_exchange *x = &h->q[h->n_q + i];
+        hot_admit_apply(h->adm, x->layer, x->out, x->in);
+    }
+    h->n_q += n;
+    atomic_fetch_add(&t->hot_updates, 1);
+    return HM_OK;
+}
+
+/* Hands the queued exchanges to the engine; one it refuses is taken back in the map. */
+static void hand_over(hm_tiered *t, tiered_hot *h) {
+    for (int i = 0; i < h->n_q; i++) {
+        const hot_exchange *x = &h->q[i];
+        hm_error e;
+        if (h->ex(h->user, x->layer, x->out, x->in, &e) == HM_OK) {
+            atomic_fetch_add(&t->hot_exchanged, 1);
+        } else { /* taken back: the engine keeps its slots as they are */
+            hot_admit_apply(h->adm, x->layer, x->in, x->out);
+            atomic_fetch_add(&t->hot_refused, 1);
+            HM_LOGD("hot cache: exchange in layer %d (%d -> %d) refused: %s", x->layer, x->out,
+                    x->in, e.msg);
+        }
+    }
+    h->n_q = 0;
+}
+
 /* The window as a perf observation, scored, then the updater's exchanges queued. */
 static void update(hm_tiered *t, tiered_hot *h) {
     const int NL = h->n_layer, NE = h->n_expert;
@@ -154,20 +190,11 @@ static void update(hm_tiered *t, tiered_hot *h) {
                          .layers = h->ly};
     hm_error e;
     hot_update_stats s;
-    int n = 0;
     if (hot_weight_score(&l, &h->c.weight, h->score, h->layer_w, NULL, &e) == HM_OK &&
-        hot_update_plan(NL, NE, hot_admit_map(h->adm), h->score, hot_hits, cold_hits,
-                        h->c.update_rate, h->q + h->n_q, HOT_QUEUE - h->n_q, &n, &s,
-                        &e) == HM_OK) {
-        for (int i = 0; i < n; i++) {
-            const hot_exchange *x = &h->q[h->n_q + i];
-            hot_admit_apply(h->adm, x->layer, x->out, x->in);
-        }
-        h->n_q += n;
+        queue_plan(t, h, h->score, h->c.update_rate, hot_hits, cold_hits, &s, &e) == HM_OK) {
         char line[320];
         hot_update_format(&s, line, sizeof(line));
         HM_LOGI("%s", line);
-        atomic_fetch_add(&t->hot_updates, 1);
     } else {
         HM_LOGW("hot cache update: %s", e.msg);
     }
@@ -177,23 +204,38 @@ static void update(hm_tiered *t, tiered_hot *h) {
     h->win_tokens = 0;
 }
 
+hm_status hm_tiered_hot_apply(hm_tiered *t, const moe_learn *l, hot_update_stats *st,
+                              hm_error *err) {
+    tiered_hot *h = t ? t->hot : NULL;
+    if (!h)
+        return hm_error_set(err, HM_ERR_STATE, "hot cache: no controller (a cache with a policy "
+                            "other than static, or an update rate > 0)");
+    if (l->n_layer != h->n_layer || l->n_expert != h->n_expert)
+        return hm_error_set(err, HM_ERR_ARG, "hot cache: the file has %d layers x %d experts, "
+                            "the model %d x %d", l->n_layer, l->n_expert, h->n_layer, h->n_expert);
+    tiered_pause(t);
+    hm_status s = hot_weight_score(l, &h->c.weight, h->score, h->layer_w, NULL, err);
+    if (s == HM_OK) s = queue_plan(t, h, h->score, 1.0, 0, 0, st, err);
+    if (s == HM_OK) hand_over(t, h);
+    tiered_resume(t);
+    return s;
+}
+
+hm_status hm_tiered_hot_update_now(hm_tiered *t) {
+    tiered_hot *h = t ? t->hot : NULL;
+    if (!h || h->c.update_rate <= 0) return HM_OK;
+    tiered_pause(t);
+    if (h->win_tokens > 0) update(t, h);
+    hand_over(t, h);
+    tiered_resume(t);
+    return HM_OK;
+}
+
 void tiered_hot_after(hm_tiered *t) {
     tiered_hot *h = t->hot;
     if (!h) return;
     if (h->c.update_rate > 0 && h->win_tokens >= (uint64_t)h->c.update_interval) update(t, h);
-    for (int i = 0; i < h->n_q; i++) {
-        const hot_exchange *x = &h->q[i];
-        hm_error e;
-        if (h->ex(h->user, x->layer, x->out, x->in, &e) == HM_OK) {
-            atomic_fetch_add(&t->hot_exchanged, 1);
-        } else { /* taken back: the engine keeps its slots as they are */
-            hot_admit_apply(h->adm, x->layer, x->in, x->out);
-            atomic_fetch_add(&t->hot_refused, 1);
-            HM_LOGD("hot cache: exchange in layer %d (%d -> %d) refused: %s", x->layer, x->out,
-                    x->in, e.msg);
-        }
-    }
-    h->n_q = 0;
+    hand_over(t, h);
 }
 
 void tiered_hot_counts(const hm_tiered *t, uint64_t *hits, uint64_t *misses, uint64_t *admitted) {

@@ -38,6 +38,7 @@ void srv_job_unref(srv_job *j) {
     pthread_mutex_unlock(&j->mu);
     if (left > 0) return;
     oai_request_free(&j->req);
+    moe_learn_free(&j->learn);
     free(j->out);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
@@ -83,6 +84,16 @@ static bool enqueue(hm_server *s, srv_job *j) {
     return ok;
 }
 
+/* Whether a manual apply of the hot cache waits in the queue (the automatic update then waits). */
+static bool apply_queued(hm_server *s) {
+    pthread_mutex_lock(&s->mu);
+    bool any = false;
+    for (int i = 0; i < s->n_queued && !any; i++)
+        any = s->queue[(s->q_head + i) % s->p.queue_max]->kind == SRV_CACHE_APPLY;
+    pthread_mutex_unlock(&s->mu);
+    return any;
+}
+
 static void *worker_main(void *arg) {
     hm_server *s = arg;
     for (;;) {
@@ -105,6 +116,8 @@ static void *worker_main(void *arg) {
         }
         if (j->kind == SRV_GENERATE) srv_gen_run(s, j);
         else srv_moe_run(s, j);
+        if (j->kind == SRV_GENERATE && !apply_queued(s)) /* seed 001: an update per request */
+            hm_tiered_hot_update_now(hm_context_tiered(s->m.ctx));
         srv_job_unref(j);
         pthread_mutex_lock(&s->mu);
         s->busy = false;
@@ -288,6 +301,15 @@ static enum MHD_Result moe_route(hm_server *s, struct MHD_Connection *c, srv_con
     srv_job *j = job_new(s);
     if (!j) return send_error(c, 500, "server_error", "out of memory");
     j->kind = kind;
+    if (kind == SRV_CACHE_APPLY) {
+        hm_error err = {0};
+        if (moe_learn_parse(cn->body ? cn->body : "", cn->len, "the posted plan", &j->learn,
+                            &err) != HM_OK) {
+            j->refs = 1;
+            srv_job_unref(j);
+            return send_error(c, 400, "invalid_request_error", err.msg);
+        }
+    }
     if (kind == SRV_PERF_SET) {
         char mode[16] = "";
         if (!cn->body || srv_parse_mode(cn->body, cn->len, mode, sizeof(mode)) != 0) {
@@ -324,9 +346,8 @@ static enum MHD_Result route(hm_server *s, struct MHD_Connection *c, const char 
     const bool chat = !strcmp(url, "/v1/chat/completions");
     if (!health && !models && !metrics && !compl && !chat && !perf && !cache && !routes && !page)
         return send_error(c, 404, "invalid_request_error", "unknown route");
-    if (((health || models || metrics || cache || routes || page) && !get) ||
-        ((compl || chat) && !post) ||
-        (perf && !get && !post))
+    if (((health || models || metrics || routes || page) && !get) ||
+        ((compl || chat) && !post) || ((perf || cache) && !get && !post))
         return send_error(c, 405, "invalid_request_error", "method not allowed on this route");
     if (health) return send_text(c, 200, strdup("{\"status\":\"ok\"}"), "application/json");
     if (metrics) return send_text(c, 200, metrics_text(s), "text/plain; version=0.0.4");
@@ -347,7 +368,7 @@ static enum MHD_Result route(hm_server *s, struct MHD_Connection *c, const char 
         return send_error(c, 413, "invalid_request_error", "the request body is too large");
     if (routes) return send_text(c, 200, srv_routes_json(s), "application/json");
     if (perf) return moe_route(s, c, cn, get ? SRV_PERF_GET : SRV_PERF_SET);
-    if (cache) return moe_route(s, c, cn, SRV_CACHE_GET);
+    if (cache) return moe_route(s, c, cn, get ? SRV_CACHE_GET : SRV_CACHE_APPLY);
     return post_generate(s, c, cn, chat);
 }
 

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "moe/learn_file.h"
 #include "server/oai.h"
 #include "server/server.h"
 
@@ -13,12 +14,13 @@ struct MHD_Daemon;
 
 /* What a request asks the inference thread: a generation, or a look at (or a change of) the
  * MoE counters and the hot cache between generations. */
-typedef enum { SRV_GENERATE = 0, SRV_PERF_GET, SRV_PERF_SET, SRV_CACHE_GET } srv_kind;
+typedef enum { SRV_GENERATE = 0, SRV_PERF_GET, SRV_PERF_SET, SRV_CACHE_GET, SRV_CACHE_APPLY } srv_kind;
 
 /* One request: written by the inference thread (out, done), read by its connection. */
 typedef struct {
     srv_kind kind;
     hm_layer_perf perf_mode; /* SRV_PERF_SET */
+    moe_learn learn;         /* SRV_CACHE_APPLY: the plan or perf file posted */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int refs;              /* the connection and the inference thread */

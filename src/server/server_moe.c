@@ -135,11 +135,40 @@ static void cache_get(hm_server *s, srv_job *j) {
     answer(j, &js, 200);
 }
 
+/* POST /moe-hot-cache: the posted file applied with the full exchange budget. */
+static void cache_apply(hm_server *s, srv_job *j) {
+    hm_tiered *t = hm_context_tiered(s->m.ctx);
+    hm_error err = {0};
+    hot_update_stats st;
+    const hm_status rs = t ? hm_tiered_hot_apply(t, &j->learn, &st, &err)
+                           : hm_error_set(&err, HM_ERR_STATE, "hot cache: this server keeps no "
+                                          "expert in RAM beside a GPU");
+    if (rs != HM_OK) {
+        answer_error(j, rs == HM_ERR_ARG ? 400 : 409, err.msg);
+        return;
+    }
+    hm_json js;
+    hm_json_init_buf(&js, false);
+    hm_json_obj_begin(&js);
+    hm_json_kbool(&js, "active", st.active);
+    hm_json_kdouble(&js, "update_rate", st.update_rate);
+    hm_json_kdouble(&js, "hit_rate", st.hit_rate);
+    hm_json_kuint(&js, "hot_slots", st.hot_slots);
+    hm_json_kuint(&js, "cold_slots", st.cold_slots);
+    hm_json_kint(&js, "candidates", st.candidates);
+    hm_json_kint(&js, "max_exchange", st.max_exchange);
+    hm_json_kint(&js, "exchanged", st.exchanged);
+    hm_json_kint(&js, "layers_changed", st.layers_changed);
+    hm_json_obj_end(&js);
+    answer(j, &js, 200);
+}
+
 void srv_moe_run(hm_server *s, srv_job *j) {
     switch (j->kind) {
     case SRV_PERF_GET: perf_get(s, j); break;
     case SRV_PERF_SET: perf_set(s, j); break;
     case SRV_CACHE_GET: cache_get(s, j); break;
+    case SRV_CACHE_APPLY: cache_apply(s, j); break;
     default: answer_error(j, 500, "unknown control request"); break;
     }
 }

@@ -123,6 +123,17 @@ check("/moe-layer-perf needs the key: 401", s == 401)
 s, b = req("/moe-hot-cache")
 h = json.loads(b) if s == 200 else {}
 check("GET /moe-hot-cache without a cache: no layers", s == 200 and h.get("layers") == [] and h.get("hot_experts_total") == 0)
+learn = {"format": "hotmoe-expert-usage", "version": 1, "n_layer": 4, "n_expert": 16,
+         "n_expert_used": 4, "prompts": 1, "total_tokens": 40, "rejected": 0,
+         "experts": [4 * (16 - e) for e in range(16)],
+         "layers": [{"layer": il, "calls": 1, "tokens": 40, "expert_hits_total": 136,
+                     "experts": [16 - e for e in range(16)]} for il in range(4)]}
+s, b = req("/moe-hot-cache", learn)
+check("POST /moe-hot-cache without a tiered placement: 409 saying so", s == 409 and err_shape(b, 409))
+s, b = req("/moe-hot-cache", raw=b'{"format": "hotmoe-expert-usage"')
+check("POST /moe-hot-cache, not JSON: 400", s == 400 and err_shape(b, 400))
+s, b = req("/moe-hot-cache", dict(learn, n_layer=5))
+check("POST /moe-hot-cache, a file that does not parse as the schema: 400", s == 400)
 s, b = req("/")
 page = open(os.path.join(os.environ["REPO"], "src/server/dashboard.html"), encoding="utf-8").read()
 check("GET /: the dashboard, src/server/dashboard.html's bytes", s == 200 and b == page and "<canvas" in b)

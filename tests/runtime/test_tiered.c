@@ -530,5 +530,57 @@ static void test_hot_controller(void) {
     hm_model_free(m);
 }
 
+/* A manual apply (seed 001's POST /moe-hot-cache): with even experts hot and a file that scores
+ * only the odd ones, every hot slot of the mixed layers goes to an odd expert (rate 1); a file
+ * of another shape and an object without a controller are refused. */
+static void test_hot_apply(void) {
+    hm_model *m = load("tiny-qwen3moe", FORGE_MIX_Q8_0);
+    HM_REQUIRE(m);
+    const hm_hparams *hp = hm_model_hparams(m);
+    const int NL = (int)hp->n_layer, NE = (int)hp->n_expert;
+    uint8_t *hot = calloc((size_t)NL * (size_t)NE, 1);
+    exchange_log *lg = calloc(1, sizeof(*lg));
+    uint64_t *counts = calloc((size_t)NL * (size_t)NE, sizeof(uint64_t));
+    moe_learn_layer *ly = calloc((size_t)NL, sizeof(*ly));
+    HM_REQUIRE(hot && lg && counts && ly);
+    for (int il = 0; il < NL; il++) {
+        for (int e = 0; e < NE; e++) {
+            hot[(size_t)il * (size_t)NE + (size_t)e] = e % 2 == 0;
+            counts[(size_t)il * (size_t)NE + (size_t)e] = e % 2 ? 10u + (uint64_t)e : 0u;
+        }
+        ly[il] = (moe_learn_layer){.calls = 1, .tokens = 100,
+                                   .experts = counts + (size_t)il * (size_t)NE};
+    }
+    const moe_learn l = {.n_layer = NL, .n_expert = NE, .n_expert_used = (int)hp->n_expert_used,
+                         .layers = ly};
+    fake_gpu g;
+    hm_tiered *t = start(m, &g, false);
+    HM_REQUIRE(t);
+    hm_error err;
+    hot_update_stats st;
+    HM_CHECK(hm_tiered_hot_apply(t, &l, &st, &err) == HM_ERR_STATE); /* no controller yet */
+    const hm_tiered_hot_cfg hc = {.policy = HOT_POLICY_STATIC, .admit_per_step = 1,
+                                  .decay = 0.9, .update_rate = 0.0, .update_interval = 256,
+                                  .weight = hot_weight_default()};
+    HM_REQUIRE(hm_tiered_set_hot(t, &hc, hot, log_exchange, lg, &err) == HM_OK);
+    HM_CHECK_MSG(hm_tiered_hot_apply(t, &l, &st, &err) == HM_OK, "%s", err.msg);
+    const int want = NL * (NE / 2);
+    HM_CHECK_MSG(lg->n == want && st.exchanged == want && st.max_exchange == want,
+                 "%d exchanges (want %d), stats %d of %d", lg->n, want, st.exchanged,
+                 st.max_exchange);
+    for (int i = 0; i < lg->n; i++)
+        HM_CHECK_MSG(lg->x[i].out % 2 == 0 && lg->x[i].in % 2 == 1, "exchange %d: %d -> %d", i,
+                     lg->x[i].out, lg->x[i].in);
+    const moe_learn other = {.n_layer = NL, .n_expert = NE + 1, .layers = ly};
+    HM_CHECK(hm_tiered_hot_apply(t, &other, &st, &err) == HM_ERR_ARG);
+    hm_tiered_free(t);
+    fake_free(&g);
+    free(hot);
+    free(lg);
+    free(counts);
+    free(ly);
+    hm_model_free(m);
+}
+
 HM_TEST_MAIN(test_answers_equal_cpu_lane, test_faults, test_fetch_requests_without_lane,
-             test_bad_views, test_hot_controller)
+             test_bad_views, test_hot_controller, test_hot_apply)
