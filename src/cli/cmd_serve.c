@@ -72,7 +72,8 @@ int cmd_serve(int argc, char **argv) {
     sp.penalty_last_n = a.repeat_last_n < 0 ? hm_context_n_ctx(e.ctx) : a.repeat_last_n;
     sp.seed = a.seed == CLI_SEED_RANDOM ? 0 : a.seed;
     const hm_server_model m = {.ctx = e.ctx, .vocab = e.vocab, .tmpl = have_tmpl ? &tmpl : NULL,
-                               .model_name = alias ? alias : a.model, .defaults = sp};
+                               .model_name = alias ? alias : a.model, .defaults = sp,
+                               .seed_random = a.seed == CLI_SEED_RANDOM};
     hm_server_params p = hm_server_default_params();
     p.host = host, p.port = port, p.api_key = api_key, p.queue_max = queue;
     /* SIGINT and SIGTERM wait for sigwait below, in every thread the server starts */

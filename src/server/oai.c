@@ -56,7 +56,7 @@ static hm_status get_sampling(json_t *o, oai_request *r, hm_error *err) {
     r->sp.temperature = (float)t, r->sp.top_p = (float)tp, r->sp.min_p = (float)mp;
     r->sp.top_k = (int32_t)tk, r->sp.presence_penalty = (float)pp;
     r->sp.frequency_penalty = (float)fp, r->max_tokens = (int)mt;
-    if (seed >= 0) r->sp.seed = (uint64_t)seed;
+    if (seed >= 0) r->sp.seed = (uint64_t)seed, r->seed_given = true;
     return HM_OK;
 }
 

@@ -29,6 +29,7 @@ typedef struct {
     bool stream;
     bool include_usage;      /* stream_options.include_usage */
     sample_params sp;
+    bool seed_given;         /* the request named its seed */
     char *stop[OAI_STOP_MAX]; /* stop strings (malloc'd), none after the last */
     int n_stop;
 } oai_request;

@@ -41,6 +41,7 @@ typedef struct {
     const chat_template *tmpl; /* NULL: /v1/chat/completions answers 400 */
     const char *model_name;    /* the id /v1/models lists */
     sample_params defaults;    /* a request's sampling where it gives none */
+    bool seed_random;          /* a request without a seed draws one (else defaults.seed) */
 } hm_server_model;
 
 typedef struct hm_server hm_server;

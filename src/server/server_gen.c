@@ -149,8 +149,14 @@ void srv_gen_run(hm_server *s, srv_job *j) {
         return;
     }
     hm_context_reset(s->m.ctx);
+    sample_params sp = r->sp;
+    if (!r->seed_given && s->m.seed_random) { /* as llama-server: a fresh seed per request */
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        sp.seed = (uint64_t)now.tv_sec * 1000000007ull ^ (uint64_t)now.tv_nsec;
+    }
     hm_gen *g = NULL;
-    if (hm_gen_init(s->m.ctx, &r->sp, NULL, &g, &err) != HM_OK) {
+    if (hm_gen_init(s->m.ctx, &sp, NULL, &g, &err) != HM_OK) {
         finish_error(s, j, 400, err.msg);
         tok_ids_free(&ids);
         return;

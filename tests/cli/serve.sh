@@ -95,6 +95,10 @@ s, b2 = req("/v1/chat/completions", {"messages": [{"role": "system", "content": 
                                      "max_tokens": 6, "temperature": 0.7, "seed": 3})
 check("chat: the same seed, the same reply", s == 200 and json.loads(b2)["choices"] == c["choices"])
 
+a1 = req("/v1/completions", {"prompt": "Hello there", "max_tokens": 12, "temperature": 1.0})
+a2 = req("/v1/completions", {"prompt": "Hello there", "max_tokens": 12, "temperature": 1.0})
+check("no seed, temperature 1: a fresh seed per request (two replies differ)",
+      a1[0] == a2[0] == 200 and json.loads(a1[1])["choices"] != json.loads(a2[1])["choices"])
 res = [None] * 8
 def one(i):
     res[i] = req("/v1/completions", {"prompt": f"Number {i}", "max_tokens": 4})
