@@ -200,6 +200,14 @@ static char escaped(char c) {
     }
 }
 
+bool cli_args_ends_with(const cli_str_list *l, const char *text, size_t n) {
+    for (int i = 0; i < l->n; i++) {
+        const size_t m = strlen(l->v[i]);
+        if (m && m <= n && !memcmp(text + n - m, l->v[i], m)) return true;
+    }
+    return false;
+}
+
 void cli_args_unescape(char *s) {
     char *w = s;
     for (const char *r = s; *r; r++) {

@@ -112,6 +112,9 @@ typedef struct {
     int keep;                 /* --keep N: prompt tokens kept when the context shifts (chat) */
 } cli_common_args;
 
+/* Whether text[0..n) ends with one of the values of l (the -r texts); empty values never match. */
+bool cli_args_ends_with(const cli_str_list *l, const char *text, size_t n);
+
 /* Processes llama.cpp's escapes in s, in place: \n \r \t \' \" \\ and \xHH; any other
  * backslash stays as it is. */
 void cli_args_unescape(char *s);

@@ -35,7 +35,7 @@ static void fmt_size(char *b, size_t n, uint64_t bytes) {
     else snprintf(b, n, "%.2f GiB", (double)bytes / (1ull << 30));
 }
 
-static void fmt_params(char *b, size_t n, uint64_t p) {
+void bench_fmt_params(char *b, size_t n, uint64_t p) {
     if (p < 1000000000ull) snprintf(b, n, "%.2f M", (double)p / 1e6);
     else snprintf(b, n, "%.2f B", (double)p / 1e9);
 }
@@ -68,7 +68,7 @@ static void md_header(const bench_cols *c) {
 static void md_row(const bench_cols *c, const bench_env *e, const bench_row *r) {
     char s[32], p[32], ts[48];
     fmt_size(s, sizeof(s), e->size);
-    fmt_params(p, sizeof(p), e->params);
+    bench_fmt_params(p, sizeof(p), e->params);
     double mean, sd;
     bench_mean_sd(r->ts, r->reps, &mean, &sd);
     snprintf(ts, sizeof(ts), "%.2f ± %.2f", mean, sd);

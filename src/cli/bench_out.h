@@ -11,6 +11,7 @@
 #define HM_CLI_BENCH_OUT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/json.h"
@@ -62,5 +63,7 @@ void bench_out_row(bench_out *o, const bench_env *env, const bench_row *row);
 hm_status bench_out_end(bench_out *o, hm_error *err);
 
 void bench_mean_sd(const double *v, int n, double *mean, double *sd);
+/* An element count as llama-bench prints it: "1.18 M" below 1e9, else "30.53 B". */
+void bench_fmt_params(char *b, size_t n, uint64_t p);
 
 #endif

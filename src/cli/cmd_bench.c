@@ -104,10 +104,6 @@ static const char *main_type(const hm_model *m) {
     return hm_type_name(best);
 }
 
-static void fmt_params(char *b, size_t n, uint64_t p) {
-    if (p < 1000000000ull) snprintf(b, n, "%.2f M", (double)p / 1e6);
-    else snprintf(b, n, "%.2f B", (double)p / 1e9);
-}
 
 /* Takes the list flags out of argv (the rest goes to the common parser): "-t 8,16" and
  * "-t 8 -t 16" alike. 0, or 2 after a usage line. */
@@ -223,7 +219,7 @@ static int bench_engine(cli_common_args *a, const bench_opts *bo, const bench_te
     if (!out->cols.ngl) out->cols.ngl = out->n_rows == 0 && hm_context_gpu(e.ctx) != NULL;
     char desc[96], pbuf[32];
     const uint64_t params = model_params(e.model);
-    fmt_params(pbuf, sizeof(pbuf), params);
+    bench_fmt_params(pbuf, sizeof(pbuf), params);
     snprintf(desc, sizeof(desc), "%s %s %s", hm_model_arch(e.model)->name, pbuf,
              main_type(e.model));
     int most = 1;

@@ -152,22 +152,7 @@ static hm_status process_prompt(chat_state *s, const msg_list *msgs, int *n_new,
     if (st) return st;
     if (s->verbose) fprintf(stderr, "[prompt]\n%s\n[/prompt]\n", text);
     tok_ids toks = {0};
-    const tok_vocab *v = s->e->vocab;
-    if (tok_add_bos(v) && tok_bos(v) >= 0) {
-        /* BOS as the vocabulary adds it, unless the template wrote it already */
-        const char *bos = tok_token_text(v, tok_bos(v));
-        if (!bos || strncmp(text, bos, strlen(bos))) {
-            int32_t b = tok_bos(v);
-            toks.ids = malloc(sizeof(int32_t) * 16);
-            if (!toks.ids) {
-                free(text);
-                return hm_error_set(err, HM_ERR_NOMEM, "out of memory");
-            }
-            toks.cap = 16;
-            toks.ids[toks.n++] = b;
-        }
-    }
-    st = tok_encode(v, text, len, TOK_ENCODE_PARSE_SPECIAL, &toks, err);
+    st = chat_tokenize(s->e->vocab, text, len, &toks, err);
     free(text);
     if (st) {
         tok_ids_free(&toks);
@@ -313,10 +298,7 @@ static hm_status generate(chat_state *s, int n_predict, char **reply, int *n_gen
             }
             memcpy(shown + shown_n, piece, plen);
             shown_n += plen;
-            for (int i = 0; i < s->reverse->n && !reversed; i++) {
-                const size_t m = strlen(s->reverse->v[i]);
-                reversed = m && m <= shown_n && !memcmp(shown + shown_n - m, s->reverse->v[i], m);
-            }
+            reversed = cli_args_ends_with(s->reverse, shown, shown_n);
         }
         if (gen.n == gen.cap) {
             size_t cap = gen.cap ? gen.cap * 2 : 64;
@@ -415,9 +397,6 @@ static bool chat_command(chat_state *s, msg_list *msgs, bool has_system, const c
     return false;
 }
 
-static int32_t find_tok(const tok_vocab *v, const char *text) {
-    return tok_token_find(v, text, strlen(text));
-}
 
 int cmd_chat(int argc, char **argv) {
     const char *system = NULL, *tmpl_name = NULL, *effort = NULL;
@@ -487,16 +466,11 @@ int cmd_chat(int argc, char **argv) {
     if (a.ignore_eos)
         fprintf(stderr, "hotmoe chat: a reply ends at the template's end-of-turn token; "
                 "--ignore-eos is ignored\n");
-    s.ropts = chat_render_default_opts();
-    s.ropts.bos_token = tok_bos(e.vocab) >= 0 ? tok_token_text(e.vocab, tok_bos(e.vocab)) : "";
-    s.ropts.eos_token = tok_eos(e.vocab) >= 0 ? tok_token_text(e.vocab, tok_eos(e.vocab)) : "";
+    s.ropts = chat_render_opts_for(e.vocab);
     s.ropts.reasoning_effort = effort;
     if (no_think) s.ropts.enable_thinking = 0;
     const char *const *stops = chat_stop_texts(&tmpl);
-    for (int i = 0; stops && stops[i] && s.n_stop < 8; i++) {
-        int32_t id = find_tok(e.vocab, stops[i]);
-        if (id >= 0) s.stop_ids[s.n_stop++] = id;
-    }
+    s.n_stop = chat_stop_ids(&tmpl, e.vocab, s.stop_ids, 8);
     if (stops && s.n_stop == 0) {
         fprintf(stderr, "hotmoe chat: the vocabulary has none of the %s end-of-turn tokens\n",
                 chat_family_name(tmpl.family));

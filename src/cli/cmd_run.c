@@ -44,23 +44,12 @@ static int run_conversation(int argc, char **argv) {
     return rc;
 }
 
-/* Whether the text out[0..n) ends with one of the -r texts. */
-static bool ends_with_reverse(const cli_str_list *r, const char *out, size_t n) {
-    for (int i = 0; i < r->n; i++) {
-        const size_t m = strlen(r->v[i]);
-        if (m && m <= n && !memcmp(out + n - m, r->v[i], m)) return true;
-    }
-    return false;
-}
-
 /* The prompt as the chat template's one user message with the generation prompt (malloc'd). */
 static char *templated(const cli_engine *e, const char *name, const char *prompt,
                        hm_error *err) {
     chat_template t;
     if (chat_template_for_model(hm_model_gguf(e->model), name, &t, err) != HM_OK) return NULL;
-    chat_render_opts o = chat_render_default_opts();
-    o.bos_token = tok_bos(e->vocab) >= 0 ? tok_token_text(e->vocab, tok_bos(e->vocab)) : "";
-    o.eos_token = tok_eos(e->vocab) >= 0 ? tok_token_text(e->vocab, tok_eos(e->vocab)) : "";
+    const chat_render_opts o = chat_render_opts_for(e->vocab);
     const chat_message m[] = {{"user", prompt}};
     char *out = NULL;
     hm_status st = chat_render(&t, m, 1, &o, &out, NULL, err);
@@ -205,7 +194,7 @@ int cmd_run(int argc, char **argv) {
             }
             memcpy(out + out_n, piece, plen);
             out_n += plen;
-            if (ends_with_reverse(&a.reverse_prompt, out, out_n)) break;
+            if (cli_args_ends_with(&a.reverse_prompt, out, out_n)) break;
         }
     }
     double t_gen = cli_now() - t0;

@@ -45,6 +45,12 @@ void srv_job_unref(srv_job *j) {
     free(j);
 }
 
+/* A job the inference thread never got (refused before the queue): the connection's alone. */
+static void job_drop(srv_job *j) {
+    j->refs = 1;
+    srv_job_unref(j);
+}
+
 bool srv_job_put(srv_job *j, const char *text, size_t n, bool done, int status) {
     pthread_mutex_lock(&j->mu);
     bool ok = true;
@@ -212,15 +218,13 @@ static enum MHD_Result post_generate(hm_server *s, struct MHD_Connection *c, srv
     hm_error err = {0};
     if (oai_parse(cn->body ? cn->body : "", cn->len, chat, &s->m.defaults, &j->req, &err) !=
         HM_OK) {
-        j->refs = 1;
-        srv_job_unref(j);
+        job_drop(j);
         return send_error(c, 400, "invalid_request_error", err.msg);
     }
     atomic_fetch_add(&s->st_requests, 1);
     const bool stream = j->req.stream;
     if (!enqueue(s, j)) {
-        j->refs = 1;
-        srv_job_unref(j);
+        job_drop(j);
         atomic_fetch_add(&s->st_rejected, 1);
         return send_error(c, 503, "server_error", "the server is busy (queue full) or stopping");
     }
@@ -305,16 +309,14 @@ static enum MHD_Result moe_route(hm_server *s, struct MHD_Connection *c, srv_con
         hm_error err = {0};
         if (moe_learn_parse(cn->body ? cn->body : "", cn->len, "the posted plan", &j->learn,
                             &err) != HM_OK) {
-            j->refs = 1;
-            srv_job_unref(j);
+            job_drop(j);
             return send_error(c, 400, "invalid_request_error", err.msg);
         }
     }
     if (kind == SRV_PERF_SET) {
         char mode[16] = "";
         if (!cn->body || srv_parse_mode(cn->body, cn->len, mode, sizeof(mode)) != 0) {
-            j->refs = 1;
-            srv_job_unref(j);
+            job_drop(j);
             return send_error(c, 400, "invalid_request_error",
                               "the body must be {\"mode\": \"full\" | \"update\" | \"off\"}");
         }
@@ -322,8 +324,7 @@ static enum MHD_Result moe_route(hm_server *s, struct MHD_Connection *c, srv_con
                        : !strcmp(mode, "update") ? HM_LAYER_PERF_UPDATE : HM_LAYER_PERF_OFF;
     }
     if (!enqueue(s, j)) {
-        j->refs = 1;
-        srv_job_unref(j);
+        job_drop(j);
         return send_error(c, 503, "server_error", "the server is busy (queue full) or stopping");
     }
     return send_when_done(c, j);

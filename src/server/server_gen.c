@@ -75,39 +75,13 @@ static hm_status prompt_tokens(const hm_server *s, const oai_request *r, tok_ids
     if (!r->chat)
         return tok_encode(v, r->prompt, strlen(r->prompt),
                           TOK_ENCODE_ADD_SPECIAL | TOK_ENCODE_PARSE_SPECIAL, ids, err);
-    chat_render_opts o = chat_render_default_opts();
-    o.bos_token = tok_bos(v) >= 0 ? tok_token_text(v, tok_bos(v)) : "";
-    o.eos_token = tok_eos(v) >= 0 ? tok_token_text(v, tok_eos(v)) : "";
+    const chat_render_opts o = chat_render_opts_for(v);
     char *text = NULL;
     size_t len = 0;
     hm_status st = chat_render(s->m.tmpl, r->msgs, (size_t)r->n_msgs, &o, &text, &len, err);
-    if (st) return st;
-    if (tok_add_bos(v) && tok_bos(v) >= 0) {
-        const char *bos = tok_token_text(v, tok_bos(v));
-        if (!bos || strncmp(text, bos, strlen(bos))) {
-            ids->ids = malloc(sizeof(int32_t) * 16);
-            if (!ids->ids) {
-                free(text);
-                return hm_error_set(err, HM_ERR_NOMEM, "out of memory");
-            }
-            ids->cap = 16;
-            ids->ids[ids->n++] = tok_bos(v);
-        }
-    }
-    st = tok_encode(v, text, len, TOK_ENCODE_PARSE_SPECIAL, ids, err);
+    if (st == HM_OK) st = chat_tokenize(v, text, len, ids, err);
     free(text);
     return st;
-}
-
-/* The chat template's end-of-turn tokens (n = 0: the vocabulary's end-of-generation set). */
-static int stop_ids(const hm_server *s, bool chat, int32_t *ids, int cap) {
-    const char *const *t = chat && s->m.tmpl ? chat_stop_texts(s->m.tmpl) : NULL;
-    int n = 0;
-    for (int i = 0; t && t[i] && n < cap; i++) {
-        const int32_t id = tok_token_find(s->m.vocab, t[i], strlen(t[i]));
-        if (id >= 0) ids[n++] = id;
-    }
-    return n;
 }
 
 /* A stream's chunk of text [from, to) of t. false: cancelled (or out of memory). */
@@ -163,7 +137,7 @@ void srv_gen_run(hm_server *s, srv_job *j) {
     }
     hm_gen_set_max(g, r->max_tokens);
     int32_t stops[8];
-    const int n_stops = stop_ids(s, r->chat, stops, 8);
+    const int n_stops = r->chat && s->m.tmpl ? chat_stop_ids(s->m.tmpl, s->m.vocab, stops, 8) : 0;
     size_t hold = 0; /* bytes a stream keeps back: the longest stop string - 1 */
     for (int i = 0; i < r->n_stop; i++)
         if (strlen(r->stop[i]) > hold + 1) hold = strlen(r->stop[i]) - 1;

@@ -291,7 +291,7 @@ const char *const *chat_stop_texts(const chat_template *t) {
     return t->family == CHAT_HARMONY ? k_harmony_stop : NULL;
 }
 
-void chat_harmony_init(chat_harmony *h, const chat_template *t, const struct tok_vocab *v) {
+void chat_harmony_init(chat_harmony *h, const chat_template *t, const tok_vocab *v) {
     memset(h, 0, sizeof(*h));
     h->on = t && t->family == CHAT_HARMONY;
     h->in_final = true;
@@ -320,4 +320,39 @@ bool chat_harmony_piece(chat_harmony *h, const char *piece, size_t len) {
     if (h->want_channel)
         for (size_t i = 0; i < len && h->chan_n < sizeof(h->chan); i++) h->chan[h->chan_n++] = piece[i];
     return h->in_final;
+}
+
+chat_render_opts chat_render_opts_for(const tok_vocab *v) {
+    chat_render_opts o = chat_render_default_opts();
+    o.bos_token = tok_bos(v) >= 0 ? tok_token_text(v, tok_bos(v)) : "";
+    o.eos_token = tok_eos(v) >= 0 ? tok_token_text(v, tok_eos(v)) : "";
+    return o;
+}
+
+hm_status chat_tokenize(const tok_vocab *v, const char *text, size_t len,
+                        tok_ids *out, hm_error *err) {
+    if (tok_add_bos(v) && tok_bos(v) >= 0) {
+        const char *bos = tok_token_text(v, tok_bos(v));
+        if (!bos || strncmp(text, bos, strlen(bos))) {
+            if (out->n == out->cap) {
+                const size_t cap = out->cap ? out->cap * 2 : 16;
+                int32_t *ids = realloc(out->ids, sizeof(int32_t) * cap);
+                if (!ids) return hm_error_set(err, HM_ERR_NOMEM, "out of memory");
+                out->ids = ids;
+                out->cap = cap;
+            }
+            out->ids[out->n++] = tok_bos(v);
+        }
+    }
+    return tok_encode(v, text, len, TOK_ENCODE_PARSE_SPECIAL, out, err);
+}
+
+int chat_stop_ids(const chat_template *t, const tok_vocab *v, int32_t *ids, int cap) {
+    const char *const *texts = t ? chat_stop_texts(t) : NULL;
+    int n = 0;
+    for (int i = 0; texts && texts[i] && n < cap; i++) {
+        const int32_t id = tok_token_find(v, texts[i], strlen(texts[i]));
+        if (id >= 0) ids[n++] = id;
+    }
+    return n;
 }

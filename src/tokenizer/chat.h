@@ -30,6 +30,7 @@
 
 #include "base/status.h"
 #include "gguf/gguf.h"
+#include "tokenizer/tokenizer.h"
 
 typedef enum {
     CHAT_CHATML = 0,
@@ -108,6 +109,16 @@ hm_status chat_render(const chat_template *t, const chat_message *msgs, size_t n
  * <|endoftext|> (not <|end|>, which closes the analysis message inside a turn). */
 const char *const *chat_stop_texts(const chat_template *t);
 
+/* The defaults with the vocabulary's BOS and EOS texts ("" when it has none). */
+chat_render_opts chat_render_opts_for(const tok_vocab *v);
+/* A rendered conversation's tokens: BOS as the vocabulary adds it, unless the template wrote
+ * it already, then the text with its special tokens matched (appended to out). */
+hm_status chat_tokenize(const tok_vocab *v, const char *text, size_t len,
+                        tok_ids *out, hm_error *err);
+/* The ids of the template's end-of-turn texts (chat_stop_texts) in v, at most cap; 0 when the
+ * family has none (the vocabulary's end-of-generation set is the rule) or v has none of them. */
+int chat_stop_ids(const chat_template *t, const tok_vocab *v, int32_t *ids, int cap);
+
 /* What of a harmony reply (gpt-oss) a user sees: the final channel's text, and text before any
  * channel marker (a model that does not speak harmony, e.g. a forged one). Feed every token with
  * chat_harmony_token, then its decoded piece with chat_harmony_piece; the piece is shown when
@@ -120,8 +131,7 @@ typedef struct {
     size_t chan_n;
 } chat_harmony;
 
-struct tok_vocab;
-void chat_harmony_init(chat_harmony *h, const chat_template *t, const struct tok_vocab *v);
+void chat_harmony_init(chat_harmony *h, const chat_template *t, const tok_vocab *v);
 void chat_harmony_token(chat_harmony *h, int32_t tok);
 bool chat_harmony_piece(chat_harmony *h, const char *piece, size_t len);
 
