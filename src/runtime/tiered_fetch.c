@@ -131,6 +131,8 @@ static void copy_ahead(hm_tiered *t, int j, int64_t n_tok) {
     for (int x = 0; x < NE; x++)
         if (t->plan.gpu[x]) gpu_s += r->gpu_fixed_s + (double)t->counts[x] * r->gpu_tok_s;
     double n = gpu_s * t->rates[L2].h2d_bytes_per_s / (double)l2->slot_bytes;
+    const char *ab = getenv("HOTMOE_AHEAD_ALL"); /* A/B, removed once measured */
+    if (ab && ab[0] == '1') n = t->plan.n_gpu;
     int m = n < (double)l2->n_slots ? (int)n : l2->n_slots;
     if (m > NE) m = NE;
     if (m < 1) return;

@@ -68,6 +68,13 @@ static void test_uniform(void) {
     HM_CHECK_MSG(fabs(f.repeat[0] - 4.0 / 64) <= 0.02 && fabs(f.top_share[1] - 0.25) <= 0.03,
                  "repeat.1 %.3f, top 25%% share %.3f", f.repeat[0], f.top_share[1]);
     route_synth_free(s);
+    /* the shipped uniform profile (every figure null) draws the same way */
+    moe_routing_profile p;
+    HM_REQUIRE(moe_routing_profile_load("bench/profiles/uniform-128x8.json", &p, &err) == HM_OK);
+    HM_REQUIRE(route_synth_init(&p, 48, 128, 8, 7, &s, &err) == HM_OK);
+    HM_CHECK(route_synth_skew(s) == 0 && route_synth_reuse(s) == 0);
+    route_synth_free(s);
+    moe_routing_profile_free(&p);
 }
 
 static void test_determinism(void) {
