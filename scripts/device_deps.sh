@@ -16,11 +16,14 @@
 # library, not the package's symlink: links may not travel with `carry`). Its soname is
 # libjansson.so.4, so that is what binaries ask for; the library itself (libjansson.so.4*) is left
 # out of build/devdeps, so at run time the loader finds the device's own /usr/lib copy.
+# libmicrohttpd (the server's HTTP): the GPU machine has no copy at all, so its run-time library
+# (libmicrohttpd.so.12, a plain file) stays beside the link; the build's rpath finds it there. It
+# needs libgnutls.so.30, which the GPU machine has.
 #   bash scripts/device_deps.sh          (from anywhere; idempotent)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dest=build/devdeps
-pkgs=(libjansson-dev libjansson4)
+pkgs=(libjansson-dev libjansson4 libmicrohttpd-dev libmicrohttpd12)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 chmod 755 "$tmp" # apt's download sandbox user must be able to write here
@@ -41,4 +44,9 @@ so=$(find "$dest/usr/lib" -name 'libjansson.so' | head -1)
 [ -f "$h" ] && [ -n "$so" ] && [ -e "$so" ] || { echo "device_deps: $h or libjansson.so missing after unpacking" >&2; exit 1; }
 cp --remove-destination "$(readlink -f "$so")" "$so"
 rm -rf "$(dirname "$so")"/libjansson.so.4* "$(dirname "$so")"/libjansson.a "$dest/usr/share"
+for f in "$(dirname "$so")"/libmicrohttpd.so "$(dirname "$so")"/libmicrohttpd.so.12; do
+  [ -e "$f" ] || { echo "device_deps: $f missing after unpacking" >&2; exit 1; }
+  cp --remove-destination "$(readlink -f "$f")" "$f"
+done
+rm -f "$(dirname "$so")"/libmicrohttpd.so.12.* "$(dirname "$so")"/libmicrohttpd.a
 echo "device_deps: $(ls "$tmp"/*.deb | xargs -n1 basename | tr '\n' ' ')-> $dest ($(du -sh "$dest" | cut -f1))"

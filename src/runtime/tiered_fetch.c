@@ -7,16 +7,17 @@
  * j of the GPU's list at slot j), the CPU computes the rest meanwhile, the worker waits for that
  * buffer's copies and writes fslot. A failed copy is no fault: the lane is drained and the CPU
  * computes those experts too (copy_fallback).
- * Copies ahead: right after layer L's copies are enqueued, the first experts of the next host
- * layer L2 (ids 0, 1, ...; in a ubatch of >= AHEAD_MIN_TOK tokens per expert on average every
- * expert is used) are copied into buffer L2 & 1, as many as the copy lane moves while the GPU
- * computes layer L's experts by the cost model's own rates, so that the lane, idle then, works;
- * at L2 the cost model counts those experts' copies as done (copied) and the new ones go after
- * them. The choice depends on the ubatch's routing and the rates only, never on a clock, so a
- * placement's prompt output stays the same bytes from run to run. Buffer L2 & 1 is free when L's
- * request arrives: the GPU posted it after every kernel of the layers before L had run. Only
- * when L2 & 1 differs from L & 1 (the buffer L's experts are in) and the copies are direct (from
- * the registered mapping: a staged copy would hold the worker).
+ * Copies ahead: right after layer L's copies are enqueued, as many experts of the next host
+ * layer L2 as L ran on the GPU (in a ubatch of >= AHEAD_MIN_TOK tokens per expert on average
+ * nearly every expert is used, and the next layer uses about as many) are copied into buffer
+ * L2 & 1, in id order, leaving out those the hot cache holds, so that the lane works through
+ * L's GPU time and L2's attention instead of waiting for L2's request; at L2 the cost model
+ * counts those experts' copies as done (copied) and the new ones go after them. The choice
+ * depends on the ubatch's routing and the cache's map only, never on a clock, so a placement's
+ * prompt output stays the same bytes from run to run. Buffer L2 & 1 is free when L's request
+ * arrives: the GPU posted it after every kernel of the layers before L had run. Only when
+ * L2 & 1 differs from L & 1 (the buffer L's experts are in) and the copies are direct (from the
+ * registered mapping: a staged copy would hold the worker).
  */
 #include "runtime/tiered_internal.h"
 
@@ -117,7 +118,7 @@ static hm_status run_cpu_slots(hm_tiered *t, int L, int64_t n_tok, bool fetched,
 }
 
 /* Copies ahead for the host layer after index j, while layer L (= host_layers[j]) computes: as
- * many of its first experts as the lane moves in the GPU's predicted time for L's experts. */
+ * many of its experts as L ran on the GPU, the hot cache's left out. */
 static void copy_ahead(hm_tiered *t, int j, int64_t n_tok) {
     const int L = t->host_layers[j];
     if (j + 1 >= t->v.n_host || t->off.lane == NULL) return;
@@ -126,34 +127,30 @@ static void copy_ahead(hm_tiered *t, int j, int64_t n_tok) {
     if ((L2 & 1) == (L & 1) || !l2->eligible || l2->n_slots < 1 ||
         n_tok * t->v.n_used < (int64_t)AHEAD_MIN_TOK * NE)
         return;
-    const offload_rates *r = &t->rates[L];
-    double gpu_s = 0; /* the GPU's time for L's experts, by the model */
-    for (int x = 0; x < NE; x++)
-        if (t->plan.gpu[x]) gpu_s += r->gpu_fixed_s + (double)t->counts[x] * r->gpu_tok_s;
-    double n = gpu_s * t->rates[L2].h2d_bytes_per_s / (double)l2->slot_bytes;
-    const char *ab = getenv("HOTMOE_AHEAD_ALL"); /* A/B, removed once measured */
-    if (ab && ab[0] == '1') n = t->plan.n_gpu;
-    int m = n < (double)l2->n_slots ? (int)n : l2->n_slots;
-    if (m > NE) m = NE;
+    int m = t->plan.n_gpu < l2->n_slots ? t->plan.n_gpu : l2->n_slots;
     if (m < 1) return;
+    const uint8_t *hot = tiered_hot_map(t); /* [n_layer][n_expert] or NULL */
+    int n = 0;
+    for (int x = 0; x < NE && n < m; x++)
+        if (!hot || !hot[(size_t)L2 * (size_t)NE + (size_t)x]) t->ahead_ids[n++] = x;
+    if (n < 1) return;
     offload_range rr[OFFLOAD_MAX_RANGES];
-    if (offload_expert_ranges(t->m, L2, m - 1, rr) < 1 ||
+    if (offload_expert_ranges(t->m, L2, t->ahead_ids[0], rr) < 1 ||
         !cuda_copy_lane_direct(t->off.lane, rr[0].p, rr[0].n))
         return;
-    for (int x = 0; x < m; x++) t->ahead_ids[x] = x;
     hm_error e;
     hm_error_clear(&e);
-    if (copy_experts(t, L2, t->ahead_ids, m, 0, &e) != HM_OK) {
+    if (copy_experts(t, L2, t->ahead_ids, n, 0, &e) != HM_OK) {
         HM_LOGW("tiered step: copying layer %d's experts ahead failed (%s)", L2, e.msg);
         return;
     }
+    for (int x = 0; x < NE; x++) t->ahead_slot[x] = -1;
+    for (int k = 0; k < n; k++) t->ahead_slot[t->ahead_ids[k]] = k;
     t->ahead_layer = L2;
-    t->ahead_n = m;
-    atomic_fetch_add(&t->ahead_experts, (unsigned long long)m);
-    atomic_fetch_add(&t->fetched_bytes, (unsigned long long)m * l2->slot_bytes);
-    if (t->off.debug)
-        HM_LOGI("sched layer %d: %d experts of layer %d copied ahead (GPU %.3f ms by the model)",
-                L, m, L2, gpu_s * 1e3);
+    t->ahead_n = n;
+    atomic_fetch_add(&t->ahead_experts, (unsigned long long)n);
+    atomic_fetch_add(&t->fetched_bytes, (unsigned long long)n * l2->slot_bytes);
+    if (t->off.debug) HM_LOGI("sched layer %d: %d experts of layer %d copied ahead", L, n, L2);
 }
 
 hm_status tiered_fetch_alloc(hm_tiered *t, hm_error *err) {
@@ -166,10 +163,12 @@ hm_status tiered_fetch_alloc(hm_tiered *t, hm_error *err) {
     t->counts = calloc((size_t)ne, sizeof(*t->counts));
     t->fslot_of = calloc((size_t)ne, sizeof(*t->fslot_of));
     t->ahead_ids = calloc((size_t)ne, sizeof(*t->ahead_ids));
+    t->ahead_slot = calloc((size_t)ne, sizeof(*t->ahead_slot));
     t->ids_cpu = calloc((size_t)t->v.n_tok_max * (size_t)t->v.n_used, sizeof(*t->ids_cpu));
     t->runs = calloc(nr, sizeof(*t->runs));
     t->dbg = calloc(t->dbg_cap, 1);
-    if (!t->rates || !t->lay || !t->ex || !t->counts || !t->fslot_of || !t->ahead_ids || !t->ids_cpu ||
+    if (!t->rates || !t->lay || !t->ex || !t->counts || !t->fslot_of || !t->ahead_ids || !t->ahead_slot ||
+        !t->ids_cpu ||
         !t->runs || !t->dbg)
         return hm_error_set(err, HM_ERR_NOMEM, "out of memory (tiered: fetched experts)");
     hm_status st = offload_plan_init(&t->plan, ne, err);
@@ -190,6 +189,7 @@ void tiered_fetch_release(hm_tiered *t) {
     free(t->counts);
     free(t->fslot_of);
     free(t->ahead_ids);
+    free(t->ahead_slot);
     free(t->ids_cpu);
     free(t->runs);
     free(t->dbg);
@@ -199,7 +199,7 @@ static void debug_plan(hm_tiered *t, int L, int ahead) {
     offload_plan_format(&t->plan, L, t->ex, t->dbg, t->dbg_cap);
     size_t n = strlen(t->dbg);
     if (n && t->dbg[n - 1] == '\n') t->dbg[n - 1] = 0;
-    if (ahead) HM_LOGI("%s\n  copied ahead: experts 0-%d (no copy above)", t->dbg, ahead - 1);
+    if (ahead) HM_LOGI("%s\n  copied ahead: %d experts (no copy above)", t->dbg, ahead);
     else HM_LOGI("%s", t->dbg);
 }
 
@@ -209,13 +209,13 @@ hm_status tiered_serve_fetch(hm_tiered *t, int j, const cuda_handoff_msg *m, hm_
     const int K = v->n_used, NE = (int)v->n_expert;
     const int64_t n_pairs = (int64_t)m->n_tok * K;
     const cuda_fetch_layout *lay = &t->lay[L];
-    const int ahead = t->ahead_layer == L ? t->ahead_n : 0; /* slots 0 .. ahead-1 hold 0 .. */
+    const int ahead = t->ahead_layer == L ? t->ahead_n : 0; /* slots 0 .. ahead-1, ahead_slot */
     t->ahead_layer = -1;
     atomic_fetch_add(&t->fetch_requests, 1);
     offload_count_tokens(v->ids, m->n_tok, K, NE, t->counts);
     for (int x = 0; x < NE; x++)
         t->ex[x] = (offload_expert){.n_tok = t->counts[x], .bytes = lay->slot_bytes,
-                                    .copied = x < ahead};
+                                    .copied = ahead > 0 && t->ahead_slot[x] >= 0};
     offload_rates r = t->rates[L];
     const bool can = t->off.lane && lay->eligible && lay->n_slots > 0;
     if (!can) r.h2d_bytes_per_s = 0; /* every expert on the CPU: "no GPU" */
@@ -230,8 +230,8 @@ hm_status tiered_serve_fetch(hm_tiered *t, int j, const cuda_handoff_msg *m, hm_
         t->fslot_of[x] = -1;
         if (!t->plan.gpu[x]) continue;
         n_fetch++;
-        if (x < ahead) {
-            t->fslot_of[x] = x;
+        if (ahead > 0 && t->ahead_slot[x] >= 0) {
+            t->fslot_of[x] = t->ahead_slot[x];
             used_ahead++;
         } else {
             t->fslot_of[x] = ahead + n_new;

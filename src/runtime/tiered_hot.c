@@ -242,3 +242,7 @@ void tiered_hot_counts(const hm_tiered *t, uint64_t *hits, uint64_t *misses, uin
     *hits = *misses = *admitted = 0;
     if (t->hot) hot_admit_counts(t->hot->adm, hits, misses, admitted);
 }
+
+const uint8_t *tiered_hot_map(const hm_tiered *t) {
+    return t->hot ? hot_admit_map(t->hot->adm) : NULL;
+}

@@ -53,9 +53,10 @@ struct hm_tiered {
     char *dbg;                   /* HOTMOE_SCHED_DEBUG text */
     size_t dbg_cap;
     /* experts of the next host layer copied ahead while this one computes (tiered_fetch.c):
-     * that layer, and its experts 0 .. ahead_n - 1 in slots 0 .. ahead_n - 1 of its buffer */
+     * that layer, and ahead_n of its experts in slots 0 .. ahead_n - 1 of its buffer */
     int ahead_layer;             /* -1: none */
     int ahead_n;
+    int32_t *ahead_slot;         /* [n_expert] slot of an expert copied ahead, else -1 */
     atomic_ullong fetch_requests, gpu_experts, cpu_experts, fetched_bytes, copy_wait_ns;
     atomic_ullong copies, copy_fallbacks, retries, ahead_experts, ahead_used;
     /* the hot cache's controller (tiered_hot.c), or NULL */
@@ -92,6 +93,9 @@ void tiered_resume(hm_tiered *t);
 void tiered_hot_observe(hm_tiered *t, int L, const cuda_handoff_msg *m);
 void tiered_hot_after(hm_tiered *t);
 void tiered_hot_counts(const hm_tiered *t, uint64_t *hits, uint64_t *misses, uint64_t *admitted);
+/* The controller's residency map [n_layer][n_expert] (1: in a slot, as of its last decision), or
+ * NULL without a hot cache. */
+const uint8_t *tiered_hot_map(const hm_tiered *t);
 void tiered_hot_free(hm_tiered *t);
 
 int64_t tiered_now_ns(void);
