@@ -19,7 +19,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "base/cpu.h"
 #include "base/log.h"
 #include "moe/hot_admit.h"
 #include "moe/hot_weight.h"
@@ -223,11 +222,6 @@ void cli_args_unescape(char *s) {
         }
     }
     *w = 0;
-}
-
-int cli_args_default_threads(void) {
-    const int n = hm_cpu_count_allowed(); /* the CPUs this process may use (taskset, cpuset) */
-    return n < 1 ? 1 : n > 1024 ? 1024 : n;
 }
 
 int cli_args_cache_type(const char *name) {

@@ -165,8 +165,6 @@ int cli_args_parse(const cli_args_def *def, int argc, char **argv, cli_common_ar
  * default. */
 void cli_args_usage(FILE *f, const cli_args_def *def);
 
-/* Threads to use for n_threads == 0: the number of online CPUs (at least 1). */
-int cli_args_default_threads(void);
 
 /* The KV cache types -ctk/-ctv accept, llama.cpp's names (the GPU engine takes only f16). */
 #define CLI_CACHE_TYPES "f32, f16, bf16, q8_0"

@@ -155,7 +155,7 @@ int cli_engine_open(cli_engine *e, const char *cmd, const cli_common_args *a, un
     }
     int n_ctx = hm_context_n_ctx(e->ctx);
     e->n_batch = a->n_batch < n_ctx ? a->n_batch : n_ctx;
-    e->n_threads = a->n_threads ? a->n_threads : cli_args_default_threads();
+    e->n_threads = hm_context_n_threads(e->ctx); /* what runs: the tiered side's own default */
     if (what & CLI_ENGINE_SAMPLER) {
         sample_params sp = sample_params_default();
         sp.temperature = a->temp;

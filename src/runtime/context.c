@@ -535,6 +535,7 @@ int hm_context_n_ctx(const hm_context *c) { return c->p.n_ctx; }
 int hm_context_n_batch(const hm_context *c) { return c->p.n_batch; }
 const hm_model *hm_context_model(const hm_context *c) { return c->m; }
 int hm_context_n_threads(const hm_context *c) {
+    if (c->tiered) return hm_tiered_n_threads(c->tiered);
     return c->cpu ? cpu_engine_n_threads(c->cpu) : c->p.n_threads;
 }
 struct cuda_engine *hm_context_gpu(const hm_context *c) { return c->gpu; }
