@@ -1,11 +1,18 @@
 /* hot_plan.c - the hot cache's planner and budget (hot_plan.h; docs/HOT_CACHE.md). */
 #include "moe/hot_plan.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/text.h"
 #include "moe/offload.h"
+
+/* plan_cost's machine: a RAM layer's fixed CPU-side cost per token (the hand-off and the pool's
+ * wake-up) and the host read bandwidth the CPU's experts see, both about the H200 machine's
+ * (bench/RESULTS.md); only their ratio to each other matters to the choice */
+#define HOT_PLAN_LAYER_S 20e-6
+#define HOT_PLAN_HOST_BPS 100e9
 
 typedef struct {
     double key;   /* score per byte */
@@ -82,6 +89,117 @@ static hm_status check_budget(const hot_plan *p, hm_error *err) {
     return HM_OK;
 }
 
+/* Packs the plan: every expert of the layers marked whole (whole: NULL for none), then the
+ * candidates of the other layers in order while they fit; the hit figures follow. */
+static void pack(hot_plan *p, const moe_learn *l, const candidate *c, size_t nc,
+                 const bool *whole) {
+    const int NL = p->n_layer, NE = p->n_expert;
+    memset(p->hot, 0, (size_t)NL * (size_t)NE);
+    memset(p->n_hot, 0, sizeof(*p->n_hot) * (size_t)NL);
+    p->used_bytes = p->hits_hot = 0;
+    p->n_whole = 0;
+    for (int il = 0; whole && il < NL; il++) {
+        if (!whole[il]) continue;
+        memset(p->hot + (size_t)il * (size_t)NE, 1, (size_t)NE);
+        p->n_hot[il] = NE;
+        p->used_bytes += (uint64_t)NE * p->expert_bytes[il];
+    }
+    for (size_t i = 0; i < nc; i++) {
+        const uint64_t b = p->expert_bytes[c[i].layer];
+        if ((whole && whole[c[i].layer]) || p->used_bytes + b > p->budget_bytes) continue;
+        p->used_bytes += b;
+        p->hot[(size_t)c[i].layer * (size_t)NE + (size_t)c[i].expert] = 1;
+        p->n_hot[c[i].layer]++;
+    }
+    for (int il = 0; il < NL; il++) {
+        uint64_t h = 0, hh = 0;
+        for (int e = 0; e < NE; e++) {
+            h += l->layers[il].experts[e];
+            if (p->hot[(size_t)il * (size_t)NE + (size_t)e]) hh += l->layers[il].experts[e];
+        }
+        p->hits_hot += p->expert_bytes[il] > 0 ? hh : 0;
+        p->n_whole += p->expert_bytes[il] > 0 && p->n_hot[il] == NE;
+        p->hit_rate[il] = h > 0 ? (double)hh / (double)h : 0.0;
+    }
+}
+
+/* The expected CPU-side time per token of the packed plan: per RAM layer that is not whole, its
+ * fixed cost when a token has a cold selection there (1 - hit^K: the selections taken as
+ * independent) plus its expected cold selections' bytes at the host bandwidth. A layer's expected
+ * hit share comes from its counts shrunk towards their mean by the share of their spread that
+ * counting noise explains (counts of a uniform router vary like a Poisson variable, variance =
+ * mean): a few hundred tokens of uniform routing look skewed, and a cache chosen from them would
+ * be expected to hit more than it will. */
+static double plan_cost(const hot_plan *p, const moe_learn *l) {
+    const int NL = p->n_layer, NE = p->n_expert;
+    const double K = l->n_expert_used > 0 ? l->n_expert_used : 1;
+    double t = 0;
+    for (int il = 0; il < NL; il++) {
+        if (p->expert_bytes[il] == 0 || p->n_hot[il] == NE) continue;
+        const uint64_t *n = l->layers[il].experts;
+        double sum = 0, var = 0;
+        for (int e = 0; e < NE; e++) sum += (double)n[e];
+        const double mean = sum / NE;
+        for (int e = 0; e < NE; e++) var += ((double)n[e] - mean) * ((double)n[e] - mean);
+        var = NE > 1 ? var / (NE - 1) : 0;
+        const double keep = var > mean && var > 0 ? 1.0 - mean / var : 0.0;
+        double hot = 0;
+        for (int e = 0; e < NE; e++)
+            if (p->hot[(size_t)il * (size_t)NE + (size_t)e]) hot += mean + keep * ((double)n[e] - mean);
+        const double hit = sum > 0 ? hot / sum : (double)p->n_hot[il] / NE;
+        t += (1.0 - pow(hit, K)) * HOT_PLAN_LAYER_S +
+             K * (1.0 - hit) * (double)p->expert_bytes[il] / HOT_PLAN_HOST_BPS;
+    }
+    return t;
+}
+
+/* Whole layers where they pay: the candidates packed alone, then with the k layers nearest to
+ * whole in that packing (most experts chosen; ties: lower layer) made whole for k = 1, 2, ...
+ * while they fit; the cheapest by plan_cost is kept (ties: fewer whole layers). A whole layer
+ * is a GPU layer (no hand-off, no CPU work); spreading the same bytes over every layer hits more
+ * when routing is skewed. */
+static hm_status choose_whole(hot_plan *p, const moe_learn *l, const candidate *c, size_t nc,
+                              hm_error *err) {
+    const int NL = p->n_layer, NE = p->n_expert;
+    pack(p, l, c, nc, NULL);
+    p->cost_spread_s = p->cost_s = plan_cost(p, l);
+    int *order = malloc(sizeof(int) * (size_t)NL + 1);
+    bool *whole = calloc((size_t)NL + 1, sizeof(bool));
+    if (!order || !whole) {
+        free(order);
+        free(whole);
+        return hm_error_set(err, HM_ERR_NOMEM, "out of memory (hot-cache plan)");
+    }
+    int n = 0;
+    for (int il = 0; il < NL; il++)
+        if (p->expert_bytes[il] > 0) order[n++] = il;
+    for (int i = 1; i < n; i++) /* insertion sort: most chosen first, then lower layer */
+        for (int j = i; j > 0 && p->n_hot[order[j]] > p->n_hot[order[j - 1]]; j--) {
+            const int x = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = x;
+        }
+    int best = 0;
+    uint64_t need = 0;
+    for (int k = 1; k <= n; k++) {
+        need += (uint64_t)NE * p->expert_bytes[order[k - 1]];
+        if (need > p->budget_bytes) break;
+        whole[order[k - 1]] = true;
+        pack(p, l, c, nc, whole);
+        const double t = plan_cost(p, l);
+        if (t < p->cost_s) {
+            p->cost_s = t;
+            best = k;
+        }
+    }
+    memset(whole, 0, (size_t)NL);
+    for (int k = 0; k < best; k++) whole[order[k]] = true;
+    pack(p, l, c, nc, best ? whole : NULL);
+    free(order);
+    free(whole);
+    return HM_OK;
+}
+
 hm_status hot_plan_make(const hm_model *m, const moe_learn *l, const hot_weight_cfg *cfg,
                         const bool *eligible, uint64_t budget_bytes, hot_plan *out,
                         hm_error *err) {
@@ -111,29 +229,15 @@ hm_status hot_plan_make(const hm_model *m, const moe_learn *l, const hot_weight_
     size_t nc = 0;
     for (int il = 0; il < NL; il++)
         for (int e = 0; p->expert_bytes[il] > 0 && e < NE; e++) {
-            const double s = p->score[(size_t)il * (size_t)NE + (size_t)e];
-            if (s > 0)
-                c[nc++] = (candidate){s / (double)p->expert_bytes[il], s, il, e};
+            const double sc = p->score[(size_t)il * (size_t)NE + (size_t)e];
+            if (sc > 0)
+                c[nc++] = (candidate){sc / (double)p->expert_bytes[il], sc, il, e};
         }
     qsort(c, nc, sizeof(*c), cand_cmp);
-    for (size_t i = 0; i < nc; i++) {
-        const uint64_t b = p->expert_bytes[c[i].layer];
-        if (p->used_bytes + b > p->budget_bytes) continue;
-        p->used_bytes += b;
-        p->hot[(size_t)c[i].layer * (size_t)NE + (size_t)c[i].expert] = 1;
-        p->n_hot[c[i].layer]++;
-        p->hits_hot += l->layers[c[i].layer].experts[c[i].expert];
-    }
+    st = choose_whole(p, l, c, nc, err);
     free(c);
-    for (int il = 0; il < NL; il++) {
-        uint64_t h = 0, hh = 0;
-        for (int e = 0; e < NE; e++) {
-            h += l->layers[il].experts[e];
-            if (p->hot[(size_t)il * (size_t)NE + (size_t)e]) hh += l->layers[il].experts[e];
-        }
-        p->hit_rate[il] = h > 0 ? (double)hh / (double)h : 0.0;
-    }
-    return HM_OK;
+    if (st != HM_OK) hot_plan_free(p);
+    return st;
 }
 
 /* "0-3, 7, 9-10" of the chosen experts of layer il into t. */
@@ -165,6 +269,8 @@ char *hot_plan_format(const hot_plan *p) {
                     (double)p->budget_bytes / 1048576.0, (double)p->used_bytes / 1048576.0,
                     p->hits_total ? 100.0 * (double)p->hits_hot / (double)p->hits_total : 0.0,
                     p->n_eligible, p->n_eligible == 1 ? "" : "s");
+        hm_text_put(&t, "  whole layers: %d (expected CPU side %.1f us per token; %.1f us with "
+                    "none)\n", p->n_whole, p->cost_s * 1e6, p->cost_spread_s * 1e6);
         for (int il = 0; il < p->n_layer; il++) {
             if (p->expert_bytes[il] == 0) continue;
             hm_text_put(&t, "  layer %3d: %3d of %d experts, %8.1f MiB, hit rate %5.1f %%, "
@@ -172,7 +278,7 @@ char *hot_plan_format(const hot_plan *p) {
                         (double)p->n_hot[il] * (double)p->expert_bytes[il] / 1048576.0,
                         100.0 * p->hit_rate[il], p->layer_w[il]);
             put_ids(&t, p, il);
-            hm_text_put(&t, "\n");
+            hm_text_put(&t, p->n_hot[il] == p->n_expert ? " (whole: a GPU layer)\n" : "\n");
         }
         if (pass == 0) {
             t.cap = t.len + 1;

@@ -8,7 +8,10 @@
  * while they fit; one that does not fit is skipped and smaller ones are still tried. A budget
  * that cannot hold one expert of every eligible layer is refused: the caller runs without a
  * cache and says why. The plan keeps per layer the chosen experts, their bytes and the expected
- * hit rate (the chosen experts' share of the layer's observed selections), and overall. The
+ * hit rate (the chosen experts' share of the layer's observed selections), and overall.
+ * Whole layers where they pay: the same budget may instead make some RAM layers whole (every
+ * expert, so the GPU runs the layer alone), when an expected-time model says that is cheaper
+ * than spreading (hot_plan.c: choose_whole; with uniform routing it is). The
  * auto budget (--moe-hot-cache-max-mib -1) is what the placement leaves of the VRAM budget
  * minus the reserve (hot_plan_auto_budget). Pure C.
  *
@@ -41,6 +44,8 @@ typedef struct {
     double *layer_w;         /* [n_layer] the weighting's w_l^curve */
     double *score;           /* [n_layer][n_expert] */
     int n_eligible;          /* eligible layers */
+    int n_whole;             /* eligible layers given every expert (GPU layers, no CPU side) */
+    double cost_s, cost_spread_s; /* expected CPU-side s/token: the plan, no whole layer */
     uint64_t hits_total, hits_hot; /* observed selections of the eligible layers, chosen ones */
 } hot_plan;
 

@@ -2,7 +2,8 @@
  * tiny-qwen3moe (q8_0) and hand-made observations: a learn file of another model is refused,
  * a budget below one expert per RAM layer is refused with both figures, the chosen experts are
  * the best by score per byte within the budget (ties: lower layer, lower id), only eligible
- * layers get slots, experts never selected never do, hit rates, the text, the auto budget. */
+ * layers get slots, experts never selected never do (unless their layer is made whole), whole
+ * layers where the expected-time model says they pay, hit rates, the text, the auto budget. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,12 +131,10 @@ static void test_choice(void) {
     hot_plan_free(&p);
     free(sorted);
 
-    /* everything fits: every selected expert, none of the never-selected two */
+    /* everything fits: whole layers (GPU layers, no CPU side), the never-selected two included */
     HM_REQUIRE(hot_plan_make(model(), &o.l, NULL, NULL, 1ull << 40, &p, &err) == HM_OK);
-    for (int il = 0; il < NL; il++) {
-        HM_CHECK(p.n_hot[il] == NE - 2 && p.hit_rate[il] == 1.0);
-        HM_CHECK(!p.hot[(size_t)il * NE + NE - 1] && !p.hot[(size_t)il * NE + NE - 2]);
-    }
+    for (int il = 0; il < NL; il++) HM_CHECK(p.n_hot[il] == NE && p.hit_rate[il] == 1.0);
+    HM_CHECK(p.n_whole == NL && p.cost_s == 0 && p.cost_spread_s > 0);
     hot_plan_free(&p);
 
     /* eligible layers only (0 and the last) */
@@ -145,7 +144,7 @@ static void test_choice(void) {
     HM_REQUIRE(hot_plan_make(model(), &o.l, NULL, el, 1ull << 40, &p, &err) == HM_OK);
     HM_CHECK(p.n_eligible == 2);
     for (int il = 1; il < NL - 1; il++) HM_CHECK(p.n_hot[il] == 0 && p.expert_bytes[il] == 0);
-    HM_CHECK(p.n_hot[0] == NE - 2 && p.n_hot[NL - 1] == NE - 2);
+    HM_CHECK(p.n_hot[0] == NE && p.n_hot[NL - 1] == NE && p.n_whole == 2);
     hot_plan_free(&p);
     free(el);
 
@@ -154,6 +153,42 @@ static void test_choice(void) {
     HM_REQUIRE(hot_plan_make(model(), &o.l, NULL, NULL, (uint64_t)NL * B + 0, &p, &err) ==
                HM_OK);
     for (int e = 0; e < NE; e++) HM_CHECK(p.hot[e] == (e < NL));
+    hot_plan_free(&p);
+    drop(&o);
+}
+
+/* Whole layers where they pay: counts that differ by less than counting noise (uniform routing)
+ * make a layer whole rather than spread the same bytes; strongly skewed counts with many
+ * selections per token keep the spread plan. Budget: one layer's experts + 2. */
+static void test_whole(void) {
+    HM_REQUIRE(model());
+    const hm_hparams *hp = hm_model_hparams(model());
+    const int NL = (int)hp->n_layer, NE = (int)hp->n_expert;
+    const uint64_t B = offload_expert_size(model(), 0, 1);
+    obs o;
+    make(&o, NL, NE);
+    hot_plan p;
+    hm_error err;
+    for (int il = 0; il < NL; il++) /* 51 for experts 0-3, 50 for the others */
+        for (int e = 0; e < NE; e++) o.hits[(size_t)il * NE + e] = 50 + (e < 4);
+    o.l.n_expert_used = 4;
+    HM_REQUIRE(hot_plan_make(model(), &o.l, NULL, NULL, (uint64_t)(NE + 2) * B, &p, &err) ==
+               HM_OK);
+    HM_CHECK_MSG(p.n_whole == 1 && p.n_hot[0] == NE && p.cost_s < p.cost_spread_s,
+                 "%d whole, layer 0 has %d, %.1f us against %.1f us spread", p.n_whole, p.n_hot[0],
+                 p.cost_s * 1e6, p.cost_spread_s * 1e6);
+    char *t = hot_plan_format(&p);
+    HM_CHECK(t && strstr(t, "whole layers: 1") && strstr(t, "(whole: a GPU layer)"));
+    free(t);
+    hot_plan_free(&p);
+    for (int il = 0; il < NL; il++) /* experts 0-3 take nearly every selection */
+        for (int e = 0; e < NE; e++) o.hits[(size_t)il * NE + e] = e < 4 ? 10000 : 1;
+    o.l.n_expert_used = 64;
+    HM_REQUIRE(hot_plan_make(model(), &o.l, NULL, NULL, (uint64_t)(NE + 2) * B, &p, &err) ==
+               HM_OK);
+    HM_CHECK(p.n_whole == 0 && p.cost_s == p.cost_spread_s);
+    for (int il = 0; il < NL; il++)
+        for (int e = 0; e < 4; e++) HM_CHECK(p.hot[(size_t)il * NE + e]);
     hot_plan_free(&p);
     drop(&o);
 }
@@ -170,4 +205,4 @@ static void test_cleanup(void) {
     g_model = NULL;
 }
 
-HM_TEST_MAIN(test_refusals, test_choice, test_auto_budget, test_cleanup)
+HM_TEST_MAIN(test_refusals, test_choice, test_whole, test_auto_budget, test_cleanup)
