@@ -24,6 +24,7 @@ static bool report_put(char **report, const char *text) {
 
 /* No cache, for this reason: logged and reported. */
 static hm_status without(char **report, const char *why, hm_error *err) {
+    if (!strncmp(why, "hot cache: ", 11)) why += 11; /* the planner's messages say it already */
     HM_LOGW("hot cache: %s; running without it", why);
     char line[HM_ERROR_MSG_MAX + 64];
     snprintf(line, sizeof(line), "hot cache: none (%s)\n", why);
