@@ -6,7 +6,8 @@
  * largest call; a call that would need more falls back to the kernel's own allocation rather
  * than failing). Full-attention layers keep n_ctx positions; sliding-window layers a ring of
  * window + n_ubatch - 1 (cpu_kv_slots_needed); an engine with a layer range holds the cache
- * of its layers only (the others' entries stay empty). Buffer shapes: cpu_engine_internal.h.
+ * of its layers only (the others' entries stay empty). Several sequences (n_seq) each have such
+ * a cache; the scratch is shared. Buffer shapes: cpu_engine_internal.h.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -51,7 +52,7 @@ uint64_t cpu_engine_bytes(const hm_model *m, const cpu_engine_params *p) {
         kv += (uint64_t)layer_slots(m, p, il) *
               (hm_row_size(p->type_k, hp->n_head_kv * hp->head_dim_k) +
                hm_row_size(p->type_v, hp->n_head_kv * hp->head_dim_v));
-    return kv + scratch_floats(m, p) * sizeof(float);
+    return kv * (uint64_t)(p->n_seq > 1 ? p->n_seq : 1) + scratch_floats(m, p) * sizeof(float);
 }
 
 /* Largest dense-product scratch any call of a ubatch needs, and the one-job expert FFN's (the
@@ -93,11 +94,16 @@ hm_status cpu_engine_init(const hm_model *m, const cpu_engine_params *p, cpu_eng
     c->kern = quant_kernels_best();
     hm_status st = tp_init(p->n_threads, &c->pool, err);
     if (st == HM_OK) st = moe_exec_init(m, c->pool, p->n_ubatch, &c->exec, err);
-    if (st == HM_OK && !(c->kv = calloc((size_t)hp->n_layer, sizeof(cpu_kv_layer))))
+    c->n_seq = p->n_seq > 1 ? p->n_seq : 1;
+    if (st == HM_OK &&
+        !(c->kv_all = calloc((size_t)c->n_seq * (size_t)hp->n_layer, sizeof(cpu_kv_layer))))
         st = hm_error_set(err, HM_ERR_NOMEM, "out of memory (KV cache)");
-    for (int il = l0; il < l1 && st == HM_OK; il++)
-        st = cpu_kv_init(&c->kv[il], p->type_k, p->type_v, (int)hp->n_head_kv,
-                         (int)hp->head_dim_k, layer_slots(m, p, il), err);
+    c->kv = c->kv_all;
+    for (int sq = 0; sq < c->n_seq && st == HM_OK; sq++)
+        for (int il = l0; il < l1 && st == HM_OK; il++)
+            st = cpu_kv_init(&c->kv_all[(size_t)sq * (size_t)hp->n_layer + (size_t)il], p->type_k,
+                             p->type_v, (int)hp->n_head_kv, (int)hp->head_dim_k,
+                             layer_slots(m, p, il), err);
     if (st != HM_OK) {
         cpu_engine_free(c);
         return st;
@@ -148,9 +154,9 @@ hm_status cpu_engine_init(const hm_model *m, const cpu_engine_params *p, cpu_eng
 
 void cpu_engine_free(cpu_engine *c) {
     if (!c) return;
-    if (c->kv)
-        for (int il = 0; il < c->hp->n_layer; il++) cpu_kv_free(&c->kv[il]);
-    free(c->kv);
+    if (c->kv_all)
+        for (int i = 0; i < c->n_seq * (int)c->hp->n_layer; i++) cpu_kv_free(&c->kv_all[i]);
+    free(c->kv_all);
     ce_token_free(c);
     tp_free(c->pool);
     moe_exec_free(c->exec);
@@ -162,7 +168,13 @@ void cpu_engine_free(cpu_engine *c) {
 }
 
 void cpu_engine_reset(cpu_engine *c) {
-    for (int il = 0; il < c->hp->n_layer; il++) cpu_kv_clear(&c->kv[il]);
+    for (int sq = 0; sq < c->n_seq; sq++) cpu_engine_seq_reset(c, sq);
+}
+
+void cpu_engine_seq_reset(cpu_engine *c, int seq) {
+    if (seq < 0 || seq >= c->n_seq) return;
+    for (int il = 0; il < c->hp->n_layer; il++)
+        cpu_kv_clear(&c->kv_all[(size_t)seq * (size_t)c->hp->n_layer + (size_t)il]);
 }
 
 hm_status cpu_engine_truncate_check(const cpu_engine *c, int n_keep, hm_error *err) {

@@ -35,6 +35,7 @@ typedef struct {
     uint32_t type_v;
     int layer_begin; /* first layer this engine runs (0: from the embedding) */
     int layer_end;   /* one past its last layer; 0 = n_layer (the output norm and matrix) */
+    int n_seq;       /* sequences, each with its own KV cache of n_ctx positions (0: one) */
 } cpu_engine_params;
 
 /* Bytes cpu_engine_init allocates for these params (KV cache + scratch). */
@@ -61,10 +62,23 @@ hm_status cpu_engine_forward(cpu_engine *e, const int32_t *tokens, const float *
                              int pos, float *x_out, float *logits, hm_logits_mode mode,
                              hm_error *err);
 
+/* One ubatch of several sequences (continuous batching), the whole model: token t of
+ * tokens[0..n) (n <= n_ubatch) belongs to sequence seq[t] (< n_seq) at position pos[t] and is
+ * appended to that sequence's cache; a sequence's tokens in one call come in order at
+ * consecutive positions (its next ones). Rows of logits [n_want][n_vocab] for the tokens with
+ * want[t] != 0, in token order (want NULL: none). Every row is computed as a single-sequence
+ * call computes it: a token's logits do not depend on the other sequences in the batch.
+ * HM_ERR_ARG for a bad sequence or position order. */
+hm_status cpu_engine_forward_seqs(cpu_engine *e, const int32_t *tokens, int n, const int32_t *seq,
+                                  const int32_t *pos, const uint8_t *want, float *logits,
+                                  hm_error *err);
+/* Empties sequence seq's cache. */
+void cpu_engine_seq_reset(cpu_engine *e, int seq);
+
 /* The layer range [*begin, *end) the engine runs. */
 void cpu_engine_layers(const cpu_engine *e, int *begin, int *end);
 
-/* Empties the KV cache. */
+/* Empties the KV cache (every sequence's). */
 void cpu_engine_reset(cpu_engine *e);
 /* HM_OK when the cache, holding n_past positions, can be cut back to n_keep (a sliding-window
  * ring must still hold the window before n_keep), else HM_ERR_STATE naming the layer. */

@@ -78,11 +78,25 @@ static hm_status attention_block(cpu_engine *c, int il, int n, hm_error *err) {
     hm_status st = linear_qkv(c, L, c->xn, n, err);
     if (st == HM_OK) st = ce_qkv_finish(c, L, n, c->pool, err);
     if (st != HM_OK) return st;
-    cpu_attn_args a = ce_attn_args(c, il, n);
-    size_t need = cpu_attention_scratch_size(&c->kv[il], &a, tp_size(c->pool));
-    bool fits = need <= c->attn_scratch_size;
-    st = cpu_attention(c->pool, &c->kv[il], &a, fits ? c->attn_scratch : NULL,
-                       fits ? c->attn_scratch_size : 0, err);
+    /* one attention per run of tokens of one sequence at consecutive positions (all of them
+     * outside cpu_engine_forward_seqs) */
+    const int64_t nq = hp->n_head * hp->head_dim_k, nk = hp->n_head_kv * hp->head_dim_k;
+    const int64_t nv = hp->n_head_kv * hp->head_dim_v, no = hp->n_head * hp->head_dim_v;
+    for (int t0 = 0, t1; t0 < n && st == HM_OK; t0 = t1) {
+        const int sq = c->tok_seq ? c->tok_seq[t0] : 0;
+        for (t1 = t0 + 1; t1 < n && (c->tok_seq ? c->tok_seq[t1] : 0) == sq &&
+                          c->pos[t1] == c->pos[t1 - 1] + 1;)
+            t1++;
+        cpu_kv_layer *kv = &c->kv_all[(size_t)sq * (size_t)hp->n_layer + (size_t)il];
+        cpu_attn_args a = ce_attn_args(c, il, t1 - t0);
+        a.pos0 = c->pos[t0];
+        a.q = c->q + t0 * nq, a.k_new = c->k + t0 * nk, a.v_new = c->v + t0 * nv;
+        a.out = c->attn + t0 * no;
+        size_t need = cpu_attention_scratch_size(kv, &a, tp_size(c->pool));
+        bool fits = need <= c->attn_scratch_size;
+        st = cpu_attention(c->pool, kv, &a, fits ? c->attn_scratch : NULL,
+                           fits ? c->attn_scratch_size : 0, err);
+    }
     if (st == HM_OK) st = ce_linear(c, &L->wo, NULL, c->attn, n, c->proj, err);
     return st;
 }
@@ -105,7 +119,7 @@ static bool layer_front_staged(cpu_engine *c, int il, int n, hm_status *st, hm_e
 /* Attention block, FFN norm and router logits of layer il: c->xn, c->router. */
 static hm_status layer_front(cpu_engine *c, int il, int n, hm_error *err) {
     hm_status st = HM_OK;
-    if (layer_front_staged(c, il, n, &st, err)) return st;
+    if (!c->tok_seq && layer_front_staged(c, il, n, &st, err)) return st;
     const hm_layer *L = hm_model_layer(c->m, il);
     st = attention_block(c, il, n, err);
     if (st != HM_OK) return st;
@@ -164,27 +178,16 @@ static hm_status moe_block(cpu_engine *c, int il, int n, hm_error *err) {
     return HM_OK;
 }
 
-hm_status cpu_engine_forward(cpu_engine *c, const int32_t *tokens, const float *x_in, int n,
-                             int pos, float *x_out, float *logits, hm_logits_mode mode,
-                             hm_error *err) {
+/* The input rows (row tokens[t] of token_embd, dequantised, or the given hidden rows) and the
+ * engine's layers for n tokens at positions c->pos; *done when the one-job decode step also
+ * wrote the logits. */
+static hm_status run_layers(cpu_engine *c, const int32_t *tokens, const float *x_in, int n,
+                            float *logits, hm_logits_mode mode, bool *done, hm_error *err) {
     const hm_model *m = c->m;
     const hm_hparams *hp = hm_model_hparams(m);
     const int64_t E = hp->n_embd;
     const int l0 = c->p.layer_begin, l1 = c->p.layer_end;
-    const bool last = l1 == hp->n_layer; /* the range ends with the model's last layer */
     hm_status st = HM_OK;
-    if (n <= 0 || n > c->p.n_ubatch)
-        return hm_error_set(err, HM_ERR_ARG, "CPU engine: %d tokens in one ubatch (1..%d)", n,
-                            c->p.n_ubatch);
-    if (l0 == 0 ? !tokens : !x_in)
-        return hm_error_set(err, HM_ERR_ARG, "CPU engine: layers [%d, %d) start from %s, none "
-                            "given", l0, l1, l0 == 0 ? "token ids" : "hidden rows");
-    if (mode != HM_LOGITS_NONE && (!last || !logits))
-        return hm_error_set(err, HM_ERR_ARG, "CPU engine: logits asked of layers [%d, %d) of %lld"
-                            "%s", l0, l1, (long long)hp->n_layer, logits ? "" : " without a buffer");
-
-    /* the input rows: row tokens[t] of token_embd, dequantised, or the given hidden rows */
-    for (int t = 0; t < n; t++) c->pos[t] = pos + t;
     if (l0 > 0) memcpy(c->x, x_in, sizeof(float) * (size_t)n * (size_t)E);
     for (int t = 0; t < n && l0 == 0; t++) {
         st = quant_dequantize_row(hm_model_tok_embd(m)->type,
@@ -198,23 +201,96 @@ hm_status cpu_engine_forward(cpu_engine *c, const int32_t *tokens, const float *
     /* every layer rotates q and k at these positions: their cos/sin once */
     const cpu_rope_params rp = hm_model_rope_params(m);
     st = cpu_rope_table(&rp, (int)hp->head_dim_k, c->pos, n, c->rope_cs, err);
-    bool done = false;
-    if (st == HM_OK && n == 1) /* decode: one pool job for the whole step when it can be */
-        st = ce_token_forward(c, mode == HM_LOGITS_NONE ? NULL : logits, &done, err);
-    for (int il = l0; il < l1 && st == HM_OK && !done; il++) {
+    *done = false;
+    if (st == HM_OK && n == 1 && !c->tok_seq) /* decode: one pool job for the step if it can */
+        st = ce_token_forward(c, mode == HM_LOGITS_NONE ? NULL : logits, done, err);
+    for (int il = l0; il < l1 && st == HM_OK && !*done; il++) {
         st = layer_front(c, il, n, err);
         if (st == HM_OK) st = moe_block(c, il, n, err);
     }
+    return st;
+}
+
+/* The final norm and the output matrix on rows [0, cnt) of rows. */
+static hm_status output_rows(cpu_engine *c, const float *rows, int cnt, float *logits,
+                             hm_error *err) {
+    const hm_hparams *hp = c->hp;
+    const int64_t E = hp->n_embd;
+    cpu_rmsnorm(ce_op_pool(c->pool, cnt * E), rows, hm_model_output_norm(c->m)->data, c->xn, cnt,
+                E, hp->rms_eps);
+    return ce_linear(c, hm_model_output(c->m), NULL, c->xn, cnt, logits, err);
+}
+
+hm_status cpu_engine_forward(cpu_engine *c, const int32_t *tokens, const float *x_in, int n,
+                             int pos, float *x_out, float *logits, hm_logits_mode mode,
+                             hm_error *err) {
+    const hm_hparams *hp = c->hp;
+    const int64_t E = hp->n_embd;
+    const int l0 = c->p.layer_begin, l1 = c->p.layer_end;
+    const bool last = l1 == hp->n_layer; /* the range ends with the model's last layer */
+    if (n <= 0 || n > c->p.n_ubatch)
+        return hm_error_set(err, HM_ERR_ARG, "CPU engine: %d tokens in one ubatch (1..%d)", n,
+                            c->p.n_ubatch);
+    if (l0 == 0 ? !tokens : !x_in)
+        return hm_error_set(err, HM_ERR_ARG, "CPU engine: layers [%d, %d) start from %s, none "
+                            "given", l0, l1, l0 == 0 ? "token ids" : "hidden rows");
+    if (mode != HM_LOGITS_NONE && (!last || !logits))
+        return hm_error_set(err, HM_ERR_ARG, "CPU engine: logits asked of layers [%d, %d) of %lld"
+                            "%s", l0, l1, (long long)hp->n_layer, logits ? "" : " without a buffer");
+    for (int t = 0; t < n; t++) c->pos[t] = pos + t;
+    c->tok_seq = NULL;
+    bool done = false;
+    hm_status st = run_layers(c, tokens, x_in, n, logits, mode, &done, err);
     if (st != HM_OK) return st;
     if (x_out) memcpy(x_out, c->x, sizeof(float) * (size_t)n * (size_t)E);
     if (done || mode == HM_LOGITS_NONE) return HM_OK;
-
     /* output: final norm and logits, for every token or only the last */
-    int first = mode == HM_LOGITS_ALL ? 0 : n - 1;
-    int cnt = n - first;
-    cpu_rmsnorm(ce_op_pool(c->pool, cnt * E), c->x + first * E, hm_model_output_norm(m)->data,
-                c->xn, cnt, E, hp->rms_eps);
-    return ce_linear(c, hm_model_output(m), NULL, c->xn, cnt, logits, err);
+    const int first = mode == HM_LOGITS_ALL ? 0 : n - 1;
+    return output_rows(c, c->x + first * E, n - first, logits, err);
+}
+
+hm_status cpu_engine_forward_seqs(cpu_engine *c, const int32_t *tokens, int n, const int32_t *seq,
+                                  const int32_t *pos, const uint8_t *want, float *logits,
+                                  hm_error *err) {
+    const hm_hparams *hp = c->hp;
+    const int64_t E = hp->n_embd;
+    if (c->p.layer_begin != 0 || c->p.layer_end != hp->n_layer)
+        return hm_error_set(err, HM_ERR_STATE, "CPU engine: several sequences need the whole "
+                            "model (this engine runs layers [%d, %d))", c->p.layer_begin,
+                            c->p.layer_end);
+    if (n <= 0 || n > c->p.n_ubatch || !tokens || !seq || !pos)
+        return hm_error_set(err, HM_ERR_ARG, "CPU engine: %d tokens of several sequences in one "
+                            "ubatch (1..%d, with their sequences and positions)", n,
+                            c->p.n_ubatch);
+    int n_want = 0;
+    for (int t = 0; t < n; t++) {
+        if (seq[t] < 0 || seq[t] >= c->n_seq || pos[t] < 0 || pos[t] >= c->p.n_ctx)
+            return hm_error_set(err, HM_ERR_ARG, "CPU engine: token %d: sequence %d, position %d "
+                                "(%d sequences of %d positions)", t, seq[t], pos[t], c->n_seq,
+                                c->p.n_ctx);
+        for (int u = t - 1; u >= 0; u--) /* the sequence's previous token in this call */
+            if (seq[u] == seq[t]) {
+                if (pos[t] != pos[u] + 1)
+                    return hm_error_set(err, HM_ERR_ARG, "CPU engine: sequence %d: position %d "
+                                        "after %d in one call", seq[t], pos[t], pos[u]);
+                break;
+            }
+        n_want += want && want[t];
+    }
+    if (n_want > 0 && !logits)
+        return hm_error_set(err, HM_ERR_ARG, "CPU engine: logits of %d tokens without a buffer",
+                            n_want);
+    memcpy(c->pos, pos, sizeof(*pos) * (size_t)n);
+    c->tok_seq = seq;
+    bool done = false;
+    hm_status st = run_layers(c, tokens, NULL, n, NULL, HM_LOGITS_NONE, &done, err);
+    c->tok_seq = NULL;
+    if (st != HM_OK || n_want == 0) return st;
+    int k = 0; /* the wanted rows, packed into proj */
+    for (int t = 0; t < n; t++)
+        if (want[t]) memcpy(c->proj + (size_t)k++ * (size_t)E, c->x + (size_t)t * (size_t)E,
+                            sizeof(float) * (size_t)E);
+    return output_rows(c, c->proj, n_want, logits, err);
 }
 
 hm_status cpu_engine_decode(cpu_engine *c, const int32_t *tokens, int n, int pos, float *logits,

@@ -14,7 +14,12 @@ struct cpu_engine {
     cpu_engine_params p;
     tp_pool *pool;
     const quant_kernels *kern;
-    cpu_kv_layer *kv;      /* [n_layer]; sliding-window layers hold a ring */
+    cpu_kv_layer *kv_all;  /* [n_seq][n_layer]: each sequence's cache; sliding-window layers
+                              hold a ring */
+    cpu_kv_layer *kv;      /* [n_layer] sequence 0's (kv_all): every single-sequence call */
+    int n_seq;
+    const int32_t *tok_seq; /* [n] each token's sequence in a cpu_engine_forward_seqs call, else
+                               NULL (every token in sequence 0) */
 
     /* scratch, sized for n_ubatch tokens (nu) */
     float *x;        /* [nu][n_embd] residual stream */
