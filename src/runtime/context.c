@@ -41,27 +41,6 @@
 #include "runtime/route_setup.h"
 #include "runtime/tiered.h"
 
-struct hm_context {
-    const hm_model *m;
-    hm_context_params p;
-    int n_past;          /* positions held */
-    cpu_engine *cpu;     /* the CPU path, or NULL */
-    cuda_engine *gpu;    /* the GPU path, or NULL */
-    hm_tiered *tiered;   /* the CPU side of the GPU engine's host layers (tiered plan), or NULL */
-    int split;           /* a split plan: the GPU's first layer k (cpu runs [0, k)); 0: none */
-    float *rows;         /* split: [n_ubatch][n_embd] hidden rows from the CPU's last layer */
-    moe_observer obs;    /* routing observer (no function set: none) */
-    bool gpu_counting;   /* the GPU engine counts routes on the device for obs */
-    uint64_t *hits;      /* [n_layer][n_expert] device counts read back (GPU path) */
-    uint64_t *calls, *tokens; /* [n_layer] */
-    char *override_tensor;    /* the context's copy of p.override_tensor */
-    char *hot_cache;          /* the context's copy of p.moe_hot_cache */
-    moe_placement plan;       /* the placement plan (zeroed when none was asked for) */
-    char *report;             /* its report, or NULL */
-    fetch_setup fetch;        /* prompt ubatches' fetched experts (tiered plans) */
-    uint64_t staging;         /* bytes of one staging buffer the plan reserved (0: none) */
-    int tiered_threads;       /* the CPU side's threads: -t, or 0 (hm_tiered's default) */
-};
 
 hm_context_params hm_context_default_params(void) {
     hm_context_params p = {.n_ctx = 0, .n_batch = 2048, .n_ubatch = 512, .n_threads = 0,
@@ -99,6 +78,9 @@ static hm_status resolve_params(const hm_model *m, const hm_context_params *in,
         p->moe_hot_cache_policy >= HOT_POLICY_COUNT)
         return hm_error_set(err, HM_ERR_ARG, "--moe-hot-cache-update-rate must be in [0, 1], "
                             "--moe-hot-cache-update-interval >= 1 and the policy known");
+    if (p->n_seq < 0 || p->n_seq > 256)
+        return hm_error_set(err, HM_ERR_ARG, "%d sequences (-np): 1 to 256", p->n_seq);
+    if (p->n_seq == 0) p->n_seq = 1;
     if (p->n_ctx == 0) p->n_ctx = (int)(hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
     if (p->n_batch == 0) p->n_batch = 2048;
     if (p->n_ubatch == 0) p->n_ubatch = 512;
@@ -127,7 +109,7 @@ static hm_status resolve_params(const hm_model *m, const hm_context_params *in,
 static cpu_engine_params cpu_params(const hm_context_params *p) {
     return (cpu_engine_params){.n_ctx = p->n_ctx, .n_ubatch = p->n_ubatch,
                                .n_threads = p->n_threads, .type_k = p->type_k,
-                               .type_v = p->type_v};
+                               .type_v = p->type_v, .n_seq = p->n_seq};
 }
 
 uint64_t hm_context_bytes(const hm_model *m, const hm_context_params *params) {
@@ -488,6 +470,12 @@ hm_status hm_context_init(const hm_model *m, const hm_context_params *params, hm
         if (!c->override_tensor) st = hm_error_set(err, HM_ERR_NOMEM, "out of memory (context)");
     }
     if (st == HM_OK && placement_asked(&c->p)) st = placement_open(c, err);
+    if (st == HM_OK && c->p.n_seq > 1 && c->gpu)
+        st = hm_error_set(err, HM_ERR_UNSUPPORTED, "%d sequences (-np %d): several sequences run "
+                          "on the CPU engine only for now; this placement uses the GPU (-ngl 0, "
+                          "or -np 1)", c->p.n_seq, c->p.n_seq);
+    if (st == HM_OK && !(c->seq_past = calloc((size_t)c->p.n_seq, sizeof(int))))
+        st = hm_error_set(err, HM_ERR_NOMEM, "out of memory (context)");
     if (st == HM_OK && c->p.routing_profile) st = route_setup_open(c->m, &c->p, c->gpu, err);
     if (st == HM_OK && c->p.moe_hot_cache && !c->gpu)
         HM_LOGW("hot cache: --moe-hot-cache needs a GPU running a placement that keeps routed "
@@ -520,6 +508,7 @@ void hm_context_free(hm_context *c) {
     cuda_engine_free(c->gpu);
     cpu_engine_free(c->cpu);
     free(c->rows);
+    free(c->seq_past);
     free(c->hits);
     free(c->calls);
     free(c->tokens);
@@ -563,7 +552,7 @@ moe_exec *hm_context_exec(hm_context *c) { return c->cpu ? cpu_engine_exec(c->cp
 
 void hm_context_reset(hm_context *c) {
     /* the GPU cache is overwritten from the position a decode starts at: nothing to clear */
-    if (c->cpu) cpu_engine_reset(c->cpu);
+    if (c->cpu) cpu_engine_seq_reset(c->cpu, 0);
     c->n_past = 0;
 }
 

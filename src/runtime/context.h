@@ -99,6 +99,9 @@ typedef struct {
     hm_layer_perf moe_layer_perf; /* --moe-layer-perf: off (default), update (only what the
                                      updater needs), full (per-layer counters for
                                      hm_context_perf_write) */
+    int n_seq;        /* sequences, each with its own cache of n_ctx positions (hm_decode_seqs;
+                         the server's -np slots); 0 or 1: one. More than one runs on the CPU
+                         engine only for now */
 } hm_context_params;
 
 hm_context_params hm_context_default_params(void);
@@ -117,10 +120,24 @@ uint64_t hm_context_bytes(const hm_model *m, const hm_context_params *params);
 hm_status hm_decode(hm_context *ctx, const int32_t *tokens, int n_tok, int pos, float *logits,
                     hm_logits_mode mode, hm_error *err);
 
+/* ---- several sequences (continuous batching: runtime/slots.h) ----
+ * Sequence 0 is the one hm_decode, hm_context_n_past, _reset and _truncate work on. */
+int hm_context_n_seq(const hm_context *ctx);
+int hm_context_seq_n_past(const hm_context *ctx, int seq);
+/* Empties sequence seq's cache. */
+hm_status hm_context_seq_clear(hm_context *ctx, int seq, hm_error *err);
+/* One batch over several sequences: token i (tokens[0..n), n <= n_batch) is appended to sequence
+ * seq[i] at its next position (a sequence's tokens in order). logits receives [n_want][n_vocab]:
+ * the rows of the tokens with want[i] != 0, in order (want NULL: none). A token's logits are the
+ * bytes a single-sequence hm_decode of its sequence gives. Errors: ids, sequences, a sequence
+ * that would outgrow n_ctx (HM_ERR_RANGE, nothing run), HM_ERR_UNSUPPORTED on a GPU context. */
+hm_status hm_decode_seqs(hm_context *ctx, const int32_t *tokens, const int32_t *seq, int n,
+                         const uint8_t *want, float *logits, hm_error *err);
+
 int hm_context_n_past(const hm_context *ctx);
 int hm_context_n_ctx(const hm_context *ctx);
 int hm_context_n_batch(const hm_context *ctx);
-/* Empties the KV cache. */
+/* Empties the KV cache (sequence 0's). */
 void hm_context_reset(hm_context *ctx);
 /* Keeps positions [0, n_keep). Sliding-window layers keep a ring, so truncating further back
  * than n_ubatch positions before n_past is HM_ERR_STATE when the model has them. */

@@ -1,0 +1,156 @@
+/* slots.c - continuous batching over the sequences of one context (slots.h). */
+#include "runtime/slots.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    bool active;
+    int32_t *prompt; /* [n_prompt] */
+    int n_prompt, fed; /* prompt tokens in the cache */
+    bool pending;      /* tok handed out, not yet in the cache */
+    int32_t tok;
+    sample_state *smp;
+} slot;
+
+struct hm_slots {
+    hm_context *ctx;
+    int n, n_batch;
+    int64_t n_vocab;
+    slot *sl;           /* [n] */
+    int32_t *tokens, *seq; /* [n_batch] the step's batch */
+    uint8_t *want;      /* [n_batch] */
+    int *row_slot;      /* [n] slot of each logits row */
+    float *logits;      /* [n][n_vocab] */
+};
+
+hm_status hm_slots_init(hm_context *ctx, hm_slots **out, hm_error *err) {
+    *out = NULL;
+    hm_slots *s = calloc(1, sizeof(*s));
+    if (!s) return hm_error_set(err, HM_ERR_NOMEM, "out of memory (slots)");
+    s->ctx = ctx;
+    s->n = hm_context_n_seq(ctx);
+    s->n_batch = hm_context_n_batch(ctx);
+    s->n_vocab = hm_model_hparams(hm_context_model(ctx))->n_vocab;
+    s->sl = calloc((size_t)s->n, sizeof(*s->sl));
+    s->tokens = malloc(sizeof(int32_t) * (size_t)s->n_batch);
+    s->seq = malloc(sizeof(int32_t) * (size_t)s->n_batch);
+    s->want = malloc((size_t)s->n_batch);
+    s->row_slot = malloc(sizeof(int) * (size_t)s->n);
+    s->logits = malloc(sizeof(float) * (size_t)s->n * (size_t)s->n_vocab);
+    if (!s->sl || !s->tokens || !s->seq || !s->want || !s->row_slot || !s->logits) {
+        hm_slots_free(s);
+        return hm_error_set(err, HM_ERR_NOMEM, "out of memory (slots)");
+    }
+    *out = s;
+    return HM_OK;
+}
+
+void hm_slots_stop(hm_slots *s, int k) {
+    if (!s || k < 0 || k >= s->n) return;
+    slot *q = &s->sl[k];
+    free(q->prompt);
+    sample_free(q->smp);
+    memset(q, 0, sizeof(*q));
+}
+
+void hm_slots_free(hm_slots *s) {
+    if (!s) return;
+    for (int k = 0; s->sl && k < s->n; k++) hm_slots_stop(s, k);
+    free(s->sl);
+    free(s->tokens);
+    free(s->seq);
+    free(s->want);
+    free(s->row_slot);
+    free(s->logits);
+    free(s);
+}
+
+int hm_slots_count(const hm_slots *s) { return s->n; }
+
+bool hm_slots_active(const hm_slots *s, int k) { return k >= 0 && k < s->n && s->sl[k].active; }
+
+int hm_slots_room(const hm_slots *s, int k) {
+    if (!hm_slots_active(s, k)) return 0;
+    const slot *q = &s->sl[k];
+    const int used = q->fed < q->n_prompt ? q->n_prompt
+                                          : hm_context_seq_n_past(s->ctx, k) + (q->pending ? 1 : 0);
+    const int room = hm_context_n_ctx(s->ctx) - used;
+    return room > 0 ? room : 0;
+}
+
+hm_status hm_slots_start(hm_slots *s, int k, const int32_t *prompt, int n, const sample_params *sp,
+                         hm_error *err) {
+    if (k < 0 || k >= s->n) return hm_error_set(err, HM_ERR_ARG, "slot %d of %d", k, s->n);
+    if (n < 1 || !prompt || n >= hm_context_n_ctx(s->ctx))
+        return hm_error_set(err, HM_ERR_ARG, "slot %d: a prompt of %d tokens (1 to %d)", k, n,
+                            hm_context_n_ctx(s->ctx) - 1);
+    hm_slots_stop(s, k);
+    hm_status st = hm_context_seq_clear(s->ctx, k, err);
+    if (st != HM_OK) return st;
+    slot *q = &s->sl[k];
+    if (!(q->prompt = malloc(sizeof(int32_t) * (size_t)n)))
+        return hm_error_set(err, HM_ERR_NOMEM, "out of memory (slot prompt)");
+    memcpy(q->prompt, prompt, sizeof(int32_t) * (size_t)n);
+    st = sample_init(sp, (int32_t)s->n_vocab, &q->smp, err);
+    if (st != HM_OK) {
+        hm_slots_stop(s, k);
+        return st;
+    }
+    for (int i = 0; i < n; i++) sample_accept(q->smp, prompt[i]);
+    q->n_prompt = n;
+    q->active = true;
+    return HM_OK;
+}
+
+/* Appends slot k's part of the step to the batch: its pending token, or its next prompt chunk
+ * within the room left (m tokens in the batch so far); the new count. */
+static int add_slot(hm_slots *s, int k, int m, bool prompts) {
+    slot *q = &s->sl[k];
+    if (!q->active) return m;
+    if (!prompts && q->fed == q->n_prompt && q->pending &&
+        hm_context_seq_n_past(s->ctx, k) < hm_context_n_ctx(s->ctx) && m < s->n_batch) {
+        s->tokens[m] = q->tok, s->seq[m] = k, s->want[m] = 1;
+        return m + 1;
+    }
+    if (prompts && q->fed < q->n_prompt) {
+        int c = q->n_prompt - q->fed;
+        if (c > s->n_batch - m) c = s->n_batch - m;
+        for (int i = 0; i < c; i++) {
+            s->tokens[m + i] = q->prompt[q->fed + i], s->seq[m + i] = k;
+            s->want[m + i] = q->fed + i == q->n_prompt - 1;
+        }
+        return m + c;
+    }
+    return m;
+}
+
+hm_status hm_slots_step(hm_slots *s, int32_t *out, hm_error *err) {
+    int m = 0;
+    for (int k = 0; k < s->n; k++) out[k] = -1;
+    for (int k = 0; k < s->n; k++) m = add_slot(s, k, m, false);
+    for (int k = 0; k < s->n; k++) m = add_slot(s, k, m, true);
+    if (m == 0)
+        return hm_error_set(err, HM_ERR_STATE, "slots: no active slot has work (all idle or "
+                            "full)");
+    hm_status st = hm_decode_seqs(s->ctx, s->tokens, s->seq, m, s->want, s->logits, err);
+    if (st != HM_OK) return st;
+    int rows = 0;
+    for (int i = 0; i < m; i++) { /* what went into the caches */
+        slot *q = &s->sl[s->seq[i]];
+        if (q->fed < q->n_prompt) q->fed++;
+        else q->pending = false;
+        if (s->want[i]) s->row_slot[rows++] = s->seq[i];
+    }
+    for (int r = 0; r < rows; r++) {
+        const int k = s->row_slot[r];
+        slot *q = &s->sl[k];
+        if (hm_slots_room(s, k) == 0) continue;
+        st = sample_token(q->smp, s->logits + (size_t)r * (size_t)s->n_vocab, &q->tok, err);
+        if (st != HM_OK) return st;
+        sample_accept(q->smp, q->tok);
+        q->pending = true;
+        out[k] = q->tok;
+    }
+    return HM_OK;
+}
