@@ -57,6 +57,8 @@ typedef struct {
     const char *file;         /* -f (NULL: not given) */
     int n_predict;            /* -n: tokens to generate, -1 = until end of generation (-1) */
     int n_ctx;                /* -c: 0 = from the model (0) */
+    int n_seq;                /* serve -np: sequences decoded together (0: one); -c is split
+                                 between them, as llama-server splits it between its slots */
     int n_batch;              /* -b (2048) */
     int n_ubatch;             /* -ub (512) */
     int n_threads;            /* -t: 0 = number of online CPUs (0) */

@@ -24,7 +24,8 @@ int cmd_serve(int argc, char **argv) {
         {"--api-key", NULL, CLI_ARG_STR, &api_key, "KEY",
          "require Authorization: Bearer KEY on /v1/ routes (default: none)"},
         {"-np", "--parallel", CLI_ARG_INT, &n_parallel, "N",
-         "requests decoded at once (default: 1; one for now: more wait in the queue)"},
+         "requests decoded at once, batched together; -c is split between them (default: 1; "
+         "more than one on the CPU engine only for now)"},
         {"--queue", NULL, CLI_ARG_INT, &queue, "N", "requests that may wait (default: 64; more: "
                                                     "503)"},
         {"--chat-template", NULL, CLI_ARG_STR, &tmpl_name, "NAME",
@@ -47,9 +48,7 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "hotmoe " CMD ": --port must be in [0, 65535], --queue and -np >= 1\n");
         return 2;
     }
-    if (n_parallel > 1)
-        fprintf(stderr, "hotmoe " CMD ": -np %d: requests are decoded one at a time for now; the "
-                "others wait in the queue\n", n_parallel);
+    a.n_seq = n_parallel;
     cli_engine e;
     rc = cli_engine_open(&e, CMD, &a, CLI_ENGINE_VOCAB, 0);
     if (rc) return rc;
@@ -88,8 +87,9 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "hotmoe " CMD ": %s\n", err.msg);
         status = 1;
     } else {
-        fprintf(stderr, "hotmoe " CMD ": listening on http://%s:%d (model %s, context %d)\n",
-                host, hm_server_port(srv), m.model_name, hm_context_n_ctx(e.ctx));
+        fprintf(stderr, "hotmoe " CMD ": listening on http://%s:%d (model %s, context %d%s%d "
+                "slots)\n", host, hm_server_port(srv), m.model_name, hm_context_n_ctx(e.ctx),
+                n_parallel > 1 ? " per slot, " : ", ", n_parallel);
         int sig = 0;
         sigwait(&set, &sig);
         fprintf(stderr, "hotmoe " CMD ": %s: finishing the requests in flight\n",

@@ -106,6 +106,19 @@ int cli_engine_open(cli_engine *e, const char *cmd, const cli_common_args *a, un
     }
     hm_context_params cp = hm_context_default_params();
     cp.n_ctx = a->n_ctx > 0 ? a->n_ctx : n_ctx_default;
+    if (a->n_seq > 1) { /* -c is every slot's together */
+        const int total = cp.n_ctx > 0 ? cp.n_ctx
+                          : hp->n_ctx_train > 0 && hp->n_ctx_train < 4096 ? (int)hp->n_ctx_train
+                                                                          : 4096;
+        cp.n_ctx = total / a->n_seq;
+        cp.n_seq = a->n_seq;
+        if (cp.n_ctx < 16) {
+            fprintf(stderr, "hotmoe %s: -c %d split between %d slots leaves %d positions each "
+                    "(at least 16)\n", cmd, total, a->n_seq, cp.n_ctx);
+            cli_engine_close(e);
+            return 2;
+        }
+    }
     cp.n_batch = a->n_batch;
     cp.n_ubatch = a->n_ubatch;
     cp.n_threads = a->n_threads;

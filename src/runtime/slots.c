@@ -22,6 +22,7 @@ struct hm_slots {
     uint8_t *want;      /* [n_batch] */
     int *row_slot;      /* [n] slot of each logits row */
     float *logits;      /* [n][n_vocab] */
+    int last_batch;
 };
 
 hm_status hm_slots_init(hm_context *ctx, hm_slots **out, hm_error *err) {
@@ -135,6 +136,7 @@ hm_status hm_slots_step(hm_slots *s, int32_t *out, hm_error *err) {
                             "full)");
     hm_status st = hm_decode_seqs(s->ctx, s->tokens, s->seq, m, s->want, s->logits, err);
     if (st != HM_OK) return st;
+    s->last_batch = m;
     int rows = 0;
     for (int i = 0; i < m; i++) { /* what went into the caches */
         slot *q = &s->sl[s->seq[i]];
@@ -154,3 +156,5 @@ hm_status hm_slots_step(hm_slots *s, int32_t *out, hm_error *err) {
     }
     return HM_OK;
 }
+
+int hm_slots_last_batch(const hm_slots *s) { return s->last_batch; }

@@ -47,5 +47,7 @@ int hm_slots_room(const hm_slots *s, int k);
  * got in this step, or -1 (not active, still reading its prompt, or full). A slot with no room
  * left gets no token: the caller stops it. HM_ERR_STATE when no slot is active. */
 hm_status hm_slots_step(hm_slots *s, int32_t *out, hm_error *err);
+/* Tokens the last step computed (prompt chunks and generated tokens together). */
+int hm_slots_last_batch(const hm_slots *s);
 
 #endif

@@ -100,8 +100,23 @@ static bool apply_queued(hm_server *s) {
     return any;
 }
 
+srv_job *srv_queue_take(hm_server *s) {
+    if (s->n_queued == 0) return NULL;
+    srv_job *j = s->queue[s->q_head];
+    if (j->kind != SRV_GENERATE && s->slots_busy > 0) return NULL;
+    s->q_head = (s->q_head + 1) % s->p.queue_max;
+    s->n_queued--;
+    if (s->stop) { /* what is left when stopping: cancelled */
+        pthread_mutex_lock(&j->mu);
+        j->cancelled = true;
+        pthread_mutex_unlock(&j->mu);
+    }
+    return j;
+}
+
 static void *worker_main(void *arg) {
     hm_server *s = arg;
+    if (hm_context_n_seq(s->m.ctx) > 1 && srv_slots_loop(s)) return NULL;
     for (;;) {
         pthread_mutex_lock(&s->mu);
         while (s->n_queued == 0 && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
@@ -246,7 +261,7 @@ static char *metrics_text(hm_server *s) {
     hm_server_stats st;
     hm_server_get_stats(s, &st);
     pthread_mutex_lock(&s->mu);
-    const int queued = s->n_queued, busy = s->busy ? 1 : 0;
+    const int queued = s->n_queued, busy = s->slots_busy > 0 ? s->slots_busy : s->busy ? 1 : 0;
     pthread_mutex_unlock(&s->mu);
     uint64_t vram = 0, pinned = 0;
     hm_context_memory(s->m.ctx, &vram, &pinned);
@@ -268,9 +283,18 @@ static char *metrics_text(hm_server *s) {
              "# HELP hotmoe_vram_bytes VRAM the placement holds (weights, KV, buffers, cache).\n"
              "# TYPE hotmoe_vram_bytes gauge\nhotmoe_vram_bytes %llu\n"
              "# HELP hotmoe_pinned_bytes Host memory registered as pinned (the experts' mapping).\n"
-             "# TYPE hotmoe_pinned_bytes gauge\nhotmoe_pinned_bytes %llu\n",
+             "# TYPE hotmoe_pinned_bytes gauge\nhotmoe_pinned_bytes %llu\n"
+             "# HELP hotmoe_slots Requests decoded at once (-np).\n"
+             "# TYPE hotmoe_slots gauge\nhotmoe_slots %d\n"
+             "# HELP hotmoe_batch_steps_total Batched forward steps of the slots (-np > 1).\n"
+             "# TYPE hotmoe_batch_steps_total counter\nhotmoe_batch_steps_total %llu\n"
+             "# HELP hotmoe_batch_tokens_total Tokens those steps computed (their mean batch: "
+             "tokens / steps).\n# TYPE hotmoe_batch_tokens_total counter\n"
+             "hotmoe_batch_tokens_total %llu\n",
              tps, (unsigned long long)ts.hot_hits, (unsigned long long)ts.hot_misses,
-             (unsigned long long)vram, (unsigned long long)pinned);
+             (unsigned long long)vram, (unsigned long long)pinned, hm_context_n_seq(s->m.ctx),
+             (unsigned long long)atomic_load(&s->st_batch_steps),
+             (unsigned long long)atomic_load(&s->st_batch_tokens));
     if (o < 0 || (size_t)o >= cap) o = 0;
     snprintf(t + o, cap - (size_t)o,
              "# HELP hotmoe_requests_total Generation requests accepted.\n"

@@ -1,6 +1,8 @@
-/* server_gen.c - one request on the inference thread (server_internal.h: srv_gen_run): the
- * prompt (rendered with the chat template for chat), tokens, a generation from an empty cache
- * with the request's sampling and seed, its text handed to the request as it comes.
+/* server_gen.c - one request on the inference thread (server_internal.h): the prompt (rendered
+ * with the chat template for chat), tokens, a generation from an empty cache with the request's
+ * sampling and seed, its text handed to the request as it comes. srv_run_* hold a request
+ * between its tokens, so that one loop (srv_gen_run: the generator, any context) or several
+ * requests at once (server_slots.c) can draw them.
  *
  * DESIGN: the stop rules, in order: the token budget (max_tokens: "length"), a full context
  * ("length"), an end-of-turn token (the template's stop texts, else the vocabulary's
@@ -18,31 +20,26 @@
 #include "runtime/generate.h"
 #include "server/server_internal.h"
 
-typedef struct {
-    char *b;
-    size_t n, cap;
-} text_buf;
-
-static bool text_add(text_buf *t, const char *s, size_t n) {
-    if (t->n + n + 1 > t->cap) {
-        size_t cap = (t->n + n + 1) * 2;
-        char *b = realloc(t->b, cap);
+static bool text_add(srv_run *r, const char *s, size_t n) {
+    if (r->text_n + n + 1 > r->text_cap) {
+        size_t cap = (r->text_n + n + 1) * 2;
+        char *b = realloc(r->text, cap);
         if (!b) return false;
-        t->b = b, t->cap = cap;
+        r->text = b, r->text_cap = cap;
     }
-    memcpy(t->b + t->n, s, n);
-    t->n += n;
-    t->b[t->n] = 0;
+    memcpy(r->text + r->text_n, s, n);
+    r->text_n += n;
+    r->text[r->text_n] = 0;
     return true;
 }
 
-/* The first stop string in t at or after `from` (its offset), or -1. */
-static long find_stop(const oai_request *r, const text_buf *t, size_t from) {
+/* The first stop string in the text at or after `from` (its offset), or -1. */
+static long find_stop(const oai_request *q, const srv_run *r, size_t from) {
     long best = -1;
-    for (int i = 0; i < r->n_stop; i++) {
-        const size_t m = strlen(r->stop[i]);
-        for (size_t p = from; p + m <= t->n; p++)
-            if (!memcmp(t->b + p, r->stop[i], m)) {
+    for (int i = 0; i < q->n_stop; i++) {
+        const size_t m = strlen(q->stop[i]);
+        for (size_t p = from; p + m <= r->text_n; p++)
+            if (!memcmp(r->text + p, q->stop[i], m)) {
                 if (best < 0 || (long)p < best) best = (long)p;
                 break;
             }
@@ -84,138 +81,130 @@ static hm_status prompt_tokens(const hm_server *s, const oai_request *r, tok_ids
     return st;
 }
 
-/* A stream's chunk of text [from, to) of t. false: cancelled (or out of memory). */
-static bool emit(srv_job *j, const oai_meta *m, const text_buf *t, size_t from, size_t to) {
+/* A stream's chunk of the text [from, to). false: cancelled (or out of memory). */
+static bool emit(srv_run *r, size_t from, size_t to) {
     if (to <= from) return true;
-    char *c = oai_chunk(m, t->b + from, to - from, NULL);
-    const bool ok = c && srv_job_put(j, c, strlen(c), false, 0);
+    char *c = oai_chunk(&r->meta, r->text + from, to - from, NULL);
+    const bool ok = c && srv_job_put(r->j, c, strlen(c), false, 0);
     free(c);
     return ok;
 }
 
-void srv_gen_run(hm_server *s, srv_job *j) {
-    const oai_request *r = &j->req;
-    char id[64];
-    snprintf(id, sizeof(id), "%s%s", r->chat ? "chat" : "", j->id);
-    const oai_meta meta = {.id = id, .model = s->model_id, .created = j->created, .chat = r->chat};
+static int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000ll + t.tv_nsec;
+}
+
+bool srv_run_begin(hm_server *s, srv_job *j, srv_run *r) {
+    memset(r, 0, sizeof(*r));
+    const oai_request *q = &j->req;
+    r->j = j;
+    snprintf(r->id, sizeof(r->id), "%s%s", q->chat ? "chat" : "", j->id);
+    r->meta = (oai_meta){.id = r->id, .model = s->model_id, .created = j->created, .chat = q->chat};
     pthread_mutex_lock(&j->mu);
     const bool gone = j->cancelled;
     pthread_mutex_unlock(&j->mu);
     if (gone) {
         atomic_fetch_add(&s->st_cancelled, 1);
         srv_job_put(j, NULL, 0, true, 503);
-        return;
+        return false;
     }
     hm_error err = {0};
-    tok_ids ids = {0};
-    if (prompt_tokens(s, r, &ids, &err) != HM_OK) {
+    if (prompt_tokens(s, q, &r->ids, &err) != HM_OK) {
         finish_error(s, j, 400, err.msg);
-        tok_ids_free(&ids);
-        return;
+        tok_ids_free(&r->ids);
+        return false;
     }
     const int n_ctx = hm_context_n_ctx(s->m.ctx);
-    if (ids.n == 0 || (int64_t)ids.n >= n_ctx) {
+    if (r->ids.n == 0 || (int64_t)r->ids.n >= n_ctx) {
         char msg[128];
-        snprintf(msg, sizeof(msg), "the prompt has %zu tokens; the context holds %d", ids.n,
+        snprintf(msg, sizeof(msg), "the prompt has %zu tokens; the context holds %d", r->ids.n,
                  n_ctx);
-        finish_error(s, j, 400, ids.n ? msg : "the prompt has no tokens");
-        tok_ids_free(&ids);
-        return;
+        finish_error(s, j, 400, r->ids.n ? msg : "the prompt has no tokens");
+        tok_ids_free(&r->ids);
+        return false;
     }
-    hm_context_reset(s->m.ctx);
-    sample_params sp = r->sp;
-    if (!r->seed_given && s->m.seed_random) { /* as llama-server: a fresh seed per request */
+    r->sp = q->sp;
+    if (!q->seed_given && s->m.seed_random) { /* as llama-server: a fresh seed per request */
         struct timespec now;
         clock_gettime(CLOCK_REALTIME, &now);
-        sp.seed = (uint64_t)now.tv_sec * 1000000007ull ^ (uint64_t)now.tv_nsec;
+        r->sp.seed = (uint64_t)now.tv_sec * 1000000007ull ^ (uint64_t)now.tv_nsec;
     }
-    hm_gen *g = NULL;
-    if (hm_gen_init(s->m.ctx, &sp, NULL, &g, &err) != HM_OK) {
-        finish_error(s, j, 400, err.msg);
-        tok_ids_free(&ids);
-        return;
+    r->n_stops = q->chat && s->m.tmpl ? chat_stop_ids(s->m.tmpl, s->m.vocab, r->stops, 8) : 0;
+    for (int i = 0; i < q->n_stop; i++)
+        if (strlen(q->stop[i]) > r->hold + 1) r->hold = strlen(q->stop[i]) - 1;
+    tok_stream_init(&r->ts, s->m.vocab, TOK_DECODE_REPLACE_INVALID);
+    chat_harmony_init(&r->hv, q->chat ? s->m.tmpl : NULL, s->m.vocab); /* harmony: final only */
+    r->finish = "stop";
+    r->alive = true;
+    r->t0_ns = now_ns();
+    return true;
+}
+
+bool srv_run_full(srv_run *r, int room) {
+    if ((r->j->req.max_tokens >= 0 && r->n_gen >= r->j->req.max_tokens) || room == 0) {
+        r->finish = "length";
+        return true;
     }
-    hm_gen_set_max(g, r->max_tokens);
-    int32_t stops[8];
-    const int n_stops = r->chat && s->m.tmpl ? chat_stop_ids(s->m.tmpl, s->m.vocab, stops, 8) : 0;
-    size_t hold = 0; /* bytes a stream keeps back: the longest stop string - 1 */
-    for (int i = 0; i < r->n_stop; i++)
-        if (strlen(r->stop[i]) > hold + 1) hold = strlen(r->stop[i]) - 1;
-    tok_stream ts;
-    tok_stream_init(&ts, s->m.vocab, TOK_DECODE_REPLACE_INVALID);
-    chat_harmony hv; /* a harmony chat (gpt-oss): the final channel's text only */
-    chat_harmony_init(&hv, r->chat ? s->m.tmpl : NULL, s->m.vocab);
-    text_buf t = {0};
-    size_t emitted = 0;
-    int n_gen = 0;
-    const char *finish = "stop";
-    bool alive = true, cut = false;
-    hm_status st = hm_gen_prompt(g, ids.ids, (int)ids.n, &err);
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    while (!st && alive) {
-        if (r->max_tokens >= 0 && n_gen >= r->max_tokens) {
-            finish = "length";
-            break;
+    return false;
+}
+
+bool srv_run_token(hm_server *s, srv_run *r, int32_t tok, hm_status *st, hm_error *err) {
+    const oai_request *q = &r->j->req;
+    bool end = r->n_stops == 0 ? tok_is_eog(s->m.vocab, tok) : false;
+    for (int i = 0; i < r->n_stops; i++) end = end || tok == r->stops[i];
+    if (end) return false;
+    r->n_gen++;
+    chat_harmony_token(&r->hv, tok);
+    const char *piece;
+    size_t plen;
+    if ((*st = tok_stream_push(&r->ts, tok, &piece, &plen, err))) return false;
+    if (chat_harmony_piece(&r->hv, piece, plen)) {
+        const size_t before = r->text_n;
+        if (!text_add(r, piece, plen)) {
+            *st = hm_error_set(err, HM_ERR_NOMEM, "out of memory");
+            return false;
         }
-        if (hm_gen_room(g) == 0) {
-            finish = "length";
-            break;
-        }
-        int32_t tok;
-        if ((st = hm_gen_next(g, &tok, &err))) break;
-        bool end = n_stops == 0 ? tok_is_eog(s->m.vocab, tok) : false;
-        for (int i = 0; i < n_stops; i++) end = end || tok == stops[i];
-        if (end) break;
-        n_gen++;
-        chat_harmony_token(&hv, tok);
-        const char *piece;
-        size_t plen;
-        if ((st = tok_stream_push(&ts, tok, &piece, &plen, &err))) break;
-        if (!chat_harmony_piece(&hv, piece, plen)) continue;
-        const size_t before = t.n;
-        if (!text_add(&t, piece, plen)) {
-            st = hm_error_set(&err, HM_ERR_NOMEM, "out of memory");
-            break;
-        }
-        const long at = find_stop(r, &t, before > hold ? before - hold : 0);
+        const long at = find_stop(q, r, before > r->hold ? before - r->hold : 0);
         if (at >= 0) {
-            t.n = (size_t)at;
-            cut = true;
-            break;
+            r->text_n = (size_t)at;
+            r->cut = true;
+            return false;
         }
-        if (r->stream && t.n > emitted + hold) {
-            alive = emit(j, &meta, &t, emitted, t.n - hold);
-            emitted = t.n - hold;
+        if (q->stream && r->text_n > r->emitted + r->hold) {
+            r->alive = emit(r, r->emitted, r->text_n - r->hold);
+            r->emitted = r->text_n - r->hold;
         }
-        pthread_mutex_lock(&j->mu);
-        alive = alive && !j->cancelled;
-        pthread_mutex_unlock(&j->mu);
     }
-    struct timespec t1;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    atomic_fetch_add(&s->st_decode_ns, (unsigned long long)((t1.tv_sec - t0.tv_sec) * 1000000000ll +
-                                                            (t1.tv_nsec - t0.tv_nsec)));
-    atomic_fetch_add(&s->st_decode_tokens, (unsigned long long)n_gen);
+    pthread_mutex_lock(&r->j->mu);
+    r->alive = r->alive && !r->j->cancelled;
+    pthread_mutex_unlock(&r->j->mu);
+    return r->alive;
+}
+
+void srv_run_end(hm_server *s, srv_run *r, hm_status st, const hm_error *err) {
+    srv_job *j = r->j;
+    const oai_request *q = &j->req;
+    atomic_fetch_add(&s->st_decode_ns, (unsigned long long)(now_ns() - r->t0_ns));
+    atomic_fetch_add(&s->st_decode_tokens, (unsigned long long)r->n_gen);
     const char *rest;
     size_t rlen;
-    tok_stream_flush(&ts, &rest, &rlen);
-    if (!st && !cut && rlen && hv.in_final) text_add(&t, rest, rlen);
-    hm_gen_free(g);
-    hm_error e2;
-    hm_context_flush_routes(s->m.ctx, &e2); /* a GPU's routing counts of this generation */
-    tok_stream_free(&ts);
-    atomic_fetch_add(&s->st_prompt_tokens, ids.n);
-    atomic_fetch_add(&s->st_completion_tokens, (unsigned long long)n_gen);
+    tok_stream_flush(&r->ts, &rest, &rlen);
+    if (!st && !r->cut && rlen && r->hv.in_final) text_add(r, rest, rlen);
+    tok_stream_free(&r->ts);
+    atomic_fetch_add(&s->st_prompt_tokens, r->ids.n);
+    atomic_fetch_add(&s->st_completion_tokens, (unsigned long long)r->n_gen);
     if (st) {
-        finish_error(s, j, 500, err.msg);
-    } else if (!alive) {
+        finish_error(s, j, r->err_status ? r->err_status : 500,
+                     err ? err->msg : "generation failed");
+    } else if (!r->alive) {
         atomic_fetch_add(&s->st_cancelled, 1);
         srv_job_put(j, NULL, 0, true, 499);
-    } else if (r->stream) {
-        bool ok = emit(j, &meta, &t, emitted, t.n);
-        char *fin = oai_chunk(&meta, "", 0, finish);
-        char *use = r->include_usage ? oai_usage_chunk(&meta, (int)ids.n, n_gen) : NULL;
+    } else if (q->stream) {
+        bool ok = emit(r, r->emitted, r->text_n);
+        char *fin = oai_chunk(&r->meta, "", 0, r->finish);
+        char *use = q->include_usage ? oai_usage_chunk(&r->meta, (int)r->ids.n, r->n_gen) : NULL;
         if (ok && fin) srv_job_put(j, fin, strlen(fin), false, 0);
         if (ok && use) srv_job_put(j, use, strlen(use), false, 0);
         srv_job_put(j, "data: [DONE]\n\n", 14, true, 200);
@@ -223,12 +212,38 @@ void srv_gen_run(hm_server *s, srv_job *j) {
         free(use);
         atomic_fetch_add(&s->st_completed, 1);
     } else {
-        char *resp = oai_response(&meta, t.b ? t.b : "", t.n, finish, (int)ids.n, n_gen);
+        char *resp = oai_response(&r->meta, r->text ? r->text : "", r->text_n, r->finish,
+                                  (int)r->ids.n, r->n_gen);
         if (resp) srv_job_put(j, resp, strlen(resp), true, 200);
         else finish_error(s, j, 500, "out of memory");
         free(resp);
         atomic_fetch_add(&s->st_completed, 1);
     }
-    free(t.b);
-    tok_ids_free(&ids);
+    free(r->text);
+    tok_ids_free(&r->ids);
+    memset(r, 0, sizeof(*r));
+}
+
+void srv_gen_run(hm_server *s, srv_job *j) {
+    srv_run r;
+    if (!srv_run_begin(s, j, &r)) return;
+    hm_error err = {0};
+    hm_context_reset(s->m.ctx);
+    hm_gen *g = NULL;
+    if (hm_gen_init(s->m.ctx, &r.sp, NULL, &g, &err) != HM_OK) {
+        r.err_status = 400; /* the request's sampling */
+        srv_run_end(s, &r, HM_ERR_ARG, &err);
+        return;
+    }
+    hm_gen_set_max(g, j->req.max_tokens);
+    hm_status st = hm_gen_prompt(g, r.ids.ids, (int)r.ids.n, &err);
+    r.t0_ns = now_ns();
+    while (!st && !srv_run_full(&r, hm_gen_room(g))) {
+        int32_t tok;
+        if ((st = hm_gen_next(g, &tok, &err)) || !srv_run_token(s, &r, tok, &st, &err)) break;
+    }
+    hm_gen_free(g);
+    hm_error e2;
+    hm_context_flush_routes(s->m.ctx, &e2); /* a GPU's routing counts of this generation */
+    srv_run_end(s, &r, st, &err);
 }

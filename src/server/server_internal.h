@@ -1,5 +1,6 @@
 /* server_internal.h - the server's object and its requests, shared by server.c (HTTP, the
- * queue) and server_gen.c (the inference thread's work on one request). server/ only. */
+ * queue), server_gen.c (the inference thread's work on one request) and server_slots.c (several
+ * requests at once in the context's sequences). server/ only. */
 #ifndef HM_SERVER_SERVER_INTERNAL_H
 #define HM_SERVER_SERVER_INTERNAL_H
 
@@ -9,6 +10,8 @@
 #include "moe/learn_file.h"
 #include "server/oai.h"
 #include "server/server.h"
+#include "tokenizer/chat.h"
+#include "tokenizer/tokenizer.h"
 
 struct MHD_Daemon;
 
@@ -46,10 +49,12 @@ struct hm_server {
     srv_job **queue; /* [p.queue_max] ring */
     int q_head, n_queued;
     bool busy, draining, stop;
+    int slots_busy;  /* generations running in slots (-np > 1) */
     atomic_ullong next_id;
     atomic_ullong st_requests, st_completed, st_errors, st_cancelled, st_rejected;
     atomic_ullong st_prompt_tokens, st_completion_tokens;
     atomic_ullong st_decode_ns, st_decode_tokens; /* generations' decode time and tokens */
+    atomic_ullong st_batch_steps, st_batch_tokens; /* the slots' batched steps and their tokens */
     /* routing counts of every generation (the context's observer, server_moe.c) */
     int n_layer, n_expert;
     atomic_ullong *route_hits;           /* [n_layer][n_expert] */
@@ -62,6 +67,48 @@ bool srv_job_put(srv_job *j, const char *text, size_t n, bool done, int status);
 void srv_job_unref(srv_job *j);
 /* The inference thread: the whole request, always ending with done. */
 void srv_gen_run(hm_server *s, srv_job *j);
+
+/* One generation's state between its tokens (server_gen.c), whichever loop draws them. */
+typedef struct {
+    srv_job *j;
+    char id[64];
+    oai_meta meta;
+    tok_ids ids;          /* the prompt */
+    sample_params sp;     /* the request's, its seed drawn when it gives none */
+    int32_t stops[8];     /* end-of-turn tokens of the template */
+    int n_stops;
+    size_t hold;          /* bytes a stream keeps back: the longest stop string - 1 */
+    tok_stream ts;
+    chat_harmony hv;
+    char *text;           /* the answer so far (text_n bytes, capacity text_cap) */
+    size_t text_n, text_cap, emitted;
+    int n_gen;
+    const char *finish;
+    bool alive, cut;
+    int err_status;       /* the HTTP status of a failure (500 unless set) */
+    int64_t t0_ns;        /* the first token's start (decode time) */
+} srv_run;
+
+/* The request's prompt and sampling; false when the job is already answered (cancelled, a bad
+ * prompt: its error sent) and r holds nothing. */
+bool srv_run_begin(hm_server *s, srv_job *j, srv_run *r);
+/* Whether the generation stops before another token: the token budget or no room left
+ * ("length"). */
+bool srv_run_full(srv_run *r, int room);
+/* Takes one token; false when the generation ends with it (end of turn, a stop string, the
+ * client gone) or *st was set (err). */
+bool srv_run_token(hm_server *s, srv_run *r, int32_t tok, hm_status *st, hm_error *err);
+/* Answers the request (st != HM_OK: the error in err) and frees r's state. */
+void srv_run_end(hm_server *s, srv_run *r, hm_status st, const hm_error *err);
+
+/* With s->mu held: the queue's next job for the inference thread, or NULL (none, or a job
+ * other than a generation while slots are busy: it waits at the head until they are idle).
+ * Taken after stop: marked cancelled. */
+srv_job *srv_queue_take(hm_server *s);
+
+/* The inference thread's loop when the context has several sequences (-np): until stop; false
+ * when it could not start (out of memory: nothing taken, the caller runs one at a time). */
+bool srv_slots_loop(hm_server *s);
 /* The same for SRV_PERF_* and SRV_CACHE_GET (server_moe.c). */
 void srv_moe_run(hm_server *s, srv_job *j);
 /* The routing observer feeding s->route_* (installed at start; HM_OK or its error). */

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# serve_slots.sh - `hotmoe serve -np 3` (continuous batching on the CPU engine) on loopback with a
+# forged tiny model: a greedy completion gives `hotmoe run`'s bytes; six requests at once (three
+# prompts, sampled with a seed, streamed and whole, longer than one batch) give each what the
+# same request gives alone; a seventh waits in the queue and is served; a client leaving a
+# stream frees its slot (counted cancelled, the next request served); /metrics counts busy
+# slots and the batched steps (requests at once take far fewer steps than one by one); -np 0
+# and a -c too small to split are refused. Skipped (77) without libmicrohttpd.
+#   bash tests/cli/serve_slots.sh HOTMOE_BIN TMPDIR      (run from the repository root)
+set -u
+bin=$1
+tmp=$2/serve_slots_sh
+mkdir -p "$tmp"
+. "$(dirname "${BASH_SOURCE[0]}")/common.bash"
+
+m=$tmp/q.gguf
+"$bin" forge --preset tiny-qwen3moe --type q8_0 --no-hf -q -o "$m" || bad "forge"
+"$bin" serve -m "$m" -np 0 --port 0 >/dev/null 2>"$tmp/np0.err"
+expect "-np 0: usage error (2)" test $? -eq 2
+"$bin" serve -m "$m" -np 4 -c 40 --port 0 >/dev/null 2>"$tmp/small.err"
+rc=$?
+grep -q "without libmicrohttpd" "$tmp/small.err" && cli_skip "this hotmoe has no server (libmicrohttpd)"
+expect "-c 40 -np 4: refused, 10 positions a slot (2)" test $rc -eq 2
+expect "-c 40 -np 4: says why" grep -q "leaves 10 positions each" "$tmp/small.err"
+
+serve_start "$bin" "$tmp/err" -m "$m" -t 2 -np 3 -c 768 -b 16 --queue 32
+expect "serve -np 3: listening" test -n "$port"
+expect "serve -np 3: 256 positions per slot, said" grep -q "context 256 per slot, 3 slots" "$tmp/err"
+"$bin" run -m "$m" -t 2 -p "Hello there" -n 12 --temp 0 --no-display-prompt >"$tmp/run.txt" 2>/dev/null
+python3 - "$port" "$tmp/run.txt" >"$tmp/py.out" 2>&1 <<'PY'
+import json, sys, threading, time, urllib.request, urllib.error
+port = sys.argv[1]
+run_txt = open(sys.argv[2], encoding="utf-8", errors="replace").read().rstrip("\n")
+fails = 0
+def check(name, ok):
+    global fails
+    print(("ok   " if ok else "FAIL ") + name)
+    fails += not ok
+def post(body):
+    r = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions",
+                               data=json.dumps(body).encode(),
+                               headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(r, timeout=120) as f:
+        raw = f.read().decode()
+    if not body.get("stream"):
+        return json.loads(raw)["choices"][0]["text"]
+    text = ""
+    for line in raw.splitlines():
+        if line.startswith("data: {"):
+            text += json.loads(line[6:])["choices"][0].get("text", "")
+    return text
+
+greedy = post({"prompt": "Hello there", "max_tokens": 12, "temperature": 0})
+check("greedy completion: hotmoe run's bytes", greedy == run_txt)
+long_prompt = " ".join(["the engine reads the experts"] * 6)  # over one batch (-b 16)
+bodies = []
+for i, p in enumerate(["Once upon a time", "The function returns", long_prompt]):
+    for stream in (False, True):
+        bodies.append({"prompt": p, "max_tokens": 24, "temperature": 0.8, "seed": 11 + i,
+                       "stream": stream})
+def metric(name):
+    m = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    v = [l.split()[1] for l in m.splitlines() if l.startswith(name + " ")]
+    return float(v[0]) if v else -1
+s0 = metric("hotmoe_batch_steps_total")
+alone = [post(b) for b in bodies]
+s1 = metric("hotmoe_batch_steps_total")
+check("alone: sampled texts not empty", all(alone))
+res = [None] * (len(bodies) + 1)
+def go(k, b):
+    try:
+        res[k] = post(b)
+    except Exception as e:
+        res[k] = e
+ts = [threading.Thread(target=go, args=(k, b)) for k, b in enumerate(bodies)]
+ts.append(threading.Thread(target=go, args=(len(bodies), bodies[0])))
+for t in ts:
+    t.start()
+for t in ts:
+    t.join()
+check("7 at once: every request answered", all(isinstance(r, str) for r in res))
+check("7 at once: each the bytes it gives alone",
+      all(res[k] == alone[k] for k in range(len(bodies))) and res[-1] == alone[0])
+s2 = metric("hotmoe_batch_steps_total")
+# alone the six took s1 - s0 steps; at once (with a seventh) three slots share each step
+check(f"batched: the six alone took {s1 - s0:.0f} steps, seven at once {s2 - s1:.0f}",
+      s1 - s0 > 0 and s2 - s1 < 0.7 * (s1 - s0) * 7 / 6 and metric("hotmoe_slots") == 3)
+
+# a client leaving a stream: its slot is freed, the next request served
+r = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions",
+                           data=json.dumps({"prompt": "Once", "max_tokens": 200,
+                                            "stream": True}).encode())
+f = urllib.request.urlopen(r, timeout=60)
+f.readline()
+f.close()
+time.sleep(0.5)
+after = post({"prompt": "Hello there", "max_tokens": 12, "temperature": 0})
+check("after a client left: served", after == run_txt)
+m = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+busy = [l for l in m.splitlines() if l.startswith("hotmoe_slots_busy ")]
+canc = [l for l in m.splitlines() if l.startswith("hotmoe_requests_cancelled_total ")]
+check("metrics: slots_busy 0 when idle", busy == ["hotmoe_slots_busy 0"])
+check("metrics: the left stream counted cancelled", canc and int(canc[0].split()[1]) >= 1)
+print(f"{fails} failed")
+sys.exit(1 if fails else 0)
+PY
+rc=$?
+cat "$tmp/py.out"
+expect "python checks" test $rc -eq 0
+kill -TERM "$pid"
+wait "$pid"
+expect "SIGTERM: exit 0" test $? -eq 0
+cli_summary serve_slots
