@@ -132,6 +132,11 @@ void tiered_hot_observe(hm_tiered *t, int L, const cuda_handoff_msg *m) {
     hot_admit_observe(h->adm, L, h->dec, n);
     h->win_calls[L]++;
     if (L == h->first_layer) h->win_tokens += m->n_tok;
+    uint64_t hits, misses, admitted; /* before the answer, for readers on other threads */
+    hot_admit_counts(h->adm, &hits, &misses, &admitted);
+    atomic_store(&t->hot_hits, hits);
+    atomic_store(&t->hot_misses, misses);
+    atomic_store(&t->hot_admitted, admitted);
 }
 
 /* Plans the exchanges a scoring asks for at rate against the current map, applies them to the
@@ -239,8 +244,9 @@ void tiered_hot_after(hm_tiered *t) {
 }
 
 void tiered_hot_counts(const hm_tiered *t, uint64_t *hits, uint64_t *misses, uint64_t *admitted) {
-    *hits = *misses = *admitted = 0;
-    if (t->hot) hot_admit_counts(t->hot->adm, hits, misses, admitted);
+    *hits = atomic_load(&t->hot_hits);
+    *misses = atomic_load(&t->hot_misses);
+    *admitted = atomic_load(&t->hot_admitted);
 }
 
 const uint8_t *tiered_hot_map(const hm_tiered *t) {

@@ -64,6 +64,8 @@ struct hm_tiered {
     /* the live layer perf counters (tiered_perf.c), or NULL (off) */
     struct tiered_perf *perf;
     atomic_ullong hot_updates, hot_exchanged, hot_refused;
+    atomic_ullong hot_hits, hot_misses, hot_admitted; /* the controller's counts, published by
+                                                         the worker after each request */
     /* post-fetch at decode requests (tiered_postfetch.c), or NULL (off) */
     struct tiered_pf *pf;
     atomic_ullong pf_requests, pf_experts, pf_bytes, pf_fallbacks, pf_wait_ns, pf_copy_ns;
@@ -92,6 +94,7 @@ void tiered_resume(hm_tiered *t);
  * handed over after it; its counters; freed with the object (the worker stopped). */
 void tiered_hot_observe(hm_tiered *t, int L, const cuda_handoff_msg *m);
 void tiered_hot_after(hm_tiered *t);
+/* The controller's counts as the worker last published them (any thread). */
 void tiered_hot_counts(const hm_tiered *t, uint64_t *hits, uint64_t *misses, uint64_t *admitted);
 /* The controller's residency map [n_layer][n_expert] (1: in a slot, as of its last decision), or
  * NULL without a hot cache. */
