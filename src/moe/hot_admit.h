@@ -12,6 +12,14 @@
  * higher. `static` never admits: the plan and the updater alone change the cache. The caller
  * copies each admitted expert into its victim's slot (an asynchronous copy; the CPU computed
  * the miss this time) and switches the table before the next step. Pure C.
+ * Admissions must pay: a copy costs host memory bandwidth about as much as the CPU's own read
+ * of the expert, so an admission is useful when the expert is hit at least twice more while
+ * hot than the expert it evicted is used meanwhile (what that slot would have served).
+ * Each admission is judged when it is evicted or HOT_ADMIT_WINDOW steps later; per layer a
+ * running share of useful admissions (start 1, weight 0.2 per judgement) below min_useful
+ * pauses the layer's admissions, one probe admission every HOT_ADMIT_WINDOW steps keeping the
+ * share current. Uniform routing thus stops admitting; routing with temporal locality keeps
+ * admitting.
  */
 #ifndef HM_MOE_HOT_ADMIT_H
 #define HM_MOE_HOT_ADMIT_H
@@ -32,7 +40,11 @@ typedef struct {
     hot_policy policy;
     int max_per_step; /* K: admissions per layer per step (>= 1) */
     double decay;     /* lfru: frequencies x decay each step, in (0, 1] (default 0.9) */
+    double min_useful; /* a layer's share of useful admissions below which it pauses, [0, 1]
+                          (default 0.5; 0: never) */
 } hot_admit_cfg;
+
+#define HOT_ADMIT_WINDOW 32 /* steps after which an admission is judged; a paused layer's probe */
 
 hot_admit_cfg hot_admit_default(void);
 
@@ -54,5 +66,7 @@ const uint8_t *hot_admit_map(const hot_admit *a); /* [n_layer][n_expert] */
 /* An exchange decided elsewhere (the updater), or one taken back: out leaves, in enters. */
 void hot_admit_apply(hot_admit *a, int il, int out, int in);
 void hot_admit_counts(const hot_admit *a, uint64_t *hits, uint64_t *misses, uint64_t *admitted);
+/* Admissions a paused layer left out (misses that would have been admitted). */
+uint64_t hot_admit_paused(const hot_admit *a);
 
 #endif

@@ -80,8 +80,8 @@ hm_status hm_tiered_set_hot(hm_tiered *t, const hm_tiered_hot_cfg *c, const uint
     const size_t n = (size_t)NL * (size_t)NE;
     tiered_hot *h = calloc(1, sizeof(*h));
     hm_status st = h ? HM_OK : hm_error_set(err, HM_ERR_NOMEM, "out of memory (hot cache)");
-    hot_admit_cfg ac = {.policy = c->policy, .max_per_step = c->admit_per_step,
-                        .decay = c->decay};
+    hot_admit_cfg ac = hot_admit_default(); /* its guard: admissions must pay */
+    ac.policy = c->policy, ac.max_per_step = c->admit_per_step, ac.decay = c->decay;
     if (st == HM_OK) st = hot_admit_init(NL, NE, hot, &ac, &h->adm, err);
     if (st == HM_OK) {
         h->win_hits = calloc(n, sizeof(*h->win_hits));

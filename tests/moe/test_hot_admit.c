@@ -1,7 +1,9 @@
 /* test_hot_admit.c - the hot cache's online admission (moe/hot_admit.h) on hand-made routing
  * whose admissions are derived in the comments: policy names, static (counts only), lru
  * (victims by last use, K per layer per step), lfru (decayed frequencies; a newcomer must beat
- * its victim), a two-phase workload's hit counts (static 100 of 200, lru 197), bad configs. */
+ * its victim), a two-phase workload's hit counts (static 100 of 200, lru 197), the guard that
+ * pauses admissions that do not pay (uniform routing) and keeps those that do, bad configs. */
+#include <stdbool.h>
 #include <string.h>
 
 #include "harness.h"
@@ -31,7 +33,8 @@ static void test_names(void) {
     HM_CHECK(hot_policy_parse("LRU", &p, &err) == HM_ERR_ARG &&
              strstr(err.msg, "'LRU' (known: static, lru, lfru)"));
     const hot_admit_cfg d = hot_admit_default();
-    HM_CHECK(d.policy == HOT_POLICY_STATIC && d.max_per_step == 1 && d.decay == 0.9);
+    HM_CHECK(d.policy == HOT_POLICY_STATIC && d.max_per_step == 1 && d.decay == 0.9 &&
+             d.min_useful == 0.5);
 }
 
 /* LRU, 4 experts, slots {0, 1}, K = 1:
@@ -105,6 +108,73 @@ static void test_phases(void) {
     }
 }
 
+/* The guard (min_useful 0.5): 64 experts, 16 slots, lru, K = 1, 4 selections a step.
+ *   uniform: an admitted expert is used about as often as the one it evicted, so the layer
+ *   pauses; after the first 500 steps, the probes (one per 32 steps) and the few admissions of
+ *   a share that recovered: far fewer than the ~1 a step without the guard;
+ *   a window of 8 experts drifting by one every 40 steps (wrapping over experts 16..63): every
+ *   admission is used many times, the victims not at all, the layer never pauses and the cache
+ *   follows the window (hits > 90 % after the start). */
+static uint64_t lcg(uint64_t *x) {
+    *x = *x * 6364136223846793005ull + 1442695040888963407ull;
+    return *x >> 33;
+}
+
+static void draw(int32_t *ids, int lo, int span, uint64_t *x) {
+    for (int k = 0; k < 4; k++) {
+        int32_t e;
+        bool again;
+        do {
+            e = lo + (int32_t)(lcg(x) % (uint64_t)span);
+            again = false;
+            for (int j = 0; j < k; j++) again = again || ids[j] == e;
+        } while (again);
+        ids[k] = e;
+    }
+}
+
+static void test_guard(void) {
+    uint8_t hot[64] = {0};
+    for (int e = 0; e < 16; e++) hot[e] = 1;
+    for (int pass = 0; pass < 2; pass++) {
+        const bool uniform = pass == 0;
+        hot_admit_cfg c = hot_admit_default();
+        c.policy = HOT_POLICY_LRU;
+        for (int guard = 0; guard < 2; guard++) {
+            c.min_useful = guard ? 0.5 : 0.0;
+            hot_admit *a = NULL;
+            hm_error err;
+            HM_REQUIRE(hot_admit_init(1, 64, hot, &c, &a, &err) == HM_OK);
+            uint64_t x = 5, adm_late = 0, h0 = 0, m0 = 0, ad0 = 0;
+            for (int t = 0; t < 2500; t++) {
+                int32_t ids[4];
+                draw(ids, uniform ? 0 : 16 + (t / 40) % 41, uniform ? 64 : 8, &x);
+                hot_exchange ex[8];
+                hot_admit_observe(a, 0, ids, 4);
+                const int n = hot_admit_step(a, ex, 8);
+                if (t >= 500) adm_late += (uint64_t)n;
+                if (t == 499) hot_admit_counts(a, &h0, &m0, &ad0);
+            }
+            uint64_t h, m, ad;
+            hot_admit_counts(a, &h, &m, &ad);
+            const double hit = (double)(h - h0) / (double)(h - h0 + m - m0);
+            if (uniform && guard) /* 75 when written */
+                HM_CHECK_MSG(adm_late < 300 && hot_admit_paused(a) > 1000,
+                             "uniform, guard: %llu admissions in 2000 steps, %llu paused",
+                             (unsigned long long)adm_late, (unsigned long long)hot_admit_paused(a));
+            if (uniform && !guard)
+                HM_CHECK_MSG(adm_late > 1500 && hot_admit_paused(a) == 0,
+                             "uniform, no guard: %llu admissions", (unsigned long long)adm_late);
+            if (!uniform)
+                HM_CHECK_MSG(hit > 0.9 && hot_admit_paused(a) == 0 && adm_late >= 40,
+                             "window%s: hit rate %.3f, %llu admissions, %llu paused",
+                             guard ? ", guard" : "", hit, (unsigned long long)adm_late,
+                             (unsigned long long)hot_admit_paused(a));
+            hot_admit_free(a);
+        }
+    }
+}
+
 static void test_bad(void) {
     const uint8_t hot[2] = {1, 0};
     hot_admit_cfg c = hot_admit_default();
@@ -119,4 +189,4 @@ static void test_bad(void) {
     HM_CHECK(hot_admit_init(1, 2, hot, &c, &a, &err) == HM_ERR_ARG && !a);
 }
 
-HM_TEST_MAIN(test_names, test_lru, test_k, test_lfru, test_phases, test_bad)
+HM_TEST_MAIN(test_names, test_lru, test_k, test_lfru, test_phases, test_guard, test_bad)
