@@ -73,6 +73,8 @@ typedef struct {
                               * buffers, not the CUDA context); 0 = no cap but the free memory */
     int layer_begin;         /* the first layer the engine runs, 0..n_layer (see DESIGN); 0: the
                               * whole model from token ids */
+    int n_seq;               /* sequences, each a KV cache of n_ctx positions (0: one); only
+                              * cuda_engine_decode_seqs reaches those after the first */
 } cuda_engine_params;
 
 /* Device bytes the engine would allocate: weights, KV cache, scratch (all three out, any may be
@@ -109,6 +111,17 @@ hm_status cuda_engine_decode(cuda_engine *e, const int32_t *tokens, int n_tok, i
 /* As cuda_engine_decode, from hidden rows instead of token ids: x [n_tok][n_embd] f32 (host
  * memory) is the input of layer layer_begin at positions pos..pos+n_tok-1 (the embedding rows
  * when layer_begin is 0). The way into an engine with layer_begin > 0. */
+/* One ubatch of several sequences (continuous batching), the whole model: token t (n <=
+ * n_ubatch) belongs to sequence seq[t] (< n_seq) at position pos[t] (a sequence's tokens in
+ * order at consecutive positions) and is stored in that sequence's cache; every layer's
+ * attention runs once per run of consecutive tokens of one sequence. Logits
+ * [n_want][n_vocab] of the tokens with want[t] != 0, in order (want NULL: none); synchronises.
+ * The single-sequence calls and the decode loop use sequence 0. HM_ERR_ARG: bad sequences or
+ * positions; HM_ERR_STATE: a layer range. */
+hm_status cuda_engine_decode_seqs(cuda_engine *e, const int32_t *tokens, int n, const int32_t *seq,
+                                  const int32_t *pos, const uint8_t *want, float *logits,
+                                  hm_error *err);
+
 hm_status cuda_engine_decode_rows(cuda_engine *e, const float *x, int n_tok, int pos,
                                   float *logits, hm_logits_mode mode, hm_error *err);
 

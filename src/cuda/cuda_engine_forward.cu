@@ -217,6 +217,30 @@ static hm_status qkv_multi(cuda_engine *e, const cuda_layer *L, int n, const voi
     return st;
 }
 
+/* One sequence's attention over its cache (every token of the step). */
+static hm_status attn_one(cuda_engine *e, const cuda_layer *L, int n, bool f32kv, hm_error *err) {
+    const hm_hparams *hp = &e->hp;
+    const int nh = (int)hp->n_head, nkv = (int)hp->n_head_kv, hd = (int)hp->head_dim_k;
+    cuda_attn_args a;
+    memset(&a, 0, sizeof(a));
+    a.n_head = nh;
+    a.n_head_kv = nkv;
+    a.head_dim = hd;
+    a.n_ctx = e->p.n_ctx;
+    a.n_tok = n;
+    a.window = L->swa ? hp->sliding_window : 0;
+    a.scale = 0.0f;
+    a.d_sinks = (const float *)L->sinks.d;
+    a.d_pos = e->d_positions;
+    a.q = e->q;
+    a.k_cache = L->k_cache;
+    a.v_cache = L->v_cache;
+    a.kv_f32 = f32kv;
+    a.out = e->attn;
+    a.scratch = cuda_attention_scratch_size(&a) ? e->attn_scratch : NULL;
+    return cuda_attention(&a, e->stream, err);
+}
+
 static hm_status attention_block(cuda_engine *e, int il, int n, fwd_defer *dfr, hm_error *err) {
     const hm_hparams *hp = &e->hp;
     const cuda_layer *L = &e->layers[il];
@@ -246,7 +270,8 @@ static hm_status attention_block(cuda_engine *e, int il, int n, fwd_defer *dfr, 
     ra.n_table = e->p.n_ctx;
     const bool f32kv = e->p.type_k == HM_TYPE_F32; /* else f16 (cuda_kv_check) */
     /* the fused kernel stores f16 caches only */
-    const bool fqk = fz && e->desc->qk_norm != HM_QKNORM_FULL && hd <= 256 && !f32kv;
+    const bool fqk = fz && e->desc->qk_norm != HM_QKNORM_FULL && hd <= 256 && !f32kv &&
+                     e->n_runs == 0; /* several sequences: the store per run, below */
     if (fqk) { /* q/k norm, RoPE and the KV store in one launch */
         cuda_fused_qk_args qa;
         memset(&qa, 0, sizeof(qa));
@@ -282,29 +307,12 @@ static hm_status attention_block(cuda_engine *e, int il, int n, fwd_defer *dfr, 
     }
     if (st == HM_OK && !fqk) {
         st = cuda_rope_qk(e->q, nh, e->k, nkv, n, hd, e->d_positions, &ra, e->stream, err);
-        if (st == HM_OK)
+        if (st == HM_OK && e->n_runs == 0)
             st = cuda_kv_store(e->p.type_k, L->k_cache, L->v_cache, e->p.n_ctx, nkv, hd, e->k,
                                e->v, n, e->d_positions, e->stream, err);
     }
     if (st != HM_OK) return st;
-    cuda_attn_args a;
-    memset(&a, 0, sizeof(a));
-    a.n_head = nh;
-    a.n_head_kv = nkv;
-    a.head_dim = hd;
-    a.n_ctx = e->p.n_ctx;
-    a.n_tok = n;
-    a.window = L->swa ? hp->sliding_window : 0;
-    a.scale = 0.0f;
-    a.d_sinks = (const float *)L->sinks.d;
-    a.d_pos = e->d_positions;
-    a.q = e->q;
-    a.k_cache = L->k_cache;
-    a.v_cache = L->v_cache;
-    a.kv_f32 = f32kv;
-    a.out = e->attn;
-    a.scratch = cuda_attention_scratch_size(&a) ? e->attn_scratch : NULL;
-    st = cuda_attention(&a, e->stream, err);
+    st = e->n_runs > 0 ? cuda_engine_attn_runs(e, L, n, err) : attn_one(e, L, n, f32kv, err);
     if (st == HM_OK && norm_in_router(e, L, n)) { /* x += attn . wo (+ bo), in the epilogue */
         const void *act = NULL;
         st = quantize(e, L->wo.type, e->attn, L->wo.ne[0], n, &act, err);
@@ -613,6 +621,11 @@ extern "C" hm_status cuda_engine_enqueue_forward(cuda_engine *e, const int32_t *
     cu_launch(k_positions, (n_tok + 127) / 128, 128, 0, S(e), e->d_pos, e->d_positions, n_tok,
               e->n_host ? e->d_seq : (uint32_t *)NULL);
     hm_status st = launched("k_positions", err);
+    if (st == HM_OK && e->n_runs > 0 && /* several sequences: their own positions */
+        cudaMemcpyAsync(e->d_positions, e->h_positions, sizeof(int32_t) * (size_t)n_tok,
+                        cudaMemcpyHostToDevice, S(e)) != cudaSuccess)
+        st = hm_error_set(err, HM_ERR_CUDA, "GPU: positions upload: %s",
+                          cudaGetErrorString(cudaGetLastError()));
     if (st == HM_OK && d_tokens) /* else: the input rows are in e->x */
         st = cuda_get_rows(e->tok_embd.type, e->tok_embd.d, e->tok_embd.row_size, d_tokens, n_tok,
                            e->hp.n_embd, e->x, e->stream, err);

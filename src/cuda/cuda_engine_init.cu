@@ -271,8 +271,9 @@ extern "C" hm_status cuda_engine_plan(const hm_model *m, const cuda_engine_param
     uint64_t row_k = cuda_kv_bytes(p->type_k, 1, (int)hp->n_head_kv, (int)hp->head_dim_k);
     uint64_t row_v = cuda_kv_bytes(p->type_v, 1, (int)hp->n_head_kv, (int)hp->head_dim_v);
     uint64_t k = 0;
+    const uint64_t rows = (uint64_t)p->n_ctx * (uint64_t)(p->n_seq > 1 ? p->n_seq : 1);
     for (int il = p->layer_begin; il < hp->n_layer; il++)
-        k += align_up(row_k * (uint64_t)p->n_ctx) + align_up(row_v * (uint64_t)p->n_ctx);
+        k += align_up(row_k * rows) + align_up(row_v * rows);
     if (weights) *weights = w;
     if (kv) *kv = k;
     if (scratch) *scratch = layout_scratch(m, p, NULL, NULL);
@@ -505,16 +506,26 @@ extern "C" hm_status cuda_engine_init(const hm_model *m, const cuda_engine_param
         char *kvp = (char *)e->kv_arena;
         size_t row_k = cuda_kv_bytes(p->type_k, 1, (int)e->hp.n_head_kv, (int)e->hp.head_dim_k);
         size_t row_v = cuda_kv_bytes(p->type_v, 1, (int)e->hp.n_head_kv, (int)e->hp.head_dim_v);
-        for (int il = p->layer_begin; il < e->hp.n_layer; il++) {
+        const size_t rows = (size_t)p->n_ctx * (size_t)(p->n_seq > 1 ? p->n_seq : 1);
+        for (int il = p->layer_begin; il < e->hp.n_layer; il++) { /* [n_seq][n_ctx] rows */
             e->layers[il].k_cache = kvp;
-            kvp += align_up(row_k * (size_t)p->n_ctx);
+            kvp += align_up(row_k * rows);
             e->layers[il].v_cache = kvp;
-            kvp += align_up(row_v * (size_t)p->n_ctx);
+            kvp += align_up(row_v * rows);
         }
     }
     CUDA_TRY(cudaMallocHost((void **)&e->h_tokens, sizeof(int32_t) * (size_t)p->n_ubatch),
              "pinned buffers");
     CUDA_TRY(cudaMallocHost((void **)&e->h_pos, sizeof(int32_t)), "pinned buffers");
+    CUDA_TRY(cudaMallocHost((void **)&e->h_positions, sizeof(int32_t) * (size_t)p->n_ubatch),
+             "pinned buffers");
+    e->run_t0 = (int *)malloc(sizeof(int) * 3 * (size_t)p->n_ubatch);
+    if (!e->run_t0) {
+        st = hm_error_set(err, HM_ERR_NOMEM, "out of memory (GPU engine runs)");
+        goto fail;
+    }
+    e->run_len = e->run_t0 + p->n_ubatch;
+    e->run_seq = e->run_len + p->n_ubatch;
     CUDA_TRY(cudaMallocHost((void **)&e->h_logits,
                             sizeof(float) * (size_t)e->n_logit_rows * (size_t)e->hp.n_vocab),
              "pinned buffers");
@@ -594,6 +605,8 @@ extern "C" void cuda_engine_free(cuda_engine *e) {
     if (e->h_count) cudaFreeHost(e->h_count);
     if (e->h_tokens) cudaFreeHost(e->h_tokens);
     if (e->h_pos) cudaFreeHost(e->h_pos);
+    if (e->h_positions) cudaFreeHost(e->h_positions);
+    free(e->run_t0);
     if (e->h_logits) cudaFreeHost(e->h_logits);
     if (e->h_rows) cudaFreeHost(e->h_rows);
     if (e->stream) cudaStreamDestroy((cudaStream_t)e->stream);
@@ -689,8 +702,7 @@ extern "C" hm_status cuda_engine_set_pos(cuda_engine *e, int pos, hm_error *err)
     return HM_OK;
 }
 
-/* Copies rows [0, n) of d_logits to dst through the pinned buffer (synchronises). */
-static hm_status logits_to_host(cuda_engine *e, int n, float *dst, hm_error *err) {
+hm_status cuda_engine_logits_to_host(cuda_engine *e, int n, float *dst, hm_error *err) {
     size_t bytes = sizeof(float) * (size_t)n * (size_t)e->hp.n_vocab;
     cudaError_t ce = cudaMemcpyAsync(e->h_logits, e->d_logits, bytes, cudaMemcpyDeviceToHost,
                                      (cudaStream_t)e->stream);
@@ -751,12 +763,12 @@ static hm_status decode_input(cuda_engine *e, const int32_t *tokens, const float
                 int nr = n - r < e->n_logit_rows ? n - r : e->n_logit_rows;
                 st = cuda_engine_enqueue_logits(e, r, nr, err);
                 if (st == HM_OK)
-                    st = logits_to_host(e, nr,
+                    st = cuda_engine_logits_to_host(e, nr,
                                         logits + (size_t)(done + r) * (size_t)e->hp.n_vocab, err);
             }
         } else if (st == HM_OK && mode == HM_LOGITS_LAST && last) {
             st = cuda_engine_enqueue_logits(e, n - 1, 1, err);
-            if (st == HM_OK) st = logits_to_host(e, 1, logits, err);
+            if (st == HM_OK) st = cuda_engine_logits_to_host(e, 1, logits, err);
         }
         if (st == HM_OK) st = cuda_engine_enqueue_advance(e, n, err);
         done += n;

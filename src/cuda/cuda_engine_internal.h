@@ -111,8 +111,14 @@ struct cuda_engine {
     float *d_logits;      /* [n_logit_rows][n_vocab] */
     int n_logit_rows;     /* rows of d_logits (ALL mode is copied out in pieces of this) */
 
+    /* several sequences (cuda_engine_decode_seqs): the step's runs of consecutive tokens of
+     * one sequence, read while the step is enqueued (n_runs 0: one sequence, the others) */
+    int n_runs;
+    int *run_t0, *run_len, *run_seq; /* [nu] (host) */
+
     /* pinned host memory */
     int32_t *h_tokens; /* [nu] */
+    int32_t *h_positions; /* [nu] the positions of a cuda_engine_decode_seqs step */
     int32_t *h_pos;    /* [1] */
     float *h_logits;   /* [n_logit_rows][n_vocab] */
     float *h_rows;     /* [nu][n_embd] input rows of cuda_engine_decode_rows (allocated by its
@@ -230,6 +236,12 @@ hm_status cuda_handoff_ready(const cuda_engine *e, hm_error *err);
 hm_status cuda_engine_set_pos(cuda_engine *e, int pos, hm_error *err);
 /* The one place the engine waits for its stream (counted in n_host_syncs). */
 hm_status cuda_engine_sync(cuda_engine *e, hm_error *err);
+/* Copies rows [0, n) of d_logits to dst through the pinned buffer (synchronises). */
+hm_status cuda_engine_logits_to_host(cuda_engine *e, int n, float *dst, hm_error *err);
+/* A step of several sequences (e->n_runs > 0), layer L: q and k roped at e->d_positions already;
+ * per run, its k/v rows stored in its sequence's cache and its attention into e->attn
+ * (cuda_engine_seqs.cu). */
+hm_status cuda_engine_attn_runs(cuda_engine *e, const cuda_layer *L, int n, hm_error *err);
 
 #ifdef __cplusplus
 }

@@ -79,6 +79,19 @@ hm_status cuda_engine_decode(cuda_engine *e, const int32_t *tokens, int n_tok, i
     return no_cuda(err);
 }
 
+hm_status cuda_engine_decode_seqs(cuda_engine *e, const int32_t *tokens, int n, const int32_t *seq,
+                                  const int32_t *pos, const uint8_t *want, float *logits,
+                                  hm_error *err) {
+    (void)e;
+    (void)tokens;
+    (void)n;
+    (void)seq;
+    (void)pos;
+    (void)want;
+    (void)logits;
+    return no_cuda(err);
+}
+
 hm_status cuda_engine_decode_rows(cuda_engine *e, const float *x, int n_tok, int pos,
                                   float *logits, hm_logits_mode mode, hm_error *err) {
     (void)e;

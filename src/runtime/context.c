@@ -171,7 +171,7 @@ static void gpu_facts_get(const hm_model *m, const hm_context_params *p, gpu_fac
     memset(g, 0, sizeof(*g));
     /* without an engine to ask: the K and V rows of every position (f32 4 bytes an element,
      * the GPU's other type f16 2), no scratch */
-    g->kv_layer = (uint64_t)p->n_ctx * (uint64_t)hp->n_head_kv *
+    g->kv_layer = (uint64_t)p->n_ctx * (uint64_t)p->n_seq * (uint64_t)hp->n_head_kv *
                   ((uint64_t)hp->head_dim_k * (p->type_k == HM_TYPE_F32 ? 4u : 2u) +
                    (uint64_t)hp->head_dim_v * (p->type_v == HM_TYPE_F32 ? 4u : 2u));
     cuda_device_info info[16];
@@ -196,7 +196,7 @@ static void gpu_facts_get(const hm_model *m, const hm_context_params *p, gpu_fac
     }
     const cuda_engine_params ep = {.device = p->main_gpu, .n_ctx = p->n_ctx,
                                    .n_ubatch = p->n_ubatch, .type_k = p->type_k,
-                                   .type_v = p->type_v};
+                                   .type_v = p->type_v, .n_seq = p->n_seq};
     uint64_t wb = 0, kvb = 0, sb = 0;
     if (cuda_engine_plan(m, &ep, &wb, &kvb, &sb, &e) != HM_OK) {
         snprintf(g->why, sizeof(g->why), "%s", e.msg);
@@ -317,7 +317,7 @@ static hm_status gpu_open(hm_context *c, const hm_residency *res, int split, hm_
     cuda_engine_params ep = {.device = c->p.main_gpu, .n_ctx = c->p.n_ctx,
                              .n_ubatch = c->p.n_ubatch, .type_k = c->p.type_k,
                              .type_v = c->p.type_v, .res = res, .vram_budget = c->p.vram_budget,
-                             .layer_begin = split};
+                             .layer_begin = split, .n_seq = split > 0 ? 1 : c->p.n_seq};
     hm_error e2 = {0};
     hm_status st = cuda_engine_init(c->m, &ep, &c->gpu, &e2);
     if (st == HM_OK && cuda_engine_host_layers(c->gpu) > 0) {
@@ -470,10 +470,11 @@ hm_status hm_context_init(const hm_model *m, const hm_context_params *params, hm
         if (!c->override_tensor) st = hm_error_set(err, HM_ERR_NOMEM, "out of memory (context)");
     }
     if (st == HM_OK && placement_asked(&c->p)) st = placement_open(c, err);
-    if (st == HM_OK && c->p.n_seq > 1 && c->gpu)
-        st = hm_error_set(err, HM_ERR_UNSUPPORTED, "%d sequences (-np %d): several sequences run "
-                          "on the CPU engine only for now; this placement uses the GPU (-ngl 0, "
-                          "or -np 1)", c->p.n_seq, c->p.n_seq);
+    if (st == HM_OK && c->p.n_seq > 1 && c->split > 0)
+        st = hm_error_set(err, HM_ERR_UNSUPPORTED, "%d sequences (-np %d): a placement split "
+                          "between the CPU and the GPU engines (a partial -ngl) runs one "
+                          "sequence; use -ngl 99 (with --cpu-moe or --n-cpu-moe for experts in "
+                          "RAM) or -ngl 0", c->p.n_seq, c->p.n_seq);
     if (st == HM_OK && !(c->seq_past = calloc((size_t)c->p.n_seq, sizeof(int))))
         st = hm_error_set(err, HM_ERR_NOMEM, "out of memory (context)");
     if (st == HM_OK && c->p.routing_profile) st = route_setup_open(c->m, &c->p, c->gpu, err);

@@ -100,8 +100,8 @@ typedef struct {
                                      updater needs), full (per-layer counters for
                                      hm_context_perf_write) */
     int n_seq;        /* sequences, each with its own cache of n_ctx positions (hm_decode_seqs;
-                         the server's -np slots); 0 or 1: one. More than one runs on the CPU
-                         engine only for now */
+                         the server's -np slots); 0 or 1: one. More than one on the CPU engine,
+                         the GPU engine (full) and tiered placements, not a split one */
 } hm_context_params;
 
 hm_context_params hm_context_default_params(void);
@@ -129,8 +129,9 @@ hm_status hm_context_seq_clear(hm_context *ctx, int seq, hm_error *err);
 /* One batch over several sequences: token i (tokens[0..n), n <= n_batch) is appended to sequence
  * seq[i] at its next position (a sequence's tokens in order). logits receives [n_want][n_vocab]:
  * the rows of the tokens with want[i] != 0, in order (want NULL: none). A token's logits are the
- * bytes a single-sequence hm_decode of its sequence gives. Errors: ids, sequences, a sequence
- * that would outgrow n_ctx (HM_ERR_RANGE, nothing run), HM_ERR_UNSUPPORTED on a GPU context. */
+ * bytes a single-sequence hm_decode of its sequence gives (on the GPU: in steps of at most 8
+ * tokens, the decode kernels' sizes). Errors: ids, sequences, a sequence that would outgrow
+ * n_ctx (HM_ERR_RANGE, nothing run), HM_ERR_UNSUPPORTED on a split placement. */
 hm_status hm_decode_seqs(hm_context *ctx, const int32_t *tokens, const int32_t *seq, int n,
                          const uint8_t *want, float *logits, hm_error *err);
 

@@ -6,7 +6,9 @@
  * hm_decode and hm_decode_seqs can be mixed. A batch is checked whole (ids, sequences, room)
  * before anything runs, then cut into ubatches of n_ubatch tokens; each token gets its
  * sequence's next position. The CPU engine computes every row as a single-sequence call does,
- * so which other sequences share a batch changes no byte (cpu_engine_forward_seqs).
+ * so which other sequences share a batch changes no byte (cpu_engine_forward_seqs); the GPU
+ * engine (full or tiered) runs the step as one forward with an attention per sequence
+ * (cuda_engine_decode_seqs). A split placement (a partial -ngl) runs one sequence only.
  */
 #include <stdlib.h>
 
@@ -37,9 +39,9 @@ hm_status hm_context_seq_clear(hm_context *c, int seq, hm_error *err) {
 static hm_status check_seqs(hm_context *c, const int32_t *tokens, const int32_t *seq, int n,
                             const uint8_t *want, const float *logits, hm_error *err) {
     const int64_t V = hm_model_hparams(c->m)->n_vocab;
-    if (!c->cpu || c->gpu || c->split > 0)
-        return hm_error_set(err, HM_ERR_UNSUPPORTED, "several sequences in one batch run on the "
-                            "CPU engine only for now");
+    if (c->split > 0 || (!c->cpu && !c->gpu))
+        return hm_error_set(err, HM_ERR_UNSUPPORTED, "several sequences in one batch need one "
+                            "engine for the whole model (not a split placement)");
     if (n <= 0 || !tokens || !seq)
         return hm_error_set(err, HM_ERR_ARG, "nothing to decode (%d tokens)", n);
     if (n > c->p.n_batch)
@@ -71,6 +73,19 @@ static hm_status check_seqs(hm_context *c, const int32_t *tokens, const int32_t 
     return st;
 }
 
+/* One ubatch on the context's engine; a tiered step that failed is redone once after the
+ * hand-off's reset (as hm_decode does). */
+static hm_status ubatch(hm_context *c, const int32_t *tokens, int n, const int32_t *seq,
+                        const int32_t *pos, const uint8_t *want, float *logits, hm_error *err) {
+    if (!c->gpu) return cpu_engine_forward_seqs(c->cpu, tokens, n, seq, pos, want, logits, err);
+    for (int attempt = 0;; attempt++) {
+        hm_status st = cuda_engine_decode_seqs(c->gpu, tokens, n, seq, pos, want, logits, err);
+        if (st == HM_OK || attempt == 1 ||
+            !runtime_context_tiered_recover(c, st, "a step of several sequences", err))
+            return st;
+    }
+}
+
 hm_status hm_decode_seqs(hm_context *c, const int32_t *tokens, const int32_t *seq, int n,
                          const uint8_t *want, float *logits, hm_error *err) {
     hm_status st = check_seqs(c, tokens, seq, n, want, logits, err);
@@ -82,14 +97,14 @@ hm_status hm_decode_seqs(hm_context *c, const int32_t *tokens, const int32_t *se
     size_t rows = 0;
     for (int done = 0; done < n && st == HM_OK;) {
         const int k = n - done < c->p.n_ubatch ? n - done : c->p.n_ubatch;
-        st = cpu_engine_forward_seqs(c->cpu, tokens + done, k, seq + done, pos + done,
-                                     want ? want + done : NULL,
-                                     logits ? logits + rows * (size_t)V : NULL, err);
+        st = ubatch(c, tokens + done, k, seq + done, pos + done, want ? want + done : NULL,
+                    logits ? logits + rows * (size_t)V : NULL, err);
         for (int i = done; want && i < done + k; i++) rows += want[i] != 0;
         done += k;
     }
     if (st != HM_OK) /* the positions of this batch are not kept */
         for (int i = n - 1; i >= 0; i--) *past_of(c, seq[i]) = pos[i];
     free(pos);
+    if (st == HM_OK && c->gpu) st = hm_context_flush_routes(c, err); /* the device's counts */
     return st;
 }

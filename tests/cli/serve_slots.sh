@@ -7,6 +7,9 @@
 # slots and the batched steps (requests at once take far fewer steps than one by one); -np 0
 # and a -c too small to split are refused. Skipped (77) without libmicrohttpd.
 #   bash tests/cli/serve_slots.sh HOTMOE_BIN TMPDIR      (run from the repository root)
+# SERVE_SLOTS_ARGS (e.g. "-ngl 99", "-ngl 99 --cpu-moe" on a GPU machine) go to serve and run;
+# with them, requests at once are not held to their bytes alone (a GPU step of more than 8
+# tokens takes the prompt kernels; the same arrivals still give the same outputs), only said.
 set -u
 bin=$1
 tmp=$2/serve_slots_sh
@@ -23,12 +26,15 @@ grep -q "without libmicrohttpd" "$tmp/small.err" && cli_skip "this hotmoe has no
 expect "-c 40 -np 4: refused, 10 positions a slot (2)" test $rc -eq 2
 expect "-c 40 -np 4: says why" grep -q "leaves 10 positions each" "$tmp/small.err"
 
-serve_start "$bin" "$tmp/err" -m "$m" -t 2 -np 3 -c 768 -b 16 --queue 32
+# shellcheck disable=SC2086 # SERVE_SLOTS_ARGS: several flags
+serve_start "$bin" "$tmp/err" -m "$m" -t 2 -np 3 -c 768 -b 16 --queue 32 ${SERVE_SLOTS_ARGS:-}
 expect "serve -np 3: listening" test -n "$port"
 expect "serve -np 3: 256 positions per slot, said" grep -q "context 256 per slot, 3 slots" "$tmp/err"
-"$bin" run -m "$m" -t 2 -p "Hello there" -n 12 --temp 0 --no-display-prompt >"$tmp/run.txt" 2>/dev/null
+# shellcheck disable=SC2086
+"$bin" run -m "$m" -t 2 -p "Hello there" -n 12 --temp 0 --no-display-prompt ${SERVE_SLOTS_ARGS:-} \
+  >"$tmp/run.txt" 2>/dev/null
 python3 - "$port" "$tmp/run.txt" >"$tmp/py.out" 2>&1 <<'PY'
-import json, sys, threading, time, urllib.request, urllib.error
+import json, os, sys, threading, time, urllib.request, urllib.error
 port = sys.argv[1]
 run_txt = open(sys.argv[2], encoding="utf-8", errors="replace").read().rstrip("\n")
 fails = 0
@@ -79,8 +85,11 @@ for t in ts:
 for t in ts:
     t.join()
 check("7 at once: every request answered", all(isinstance(r, str) for r in res))
-check("7 at once: each the bytes it gives alone",
-      all(res[k] == alone[k] for k in range(len(bodies))) and res[-1] == alone[0])
+same = all(res[k] == alone[k] for k in range(len(bodies))) and res[-1] == alone[0]
+if os.environ.get("SERVE_SLOTS_ARGS"):  # GPU: steps over 8 tokens take other kernels
+    print(f"info 7 at once: each the bytes it gives alone: {same}")
+else:
+    check("7 at once: each the bytes it gives alone", same)
 s2 = metric("hotmoe_batch_steps_total")
 # alone the six took s1 - s0 steps; at once (with a seventh) three slots share each step
 check(f"batched: the six alone took {s1 - s0:.0f} steps, seven at once {s2 - s1:.0f}",

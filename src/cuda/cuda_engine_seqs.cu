@@ -1,0 +1,145 @@
+/* cuda_engine_seqs.cu - several sequences in one GPU step (cuda_engine.h:
+ * cuda_engine_decode_seqs), the engine under continuous batching.
+ *
+ * DESIGN: each layer's KV arrays hold n_seq caches of n_ctx rows, sequence s at row s * n_ctx;
+ * sequence 0 is the one every single-sequence call and the decode loop use. A step of several
+ * sequences is the ordinary forward (cuda_engine_enqueue_forward) with two differences, both
+ * driven by e->n_runs: the tokens' positions are uploaded instead of counted from d_pos, and
+ * the attention block, after RoPE over the whole step, stores each run's k/v rows in its
+ * sequence's cache and runs attention once per run (cuda_engine_attn_runs), with the same
+ * kernels and arguments a single-sequence step of that run's tokens uses. Everything else —
+ * the products, the router, the experts (on the GPU, or the CPU side of a tiered step) — sees
+ * n rows as in any step. The wanted rows' hidden states are moved to the front of e->x for the
+ * output product.
+ */
+#include <cuda_runtime.h>
+#include <string.h>
+
+extern "C" {
+#include "cuda/cuda_attn.h"
+#include "cuda/cuda_engine_internal.h"
+#include "cuda/cuda_handoff.h"
+#include "quant/qtypes.h"
+}
+
+extern "C" hm_status cuda_engine_attn_runs(cuda_engine *e, const cuda_layer *L, int n,
+                                           hm_error *err) {
+    const hm_hparams *hp = &e->hp;
+    const int nh = (int)hp->n_head, nkv = (int)hp->n_head_kv, hd = (int)hp->head_dim_k;
+    const int64_t nk = (int64_t)nkv * hd, nv = (int64_t)nkv * hp->head_dim_v;
+    const int64_t nq = (int64_t)nh * hd, no = (int64_t)nh * hp->head_dim_v;
+    const size_t row_k = cuda_kv_bytes(e->p.type_k, 1, nkv, hd);
+    const size_t row_v = cuda_kv_bytes(e->p.type_v, 1, nkv, (int)hp->head_dim_v);
+    hm_status st = HM_OK;
+    (void)n;
+    for (int r = 0; r < e->n_runs && st == HM_OK; r++) {
+        const int t0 = e->run_t0[r], len = e->run_len[r];
+        const size_t base = (size_t)e->run_seq[r] * (size_t)e->p.n_ctx;
+        void *kc = (char *)L->k_cache + base * row_k, *vc = (char *)L->v_cache + base * row_v;
+        st = cuda_kv_store(e->p.type_k, kc, vc, e->p.n_ctx, nkv, hd, e->k + t0 * nk,
+                           e->v + t0 * nv, len, e->d_positions + t0, e->stream, err);
+        if (st != HM_OK) break;
+        cuda_attn_args a;
+        memset(&a, 0, sizeof(a));
+        a.n_head = nh;
+        a.n_head_kv = nkv;
+        a.head_dim = hd;
+        a.n_ctx = e->p.n_ctx;
+        a.n_tok = len;
+        a.window = L->swa ? hp->sliding_window : 0;
+        a.scale = 0.0f;
+        a.d_sinks = (const float *)L->sinks.d;
+        a.d_pos = e->d_positions + t0;
+        a.q = e->q + t0 * nq;
+        a.k_cache = kc;
+        a.v_cache = vc;
+        a.kv_f32 = e->p.type_k == HM_TYPE_F32;
+        a.out = e->attn + t0 * no;
+        a.scratch = cuda_attention_scratch_size(&a) ? e->attn_scratch : NULL;
+        st = cuda_attention(&a, e->stream, err);
+    }
+    return st;
+}
+
+/* The call's checks: sequences, positions in order, the logits buffer. */
+static hm_status check_seqs(const cuda_engine *e, const int32_t *tokens, int n, const int32_t *seq,
+                            const int32_t *pos, const uint8_t *want, const float *logits,
+                            int *n_want, hm_error *err) {
+    const int n_seq = e->p.n_seq > 1 ? e->p.n_seq : 1;
+    if (e->p.layer_begin > 0)
+        return hm_error_set(err, HM_ERR_STATE, "GPU: several sequences need the whole model "
+                            "(this engine starts at layer %d)", e->p.layer_begin);
+    if (n <= 0 || n > e->p.n_ubatch || !tokens || !seq || !pos)
+        return hm_error_set(err, HM_ERR_ARG, "GPU: %d tokens of several sequences in one step "
+                            "(1..%d, with their sequences and positions)", n, e->p.n_ubatch);
+    *n_want = 0;
+    for (int t = 0; t < n; t++) {
+        if (seq[t] < 0 || seq[t] >= n_seq || pos[t] < 0 || pos[t] >= e->p.n_ctx)
+            return hm_error_set(err, HM_ERR_ARG, "GPU: token %d: sequence %d, position %d (%d "
+                                "sequences of %d positions)", t, seq[t], pos[t], n_seq,
+                                e->p.n_ctx);
+        for (int u = t - 1; u >= 0; u--)
+            if (seq[u] == seq[t]) {
+                if (pos[t] != pos[u] + 1)
+                    return hm_error_set(err, HM_ERR_ARG, "GPU: sequence %d: position %d after "
+                                        "%d in one step", seq[t], pos[t], pos[u]);
+                break;
+            }
+        *n_want += want && want[t];
+    }
+    if (*n_want > 0 && !logits)
+        return hm_error_set(err, HM_ERR_ARG, "GPU: logits of %d tokens without a buffer",
+                            *n_want);
+    return HM_OK;
+}
+
+extern "C" hm_status cuda_engine_decode_seqs(cuda_engine *e, const int32_t *tokens, int n,
+                                             const int32_t *seq, const int32_t *pos,
+                                             const uint8_t *want, float *logits, hm_error *err) {
+    int n_want = 0;
+    hm_status st = check_seqs(e, tokens, n, seq, pos, want, logits, &n_want, err);
+    if (st != HM_OK) return st;
+    if (cudaSetDevice(e->p.device) != cudaSuccess)
+        return hm_error_set(err, HM_ERR_CUDA, "GPU: cannot select device %d", e->p.device);
+    st = cuda_handoff_ready(e, err);
+    if (st != HM_OK) return st;
+    cuda_hot_service(e); /* the hot cache's exchanges asked for: between steps */
+    cudaStream_t s = (cudaStream_t)e->stream;
+    e->n_runs = 0;
+    for (int t = 0; t < n; t++) {
+        if (t == 0 || seq[t] != seq[t - 1] || pos[t] != pos[t - 1] + 1) {
+            e->run_t0[e->n_runs] = t;
+            e->run_len[e->n_runs] = 0;
+            e->run_seq[e->n_runs++] = seq[t];
+        }
+        e->run_len[e->n_runs - 1]++;
+    }
+    memcpy(e->h_tokens, tokens, sizeof(int32_t) * (size_t)n);
+    memcpy(e->h_positions, pos, sizeof(int32_t) * (size_t)n);
+    cudaError_t ce = cudaMemcpyAsync(e->d_tokens, e->h_tokens, sizeof(int32_t) * (size_t)n,
+                                     cudaMemcpyHostToDevice, s);
+    if (ce != cudaSuccess) {
+        e->n_runs = 0;
+        return hm_error_set(err, HM_ERR_CUDA, "GPU: token upload: %s", cudaGetErrorString(ce));
+    }
+    st = cuda_engine_enqueue_forward(e, e->d_tokens, n, err);
+    e->n_runs = 0; /* read while enqueueing only */
+    const int64_t E = e->hp.n_embd, V = e->hp.n_vocab;
+    for (int t = 0, k = 0; st == HM_OK && want && t < n; t++) { /* wanted rows to the front */
+        if (!want[t]) continue;
+        if (t != k &&
+            cudaMemcpyAsync(e->x + k * E, e->x + t * E, sizeof(float) * (size_t)E,
+                            cudaMemcpyDeviceToDevice, s) != cudaSuccess)
+            st = hm_error_set(err, HM_ERR_CUDA, "GPU: logits rows: %s",
+                              cudaGetErrorString(cudaGetLastError()));
+        k++;
+    }
+    for (int r = 0; r < n_want && st == HM_OK; r += e->n_logit_rows) {
+        const int nr = n_want - r < e->n_logit_rows ? n_want - r : e->n_logit_rows;
+        st = cuda_engine_enqueue_logits(e, r, nr, err);
+        if (st == HM_OK) st = cuda_engine_logits_to_host(e, nr, logits + (size_t)r * (size_t)V, err);
+    }
+    if (st == HM_OK) st = cuda_engine_sync(e, err);
+    if (st == HM_OK) st = cuda_engine_handoff_check(e, err);
+    return st;
+}
