@@ -25,7 +25,7 @@ int cmd_serve(int argc, char **argv) {
          "require Authorization: Bearer KEY on /v1/ routes (default: none)"},
         {"-np", "--parallel", CLI_ARG_INT, &n_parallel, "N",
          "requests decoded at once, batched together; -c is split between them (default: 1; "
-         "not with a partial -ngl)"},
+         "on the CPU engine; docs/SERVER.md says where else)"},
         {"--queue", NULL, CLI_ARG_INT, &queue, "N", "requests that may wait (default: 64; more: "
                                                     "503)"},
         {"--chat-template", NULL, CLI_ARG_STR, &tmpl_name, "NAME",

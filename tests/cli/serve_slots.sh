@@ -7,7 +7,8 @@
 # slots and the batched steps (requests at once take far fewer steps than one by one); -np 0
 # and a -c too small to split are refused. Skipped (77) without libmicrohttpd.
 #   bash tests/cli/serve_slots.sh HOTMOE_BIN TMPDIR      (run from the repository root)
-# SERVE_SLOTS_ARGS (e.g. "-ngl 99", "-ngl 99 --cpu-moe" on a GPU machine) go to serve and run;
+# SERVE_SLOTS_ARGS (e.g. "-ngl 99", "-ngl 99 --cpu-moe" on a GPU machine, with HOTMOE_GPU_SEQS=1
+# until the GPU's slots have run there) go to serve and run;
 # with them, requests at once are not held to their bytes alone (a GPU step of more than 8
 # tokens takes the prompt kernels; the same arrivals still give the same outputs), only said.
 set -u
