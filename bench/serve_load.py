@@ -5,9 +5,11 @@ peer's llama-server beside it): aggregate generated tokens per second and time t
     python3 bench/serve_load.py URL [--streams 1,4,16] [--tokens 128] [--rounds 2] [--json OUT]
 
 Each round starts N streams at once (POST URL/v1/completions, stream true, temperature 0,
-max_tokens --tokens, ignore_eos where the server takes it, a different prompt per stream) and
-waits for all; a stream's tokens are its content chunks (one token each on both servers), its
-TTFT the time from its request to its first chunk. A figure is the best round: aggregate tokens
+max_tokens --tokens, ignore_eos where the server takes it, a different prompt per stream, the
+usage chunk asked for) and waits for all; a stream's tokens are its usage's completion tokens
+(else its content chunks, one token each on both servers), its TTFT the time from its request
+to its first chunk with text (nan when none has text: a forged model's tokens may print
+nothing). A figure is the best round: aggregate tokens
 / wall time from the first request to the last [DONE], and the median TTFT. Prints one line per
 N; --json writes them.
 """
@@ -15,22 +17,25 @@ import argparse, json, statistics, threading, time, urllib.request
 
 def stream(url, prompt, tokens, out, i):
     body = json.dumps({"prompt": prompt, "max_tokens": tokens, "temperature": 0, "stream": True,
-                       "ignore_eos": True}).encode()
+                       "ignore_eos": True, "stream_options": {"include_usage": True}}).encode()
     req = urllib.request.Request(url + "/v1/completions", data=body,
                                  headers={"Content-Type": "application/json"})
     t0 = time.time()
-    first, n = None, 0
+    first, n, used = None, 0, None
     with urllib.request.urlopen(req, timeout=600) as r:
         for raw in r:
             line = raw.decode("utf-8", "replace").strip()
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             c = json.loads(line[6:])
+            if (c.get("usage") or {}).get("completion_tokens") is not None:
+                used = c["usage"]["completion_tokens"]
             if c.get("choices") and c["choices"][0].get("text"):
                 n += 1
                 if first is None:
                     first = time.time() - t0
-    out[i] = (n, first if first is not None else float("nan"), time.time())
+    out[i] = (used if used is not None else n, first if first is not None else float("nan"),
+              time.time())
 
 def one_round(url, n, tokens):
     out = [None] * n

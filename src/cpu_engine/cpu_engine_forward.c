@@ -87,7 +87,9 @@ static hm_status attention_block(cpu_engine *c, int il, int n, hm_error *err) {
         for (t1 = t0 + 1; t1 < n && (c->tok_seq ? c->tok_seq[t1] : 0) == sq &&
                           c->pos[t1] == c->pos[t1 - 1] + 1;)
             t1++;
-        cpu_kv_layer *kv = &c->kv_all[(size_t)sq * (size_t)hp->n_layer + (size_t)il];
+        cpu_kv_layer *kv = c->tok_seq
+                               ? &c->kv_all[(size_t)sq * (size_t)hp->n_layer + (size_t)il]
+                               : &c->kv[il];
         cpu_attn_args a = ce_attn_args(c, il, t1 - t0);
         a.pos0 = c->pos[t0];
         a.q = c->q + t0 * nq, a.k_new = c->k + t0 * nk, a.v_new = c->v + t0 * nv;
@@ -280,6 +282,15 @@ hm_status cpu_engine_forward_seqs(cpu_engine *c, const int32_t *tokens, int n, c
     if (n_want > 0 && !logits)
         return hm_error_set(err, HM_ERR_ARG, "CPU engine: logits of %d tokens without a buffer",
                             n_want);
+    bool one = true; /* one sequence at consecutive positions: the single-sequence paths */
+    for (int t = 1; t < n && one; t++) one = seq[t] == seq[0] && pos[t] == pos[t - 1] + 1;
+    if (one && (n_want == 0 || (n_want == 1 && want[n - 1]))) {
+        c->kv = c->kv_all + (size_t)seq[0] * (size_t)hp->n_layer;
+        hm_status st = cpu_engine_forward(c, tokens, NULL, n, pos[0], NULL, logits,
+                                          n_want ? HM_LOGITS_LAST : HM_LOGITS_NONE, err);
+        c->kv = c->kv_all;
+        return st;
+    }
     memcpy(c->pos, pos, sizeof(*pos) * (size_t)n);
     c->tok_seq = seq;
     bool done = false;

@@ -16,7 +16,8 @@ struct cpu_engine {
     const quant_kernels *kern;
     cpu_kv_layer *kv_all;  /* [n_seq][n_layer]: each sequence's cache; sliding-window layers
                               hold a ring */
-    cpu_kv_layer *kv;      /* [n_layer] sequence 0's (kv_all): every single-sequence call */
+    cpu_kv_layer *kv;      /* [n_layer] the caches single-sequence steps use: sequence 0's
+                              (kv_all), or for a batch of one sequence that sequence's */
     int n_seq;
     const int32_t *tok_seq; /* [n] each token's sequence in a cpu_engine_forward_seqs call, else
                                NULL (every token in sequence 0) */
