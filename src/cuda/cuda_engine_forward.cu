@@ -217,26 +217,26 @@ static hm_status qkv_multi(cuda_engine *e, const cuda_layer *L, int n, const voi
     return st;
 }
 
-/* One sequence's attention over its cache (every token of the step). */
-static hm_status attn_one(cuda_engine *e, const cuda_layer *L, int n, bool f32kv, hm_error *err) {
+hm_status cuda_engine_attn(cuda_engine *e, const cuda_layer *L, int n_tok, const int32_t *d_pos,
+                           const float *q, const void *kc, const void *vc, float *out,
+                           hm_error *err) {
     const hm_hparams *hp = &e->hp;
-    const int nh = (int)hp->n_head, nkv = (int)hp->n_head_kv, hd = (int)hp->head_dim_k;
     cuda_attn_args a;
     memset(&a, 0, sizeof(a));
-    a.n_head = nh;
-    a.n_head_kv = nkv;
-    a.head_dim = hd;
+    a.n_head = (int)hp->n_head;
+    a.n_head_kv = (int)hp->n_head_kv;
+    a.head_dim = (int)hp->head_dim_k;
     a.n_ctx = e->p.n_ctx;
-    a.n_tok = n;
+    a.n_tok = n_tok;
     a.window = L->swa ? hp->sliding_window : 0;
     a.scale = 0.0f;
     a.d_sinks = (const float *)L->sinks.d;
-    a.d_pos = e->d_positions;
-    a.q = e->q;
-    a.k_cache = L->k_cache;
-    a.v_cache = L->v_cache;
-    a.kv_f32 = f32kv;
-    a.out = e->attn;
+    a.d_pos = d_pos;
+    a.q = q;
+    a.k_cache = kc;
+    a.v_cache = vc;
+    a.kv_f32 = e->p.type_k == HM_TYPE_F32; /* else f16 (cuda_kv_check) */
+    a.out = out;
     a.scratch = cuda_attention_scratch_size(&a) ? e->attn_scratch : NULL;
     return cuda_attention(&a, e->stream, err);
 }
@@ -312,7 +312,9 @@ static hm_status attention_block(cuda_engine *e, int il, int n, fwd_defer *dfr, 
                                e->v, n, e->d_positions, e->stream, err);
     }
     if (st != HM_OK) return st;
-    st = e->n_runs > 0 ? cuda_engine_attn_runs(e, L, n, err) : attn_one(e, L, n, f32kv, err);
+    st = e->n_runs > 0 ? cuda_engine_attn_runs(e, L, n, err)
+                       : cuda_engine_attn(e, L, n, e->d_positions, e->q, L->k_cache, L->v_cache,
+                                          e->attn, err);
     if (st == HM_OK && norm_in_router(e, L, n)) { /* x += attn . wo (+ bo), in the epilogue */
         const void *act = NULL;
         st = quantize(e, L->wo.type, e->attn, L->wo.ne[0], n, &act, err);

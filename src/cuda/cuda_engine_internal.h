@@ -238,6 +238,11 @@ hm_status cuda_engine_set_pos(cuda_engine *e, int pos, hm_error *err);
 hm_status cuda_engine_sync(cuda_engine *e, hm_error *err);
 /* Copies rows [0, n) of d_logits to dst through the pinned buffer (synchronises). */
 hm_status cuda_engine_logits_to_host(cuda_engine *e, int n, float *dst, hm_error *err);
+/* Layer L's attention for n_tok query tokens (q [n_tok][n_head][hd], positions d_pos) over the
+ * caches kc/vc ([n_ctx] rows, their rows already stored) into out. */
+hm_status cuda_engine_attn(cuda_engine *e, const cuda_layer *L, int n_tok, const int32_t *d_pos,
+                           const float *q, const void *kc, const void *vc, float *out,
+                           hm_error *err);
 /* A step of several sequences (e->n_runs > 0), layer L: q and k roped at e->d_positions already;
  * per run, its k/v rows stored in its sequence's cache and its attention into e->attn
  * (cuda_engine_seqs.cu). */

@@ -39,24 +39,8 @@ extern "C" hm_status cuda_engine_attn_runs(cuda_engine *e, const cuda_layer *L, 
         st = cuda_kv_store(e->p.type_k, kc, vc, e->p.n_ctx, nkv, hd, e->k + t0 * nk,
                            e->v + t0 * nv, len, e->d_positions + t0, e->stream, err);
         if (st != HM_OK) break;
-        cuda_attn_args a;
-        memset(&a, 0, sizeof(a));
-        a.n_head = nh;
-        a.n_head_kv = nkv;
-        a.head_dim = hd;
-        a.n_ctx = e->p.n_ctx;
-        a.n_tok = len;
-        a.window = L->swa ? hp->sliding_window : 0;
-        a.scale = 0.0f;
-        a.d_sinks = (const float *)L->sinks.d;
-        a.d_pos = e->d_positions + t0;
-        a.q = e->q + t0 * nq;
-        a.k_cache = kc;
-        a.v_cache = vc;
-        a.kv_f32 = e->p.type_k == HM_TYPE_F32;
-        a.out = e->attn + t0 * no;
-        a.scratch = cuda_attention_scratch_size(&a) ? e->attn_scratch : NULL;
-        st = cuda_attention(&a, e->stream, err);
+        st = cuda_engine_attn(e, L, len, e->d_positions + t0, e->q + t0 * nq, kc, vc,
+                              e->attn + t0 * no, err);
     }
     return st;
 }
