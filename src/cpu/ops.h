@@ -252,6 +252,24 @@ tp_stage cpu_attention_stage(cpu_attn_job *j);
 void cpu_attention_item_heads(const cpu_attn_job *j, int64_t item, int64_t *t, int *g, int *h0,
                               int *h1);
 
+/* ------------------------------------------------ linear attention (ops_delta.c) */
+
+/* The delta-net layers of the hybrid architectures (Qwen3-Next, Qwen3.5), one token at a
+ * time, for prompts as for decode steps (the same bytes either way). */
+
+/* A causal depthwise convolution of width K over C channels, one token: y[c] = sum over j < K-1
+ * of w[c][j] * state[j][c] (oldest first), plus w[c][K-1] * x[c]; then the state drops its
+ * oldest row and appends x. state [K-1][C], w [C][K] (llama.cpp's ssm_conv1d rows), x, y [C]. */
+void cpu_conv1d_causal(float *state, const float *w, const float *x, float *y, int64_t C, int K);
+/* x /= max(|x|, eps) (the delta rule's q and k per head). */
+void cpu_l2_norm(float *x, int64_t n, float eps);
+/* The gated delta rule for one value head and one token, in place on its state S [dk][dv]:
+ *   S = S * exp(g);  d = (v - S^T k) * beta;  S = S + k d^T;  o = S^T q
+ * (q, k [dk] already L2-normalised, q scaled by 1/sqrt(dk); v, o [dv]; g <= 0 the log decay;
+ * beta in (0, 1)). Sums in index order; scratch [dv]. */
+void cpu_delta_rule(float *S, const float *q, const float *k, const float *v, float g, float beta,
+                    int64_t dk, int64_t dv, float *o, float *scratch);
+
 /* ------------------------------------------------------------------ routers */
 
 typedef enum {
