@@ -100,6 +100,11 @@ static bool apply_queued(hm_server *s) {
     return any;
 }
 
+void srv_after_request(hm_server *s) {
+    if (!apply_queued(s)) /* seed 001: an update per request, unless a manual apply waits */
+        hm_tiered_hot_update_now(hm_context_tiered(s->m.ctx));
+}
+
 srv_job *srv_queue_take(hm_server *s) {
     if (s->n_queued == 0) return NULL;
     srv_job *j = s->queue[s->q_head];
@@ -137,8 +142,7 @@ static void *worker_main(void *arg) {
         }
         if (j->kind == SRV_GENERATE) srv_gen_run(s, j);
         else srv_moe_run(s, j);
-        if (j->kind == SRV_GENERATE && !apply_queued(s)) /* seed 001: an update per request */
-            hm_tiered_hot_update_now(hm_context_tiered(s->m.ctx));
+        if (j->kind == SRV_GENERATE) srv_after_request(s);
         srv_job_unref(j);
         pthread_mutex_lock(&s->mu);
         s->busy = false;

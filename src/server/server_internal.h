@@ -101,6 +101,9 @@ bool srv_run_token(hm_server *s, srv_run *r, int32_t tok, hm_status *st, hm_erro
 /* Answers the request (st != HM_OK: the error in err) and frees r's state. */
 void srv_run_end(hm_server *s, srv_run *r, hm_status st, const hm_error *err);
 
+/* After a generation: the hot cache's automatic update (seed 001), unless a manual apply waits
+ * in the queue. Inference thread. */
+void srv_after_request(hm_server *s);
 /* With s->mu held: the queue's next job for the inference thread, or NULL (none, or a job
  * other than a generation while slots are busy: it waits at the head until they are idle).
  * Taken after stop: marked cancelled. */

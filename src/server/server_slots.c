@@ -37,6 +37,7 @@ static void end_slot(slots_state *x, int k, hm_status st, const hm_error *err) {
     srv_run_end(x->s, &x->run[k], st, err);
     hm_slots_stop(x->sl, k);
     srv_job_unref(j);
+    srv_after_request(x->s);
     x->used[k] = false;
     set_busy(x->s, -1);
 }
