@@ -178,9 +178,15 @@ void cpu_engine_seq_reset(cpu_engine *c, int seq) {
 }
 
 hm_status cpu_engine_truncate_check(const cpu_engine *c, int n_keep, hm_error *err) {
+    return cpu_engine_seq_truncate_check(c, 0, n_keep, err);
+}
+
+hm_status cpu_engine_seq_truncate_check(const cpu_engine *c, int seq, int n_keep, hm_error *err) {
     const int64_t W = c->hp->sliding_window;
+    if (seq < 0 || seq >= c->n_seq)
+        return hm_error_set(err, HM_ERR_ARG, "sequence %d of %d", seq, c->n_seq);
     for (int il = c->p.layer_begin; il < c->p.layer_end; il++) {
-        const cpu_kv_layer *kv = &c->kv[il];
+        const cpu_kv_layer *kv = &c->kv_all[(size_t)seq * (size_t)c->hp->n_layer + (size_t)il];
         if (!hm_model_layer(c->m, il)->swa || kv->n_slots >= c->p.n_ctx) continue;
         for (int64_t q = n_keep - W + 1 > 0 ? n_keep - W + 1 : 0; q < n_keep; q++)
             if (kv->slot_pos[q % kv->n_slots] != q)

@@ -83,6 +83,8 @@ void cpu_engine_reset(cpu_engine *e);
 /* HM_OK when the cache, holding n_past positions, can be cut back to n_keep (a sliding-window
  * ring must still hold the window before n_keep), else HM_ERR_STATE naming the layer. */
 hm_status cpu_engine_truncate_check(const cpu_engine *e, int n_keep, hm_error *err);
+/* The same for sequence seq's caches. */
+hm_status cpu_engine_seq_truncate_check(const cpu_engine *e, int seq, int n_keep, hm_error *err);
 
 /* The engine's expert executor (owned by the engine). */
 moe_exec *cpu_engine_exec(cpu_engine *e);

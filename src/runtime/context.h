@@ -126,6 +126,8 @@ int hm_context_n_seq(const hm_context *ctx);
 int hm_context_seq_n_past(const hm_context *ctx, int seq);
 /* Empties sequence seq's cache. */
 hm_status hm_context_seq_clear(hm_context *ctx, int seq, hm_error *err);
+/* Keeps positions [0, n_keep) of sequence seq (as hm_context_truncate for sequence 0). */
+hm_status hm_context_seq_truncate(hm_context *ctx, int seq, int n_keep, hm_error *err);
 /* One batch over several sequences: token i (tokens[0..n), n <= n_batch) is appended to sequence
  * seq[i] at its next position (a sequence's tokens in order). logits receives [n_want][n_vocab]:
  * the rows of the tokens with want[i] != 0, in order (want NULL: none). A token's logits are the

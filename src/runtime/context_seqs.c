@@ -35,6 +35,21 @@ hm_status hm_context_seq_clear(hm_context *c, int seq, hm_error *err) {
     return HM_OK;
 }
 
+hm_status hm_context_seq_truncate(hm_context *c, int seq, int n_keep, hm_error *err) {
+    if (seq < 0 || seq >= c->p.n_seq)
+        return hm_error_set(err, HM_ERR_ARG, "sequence %d of %d", seq, c->p.n_seq);
+    if (seq == 0) return hm_context_truncate(c, n_keep, err);
+    if (n_keep < 0 || n_keep > c->seq_past[seq])
+        return hm_error_set(err, HM_ERR_ARG, "sequence %d: cannot keep %d positions of %d", seq,
+                            n_keep, c->seq_past[seq]);
+    if (c->cpu) { /* the GPU keeps every position of every layer */
+        hm_status st = cpu_engine_seq_truncate_check(c->cpu, seq, n_keep, err);
+        if (st != HM_OK) return st;
+    }
+    c->seq_past[seq] = n_keep;
+    return HM_OK;
+}
+
 /* The whole batch's checks: ids, sequences, order of wanted rows, room in every sequence. */
 static hm_status check_seqs(hm_context *c, const int32_t *tokens, const int32_t *seq, int n,
                             const uint8_t *want, const float *logits, hm_error *err) {

@@ -11,6 +11,9 @@ typedef struct {
     bool pending;      /* tok handed out, not yet in the cache */
     int32_t tok;
     sample_state *smp;
+    int32_t *hist;     /* [n_ctx] the tokens in the slot's cache, kept after a stop */
+    int n_hist;
+    int cached;        /* prompt tokens the last start found in the cache */
 } slot;
 
 struct hm_slots {
@@ -39,7 +42,10 @@ hm_status hm_slots_init(hm_context *ctx, hm_slots **out, hm_error *err) {
     s->want = malloc((size_t)s->n_batch);
     s->row_slot = malloc(sizeof(int) * (size_t)s->n);
     s->logits = malloc(sizeof(float) * (size_t)s->n * (size_t)s->n_vocab);
-    if (!s->sl || !s->tokens || !s->seq || !s->want || !s->row_slot || !s->logits) {
+    bool ok = s->sl && s->tokens && s->seq && s->want && s->row_slot && s->logits;
+    for (int k = 0; ok && k < s->n; k++)
+        ok = (s->sl[k].hist = malloc(sizeof(int32_t) * (size_t)hm_context_n_ctx(ctx))) != NULL;
+    if (!ok) {
         hm_slots_free(s);
         return hm_error_set(err, HM_ERR_NOMEM, "out of memory (slots)");
     }
@@ -52,12 +58,16 @@ void hm_slots_stop(hm_slots *s, int k) {
     slot *q = &s->sl[k];
     free(q->prompt);
     sample_free(q->smp);
-    memset(q, 0, sizeof(*q));
+    q->prompt = NULL, q->smp = NULL, q->active = false, q->pending = false;
+    q->n_prompt = q->fed = 0;
 }
 
 void hm_slots_free(hm_slots *s) {
     if (!s) return;
-    for (int k = 0; s->sl && k < s->n; k++) hm_slots_stop(s, k);
+    for (int k = 0; s->sl && k < s->n; k++) {
+        hm_slots_stop(s, k);
+        free(s->sl[k].hist);
+    }
     free(s->sl);
     free(s->tokens);
     free(s->seq);
@@ -80,6 +90,31 @@ int hm_slots_room(const hm_slots *s, int k) {
     return room > 0 ? room : 0;
 }
 
+/* Tokens at the start of prompt[0..n) that slot k's cache holds, at most n - 1 (the last
+ * prompt token is run for its logits); 0 when the engine's bytes could differ (a GPU: a prompt
+ * recomputed in one batch and the same tokens cached by earlier steps take other kernels). */
+static int common_prefix(const hm_slots *s, int k, const int32_t *prompt, int n) {
+    if (hm_context_gpu(s->ctx)) return 0;
+    const slot *q = &s->sl[k];
+    int p = 0;
+    while (p < q->n_hist && p < n - 1 && q->hist[p] == prompt[p]) p++;
+    return p;
+}
+
+int hm_slots_pick(const hm_slots *s, const int32_t *prompt, int n) {
+    int best = -1, best_p = -1;
+    for (int k = 0; k < s->n; k++) {
+        if (s->sl[k].active) continue;
+        const int p = common_prefix(s, k, prompt, n);
+        if (p > best_p) best = k, best_p = p;
+    }
+    return best;
+}
+
+int hm_slots_cached(const hm_slots *s, int k) {
+    return k >= 0 && k < s->n ? s->sl[k].cached : 0;
+}
+
 hm_status hm_slots_start(hm_slots *s, int k, const int32_t *prompt, int n, const sample_params *sp,
                          hm_error *err) {
     if (k < 0 || k >= s->n) return hm_error_set(err, HM_ERR_ARG, "slot %d of %d", k, s->n);
@@ -87,9 +122,16 @@ hm_status hm_slots_start(hm_slots *s, int k, const int32_t *prompt, int n, const
         return hm_error_set(err, HM_ERR_ARG, "slot %d: a prompt of %d tokens (1 to %d)", k, n,
                             hm_context_n_ctx(s->ctx) - 1);
     hm_slots_stop(s, k);
-    hm_status st = hm_context_seq_clear(s->ctx, k, err);
-    if (st != HM_OK) return st;
     slot *q = &s->sl[k];
+    int p = common_prefix(s, k, prompt, n); /* reused: those positions stay in the cache */
+    hm_status st = p > 0 ? hm_context_seq_truncate(s->ctx, k, p, err) : HM_ERR_STATE;
+    if (st != HM_OK) {
+        p = 0;
+        st = hm_context_seq_clear(s->ctx, k, err);
+    }
+    if (st != HM_OK) return st;
+    q->n_hist = p;
+    q->cached = p;
     if (!(q->prompt = malloc(sizeof(int32_t) * (size_t)n)))
         return hm_error_set(err, HM_ERR_NOMEM, "out of memory (slot prompt)");
     memcpy(q->prompt, prompt, sizeof(int32_t) * (size_t)n);
@@ -100,6 +142,7 @@ hm_status hm_slots_start(hm_slots *s, int k, const int32_t *prompt, int n, const
     }
     for (int i = 0; i < n; i++) sample_accept(q->smp, prompt[i]);
     q->n_prompt = n;
+    q->fed = p;
     q->active = true;
     return HM_OK;
 }
@@ -142,6 +185,7 @@ hm_status hm_slots_step(hm_slots *s, int32_t *out, hm_error *err) {
         slot *q = &s->sl[s->seq[i]];
         if (q->fed < q->n_prompt) q->fed++;
         else q->pending = false;
+        q->hist[q->n_hist++] = s->tokens[i];
         if (s->want[i]) s->row_slot[rows++] = s->seq[i];
     }
     for (int r = 0; r < rows; r++) {

@@ -33,12 +33,19 @@ hm_status hm_slots_init(hm_context *ctx, hm_slots **out, hm_error *err);
 void hm_slots_free(hm_slots *s);
 int hm_slots_count(const hm_slots *s);
 
-/* Starts slot k (stopping what it ran): its sequence emptied, prompt[0..n) (copied, n >= 1, at
- * most the context's n_ctx - 1 tokens) read by the next steps, a sampler with sp. */
+/* Starts slot k (stopping what it ran) on prompt[0..n) (copied, n >= 1, at most the context's
+ * n_ctx - 1 tokens), read by the next steps, with a sampler of sp. The slot's cache keeps the
+ * longest start of the prompt it already holds (the previous request's prompt and reply: a chat
+ * that goes on), on the CPU engine only, where that gives the same bytes; the rest is read. */
 hm_status hm_slots_start(hm_slots *s, int k, const int32_t *prompt, int n, const sample_params *sp,
                          hm_error *err);
-/* Frees slot k (its cache is emptied by the next start). */
+/* Frees slot k (its cache stays for the next start to reuse). */
 void hm_slots_stop(hm_slots *s, int k);
+/* The free slot whose cache holds the longest start of prompt[0..n) (ties: the lowest), or -1
+ * when every slot is busy. */
+int hm_slots_pick(const hm_slots *s, const int32_t *prompt, int n);
+/* The prompt tokens slot k's last start found in its cache. */
+int hm_slots_cached(const hm_slots *s, int k);
 bool hm_slots_active(const hm_slots *s, int k);
 /* Tokens slot k may still hand out before its sequence is full (as hm_gen_room). */
 int hm_slots_room(const hm_slots *s, int k);

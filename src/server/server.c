@@ -294,11 +294,15 @@ static char *metrics_text(hm_server *s) {
              "# TYPE hotmoe_batch_steps_total counter\nhotmoe_batch_steps_total %llu\n"
              "# HELP hotmoe_batch_tokens_total Tokens those steps computed (their mean batch: "
              "tokens / steps).\n# TYPE hotmoe_batch_tokens_total counter\n"
-             "hotmoe_batch_tokens_total %llu\n",
+             "hotmoe_batch_tokens_total %llu\n"
+             "# HELP hotmoe_prompt_tokens_cached_total Prompt tokens a slot's cache already "
+             "held (not read again).\n# TYPE hotmoe_prompt_tokens_cached_total counter\n"
+             "hotmoe_prompt_tokens_cached_total %llu\n",
              tps, (unsigned long long)ts.hot_hits, (unsigned long long)ts.hot_misses,
              (unsigned long long)vram, (unsigned long long)pinned, hm_context_n_seq(s->m.ctx),
              (unsigned long long)atomic_load(&s->st_batch_steps),
-             (unsigned long long)atomic_load(&s->st_batch_tokens));
+             (unsigned long long)atomic_load(&s->st_batch_tokens),
+             (unsigned long long)atomic_load(&s->st_cached_tokens));
     if (o < 0 || (size_t)o >= cap) o = 0;
     snprintf(t + o, cap - (size_t)o,
              "# HELP hotmoe_requests_total Generation requests accepted.\n"

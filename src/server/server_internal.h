@@ -55,6 +55,7 @@ struct hm_server {
     atomic_ullong st_prompt_tokens, st_completion_tokens;
     atomic_ullong st_decode_ns, st_decode_tokens; /* generations' decode time and tokens */
     atomic_ullong st_batch_steps, st_batch_tokens; /* the slots' batched steps and their tokens */
+    atomic_ullong st_cached_tokens; /* prompt tokens the slots found in their caches */
     /* routing counts of every generation (the context's observer, server_moe.c) */
     int n_layer, n_expert;
     atomic_ullong *route_hits;           /* [n_layer][n_expert] */

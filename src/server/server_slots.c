@@ -1,8 +1,10 @@
 /* server_slots.c - the inference thread with several sequences (-np N > 1): continuous batching
  * of the requests in flight (runtime/slots.h).
  *
- * DESIGN: one loop: take queued requests into free slots (a look at or a change of the MoE
- * state waits at the head of the queue until no slot is busy), end the slots whose request is
+ * DESIGN: one loop: take queued requests into free slots (each into the slot whose cache holds
+ * the longest start of its prompt: a chat that goes on reads only its new turn; a look at or a
+ * change of the MoE state waits at the head of the queue until no slot is busy), end the slots
+ * whose request is
  * done before another token (its budget, a full sequence, the client gone), run one batched step
  * for the rest, and hand each slot's token to its request (srv_run_token: the same stop rules
  * and streaming as one request alone). A request gives the bytes it gives alone: each slot has
@@ -42,35 +44,40 @@ static void end_slot(slots_state *x, int k, hm_status st, const hm_error *err) {
     set_busy(x->s, -1);
 }
 
-/* A queued generation into free slot k (false: answered at once: cancelled, a bad prompt). */
-static void start_slot(slots_state *x, int k, srv_job *j) {
-    if (!srv_run_begin(x->s, j, &x->run[k])) {
+/* A queued generation into the free slot whose cache holds the longest start of its prompt
+ * (answered at once instead when cancelled or its prompt is bad). */
+static void start_slot(slots_state *x, srv_job *j) {
+    srv_run r;
+    if (!srv_run_begin(x->s, j, &r)) {
         srv_job_unref(j);
         return;
     }
+    const int k = hm_slots_pick(x->sl, r.ids.ids, (int)r.ids.n); /* a slot is free: checked */
+    x->run[k] = r;
     x->used[k] = true;
     set_busy(x->s, 1);
     hm_error err = {0};
-    srv_run *r = &x->run[k];
-    if (hm_slots_start(x->sl, k, r->ids.ids, (int)r->ids.n, &r->sp, &err) != HM_OK) {
-        r->err_status = 400;
+    srv_run *q = &x->run[k];
+    if (hm_slots_start(x->sl, k, q->ids.ids, (int)q->ids.n, &q->sp, &err) != HM_OK) {
+        q->err_status = 400;
         end_slot(x, k, HM_ERR_ARG, &err);
+        return;
     }
+    atomic_fetch_add(&x->s->st_cached_tokens, (unsigned long long)hm_slots_cached(x->sl, k));
 }
 
 /* Takes what the queue holds for the free slots; false when stopping with nothing left. */
 static bool take_jobs(slots_state *x) {
     hm_server *s = x->s;
-    int free_k = -1;
-    for (int k = 0; k < x->n && free_k < 0; k++)
-        if (!x->used[k]) free_k = k;
+    bool any_free = false;
+    for (int k = 0; k < x->n; k++) any_free = any_free || !x->used[k];
     pthread_mutex_lock(&s->mu);
     while (s->slots_busy == 0 && s->n_queued == 0 && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
     if (s->slots_busy == 0 && s->n_queued == 0) { /* stop, nothing left */
         pthread_mutex_unlock(&s->mu);
         return false;
     }
-    while (free_k >= 0) {
+    while (any_free) {
         srv_job *j = srv_queue_take(s);
         if (!j) break;
         pthread_mutex_unlock(&s->mu);
@@ -78,11 +85,10 @@ static bool take_jobs(slots_state *x) {
             srv_moe_run(s, j);
             srv_job_unref(j);
         } else {
-            start_slot(x, free_k, j);
+            start_slot(x, j);
         }
-        free_k = -1;
-        for (int k = 0; k < x->n && free_k < 0; k++)
-            if (!x->used[k]) free_k = k;
+        any_free = false;
+        for (int k = 0; k < x->n; k++) any_free = any_free || !x->used[k];
         pthread_mutex_lock(&s->mu);
     }
     const bool stopping = s->stop;

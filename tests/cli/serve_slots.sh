@@ -4,7 +4,8 @@
 # prompts, sampled with a seed, streamed and whole, longer than one batch) give each what the
 # same request gives alone; a seventh waits in the queue and is served; a client leaving a
 # stream frees its slot (counted cancelled, the next request served); /metrics counts busy
-# slots and the batched steps (requests at once take far fewer steps than one by one); -np 0
+# slots and the batched steps (requests at once take far fewer steps than one by one); a chat
+# that goes on finds its start in a slot's cache (counted) and gives `hotmoe run`'s bytes; -np 0
 # and a -c too small to split are refused. Skipped (77) without libmicrohttpd.
 #   bash tests/cli/serve_slots.sh HOTMOE_BIN TMPDIR      (run from the repository root)
 # SERVE_SLOTS_ARGS (e.g. "-ngl 99", "-ngl 99 --cpu-moe" on a GPU machine, with HOTMOE_GPU_SEQS=1
@@ -34,7 +35,11 @@ expect "serve -np 3: 256 positions per slot, said" grep -q "context 256 per slot
 # shellcheck disable=SC2086
 "$bin" run -m "$m" -t 2 -p "Hello there" -n 12 --temp 0 --no-display-prompt ${SERVE_SLOTS_ARGS:-} \
   >"$tmp/run.txt" 2>/dev/null
-python3 - "$port" "$tmp/run.txt" >"$tmp/py.out" 2>&1 <<'PY'
+p2="Hello there$(cat "$tmp/run.txt") and then" # a chat that goes on: the first reply, a new turn
+# shellcheck disable=SC2086
+"$bin" run -m "$m" -t 2 -p "$p2" -n 12 --temp 0 --no-display-prompt ${SERVE_SLOTS_ARGS:-} \
+  >"$tmp/run2.txt" 2>/dev/null
+P2="$p2" python3 - "$port" "$tmp/run.txt" "$tmp/run2.txt" >"$tmp/py.out" 2>&1 <<'PY'
 import json, os, sys, threading, time, urllib.request, urllib.error
 port = sys.argv[1]
 run_txt = open(sys.argv[2], encoding="utf-8", errors="replace").read().rstrip("\n")
@@ -57,18 +62,25 @@ def post(body):
             text += json.loads(line[6:])["choices"][0].get("text", "")
     return text
 
+def metric(name):
+    m = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    v = [l.split()[1] for l in m.splitlines() if l.startswith(name + " ")]
+    return float(v[0]) if v else -1
 greedy = post({"prompt": "Hello there", "max_tokens": 12, "temperature": 0})
 check("greedy completion: hotmoe run's bytes", greedy == run_txt)
+run2 = open(sys.argv[3], encoding="utf-8", errors="replace").read().rstrip("\n")
+c0 = metric("hotmoe_prompt_tokens_cached_total")
+again = post({"prompt": os.environ["P2"], "max_tokens": 12, "temperature": 0})
+c1 = metric("hotmoe_prompt_tokens_cached_total")
+cpu = not os.environ.get("SERVE_SLOTS_ARGS")
+check(f"a chat that goes on: hotmoe run's bytes, {c1 - c0:.0f} prompt tokens from the cache",
+      again == run2 and ((c1 - c0 > 0) if cpu else True))
 long_prompt = " ".join(["the engine reads the experts"] * 6)  # over one batch (-b 16)
 bodies = []
 for i, p in enumerate(["Once upon a time", "The function returns", long_prompt]):
     for stream in (False, True):
         bodies.append({"prompt": p, "max_tokens": 24, "temperature": 0.8, "seed": 11 + i,
                        "stream": stream})
-def metric(name):
-    m = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    v = [l.split()[1] for l in m.splitlines() if l.startswith(name + " ")]
-    return float(v[0]) if v else -1
 s0 = metric("hotmoe_batch_steps_total")
 alone = [post(b) for b in bodies]
 s1 = metric("hotmoe_batch_steps_total")

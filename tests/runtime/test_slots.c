@@ -1,7 +1,8 @@
 /* test_slots.c - continuous batching (runtime/slots.h) on CPU contexts of several sequences: three
  * slots started at different steps, sampling at temperature 0.8 with their own seeds, give token
  * for token what a generator (runtime/generate.h) on a one-sequence context gives for the same
- * prompt and seed; a slot stopped and started again with another prompt too. Also: a batch
+ * prompt and seed; a slot stopped and started again with another prompt too, and with a prompt
+ * that continues its cache (reused, the same tokens). Also: a batch
  * smaller than the prompts (prompts read in chunks beside the others' tokens), the room left,
  * argument errors, the sequence count's bounds. */
 #include <stdio.h>
@@ -142,6 +143,42 @@ static void test_interleaved(void) {
     hm_context_free(c);
 }
 
+/* A chat that goes on: a second request whose prompt is the first's prompt and reply plus a new
+ * turn picks that slot, finds those 18 tokens in its cache (not read again: fewer steps' worth
+ * of tokens), and gives the generator's tokens for the whole prompt on a fresh context. */
+static void test_reuse(void) {
+    HM_REQUIRE(model());
+    hm_context *c = ctx_of(2, 32);
+    HM_REQUIRE(c);
+    hm_slots *s = NULL;
+    hm_error err;
+    HM_REQUIRE(hm_slots_init(c, &s, &err) == HM_OK);
+    int32_t a[10], b[21], want[N_GEN], got[N_GEN], out[2];
+    prompt_of(a, 10, 77);
+    const sample_params sp = sp_of(5);
+    HM_REQUIRE(hm_slots_start(s, 1, a, 10, &sp, &err) == HM_OK); /* the first request: slot 1 */
+    int n = 0;
+    while (n < 8) {
+        HM_REQUIRE(hm_slots_step(s, out, &err) == HM_OK);
+        if (out[1] >= 0) b[10 + n++] = out[1];
+    }
+    hm_slots_stop(s, 1); /* the 8th token was handed out, not run: 17 tokens cached */
+    memcpy(b, a, sizeof(a));
+    prompt_of(b + 18, 3, 78);
+    HM_CHECK(hm_slots_pick(s, b, 21) == 1);
+    HM_REQUIRE(hm_slots_start(s, 1, b, 21, &sp, &err) == HM_OK);
+    HM_CHECK_MSG(hm_slots_cached(s, 1) == 17, "cached %d", hm_slots_cached(s, 1));
+    for (n = 0; n < N_GEN;) {
+        HM_REQUIRE(hm_slots_step(s, out, &err) == HM_OK);
+        if (out[1] >= 0) got[n++] = out[1];
+    }
+    reference(b, 21, 5, want);
+    HM_CHECK_MSG(!memcmp(got, want, sizeof(want)), "a continued chat: the tokens differ from the "
+                 "generator's on the whole prompt");
+    hm_slots_free(s);
+    hm_context_free(c);
+}
+
 static void test_bounds(void) {
     HM_REQUIRE(model());
     hm_context_params p = hm_context_default_params();
@@ -168,4 +205,4 @@ static void test_cleanup(void) {
     g_model = NULL;
 }
 
-HM_TEST_MAIN(test_interleaved, test_bounds, test_cleanup)
+HM_TEST_MAIN(test_interleaved, test_reuse, test_bounds, test_cleanup)
