@@ -142,6 +142,12 @@ bool srv_run_begin(hm_server *s, srv_job *j, srv_run *r) {
     return true;
 }
 
+void srv_run_move(srv_run *dst, srv_run *src) {
+    *dst = *src;
+    dst->meta.id = dst->id; /* meta names the run's own id */
+    memset(src, 0, sizeof(*src));
+}
+
 bool srv_run_full(srv_run *r, int room) {
     if ((r->j->req.max_tokens >= 0 && r->n_gen >= r->j->req.max_tokens) || room == 0) {
         r->finish = "length";
@@ -214,10 +220,13 @@ void srv_run_end(hm_server *s, srv_run *r, hm_status st, const hm_error *err) {
     } else {
         char *resp = oai_response(&r->meta, r->text ? r->text : "", r->text_n, r->finish,
                                   (int)r->ids.n, r->n_gen);
-        if (resp) srv_job_put(j, resp, strlen(resp), true, 200);
-        else finish_error(s, j, 500, "out of memory");
+        if (resp) {
+            srv_job_put(j, resp, strlen(resp), true, 200);
+            atomic_fetch_add(&s->st_completed, 1);
+        } else {
+            finish_error(s, j, 500, "out of memory");
+        }
         free(resp);
-        atomic_fetch_add(&s->st_completed, 1);
     }
     free(r->text);
     tok_ids_free(&r->ids);

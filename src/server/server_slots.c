@@ -53,7 +53,7 @@ static void start_slot(slots_state *x, srv_job *j) {
         return;
     }
     const int k = hm_slots_pick(x->sl, r.ids.ids, (int)r.ids.n); /* a slot is free: checked */
-    x->run[k] = r;
+    srv_run_move(&x->run[k], &r);
     x->used[k] = true;
     set_busy(x->s, 1);
     hm_error err = {0};
