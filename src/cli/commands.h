@@ -17,6 +17,7 @@ int cmd_run(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_batched(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_learn(int argc, char **argv);
 int cmd_plan(int argc, char **argv);

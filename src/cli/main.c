@@ -15,6 +15,7 @@ static const cli_command k_commands[] = {
     {"logits", "write the logits of a prompt (raw f32 + JSON header, or .npy) for comparisons", cmd_logits},
     {"chat", "interactive chat with the model's chat template (streaming, multi-turn)", cmd_chat},
     {"bench", "prompt (ppN) and generation (tgN) speed like llama-bench", cmd_bench},
+    {"batched-bench", "several sequences decoded together (continuous batching), like llama-batched-bench", cmd_batched},
     {"perplexity", "perplexity of a text file, computed as llama-perplexity does", cmd_perplexity},
     {"learn", "run prompts with the expert usage tracer and write a learn file (per-layer expert hits)", cmd_learn},
     {"serve", "OpenAI-compatible HTTP server (chat, completions, streaming)", cmd_serve},
