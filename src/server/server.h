@@ -2,9 +2,11 @@
  * JSON by jansson through server/oai.h).
  *
  * DESIGN: HTTP threads (one per connection) only parse, queue and stream; one inference thread
- * owns the context and serves the queued requests in arrival order, one at a time (slots and
- * continuous batching come later): it renders the prompt (the chat template for chat), decodes
- * from an empty cache, samples with the request's parameters and seed, and hands each piece of
+ * owns the context and serves the queued requests in arrival order: one at a time, or, when
+ * the context has several sequences (serve -np N), up to N at once in slots decoded together
+ * (continuous batching, server_slots.c). It renders the prompt (the chat template for chat),
+ * decodes from an empty cache (a slot: from what its cache already holds of the prompt),
+ * samples with the request's parameters and seed, and hands each piece of
  * text to the request, whose connection streams it as SSE `data:` chunks or sends the whole
  * response at the end. A client that disconnects marks its request cancelled: the inference
  * thread stops at the next token. A full queue answers 503. Routes: GET /health, GET /v1/models,
