@@ -30,7 +30,7 @@ expect "-c 40 -np 4: refused, 10 positions a slot (2)" test $rc -eq 2
 expect "-c 40 -np 4: says why" grep -q "leaves 10 positions each" "$tmp/small.err"
 
 # shellcheck disable=SC2086 # SERVE_SLOTS_ARGS: several flags
-serve_start "$bin" "$tmp/err" -m "$m" -t 2 -np 3 -c 768 -b 16 --queue 32 ${SERVE_SLOTS_ARGS:-}
+serve_start "$bin" "$tmp/err" -m "$m" -t 2 -np 3 -c 768 -b 16 --queue 128 ${SERVE_SLOTS_ARGS:-}
 expect "serve -np 3: listening" test -n "$port"
 expect "serve -np 3: 256 positions per slot, said" grep -q "context 256 per slot, 3 slots" "$tmp/err"
 # shellcheck disable=SC2086
