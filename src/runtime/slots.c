@@ -111,6 +111,10 @@ int hm_slots_pick(const hm_slots *s, const int32_t *prompt, int n) {
     return best;
 }
 
+void hm_slots_forget(hm_slots *s, int k) {
+    if (k >= 0 && k < s->n && !s->sl[k].active) s->sl[k].n_hist = 0;
+}
+
 int hm_slots_cached(const hm_slots *s, int k) {
     return k >= 0 && k < s->n ? s->sl[k].cached : 0;
 }

@@ -39,6 +39,9 @@ int hm_slots_count(const hm_slots *s);
  * that goes on), on the CPU engine only, where that gives the same bytes; the rest is read. */
 hm_status hm_slots_start(hm_slots *s, int k, const int32_t *prompt, int n, const sample_params *sp,
                          hm_error *err);
+/* Slot k's cache is not reused by its next start (llama-server's cache_prompt false): the
+ * prompt is read whole. */
+void hm_slots_forget(hm_slots *s, int k);
 /* Frees slot k (its cache stays for the next start to reuse). */
 void hm_slots_stop(hm_slots *s, int k);
 /* The free slot whose cache holds the longest start of prompt[0..n) (ties: the lowest), or -1

@@ -145,6 +145,10 @@ hm_status oai_parse(const char *body, size_t len, bool chat, const sample_params
         out->stream = json_is_true(s);
         json_t *so = json_object_get(o, "stream_options");
         out->include_usage = json_is_true(json_object_get(so, "include_usage"));
+        json_t *cp = json_object_get(o, "cache_prompt");
+        if (cp && !json_is_null(cp) && !json_is_boolean(cp))
+            st = bad(err, "cache_prompt", "must be a boolean");
+        out->cache_prompt = !json_is_false(cp);
     }
     if (!st && (json_object_get(o, "tools") || json_object_get(o, "functions")))
         st = bad(err, "tools", "are not supported");

@@ -30,6 +30,8 @@ typedef struct {
     bool include_usage;      /* stream_options.include_usage */
     sample_params sp;
     bool seed_given;         /* the request named its seed */
+    bool cache_prompt;       /* llama-server's cache_prompt (default true): a slot may reuse what
+                                its cache holds of the prompt */
     char *stop[OAI_STOP_MAX]; /* stop strings (malloc'd), none after the last */
     int n_stop;
 } oai_request;

@@ -79,6 +79,16 @@ c1 = metric("hotmoe_prompt_tokens_cached_total")
 cpu = not os.environ.get("SERVE_SLOTS_ARGS")
 check(f"a chat that goes on: hotmoe run's bytes, {c1 - c0:.0f} prompt tokens from the cache",
       again == run2 and ((c1 - c0 > 0) if cpu else True))
+nocache = post({"prompt": os.environ["P2"], "max_tokens": 12, "temperature": 0,
+                "cache_prompt": False})
+check("cache_prompt false: read whole, the same bytes",
+      nocache == run2 and metric("hotmoe_prompt_tokens_cached_total") == c1)
+try:
+    post({"prompt": "x", "cache_prompt": "yes"})
+    bad_type = None
+except urllib.error.HTTPError as e:
+    bad_type = e.code
+check("cache_prompt of the wrong type: 400", bad_type == 400)
 long_prompt = " ".join(["the engine reads the experts"] * 6)  # over one batch (-b 16)
 bodies = []
 for i, p in enumerate(["Once upon a time", "The function returns", long_prompt]):

@@ -175,6 +175,16 @@ static void test_reuse(void) {
     reference(b, 21, 5, want);
     HM_CHECK_MSG(!memcmp(got, want, sizeof(want)), "a continued chat: the tokens differ from the "
                  "generator's on the whole prompt");
+    /* forgotten (cache_prompt false): the whole prompt read again, the same tokens */
+    hm_slots_stop(s, 1);
+    hm_slots_forget(s, 1);
+    HM_REQUIRE(hm_slots_start(s, 1, b, 21, &sp, &err) == HM_OK);
+    HM_CHECK(hm_slots_cached(s, 1) == 0);
+    for (n = 0; n < N_GEN;) {
+        HM_REQUIRE(hm_slots_step(s, out, &err) == HM_OK);
+        if (out[1] >= 0) got[n++] = out[1];
+    }
+    HM_CHECK(!memcmp(got, want, sizeof(want)));
     hm_slots_free(s);
     hm_context_free(c);
 }
