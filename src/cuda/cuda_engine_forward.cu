@@ -312,7 +312,7 @@ static hm_status attention_block(cuda_engine *e, int il, int n, fwd_defer *dfr, 
                                e->v, n, e->d_positions, e->stream, err);
     }
     if (st != HM_OK) return st;
-    st = e->n_runs > 0 ? cuda_engine_attn_runs(e, L, n, err)
+    st = e->n_runs > 0 ? cuda_engine_attn_runs(e, L, err)
                        : cuda_engine_attn(e, L, n, e->d_positions, e->q, L->k_cache, L->v_cache,
                                           e->attn, err);
     if (st == HM_OK && norm_in_router(e, L, n)) { /* x += attn . wo (+ bo), in the epilogue */

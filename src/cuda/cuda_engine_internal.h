@@ -246,7 +246,7 @@ hm_status cuda_engine_attn(cuda_engine *e, const cuda_layer *L, int n_tok, const
 /* A step of several sequences (e->n_runs > 0), layer L: q and k roped at e->d_positions already;
  * per run, its k/v rows stored in its sequence's cache and its attention into e->attn
  * (cuda_engine_seqs.cu). */
-hm_status cuda_engine_attn_runs(cuda_engine *e, const cuda_layer *L, int n, hm_error *err);
+hm_status cuda_engine_attn_runs(cuda_engine *e, const cuda_layer *L, hm_error *err);
 
 #ifdef __cplusplus
 }

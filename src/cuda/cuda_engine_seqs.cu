@@ -22,8 +22,7 @@ extern "C" {
 #include "quant/qtypes.h"
 }
 
-extern "C" hm_status cuda_engine_attn_runs(cuda_engine *e, const cuda_layer *L, int n,
-                                           hm_error *err) {
+extern "C" hm_status cuda_engine_attn_runs(cuda_engine *e, const cuda_layer *L, hm_error *err) {
     const hm_hparams *hp = &e->hp;
     const int nh = (int)hp->n_head, nkv = (int)hp->n_head_kv, hd = (int)hp->head_dim_k;
     const int64_t nk = (int64_t)nkv * hd, nv = (int64_t)nkv * hp->head_dim_v;
@@ -31,7 +30,6 @@ extern "C" hm_status cuda_engine_attn_runs(cuda_engine *e, const cuda_layer *L, 
     const size_t row_k = cuda_kv_bytes(e->p.type_k, 1, nkv, hd);
     const size_t row_v = cuda_kv_bytes(e->p.type_v, 1, nkv, (int)hp->head_dim_v);
     hm_status st = HM_OK;
-    (void)n;
     for (int r = 0; r < e->n_runs && st == HM_OK; r++) {
         const int t0 = e->run_t0[r], len = e->run_len[r];
         const size_t base = (size_t)e->run_seq[r] * (size_t)e->p.n_ctx;

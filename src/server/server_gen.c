@@ -81,10 +81,18 @@ static hm_status prompt_tokens(const hm_server *s, const oai_request *r, tok_ids
     return st;
 }
 
+/* The response's identity (built when needed: a run holds no pointer into itself, so it may be
+ * copied). */
+static oai_meta run_meta(const srv_run *r) {
+    return (oai_meta){.id = r->id, .model = r->model, .created = r->j->created,
+                      .chat = r->j->req.chat};
+}
+
 /* A stream's chunk of the text [from, to). false: cancelled (or out of memory). */
 static bool emit(srv_run *r, size_t from, size_t to) {
     if (to <= from) return true;
-    char *c = oai_chunk(&r->meta, r->text + from, to - from, NULL);
+    const oai_meta m = run_meta(r);
+    char *c = oai_chunk(&m, r->text + from, to - from, NULL);
     const bool ok = c && srv_job_put(r->j, c, strlen(c), false, 0);
     free(c);
     return ok;
@@ -101,7 +109,7 @@ bool srv_run_begin(hm_server *s, srv_job *j, srv_run *r) {
     const oai_request *q = &j->req;
     r->j = j;
     snprintf(r->id, sizeof(r->id), "%s%s", q->chat ? "chat" : "", j->id);
-    r->meta = (oai_meta){.id = r->id, .model = s->model_id, .created = j->created, .chat = q->chat};
+    r->model = s->model_id;
     pthread_mutex_lock(&j->mu);
     const bool gone = j->cancelled;
     pthread_mutex_unlock(&j->mu);
@@ -140,12 +148,6 @@ bool srv_run_begin(hm_server *s, srv_job *j, srv_run *r) {
     r->alive = true;
     r->t0_ns = now_ns();
     return true;
-}
-
-void srv_run_move(srv_run *dst, srv_run *src) {
-    *dst = *src;
-    dst->meta.id = dst->id; /* meta names the run's own id */
-    memset(src, 0, sizeof(*src));
 }
 
 bool srv_run_full(srv_run *r, int room) {
@@ -209,8 +211,9 @@ void srv_run_end(hm_server *s, srv_run *r, hm_status st, const hm_error *err) {
         srv_job_put(j, NULL, 0, true, 499);
     } else if (q->stream) {
         bool ok = emit(r, r->emitted, r->text_n);
-        char *fin = oai_chunk(&r->meta, "", 0, r->finish);
-        char *use = q->include_usage ? oai_usage_chunk(&r->meta, (int)r->ids.n, r->n_gen) : NULL;
+        const oai_meta m = run_meta(r);
+        char *fin = oai_chunk(&m, "", 0, r->finish);
+        char *use = q->include_usage ? oai_usage_chunk(&m, (int)r->ids.n, r->n_gen) : NULL;
         if (ok && fin) srv_job_put(j, fin, strlen(fin), false, 0);
         if (ok && use) srv_job_put(j, use, strlen(use), false, 0);
         srv_job_put(j, "data: [DONE]\n\n", 14, true, 200);
@@ -218,7 +221,8 @@ void srv_run_end(hm_server *s, srv_run *r, hm_status st, const hm_error *err) {
         free(use);
         atomic_fetch_add(&s->st_completed, 1);
     } else {
-        char *resp = oai_response(&r->meta, r->text ? r->text : "", r->text_n, r->finish,
+        const oai_meta m = run_meta(r);
+        char *resp = oai_response(&m, r->text ? r->text : "", r->text_n, r->finish,
                                   (int)r->ids.n, r->n_gen);
         if (resp) {
             srv_job_put(j, resp, strlen(resp), true, 200);

@@ -73,7 +73,7 @@ void srv_gen_run(hm_server *s, srv_job *j);
 typedef struct {
     srv_job *j;
     char id[64];
-    oai_meta meta;
+    const char *model;    /* the server's model id */
     tok_ids ids;          /* the prompt */
     sample_params sp;     /* the request's, its seed drawn when it gives none */
     int32_t stops[8];     /* end-of-turn tokens of the template */
@@ -93,8 +93,6 @@ typedef struct {
 /* The request's prompt and sampling; false when the job is already answered (cancelled, a bad
  * prompt: its error sent) and r holds nothing. */
 bool srv_run_begin(hm_server *s, srv_job *j, srv_run *r);
-/* Moves a run to dst (a run points into itself: copy it with this only). */
-void srv_run_move(srv_run *dst, srv_run *src);
 /* Whether the generation stops before another token: the token budget or no room left
  * ("length"). */
 bool srv_run_full(srv_run *r, int room);

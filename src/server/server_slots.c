@@ -54,7 +54,7 @@ static void start_slot(slots_state *x, srv_job *j) {
     }
     const int k = hm_slots_pick(x->sl, r.ids.ids, (int)r.ids.n); /* a slot is free: checked */
     if (!j->req.cache_prompt) hm_slots_forget(x->sl, k);
-    srv_run_move(&x->run[k], &r);
+    x->run[k] = r;
     x->used[k] = true;
     set_busy(x->s, 1);
     hm_error err = {0};
