@@ -36,6 +36,7 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "base/seqs.h"
 #include "base/spin.h"
 #include "cpu/matmul.h"
 #include "cpu_engine/cpu_engine_steps.h"
@@ -265,20 +266,9 @@ hm_status cpu_engine_forward_seqs(cpu_engine *c, const int32_t *tokens, int n, c
                             "ubatch (1..%d, with their sequences and positions)", n,
                             c->p.n_ubatch);
     int n_want = 0;
-    for (int t = 0; t < n; t++) {
-        if (seq[t] < 0 || seq[t] >= c->n_seq || pos[t] < 0 || pos[t] >= c->p.n_ctx)
-            return hm_error_set(err, HM_ERR_ARG, "CPU engine: token %d: sequence %d, position %d "
-                                "(%d sequences of %d positions)", t, seq[t], pos[t], c->n_seq,
-                                c->p.n_ctx);
-        for (int u = t - 1; u >= 0; u--) /* the sequence's previous token in this call */
-            if (seq[u] == seq[t]) {
-                if (pos[t] != pos[u] + 1)
-                    return hm_error_set(err, HM_ERR_ARG, "CPU engine: sequence %d: position %d "
-                                        "after %d in one call", seq[t], pos[t], pos[u]);
-                break;
-            }
-        n_want += want && want[t];
-    }
+    hm_status st0 = hm_seqs_check(seq, pos, want, n, c->n_seq, c->p.n_ctx, "CPU engine", &n_want,
+                                  err);
+    if (st0 != HM_OK) return st0;
     if (n_want > 0 && !logits)
         return hm_error_set(err, HM_ERR_ARG, "CPU engine: logits of %d tokens without a buffer",
                             n_want);

@@ -16,6 +16,7 @@
 #include <string.h>
 
 extern "C" {
+#include "base/seqs.h"
 #include "cuda/cuda_attn.h"
 #include "cuda/cuda_engine_internal.h"
 #include "cuda/cuda_handoff.h"
@@ -54,21 +55,8 @@ static hm_status check_seqs(const cuda_engine *e, const int32_t *tokens, int n, 
     if (n <= 0 || n > e->p.n_ubatch || !tokens || !seq || !pos)
         return hm_error_set(err, HM_ERR_ARG, "GPU: %d tokens of several sequences in one step "
                             "(1..%d, with their sequences and positions)", n, e->p.n_ubatch);
-    *n_want = 0;
-    for (int t = 0; t < n; t++) {
-        if (seq[t] < 0 || seq[t] >= n_seq || pos[t] < 0 || pos[t] >= e->p.n_ctx)
-            return hm_error_set(err, HM_ERR_ARG, "GPU: token %d: sequence %d, position %d (%d "
-                                "sequences of %d positions)", t, seq[t], pos[t], n_seq,
-                                e->p.n_ctx);
-        for (int u = t - 1; u >= 0; u--)
-            if (seq[u] == seq[t]) {
-                if (pos[t] != pos[u] + 1)
-                    return hm_error_set(err, HM_ERR_ARG, "GPU: sequence %d: position %d after "
-                                        "%d in one step", seq[t], pos[t], pos[u]);
-                break;
-            }
-        *n_want += want && want[t];
-    }
+    hm_status st = hm_seqs_check(seq, pos, want, n, n_seq, e->p.n_ctx, "GPU", n_want, err);
+    if (st != HM_OK) return st;
     if (*n_want > 0 && !logits)
         return hm_error_set(err, HM_ERR_ARG, "GPU: logits of %d tokens without a buffer",
                             *n_want);
