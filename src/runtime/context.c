@@ -487,7 +487,10 @@ hm_status hm_context_init(const hm_model *m, const hm_context_params *params, hm
                           "between the CPU and the GPU engines (a partial -ngl) runs one "
                           "sequence; use -ngl 99 (with --cpu-moe or --n-cpu-moe for experts in "
                           "RAM) or -ngl 0", c->p.n_seq, c->p.n_seq);
-    if (st == HM_OK && !(c->seq_past = calloc((size_t)c->p.n_seq, sizeof(int))))
+    if (st == HM_OK &&
+        (!(c->seq_past = calloc((size_t)c->p.n_seq, sizeof(int))) ||
+         !(c->seq_add = calloc((size_t)c->p.n_seq, sizeof(int))) ||
+         !(c->seq_pos = malloc(sizeof(int32_t) * (size_t)c->p.n_batch))))
         st = hm_error_set(err, HM_ERR_NOMEM, "out of memory (context)");
     if (st == HM_OK && c->p.routing_profile) st = route_setup_open(c->m, &c->p, c->gpu, err);
     if (st == HM_OK && c->p.moe_hot_cache && !c->gpu)
@@ -522,6 +525,8 @@ void hm_context_free(hm_context *c) {
     cpu_engine_free(c->cpu);
     free(c->rows);
     free(c->seq_past);
+    free(c->seq_add);
+    free(c->seq_pos);
     free(c->hits);
     free(c->calls);
     free(c->tokens);

@@ -10,7 +10,7 @@
  * engine (full or tiered) runs the step as one forward with an attention per sequence
  * (cuda_engine_decode_seqs). A split placement (a partial -ngl) runs one sequence only.
  */
-#include <stdlib.h>
+#include <string.h>
 
 #include "runtime/runtime_internal.h"
 
@@ -62,8 +62,8 @@ static hm_status check_seqs(hm_context *c, const int32_t *tokens, const int32_t 
     if (n > c->p.n_batch)
         return hm_error_set(err, HM_ERR_ARG, "%d tokens in one call exceed the batch size %d "
                             "(-b)", n, c->p.n_batch);
-    int *add = calloc((size_t)c->p.n_seq, sizeof(int));
-    if (!add) return hm_error_set(err, HM_ERR_NOMEM, "out of memory (batch)");
+    int *add = c->seq_add;
+    memset(add, 0, sizeof(int) * (size_t)c->p.n_seq);
     hm_status st = HM_OK;
     bool any_want = false;
     for (int i = 0; i < n && st == HM_OK; i++) {
@@ -82,7 +82,6 @@ static hm_status check_seqs(hm_context *c, const int32_t *tokens, const int32_t 
             st = hm_error_set(err, HM_ERR_RANGE, "sequence %d: %d tokens after %d positions do "
                               "not fit the context size %d", s, add[s], *past_of(c, s),
                               c->p.n_ctx);
-    free(add);
     if (st == HM_OK && any_want && !logits)
         st = hm_error_set(err, HM_ERR_ARG, "logits requested but no buffer given");
     return st;
@@ -106,8 +105,7 @@ hm_status hm_decode_seqs(hm_context *c, const int32_t *tokens, const int32_t *se
     hm_status st = check_seqs(c, tokens, seq, n, want, logits, err);
     if (st != HM_OK) return st;
     const int64_t V = hm_model_hparams(c->m)->n_vocab;
-    int32_t *pos = malloc(sizeof(int32_t) * (size_t)n);
-    if (!pos) return hm_error_set(err, HM_ERR_NOMEM, "out of memory (batch)");
+    int32_t *pos = c->seq_pos; /* [n <= n_batch] */
     for (int i = 0; i < n; i++) pos[i] = (*past_of(c, seq[i]))++;
     size_t rows = 0;
     for (int done = 0; done < n && st == HM_OK;) {
@@ -119,7 +117,6 @@ hm_status hm_decode_seqs(hm_context *c, const int32_t *tokens, const int32_t *se
     }
     if (st != HM_OK) /* the positions of this batch are not kept */
         for (int i = n - 1; i >= 0; i--) *past_of(c, seq[i]) = pos[i];
-    free(pos);
     if (st == HM_OK && c->gpu) st = hm_context_flush_routes(c, err); /* the device's counts */
     return st;
 }

@@ -17,6 +17,8 @@ struct hm_context {
     hm_context_params p;
     int n_past;          /* positions held (sequence 0) */
     int *seq_past;       /* [n_seq] positions each sequence holds; [0] unused (n_past) */
+    int *seq_add;        /* [n_seq] hm_decode_seqs's scratch: tokens per sequence in a batch */
+    int32_t *seq_pos;    /* [n_batch] hm_decode_seqs's scratch: each token's position */
     cpu_engine *cpu;     /* the CPU path, or NULL */
     cuda_engine *gpu;    /* the GPU path, or NULL */
     hm_tiered *tiered;   /* the CPU side of the GPU engine's host layers (tiered plan), or NULL */

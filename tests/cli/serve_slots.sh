@@ -5,7 +5,7 @@
 # same request gives alone; a seventh waits in the queue and is served; a client leaving a
 # stream frees its slot (counted cancelled, the next request served); /metrics counts busy
 # slots and the batched steps (requests at once take far fewer steps than one by one); a chat
-# that goes on finds its start in a slot's cache (counted) and gives `hotmoe run`'s bytes; 300
+# that goes on finds its start in a slot's cache (counted) and gives `hotmoe run`'s bytes; 1,000
 # sequential and 64 concurrent requests through the slots with resident memory flat (< 5 % after
 # a warm-up; not judged under ASan); -np 0 and a -c too small to split are refused. Skipped (77) without libmicrohttpd.
 #   bash tests/cli/serve_slots.sh HOTMOE_BIN TMPDIR      (run from the repository root)
@@ -138,7 +138,7 @@ for _ in range(200):  # the left stream's slot ends once the server sees the dis
     time.sleep(0.1)
 check("metrics: slots_busy 0 when idle", metric("hotmoe_slots_busy") == 0)
 check("metrics: the left stream counted cancelled", metric("hotmoe_requests_cancelled_total") >= 1)
-# load through the slots: 300 sequential and 64 concurrent requests, resident memory after a
+# load through the slots: 1,000 sequential and 64 concurrent requests, resident memory after a
 # warm-up (the slots' caches, prompts and runs are reused, nothing grows per request)
 def rss():
     for l in open(f"/proc/{os.environ['SERVE_PID']}/status"):
@@ -155,14 +155,15 @@ def burst():
     [t.start() for t in ts]
     [t.join() for t in ts]
     return all(isinstance(r, str) for r in res64)
-for i in range(30):
+for i in range(30):  # warm-up: connection threads and allocator arenas at their peak
     post({"prompt": f"warm {i}", "max_tokens": 2})
 burst()
+burst()
 r0 = rss()
-ok = all(isinstance(post({"prompt": f"seq {i}", "max_tokens": 2}), str) for i in range(300))
+ok = all(isinstance(post({"prompt": f"seq {i}", "max_tokens": 2}), str) for i in range(1000))
 ok = burst() and ok
 r1 = rss()
-check("load: 364 requests through the slots, none failed", ok)
+check("load: 1,064 requests through the slots, none failed", ok)
 if os.environ.get("SERVE_ASAN"):
     print(f"rss {r0} -> {r1} kB (not judged under ASan: its quarantine holds freed memory)")
 else:
