@@ -29,6 +29,7 @@ typedef enum {
     FORGE_ARCH_OLMOE,        /* "olmoe"     OlmoeForCausalLM */
     FORGE_ARCH_GPTOSS,       /* "gpt-oss"   GptOssForCausalLM */
     FORGE_ARCH_QWEN2MOE,     /* "qwen2moe"  Qwen2MoeForCausalLM */
+    FORGE_ARCH_QWEN3NEXT,    /* "qwen3next" Qwen3NextForCausalLM (hybrid: docs/HYBRID.md) */
     FORGE_ARCH_COUNT
 } forge_arch;
 
@@ -58,6 +59,12 @@ typedef struct {
     int64_t yarn_orig_ctx;
     int64_t special_base;              /* id of the first special token */
     int64_t n_merges_max;              /* cap on learned BPE merges / SPM pieces */
+    int64_t n_rot;                     /* rope.dimension_count (0: head_dim); qwen3next: head_dim
+                                          x partial_rotary_factor */
+    /* qwen3next's gated delta net (0 elsewhere); a full-attention layer every 4th */
+    int64_t ssm_conv_kernel;           /* linear_conv_kernel_dim */
+    int64_t ssm_n_k_heads, ssm_n_v_heads; /* linear_num_key_heads / _value_heads */
+    int64_t ssm_head_k, ssm_head_v;    /* linear_key_head_dim / _value_head_dim */
 } forge_preset;
 
 /* ---- presets (forge_presets.c) ---- */
@@ -72,12 +79,17 @@ uint32_t forge_mix_file_type(forge_mix m);     /* general.file_type (llama_ftype
 hm_status forge_preset_check(const forge_preset *p, hm_error *err);
 /* Expert FFN width as llama.cpp reads it for this arch. */
 int64_t forge_preset_ff_exp(const forge_preset *p);
+/* qwen3next: layer il is a gated delta-net layer ((il + 1) % 4 != 0); false elsewhere. */
+bool forge_layer_recurrent(const forge_preset *p, int il);
+/* The rotated dimensions (n_rot, else head_dim). */
+int64_t forge_preset_n_rot(const forge_preset *p);
 
 /* ---- tensors (forge_tensors.c) ---- */
 typedef enum {
     FR_EMBD, FR_OUTPUT, FR_NORM, FR_QK_NORM, FR_ATTN_Q, FR_ATTN_K, FR_ATTN_V, FR_ATTN_O,
     FR_BIAS, FR_SINKS, FR_ROUTER, FR_ROUTER_BIAS, FR_EXP_GATE, FR_EXP_UP, FR_EXP_DOWN,
-    FR_EXP_BIAS, FR_SH_GATE, FR_SH_UP, FR_SH_DOWN, FR_SH_GATE_INP
+    FR_EXP_BIAS, FR_SH_GATE, FR_SH_UP, FR_SH_DOWN, FR_SH_GATE_INP,
+    FR_SSM_QKV, FR_SSM_GATE, FR_SSM_BA, FR_SSM_CONV, FR_SSM_DT, FR_SSM_A, FR_SSM_NORM, FR_SSM_OUT
 } forge_role;
 
 #define FORGE_NAME_MAX 64
@@ -204,8 +216,17 @@ hm_status forge_write_hf(const forge_job *job, hm_error *err);
  *              GGUF row h*D + 2i + j (D = head_dim, j in {0,1})
  *   GATE_UP    gpt-oss gate_up_proj [X, E, 2F]: [e][c][2f] = gate[e][f][c], [e][c][2f+1] = up[e][f][c]
  *   GATE_UP_B  gpt-oss gate_up_proj_bias [X, 2F]: [e][2f] = gate_b[e][f], [e][2f+1] = up_b[e][f]
- *   DOWN_T     gpt-oss down_proj [X, F, E]: [e][f][c] = down[e][c][f] */
-typedef enum { FH_COPY, FH_SLICE, FH_UNPERMUTE, FH_GATE_UP, FH_GATE_UP_B, FH_DOWN_T } forge_hf_op;
+ *   DOWN_T     gpt-oss down_proj [X, F, E]: [e][f][c] = down[e][c][f]
+ *   MINUS1     qwen3next's zero-centred RMS norms: HF stores w - 1 (its norm multiplies by 1 + w;
+ *              convert_hf_to_gguf adds the 1)
+ *   A_LOG      qwen3next A_log = ln(-ssm_a) (the converter writes ssm_a = -exp(A_log))
+ *   QKVZ       qwen3next in_proj_qkvz from attn_qkv (src) and attn_gate (src2): per key head g
+ *              (n_heads of them) rows [q_g (grp_qk), k_g (grp_qk), v_g (grp_vz), z_g (grp_vz)],
+ *              the converter's regrouping inverted */
+typedef enum {
+    FH_COPY, FH_SLICE, FH_UNPERMUTE, FH_GATE_UP, FH_GATE_UP_B, FH_DOWN_T, FH_MINUS1, FH_A_LOG,
+    FH_QKVZ
+} forge_hf_op;
 
 typedef struct {
     char name[96];
@@ -214,7 +235,8 @@ typedef struct {
     forge_hf_op op;
     int src, src2;     /* tensor list indices (src2: the up tensor for GATE_UP*) */
     int64_t expert;    /* SLICE */
-    int64_t n_heads;   /* UNPERMUTE */
+    int64_t n_heads;   /* UNPERMUTE, QKVZ */
+    int64_t grp_qk, grp_vz; /* QKVZ: rows of q (and of k), of v (and of z) per key head */
 } forge_hf_tensor;
 
 hm_status forge_hf_plan(const forge_preset *p, const forge_tensor_list *l, forge_hf_tensor **out,

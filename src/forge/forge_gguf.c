@@ -38,13 +38,22 @@ static hm_status set_arch_keys(gguf_writer *w, const forge_preset *p) {
     U32("attention.key_length", p->head_dim);
     U32("attention.value_length", p->head_dim);
     F32("rope.freq_base", p->rope_base);
-    U32("rope.dimension_count", p->head_dim);
+    U32("rope.dimension_count", forge_preset_n_rot(p));
     F32("attention.layer_norm_rms_epsilon", p->rms_eps);
     U32("expert_count", p->n_expert);
     U32("expert_used_count", p->n_expert_used);
-    if (p->arch == FORGE_ARCH_QWEN3MOE || p->arch == FORGE_ARCH_QWEN2MOE || p->arch == FORGE_ARCH_GPTOSS)
+    const bool next = p->arch == FORGE_ARCH_QWEN3NEXT;
+    if (p->arch == FORGE_ARCH_QWEN3MOE || p->arch == FORGE_ARCH_QWEN2MOE || p->arch == FORGE_ARCH_GPTOSS || next)
         U32("expert_feed_forward_length", p->n_ff_exp);
-    if (p->arch == FORGE_ARCH_QWEN2MOE) U32("expert_shared_feed_forward_length", p->n_ff_shexp);
+    if (p->arch == FORGE_ARCH_QWEN2MOE || next) U32("expert_shared_feed_forward_length", p->n_ff_shexp);
+    if (next) { /* convert_hf_to_gguf's Qwen3NextModel */
+        U32("ssm.conv_kernel", p->ssm_conv_kernel);
+        U32("ssm.state_size", p->ssm_head_k);
+        U32("ssm.group_count", p->ssm_n_k_heads);
+        U32("ssm.time_step_rank", p->ssm_n_v_heads);
+        U32("ssm.inner_size", p->ssm_n_v_heads * p->ssm_head_v);
+        U32("full_attention_interval", 4);
+    }
     if (p->arch == FORGE_ARCH_GPTOSS) {
         U32("attention.sliding_window", p->sliding_window);
         STR("rope.scaling.type", "yarn");

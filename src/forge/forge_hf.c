@@ -9,6 +9,7 @@
  * padded with spaces to a multiple of 8), then the raw little-endian data in header order.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +35,8 @@ static int64_t rows_of(const gguf_tensor *gt) { return gt->ne[1] * gt->ne[2] * g
 
 /* Evaluates one HF tensor into dst (forge_hf_nelem(h) floats). */
 static hm_status hf_fill(const forge_hf_tensor *h, const gguf_tensor *const *src, float *dst, hm_error *err) {
-    const gguf_tensor *a = src[h->src], *b = h->op == FH_GATE_UP || h->op == FH_GATE_UP_B ? src[h->src2] : NULL;
+    const bool two = h->op == FH_GATE_UP || h->op == FH_GATE_UP_B || h->op == FH_QKVZ;
+    const gguf_tensor *a = src[h->src], *b = two ? src[h->src2] : NULL;
     hm_status st = HM_OK;
     float *tmp = NULL, *tmp2 = NULL;
     switch (h->op) {
@@ -82,6 +84,31 @@ static hm_status hf_fill(const forge_hf_tensor *h, const gguf_tensor *const *src
             }
         break;
     }
+    case FH_MINUS1: /* qwen3next's zero-centred norms: HF holds w - 1 (exact near 1) */
+    case FH_A_LOG: { /* A_log = ln(-ssm_a) */
+        const int64_t n = a->ne[0] * rows_of(a);
+        st = deq_rows(a, 0, rows_of(a), dst);
+        for (int64_t i = 0; i < n && st == HM_OK; i++)
+            dst[i] = h->op == FH_MINUS1 ? dst[i] - 1.0f : (float)log(-(double)dst[i]);
+        break;
+    }
+    case FH_QKVZ: { /* per key head g: [q_g, k_g, v_g, z_g] from attn_qkv [q | k | v], attn_gate */
+        const int64_t E = a->ne[0], G = h->n_heads, dk = h->grp_qk, dv = h->grp_vz;
+        tmp = malloc((size_t)(E * a->ne[1]) * sizeof(float));
+        tmp2 = malloc((size_t)(E * b->ne[1]) * sizeof(float));
+        if (!tmp || !tmp2) break;
+        st = deq_rows(a, 0, a->ne[1], tmp);
+        if (st == HM_OK) st = deq_rows(b, 0, b->ne[1], tmp2);
+        const size_t rb = (size_t)E * sizeof(float);
+        for (int64_t g = 0; g < G && st == HM_OK; g++) {
+            float *o = dst + g * (2 * dk + 2 * dv) * E;
+            memcpy(o, tmp + g * dk * E, (size_t)dk * rb);
+            memcpy(o + dk * E, tmp + (G * dk + g * dk) * E, (size_t)dk * rb);
+            memcpy(o + 2 * dk * E, tmp + (2 * G * dk + g * dv) * E, (size_t)dv * rb);
+            memcpy(o + (2 * dk + dv) * E, tmp2 + g * dv * E, (size_t)dv * rb);
+        }
+        break;
+    }
     case FH_DOWN_T: {
         const int64_t F = a->ne[0], E = a->ne[1], X = a->ne[2];
         tmp = malloc((size_t)(F * E) * sizeof(float));
@@ -95,7 +122,8 @@ static hm_status hf_fill(const forge_hf_tensor *h, const gguf_tensor *const *src
         break;
     }
     }
-    bool oom = h->op != FH_COPY && h->op != FH_SLICE && (!tmp || ((h->op == FH_GATE_UP || h->op == FH_GATE_UP_B) && !tmp2));
+    bool oom = h->op != FH_COPY && h->op != FH_SLICE && h->op != FH_MINUS1 && h->op != FH_A_LOG &&
+               (!tmp || (two && !tmp2));
     free(tmp);
     free(tmp2);
     if (oom) return hm_error_set(err, HM_ERR_NOMEM, "out of memory converting %s", h->name);
@@ -189,8 +217,9 @@ static void config_common(hm_json *j, const forge_preset *p, const forge_vocab *
 static void config_json(hm_json *j, const forge_preset *p, const forge_vocab *v) {
     static const char *const cls[FORGE_ARCH_COUNT] = {"Qwen3MoeForCausalLM", "MixtralForCausalLM",
                                                       "OlmoeForCausalLM", "GptOssForCausalLM",
-                                                      "Qwen2MoeForCausalLM"};
-    static const char *const type[FORGE_ARCH_COUNT] = {"qwen3_moe", "mixtral", "olmoe", "gpt_oss", "qwen2_moe"};
+                                                      "Qwen2MoeForCausalLM", "Qwen3NextForCausalLM"};
+    static const char *const type[FORGE_ARCH_COUNT] = {"qwen3_moe", "mixtral", "olmoe", "gpt_oss", "qwen2_moe",
+                                                       "qwen3_next"};
     hm_json_obj_begin(j);
     hm_json_key(j, "architectures");
     hm_json_arr_begin(j);
@@ -259,6 +288,30 @@ static void config_json(hm_json *j, const forge_preset *p, const forge_vocab *v)
         hm_json_kbool(j, "attention_bias", true);
         hm_json_kdouble(j, "swiglu_limit", 7.0);
         hm_json_kdouble(j, "router_aux_loss_coef", 0.9);
+        break;
+    case FORGE_ARCH_QWEN3NEXT: /* the keys of Qwen3-Next-80B-A3B-Instruct's config.json */
+        hm_json_kint(j, "intermediate_size", p->n_ff);
+        hm_json_kint(j, "moe_intermediate_size", p->n_ff_exp);
+        hm_json_kint(j, "shared_expert_intermediate_size", p->n_ff_shexp);
+        hm_json_kint(j, "num_experts", p->n_expert);
+        hm_json_kint(j, "num_experts_per_tok", p->n_expert_used);
+        hm_json_kbool(j, "norm_topk_prob", true);
+        hm_json_kint(j, "decoder_sparse_step", 1);
+        hm_json_key(j, "mlp_only_layers");
+        hm_json_arr_begin(j);
+        hm_json_arr_end(j);
+        hm_json_kint(j, "full_attention_interval", 4);
+        hm_json_kdouble(j, "partial_rotary_factor",
+                        (double)forge_preset_n_rot(p) / (double)p->head_dim);
+        hm_json_kint(j, "linear_conv_kernel_dim", p->ssm_conv_kernel);
+        hm_json_kint(j, "linear_key_head_dim", p->ssm_head_k);
+        hm_json_kint(j, "linear_value_head_dim", p->ssm_head_v);
+        hm_json_kint(j, "linear_num_key_heads", p->ssm_n_k_heads);
+        hm_json_kint(j, "linear_num_value_heads", p->ssm_n_v_heads);
+        hm_json_kbool(j, "attention_bias", false);
+        hm_json_kbool(j, "use_sliding_window", false);
+        hm_json_knull(j, "rope_scaling");
+        hm_json_kdouble(j, "router_aux_loss_coef", 0.001);
         break;
     default: break;
     }

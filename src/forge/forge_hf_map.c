@@ -1,5 +1,5 @@
 /* forge_hf_map.c - which transformers tensor each GGUF tensor becomes: names of the modeling
- * classes (Qwen3Moe, Mixtral, Olmoe, GptOss, Qwen2Moe) and the layout changes that
+ * classes (Qwen3Moe, Mixtral, Olmoe, GptOss, Qwen2Moe, Qwen3Next) and the layout changes that
  * convert_hf_to_gguf applies, inverted (see forge_hf_op in forge.h).
  *
  * DESIGN: a list of HF tensors, each naming its GGUF source(s) and operation; the HF writer
@@ -76,12 +76,63 @@ static const name_map k_attn_names[] = {
     {"ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight"},
 };
 
+/* qwen3next's own tensors (Qwen3NextGatedDeltaNet's, and the zero-centred norms, which HF
+ * stores as w - 1); false for the ones named as the other architectures name them. */
+static const name_map k_next_names[] = {
+    {"attn_norm.weight", "input_layernorm.weight"},
+    {"post_attention_norm.weight", "post_attention_layernorm.weight"},
+    {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+    {"attn_k_norm.weight", "self_attn.k_norm.weight"},
+    {"attn_qkv.weight", "linear_attn.in_proj_qkvz.weight"},
+    {"ssm_ba.weight", "linear_attn.in_proj_ba.weight"},
+    {"ssm_conv1d.weight", "linear_attn.conv1d.weight"},
+    {"ssm_dt.bias", "linear_attn.dt_bias"},
+    {"ssm_a", "linear_attn.A_log"},
+    {"ssm_norm.weight", "linear_attn.norm.weight"},
+    {"ssm_out.weight", "linear_attn.out_proj.weight"},
+};
+
+static bool layer_tensor_next(plan *pl, const forge_preset *p, const forge_tensor_list *l, int i) {
+    const forge_tensor *t = &l->t[i];
+    const char *suf = suffix_of(t);
+    if (!strcmp(suf, "attn_gate.weight")) return true; /* folded into in_proj_qkvz */
+    for (size_t k = 0; k < sizeof(k_next_names) / sizeof(k_next_names[0]); k++) {
+        if (strcmp(suf, k_next_names[k].gguf)) continue;
+        forge_hf_tensor *h = push(pl);
+        if (!h) return true;
+        snprintf(h->name, sizeof(h->name), "model.layers.%d.%s", t->layer, k_next_names[k].hf);
+        h->op = FH_COPY;
+        h->src = i;
+        copy_shape(h, t);
+        if (t->role == FR_NORM || t->role == FR_QK_NORM) h->op = FH_MINUS1;
+        if (t->role == FR_SSM_A) h->op = FH_A_LOG;
+        if (t->role == FR_SSM_CONV) { /* nn.Conv1d weight [channels, 1, K] */
+            h->n_dims = 3;
+            h->shape[0] = t->ne[1];
+            h->shape[1] = 1;
+            h->shape[2] = t->ne[0];
+        }
+        if (t->role == FR_SSM_QKV) {
+            const int64_t r = p->ssm_n_v_heads / p->ssm_n_k_heads;
+            h->op = FH_QKVZ;
+            h->src2 = find(l, t->layer, "attn_gate.weight");
+            h->n_heads = p->ssm_n_k_heads;
+            h->grp_qk = p->ssm_head_k;
+            h->grp_vz = r * p->ssm_head_v;
+            h->shape[0] = 2 * p->ssm_n_k_heads * p->ssm_head_k + 2 * p->ssm_n_v_heads * p->ssm_head_v;
+        }
+        return true;
+    }
+    return false;
+}
+
 static void layer_tensor(plan *pl, const forge_preset *p, const forge_tensor_list *l, int i) {
     const forge_tensor *t = &l->t[i];
     const char *suf = suffix_of(t);
     const int L = t->layer;
     const bool mixtral = p->arch == FORGE_ARCH_LLAMA, oss = p->arch == FORGE_ARCH_GPTOSS;
     forge_hf_tensor *h;
+    if (p->arch == FORGE_ARCH_QWEN3NEXT && layer_tensor_next(pl, p, l, i)) return;
     for (size_t k = 0; k < sizeof(k_attn_names) / sizeof(k_attn_names[0]); k++) {
         if (strcmp(suf, k_attn_names[k].gguf)) continue;
         if (!(h = push(pl))) return;
@@ -165,7 +216,7 @@ hm_status forge_hf_plan(const forge_preset *p, const forge_tensor_list *l, forge
                          : !strcmp(t->name, "output_norm.weight") ? "model.norm.weight"
                                                                   : "lm_head.weight";
         snprintf(h->name, sizeof(h->name), "%s", hn);
-        h->op = FH_COPY;
+        h->op = p->arch == FORGE_ARCH_QWEN3NEXT && t->role == FR_NORM ? FH_MINUS1 : FH_COPY;
         h->src = i;
         copy_shape(h, t);
     }

@@ -47,6 +47,14 @@ static const forge_preset k_presets[] = {
      .n_vocab = 151936, .n_embd = 2048, .n_layer = 24, .n_head = 16, .n_head_kv = 16, .head_dim = 128,
      .n_ff = 5632, .n_ff_exp = 1408, .n_ff_shexp = 5632, .n_expert = 60, .n_expert_used = 4,
      .n_ctx = 8192, .rms_eps = 1e-6, .rope_base = 1000000.0, .special_base = 151643, .n_merges_max = 6000},
+    /* Qwen/Qwen3-Next-80B-A3B-Instruct (Qwen3-Coder-Next has the same layers): 36 gated delta-net
+     * layers and 12 full-attention ones (every 4th), 512 experts top-10 + a gated shared expert */
+    {.name = "qwen3-next-80b-a3b", .model_name = "Qwen3-Next-80B-A3B-Instruct", .arch = FORGE_ARCH_QWEN3NEXT,
+     .n_vocab = 151936, .n_embd = 2048, .n_layer = 48, .n_head = 16, .n_head_kv = 2, .head_dim = 256,
+     .n_ff = 5120, .n_ff_exp = 512, .n_ff_shexp = 512, .n_expert = 512, .n_expert_used = 10,
+     .n_ctx = 262144, .rms_eps = 1e-6, .rope_base = 10000000.0, .special_base = 151643, .n_merges_max = 6000,
+     .n_rot = 64, .ssm_conv_kernel = 4, .ssm_n_k_heads = 16, .ssm_n_v_heads = 32, .ssm_head_k = 128,
+     .ssm_head_v = 128},
 
     /* tiny test models: every feature of the arch, small dims */
     {.name = "tiny-qwen3moe", .model_name = "tiny-qwen3moe", .arch = FORGE_ARCH_QWEN3MOE, .tiny = true,
@@ -70,6 +78,13 @@ static const forge_preset k_presets[] = {
      .n_vocab = 1024, .n_embd = 128, .n_layer = 2, .n_head = 4, .n_head_kv = 4, .head_dim = 32,
      .n_ff = 256, .n_ff_exp = 64, .n_ff_shexp = 256, .n_expert = 8, .n_expert_used = 4, .n_ctx = 4096,
      .rms_eps = 1e-6, .rope_base = 1000000.0, .special_base = 1024 - 8, .n_merges_max = 700},
+    /* 4 layers: 0-2 gated delta net (2 key heads, 4 value heads), 3 full attention */
+    {.name = "tiny-qwen3next", .model_name = "tiny-qwen3next", .arch = FORGE_ARCH_QWEN3NEXT, .tiny = true,
+     .n_vocab = 1024, .n_embd = 64, .n_layer = 4, .n_head = 4, .n_head_kv = 2, .head_dim = 32,
+     .n_ff = 128, .n_ff_exp = 32, .n_ff_shexp = 64, .n_expert = 8, .n_expert_used = 4, .n_ctx = 4096,
+     .rms_eps = 1e-6, .rope_base = 10000000.0, .special_base = 1024 - 32, .n_merges_max = 700,
+     .n_rot = 8, .ssm_conv_kernel = 4, .ssm_n_k_heads = 2, .ssm_n_v_heads = 4, .ssm_head_k = 16,
+     .ssm_head_v = 16},
 };
 /* clang-format on */
 
@@ -90,7 +105,7 @@ const forge_preset *forge_preset_find(const char *name) {
 static const char *const k_arch_names[FORGE_ARCH_COUNT] = {
     [FORGE_ARCH_QWEN3MOE] = "qwen3moe", [FORGE_ARCH_LLAMA] = "llama",
     [FORGE_ARCH_OLMOE] = "olmoe",       [FORGE_ARCH_GPTOSS] = "gpt-oss",
-    [FORGE_ARCH_QWEN2MOE] = "qwen2moe",
+    [FORGE_ARCH_QWEN2MOE] = "qwen2moe", [FORGE_ARCH_QWEN3NEXT] = "qwen3next",
 };
 
 const char *forge_arch_name(forge_arch a) {
@@ -121,6 +136,12 @@ int64_t forge_preset_ff_exp(const forge_preset *p) {
     return p->n_ff_exp;
 }
 
+bool forge_layer_recurrent(const forge_preset *p, int il) {
+    return p->arch == FORGE_ARCH_QWEN3NEXT && (il + 1) % 4 != 0;
+}
+
+int64_t forge_preset_n_rot(const forge_preset *p) { return p->n_rot > 0 ? p->n_rot : p->head_dim; }
+
 hm_status forge_preset_check(const forge_preset *p, hm_error *err) {
 #define NEED(cond, ...) \
     do { if (!(cond)) return hm_error_set(err, HM_ERR_ARG, __VA_ARGS__); } while (0)
@@ -143,7 +164,17 @@ hm_status forge_preset_check(const forge_preset *p, hm_error *err) {
     if (p->arch == FORGE_ARCH_OLMOE) NEED(p->n_head_kv == p->n_head, "olmoe needs n_head_kv == n_head");
     int64_t ff = forge_preset_ff_exp(p);
     NEED(ff >= 32 && ff % 32 == 0, "expert width %lld must be a positive multiple of 32", (long long)ff);
-    if (p->arch == FORGE_ARCH_QWEN2MOE)
+    NEED(forge_preset_n_rot(p) >= 2 && forge_preset_n_rot(p) % 2 == 0 && forge_preset_n_rot(p) <= p->head_dim,
+         "n_rot %lld must be even and at most head_dim", (long long)forge_preset_n_rot(p));
+    if (p->arch == FORGE_ARCH_QWEN3NEXT) {
+        NEED(p->ssm_conv_kernel >= 1 && p->ssm_conv_kernel <= 64, "ssm conv kernel out of range 1..64");
+        NEED(p->ssm_n_k_heads >= 1 && p->ssm_n_v_heads >= 1 && p->ssm_n_v_heads % p->ssm_n_k_heads == 0,
+             "linear value heads %lld must be a multiple of key heads %lld", (long long)p->ssm_n_v_heads,
+             (long long)p->ssm_n_k_heads);
+        NEED(p->ssm_head_k >= 2 && p->ssm_head_v >= 2 && p->ssm_n_v_heads * p->ssm_head_v % 32 == 0,
+             "linear head sizes: value heads x value head size must be a multiple of 32");
+    }
+    if (p->arch == FORGE_ARCH_QWEN2MOE || p->arch == FORGE_ARCH_QWEN3NEXT)
         NEED(p->n_ff_shexp >= 32 && p->n_ff_shexp % 32 == 0, "shared expert width must be a multiple of 32");
     NEED(p->n_vocab >= 600 && p->n_vocab <= 1000000, "n_vocab %lld out of range 600..1000000",
          (long long)p->n_vocab);

@@ -51,7 +51,47 @@ static forge_tensor *add(builder *b, forge_role role, int layer, const char *fmt
 #define T2(role, suf, a, c) add(b, role, il, suf, 2, a, c, 1)
 #define T3(role, suf, a, c, d) add(b, role, il, suf, 3, a, c, d)
 
+/* A qwen3next layer (llama.cpp's qwen3next loader: a gated delta-net layer's attn_qkv,
+ * attn_gate, ssm_*, or a full-attention layer's attn_q of twice the query width, per-head q/k
+ * norms; then post_attention_norm, the router, the experts and the gated shared expert). */
+static void build_layer_qwen3next(builder *b, const forge_preset *p, int il) {
+    const int64_t E = p->n_embd, nq = p->n_head * p->head_dim, nkv = p->n_head_kv * p->head_dim;
+    const int64_t X = p->n_expert, F = p->n_ff_exp, S = p->n_ff_shexp;
+    const int64_t kd = p->ssm_n_k_heads * p->ssm_head_k, vd = p->ssm_n_v_heads * p->ssm_head_v;
+    T1(FR_NORM, "attn_norm.weight", E);
+    if (forge_layer_recurrent(p, il)) {
+        T2(FR_SSM_QKV, "attn_qkv.weight", E, 2 * kd + vd);
+        T2(FR_SSM_GATE, "attn_gate.weight", E, vd);
+        T2(FR_SSM_BA, "ssm_ba.weight", E, 2 * p->ssm_n_v_heads);
+        T2(FR_SSM_CONV, "ssm_conv1d.weight", p->ssm_conv_kernel, 2 * kd + vd);
+        T1(FR_SSM_DT, "ssm_dt.bias", p->ssm_n_v_heads);
+        T1(FR_SSM_A, "ssm_a", p->ssm_n_v_heads);
+        T1(FR_SSM_NORM, "ssm_norm.weight", p->ssm_head_v);
+        T2(FR_SSM_OUT, "ssm_out.weight", vd, E);
+    } else {
+        T2(FR_ATTN_Q, "attn_q.weight", E, 2 * nq);
+        T2(FR_ATTN_K, "attn_k.weight", E, nkv);
+        T2(FR_ATTN_V, "attn_v.weight", E, nkv);
+        T2(FR_ATTN_O, "attn_output.weight", nq, E);
+        T1(FR_QK_NORM, "attn_q_norm.weight", p->head_dim);
+        T1(FR_QK_NORM, "attn_k_norm.weight", p->head_dim);
+    }
+    T1(FR_NORM, "post_attention_norm.weight", E);
+    T2(FR_ROUTER, "ffn_gate_inp.weight", E, X);
+    T3(FR_EXP_GATE, "ffn_gate_exps.weight", E, F, X);
+    T3(FR_EXP_UP, "ffn_up_exps.weight", E, F, X);
+    T3(FR_EXP_DOWN, "ffn_down_exps.weight", F, E, X);
+    T1(FR_SH_GATE_INP, "ffn_gate_inp_shexp.weight", E);
+    T2(FR_SH_GATE, "ffn_gate_shexp.weight", E, S);
+    T2(FR_SH_UP, "ffn_up_shexp.weight", E, S);
+    T2(FR_SH_DOWN, "ffn_down_shexp.weight", S, E);
+}
+
 static void build_layer(builder *b, const forge_preset *p, int il) {
+    if (p->arch == FORGE_ARCH_QWEN3NEXT) {
+        build_layer_qwen3next(b, p, il);
+        return;
+    }
     const int64_t E = p->n_embd, nq = p->n_head * p->head_dim, nkv = p->n_head_kv * p->head_dim;
     const int64_t X = p->n_expert, F = forge_preset_ff_exp(p);
     const forge_arch a = p->arch;
@@ -130,10 +170,14 @@ static uint32_t q4_k_m_type(const forge_preset *p, const forge_tensor *t) {
     } else if (!strcmp(n, "token_embd.weight")) {
         /* default type */
     } else if (strstr(n, "attn_v.weight")) {
-        if (use_more_bits(t->layer, nl)) ty = HM_TYPE_Q6_K;
+        /* counted over the layers that have one (qwen3next: every 4th) */
+        const int iv = p->arch == FORGE_ARCH_QWEN3NEXT ? (t->layer + 1) / 4 - 1 : t->layer;
+        if (use_more_bits(iv, p->arch == FORGE_ARCH_QWEN3NEXT ? nl / 4 : nl)) ty = HM_TYPE_Q6_K;
         if (p->n_expert == 8) ty = HM_TYPE_Q8_0;
     } else if (strstr(n, "attn_k.weight")) {
         if (p->n_expert == 8) ty = HM_TYPE_Q8_0;
+    } else if (strstr(n, "attn_qkv.weight")) {
+        ty = HM_TYPE_Q5_K; /* llama.cpp's fused-qkv rule for Q4_K_M */
     } else if (strstr(n, "attn_q.weight")) {
         /* unchanged for Q4_K_M */
     } else if (strstr(n, "ffn_down")) {
@@ -147,7 +191,7 @@ static uint32_t q4_k_m_type(const forge_preset *p, const forge_tensor *t) {
 static uint32_t tensor_type(const forge_preset *p, forge_mix mix, const forge_tensor *t) {
     /* tensors llama.cpp never quantises: 1-D, biases, norms, routers */
     if (t->n_dims < 2 || !ends_with(t->name, "weight") || strstr(t->name, "_norm.weight") ||
-        strstr(t->name, "ffn_gate_inp.weight"))
+        strstr(t->name, "ffn_gate_inp.weight") || strstr(t->name, "ssm_conv1d.weight"))
         return HM_TYPE_F32;
     switch (mix) {
     case FORGE_MIX_F32: return HM_TYPE_F32;
@@ -173,6 +217,9 @@ static void set_distribution(const forge_preset *p, forge_tensor *t) {
     case FR_ROUTER_BIAS: t->std = 0.1f; break;
     case FR_SH_GATE_INP:
     case FR_ROUTER: t->std = (float)(1.0 / sqrt((double)p->n_embd)); break;
+    case FR_SSM_NORM: t->mean = 1.0f; t->std = 0.1f; break;
+    case FR_SSM_DT: t->std = 0.5f; break;
+    case FR_SSM_A: t->mean = -1.0f; t->std = 0.25f; break; /* -exp(A_log) in [-1.9, -0.13] */
     default: t->std = (float)(1.0 / sqrt((double)t->ne[0])); break; /* linear: 1/sqrt(fan_in) */
     }
 }
