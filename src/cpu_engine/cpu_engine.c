@@ -7,7 +7,9 @@
  * than failing). Full-attention layers keep n_ctx positions; sliding-window layers a ring of
  * window + n_ubatch - 1 (cpu_kv_slots_needed); an engine with a layer range holds the cache
  * of its layers only (the others' entries stay empty). Several sequences (n_seq) each have such
- * a cache; the scratch is shared. Buffer shapes: cpu_engine_internal.h.
+ * a cache; the scratch is shared. A hybrid architecture's recurrent layers keep no KV cache but
+ * a recurrent state per sequence (convolution and delta-rule states, zeroed by a reset; it
+ * cannot be cut back, so a truncation that would is refused). Buffer shapes: cpu_engine_internal.h.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -25,11 +27,26 @@ static void layer_range(const hm_model *m, const cpu_engine_params *p, int *b, i
 
 static int64_t layer_slots(const hm_model *m, const cpu_engine_params *p, int il) {
     const hm_hparams *hp = hm_model_hparams(m);
+    if (hm_model_layer(m, il)->recurrent) return 0; /* a recurrent state instead */
     if (hm_model_layer(m, il)->swa) {
         int64_t s = cpu_kv_slots_needed(hp->sliding_window, p->n_ubatch);
         if (s > 0 && s < p->n_ctx) return s;
     }
     return p->n_ctx;
+}
+
+/* Floats of the hybrid architectures' scratch buffers (shapes in cpu_engine_internal.h). */
+static void hybrid_scratch(const hm_model *m, int64_t nu, int nth, uint64_t *in, uint64_t *z,
+                           uint64_t *ba, uint64_t *o, uint64_t *tmp) {
+    const hm_hparams *hp = hm_model_hparams(m);
+    const uint64_t vd = (uint64_t)(hp->ssm_n_v_heads * hp->ssm_head_v);
+    const uint64_t cd = (uint64_t)(2 * hp->ssm_n_k_heads * hp->ssm_head_k) + vd;
+    const uint64_t nq = (uint64_t)(hp->n_head * hp->head_dim_k);
+    *in = (uint64_t)nu * (cd + vd > 2 * nq ? cd + vd : 2 * nq);
+    *z = (uint64_t)nu * vd;
+    *ba = (uint64_t)nu * 2 * (uint64_t)hp->ssm_n_v_heads;
+    *o = (uint64_t)nu * (vd > nq ? vd : nq);
+    *tmp = cd + vd + (uint64_t)(nth > 0 ? nth : 1) * 2 * (uint64_t)hp->ssm_head_v;
 }
 
 /* Floats of the scratch buffers (see cpu_engine_internal.h for each buffer's shape). */
@@ -38,8 +55,30 @@ static uint64_t scratch_floats(const hm_model *m, const cpu_engine_params *p) {
     uint64_t nu = (uint64_t)p->n_ubatch, E = (uint64_t)hp->n_embd, K = (uint64_t)hp->n_expert_used;
     uint64_t nq = (uint64_t)(hp->n_head * hp->head_dim_k);
     uint64_t nk = (uint64_t)(hp->n_head_kv * hp->head_dim_k);
-    return nu * (3 * E + 2 * nq + 2 * nk + (uint64_t)hp->n_expert + K + 2 * K * hp->n_ff_exp +
-                 K * E + 2 * (uint64_t)hp->n_ff_shexp + 1);
+    uint64_t f = nu * (3 * E + 2 * nq + 2 * nk + (uint64_t)hp->n_expert + K +
+                       2 * K * hp->n_ff_exp + K * E + 2 * (uint64_t)hp->n_ff_shexp + 1);
+    if (hm_model_arch(m)->hybrid) {
+        uint64_t in, z, ba, o, tmp;
+        hybrid_scratch(m, p->n_ubatch, p->n_threads, &in, &z, &ba, &o, &tmp);
+        f += in + z + ba + o + tmp;
+    }
+    return f;
+}
+
+/* One sequence's recurrent state of the layers [l0, l1): floats, and each layer's offset. */
+static size_t hybrid_state(const hm_model *m, int l0, int l1, size_t *off) {
+    const hm_hparams *hp = hm_model_hparams(m);
+    const size_t cd = (size_t)(2 * hp->ssm_n_k_heads * hp->ssm_head_k +
+                               hp->ssm_n_v_heads * hp->ssm_head_v);
+    const size_t per = (size_t)(hp->ssm_conv_kernel - 1) * cd +
+                       (size_t)(hp->ssm_n_v_heads * hp->ssm_head_k * hp->ssm_head_v);
+    size_t n = 0;
+    for (int il = l0; il < l1; il++) {
+        if (!hm_model_layer(m, il)->recurrent) continue;
+        if (off) off[il] = n;
+        n += per;
+    }
+    return n;
 }
 
 uint64_t cpu_engine_bytes(const hm_model *m, const cpu_engine_params *p) {
@@ -52,6 +91,8 @@ uint64_t cpu_engine_bytes(const hm_model *m, const cpu_engine_params *p) {
         kv += (uint64_t)layer_slots(m, p, il) *
               (hm_row_size(p->type_k, hp->n_head_kv * hp->head_dim_k) +
                hm_row_size(p->type_v, hp->n_head_kv * hp->head_dim_v));
+    if (hm_model_arch(m)->hybrid) /* each sequence's recurrent state */
+        kv += hybrid_state(m, l0 > 0 ? l0 : 0, l1, NULL) * sizeof(float);
     return kv * (uint64_t)(p->n_seq > 1 ? p->n_seq : 1) + scratch_floats(m, p) * sizeof(float);
 }
 
@@ -63,8 +104,10 @@ static size_t mm_scratch_max(const hm_model *m, int64_t nu, const moe_exec *x) {
     size_t mx = cpu_matmul_scratch_size(out->type, hp->n_embd, nu);
     for (int il = 0; il < hp->n_layer; il++) {
         const hm_layer *L = hm_model_layer(m, il);
-        const hm_tensor *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->router, &L->sh_gate,
-                                   &L->sh_up, &L->sh_down, &L->sh_gate_inp};
+        const hm_tensor *mats[] = {&L->wq,      &L->wk,       &L->wv,          &L->wo,
+                                   &L->router,  &L->sh_gate,  &L->sh_up,       &L->sh_down,
+                                   &L->sh_gate_inp, &L->ssm_qkv, &L->ssm_gate, &L->ssm_in,
+                                   &L->ssm_ba,  &L->ssm_out};
         for (size_t i = 0; i < sizeof(mats) / sizeof(mats[0]); i++) {
             if (!mats[i]->data) continue;
             size_t s = cpu_matmul_scratch_size(mats[i]->type, mats[i]->ne[0], nu);
@@ -101,7 +144,8 @@ hm_status cpu_engine_init(const hm_model *m, const cpu_engine_params *p, cpu_eng
     c->kv = c->kv_all;
     for (int sq = 0; sq < c->n_seq && st == HM_OK; sq++)
         for (int il = l0; il < l1 && st == HM_OK; il++)
-            st = cpu_kv_init(&c->kv_all[(size_t)sq * (size_t)hp->n_layer + (size_t)il], p->type_k,
+            if (!hm_model_layer(m, il)->recurrent)
+                st = cpu_kv_init(&c->kv_all[(size_t)sq * (size_t)hp->n_layer + (size_t)il], p->type_k,
                              p->type_v, (int)hp->n_head_kv, (int)hp->head_dim_k,
                              layer_slots(m, p, il), err);
     if (st != HM_OK) {
@@ -133,12 +177,33 @@ hm_status cpu_engine_init(const hm_model *m, const cpu_engine_params *p, cpu_eng
     ALLOC(c->sg, nu * hp->n_ff_shexp);
     ALLOC(c->su, nu * hp->n_ff_shexp);
     ALLOC(c->sgate, nu);
+    if (c->desc->hybrid) {
+        uint64_t in, z, ba, o, tmp;
+        hybrid_scratch(m, nu, tp_size(c->pool), &in, &z, &ba, &o, &tmp);
+        c->rs_floats = hybrid_state(m, l0, l1, NULL);
+        ALLOC(c->rs_off, hp->n_layer);
+        if (c->rs_off) {
+            memset(c->rs_off, 0, sizeof(size_t) * (size_t)hp->n_layer);
+            hybrid_state(m, l0, l1, c->rs_off);
+        }
+        c->rs = calloc((size_t)c->n_seq * c->rs_floats + 1, sizeof(float));
+        if (!c->rs) ok = false;
+        c->rs_pos = calloc((size_t)c->n_seq, sizeof(int64_t));
+        if (!c->rs_pos) ok = false;
+        ALLOC(c->rs_next, c->n_seq);
+        ALLOC(c->hy_in, in);
+        ALLOC(c->hy_z, z);
+        ALLOC(c->hy_ba, ba);
+        ALLOC(c->hy_o, o);
+        ALLOC(c->hy_tmp, tmp);
+    }
 #undef ALLOC
     c->mm_scratch_size = mm_scratch_max(m, nu, c->exec);
     c->mm_scratch = malloc(c->mm_scratch_size ? c->mm_scratch_size : 1);
     /* attention scratch for the largest call: a full ubatch at the end of the context */
     cpu_attn_args a = {.n_head = (int)hp->n_head, .n_tok = nu, .pos0 = p->n_ctx - nu};
     for (int il = l0; il < l1; il++) {
+        if (hm_model_layer(m, il)->recurrent) continue; /* no KV cache */
         a.window = hm_model_layer(m, il)->swa ? hp->sliding_window : 0;
         size_t s = cpu_attention_scratch_size(&c->kv[il], &a, tp_size(c->pool));
         if (s > c->attn_scratch_size) c->attn_scratch_size = s;
@@ -162,7 +227,9 @@ void cpu_engine_free(cpu_engine *c) {
     moe_exec_free(c->exec);
     void *bufs[] = {c->x,   c->xn, c->q,  c->k,     c->v,          c->attn,
                     c->proj, c->pos, c->rope_cs, c->router, c->ids, c->gw,
-                    c->ey,  c->sg, c->su, c->sgate, c->mm_scratch, c->attn_scratch};
+                    c->ey,  c->sg, c->su, c->sgate, c->mm_scratch, c->attn_scratch,
+                    c->rs,  c->rs_off, c->rs_pos, c->rs_next, c->hy_in, c->hy_z,
+                    c->hy_ba, c->hy_o, c->hy_tmp};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]);
     free(c);
 }
@@ -175,6 +242,10 @@ void cpu_engine_seq_reset(cpu_engine *c, int seq) {
     if (seq < 0 || seq >= c->n_seq) return;
     for (int il = 0; il < c->hp->n_layer; il++)
         cpu_kv_clear(&c->kv_all[(size_t)seq * (size_t)c->hp->n_layer + (size_t)il]);
+    if (c->rs) { /* a new sequence's recurrent state is zero */
+        memset(c->rs + (size_t)seq * c->rs_floats, 0, sizeof(float) * c->rs_floats);
+        c->rs_pos[seq] = 0;
+    }
 }
 
 hm_status cpu_engine_truncate_check(const cpu_engine *c, int n_keep, hm_error *err) {
@@ -185,6 +256,11 @@ hm_status cpu_engine_seq_truncate_check(const cpu_engine *c, int seq, int n_keep
     const int64_t W = c->hp->sliding_window;
     if (seq < 0 || seq >= c->n_seq)
         return hm_error_set(err, HM_ERR_ARG, "sequence %d of %d", seq, c->n_seq);
+    if (c->rs && n_keep != c->rs_pos[seq]) /* docs/HYBRID.md: checkpoints are not built */
+        return hm_error_set(err, HM_ERR_STATE, "cannot rewind sequence %d to position %d: its "
+                            "recurrent (%s linear-attention) state holds %lld tokens and cannot "
+                            "be cut back; clear the sequence and read it again", seq, n_keep,
+                            c->desc->name, (long long)c->rs_pos[seq]);
     for (int il = c->p.layer_begin; il < c->p.layer_end; il++) {
         const cpu_kv_layer *kv = &c->kv_all[(size_t)seq * (size_t)c->hp->n_layer + (size_t)il];
         if (!hm_model_layer(c->m, il)->swa || kv->n_slots >= c->p.n_ctx) continue;

@@ -5,7 +5,8 @@
  * attention block and an MoE block, each `x = x + f(norm(x))`, then the final norm and the
  * output matrix. Where architectures differ the layer's descriptor (hm_arch_desc) decides:
  * biases, q/k norms, rope kind and YaRN, sinks and the sliding window, gating, swiglu kind,
- * expert biases and the shared expert. Every step works on whole rows with the kernels of
+ * expert biases and the shared expert; a hybrid architecture's layers take their own front
+ * (cpu_engine_hybrid.c: the gated delta net or the gated attention). Every step works on whole rows with the kernels of
  * cpu/matmul.h and cpu/ops.h, which compute each output element the same way whatever the
  * number of tokens or threads — so a prompt batch and the same tokens one by one give
  * bit-identical logits.
@@ -78,28 +79,7 @@ static hm_status attention_block(cpu_engine *c, int il, int n, hm_error *err) {
     cpu_rmsnorm(pe, c->x, L->attn_norm.data, c->xn, n, hp->n_embd, hp->rms_eps);
     hm_status st = linear_qkv(c, L, c->xn, n, err);
     if (st == HM_OK) st = ce_qkv_finish(c, L, n, c->pool, err);
-    if (st != HM_OK) return st;
-    /* one attention per run of tokens of one sequence at consecutive positions (all of them
-     * outside cpu_engine_forward_seqs) */
-    const int64_t nq = hp->n_head * hp->head_dim_k, nk = hp->n_head_kv * hp->head_dim_k;
-    const int64_t nv = hp->n_head_kv * hp->head_dim_v, no = hp->n_head * hp->head_dim_v;
-    for (int t0 = 0, t1; t0 < n && st == HM_OK; t0 = t1) {
-        const int sq = c->tok_seq ? c->tok_seq[t0] : 0;
-        for (t1 = t0 + 1; t1 < n && (c->tok_seq ? c->tok_seq[t1] : 0) == sq &&
-                          c->pos[t1] == c->pos[t1 - 1] + 1;)
-            t1++;
-        cpu_kv_layer *kv = c->tok_seq
-                               ? &c->kv_all[(size_t)sq * (size_t)hp->n_layer + (size_t)il]
-                               : &c->kv[il];
-        cpu_attn_args a = ce_attn_args(c, il, t1 - t0);
-        a.pos0 = c->pos[t0];
-        a.q = c->q + t0 * nq, a.k_new = c->k + t0 * nk, a.v_new = c->v + t0 * nv;
-        a.out = c->attn + t0 * no;
-        size_t need = cpu_attention_scratch_size(kv, &a, tp_size(c->pool));
-        bool fits = need <= c->attn_scratch_size;
-        st = cpu_attention(c->pool, kv, &a, fits ? c->attn_scratch : NULL,
-                           fits ? c->attn_scratch_size : 0, err);
-    }
+    if (st == HM_OK) st = ce_attend(c, il, n, err);
     if (st == HM_OK) st = ce_linear(c, &L->wo, NULL, c->attn, n, c->proj, err);
     return st;
 }
@@ -205,10 +185,11 @@ static hm_status run_layers(cpu_engine *c, const int32_t *tokens, const float *x
     const cpu_rope_params rp = hm_model_rope_params(m);
     st = cpu_rope_table(&rp, (int)hp->head_dim_k, c->pos, n, c->rope_cs, err);
     *done = false;
-    if (st == HM_OK && n == 1 && !c->tok_seq) /* decode: one pool job for the step if it can */
+    const bool hybrid = c->desc->hybrid;
+    if (st == HM_OK && n == 1 && !c->tok_seq && !hybrid) /* decode: one pool job if it can */
         st = ce_token_forward(c, mode == HM_LOGITS_NONE ? NULL : logits, done, err);
     for (int il = l0; il < l1 && st == HM_OK && !*done; il++) {
-        st = layer_front(c, il, n, err);
+        st = hybrid ? ce_hybrid_front(c, il, n, err) : layer_front(c, il, n, err);
         if (st == HM_OK) st = moe_block(c, il, n, err);
     }
     return st;
@@ -242,9 +223,12 @@ hm_status cpu_engine_forward(cpu_engine *c, const int32_t *tokens, const float *
                             "%s", l0, l1, (long long)hp->n_layer, logits ? "" : " without a buffer");
     for (int t = 0; t < n; t++) c->pos[t] = pos + t;
     c->tok_seq = NULL;
-    bool done = false;
-    hm_status st = run_layers(c, tokens, x_in, n, logits, mode, &done, err);
+    hm_status st = c->rs ? ce_hybrid_positions(c, NULL, c->pos, n, err) : HM_OK;
     if (st != HM_OK) return st;
+    bool done = false;
+    st = run_layers(c, tokens, x_in, n, logits, mode, &done, err);
+    if (st != HM_OK) return st;
+    if (c->rs) ce_hybrid_advance(c, NULL, n);
     if (x_out) memcpy(x_out, c->x, sizeof(float) * (size_t)n * (size_t)E);
     if (done || mode == HM_LOGITS_NONE) return HM_OK;
     /* output: final norm and logits, for every token or only the last */
@@ -276,15 +260,20 @@ hm_status cpu_engine_forward_seqs(cpu_engine *c, const int32_t *tokens, int n, c
     for (int t = 1; t < n && one; t++) one = seq[t] == seq[0] && pos[t] == pos[t - 1] + 1;
     if (one && (n_want == 0 || (n_want == 1 && want[n - 1]))) {
         c->kv = c->kv_all + (size_t)seq[0] * (size_t)hp->n_layer;
+        c->cur_seq = seq[0];
         hm_status st = cpu_engine_forward(c, tokens, NULL, n, pos[0], NULL, logits,
                                           n_want ? HM_LOGITS_LAST : HM_LOGITS_NONE, err);
         c->kv = c->kv_all;
+        c->cur_seq = 0;
         return st;
     }
     memcpy(c->pos, pos, sizeof(*pos) * (size_t)n);
+    hm_status st = c->rs ? ce_hybrid_positions(c, seq, c->pos, n, err) : HM_OK;
+    if (st != HM_OK) return st;
     c->tok_seq = seq;
     bool done = false;
-    hm_status st = run_layers(c, tokens, NULL, n, NULL, HM_LOGITS_NONE, &done, err);
+    st = run_layers(c, tokens, NULL, n, NULL, HM_LOGITS_NONE, &done, err);
+    if (st == HM_OK && c->rs) ce_hybrid_advance(c, seq, n);
     c->tok_seq = NULL;
     if (st != HM_OK || n_want == 0) return st;
     int k = 0; /* the wanted rows, packed into proj */

@@ -44,6 +44,27 @@ struct cpu_engine {
     void *mm_scratch;     /* cpu_matmul / cpu_moe_ffn job scratch */
     size_t mm_scratch_size;
 
+    /* hybrid architectures (hm_arch_desc.hybrid; all NULL otherwise): every sequence's
+     * recurrent state beside its KV cache, and the delta net's scratch (cpu_engine_hybrid.c).
+     * cd = conv_dim = 2 kd + vd, kd = k heads x head_k, vd = v heads x head_v. */
+    float *rs;          /* [n_seq][rs_floats]: for each recurrent layer of the range, its
+                           convolution state [K-1][cd] then its delta state [v heads][head_k]
+                           [head_v] */
+    size_t rs_floats;   /* floats of one sequence's state */
+    size_t *rs_off;     /* [n_layer] offset of layer il's state in a sequence's (recurrent
+                           layers; 0 for the others) */
+    int64_t *rs_pos;    /* [n_seq] tokens each sequence's state has absorbed */
+    int64_t *rs_next;   /* [n_seq] ce_hybrid_positions' count for a call of several sequences */
+    int cur_seq;        /* the sequence of a single-sequence call (cpu_engine_forward) */
+    float *hy_in;       /* [nu][max(cd + vd, 2 n_head hd)]: the q/k/v (or fused ssm_in) product,
+                           then the convolution's output [nu][cd]; a full-attention layer's
+                           query-and-gate product */
+    float *hy_z;        /* [nu][vd] the output gate z */
+    float *hy_ba;       /* [nu][2 v heads] b and a per k head */
+    float *hy_o;        /* [nu][max(vd, n_head hd)] the delta rule's normed and gated output; a
+                           full-attention layer's gate */
+    float *hy_tmp;      /* [cd + vd + threads * 2 head_v]: one row, then per-thread scratch */
+
     moe_exec *exec;       /* the expert FFN (its own scratch: gate/up activations) */
     moe_observer obs;     /* routing observer (obs.route NULL: none) */
     struct token_job *tok; /* cpu_engine_token.c's plan of a one-job decode step, or NULL */

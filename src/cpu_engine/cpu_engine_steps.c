@@ -74,3 +74,29 @@ cpu_attn_args ce_attn_args(const cpu_engine *c, int il, int n) {
                            .out = c->attn};
 }
 
+hm_status ce_attend(cpu_engine *c, int il, int n, hm_error *err) {
+    const hm_hparams *hp = c->hp;
+    hm_status st = HM_OK;
+    /* one attention per run of tokens of one sequence at consecutive positions (all of them
+     * outside cpu_engine_forward_seqs) */
+    const int64_t nq = hp->n_head * hp->head_dim_k, nk = hp->n_head_kv * hp->head_dim_k;
+    const int64_t nv = hp->n_head_kv * hp->head_dim_v, no = hp->n_head * hp->head_dim_v;
+    for (int t0 = 0, t1; t0 < n && st == HM_OK; t0 = t1) {
+        const int sq = c->tok_seq ? c->tok_seq[t0] : 0;
+        for (t1 = t0 + 1; t1 < n && (c->tok_seq ? c->tok_seq[t1] : 0) == sq &&
+                          c->pos[t1] == c->pos[t1 - 1] + 1;)
+            t1++;
+        cpu_kv_layer *kv = c->tok_seq
+                               ? &c->kv_all[(size_t)sq * (size_t)hp->n_layer + (size_t)il]
+                               : &c->kv[il];
+        cpu_attn_args a = ce_attn_args(c, il, t1 - t0);
+        a.pos0 = c->pos[t0];
+        a.q = c->q + t0 * nq, a.k_new = c->k + t0 * nk, a.v_new = c->v + t0 * nv;
+        a.out = c->attn + t0 * no;
+        size_t need = cpu_attention_scratch_size(kv, &a, tp_size(c->pool));
+        bool fits = need <= c->attn_scratch_size;
+        st = cpu_attention(c->pool, kv, &a, fits ? c->attn_scratch : NULL,
+                           fits ? c->attn_scratch_size : 0, err);
+    }
+    return st;
+}

@@ -32,6 +32,23 @@ bool ce_qkv_mats(cpu_engine *c, const hm_layer *L, cpu_matmul_mat *mats);
 hm_status ce_qkv_finish(cpu_engine *c, const hm_layer *L, int n, tp_pool *pool,
                            hm_error *err);
 cpu_attn_args ce_attn_args(const cpu_engine *c, int il, int n);
+/* Attention of layer il over c->q, c->k, c->v (roped) into c->attn, one call per run of tokens
+ * of one sequence at consecutive positions (K and V appended to that sequence's cache). */
+hm_status ce_attend(cpu_engine *c, int il, int n, hm_error *err);
+
+/* cpu_engine_hybrid.c: the front of a layer of a hybrid architecture (hm_arch_desc.hybrid):
+ * the attention norm, the gated delta net (a recurrent layer, on each token's sequence state)
+ * or the gated full attention, the residual, the FFN norm into c->xn and the router logits. */
+hm_status ce_hybrid_front(cpu_engine *c, int il, int n, hm_error *err);
+/* The sequence of token t of the current call. */
+int ce_tok_seq(const cpu_engine *c, int t);
+/* A call's tokens continue their sequences' recurrent states: token t (of sequence seq[t], or
+ * c->cur_seq for every token when seq is NULL) must be at the position its state has reached
+ * (tokens of one sequence in order); HM_ERR_STATE otherwise (a state cannot be rewound). */
+hm_status ce_hybrid_positions(cpu_engine *c, const int32_t *seq, const int32_t *pos, int n,
+                              hm_error *err);
+/* After a successful call: each sequence's state has absorbed its tokens. */
+void ce_hybrid_advance(cpu_engine *c, const int32_t *seq, int n);
 
 /* The front of a decode layer as one staged job: the stages are the products (q/k/v, the
  * heads, attention, wo, router; for one token q/k/v, heads and attention are one stage:

@@ -30,6 +30,7 @@ typedef enum {
     HM_ARCH_OLMOE,        /* "olmoe" */
     HM_ARCH_GPTOSS,       /* "gpt-oss" */
     HM_ARCH_QWEN2MOE,     /* "qwen2moe" */
+    HM_ARCH_QWEN3NEXT,    /* "qwen3next": gated delta-net layers + gated full attention */
     HM_ARCH_COUNT
 } hm_arch;
 
@@ -79,12 +80,17 @@ typedef struct {
     hm_swiglu_kind swiglu;
     bool ff_exp_key;          /* expert width from expert_feed_forward_length (else
                                  feed_forward_length) */
+    bool hybrid;              /* gated delta-net (linear attention) layers, with a full-attention
+                                 layer every full_attention_interval-th (qwen3next: ssm.* keys,
+                                 docs/HYBRID.md) */
+    bool attn_gate;           /* attn_q holds per head [query | output gate]: the attention's
+                                 output is multiplied by sigmoid(gate) before attn_output */
 } hm_arch_desc;
 
 /* Descriptor for an architecture string; NULL when unsupported. */
 const hm_arch_desc *hm_arch_find(const char *name, size_t len);
 const hm_arch_desc *hm_arch_get(hm_arch arch);
-/* "qwen3moe, llama, olmoe, gpt-oss, qwen2moe" (for error messages). */
+/* "qwen3moe, llama, olmoe, gpt-oss, qwen2moe, qwen3next" (for error messages). */
 const char *hm_arch_supported_list(void);
 
 /* ---- hyper-parameters ---- */
@@ -108,6 +114,14 @@ typedef struct {
     float yarn_beta_fast, yarn_beta_slow; /* 32, 1 (llama.cpp defaults) */
     bool yarn_truncate;             /* from the descriptor */
     int64_t sliding_window;         /* 0 = none */
+    /* hybrid architectures (hm_arch_desc.hybrid), 0 otherwise: the delta net's shapes */
+    int64_t ssm_conv_kernel;        /* ssm.conv_kernel: width K of the causal convolution */
+    int64_t ssm_head_k;             /* ssm.state_size: key (and query) size of a head */
+    int64_t ssm_n_k_heads;          /* ssm.group_count: query/key heads */
+    int64_t ssm_n_v_heads;          /* ssm.time_step_rank: value heads (a multiple of k heads) */
+    int64_t ssm_head_v;             /* ssm.inner_size / value heads */
+    int64_t full_attn_interval;     /* full_attention_interval (4): layer i is full attention
+                                       when (i + 1) % interval == 0, else linear */
 } hm_hparams;
 
 /* ---- weights ---- */
@@ -127,6 +141,8 @@ typedef struct {
 
 typedef struct {
     bool swa;                       /* sliding-window layer */
+    bool recurrent;                 /* a gated delta-net layer (hybrid architectures): the ssm_*
+                                       tensors below instead of wq..wo, q/k norms */
     hm_tensor attn_norm;            /* {n_embd} */
     hm_tensor wq, wk, wv, wo;       /* {n_embd, n_head*hd_k} {n_embd, n_kv*hd_k} {n_embd,
                                        n_kv*hd_v} {n_head*hd_v, n_embd} */
@@ -142,6 +158,18 @@ typedef struct {
     hm_tensor sh_gate, sh_up;       /* {n_embd, n_ff_shexp} */
     hm_tensor sh_down;              /* {n_ff_shexp, n_embd} */
     hm_tensor sh_gate_inp;          /* {n_embd} (ggml: {n_embd, 1}) */
+    /* a recurrent layer (kd = k heads x head_k, vd = v heads x head_v, conv_dim = 2 kd + vd):
+     * ssm_qkv and ssm_gate (llama.cpp's attn_qkv, attn_gate), or instead the older fused ssm_in
+     * whose rows are per k head [q, k, v (r heads), z (r heads)], r = v heads / k heads */
+    hm_tensor ssm_qkv;              /* {n_embd, conv_dim}: q of every head | k | v */
+    hm_tensor ssm_gate;             /* {n_embd, vd}: z, the output norm's gate */
+    hm_tensor ssm_in;               /* {n_embd, 2 kd + 2 vd} (older files) */
+    hm_tensor ssm_ba;               /* {n_embd, 2 v heads}: per k head [b (r), a (r)] */
+    hm_tensor ssm_conv1d;           /* {K, conv_dim} f32 */
+    hm_tensor ssm_dt;               /* {v heads} added to a (ssm_dt.bias) */
+    hm_tensor ssm_a;                /* {v heads} -exp(A_log): the decay rate */
+    hm_tensor ssm_norm;             /* {head_v} the gated output norm (plain RMS) */
+    hm_tensor ssm_out;              /* {vd, n_embd} */
 } hm_layer;
 
 typedef struct hm_model hm_model;

@@ -29,6 +29,13 @@ static const hm_arch_desc k_archs[HM_ARCH_COUNT] = {
                           .bias_qkv = true, .rope = HM_ROPE_NEOX,
                           .gating = HM_GATING_SOFTMAX_TOPK, .shared_expert = true,
                           .swiglu = HM_SWIGLU_SILU, .ff_exp_key = true},
+    /* Qwen3-Next: llama.cpp src/models/qwen3next.cpp, transformers modeling_qwen3_next.py; the
+     * zero-centred norms' 1 is folded into the GGUF weights by the converter */
+    [HM_ARCH_QWEN3NEXT] = {.arch = HM_ARCH_QWEN3NEXT, .name = "qwen3next",
+                           .qk_norm = HM_QKNORM_HEAD, .rope = HM_ROPE_NEOX,
+                           .post_attn_norm_name = true, .gating = HM_GATING_SOFTMAX_TOPK_NORM,
+                           .shared_expert = true, .swiglu = HM_SWIGLU_SILU, .ff_exp_key = true,
+                           .hybrid = true, .attn_gate = true},
 };
 
 const hm_arch_desc *hm_arch_find(const char *name, size_t len) {
@@ -42,7 +49,7 @@ const hm_arch_desc *hm_arch_get(hm_arch arch) {
     return (unsigned)arch < HM_ARCH_COUNT ? &k_archs[arch] : NULL;
 }
 
-const char *hm_arch_supported_list(void) { return "qwen3moe, llama, olmoe, gpt-oss, qwen2moe"; }
+const char *hm_arch_supported_list(void) { return "qwen3moe, llama, olmoe, gpt-oss, qwen2moe, qwen3next"; }
 
 cpu_rope_params hm_model_rope_params(const hm_model *m) {
     const hm_hparams *hp = &m->hp;

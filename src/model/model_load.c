@@ -57,6 +57,37 @@ static hm_status get_f(const gguf_ctx *g, const char *arch, const char *suffix, 
     return st;
 }
 
+/* The delta net's shapes (hybrid architectures), as llama.cpp's qwen3next loader reads them:
+ * ssm.conv_kernel, ssm.state_size (head_k), ssm.group_count (k heads), ssm.time_step_rank
+ * (v heads), ssm.inner_size (v heads x head_v), full_attention_interval (default 4). */
+static hm_status read_hparams_ssm(hm_model *m, hm_error *err) {
+    const gguf_ctx *g = m->g;
+    const char *a = m->desc->name;
+    hm_hparams *hp = &m->hp;
+    int64_t inner = 0;
+    hm_status st = get_i(g, a, "ssm.conv_kernel", 0, true, &hp->ssm_conv_kernel, err);
+    if (st == HM_OK) st = get_i(g, a, "ssm.state_size", 0, true, &hp->ssm_head_k, err);
+    if (st == HM_OK) st = get_i(g, a, "ssm.group_count", 0, true, &hp->ssm_n_k_heads, err);
+    if (st == HM_OK) st = get_i(g, a, "ssm.time_step_rank", 0, true, &hp->ssm_n_v_heads, err);
+    if (st == HM_OK) st = get_i(g, a, "ssm.inner_size", 0, true, &inner, err);
+    if (st == HM_OK)
+        st = get_i(g, a, "full_attention_interval", 4, false, &hp->full_attn_interval, err);
+    if (st != HM_OK) return st;
+    const int64_t nk = hp->ssm_n_k_heads, nv = hp->ssm_n_v_heads;
+    if (hp->ssm_conv_kernel < 1 || hp->ssm_conv_kernel > 64 || hp->ssm_head_k <= 0 ||
+        hp->ssm_head_k > 4096 || nk <= 0 || nv <= 0 || nv % nk != 0 || inner <= 0 ||
+        inner % nv != 0 || inner / nv > 4096 || hp->full_attn_interval < 1)
+        return hm_error_set(err, HM_ERR_RANGE, "%s: bad ssm.conv_kernel/state_size/group_count/"
+                            "time_step_rank/inner_size/full_attention_interval (%lld/%lld/%lld/"
+                            "%lld/%lld/%lld): value heads must be a multiple of the key heads "
+                            "and inner_size of the value heads", a,
+                            (long long)hp->ssm_conv_kernel, (long long)hp->ssm_head_k,
+                            (long long)nk, (long long)nv, (long long)inner,
+                            (long long)hp->full_attn_interval);
+    hp->ssm_head_v = inner / nv;
+    return HM_OK;
+}
+
 static hm_status read_hparams(hm_model *m, hm_error *err) {
     const gguf_ctx *g = m->g;
     const char *a = m->desc->name;
@@ -155,7 +186,7 @@ static hm_status read_hparams(hm_model *m, hm_error *err) {
                             "rms epsilon, rope base or sliding window", a);
     if (m->desc->swa_period > 0 && hp->sliding_window == 0)
         return hm_error_set(err, HM_ERR_RANGE, "%s.attention.sliding_window must be > 0", a);
-    return HM_OK;
+    return m->desc->hybrid ? read_hparams_ssm(m, err) : HM_OK;
 }
 
 /* ---- tensors ---- */
@@ -240,6 +271,40 @@ static hm_status bind(binder *b, hm_tensor *out, const char *fmt, int il, int nd
     return HM_OK;
 }
 
+/* A recurrent layer's tensors (hm_layer's ssm_*): llama.cpp's attn_qkv + attn_gate, or the
+ * older fused ssm_in; the missing one is named with the other as the alternative. */
+static hm_status bind_ssm(binder *b, hm_layer *L, int il, hm_error *err) {
+    const hm_hparams *hp = &b->m->hp;
+    const int64_t E = hp->n_embd, nv = hp->ssm_n_v_heads, K = hp->ssm_conv_kernel;
+    const int64_t kd = hp->ssm_n_k_heads * hp->ssm_head_k, vd = nv * hp->ssm_head_v;
+    const int64_t cd = 2 * kd + vd;
+    hm_status st = HM_OK;
+#define S(dst, name, req, vec, ...)                                                           \
+    do {                                                                                      \
+        const int64_t ne_[] = {__VA_ARGS__};                                                  \
+        if (st == HM_OK)                                                                      \
+            st = bind(b, dst, name, il, (int)(sizeof(ne_) / sizeof(ne_[0])), ne_, req, vec,   \
+                      err);                                                                   \
+    } while (0)
+    S(&L->ssm_qkv, "blk.%d.attn_qkv.weight", false, false, E, cd);
+    if (L->ssm_qkv.data) {
+        S(&L->ssm_gate, "blk.%d.attn_gate.weight", true, false, E, vd);
+    } else {
+        S(&L->ssm_in, "blk.%d.ssm_in.weight", false, false, E, cd + vd);
+        if (st == HM_OK && !L->ssm_in.data)
+            return hm_error_set(err, HM_ERR_NOT_FOUND, "missing tensor blk.%d.attn_qkv.weight "
+                                "(or the older fused blk.%d.ssm_in.weight)", il, il);
+    }
+    S(&L->ssm_ba, "blk.%d.ssm_ba.weight", true, false, E, 2 * nv);
+    S(&L->ssm_conv1d, "blk.%d.ssm_conv1d.weight", true, true, K, cd);
+    S(&L->ssm_dt, "blk.%d.ssm_dt.bias", true, true, nv);
+    S(&L->ssm_a, "blk.%d.ssm_a", true, true, nv);
+    S(&L->ssm_norm, "blk.%d.ssm_norm.weight", true, true, hp->ssm_head_v);
+    S(&L->ssm_out, "blk.%d.ssm_out.weight", true, false, vd, E);
+#undef S
+    return st;
+}
+
 static hm_status bind_all(hm_model *m, bool f32_weights, hm_error *err) {
     const hm_hparams *hp = &m->hp;
     const hm_arch_desc *d = m->desc;
@@ -250,6 +315,10 @@ static hm_status bind_all(hm_model *m, bool f32_weights, hm_error *err) {
                         hp->n_head_kv * (hp->head_dim_k + hp->head_dim_v) + hp->n_embd +
                         hp->n_head + hp->n_expert + hp->n_expert * (2 * hp->n_ff_exp + hp->n_embd) +
                         hp->n_embd + 2 * hp->head_dim_k + nq_ + nk_ + nv_;
+    if (d->hybrid) /* ssm_dt, ssm_a, ssm_norm, ssm_conv1d */
+        per_layer += 2 * hp->ssm_n_v_heads + hp->ssm_head_v +
+                     hp->ssm_conv_kernel * (2 * hp->ssm_n_k_heads * hp->ssm_head_k +
+                                            hp->ssm_n_v_heads * hp->ssm_head_v);
     int64_t total = per_layer * hp->n_layer + hp->n_embd;
     m->owned = malloc((size_t)total * sizeof(float));
     if (!m->owned) return hm_error_set(err, HM_ERR_NOMEM, "out of memory (vectors)");
@@ -286,25 +355,29 @@ static hm_status bind_all(hm_model *m, bool f32_weights, hm_error *err) {
     for (il = 0; il < hp->n_layer && st == HM_OK; il++) {
         hm_layer *L = &m->layers[il];
         L->swa = d->swa_period > 0 && il % d->swa_period == 0;
+        L->recurrent = d->hybrid && (il + 1) % hp->full_attn_interval != 0;
         B(&L->attn_norm, "blk.%d.attn_norm.weight", true, true, E);
-        B(&L->wq, "blk.%d.attn_q.weight", true, false, E, nq);
-        B(&L->wk, "blk.%d.attn_k.weight", true, false, E, nk);
-        B(&L->wv, "blk.%d.attn_v.weight", true, false, E, nv);
-        B(&L->wo, "blk.%d.attn_output.weight", true, false, no, E);
-        if (d->bias_qkv) {
-            B(&L->bq, "blk.%d.attn_q.bias", true, true, nq);
-            B(&L->bk, "blk.%d.attn_k.bias", true, true, nk);
-            B(&L->bv, "blk.%d.attn_v.bias", true, true, nv);
+        if (L->recurrent && st == HM_OK) st = bind_ssm(&b, L, il, err);
+        if (!L->recurrent) {
+            B(&L->wq, "blk.%d.attn_q.weight", true, false, E, d->attn_gate ? 2 * nq : nq);
+            B(&L->wk, "blk.%d.attn_k.weight", true, false, E, nk);
+            B(&L->wv, "blk.%d.attn_v.weight", true, false, E, nv);
+            B(&L->wo, "blk.%d.attn_output.weight", true, false, no, E);
+            if (d->bias_qkv) {
+                B(&L->bq, "blk.%d.attn_q.bias", true, true, nq);
+                B(&L->bk, "blk.%d.attn_k.bias", true, true, nk);
+                B(&L->bv, "blk.%d.attn_v.bias", true, true, nv);
+            }
+            if (d->bias_o) B(&L->bo, "blk.%d.attn_output.bias", true, true, E);
+            if (d->qk_norm == HM_QKNORM_HEAD) {
+                B(&L->q_norm, "blk.%d.attn_q_norm.weight", true, true, hp->head_dim_k);
+                B(&L->k_norm, "blk.%d.attn_k_norm.weight", true, true, hp->head_dim_k);
+            } else if (d->qk_norm == HM_QKNORM_FULL) {
+                B(&L->q_norm, "blk.%d.attn_q_norm.weight", true, true, nq);
+                B(&L->k_norm, "blk.%d.attn_k_norm.weight", true, true, nk);
+            }
+            if (d->sinks) B(&L->sinks, "blk.%d.attn_sinks.weight", true, true, hp->n_head);
         }
-        if (d->bias_o) B(&L->bo, "blk.%d.attn_output.bias", true, true, E);
-        if (d->qk_norm == HM_QKNORM_HEAD) {
-            B(&L->q_norm, "blk.%d.attn_q_norm.weight", true, true, hp->head_dim_k);
-            B(&L->k_norm, "blk.%d.attn_k_norm.weight", true, true, hp->head_dim_k);
-        } else if (d->qk_norm == HM_QKNORM_FULL) {
-            B(&L->q_norm, "blk.%d.attn_q_norm.weight", true, true, nq);
-            B(&L->k_norm, "blk.%d.attn_k_norm.weight", true, true, nk);
-        }
-        if (d->sinks) B(&L->sinks, "blk.%d.attn_sinks.weight", true, true, hp->n_head);
         if (d->post_attn_norm_name)
             B(&L->ffn_norm, "blk.%d.post_attention_norm.weight", true, true, E);
         else

@@ -476,6 +476,11 @@ hm_status hm_context_init(const hm_model *m, const hm_context_params *params, hm
         c->p.override_tensor = c->override_tensor;
         if (!c->override_tensor) st = hm_error_set(err, HM_ERR_NOMEM, "out of memory (context)");
     }
+    if (st == HM_OK && placement_asked(&c->p) && hm_model_arch(m)->hybrid)
+        st = hm_error_set(err, HM_ERR_UNSUPPORTED, "%s (gated delta-net layers) runs on the CPU "
+                          "engine only for now: the GPU engine has no linear-attention kernels "
+                          "yet (docs/HYBRID.md); drop the GPU placement flags (-ngl 0)",
+                          hm_model_arch(m)->name);
     if (st == HM_OK && placement_asked(&c->p)) st = placement_open(c, err);
     if (st == HM_OK && c->p.n_seq > 1 && c->gpu && c->split == 0 && !gpu_seqs_verified())
         st = hm_error_set(err, HM_ERR_UNSUPPORTED, "%d sequences (-np %d) on the GPU: built but "
