@@ -2,7 +2,7 @@
  * full-attention layer every 4th) on the CPU engine, with forge's tiny-qwen3next:
  *   - the forged GGUF has llama.cpp's tensors per layer kind (names, shapes, types) and keys;
  *   - the loader reads them (hyper-parameters, layer kinds) and names a missing or misshapen
- *     tensor;
+ *     tensor; an older file's fused ssm_in gives the bytes of attn_qkv + attn_gate;
  *   - a prompt gives the same bytes as its tokens one by one, as ubatches of 5, with 1 or 2
  *     threads and again after a reset;
  *   - the logits match a double-precision reference written from the model's definition
@@ -350,6 +350,87 @@ static void test_sequences(void) {
     hm_model_free(m);
 }
 
+/* tiny-qwen3next as an older file: each recurrent layer's attn_qkv and attn_gate fused into
+ * ssm_in, rows per key head [q, k, v (r heads), z (r heads)] (the forged values regrouped) */
+typedef struct {
+    rows_ctx rc;
+    const forge_tensor_list *orig;
+} legacy_ctx;
+
+static hm_status legacy_rows(void *ctx, const forge_tensor *t, int64_t r0, int64_t nr, void *dst,
+                             float *scratch) {
+    const legacy_ctx *c = ctx;
+    if (!strstr(t->name, "ssm_in")) return gen_rows((void *)&c->rc, t, r0, nr, dst, scratch);
+    char qn[64], gn[64];
+    snprintf(qn, sizeof(qn), "blk.%d.attn_qkv.weight", t->layer);
+    snprintf(gn, sizeof(gn), "blk.%d.attn_gate.weight", t->layer);
+    const forge_tensor *q = NULL, *g = NULL;
+    for (int i = 0; i < c->orig->n; i++) {
+        if (!strcmp(c->orig->t[i].name, qn)) q = &c->orig->t[i];
+        if (!strcmp(c->orig->t[i].name, gn)) g = &c->orig->t[i];
+    }
+    if (!q || !g) return HM_ERR_STATE;
+    const int64_t dk = 16, rdv = 2 * 16, kd = 2 * dk, w = 2 * dk + 2 * rdv, E = t->ne[0];
+    for (int64_t r = r0; r < r0 + nr; r++) {
+        const int64_t grp = r / w, o = r % w;
+        const forge_tensor *src = o < 2 * dk + rdv ? q : g;
+        const int64_t sr = o < dk             ? grp * dk + o
+                           : o < 2 * dk       ? kd + grp * dk + (o - dk)
+                           : o < 2 * dk + rdv ? 2 * kd + grp * rdv + (o - 2 * dk)
+                                              : grp * rdv + (o - 2 * dk - rdv);
+        hm_status st = gen_rows((void *)&c->rc, src, sr, 1, (float *)dst + (r - r0) * E, scratch);
+        if (st != HM_OK) return st;
+    }
+    return HM_OK;
+}
+
+static void test_legacy_ssm_in(void) {
+    const forge_preset *p = preset();
+    forge_tensor_list l = {0}, orig = {0};
+    forge_vocab v = {0};
+    hm_error err;
+    HM_REQUIRE(forge_tensors_build(p, FORGE_MIX_F32, &l, &err) == HM_OK);
+    HM_REQUIRE(forge_tensors_build(p, FORGE_MIX_F32, &orig, &err) == HM_OK);
+    HM_REQUIRE(forge_vocab_build(p, &v, &err) == HM_OK);
+    for (int i = 0; i < l.n; i++) {
+        if (strstr(l.t[i].name, "attn_qkv")) {
+            snprintf(l.t[i].name, sizeof(l.t[i].name), "blk.%d.ssm_in.weight", l.t[i].layer);
+            l.t[i].ne[1] += 64; /* + vd: z */
+        } else if (strstr(l.t[i].name, "attn_gate")) {
+            l.t[i--] = l.t[--l.n];
+        }
+    }
+    char path[512], ref_path[512];
+    ft_path(path, sizeof(path), "q3n-legacy.gguf");
+    forge_gen gen = {.seed = 42};
+    legacy_ctx lc = {{&gen, p}, &orig};
+    HM_REQUIRE(forge_gguf_write(path, p, FORGE_MIX_F32, &v, &l, legacy_rows, &lc, NULL, "t",
+                                false, NULL, NULL, &err) == HM_OK);
+    hm_model *m = NULL, *ref = load_tiny(ref_path, sizeof(ref_path));
+    HM_REQUIRE(ref);
+    HM_REQUIRE(hm_model_load(path, NULL, &m, &err) == HM_OK);
+    HM_CHECK(hm_model_layer(m, 0)->ssm_in.data && !hm_model_layer(m, 0)->ssm_qkv.data);
+    const int64_t V = hm_model_hparams(m)->n_vocab;
+    int32_t ids[12];
+    ids_of(ids, 12, 31);
+    float *a = malloc(sizeof(float) * 12 * (size_t)V), *b = malloc(sizeof(float) * 12 * (size_t)V);
+    HM_REQUIRE(a && b);
+    cpu_engine *e1 = engine(m, 4, 2, 1), *e2 = engine(ref, 4, 2, 1);
+    HM_REQUIRE(e1 && e2 && run(e1, ids, 12, 4, a, V) && run(e2, ids, 12, 4, b, V));
+    HM_CHECK_MSG(!memcmp(a, b, sizeof(float) * 12 * (size_t)V),
+                 "the fused ssm_in gives other logits than attn_qkv + attn_gate");
+    cpu_engine_free(e1);
+    cpu_engine_free(e2);
+    free(a);
+    free(b);
+    hm_model_free(m);
+    hm_model_free(ref);
+    forge_vocab_free(&v);
+    forge_tensors_free(&l);
+    forge_tensors_free(&orig);
+    remove(path);
+}
+
 static void test_gpu_refused(void) {
     char path[512];
     hm_model *m = load_tiny(path, sizeof(path));
@@ -370,4 +451,4 @@ static void test_gpu_refused(void) {
 }
 
 HM_TEST_MAIN(test_forge_layout, test_load, test_prompt_identity, test_reference, test_sequences,
-             test_gpu_refused)
+             test_legacy_ssm_in, test_gpu_refused)
