@@ -6,8 +6,7 @@
 #   bash bench/device_serve.sh HOTMOE_BIN [PEER_LLAMA_SERVER|-] [STREAMS] [TOKENS]
 # STREAMS (1,4,16), TOKENS (128 per stream). Placements: full (hotmoe -ngl 99; the peer -ngl 99
 # -fa on) and ram (hotmoe -ngl 99 --cpu-moe; the peer -ngl 99 -ot exps=CPU -fa on); both get -np
-# set to the largest stream count and a context of that many times (TOKENS + 64); hotmoe's GPU
-# slots run with HOTMOE_GPU_SEQS=1 until their test has passed on a GPU (docs/SERVER.md).
+# set to the largest stream count and a context of that many times (TOKENS + 64).
 # Output in $OUT: serve_log.txt (a line per server, placement and stream count), serve_*.json.
 # Environment: MODEL (/tmp/models/q3.gguf, forged if missing), T (threads, default nproc - 1).
 set -uo pipefail
@@ -49,7 +48,6 @@ run() { # NAME PLACEMENT PORT CMD...: start, load, stop
 }
 
 ctx=$((np * (tokens + 64)))
-export HOTMOE_GPU_SEQS=1
 run hotmoe full 18080 "$bin" serve -m "$M" -t "$T" -ngl 99 -np "$np" -c "$ctx" --port 18080 --queue 256
 run hotmoe ram 18081 "$bin" serve -m "$M" -t "$T" -ngl 99 --cpu-moe -np "$np" -c "$ctx" --port 18081 --queue 256
 if [ "$peer" != - ]; then

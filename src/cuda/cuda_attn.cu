@@ -130,7 +130,8 @@ template <int N> static __device__ __forceinline__ void kv_load_n(const float *p
 
 template <typename T>
 __global__ void kv_store_kernel(T *kc, T *vc, int64_t n_ctx, int64_t row, const float *k,
-                                const float *v, int64_t n_tok, const int32_t *pos) {
+                                const float *v, int64_t n_tok, const int32_t *pos,
+                                const int32_t *base) {
     cu_pdl_enter();
     const int64_t total = n_tok * row;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
@@ -138,8 +139,9 @@ __global__ void kv_store_kernel(T *kc, T *vc, int64_t n_ctx, int64_t row, const 
         const int64_t t = i / row, e = i % row;
         const int64_t p = pos[t];
         if (p < 0 || p >= n_ctx) continue;
-        kv_put(kc + p * row + e, k[i]);
-        kv_put(vc + p * row + e, v[i]);
+        const int64_t r = base ? base[t] + p : p; /* the row in its sequence's cache */
+        kv_put(kc + r * row + e, k[i]);
+        kv_put(vc + r * row + e, v[i]);
     }
 }
 
@@ -147,6 +149,15 @@ extern "C" hm_status cuda_kv_store(uint32_t type, void *k_cache, void *v_cache, 
                                    int n_head_kv, int head_dim, const float *k, const float *v,
                                    int64_t n_tok, const int32_t *d_pos, void *stream,
                                    hm_error *err) {
+    return cuda_kv_store_seqs(type, k_cache, v_cache, n_ctx, n_head_kv, head_dim, k, v, n_tok,
+                              d_pos, NULL, stream, err);
+}
+
+extern "C" hm_status cuda_kv_store_seqs(uint32_t type, void *k_cache, void *v_cache,
+                                        int64_t n_ctx, int n_head_kv, int head_dim,
+                                        const float *k, const float *v, int64_t n_tok,
+                                        const int32_t *d_pos, const int32_t *d_base,
+                                        void *stream, hm_error *err) {
     if (n_ctx <= 0 || n_head_kv <= 0 || head_dim <= 0 || n_tok < 0 || !d_pos)
         return hm_error_set(err, HM_ERR_ARG, "cuda_kv_store: bad shape or missing positions");
     if (!kv_type_ok(type))
@@ -159,10 +170,10 @@ extern "C" hm_status cuda_kv_store(uint32_t type, void *k_cache, void *v_cache, 
     const cudaStream_t s = (cudaStream_t)stream;
     if (type == HM_TYPE_F32)
         cu_launch(kv_store_kernel<float>, (unsigned)blocks, 256, 0, s, (float *)k_cache,
-                  (float *)v_cache, n_ctx, row, k, v, n_tok, d_pos);
+                  (float *)v_cache, n_ctx, row, k, v, n_tok, d_pos, d_base);
     else
         cu_launch(kv_store_kernel<uint16_t>, (unsigned)blocks, 256, 0, s, (uint16_t *)k_cache,
-                  (uint16_t *)v_cache, n_ctx, row, k, v, n_tok, d_pos);
+                  (uint16_t *)v_cache, n_ctx, row, k, v, n_tok, d_pos, d_base);
     return attn_launched("kv_store_kernel", err);
 }
 
@@ -359,7 +370,10 @@ __global__ void __launch_bounds__(ATT_THREADS)
 
 /* ------------------------------------------------------------------ decode (one token) */
 
-/* attn_decode_kernel<HD, NREP>: one query token, grid (kv head g, part s), 4 warps. The NREP
+/* attn_decode_kernel<HD, NREP>: one query token, grid (kv head g, part s, token z), 4 warps.
+ * Token z (q and out row z, position pos[z]) reads caches that start at row base[z] (0 without
+ * base) and has its own tile counters (z * n_kv + g) and partials, so each token of a launch
+ * of several gets the bytes of a launch of its own (cuda_attention_runs). The NREP
  * query heads of the group are staged in shared memory. The warps split the heads into
  * NG = min(NREP, 4) groups of HPW heads, and each group's 4 / NG warps split the part's
  * chunks of 32 positions (chunk c goes to warp group c mod 4 / NG): lane i scores position i
@@ -373,8 +387,17 @@ __global__ void __launch_bounds__(ATT_THREADS)
 template <int HD, int NREP, typename T>
 __global__ void __launch_bounds__(ATT_THREADS)
     attn_decode_kernel(const attn_plan P, const float *q, const T *kc, const T *vc,
-                       const int32_t *pos, const float *sinks, float *out, void *scratch) {
+                       const int32_t *pos, const int32_t *base, const float *sinks, float *out,
+                       void *scratch) {
     cu_pdl_enter();
+    const int z = blockIdx.z;
+    const int row = P.n_kv * HD; /* elements per cache row */
+    q += (size_t)z * P.n_head * HD;
+    out += (size_t)z * P.n_head * HD;
+    if (base) {
+        kc += (size_t)base[z] * row;
+        vc += (size_t)base[z] * row;
+    }
     constexpr int DPL = HD / 32, NP = HD / 8; /* output dims per lane, 8-element pieces per row */
     constexpr int LINE = 128 / (int)sizeof(T); /* elements per 128-byte line */
     constexpr int NG = NREP < ATT_WARPS ? NREP : ATT_WARPS; /* head groups */
@@ -385,7 +408,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int hg = warp % NG, cg = warp / NG; /* the warp's heads hg * HPW + r, chunk group */
     const int g = blockIdx.x, h0 = g * NREP;
-    int64_t p = pos[0];
+    int64_t p = pos[z];
     if (p > P.n_ctx - 1) p = P.n_ctx - 1;
     if (p < 0) return; /* nothing visible: the output row is not written (as attn_kernel) */
     const int lo = P.window > 0 && p - P.window + 1 > 0 ? (int)(p - P.window + 1) : 0;
@@ -399,7 +422,6 @@ __global__ void __launch_bounds__(ATT_THREADS)
     for (int i = threadIdx.x; i < NREP * HD; i += ATT_THREADS) Qs[i / HD][i % HD] = q[(int64_t)h0 * HD + i];
     __syncthreads();
 
-    const int row = P.n_kv * HD; /* elements per cache row */
     float m[HPW], l[HPW], acc[HPW][DPL];
 #pragma unroll
     for (int r = 0; r < HPW; r++) {
@@ -466,7 +488,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
     }
     __syncthreads();
     const bool one = n_part == 1;
-    float *part = (float *)((char *)scratch + ATT_COUNTER_BYTES);
+    float *part = (float *)((char *)scratch + ATT_COUNTER_BYTES) +
+                  (size_t)z * P.n_head * P.n_split * (HD + 2);
     for (int i = threadIdx.x; i < NREP * HD; i += ATT_THREADS) {
         const int hr = i / HD, d = i % HD, h = h0 + hr;
         const int wg = hr / HPW, r = hr % HPW; /* the head's warps: wg + NG * c, c < NPG */
@@ -495,17 +518,20 @@ __global__ void __launch_bounds__(ATT_THREADS)
             pp[2 + d] = a;
         }
     }
-    if (one || !attn_arrive_last((int *)scratch + g, n_part)) return;
+    if (one || !attn_arrive_last((int *)scratch + z * P.n_kv + g, n_part)) return;
     for (int r = warp; r < NREP; r += ATT_WARPS)
         attn_merge_row<DPL>(part + (int64_t)(h0 + r) * P.n_split * (HD + 2), n_part, HD,
                             sinks ? sinks + h0 + r : NULL, out + (int64_t)(h0 + r) * HD);
 }
 
+/* nz tokens of a->q, a->d_pos (and d_base, or NULL) from token z0 on, one launch */
 template <int HD, int NREP, typename T>
-static hm_status attn_decode_launch(const attn_plan *P, const cuda_attn_args *a, cudaStream_t s,
-                                    hm_error *err) {
-    cu_launch(attn_decode_kernel<HD, NREP, T>, dim3((unsigned)P->n_kv, (unsigned)P->n_split), ATT_THREADS, 0, s,
-        *P, a->q, (const T *)a->k_cache, (const T *)a->v_cache, a->d_pos, a->d_sinks, a->out, a->scratch);
+static hm_status attn_decode_launch(const attn_plan *P, const cuda_attn_args *a, const int32_t *d_base,
+                                    int64_t z0, int nz, cudaStream_t s, hm_error *err) {
+    const size_t qo = (size_t)z0 * P->n_head * HD;
+    cu_launch(attn_decode_kernel<HD, NREP, T>, dim3((unsigned)P->n_kv, (unsigned)P->n_split, (unsigned)nz),
+              ATT_THREADS, 0, s, *P, a->q + qo, (const T *)a->k_cache, (const T *)a->v_cache, a->d_pos + z0,
+              d_base ? d_base + z0 : NULL, a->d_sinks, a->out + qo, a->scratch);
     return attn_launched("attn_decode_kernel", err);
 }
 
@@ -516,9 +542,10 @@ static bool attn_decode_fits(const attn_plan *P) {
 }
 
 template <typename T>
-static hm_status attn_decode(const attn_plan *P, const cuda_attn_args *a, cudaStream_t s,
-                             hm_error *err) {
-#define ATT_DEC(HDV, NRV) if (P->hd == HDV && P->n_rep == NRV) return attn_decode_launch<HDV, NRV, T>(P, a, s, err)
+static hm_status attn_decode(const attn_plan *P, const cuda_attn_args *a, const int32_t *d_base, int64_t z0,
+                             int nz, cudaStream_t s, hm_error *err) {
+#define ATT_DEC(HDV, NRV)                                                                          \
+    if (P->hd == HDV && P->n_rep == NRV) return attn_decode_launch<HDV, NRV, T>(P, a, d_base, z0, nz, s, err)
     ATT_DEC(64, 1); ATT_DEC(64, 2); ATT_DEC(64, 4); ATT_DEC(64, 8);
     ATT_DEC(128, 1); ATT_DEC(128, 2); ATT_DEC(128, 4); ATT_DEC(128, 8);
 #undef ATT_DEC
@@ -588,7 +615,7 @@ static hm_status attn_launch(const attn_plan *P, const cuda_attn_args *a, cudaSt
 template <typename T>
 static hm_status attn_run(const attn_plan *P, const cuda_attn_args *a, cudaStream_t s,
                           hm_error *err) {
-    if (attn_decode_fits(P)) return attn_decode<T>(P, a, s, err);
+    if (attn_decode_fits(P)) return attn_decode<T>(P, a, NULL, 0, 1, s, err);
     if constexpr (sizeof(T) == 2) {
         if (attn_mma_fits(P)) return attn_mma(P, a, s, err);
     }
@@ -611,4 +638,56 @@ extern "C" hm_status cuda_attention(const cuda_attn_args *a, void *stream, hm_er
         return hm_error_set(err, HM_ERR_ARG, "cuda_attention: too many heads");
     cudaStream_t s = (cudaStream_t)stream;
     return a->kv_f32 ? attn_run<float>(&P, a, s, err) : attn_run<uint16_t>(&P, a, s, err);
+}
+
+/* ------------------------------------------------------------------ one token per sequence */
+
+/* The plan of one of the tokens (n_tok 1) and the tokens per launch: every token of a launch
+ * has its own tile counters, ATT_TARGET_BLOCKS of them in all. */
+static hm_status attn_runs_plan(const cuda_attn_args *a, attn_plan *P, int *per_launch, hm_error *err) {
+    cuda_attn_args one = *a;
+    one.n_tok = 1;
+    hm_status st = attn_make_plan(&one, P, err);
+    if (st != HM_OK) return st;
+    if (!attn_decode_fits(P))
+        return hm_error_set(err, HM_ERR_UNSUPPORTED, "cuda_attention_runs: no decode kernel for "
+                            "head_dim %d, %d heads per kv head", P->hd, P->n_rep);
+    const int64_t g = P->n_split > 1 ? ATT_TARGET_BLOCKS / P->n_kv : 65535;
+    *per_launch = (int)(g < 1 ? 1 : g > 65535 ? 65535 : g);
+    return HM_OK;
+}
+
+extern "C" bool cuda_attention_runs_fit(const cuda_attn_args *a) {
+    attn_plan P;
+    int g;
+    return a && attn_runs_plan(a, &P, &g, NULL) == HM_OK;
+}
+
+extern "C" size_t cuda_attention_runs_scratch_size(const cuda_attn_args *a) {
+    attn_plan P;
+    int g;
+    if (!a || a->n_tok <= 0 || attn_runs_plan(a, &P, &g, NULL) != HM_OK || P.n_split == 1) return 0;
+    const int64_t nz = a->n_tok < g ? a->n_tok : g;
+    return ATT_COUNTER_BYTES + (size_t)nz * attn_part_floats(P) * sizeof(float);
+}
+
+extern "C" hm_status cuda_attention_runs(const cuda_attn_args *a, const int32_t *d_base, void *stream,
+                                         hm_error *err) {
+    attn_plan P;
+    int g;
+    hm_status st = a ? attn_runs_plan(a, &P, &g, err)
+                     : hm_error_set(err, HM_ERR_ARG, "cuda_attention_runs: missing arguments");
+    if (st != HM_OK || a->n_tok == 0) return st;
+    if (!a->q || !a->k_cache || !a->v_cache || !a->out || !a->d_pos || !d_base)
+        return hm_error_set(err, HM_ERR_ARG, "cuda_attention_runs: missing buffers");
+    if (P.n_split > 1 && !a->scratch)
+        return hm_error_set(err, HM_ERR_ARG, "cuda_attention_runs: %d splits need scratch (%zu bytes)",
+                            P.n_split, cuda_attention_runs_scratch_size(a));
+    cudaStream_t s = (cudaStream_t)stream;
+    for (int64_t z0 = 0; z0 < a->n_tok && st == HM_OK; z0 += g) {
+        const int nz = (int)(a->n_tok - z0 < g ? a->n_tok - z0 : g);
+        st = a->kv_f32 ? attn_decode<float>(&P, a, d_base, z0, nz, s, err)
+                       : attn_decode<uint16_t>(&P, a, d_base, z0, nz, s, err);
+    }
+    return st;
 }

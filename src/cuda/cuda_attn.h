@@ -36,6 +36,7 @@
 #ifndef HM_CUDA_CUDA_ATTN_H
 #define HM_CUDA_CUDA_ATTN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -66,6 +67,14 @@ size_t cuda_kv_bytes(uint32_t type, int64_t n_ctx, int n_head_kv, int head_dim);
 hm_status cuda_kv_store(uint32_t type, void *k_cache, void *v_cache, int64_t n_ctx,
                         int n_head_kv, int head_dim, const float *k, const float *v,
                         int64_t n_tok, const int32_t *d_pos, void *stream, hm_error *err);
+
+/* cuda_kv_store into caches of several sequences, each of n_ctx rows: token t's rows at row
+ * d_base[t] + d_pos[t] (d_base: device, the first row of t's sequence); a position outside
+ * [0, n_ctx) is not stored. The bytes cuda_kv_store writes into that sequence's rows. */
+hm_status cuda_kv_store_seqs(uint32_t type, void *k_cache, void *v_cache, int64_t n_ctx,
+                             int n_head_kv, int head_dim, const float *k, const float *v,
+                             int64_t n_tok, const int32_t *d_pos, const int32_t *d_base,
+                             void *stream, hm_error *err);
 
 typedef struct {
     int n_head, n_head_kv, head_dim;
@@ -101,6 +110,17 @@ size_t cuda_attention_scratch_size(const cuda_attn_args *a);
  * HM_ERR_ARG: bad shapes, n_head % n_head_kv, missing scratch; HM_ERR_UNSUPPORTED: head_dim;
  * HM_ERR_CUDA: launch failure (kernel named). */
 hm_status cuda_attention(const cuda_attn_args *a, void *stream, hm_error *err);
+
+/* a->n_tok tokens of different sequences, one query each, in as few launches as the tile
+ * counters allow: token t (q and out row t, position d_pos[t]) reads the a->n_ctx rows of its
+ * sequence, which start at row d_base[t] (device) of k_cache/v_cache. Each output row is the
+ * bytes cuda_attention gives for that token alone (n_tok 1) with the caches starting at that
+ * row. Only the one-token kernel's shapes (cuda_attention_runs_fit, else
+ * HM_ERR_UNSUPPORTED); scratch: cuda_attention_runs_scratch_size bytes, zeroed once. */
+bool cuda_attention_runs_fit(const cuda_attn_args *a);
+size_t cuda_attention_runs_scratch_size(const cuda_attn_args *a);
+hm_status cuda_attention_runs(const cuda_attn_args *a, const int32_t *d_base, void *stream,
+                              hm_error *err);
 
 #ifdef __cplusplus
 }

@@ -217,9 +217,9 @@ static hm_status qkv_multi(cuda_engine *e, const cuda_layer *L, int n, const voi
     return st;
 }
 
-hm_status cuda_engine_attn(cuda_engine *e, const cuda_layer *L, int n_tok, const int32_t *d_pos,
-                           const float *q, const void *kc, const void *vc, float *out,
-                           hm_error *err) {
+cuda_attn_args cuda_engine_attn_args(const cuda_engine *e, const cuda_layer *L, int n_tok,
+                                     const int32_t *d_pos, const float *q, const void *kc,
+                                     const void *vc, float *out) {
     const hm_hparams *hp = &e->hp;
     cuda_attn_args a;
     memset(&a, 0, sizeof(a));
@@ -237,7 +237,15 @@ hm_status cuda_engine_attn(cuda_engine *e, const cuda_layer *L, int n_tok, const
     a.v_cache = vc;
     a.kv_f32 = e->p.type_k == HM_TYPE_F32; /* else f16 (cuda_kv_check) */
     a.out = out;
-    a.scratch = cuda_attention_scratch_size(&a) ? e->attn_scratch : NULL;
+    a.scratch = e->attn_scratch;
+    return a;
+}
+
+hm_status cuda_engine_attn(cuda_engine *e, const cuda_layer *L, int n_tok, const int32_t *d_pos,
+                           const float *q, const void *kc, const void *vc, float *out,
+                           hm_error *err) {
+    cuda_attn_args a = cuda_engine_attn_args(e, L, n_tok, d_pos, q, kc, vc, out);
+    if (!cuda_attention_scratch_size(&a)) a.scratch = NULL;
     return cuda_attention(&a, e->stream, err);
 }
 

@@ -153,6 +153,10 @@ static size_t layout_scratch(const hm_model *m, const cuda_engine_params *p, cud
     for (int64_t t = 1; t <= nu; t++) {
         aa.n_tok = t;
         size_t a = cuda_attention_scratch_size(&aa);
+        if (p->n_seq > 1) { /* t sequences' tokens at once (cuda_attention_runs) */
+            const size_t r = cuda_attention_runs_scratch_size(&aa);
+            a = r > a ? r : a;
+        }
         attn = a > attn ? a : attn;
     }
     struct {
@@ -186,6 +190,7 @@ static size_t layout_scratch(const hm_model *m, const cuda_engine_params *p, cud
         {e ? (void **)&e->d_seq : NULL, sizeof(uint32_t)},
         {e ? (void **)&e->hsh : NULL, hsh ? sizeof(float) * (size_t)(nu * E) : 0},
         {e ? (void **)&e->d_positions : NULL, sizeof(int32_t) * (size_t)nu},
+        {e ? (void **)&e->d_base : NULL, sizeof(int32_t) * (size_t)nu},
         {e ? (void **)&e->d_tokens : NULL, sizeof(int32_t) * (size_t)nu},
         {e ? (void **)&e->d_slot_of : NULL,
          sizeof(int32_t) * (size_t)(hp->n_layer * hp->n_expert)},
@@ -517,7 +522,7 @@ extern "C" hm_status cuda_engine_init(const hm_model *m, const cuda_engine_param
     CUDA_TRY(cudaMallocHost((void **)&e->h_tokens, sizeof(int32_t) * (size_t)p->n_ubatch),
              "pinned buffers");
     CUDA_TRY(cudaMallocHost((void **)&e->h_pos, sizeof(int32_t)), "pinned buffers");
-    CUDA_TRY(cudaMallocHost((void **)&e->h_positions, sizeof(int32_t) * (size_t)p->n_ubatch),
+    CUDA_TRY(cudaMallocHost((void **)&e->h_positions, sizeof(int32_t) * 2 * (size_t)p->n_ubatch),
              "pinned buffers");
     e->run_t0 = (int *)malloc(sizeof(int) * 3 * (size_t)p->n_ubatch);
     if (!e->run_t0) {

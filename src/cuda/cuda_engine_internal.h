@@ -17,6 +17,7 @@
 extern "C" {
 #endif
 
+#include "cuda/cuda_attn.h"
 #include "cuda/cuda_engine.h"
 #include "cuda/cuda_fetch.h"
 #include "cuda/cuda_handoff.h"
@@ -105,6 +106,7 @@ struct cuda_engine {
     float *d_rope;      /* [n_ctx][n_rot/2][2] cos/sin table (cuda_rope_table_fill) */
     int32_t *d_pos;       /* device scalar: position of the next step's first token */
     int32_t *d_positions; /* [nu] positions of the step's tokens (d_pos + t) */
+    int32_t *d_base;      /* [nu] a step of several sequences: each token's first cache row */
     int32_t *d_tokens;    /* [nu] token ids uploaded by cuda_engine_decode */
     int32_t *d_slot_of;   /* [n_layer][n_expert] the expert->slot table (residency map) */
     int32_t *h_slot_of;   /* [n_layer][n_expert] its host copy (the expert lane's look-ups) */
@@ -118,7 +120,8 @@ struct cuda_engine {
 
     /* pinned host memory */
     int32_t *h_tokens; /* [nu] */
-    int32_t *h_positions; /* [nu] the positions of a cuda_engine_decode_seqs step */
+    int32_t *h_positions; /* [2][nu] the positions of a cuda_engine_decode_seqs step, then
+                           * each token's first cache row (sequence * n_ctx: d_base) */
     int32_t *h_pos;    /* [1] */
     float *h_logits;   /* [n_logit_rows][n_vocab] */
     float *h_rows;     /* [nu][n_embd] input rows of cuda_engine_decode_rows (allocated by its
@@ -243,6 +246,10 @@ hm_status cuda_engine_logits_to_host(cuda_engine *e, int n, float *dst, hm_error
 hm_status cuda_engine_attn(cuda_engine *e, const cuda_layer *L, int n_tok, const int32_t *d_pos,
                            const float *q, const void *kc, const void *vc, float *out,
                            hm_error *err);
+/* The attention arguments of layer L for those (scratch: the engine's). */
+cuda_attn_args cuda_engine_attn_args(const cuda_engine *e, const cuda_layer *L, int n_tok,
+                                     const int32_t *d_pos, const float *q, const void *kc,
+                                     const void *vc, float *out);
 /* A step of several sequences (e->n_runs > 0), layer L: q and k roped at e->d_positions already;
  * per run, its k/v rows stored in its sequence's cache and its attention into e->attn
  * (cuda_engine_seqs.cu). */

@@ -7,7 +7,11 @@
  * driven by e->n_runs: the tokens' positions are uploaded instead of counted from d_pos, and
  * the attention block, after RoPE over the whole step, stores each run's k/v rows in its
  * sequence's cache and runs attention once per run (cuda_engine_attn_runs), with the same
- * kernels and arguments a single-sequence step of that run's tokens uses. Everything else —
+ * kernels and arguments a single-sequence step of that run's tokens uses. When every run is
+ * one token (the decode steps of continuous batching) the stores are one launch and the
+ * attention of all of them one launch of the one-token kernel with a cache offset per token
+ * (cuda_attention_runs: each row the bytes of its own launch); per run, 16 sequences cost 32
+ * launches per layer. Everything else —
  * the products, the router, the experts (on the GPU, or the CPU side of a tiered step) — sees
  * n rows as in any step. The wanted rows' hidden states are moved to the front of e->x for the
  * output product.
@@ -30,6 +34,18 @@ extern "C" hm_status cuda_engine_attn_runs(cuda_engine *e, const cuda_layer *L, 
     const int64_t nq = (int64_t)nh * hd, no = (int64_t)nh * hp->head_dim_v;
     const size_t row_k = cuda_kv_bytes(e->p.type_k, 1, nkv, hd);
     const size_t row_v = cuda_kv_bytes(e->p.type_v, 1, nkv, (int)hp->head_dim_v);
+    bool ones = true; /* every run a single token: run r is token r */
+    for (int r = 0; r < e->n_runs && ones; r++) ones = e->run_len[r] == 1;
+    if (ones) {
+        cuda_attn_args a = cuda_engine_attn_args(e, L, e->n_runs, e->d_positions, e->q,
+                                                 L->k_cache, L->v_cache, e->attn);
+        if (cuda_attention_runs_fit(&a)) {
+            hm_status st = cuda_kv_store_seqs(e->p.type_k, L->k_cache, L->v_cache, e->p.n_ctx,
+                                              nkv, hd, e->k, e->v, e->n_runs, e->d_positions,
+                                              e->d_base, e->stream, err);
+            return st == HM_OK ? cuda_attention_runs(&a, e->d_base, e->stream, err) : st;
+        }
+    }
     hm_status st = HM_OK;
     for (int r = 0; r < e->n_runs && st == HM_OK; r++) {
         const int t0 = e->run_t0[r], len = e->run_len[r];
@@ -86,8 +102,13 @@ extern "C" hm_status cuda_engine_decode_seqs(cuda_engine *e, const int32_t *toke
     }
     memcpy(e->h_tokens, tokens, sizeof(int32_t) * (size_t)n);
     memcpy(e->h_positions, pos, sizeof(int32_t) * (size_t)n);
+    int32_t *h_base = e->h_positions + e->p.n_ubatch; /* [n] first cache row of each token */
+    for (int t = 0; t < n; t++) h_base[t] = (int32_t)((int64_t)seq[t] * e->p.n_ctx);
     cudaError_t ce = cudaMemcpyAsync(e->d_tokens, e->h_tokens, sizeof(int32_t) * (size_t)n,
                                      cudaMemcpyHostToDevice, s);
+    if (ce == cudaSuccess)
+        ce = cudaMemcpyAsync(e->d_base, h_base, sizeof(int32_t) * (size_t)n,
+                             cudaMemcpyHostToDevice, s);
     if (ce != cudaSuccess) {
         e->n_runs = 0;
         return hm_error_set(err, HM_ERR_CUDA, "GPU: token upload: %s", cudaGetErrorString(ce));

@@ -14,7 +14,7 @@
  * Tokens: the host picks NT in {1, 2, 4, 8} (a partial tile repeats its last activation row and
  * drops the extra results), so every n_tok gives the CPU's bytes.
  * MoE: CTA (pair p, row group). A pair whose expert already appears in an earlier pair exits;
- * the first pair of an expert gathers all pairs of that expert (in order, tiles of <= 8) and
+ * the first pair of an expert gathers all pairs of that expert (in order, tiles of <= 4) and
  * computes them together, so each selected expert's rows are read once per tile of 8 pairs and
  * unselected experts are never touched. Invalid ids (< 0 or >= n_expert) skip their pair.
  */

@@ -71,7 +71,7 @@ typedef struct {
 
 /* y[t][s][r] = dot(row r of expert ids[t][s], act of (t, s)), one launch for all selected
  * experts; each expert's weights are read once per call (pairs sharing an expert are computed
- * together, tiles of <= 8), unselected experts cost nothing. The ids live on the device, so there
+ * together, tiles of <= 4), unselected experts cost nothing. The ids live on the device, so there
  * is no error path for them: a slot with id < 0 or id >= n_expert is SKIPPED and its y rows are
  * left untouched (cpu_moe_matmul fails on id >= n_expert instead). */
 hm_status cuda_moe_matvec(const cuda_moe_args *a, void *stream, hm_error *err);

@@ -4,9 +4,11 @@
  * DESIGN: grid (pair p = t * n_used + s, row group). The CTA of pair p reads e = ids[p]; if e is
  * invalid, or an earlier pair has the same expert, it exits at once (so an unselected expert
  * costs nothing and a selected one is computed by exactly one CTA per row group). Otherwise
- * thread 0 gathers the pairs of expert e in increasing order, up to 8 at a time, into shared
- * memory, and each warp computes its rows for that tile with row_dot<T, NT> (NT = 1, 2, 4 or 8,
- * padded with the last pair), so the expert's rows are streamed once per tile. Every output is
+ * warp 0 gathers the pairs of expert e in increasing order, up to MOE_TILE (4) at a time, 32
+ * ids per ballot, into shared memory, and each warp computes its rows for that tile with
+ * row_dot<T, NT> (NT = 1, 2 or 4, padded with the last pair), so the expert's rows are streamed
+ * once per tile (tiles of 8 spilled 350-650 bytes of registers per thread for the k-quants,
+ * ptxas -v for sm_90). Every output is
  * the canonical dot of one (row, activation) pair: bit-identical to cpu_moe_matmul. A
  * one-token step launches an instance with tiles of one pair (NTM = 1: 64-80 registers instead
  * of 128, so more warps per SM); there a warp loads the gate and up rows (fused), or its two

@@ -8,7 +8,7 @@
 #include "cuda/cuda_quant_internal.cuh"
 #include "cuda/cuda_tune.h"
 
-#define MOE_TILE 8
+#define MOE_TILE 4 /* pairs of one expert per tile: 8 spilled registers (k-quants) */
 #define MOE_ROWS_PER_WARP CUDA_TUNE_MOE_ROWS_PER_WARP
 #define MOE_SMEM_IDS 1024 /* pairs whose ids are staged in shared memory */
 
@@ -140,6 +140,32 @@ template <bool FUSED> static constexpr __host__ __device__ bool moe_two_rows() {
     return moe_rows_per_warp<FUSED, 1>() * (FUSED ? 2 : 1) == 2;
 }
 
+/* Warp 0 of a CTA: the next pairs of expert e from pair `start` on, in increasing order, up to
+ * NTM of them, into pairs[] (*cnt of them) and the pair after the last one taken into *next
+ * (n_pairs when the list ran out): 32 ids per ballot instead of one by one. */
+template <int NTM>
+static __device__ __forceinline__ void moe_gather(const moe_params &P, int e, int64_t start, const int *s_ids,
+                                                  bool in_smem, int *pairs, int *cnt, int64_t *next) {
+    const int lane = threadIdx.x & 31;
+    int c = 0;
+    int64_t nx = P.n_pairs;
+    for (int64_t q0 = start; q0 < P.n_pairs; q0 += 32) {
+        const int64_t q = q0 + lane;
+        const bool m = q < P.n_pairs && (in_smem ? s_ids[q] : P.ids[q]) == e;
+        const unsigned b = __ballot_sync(0xffffffffu, m);
+        const int before = __popc(b & ((1u << lane) - 1u));
+        if (m && c + before < NTM) pairs[c + before] = (int)q;
+        if (c + __popc(b) >= NTM) { /* full: resume after the NTM-th pair */
+            const unsigned last = __ballot_sync(0xffffffffu, m && c + before == NTM - 1);
+            nx = q0 + __ffs(last);
+            c = NTM;
+            break;
+        }
+        c += __popc(b);
+    }
+    if (lane == 0) *cnt = c, *next = nx;
+}
+
 /* NTM: the most pairs of one expert computed together (1 when every token is alone: a
  * decode step, whose kernel then needs far fewer registers and runs more warps per SM) */
 template <class T, bool FUSED, int NTM>
@@ -183,14 +209,7 @@ __global__ void __launch_bounds__(CQ_WARPS * 32, NTM == 1 ? 6 : 4) k_moe(const m
     if (__syncthreads_or(dup)) return;
     const int64_t r0 = (int64_t)blockIdx.y * (CQ_WARPS * MOE_ROWS_PER_WARP) + threadIdx.x / 32;
     for (int64_t start = p;;) {
-        if (threadIdx.x == 0) {
-            int c = 0;
-            int64_t q = start;
-            for (; q < P.n_pairs && c < NTM; q++)
-                if (MOE_ID(q) == e) s_pairs[c++] = (int)q;
-            s_cnt = c;
-            s_next = q;
-        }
+        if (threadIdx.x < 32) moe_gather<NTM>(P, e, start, s_ids, in_smem, s_pairs, &s_cnt, &s_next);
         __syncthreads();
         const int cnt = s_cnt;
         int pairs[NTM];
@@ -204,8 +223,8 @@ __global__ void __launch_bounds__(CQ_WARPS * 32, NTM == 1 ? 6 : 4) k_moe(const m
             if (r >= P.n_rows) break; /* uniform over the warp */
             if (NTM == 1 || cnt == 1) moe_tile<T, 1, FUSED>(P, e, pairs, cnt, r);
             else if (cnt == 2) moe_tile<T, 2, FUSED>(P, e, pairs, cnt, r);
-            else if (cnt <= 4) moe_tile<T, 4, FUSED>(P, e, pairs, cnt, r);
-            else moe_tile<T, 8, FUSED>(P, e, pairs, cnt, r);
+            else if (NTM <= 4 || cnt <= 4) moe_tile<T, 4, FUSED>(P, e, pairs, cnt, r);
+            else if constexpr (NTM > 4) moe_tile<T, 8, FUSED>(P, e, pairs, cnt, r);
         }
         if (cnt < NTM || start >= P.n_pairs) break;
     }

@@ -448,13 +448,6 @@ static hm_status check_ram(const hm_context *c, hm_error *err) {
                         hm_bytes_str(ctx_bytes, b3), c->p.n_ctx, hm_bytes_str(ram, b4));
 }
 
-/* Several sequences on the GPU engine wait for their first run on a GPU machine
- * (test_context_seqs_gpu); until then HOTMOE_GPU_SEQS=1 opens them. */
-static bool gpu_seqs_verified(void) {
-    const char *v = getenv("HOTMOE_GPU_SEQS");
-    return v && v[0] == '1';
-}
-
 hm_status hm_context_init(const hm_model *m, const hm_context_params *params, hm_context **out,
                           hm_error *err) {
     *out = NULL;
@@ -482,11 +475,6 @@ hm_status hm_context_init(const hm_model *m, const hm_context_params *params, hm
                           "yet (docs/HYBRID.md); drop the GPU placement flags (-ngl 0)",
                           hm_model_arch(m)->name);
     if (st == HM_OK && placement_asked(&c->p)) st = placement_open(c, err);
-    if (st == HM_OK && c->p.n_seq > 1 && c->gpu && c->split == 0 && !gpu_seqs_verified())
-        st = hm_error_set(err, HM_ERR_UNSUPPORTED, "%d sequences (-np %d) on the GPU: built but "
-                          "not yet run on a GPU (tests/runtime/test_context_seqs_gpu.c); -np above "
-                          "1 runs on the CPU engine (-ngl 0) for now, or set HOTMOE_GPU_SEQS=1 to "
-                          "try it", c->p.n_seq, c->p.n_seq);
     if (st == HM_OK && c->p.n_seq > 1 && c->split > 0)
         st = hm_error_set(err, HM_ERR_UNSUPPORTED, "%d sequences (-np %d): a placement split "
                           "between the CPU and the GPU engines (a partial -ngl) runs one "

@@ -9,8 +9,7 @@
 # sequential and 64 concurrent requests through the slots with resident memory flat (< 5 % after
 # a warm-up; not judged under ASan); -np 0 and a -c too small to split are refused. Skipped (77) without libmicrohttpd.
 #   bash tests/cli/serve_slots.sh HOTMOE_BIN TMPDIR      (run from the repository root)
-# SERVE_SLOTS_ARGS (e.g. "-ngl 99", "-ngl 99 --cpu-moe" on a GPU machine, with HOTMOE_GPU_SEQS=1
-# until the GPU's slots have run there) go to serve and run;
+# SERVE_SLOTS_ARGS (e.g. "-ngl 99", "-ngl 99 --cpu-moe" on a GPU machine) go to serve and run;
 # with them, requests at once are not held to their bytes alone (a GPU step of more than 8
 # tokens takes the prompt kernels; the same arrivals still give the same outputs), only said.
 set -u

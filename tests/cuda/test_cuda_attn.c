@@ -10,7 +10,8 @@
  * the worst ratio per case is printed. Cases: GQA, sliding window + sinks, 3000 positions,
  * head_dim 80 and 256, 16 and 128 query heads per kv head, multi-token decode batches. Also:
  * determinism (the same call twice gives the same bytes), argument errors, the refusals (q8_0,
- * bf16, a mixed f16/f32 pair), and (printed, not asserted) timings of decode and prompt
+ * bf16, a mixed f16/f32 pair), one token of each of several sequences in one launch
+ * (cuda_kv_store_seqs, cuda_attention_runs: the bytes of a launch per token), and (printed, not asserted) timings of decode and prompt
  * attention at model-like shapes, f16 and f32.
  * Without a GPU: the host checks only. */
 #include <math.h>
@@ -280,8 +281,104 @@ static void time_shape(const char *name, uint32_t kt, int n_head, int n_kv, int 
     free(pos);
 }
 
+/* cuda_kv_store_seqs and cuda_attention_runs (one token in each of n_seq sequences, sequence
+ * order shuffled) give the bytes of cuda_kv_store into each sequence's rows and of
+ * cuda_attention for each token alone; n_split > 1 at these n_ctx, and 40 tokens of 8 kv heads
+ * need two launches (33 tokens' tile counters each). */
+static void runs_case(uint32_t kt, int n_head, int n_kv, int hd, int64_t n_ctx, int n_seq,
+                      int64_t window, int with_sinks) {
+    hm_error err;
+    hm_error_clear(&err);
+    uint64_t s = 77 + (uint64_t)n_seq;
+    const int64_t row = (int64_t)n_kv * hd, nq = (int64_t)n_head * hd;
+    const size_t rb = cuda_kv_bytes(kt, 1, n_kv, hd), kvb = rb * (size_t)(n_ctx * n_seq);
+    char *dka = tu_dev(NULL, kvb), *dva = tu_dev(NULL, kvb), *dkb = tu_dev(NULL, kvb), *dvb = tu_dev(NULL, kvb);
+    float *k = malloc(sizeof(float) * (size_t)(n_ctx * row)), *v = malloc(sizeof(float) * (size_t)(n_ctx * row));
+    float *dk = tu_dev(NULL, sizeof(float) * (size_t)(n_ctx * row));
+    float *dv = tu_dev(NULL, sizeof(float) * (size_t)(n_ctx * row));
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)n_ctx), *sq = malloc(sizeof(int32_t) * (size_t)n_seq);
+    int32_t *base = malloc(sizeof(int32_t) * (size_t)n_seq);
+    int32_t *dpos = tu_dev(NULL, sizeof(int32_t) * (size_t)n_ctx), *dbase = tu_dev(NULL, sizeof(int32_t) * (size_t)n_seq);
+    float *q = malloc(sizeof(float) * (size_t)(n_seq * nq)), *dq = tu_dev(NULL, sizeof(float) * (size_t)(n_seq * nq));
+    float *dout = tu_dev(NULL, sizeof(float) * (size_t)(n_seq * nq)), *done = tu_dev(NULL, sizeof(float) * (size_t)nq);
+    float *got = malloc(sizeof(float) * (size_t)(n_seq * nq)), *one = malloc(sizeof(float) * (size_t)nq);
+    char *ha = malloc(kvb), *hb = malloc(kvb);
+    float sinks[64];
+    for (int h = 0; h < n_head && h < 64; h++) sinks[h] = tu_unit(&s) * 2.0f;
+    float *dsinks = tu_dev(sinks, sizeof(sinks));
+    HM_REQUIRE(dka && dva && dkb && dvb && k && v && dk && dv && pos && sq && base && dpos && dbase && q &&
+               dq && dout && done && got && one && ha && hb && dsinks && n_head <= 64);
+    for (int64_t i = 0; i < n_ctx; i++) pos[i] = (int32_t)i;
+    HM_REQUIRE(tu_put(dpos, pos, sizeof(int32_t) * (size_t)n_ctx));
+    for (int sI = 0; sI < n_seq; sI++) { /* every row of every sequence */
+        tu_fill(&s, k, n_ctx * row, 1.5f);
+        tu_fill(&s, v, n_ctx * row, 1.0f);
+        HM_REQUIRE(tu_put(dk, k, sizeof(float) * (size_t)(n_ctx * row)) &&
+                   tu_put(dv, v, sizeof(float) * (size_t)(n_ctx * row)));
+        const size_t off = rb * (size_t)(n_ctx * sI);
+        HM_REQUIRE(cuda_kv_store(kt, dka + off, dva + off, n_ctx, n_kv, hd, dk, dv, n_ctx, dpos, NULL, &err) == HM_OK);
+    }
+    HM_REQUIRE(cudaMemcpy(dkb, dka, kvb, cudaMemcpyDeviceToDevice) == cudaSuccess &&
+               cudaMemcpy(dvb, dva, kvb, cudaMemcpyDeviceToDevice) == cudaSuccess);
+    for (int t = 0; t < n_seq; t++) { /* token t: sequence sq[t] (shuffled), position pos[t] */
+        sq[t] = (int32_t)((t * 7 + 3) % n_seq);
+        pos[t] = (int32_t)(t == 0 ? n_ctx - 1 : t == 1 ? 0 : (int64_t)(tu_next(&s) % (uint64_t)n_ctx));
+        base[t] = (int32_t)(sq[t] * n_ctx);
+    }
+    tu_fill(&s, k, n_seq * row, 1.5f);
+    tu_fill(&s, v, n_seq * row, 1.0f);
+    tu_fill(&s, q, n_seq * nq, 2.5f);
+    HM_REQUIRE(tu_put(dk, k, sizeof(float) * (size_t)(n_seq * row)) && tu_put(dv, v, sizeof(float) * (size_t)(n_seq * row)) &&
+               tu_put(dpos, pos, sizeof(int32_t) * (size_t)n_seq) && tu_put(dbase, base, sizeof(int32_t) * (size_t)n_seq) &&
+               tu_put(dq, q, sizeof(float) * (size_t)(n_seq * nq)));
+    HM_CHECK(cuda_kv_store_seqs(kt, dka, dva, n_ctx, n_kv, hd, dk, dv, n_seq, dpos, dbase, NULL, &err) == HM_OK);
+    for (int t = 0; t < n_seq; t++) {
+        const size_t off = rb * (size_t)base[t];
+        HM_REQUIRE(cuda_kv_store(kt, dkb + off, dvb + off, n_ctx, n_kv, hd, dk + t * row, dv + t * row, 1, dpos + t,
+                                 NULL, &err) == HM_OK);
+    }
+    HM_REQUIRE(tu_get(ha, dka, kvb) && tu_get(hb, dkb, kvb));
+    HM_CHECK_MSG(memcmp(ha, hb, kvb) == 0, "kv_store_seqs: K bytes differ (%d sequences)", n_seq);
+    HM_REQUIRE(tu_get(ha, dva, kvb) && tu_get(hb, dvb, kvb));
+    HM_CHECK_MSG(memcmp(ha, hb, kvb) == 0, "kv_store_seqs: V bytes differ (%d sequences)", n_seq);
+    cuda_attn_args a = {.n_head = n_head, .n_head_kv = n_kv, .head_dim = hd, .n_ctx = n_ctx, .n_tok = n_seq,
+                        .window = window, .d_sinks = with_sinks ? dsinks : NULL, .d_pos = dpos, .q = dq,
+                        .k_cache = dka, .v_cache = dva, .kv_f32 = kt == HM_TYPE_F32, .out = dout};
+    HM_CHECK(cuda_attention_runs_fit(&a));
+    const size_t scr = cuda_attention_runs_scratch_size(&a);
+    a.scratch = scr ? tu_dev(NULL, scr) : NULL;
+    HM_REQUIRE(scr > 0 && a.scratch && cudaMemset(a.scratch, 0, scr) == cudaSuccess); /* split */
+    HM_CHECK(cuda_attention_runs(&a, dbase, NULL, &err) == HM_OK);
+    HM_REQUIRE(tu_get(got, dout, sizeof(float) * (size_t)(n_seq * nq)));
+    int bad = 0;
+    for (int t = 0; t < n_seq; t++) {
+        cuda_attn_args b = a;
+        b.n_tok = 1;
+        b.d_pos = dpos + t;
+        b.q = dq + t * nq;
+        b.k_cache = dka + rb * (size_t)base[t];
+        b.v_cache = dva + rb * (size_t)base[t];
+        b.out = done;
+        HM_REQUIRE(cuda_attention_scratch_size(&b) <= scr);
+        HM_CHECK(cuda_attention(&b, NULL, &err) == HM_OK);
+        HM_REQUIRE(tu_get(one, done, sizeof(float) * (size_t)nq));
+        bad += memcmp(one, got + t * nq, sizeof(float) * (size_t)nq) != 0;
+    }
+    HM_CHECK_MSG(bad == 0, "attention_runs %s: %d of %d tokens differ from their own launch",
+                 hm_type_name(kt), bad, n_seq);
+    a.head_dim = 80; /* no one-token kernel */
+    HM_CHECK(!cuda_attention_runs_fit(&a) && cuda_attention_runs(&a, dbase, NULL, &err) == HM_ERR_UNSUPPORTED);
+    cudaFree(a.scratch);
+    void *dev[] = {dka, dva, dkb, dvb, dk, dv, dpos, dbase, dq, dout, done, dsinks};
+    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) cudaFree(dev[i]);
+    free(k), free(v), free(pos), free(sq), free(base), free(q), free(got), free(one), free(ha), free(hb);
+}
+
 static void test_gpu(void) {
     if (!tu_have_gpu()) return;
+    runs_case(HM_TYPE_F16, 32, 4, 128, 1024, 16, 0, 0);
+    runs_case(HM_TYPE_F32, 32, 4, 128, 1024, 5, 0, 0);
+    runs_case(HM_TYPE_F16, 64, 8, 64, 512, 40, 128, 1);
     static const uint32_t types[] = {HM_TYPE_F16, HM_TYPE_F32};
     for (int ti = 0; ti < 2; ti++)
         for (size_t i = 0; i < sizeof(k_cases) / sizeof(k_cases[0]); i++)

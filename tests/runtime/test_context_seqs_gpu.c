@@ -174,7 +174,6 @@ static void check_one(const char *preset, forge_mix mix, bool tiered) {
 static void test_seqs(void) {
     if (!tu_have_gpu()) return;
     setenv("HOTMOE_CALIBRATE", "0", 1);
-    setenv("HOTMOE_GPU_SEQS", "1", 1); /* what this test is to verify first */
     for (int tiered = 0; tiered < 2; tiered++) {
         check_one("tiny-qwen3moe", FORGE_MIX_Q8_0, tiered);
         check_one("tiny-gpt-oss", FORGE_MIX_MXFP4, tiered);
