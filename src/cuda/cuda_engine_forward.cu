@@ -59,12 +59,19 @@ __global__ void k_positions(const int32_t *d_pos, int32_t *positions, int n, uin
 __global__ void k_advance(int32_t *d_pos, int n) {
     cu_pdl_enter(); *d_pos += n; }
 
-/* Whether the product of w with n tokens goes to the tensor cores. f32 weights never do: the
- * GEMM rounds its inputs to f16, and whoever keeps f32 weights asked for f32 arithmetic (the
- * f32 goldens' bar); their prompts run through the f32 matvec kernels. */
+/* Whether the product of w with n tokens goes to the tensor cores: above min_tok tokens
+ * (CUDA_ENGINE_GEMM_MIN_TOK for dense products, CUDA_ENGINE_MATVEC_MAX_TOK for experts). f32
+ * weights never do: the GEMM rounds its inputs to f16, and whoever keeps f32 weights asked for
+ * f32 arithmetic (the f32 goldens' bar); their prompts run through the f32 matvec kernels. */
+static bool gemm_for(const cuda_engine *e, const cuda_tensor *w, int64_t n, int64_t min_tok) {
+    return e->use_gemm && n > min_tok && w->type != HM_TYPE_F32 && cuda_gemm_supported(w->type) &&
+           w->ne[0] % 32 == 0;
+}
 static bool use_gemm(const cuda_engine *e, const cuda_tensor *w, int64_t n) {
-    return e->use_gemm && n > CUDA_ENGINE_MATVEC_MAX_TOK && w->type != HM_TYPE_F32 &&
-           cuda_gemm_supported(w->type) && w->ne[0] % 32 == 0;
+    return gemm_for(e, w, n, CUDA_ENGINE_GEMM_MIN_TOK);
+}
+static bool use_gemm_moe(const cuda_engine *e, const cuda_tensor *w, int64_t n) {
+    return gemm_for(e, w, n, CUDA_ENGINE_MATVEC_MAX_TOK);
 }
 
 /* Decode-sized steps (the matvec path) use the fused kernels. */
@@ -373,8 +380,8 @@ static hm_status experts(cuda_engine *e, const cuda_layer *L, int n, const void 
     const int K = (int)hp->n_expert_used, NS = (int)L->n_slots;
     const bool oai = e->desc->swiglu == HM_SWIGLU_OAI;
     hm_status st = HM_OK;
-    if (!matvec_only && use_gemm(e, &L->gate_exps, n) && use_gemm(e, &L->up_exps, n) &&
-        use_gemm(e, &L->down_exps, n) && NS <= CUDA_GEMM_MAX_EXPERTS) {
+    if (!matvec_only && use_gemm_moe(e, &L->gate_exps, n) && use_gemm_moe(e, &L->up_exps, n) &&
+        use_gemm_moe(e, &L->down_exps, n) && NS <= CUDA_GEMM_MAX_EXPERTS) {
         const cuda_tensor *w[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
         for (int i = 0; i < 3 && st == HM_OK; i++) {
             if (i == 2) { /* biases and the activation before the down product */

@@ -54,9 +54,15 @@ typedef struct {
     void *k_cache, *v_cache;
 } cuda_layer;
 
-/* Products with n_tok above this use the tensor-core GEMMs (cuda_gemm.h) when available;
- * up to it the matvec kernels (bytes equal to the CPU's). */
+/* Steps of up to this many tokens are decode-sized: fused kernels, and the expert products on
+ * the matvec kernels (bytes equal to the CPU's); larger ones put the experts on the tensor-core
+ * GEMMs (cuda_gemm.h) when available. */
 #define CUDA_ENGINE_MATVEC_MAX_TOK 8
+/* Dense products (attention, shared expert, output) take the GEMM above this many tokens: at
+ * 16 tokens its 64-token tiles left most SMs idle (the wo product: 185 us against the matvec's
+ * 32 us, ncu on the H200, 2026-11-28), so the continuous batching of a server stays on the
+ * matvec kernels. */
+#define CUDA_ENGINE_GEMM_MIN_TOK 64
 
 struct cuda_engine {
     const hm_model *m;
