@@ -129,9 +129,13 @@ static void fill_row(const forge_tensor *t, const source *c, int64_t r, float *d
         convert_st_gather(c->t, e * ne0 * ne1 + ch, ne1, ne0, dst);
         break;
     }
-    case FH_MINUS1: /* qwen3next's: never planned, convert_config.c refuses the architecture */
+    case FH_MINUS1: /* the hybrids': never planned, convert_config.c refuses them */
     case FH_A_LOG:
     case FH_QKVZ:
+    case FH_VROWS:
+    case FH_VCOLS:
+    case FH_VCOLS_ALOG:
+    case FH_CAT_GU:
         memset(dst, 0, sizeof(float) * (size_t)ne0);
         break;
     }

@@ -30,6 +30,7 @@ typedef enum {
     FORGE_ARCH_GPTOSS,       /* "gpt-oss"   GptOssForCausalLM */
     FORGE_ARCH_QWEN2MOE,     /* "qwen2moe"  Qwen2MoeForCausalLM */
     FORGE_ARCH_QWEN3NEXT,    /* "qwen3next" Qwen3NextForCausalLM (hybrid: docs/HYBRID.md) */
+    FORGE_ARCH_QWEN35MOE,    /* "qwen35moe" Qwen3_5MoeForCausalLM (hybrid: docs/HYBRID.md) */
     FORGE_ARCH_COUNT
 } forge_arch;
 
@@ -61,10 +62,16 @@ typedef struct {
     int64_t n_merges_max;              /* cap on learned BPE merges / SPM pieces */
     int64_t n_rot;                     /* rope.dimension_count (0: head_dim); qwen3next: head_dim
                                           x partial_rotary_factor */
-    /* qwen3next's gated delta net (0 elsewhere); a full-attention layer every 4th */
+    /* the hybrids' gated delta net (qwen3next, qwen35moe; 0 elsewhere); a full-attention layer
+     * every 4th */
     int64_t ssm_conv_kernel;           /* linear_conv_kernel_dim */
     int64_t ssm_n_k_heads, ssm_n_v_heads; /* linear_num_key_heads / _value_heads */
     int64_t ssm_head_k, ssm_head_v;    /* linear_key_head_dim / _value_head_dim */
+    /* qwen35moe: rope.dimension_sections (mrope_section + a 0), and the multi-token-prediction
+     * blocks appended after the n_layer decoder layers (mtp_num_hidden_layers: block_count is
+     * n_layer + n_nextn, nextn_predict_layers n_nextn) */
+    int64_t rope_sections[4];
+    int64_t n_nextn;
 } forge_preset;
 
 /* ---- presets (forge_presets.c) ---- */
@@ -79,7 +86,10 @@ uint32_t forge_mix_file_type(forge_mix m);     /* general.file_type (llama_ftype
 hm_status forge_preset_check(const forge_preset *p, hm_error *err);
 /* Expert FFN width as llama.cpp reads it for this arch. */
 int64_t forge_preset_ff_exp(const forge_preset *p);
-/* qwen3next: layer il is a gated delta-net layer ((il + 1) % 4 != 0); false elsewhere. */
+/* The hybrid architectures (gated delta-net layers): qwen3next, qwen35moe. */
+bool forge_arch_hybrid(forge_arch a);
+/* A hybrid's layer il is a gated delta-net layer (il < n_layer, (il + 1) % 4 != 0); false
+ * elsewhere (qwen35moe's next-token-prediction blocks, il >= n_layer, are full attention). */
 bool forge_layer_recurrent(const forge_preset *p, int il);
 /* The rotated dimensions (n_rot, else head_dim). */
 int64_t forge_preset_n_rot(const forge_preset *p);
@@ -89,7 +99,8 @@ typedef enum {
     FR_EMBD, FR_OUTPUT, FR_NORM, FR_QK_NORM, FR_ATTN_Q, FR_ATTN_K, FR_ATTN_V, FR_ATTN_O,
     FR_BIAS, FR_SINKS, FR_ROUTER, FR_ROUTER_BIAS, FR_EXP_GATE, FR_EXP_UP, FR_EXP_DOWN,
     FR_EXP_BIAS, FR_SH_GATE, FR_SH_UP, FR_SH_DOWN, FR_SH_GATE_INP,
-    FR_SSM_QKV, FR_SSM_GATE, FR_SSM_BA, FR_SSM_CONV, FR_SSM_DT, FR_SSM_A, FR_SSM_NORM, FR_SSM_OUT
+    FR_SSM_QKV, FR_SSM_GATE, FR_SSM_BA, FR_SSM_CONV, FR_SSM_DT, FR_SSM_A, FR_SSM_NORM, FR_SSM_OUT,
+    FR_SSM_BETA, FR_SSM_ALPHA, FR_NEXTN_EH
 } forge_role;
 
 #define FORGE_NAME_MAX 64
@@ -222,10 +233,17 @@ hm_status forge_write_hf(const forge_job *job, hm_error *err);
  *   A_LOG      qwen3next A_log = ln(-ssm_a) (the converter writes ssm_a = -exp(A_log))
  *   QKVZ       qwen3next in_proj_qkvz from attn_qkv (src) and attn_gate (src2): per key head g
  *              (n_heads of them) rows [q_g (grp_qk), k_g (grp_qk), v_g (grp_vz), z_g (grp_vz)],
- *              the converter's regrouping inverted */
+ *              the converter's regrouping inverted
+ *   VROWS      qwen35moe: the value heads of rows [v_off, v_off + v_nk v_r v_hd) back from
+ *              llama.cpp's tiled order (GGUF head jj v_nk + g) to transformers' grouped order
+ *              (HF head g v_r + jj), v_hd rows per head; the other rows copied
+ *   VCOLS      the same on the elements [v_off, ...) of every row (out_proj's columns, dt_bias)
+ *   VCOLS_ALOG VCOLS, then A_log = ln(-x)
+ *   CAT_GU     qwen35moe gate_up_proj [X, 2F, E]: expert e's gate rows (src) then its up rows
+ *              (src2) */
 typedef enum {
     FH_COPY, FH_SLICE, FH_UNPERMUTE, FH_GATE_UP, FH_GATE_UP_B, FH_DOWN_T, FH_MINUS1, FH_A_LOG,
-    FH_QKVZ
+    FH_QKVZ, FH_VROWS, FH_VCOLS, FH_VCOLS_ALOG, FH_CAT_GU
 } forge_hf_op;
 
 typedef struct {
@@ -237,6 +255,8 @@ typedef struct {
     int64_t expert;    /* SLICE */
     int64_t n_heads;   /* UNPERMUTE, QKVZ */
     int64_t grp_qk, grp_vz; /* QKVZ: rows of q (and of k), of v (and of z) per key head */
+    int64_t v_nk, v_r, v_hd, v_off; /* VROWS, VCOLS*: key heads, value heads per key head, rows
+                                       (or elements) per head, first row (element) */
 } forge_hf_tensor;
 
 hm_status forge_hf_plan(const forge_preset *p, const forge_tensor_list *l, forge_hf_tensor **out,

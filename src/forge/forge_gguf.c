@@ -31,8 +31,8 @@ static hm_status set_arch_keys(gguf_writer *w, const forge_preset *p) {
     U32("vocab_size", p->n_vocab);
     U32("context_length", p->n_ctx);
     U32("embedding_length", p->n_embd);
-    U32("block_count", p->n_layer);
-    U32("feed_forward_length", p->n_ff);
+    U32("block_count", p->n_layer + p->n_nextn); /* qwen35moe: its MTP blocks appended */
+    if (p->n_ff > 0) U32("feed_forward_length", p->n_ff); /* qwen35moe's config has none */
     U32("attention.head_count", p->n_head);
     U32("attention.head_count_kv", p->n_head_kv);
     U32("attention.key_length", p->head_dim);
@@ -42,7 +42,7 @@ static hm_status set_arch_keys(gguf_writer *w, const forge_preset *p) {
     F32("attention.layer_norm_rms_epsilon", p->rms_eps);
     U32("expert_count", p->n_expert);
     U32("expert_used_count", p->n_expert_used);
-    const bool next = p->arch == FORGE_ARCH_QWEN3NEXT;
+    const bool next = forge_arch_hybrid(p->arch);
     if (p->arch == FORGE_ARCH_QWEN3MOE || p->arch == FORGE_ARCH_QWEN2MOE || p->arch == FORGE_ARCH_GPTOSS || next)
         U32("expert_feed_forward_length", p->n_ff_exp);
     if (p->arch == FORGE_ARCH_QWEN2MOE || next) U32("expert_shared_feed_forward_length", p->n_ff_shexp);
@@ -53,6 +53,13 @@ static hm_status set_arch_keys(gguf_writer *w, const forge_preset *p) {
         U32("ssm.time_step_rank", p->ssm_n_v_heads);
         U32("ssm.inner_size", p->ssm_n_v_heads * p->ssm_head_v);
         U32("full_attention_interval", 4);
+    }
+    if (p->arch == FORGE_ARCH_QWEN35MOE) { /* Qwen3_5MoeTextModel: _Qwen35MRopeMixin, MTP */
+        int32_t sec[4];
+        for (int i = 0; i < 4; i++) sec[i] = (int32_t)p->rope_sections[i];
+        snprintf(k, sizeof(k), "%s.rope.dimension_sections", a);
+        if (st == HM_OK) st = gguf_writer_set_arr(w, k, GGUF_VT_INT32, sec, 4);
+        if (p->n_nextn > 0) U32("nextn_predict_layers", p->n_nextn);
     }
     if (p->arch == FORGE_ARCH_GPTOSS) {
         U32("attention.sliding_window", p->sliding_window);

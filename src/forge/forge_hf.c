@@ -35,7 +35,8 @@ static int64_t rows_of(const gguf_tensor *gt) { return gt->ne[1] * gt->ne[2] * g
 
 /* Evaluates one HF tensor into dst (forge_hf_nelem(h) floats). */
 static hm_status hf_fill(const forge_hf_tensor *h, const gguf_tensor *const *src, float *dst, hm_error *err) {
-    const bool two = h->op == FH_GATE_UP || h->op == FH_GATE_UP_B || h->op == FH_QKVZ;
+    const bool two = h->op == FH_GATE_UP || h->op == FH_GATE_UP_B || h->op == FH_QKVZ ||
+                     h->op == FH_CAT_GU;
     const gguf_tensor *a = src[h->src], *b = two ? src[h->src2] : NULL;
     hm_status st = HM_OK;
     float *tmp = NULL, *tmp2 = NULL;
@@ -109,6 +110,37 @@ static hm_status hf_fill(const forge_hf_tensor *h, const gguf_tensor *const *src
         }
         break;
     }
+    case FH_VROWS: /* qwen35moe: value heads from llama.cpp's tiled order to the grouped one */
+    case FH_VCOLS:
+    case FH_VCOLS_ALOG: {
+        const int64_t n = a->ne[0], R = rows_of(a), hd = h->v_hd, nh = h->v_nk * h->v_r;
+        tmp = malloc((size_t)(n * R) * sizeof(float));
+        if (!tmp) break;
+        st = deq_rows(a, 0, R, tmp);
+        memcpy(dst, tmp, (size_t)(n * R) * sizeof(float));
+        for (int64_t hi = 0; hi < nh; hi++) { /* HF head g r + jj <- GGUF head jj nk + g */
+            const int64_t gi = (hi % h->v_r) * h->v_nk + hi / h->v_r;
+            if (h->op == FH_VROWS)
+                memcpy(dst + (h->v_off + hi * hd) * n, tmp + (h->v_off + gi * hd) * n,
+                       (size_t)(hd * n) * sizeof(float));
+            else
+                for (int64_t r = 0; r < R; r++)
+                    memcpy(dst + r * n + h->v_off + hi * hd, tmp + r * n + h->v_off + gi * hd,
+                           (size_t)hd * sizeof(float));
+        }
+        if (h->op == FH_VCOLS_ALOG)
+            for (int64_t i = 0; i < n * R; i++) dst[i] = (float)log(-(double)dst[i]);
+        break;
+    }
+    case FH_CAT_GU: { /* per expert: its gate rows, then its up rows */
+        const int64_t E = a->ne[0], F = a->ne[1], X = a->ne[2];
+        tmp = tmp2 = NULL;
+        for (int64_t e = 0; e < X && st == HM_OK; e++) {
+            st = deq_rows(a, e * F, F, dst + e * 2 * F * E);
+            if (st == HM_OK) st = deq_rows(b, e * F, F, dst + (e * 2 + 1) * F * E);
+        }
+        break;
+    }
     case FH_DOWN_T: {
         const int64_t F = a->ne[0], E = a->ne[1], X = a->ne[2];
         tmp = malloc((size_t)(F * E) * sizeof(float));
@@ -123,7 +155,7 @@ static hm_status hf_fill(const forge_hf_tensor *h, const gguf_tensor *const *src
     }
     }
     bool oom = h->op != FH_COPY && h->op != FH_SLICE && h->op != FH_MINUS1 && h->op != FH_A_LOG &&
-               (!tmp || (two && !tmp2));
+               h->op != FH_CAT_GU && (!tmp || (two && !tmp2));
     free(tmp);
     free(tmp2);
     if (oom) return hm_error_set(err, HM_ERR_NOMEM, "out of memory converting %s", h->name);
@@ -217,9 +249,13 @@ static void config_common(hm_json *j, const forge_preset *p, const forge_vocab *
 static void config_json(hm_json *j, const forge_preset *p, const forge_vocab *v) {
     static const char *const cls[FORGE_ARCH_COUNT] = {"Qwen3MoeForCausalLM", "MixtralForCausalLM",
                                                       "OlmoeForCausalLM", "GptOssForCausalLM",
-                                                      "Qwen2MoeForCausalLM", "Qwen3NextForCausalLM"};
+                                                      "Qwen2MoeForCausalLM", "Qwen3NextForCausalLM",
+                                                      "Qwen3_5MoeForCausalLM"};
+    /* qwen35moe: the text model's own config (Qwen3_5MoeTextConfig), flat, as
+     * AutoModelForCausalLM maps it to Qwen3_5MoeForCausalLM; the published checkpoints nest it
+     * as text_config of a Qwen3_5MoeConfig beside the vision tower */
     static const char *const type[FORGE_ARCH_COUNT] = {"qwen3_moe", "mixtral", "olmoe", "gpt_oss", "qwen2_moe",
-                                                       "qwen3_next"};
+                                                       "qwen3_next", "qwen3_5_moe_text"};
     hm_json_obj_begin(j);
     hm_json_key(j, "architectures");
     hm_json_arr_begin(j);
@@ -311,6 +347,40 @@ static void config_json(hm_json *j, const forge_preset *p, const forge_vocab *v)
         hm_json_kbool(j, "attention_bias", false);
         hm_json_kbool(j, "use_sliding_window", false);
         hm_json_knull(j, "rope_scaling");
+        hm_json_kdouble(j, "router_aux_loss_coef", 0.001);
+        break;
+    case FORGE_ARCH_QWEN35MOE: /* Qwen3.5-35B-A3B's text_config keys (no intermediate_size,
+                                  norm_topk_prob, decoder_sparse_step: the class deletes them) */
+        hm_json_kint(j, "moe_intermediate_size", p->n_ff_exp);
+        hm_json_kint(j, "shared_expert_intermediate_size", p->n_ff_shexp);
+        hm_json_kint(j, "num_experts", p->n_expert);
+        hm_json_kint(j, "num_experts_per_tok", p->n_expert_used);
+        hm_json_key(j, "layer_types");
+        hm_json_arr_begin(j);
+        for (int l = 0; l < (int)p->n_layer; l++)
+            hm_json_str(j, forge_layer_recurrent(p, l) ? "linear_attention" : "full_attention");
+        hm_json_arr_end(j);
+        hm_json_kint(j, "full_attention_interval", 4);
+        hm_json_kdouble(j, "partial_rotary_factor",
+                        (double)forge_preset_n_rot(p) / (double)p->head_dim);
+        hm_json_key(j, "rope_parameters");
+        hm_json_obj_begin(j);
+        hm_json_kstr(j, "rope_type", "default");
+        hm_json_kdouble(j, "rope_theta", p->rope_base);
+        hm_json_kdouble(j, "partial_rotary_factor",
+                        (double)forge_preset_n_rot(p) / (double)p->head_dim);
+        hm_json_key(j, "mrope_section");
+        hm_json_arr_begin(j);
+        for (int k = 0; k < 3; k++) hm_json_int(j, p->rope_sections[k]);
+        hm_json_arr_end(j);
+        hm_json_kbool(j, "mrope_interleaved", true);
+        hm_json_obj_end(j);
+        hm_json_kint(j, "linear_conv_kernel_dim", p->ssm_conv_kernel);
+        hm_json_kint(j, "linear_key_head_dim", p->ssm_head_k);
+        hm_json_kint(j, "linear_value_head_dim", p->ssm_head_v);
+        hm_json_kint(j, "linear_num_key_heads", p->ssm_n_k_heads);
+        hm_json_kint(j, "linear_num_value_heads", p->ssm_n_v_heads);
+        hm_json_kbool(j, "attention_bias", false);
         hm_json_kdouble(j, "router_aux_loss_coef", 0.001);
         break;
     default: break;

@@ -1,5 +1,6 @@
 /* forge_hf_map.c - which transformers tensor each GGUF tensor becomes: names of the modeling
- * classes (Qwen3Moe, Mixtral, Olmoe, GptOss, Qwen2Moe, Qwen3Next) and the layout changes that
+ * classes (Qwen3Moe, Mixtral, Olmoe, GptOss, Qwen2Moe, Qwen3Next, Qwen3_5Moe) and the layout
+ * changes that
  * convert_hf_to_gguf applies, inverted (see forge_hf_op in forge.h).
  *
  * DESIGN: a list of HF tensors, each naming its GGUF source(s) and operation; the HF writer
@@ -126,13 +127,73 @@ static bool layer_tensor_next(plan *pl, const forge_preset *p, const forge_tenso
     return false;
 }
 
+/* qwen35moe's own tensors (Qwen3_5MoeGatedDeltaNet's separate projections, whose value heads
+ * the converter reorders to the tiled order; the zero-centred norms; the experts as the
+ * model's fused 3-D parameters); false for the ones named as qwen3next names them. The
+ * next-token-prediction blocks (layers >= n_layer) are left out: Qwen3_5MoeForCausalLM ignores
+ * them (mtp.*), and the twin is what transformers reads. */
+static const name_map k_q35_names[] = {
+    {"attn_qkv.weight", "linear_attn.in_proj_qkv.weight"},
+    {"attn_gate.weight", "linear_attn.in_proj_z.weight"},
+    {"ssm_beta.weight", "linear_attn.in_proj_b.weight"},
+    {"ssm_alpha.weight", "linear_attn.in_proj_a.weight"},
+    {"ssm_conv1d.weight", "linear_attn.conv1d.weight"},
+    {"ssm_dt.bias", "linear_attn.dt_bias"},
+    {"ssm_a", "linear_attn.A_log"},
+    {"ssm_out.weight", "linear_attn.out_proj.weight"},
+    {"ffn_gate_exps.weight", "mlp.experts.gate_up_proj"},
+    {"ffn_down_exps.weight", "mlp.experts.down_proj"},
+};
+
+static bool layer_tensor_q35(plan *pl, const forge_preset *p, const forge_tensor_list *l, int i) {
+    const forge_tensor *t = &l->t[i];
+    const char *suf = suffix_of(t);
+    if (t->layer >= p->n_layer || !strcmp(suf, "ffn_up_exps.weight")) return true;
+    const int64_t nk = p->ssm_n_k_heads, r = p->ssm_n_v_heads / p->ssm_n_k_heads;
+    const int64_t kd2 = 2 * nk * p->ssm_head_k, dv = p->ssm_head_v;
+    for (size_t k = 0; k < sizeof(k_q35_names) / sizeof(k_q35_names[0]); k++) {
+        if (strcmp(suf, k_q35_names[k].gguf)) continue;
+        forge_hf_tensor *h = push(pl);
+        if (!h) return true;
+        snprintf(h->name, sizeof(h->name), "model.layers.%d.%s", t->layer, k_q35_names[k].hf);
+        h->src = i;
+        copy_shape(h, t);
+        h->v_nk = nk, h->v_r = r, h->v_hd = dv, h->v_off = 0;
+        switch (t->role) {
+        case FR_SSM_QKV: h->op = FH_VROWS, h->v_off = kd2; break; /* only the v rows */
+        case FR_SSM_GATE: h->op = FH_VROWS; break;
+        case FR_SSM_BETA:
+        case FR_SSM_ALPHA: h->op = FH_VROWS, h->v_hd = 1; break;
+        case FR_SSM_DT: h->op = FH_VCOLS, h->v_hd = 1; break;
+        case FR_SSM_A: h->op = FH_VCOLS_ALOG, h->v_hd = 1; break;
+        case FR_SSM_OUT: h->op = FH_VCOLS; break;
+        case FR_SSM_CONV: /* nn.Conv1d weight [channels, 1, K]; channels of v reordered */
+            h->op = FH_VROWS, h->v_off = kd2;
+            h->n_dims = 3;
+            h->shape[0] = t->ne[1];
+            h->shape[1] = 1;
+            h->shape[2] = t->ne[0];
+            break;
+        case FR_EXP_GATE: /* [X, 2F, E]: gate rows then up rows per expert */
+            h->op = FH_CAT_GU;
+            h->src2 = find(l, t->layer, "ffn_up_exps.weight");
+            h->shape[1] = 2 * t->ne[1];
+            break;
+        default: h->op = FH_COPY; break; /* ffn_down_exps: [X, E, F] as stored */
+        }
+        return true;
+    }
+    return false;
+}
+
 static void layer_tensor(plan *pl, const forge_preset *p, const forge_tensor_list *l, int i) {
     const forge_tensor *t = &l->t[i];
     const char *suf = suffix_of(t);
     const int L = t->layer;
     const bool mixtral = p->arch == FORGE_ARCH_LLAMA, oss = p->arch == FORGE_ARCH_GPTOSS;
     forge_hf_tensor *h;
-    if (p->arch == FORGE_ARCH_QWEN3NEXT && layer_tensor_next(pl, p, l, i)) return;
+    if (p->arch == FORGE_ARCH_QWEN35MOE && layer_tensor_q35(pl, p, l, i)) return;
+    if (forge_arch_hybrid(p->arch) && layer_tensor_next(pl, p, l, i)) return;
     for (size_t k = 0; k < sizeof(k_attn_names) / sizeof(k_attn_names[0]); k++) {
         if (strcmp(suf, k_attn_names[k].gguf)) continue;
         if (!(h = push(pl))) return;
@@ -216,7 +277,7 @@ hm_status forge_hf_plan(const forge_preset *p, const forge_tensor_list *l, forge
                          : !strcmp(t->name, "output_norm.weight") ? "model.norm.weight"
                                                                   : "lm_head.weight";
         snprintf(h->name, sizeof(h->name), "%s", hn);
-        h->op = p->arch == FORGE_ARCH_QWEN3NEXT && t->role == FR_NORM ? FH_MINUS1 : FH_COPY;
+        h->op = forge_arch_hybrid(p->arch) && t->role == FR_NORM ? FH_MINUS1 : FH_COPY;
         h->src = i;
         copy_shape(h, t);
     }

@@ -55,6 +55,19 @@ static const forge_preset k_presets[] = {
      .n_ctx = 262144, .rms_eps = 1e-6, .rope_base = 10000000.0, .special_base = 151643, .n_merges_max = 6000,
      .n_rot = 64, .ssm_conv_kernel = 4, .ssm_n_k_heads = 16, .ssm_n_v_heads = 32, .ssm_head_k = 128,
      .ssm_head_v = 128},
+    /* Qwen/Qwen3.5-35B-A3B (text model; Qwen3.6-35B-A3B has the same shapes): config.json's
+     * text_config and transformers' Qwen3_5MoeTextConfig defaults: hidden 2048, 40 layers
+     * (10 x (3 gated delta net + 1 gated attention)), attention 16 q / 2 kv heads of 256 with
+     * rope on 64 dims (partial_rotary_factor 0.25, theta 1e7, mrope_section [11, 11, 10]
+     * interleaved), delta net 16 q/k heads and 32 v heads of 128, conv kernel 4; 256 experts of
+     * 512, top-8 + a gated shared expert of 512; vocab 248320 (<|endoftext|> 248044); context
+     * 262144; one MTP block (mtp_num_hidden_layers 1) */
+    {.name = "qwen3.5-35b-a3b", .model_name = "Qwen3.5-35B-A3B", .arch = FORGE_ARCH_QWEN35MOE,
+     .n_vocab = 248320, .n_embd = 2048, .n_layer = 40, .n_head = 16, .n_head_kv = 2, .head_dim = 256,
+     .n_ff = 0, .n_ff_exp = 512, .n_ff_shexp = 512, .n_expert = 256, .n_expert_used = 8,
+     .n_ctx = 262144, .rms_eps = 1e-6, .rope_base = 10000000.0, .special_base = 248044, .n_merges_max = 6000,
+     .n_rot = 64, .ssm_conv_kernel = 4, .ssm_n_k_heads = 16, .ssm_n_v_heads = 32, .ssm_head_k = 128,
+     .ssm_head_v = 128, .rope_sections = {11, 11, 10, 0}, .n_nextn = 1},
 
     /* tiny test models: every feature of the arch, small dims */
     {.name = "tiny-qwen3moe", .model_name = "tiny-qwen3moe", .arch = FORGE_ARCH_QWEN3MOE, .tiny = true,
@@ -85,6 +98,15 @@ static const forge_preset k_presets[] = {
      .rms_eps = 1e-6, .rope_base = 10000000.0, .special_base = 1024 - 32, .n_merges_max = 700,
      .n_rot = 8, .ssm_conv_kernel = 4, .ssm_n_k_heads = 2, .ssm_n_v_heads = 4, .ssm_head_k = 16,
      .ssm_head_v = 16},
+    /* 4 layers: 0-2 gated delta net (2 key heads, 4 value heads: the value-head order matters),
+     * 3 full attention (rope on 8 of 32 dims, sections 2/1/1 as transformers' test model), then
+     * one MTP block (blk.4) */
+    {.name = "tiny-qwen35moe", .model_name = "tiny-qwen35moe", .arch = FORGE_ARCH_QWEN35MOE, .tiny = true,
+     .n_vocab = 1024, .n_embd = 64, .n_layer = 4, .n_head = 4, .n_head_kv = 2, .head_dim = 32,
+     .n_ff = 0, .n_ff_exp = 32, .n_ff_shexp = 64, .n_expert = 8, .n_expert_used = 4, .n_ctx = 4096,
+     .rms_eps = 1e-6, .rope_base = 10000000.0, .special_base = 1024 - 32, .n_merges_max = 700,
+     .n_rot = 8, .ssm_conv_kernel = 4, .ssm_n_k_heads = 2, .ssm_n_v_heads = 4, .ssm_head_k = 16,
+     .ssm_head_v = 16, .rope_sections = {2, 1, 1, 0}, .n_nextn = 1},
 };
 /* clang-format on */
 
@@ -106,6 +128,7 @@ static const char *const k_arch_names[FORGE_ARCH_COUNT] = {
     [FORGE_ARCH_QWEN3MOE] = "qwen3moe", [FORGE_ARCH_LLAMA] = "llama",
     [FORGE_ARCH_OLMOE] = "olmoe",       [FORGE_ARCH_GPTOSS] = "gpt-oss",
     [FORGE_ARCH_QWEN2MOE] = "qwen2moe", [FORGE_ARCH_QWEN3NEXT] = "qwen3next",
+    [FORGE_ARCH_QWEN35MOE] = "qwen35moe",
 };
 
 const char *forge_arch_name(forge_arch a) {
@@ -136,8 +159,10 @@ int64_t forge_preset_ff_exp(const forge_preset *p) {
     return p->n_ff_exp;
 }
 
+bool forge_arch_hybrid(forge_arch a) { return a == FORGE_ARCH_QWEN3NEXT || a == FORGE_ARCH_QWEN35MOE; }
+
 bool forge_layer_recurrent(const forge_preset *p, int il) {
-    return p->arch == FORGE_ARCH_QWEN3NEXT && (il + 1) % 4 != 0;
+    return forge_arch_hybrid(p->arch) && il < p->n_layer && (il + 1) % 4 != 0;
 }
 
 int64_t forge_preset_n_rot(const forge_preset *p) { return p->n_rot > 0 ? p->n_rot : p->head_dim; }
@@ -166,7 +191,7 @@ hm_status forge_preset_check(const forge_preset *p, hm_error *err) {
     NEED(ff >= 32 && ff % 32 == 0, "expert width %lld must be a positive multiple of 32", (long long)ff);
     NEED(forge_preset_n_rot(p) >= 2 && forge_preset_n_rot(p) % 2 == 0 && forge_preset_n_rot(p) <= p->head_dim,
          "n_rot %lld must be even and at most head_dim", (long long)forge_preset_n_rot(p));
-    if (p->arch == FORGE_ARCH_QWEN3NEXT) {
+    if (forge_arch_hybrid(p->arch)) {
         NEED(p->ssm_conv_kernel >= 1 && p->ssm_conv_kernel <= 64, "ssm conv kernel out of range 1..64");
         NEED(p->ssm_n_k_heads >= 1 && p->ssm_n_v_heads >= 1 && p->ssm_n_v_heads % p->ssm_n_k_heads == 0,
              "linear value heads %lld must be a multiple of key heads %lld", (long long)p->ssm_n_v_heads,
@@ -174,7 +199,13 @@ hm_status forge_preset_check(const forge_preset *p, hm_error *err) {
         NEED(p->ssm_head_k >= 2 && p->ssm_head_v >= 2 && p->ssm_n_v_heads * p->ssm_head_v % 32 == 0,
              "linear head sizes: value heads x value head size must be a multiple of 32");
     }
-    if (p->arch == FORGE_ARCH_QWEN2MOE || p->arch == FORGE_ARCH_QWEN3NEXT)
+    if (p->arch == FORGE_ARCH_QWEN35MOE) {
+        int64_t sum = 0;
+        for (int k = 0; k < 4; k++) sum += p->rope_sections[k] >= 0 ? p->rope_sections[k] : -1000000;
+        NEED(sum > 0 && 2 * sum <= forge_preset_n_rot(p), "rope sections must be >= 0 and cover at most n_rot / 2 pairs");
+        NEED(p->n_nextn >= 0 && p->n_nextn <= 4, "n_nextn %lld out of range 0..4", (long long)p->n_nextn);
+    }
+    if (p->arch == FORGE_ARCH_QWEN2MOE || forge_arch_hybrid(p->arch))
         NEED(p->n_ff_shexp >= 32 && p->n_ff_shexp % 32 == 0, "shared expert width must be a multiple of 32");
     NEED(p->n_vocab >= 600 && p->n_vocab <= 1000000, "n_vocab %lld out of range 600..1000000",
          (long long)p->n_vocab);

@@ -62,7 +62,12 @@ static void build_layer_qwen3next(builder *b, const forge_preset *p, int il) {
     if (forge_layer_recurrent(p, il)) {
         T2(FR_SSM_QKV, "attn_qkv.weight", E, 2 * kd + vd);
         T2(FR_SSM_GATE, "attn_gate.weight", E, vd);
-        T2(FR_SSM_BA, "ssm_ba.weight", E, 2 * p->ssm_n_v_heads);
+        if (p->arch == FORGE_ARCH_QWEN35MOE) { /* separate b and a (value heads tiled) */
+            T2(FR_SSM_BETA, "ssm_beta.weight", E, p->ssm_n_v_heads);
+            T2(FR_SSM_ALPHA, "ssm_alpha.weight", E, p->ssm_n_v_heads);
+        } else {
+            T2(FR_SSM_BA, "ssm_ba.weight", E, 2 * p->ssm_n_v_heads);
+        }
         T2(FR_SSM_CONV, "ssm_conv1d.weight", p->ssm_conv_kernel, 2 * kd + vd);
         T1(FR_SSM_DT, "ssm_dt.bias", p->ssm_n_v_heads);
         T1(FR_SSM_A, "ssm_a", p->ssm_n_v_heads);
@@ -85,10 +90,16 @@ static void build_layer_qwen3next(builder *b, const forge_preset *p, int il) {
     T2(FR_SH_GATE, "ffn_gate_shexp.weight", E, S);
     T2(FR_SH_UP, "ffn_up_shexp.weight", E, S);
     T2(FR_SH_DOWN, "ffn_down_shexp.weight", S, E);
+    if (il >= p->n_layer) { /* qwen35moe's MTP block: llama.cpp's nextn tensors */
+        T2(FR_NEXTN_EH, "nextn.eh_proj.weight", 2 * E, E);
+        T1(FR_NORM, "nextn.enorm.weight", E);
+        T1(FR_NORM, "nextn.hnorm.weight", E);
+        T1(FR_NORM, "nextn.shared_head_norm.weight", E);
+    }
 }
 
 static void build_layer(builder *b, const forge_preset *p, int il) {
-    if (p->arch == FORGE_ARCH_QWEN3NEXT) {
+    if (forge_arch_hybrid(p->arch)) {
         build_layer_qwen3next(b, p, il);
         return;
     }
@@ -171,8 +182,9 @@ static uint32_t q4_k_m_type(const forge_preset *p, const forge_tensor *t) {
         /* default type */
     } else if (strstr(n, "attn_v.weight")) {
         /* counted over the layers that have one (qwen3next: every 4th) */
-        const int iv = p->arch == FORGE_ARCH_QWEN3NEXT ? (t->layer + 1) / 4 - 1 : t->layer;
-        if (use_more_bits(iv, p->arch == FORGE_ARCH_QWEN3NEXT ? nl / 4 : nl)) ty = HM_TYPE_Q6_K;
+        const bool hy = forge_arch_hybrid(p->arch);
+        const int iv = hy ? (t->layer + 1) / 4 - 1 : t->layer;
+        if (use_more_bits(iv, hy ? nl / 4 : nl)) ty = HM_TYPE_Q6_K;
         if (p->n_expert == 8) ty = HM_TYPE_Q8_0;
     } else if (strstr(n, "attn_k.weight")) {
         if (p->n_expert == 8) ty = HM_TYPE_Q8_0;
@@ -233,7 +245,7 @@ hm_status forge_tensors_build(const forge_preset *p, forge_mix mix, forge_tensor
     builder bb = {.l = out}, *b = &bb;
     int il = -1;
     T2(FR_EMBD, "token_embd.weight", p->n_embd, p->n_vocab);
-    for (il = 0; il < (int)p->n_layer; il++) build_layer(b, p, il);
+    for (il = 0; il < (int)(p->n_layer + p->n_nextn); il++) build_layer(b, p, il);
     il = -1;
     T1(FR_NORM, "output_norm.weight", p->n_embd);
     T2(FR_OUTPUT, "output.weight", p->n_embd, p->n_vocab);
