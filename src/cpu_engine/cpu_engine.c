@@ -107,7 +107,7 @@ static size_t mm_scratch_max(const hm_model *m, int64_t nu, const moe_exec *x) {
         const hm_tensor *mats[] = {&L->wq,      &L->wk,       &L->wv,          &L->wo,
                                    &L->router,  &L->sh_gate,  &L->sh_up,       &L->sh_down,
                                    &L->sh_gate_inp, &L->ssm_qkv, &L->ssm_gate, &L->ssm_in,
-                                   &L->ssm_ba,  &L->ssm_out};
+                                   &L->ssm_ba,  &L->ssm_out, &L->ssm_beta, &L->ssm_alpha};
         for (size_t i = 0; i < sizeof(mats) / sizeof(mats[0]); i++) {
             if (!mats[i]->data) continue;
             size_t s = cpu_matmul_scratch_size(mats[i]->type, mats[i]->ne[0], nu);

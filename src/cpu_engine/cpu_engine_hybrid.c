@@ -1,4 +1,5 @@
-/* cpu_engine_hybrid.c - the front of a layer of a hybrid architecture (Qwen3-Next, qwen3next):
+/* cpu_engine_hybrid.c - the front of a layer of a hybrid architecture (Qwen3-Next, qwen3next;
+ * Qwen3.5-MoE, qwen35moe):
  * a gated delta-net (linear-attention) layer on each sequence's recurrent state, or a full
  * attention layer whose output is gated per element (docs/HYBRID.md).
  *
@@ -20,6 +21,9 @@
  *   q scaled by 1/sqrt(dk); per value head h (reading key head h / r):
  *   beta = sigmoid(b_h), g = softplus(a_h + ssm_dt_h) * ssm_a_h, S_h = delta rule (ops.h);
  *   o_h = rmsnorm(o_h) * ssm_norm * silu(z_h);  proj = o . ssm_out.
+ * qwen35moe differs in two descriptor flags: b and a come from ssm_beta and ssm_alpha, one per
+ * value head (ssm_ab_split), and its value heads are in llama.cpp's tiled order, value head h
+ * reading key head h % k heads (ssm_v_tiled); its multi-section rope is NEOX's for text.
  * A full-attention layer: attn_q's rows per head [query (hd) | gate (hd)]; the query and k
  * RMS-normed per head, NEOX rope on the first n_rot dims, attention over the KV cache, times
  * sigmoid(gate), then attn_output.
@@ -69,7 +73,9 @@ static void delta_head(void *ctx, int64_t h, int ith) {
     const delta_job *j = ctx;
     const cpu_engine *c = j->c;
     const hm_layer *L = j->L;
-    const int64_t r = j->nv / j->nk, g = h / r, jj = h % r, dk = j->dk, dv = j->dv;
+    const bool split = j->L->ssm_beta.data != NULL;
+    const int64_t r = j->nv / j->nk, dk = j->dk, dv = j->dv;
+    const int64_t g = j->c->desc->ssm_v_tiled ? h % j->nk : h / r; /* its key head */
     const float *dt = L->ssm_dt.data, *A = L->ssm_a.data, *nw = L->ssm_norm.data;
     float *scr = j->scratch + (size_t)ith * 2 * (size_t)dv, *gz = scr + dv;
     const size_t off = c->rs_off[j->il];
@@ -79,9 +85,12 @@ static void delta_head(void *ctx, int64_t h, int ith) {
         const float *y = c->hy_in + (int64_t)t * j->cd; /* the convolution's output */
         const float *q = y + g * dk, *k = y + j->nk * dk + g * dk;
         const float *v = y + 2 * j->nk * dk + h * dv;
-        const float *ba = c->hy_ba + (int64_t)t * 2 * j->nv + g * 2 * r;
-        const float beta = 1.0f / (1.0f + hm_expf(-ba[jj]));
-        const float gl = softplus(ba[r + jj] + dt[h]) * A[h];
+        /* b and a: [n][v heads] each (split), or per key head [b (r), a (r)] */
+        const float *bp = split ? c->hy_ba + (int64_t)t * j->nv + h
+                                : c->hy_ba + (int64_t)t * 2 * j->nv + g * 2 * r + h % r;
+        const float *ap = split ? bp + (int64_t)j->n * j->nv : bp + r;
+        const float beta = 1.0f / (1.0f + hm_expf(-*bp));
+        const float gl = softplus(*ap + dt[h]) * A[h];
         float *o = c->hy_o + (int64_t)t * j->vd + h * dv;
         cpu_delta_rule(S, q, k, v, gl, beta, dk, dv, o, scr);
         cpu_rmsnorm(NULL, o, nw, o, 1, dv, c->hp->rms_eps);
@@ -124,7 +133,13 @@ static hm_status linear_block(cpu_engine *c, int il, int n, hm_error *err) {
             }
         }
     }
-    if (st == HM_OK) st = ce_linear(c, &L->ssm_ba, NULL, c->xn, n, c->hy_ba, err);
+    if (st == HM_OK && L->ssm_beta.data) { /* hy_ba: b [n][v heads], then a [n][v heads] */
+        st = ce_linear(c, &L->ssm_beta, NULL, c->xn, n, c->hy_ba, err);
+        if (st == HM_OK)
+            st = ce_linear(c, &L->ssm_alpha, NULL, c->xn, n, c->hy_ba + (int64_t)n * j.nv, err);
+    } else if (st == HM_OK) {
+        st = ce_linear(c, &L->ssm_ba, NULL, c->xn, n, c->hy_ba, err);
+    }
     if (st != HM_OK) return st;
     /* the convolution with each token's sequence state, SiLU, the q/k L2 norms */
     const float qscale = 1.0f / sqrtf((float)j.dk);

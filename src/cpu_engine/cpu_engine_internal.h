@@ -60,7 +60,8 @@ struct cpu_engine {
                            then the convolution's output [nu][cd]; a full-attention layer's
                            query-and-gate product */
     float *hy_z;        /* [nu][vd] the output gate z */
-    float *hy_ba;       /* [nu][2 v heads] b and a per k head */
+    float *hy_ba;       /* [nu][2 v heads] b and a per k head; or (ssm_beta, ssm_alpha) b
+                           [n][v heads] then a [n][v heads] */
     float *hy_o;        /* [nu][max(vd, n_head hd)] the delta rule's normed and gated output; a
                            full-attention layer's gate */
     float *hy_tmp;      /* [cd + vd + threads * 2 head_v]: one row, then per-thread scratch */

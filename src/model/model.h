@@ -31,6 +31,7 @@ typedef enum {
     HM_ARCH_GPTOSS,       /* "gpt-oss" */
     HM_ARCH_QWEN2MOE,     /* "qwen2moe" */
     HM_ARCH_QWEN3NEXT,    /* "qwen3next": gated delta-net layers + gated full attention */
+    HM_ARCH_QWEN35MOE,    /* "qwen35moe": Qwen3.5-MoE, qwen3next's layers with its differences */
     HM_ARCH_COUNT
 } hm_arch;
 
@@ -85,12 +86,19 @@ typedef struct {
                                  docs/HYBRID.md) */
     bool attn_gate;           /* attn_q holds per head [query | output gate]: the attention's
                                  output is multiplied by sigmoid(gate) before attn_output */
+    bool ssm_ab_split;        /* the delta net's b and a from ssm_beta and ssm_alpha {n_embd, v
+                                 heads} (qwen35moe) instead of ssm_ba's per-key-head groups */
+    bool ssm_v_tiled;         /* the value heads are in llama.cpp's tiled order: value head h
+                                 reads key head h % k heads (its converter reorders Qwen3.5's
+                                 grouped heads, where it is h / (v heads / k heads)) */
+    bool rope_sections;       /* rope.dimension_sections (multi-section rope) and
+                                 nextn_predict_layers are read (qwen35moe; docs/HYBRID.md) */
 } hm_arch_desc;
 
 /* Descriptor for an architecture string; NULL when unsupported. */
 const hm_arch_desc *hm_arch_find(const char *name, size_t len);
 const hm_arch_desc *hm_arch_get(hm_arch arch);
-/* "qwen3moe, llama, olmoe, gpt-oss, qwen2moe, qwen3next" (for error messages). */
+/* "qwen3moe, llama, olmoe, gpt-oss, qwen2moe, qwen3next, qwen35moe" (for error messages). */
 const char *hm_arch_supported_list(void);
 
 /* ---- hyper-parameters ---- */
@@ -122,6 +130,13 @@ typedef struct {
     int64_t ssm_head_v;             /* ssm.inner_size / value heads */
     int64_t full_attn_interval;     /* full_attention_interval (4): layer i is full attention
                                        when (i + 1) % interval == 0, else linear */
+    /* qwen35moe (hm_arch_desc.rope_sections), 0 otherwise */
+    int64_t rope_sections[4];       /* rope.dimension_sections: rotary pairs per position
+                                       component (time, height, width, -); a text token has the
+                                       same position in each, so the rope is NEOX's on n_rot */
+    int64_t n_nextn;                /* nextn_predict_layers: multi-token-prediction blocks after
+                                       the decoder layers (block_count = n_layer + n_nextn);
+                                       loaded (checked), never run */
 } hm_hparams;
 
 /* ---- weights ---- */
@@ -165,6 +180,7 @@ typedef struct {
     hm_tensor ssm_gate;             /* {n_embd, vd}: z, the output norm's gate */
     hm_tensor ssm_in;               /* {n_embd, 2 kd + 2 vd} (older files) */
     hm_tensor ssm_ba;               /* {n_embd, 2 v heads}: per k head [b (r), a (r)] */
+    hm_tensor ssm_beta, ssm_alpha;  /* {n_embd, v heads} instead of ssm_ba (ssm_ab_split) */
     hm_tensor ssm_conv1d;           /* {K, conv_dim} f32 */
     hm_tensor ssm_dt;               /* {v heads} added to a (ssm_dt.bias) */
     hm_tensor ssm_a;                /* {v heads} -exp(A_log): the decay rate */

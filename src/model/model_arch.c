@@ -36,6 +36,18 @@ static const hm_arch_desc k_archs[HM_ARCH_COUNT] = {
                            .post_attn_norm_name = true, .gating = HM_GATING_SOFTMAX_TOPK_NORM,
                            .shared_expert = true, .swiglu = HM_SWIGLU_SILU, .ff_exp_key = true,
                            .hybrid = true, .attn_gate = true},
+    /* Qwen3.5-MoE: llama.cpp src/models/qwen35moe.cpp and convert_hf_to_gguf's
+     * Qwen3_5MoeTextModel, transformers modeling_qwen3_5_moe.py; qwen3next's layers with
+     * separate b/a projections, value heads in tiled order and the multi-section rope, which
+     * for text (every section at the token's position) is NEOX's rope on the first n_rot dims
+     * (ggml's imrope rotates the pairs (i, i + n_rot/2) as NEOX does, transformers' interleaved
+     * mrope recomposes equal frequencies) */
+    [HM_ARCH_QWEN35MOE] = {.arch = HM_ARCH_QWEN35MOE, .name = "qwen35moe",
+                           .qk_norm = HM_QKNORM_HEAD, .rope = HM_ROPE_NEOX,
+                           .post_attn_norm_name = true, .gating = HM_GATING_SOFTMAX_TOPK_NORM,
+                           .shared_expert = true, .swiglu = HM_SWIGLU_SILU, .ff_exp_key = true,
+                           .hybrid = true, .attn_gate = true, .ssm_ab_split = true,
+                           .ssm_v_tiled = true, .rope_sections = true},
 };
 
 const hm_arch_desc *hm_arch_find(const char *name, size_t len) {
@@ -49,7 +61,9 @@ const hm_arch_desc *hm_arch_get(hm_arch arch) {
     return (unsigned)arch < HM_ARCH_COUNT ? &k_archs[arch] : NULL;
 }
 
-const char *hm_arch_supported_list(void) { return "qwen3moe, llama, olmoe, gpt-oss, qwen2moe, qwen3next"; }
+const char *hm_arch_supported_list(void) {
+    return "qwen3moe, llama, olmoe, gpt-oss, qwen2moe, qwen3next, qwen35moe";
+}
 
 cpu_rope_params hm_model_rope_params(const hm_model *m) {
     const hm_hparams *hp = &m->hp;

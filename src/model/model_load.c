@@ -88,6 +88,36 @@ static hm_status read_hparams_ssm(hm_model *m, hm_error *err) {
     return HM_OK;
 }
 
+/* qwen35moe (hm_arch_desc.rope_sections), as llama.cpp's loader reads them:
+ * nextn_predict_layers (default 0; the MTP blocks are the last of block_count, so n_layer is
+ * block_count minus them) and rope.dimension_sections (required, up to 4 integers). */
+static hm_status read_hparams_sections(hm_model *m, hm_error *err) {
+    const char *a = m->desc->name;
+    hm_hparams *hp = &m->hp;
+    hm_status st = get_i(m->g, a, "nextn_predict_layers", 0, false, &hp->n_nextn, err);
+    if (st != HM_OK) return st;
+    if (hp->n_nextn < 0 || hp->n_nextn >= hp->n_layer)
+        return hm_error_set(err, HM_ERR_RANGE, "%s.nextn_predict_layers %lld must be below "
+                            "block_count %lld", a, (long long)hp->n_nextn, (long long)hp->n_layer);
+    hp->n_layer -= hp->n_nextn;
+    char key[160];
+    snprintf(key, sizeof(key), "%s.rope.dimension_sections", a);
+    gguf_arr arr;
+    st = gguf_get_arr(m->g, key, &arr, err);
+    if (st != HM_OK) return st;
+    int64_t sum = 0;
+    bool ok = arr.n >= 1 && arr.n <= 4;
+    for (uint64_t i = 0; ok && i < arr.n; i++) {
+        hp->rope_sections[i] = gguf_arr_int(&arr, i);
+        ok = hp->rope_sections[i] >= 0 && hp->rope_sections[i] <= 4096;
+        sum += hp->rope_sections[i];
+    }
+    if (!ok || sum <= 0)
+        return hm_error_set(err, HM_ERR_RANGE, "%s: 1 to 4 sections of 0..4096 rotary pairs, "
+                            "not all 0, expected", key);
+    return HM_OK;
+}
+
 static hm_status read_hparams(hm_model *m, hm_error *err) {
     const gguf_ctx *g = m->g;
     const char *a = m->desc->name;
@@ -106,6 +136,7 @@ static hm_status read_hparams(hm_model *m, hm_error *err) {
         return hm_error_set(err, HM_ERR_RANGE, "%s: bad embedding_length/block_count/head_count"
                             " (%lld/%lld/%lld)", a, (long long)hp->n_embd,
                             (long long)hp->n_layer, (long long)hp->n_head);
+    if (m->desc->rope_sections && (st = read_hparams_sections(m, err)) != HM_OK) return st;
     GI("attention.head_count_kv", hp->n_head, false, &hp->n_head_kv);
     GI("attention.key_length", hp->n_embd / hp->n_head, false, &hp->head_dim_k);
     GI("attention.value_length", hp->head_dim_k, false, &hp->head_dim_v);
@@ -295,7 +326,12 @@ static hm_status bind_ssm(binder *b, hm_layer *L, int il, hm_error *err) {
             return hm_error_set(err, HM_ERR_NOT_FOUND, "missing tensor blk.%d.attn_qkv.weight "
                                 "(or the older fused blk.%d.ssm_in.weight)", il, il);
     }
-    S(&L->ssm_ba, "blk.%d.ssm_ba.weight", true, false, E, 2 * nv);
+    if (b->m->desc->ssm_ab_split) {
+        S(&L->ssm_beta, "blk.%d.ssm_beta.weight", true, false, E, nv);
+        S(&L->ssm_alpha, "blk.%d.ssm_alpha.weight", true, false, E, nv);
+    } else {
+        S(&L->ssm_ba, "blk.%d.ssm_ba.weight", true, false, E, 2 * nv);
+    }
     S(&L->ssm_conv1d, "blk.%d.ssm_conv1d.weight", true, true, K, cd);
     S(&L->ssm_dt, "blk.%d.ssm_dt.bias", true, true, nv);
     S(&L->ssm_a, "blk.%d.ssm_a", true, true, nv);
@@ -303,6 +339,20 @@ static hm_status bind_ssm(binder *b, hm_layer *L, int il, hm_error *err) {
     S(&L->ssm_out, "blk.%d.ssm_out.weight", true, false, vd, E);
 #undef S
     return st;
+}
+
+/* A file whose layer il holds the experts' gate and up fused (llama.cpp's ffn_gate_up_exps,
+ * convert_hf_to_gguf --fuse-gate-up-exps: per expert the gate rows, then the up rows) is
+ * refused by name: the expert products read gate and up as two tensors. */
+static hm_status check_unfused(const hm_model *m, int il, hm_error *err) {
+    char name[96];
+    snprintf(name, sizeof(name), "blk.%d.ffn_gate_exps.weight", il);
+    if (gguf_find_tensor(m->g, name)) return HM_OK;
+    snprintf(name, sizeof(name), "blk.%d.ffn_gate_up_exps.weight", il);
+    if (!gguf_find_tensor(m->g, name)) return HM_OK; /* the missing gate is named by bind */
+    return hm_error_set(err, HM_ERR_UNSUPPORTED, "tensor %s: fused gate/up experts are not "
+                        "supported yet; convert without --fuse-gate-up-exps (separate "
+                        "ffn_gate_exps and ffn_up_exps)", name);
 }
 
 static hm_status bind_all(hm_model *m, bool f32_weights, hm_error *err) {
@@ -384,6 +434,7 @@ static hm_status bind_all(hm_model *m, bool f32_weights, hm_error *err) {
             B(&L->ffn_norm, "blk.%d.ffn_norm.weight", true, true, E);
         B(&L->router, "blk.%d.ffn_gate_inp.weight", true, false, E, X);
         if (d->router_bias) B(&L->router_b, "blk.%d.ffn_gate_inp.bias", true, true, X);
+        if (st == HM_OK && (st = check_unfused(m, il, err)) != HM_OK) break;
         B(&L->gate_exps, "blk.%d.ffn_gate_exps.weight", true, false, E, F, X);
         B(&L->up_exps, "blk.%d.ffn_up_exps.weight", true, false, E, F, X);
         B(&L->down_exps, "blk.%d.ffn_down_exps.weight", true, false, F, E, X);
@@ -398,6 +449,14 @@ static hm_status bind_all(hm_model *m, bool f32_weights, hm_error *err) {
             B(&L->sh_down, "blk.%d.ffn_down_shexp.weight", true, false, S, E);
             B(&L->sh_gate_inp, "blk.%d.ffn_gate_inp_shexp.weight", true, true, E);
         }
+    }
+    /* qwen35moe's MTP blocks: their nextn tensors are checked and mapped, never run */
+    b.f32_weights = false;
+    for (il = (int)hp->n_layer; il < hp->n_layer + hp->n_nextn && st == HM_OK; il++) {
+        hm_tensor eh, en, hn;
+        B(&eh, "blk.%d.nextn.eh_proj.weight", true, false, 2 * E, E);
+        B(&en, "blk.%d.nextn.enorm.weight", true, false, E);
+        B(&hn, "blk.%d.nextn.hnorm.weight", true, false, E);
     }
 #undef B
     return st;

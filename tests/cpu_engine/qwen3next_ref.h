@@ -1,7 +1,14 @@
-/* qwen3next_ref.h - a straightforward double-precision Qwen3-Next forward pass over an f32 GGUF
- * (its tensors read by name from the file), written from the model's definition (llama.cpp's
- * qwen3next graph and converter, transformers' modeling_qwen3_next.py; docs/HYBRID.md), not from
- * the engine's code: the check of tests/cpu_engine/test_qwen3next.c.
+/* qwen3next_ref.h - a straightforward double-precision Qwen3-Next / Qwen3.5-MoE forward pass
+ * over an f32 GGUF (its tensors and keys read by name from the file), written from the models'
+ * definitions (llama.cpp's qwen3next / qwen35moe graphs and converter, transformers'
+ * modeling_qwen3_next.py / modeling_qwen3_5_moe.py; docs/HYBRID.md), not from the engine's code:
+ * the check of tests/cpu_engine/test_qwen3next.c and test_qwen35moe.c.
+ *
+ * qwen35moe: b and a from ssm_beta / ssm_alpha per value head, value head h reading key head
+ * h % k heads (the converter's tiled order; qwen3next: h / (v heads / k heads), b and a from
+ * ssm_ba's per-key-head groups); its rope is ggml's interleaved multi-section rope written out
+ * (pair i takes the position of its section, sections interleaved t, h, w; a text token is at
+ * (p, p, p, 0)); the nextn_predict_layers blocks after the decoder layers are not run.
  *
  * Per token, in order: x = embedding; per layer xn = rmsnorm(x) * attn_norm (the GGUF holds the
  * zero-centred norms' 1 + w); a gated delta-net layer or a gated full-attention layer; x += out;
@@ -22,6 +29,10 @@
 
 typedef struct {
     const gguf_ctx *g;
+    char arch[32];
+    bool q35;        /* qwen35moe */
+    bool tiled;      /* value head h reads key head h % k heads (qwen35moe; a test may clear it) */
+    int64_t sec[4];  /* qwen35moe: rope.dimension_sections */
     int64_t E, V, L, nh, nkv, hd, nrot, X, K, F, S;
     int64_t conv_k, nk, nv, dk, dv, kd, vd, cd;
     double eps, theta;
@@ -43,44 +54,66 @@ static const float *qref_t(const qref *r, int il, const char *suffix) {
     return (const float *)t->data;
 }
 
-static int64_t qref_u(const gguf_ctx *g, const char *key) {
-    int64_t i = gguf_find_key(g, key), v = 0;
+/* the integer key ARCH.suffix (def when absent and def >= 0) */
+static int64_t qref_u(const qref *r, const char *suffix, int64_t def) {
+    char key[96];
+    snprintf(key, sizeof(key), "%s.%s", r->arch, suffix);
+    int64_t i = gguf_find_key(r->g, key), v = 0;
     hm_error err;
-    if (i < 0 || gguf_kv_int(g, i, &v, &err) != HM_OK) {
+    if (i < 0 && def >= 0) return def;
+    if (i < 0 || gguf_kv_int(r->g, i, &v, &err) != HM_OK) {
         fprintf(stderr, "qref: key %s\n", key);
         abort();
     }
     return v;
 }
 
+static double qref_f(const qref *r, const char *suffix) {
+    char key[96];
+    snprintf(key, sizeof(key), "%s.%s", r->arch, suffix);
+    double d = 0;
+    hm_error err;
+    if (gguf_kv_float(r->g, gguf_find_key(r->g, key), &d, &err) != HM_OK) abort();
+    return d;
+}
+
 static bool qref_init(qref *r, const gguf_ctx *g, int n_ctx) {
     memset(r, 0, sizeof(*r));
     r->g = g;
-    r->E = qref_u(g, "qwen3next.embedding_length");
-    r->L = qref_u(g, "qwen3next.block_count");
-    r->nh = qref_u(g, "qwen3next.attention.head_count");
-    r->nkv = qref_u(g, "qwen3next.attention.head_count_kv");
-    r->hd = qref_u(g, "qwen3next.attention.key_length");
-    r->nrot = qref_u(g, "qwen3next.rope.dimension_count");
-    r->X = qref_u(g, "qwen3next.expert_count");
-    r->K = qref_u(g, "qwen3next.expert_used_count");
-    r->F = qref_u(g, "qwen3next.expert_feed_forward_length");
-    r->S = qref_u(g, "qwen3next.expert_shared_feed_forward_length");
-    r->conv_k = qref_u(g, "qwen3next.ssm.conv_kernel");
-    r->dk = qref_u(g, "qwen3next.ssm.state_size");
-    r->nk = qref_u(g, "qwen3next.ssm.group_count");
-    r->nv = qref_u(g, "qwen3next.ssm.time_step_rank");
-    r->vd = qref_u(g, "qwen3next.ssm.inner_size");
+    gguf_str a;
+    hm_error err;
+    if (gguf_get_str(g, "general.architecture", &a, &err) != HM_OK || a.len >= sizeof(r->arch))
+        return false;
+    memcpy(r->arch, a.data, (size_t)a.len);
+    r->q35 = r->tiled = !strcmp(r->arch, "qwen35moe");
+    r->E = qref_u(r, "embedding_length", -1);
+    r->L = qref_u(r, "block_count", -1) - qref_u(r, "nextn_predict_layers", 0);
+    r->nh = qref_u(r, "attention.head_count", -1);
+    r->nkv = qref_u(r, "attention.head_count_kv", -1);
+    r->hd = qref_u(r, "attention.key_length", -1);
+    r->nrot = qref_u(r, "rope.dimension_count", -1);
+    r->X = qref_u(r, "expert_count", -1);
+    r->K = qref_u(r, "expert_used_count", -1);
+    r->F = qref_u(r, "expert_feed_forward_length", -1);
+    r->S = qref_u(r, "expert_shared_feed_forward_length", -1);
+    r->conv_k = qref_u(r, "ssm.conv_kernel", -1);
+    r->dk = qref_u(r, "ssm.state_size", -1);
+    r->nk = qref_u(r, "ssm.group_count", -1);
+    r->nv = qref_u(r, "ssm.time_step_rank", -1);
+    r->vd = qref_u(r, "ssm.inner_size", -1);
     r->dv = r->vd / r->nv;
     r->kd = r->nk * r->dk;
     r->cd = 2 * r->kd + r->vd;
     r->V = gguf_find_tensor(g, "token_embd.weight")->ne[1];
-    double d = 0;
-    hm_error err;
-    gguf_kv_float(g, gguf_find_key(g, "qwen3next.attention.layer_norm_rms_epsilon"), &d, &err);
-    r->eps = d;
-    gguf_kv_float(g, gguf_find_key(g, "qwen3next.rope.freq_base"), &d, &err);
-    r->theta = d;
+    r->eps = qref_f(r, "attention.layer_norm_rms_epsilon");
+    r->theta = qref_f(r, "rope.freq_base");
+    if (r->q35) {
+        char key[96];
+        gguf_arr arr;
+        snprintf(key, sizeof(key), "%s.rope.dimension_sections", r->arch);
+        if (gguf_get_arr(g, key, &arr, &err) != HM_OK || arr.n > 4) return false;
+        for (uint64_t i = 0; i < arr.n; i++) r->sec[i] = gguf_arr_int(&arr, i);
+    }
     r->n_ctx = n_ctx;
     r->conv = calloc((size_t)(r->L * (r->conv_k - 1) * r->cd), sizeof(double));
     r->ssm = calloc((size_t)(r->L * r->nv * r->dk * r->dv), sizeof(double));
@@ -122,7 +155,12 @@ static void qref_linear(qref *r, int il, const double *xn, double *out) {
     double *z = qkv + cd, *ba = z + r->vd, *y = ba + 2 * r->nv, *o = y + cd;
     qref_mv(qref_t(r, il, "attn_qkv.weight"), xn, r->E, cd, qkv);
     qref_mv(qref_t(r, il, "attn_gate.weight"), xn, r->E, r->vd, z);
-    qref_mv(qref_t(r, il, "ssm_ba.weight"), xn, r->E, 2 * r->nv, ba);
+    if (r->q35) { /* ba: b [nv] then a [nv] */
+        qref_mv(qref_t(r, il, "ssm_beta.weight"), xn, r->E, r->nv, ba);
+        qref_mv(qref_t(r, il, "ssm_alpha.weight"), xn, r->E, r->nv, ba + r->nv);
+    } else {
+        qref_mv(qref_t(r, il, "ssm_ba.weight"), xn, r->E, 2 * r->nv, ba);
+    }
     const float *w = qref_t(r, il, "ssm_conv1d.weight"); /* [cd][K] */
     double *st = r->conv + il * (K - 1) * cd;           /* [K-1][cd], oldest first */
     for (int64_t c = 0; c < cd; c++) {
@@ -140,8 +178,9 @@ static void qref_linear(qref *r, int il, const double *xn, double *out) {
     }
     const float *dt = qref_t(r, il, "ssm_dt.bias"), *A = qref_t(r, il, "ssm_a");
     for (int64_t h = 0; h < r->nv; h++) {
-        const int64_t g = h / rr, j = h % rr;
-        const double b = ba[g * 2 * rr + j], a = ba[g * 2 * rr + rr + j];
+        const int64_t g = r->tiled ? h % r->nk : h / rr, j = h % rr;
+        const double b = r->q35 ? ba[h] : ba[g * 2 * rr + j];
+        const double a = r->q35 ? ba[r->nv + h] : ba[g * 2 * rr + rr + j];
         const double beta = qref_sig(b), ap = a + (double)dt[h];
         const double gl = (ap > 20 ? ap : log1p(exp(ap))) * (double)A[h];
         const double *q = y + g * dk, *k = y + r->kd + g * dk, *v = y + 2 * r->kd + h * dv;
@@ -165,11 +204,27 @@ static void qref_linear(qref *r, int il, const double *xn, double *out) {
     free(qkv);
 }
 
-/* NEOX rope of the first nrot dims of one head at position p. */
+/* The position pair i of a qwen35moe head rotates by: ggml's interleaved multi-section rope
+ * (sector s = i mod the sections' sum takes height when s % 3 == 1 and s < 3 sec[1], width when
+ * s % 3 == 2 and s < 3 sec[2], time when s % 3 == 0 and s < 3 sec[0], else the 4th component),
+ * a text token's components being (p, p, p, 0). */
+static double qref_mrope_pos(const qref *r, int64_t i, int p) {
+    const int64_t tot = r->sec[0] + r->sec[1] + r->sec[2] + r->sec[3], s = i % tot;
+    const int comp = s % 3 == 1 && s < 3 * r->sec[1]   ? 1
+                     : s % 3 == 2 && s < 3 * r->sec[2] ? 2
+                     : s % 3 == 0 && s < 3 * r->sec[0] ? 0
+                                                       : 3;
+    const int pos[4] = {p, p, p, 0};
+    return pos[comp];
+}
+
+/* NEOX rope of the first nrot dims of one head at position p (qwen35moe: per pair, its
+ * section's position). */
 static void qref_rope(const qref *r, double *v, int p) {
     const int64_t half = r->nrot / 2;
     for (int64_t i = 0; i < half; i++) {
-        const double th = p * pow(r->theta, -2.0 * (double)i / (double)r->nrot);
+        const double pp = r->q35 ? qref_mrope_pos(r, i, p) : p;
+        const double th = pp * pow(r->theta, -2.0 * (double)i / (double)r->nrot);
         const double a = v[i], b = v[i + half];
         v[i] = a * cos(th) - b * sin(th);
         v[i + half] = a * sin(th) + b * cos(th);

@@ -1,0 +1,275 @@
+/* hybrid_tests.h - the tests that qwen3next and qwen35moe share on the CPU engine, each test
+ * file defining HYBRID_PRESET (the tiny preset's name) and HYBRID_TAG (a file-name prefix)
+ * before including this (static functions, one test program each):
+ *   - a prompt gives the same bytes as its tokens one by one, as ubatches of 5, with 1 or 2
+ *     threads and again after a reset; the recurrence takes effect;
+ *   - the logits match the double-precision reference (qwen3next_ref.h) within 1e-4 x their
+ *     standard deviation, the same argmax at every position;
+ *   - two sequences interleaved in one engine give each sequence's bytes alone; a rewind of a
+ *     recurrent state is refused, a reset sequence starts again;
+ *   - a context asked for the GPU refuses the model with the reason;
+ * and the helpers: load_tiny, load_broken (the preset written with one tensor dropped or one
+ * row more, then loaded), engine, run. */
+#ifndef HM_TESTS_HYBRID_TESTS_H
+#define HM_TESTS_HYBRID_TESTS_H
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../forge/forge_test_util.h"
+#include "cpu_engine/cpu_engine.h"
+#include "harness.h"
+#include "model/model.h"
+#include "qwen3next_ref.h"
+#include "quant/qtypes.h"
+#include "runtime/context.h"
+
+#define N_PROMPT 24
+#define N_CTX 64
+
+static const forge_preset *preset(void) { return forge_preset_find(HYBRID_PRESET); }
+
+static void ids_of(int32_t *ids, int n, uint64_t seed) {
+    uint64_t x = seed;
+    for (int i = 0; i < n; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        ids[i] = 3 + (int32_t)((x >> 33) % 957);
+    }
+}
+
+/* the tiny preset in f32 (NULL on failure) */
+static hm_model *load_tiny(char *path, size_t cap) {
+    hm_model *m = NULL;
+    hm_error err;
+    if (ft_forge(preset(), FORGE_MIX_F32, 42, HYBRID_TAG "-f32", false, 2, path, cap, NULL, 0) != HM_OK ||
+        hm_model_load(path, NULL, &m, &err) != HM_OK)
+        return NULL;
+    return m;
+}
+
+typedef struct {
+    const forge_gen *g;
+    const forge_preset *p;
+} rows_ctx;
+
+static hm_status gen_rows(void *ctx, const forge_tensor *t, int64_t r0, int64_t nr, void *dst,
+                          float *scratch) {
+    const rows_ctx *c = ctx;
+    return forge_gen_rows(c->g, c->p, t, r0, nr, dst, scratch);
+}
+
+/* the tiny preset written with tensor `name` dropped (reshape 0) or with one more row */
+static hm_status load_broken(const char *name, bool reshape, hm_error *err) {
+    const forge_preset *p = preset();
+    forge_tensor_list l = {0};
+    forge_vocab v = {0};
+    hm_status st = forge_tensors_build(p, FORGE_MIX_F32, &l, err);
+    if (st == HM_OK) st = forge_vocab_build(p, &v, err);
+    for (int i = 0; st == HM_OK && i < l.n; i++) {
+        if (strcmp(l.t[i].name, name)) continue;
+        if (reshape) l.t[i].ne[1]++;
+        else l.t[i] = l.t[--l.n];
+        break;
+    }
+    char path[512];
+    ft_path(path, sizeof(path), HYBRID_TAG "-broken.gguf");
+    forge_gen gen = {.seed = 1};
+    rows_ctx rc = {&gen, p};
+    if (st == HM_OK)
+        st = forge_gguf_write(path, p, FORGE_MIX_F32, &v, &l, gen_rows, &rc, NULL, "t", false,
+                              NULL, NULL, err);
+    forge_vocab_free(&v);
+    forge_tensors_free(&l);
+    if (st != HM_OK) return HM_ERR_STATE; /* the writer failed: not what is tested */
+    hm_model *m = NULL;
+    st = hm_model_load(path, NULL, &m, err);
+    hm_model_free(m);
+    remove(path);
+    return st;
+}
+
+static cpu_engine *engine(const hm_model *m, int ub, int nth, int n_seq) {
+    cpu_engine_params p = {.n_ctx = N_CTX, .n_ubatch = ub, .n_threads = nth,
+                           .type_k = HM_TYPE_F32, .type_v = HM_TYPE_F32, .n_seq = n_seq};
+    cpu_engine *e = NULL;
+    hm_error err;
+    if (cpu_engine_init(m, &p, &e, &err) != HM_OK) fprintf(stderr, "engine: %s\n", err.msg);
+    return e;
+}
+
+/* logits [n][V] of ids through e from position 0 in calls of at most `chunk` tokens */
+static bool run(cpu_engine *e, const int32_t *ids, int n, int chunk, float *lo, int64_t V) {
+    hm_error err;
+    for (int t = 0; t < n; t += chunk) {
+        const int k = n - t < chunk ? n - t : chunk;
+        if (cpu_engine_decode(e, ids + t, k, t, lo + (size_t)t * (size_t)V, HM_LOGITS_ALL,
+                              &err) != HM_OK) {
+            fprintf(stderr, "decode: %s\n", err.msg);
+            return false;
+        }
+    }
+    return true;
+}
+
+static void test_prompt_identity(void) {
+    char path[512];
+    hm_model *m = load_tiny(path, sizeof(path));
+    HM_REQUIRE(m);
+    const int64_t V = hm_model_hparams(m)->n_vocab;
+    const size_t sz = sizeof(float) * N_PROMPT * (size_t)V;
+    int32_t ids[N_PROMPT];
+    ids_of(ids, N_PROMPT, 5);
+    float *a = malloc(sz), *b = malloc(sz);
+    HM_REQUIRE(a && b);
+    cpu_engine *e = engine(m, N_PROMPT, 2, 1);
+    HM_REQUIRE(e && run(e, ids, N_PROMPT, N_PROMPT, a, V)); /* one prompt call */
+    cpu_engine_reset(e);
+    HM_REQUIRE(run(e, ids, N_PROMPT, N_PROMPT, b, V));
+    HM_CHECK_MSG(!memcmp(a, b, sz), "after a reset the prompt gives other bytes");
+    cpu_engine_free(e);
+    const int chunks[][2] = {{1, 2}, {5, 2}, {N_PROMPT, 1}, {1, 1}}; /* ubatch, threads */
+    for (int k = 0; k < 4; k++) {
+        e = engine(m, chunks[k][0], chunks[k][1], 1);
+        memset(b, 0, sz);
+        HM_REQUIRE(e && run(e, ids, N_PROMPT, chunks[k][0], b, V));
+        HM_CHECK_MSG(!memcmp(a, b, sz), "ubatch %d, %d threads: other bytes than the prompt",
+                     chunks[k][0], chunks[k][1]);
+        cpu_engine_free(e);
+    }
+    /* the recurrence took effect: the last token's logits depend on the earlier ones */
+    int32_t ids2[N_PROMPT];
+    memcpy(ids2, ids, sizeof(ids));
+    ids2[0] = ids[0] == 100 ? 101 : 100;
+    e = engine(m, N_PROMPT, 2, 1);
+    HM_REQUIRE(e && run(e, ids2, N_PROMPT, N_PROMPT, b, V));
+    HM_CHECK(memcmp(a + (N_PROMPT - 1) * V, b + (N_PROMPT - 1) * V, sizeof(float) * (size_t)V));
+    cpu_engine_free(e);
+    free(a);
+    free(b);
+    hm_model_free(m);
+}
+
+static void test_reference(void) {
+    char path[512];
+    hm_model *m = load_tiny(path, sizeof(path));
+    HM_REQUIRE(m);
+    const int64_t V = hm_model_hparams(m)->n_vocab;
+    int32_t ids[N_PROMPT];
+    ids_of(ids, N_PROMPT, 9);
+    float *lo = malloc(sizeof(float) * N_PROMPT * (size_t)V);
+    double *ref = malloc(sizeof(double) * N_PROMPT * (size_t)V);
+    HM_REQUIRE(lo && ref);
+    cpu_engine *e = engine(m, 8, 2, 1);
+    HM_REQUIRE(e && run(e, ids, N_PROMPT, 8, lo, V));
+    cpu_engine_free(e);
+    qref r;
+    HM_REQUIRE(qref_init(&r, hm_model_gguf(m), N_CTX));
+    for (int t = 0; t < N_PROMPT; t++) qref_step(&r, ids[t], ref + (size_t)t * (size_t)V);
+    qref_free(&r);
+    double mean = 0, var = 0, md = 0;
+    const size_t n = N_PROMPT * (size_t)V;
+    for (size_t i = 0; i < n; i++) mean += ref[i];
+    mean /= (double)n;
+    for (size_t i = 0; i < n; i++) var += (ref[i] - mean) * (ref[i] - mean);
+    const double sd = sqrt(var / (double)n);
+    int argmax_diff = 0;
+    for (int t = 0; t < N_PROMPT; t++) {
+        int64_t ia = 0, ib = 0;
+        for (int64_t j = 0; j < V; j++) {
+            const size_t i = (size_t)t * (size_t)V + (size_t)j;
+            const double d = fabs((double)lo[i] - ref[i]);
+            if (!(d <= md)) md = d;
+            if (lo[i] > lo[(size_t)t * (size_t)V + (size_t)ia]) ia = j;
+            if (ref[i] > ref[(size_t)t * (size_t)V + (size_t)ib]) ib = j;
+        }
+        argmax_diff += ia != ib;
+    }
+    printf(HYBRID_PRESET " vs double reference: max|diff| %.3g, std %.3g, ratio %.3g, argmax diffs %d\n",
+           md, sd, md / sd, argmax_diff);
+    HM_CHECK(sd > 0.1);
+    HM_CHECK_MSG(md <= 1e-4 * sd, "max|diff| %.3g > 1e-4 x std %.3g", md, sd);
+    HM_CHECK(argmax_diff == 0);
+    free(lo);
+    free(ref);
+    hm_model_free(m);
+}
+
+static void test_sequences(void) {
+    char path[512];
+    hm_model *m = load_tiny(path, sizeof(path));
+    HM_REQUIRE(m);
+    const int64_t V = hm_model_hparams(m)->n_vocab;
+    enum { NT = 10 };
+    int32_t ids[2][NT];
+    ids_of(ids[0], NT, 21);
+    ids_of(ids[1], NT, 22);
+    float *alone = malloc(sizeof(float) * 2 * NT * (size_t)V), *got = malloc(sizeof(float) * 2 * (size_t)V);
+    HM_REQUIRE(alone && got);
+    for (int s = 0; s < 2; s++) {
+        cpu_engine *e = engine(m, 4, 2, 1);
+        HM_REQUIRE(e && run(e, ids[s], NT, 4, alone + (size_t)s * NT * (size_t)V, V));
+        cpu_engine_free(e);
+    }
+    cpu_engine *e = engine(m, 4, 2, 2);
+    HM_REQUIRE(e);
+    hm_error err;
+    int bad = 0;
+    for (int t = 0; t < NT; t++) { /* one token of each sequence per call, order alternating */
+        const int first = t % 2;
+        const int32_t tok[2] = {ids[first][t], ids[1 - first][t]}, sq[2] = {first, 1 - first};
+        const int32_t pos[2] = {t, t};
+        const uint8_t want[2] = {1, 1};
+        HM_REQUIRE(cpu_engine_forward_seqs(e, tok, 2, sq, pos, want, got, &err) == HM_OK);
+        for (int k = 0; k < 2; k++)
+            bad += memcmp(got + (size_t)k * (size_t)V,
+                          alone + ((size_t)sq[k] * NT + (size_t)t) * (size_t)V,
+                          sizeof(float) * (size_t)V) != 0;
+    }
+    HM_CHECK_MSG(bad == 0, "%d rows differ from their sequence alone", bad);
+    /* a recurrent state is not rewound: cutting back is refused, keeping everything is not */
+    HM_CHECK(cpu_engine_seq_truncate_check(e, 1, NT - 2, &err) == HM_ERR_STATE &&
+             strstr(err.msg, "recurrent"));
+    HM_CHECK(cpu_engine_seq_truncate_check(e, 1, NT, &err) == HM_OK);
+    const int32_t tok0 = ids[1][0], sq1 = 1, p3 = 3;
+    HM_CHECK(cpu_engine_forward_seqs(e, &tok0, 1, &sq1, &p3, NULL, NULL, &err) == HM_ERR_STATE);
+    /* a reset sequence starts again: its first tokens give the bytes they gave alone */
+    cpu_engine_seq_reset(e, 1);
+    HM_CHECK(cpu_engine_seq_truncate_check(e, 1, 0, &err) == HM_OK);
+    for (int t = 0; t < 3; t++) {
+        const int32_t pos = t;
+        const uint8_t want = 1;
+        HM_REQUIRE(cpu_engine_forward_seqs(e, &ids[1][t], 1, &sq1, &pos, &want, got, &err) ==
+                   HM_OK);
+        HM_CHECK(!memcmp(got, alone + ((size_t)NT + (size_t)t) * (size_t)V,
+                         sizeof(float) * (size_t)V));
+    }
+    cpu_engine_free(e);
+    free(alone);
+    free(got);
+    hm_model_free(m);
+}
+
+static void test_gpu_refused(void) {
+    char path[512];
+    hm_model *m = load_tiny(path, sizeof(path));
+    HM_REQUIRE(m);
+    hm_context_params p = hm_context_default_params();
+    p.n_ctx = N_CTX;
+    p.n_threads = 2;
+    p.n_gpu_layers = 99;
+    hm_context *c = NULL;
+    hm_error err;
+    HM_CHECK(hm_context_init(m, &p, &c, &err) == HM_ERR_UNSUPPORTED &&
+             strstr(err.msg, forge_arch_name(preset()->arch)) && strstr(err.msg, "CPU"));
+    HM_CHECK(!c);
+    p.n_gpu_layers = 0; /* the CPU engine runs it */
+    HM_CHECK(hm_context_init(m, &p, &c, &err) == HM_OK);
+    hm_context_free(c);
+    hm_model_free(m);
+}
+
+#endif
