@@ -38,6 +38,8 @@ import hf_logits  # noqa: E402 - make_prompts, TorchRunner, SEED, N_GREEDY
 import kv_f32_check  # noqa: E402 - read_logits, logits_bytes, std_of, maxdiff
 
 PRESET = "tiny-qwen3next"
+CLASS = "Qwen3NextForCausalLM"
+NAME = "qwen3next_check"
 BAR = 1e-4
 SKIP = 77
 
@@ -103,7 +105,7 @@ def hotmoe_side(args):
 def reference_side(res):
     """(logits per prompt as flat lists, greedy lists, info) from transformers"""
     r = hf_logits.TorchRunner(res["hf"])
-    if r.cls != "Qwen3NextForCausalLM":
+    if r.cls != CLASS:
         raise RuntimeError(f"{res['hf']}: loaded as {r.cls}")
     logits, greedy = [], []
     for _, ids in res["prompts"]:
@@ -117,10 +119,13 @@ def reference_side(res):
     return logits, greedy, f"{r.versions}, {r.dtype}, {r.experts_impl} experts"
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(preset=None, cls=None, name=None, doc=None):
+    """the check; tools/reference/qwen35moe_check.py runs it for another hybrid preset"""
+    global PRESET, CLASS, NAME
+    PRESET, CLASS, NAME = preset or PRESET, cls or CLASS, name or NAME
+    ap = argparse.ArgumentParser(description=(doc or __doc__).split("\n")[0])
     ap.add_argument("--hotmoe", default="build/release/hotmoe")
-    ap.add_argument("--work", default="/tmp/qwen3next_check")
+    ap.add_argument("--work", default=f"/tmp/{NAME}")
     ap.add_argument("--threads", type=int, default=4)
     ap.add_argument("--out", default=os.environ.get("OUT"))
     ap.add_argument("--hotmoe-only", action="store_true",
@@ -135,15 +140,15 @@ def main():
         bad = [n for n, ok, _ in res["checks"] if not ok]
         for name, ok, detail in res["checks"]:
             log(f"check {name}: {detail}")
-        log("qwen3next_check (hotmoe side only): " + ("PASS" if not bad else f"FAIL ({bad})"))
+        log(f"{NAME} (hotmoe side only): " + ("PASS" if not bad else f"FAIL ({bad})"))
         return 1 if bad else 0
     try:
         import torch  # noqa: F401
         import transformers
-        if not hasattr(transformers, "Qwen3NextForCausalLM"):
-            raise ImportError(f"transformers {transformers.__version__} has no Qwen3NextForCausalLM")
+        if not hasattr(transformers, CLASS):
+            raise ImportError(f"transformers {transformers.__version__} has no {CLASS}")
     except ImportError as e:
-        log(f"qwen3next_check: SKIPPED (needs PyTorch and transformers with Qwen3-Next: {e})")
+        log(f"{NAME}: SKIPPED (needs PyTorch and transformers with {CLASS}: {e})")
         return SKIP
     torch.set_num_threads(args.threads)
     os.makedirs(args.work, exist_ok=True)
@@ -172,11 +177,11 @@ def main():
     verdict = "PASS" if not fails else "FAIL (" + "; ".join(fails) + ")"
     if args.out:
         os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "qwen3next_check.json"), "w") as f:
+        with open(os.path.join(args.out, f"{NAME}.json"), "w") as f:
             json.dump({"preset": PRESET, "reference": info, "bar": BAR, "prompts": rows,
                        "checks": res["checks"], "verdict": verdict,
                        "seconds": round(time.time() - t0, 1)}, f, indent=1)
-    log(f"qwen3next_check: {verdict}")
+    log(f"{NAME}: {verdict}")
     return 0 if not fails else 1
 
 

@@ -10,16 +10,20 @@
 #   bash tools/reference/qwen3next_check.sh                 (from the repository root)
 # Environment: HOTMOE_BIN (use this binary, no build), CMAKE_ARGS (extra configure arguments),
 # WORK (scratch folder, default /tmp/qwen3next_check), THREADS (hotmoe's and torch's, default 4).
+# qwen35moe_check.sh runs this with HYBRID_CHECK (the check's name and Python script) and
+# HYBRID_CLASS (the transformers class) set for Qwen3.5-MoE.
 set -u
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-work=${WORK:-/tmp/qwen3next_check}
+name=${HYBRID_CHECK:-qwen3next_check}
+cls=${HYBRID_CLASS:-Qwen3NextForCausalLM}
+work=${WORK:-/tmp/$name}
 ncpu=$(nproc 2>/dev/null || echo 4)
 threads=${THREADS:-$((ncpu < 4 ? ncpu : 4))}
 mkdir -p "$work"
 [ -n "${OUT:-}" ] && mkdir -p "$OUT"
 t0=$(date +%s)
-if ! python3 -c 'import torch, transformers; transformers.Qwen3NextForCausalLM' 2>/dev/null; then
-  echo "qwen3next_check: SKIPPED (needs PyTorch and transformers with Qwen3NextForCausalLM)"
+if ! python3 -c "import torch, transformers; transformers.$cls" 2>/dev/null; then
+  echo "$name: SKIPPED (needs PyTorch and transformers with $cls)"
   exit 77
 fi
 bin=${HOTMOE_BIN:-}
@@ -41,13 +45,13 @@ if [ -z "$bin" ]; then
   fi
   if [ $ok = 0 ] || ! cmake --build "$b" -j"$ncpu" --target hotmoe >>"$blog" 2>&1; then
     tail -20 "$blog"
-    echo "qwen3next_check: FAIL (build failed, log: $blog)"
+    echo "$name: FAIL (build failed, log: $blog)"
     exit 1
   fi
   bin=$b/hotmoe
   echo "built $bin in $(($(date +%s) - t0)) s"
 fi
-python3 "$root/tools/reference/qwen3next_check.py" --hotmoe "$bin" --work "$work" \
+python3 "$root/tools/reference/$name.py" --hotmoe "$bin" --work "$work" \
   --threads "$threads" ${OUT:+--out "$OUT"}
 rc=$?
 echo "total $(($(date +%s) - t0)) s"
