@@ -8,8 +8,8 @@ Each round starts N streams at once (POST URL/v1/completions, stream true, tempe
 max_tokens --tokens, ignore_eos where the server takes it, a different prompt per stream, the
 usage chunk asked for) and waits for all; a stream's tokens are its usage's completion tokens
 (else its content chunks, one token each on both servers), its TTFT the time from its request
-to its first chunk with text (nan when none has text: a forged model's tokens may print
-nothing). A figure is the best round: aggregate tokens
+to its first chunk with a choice (one per token on both servers, with or without text: a forged
+model's tokens often print nothing; nan when none came). A figure is the best round: aggregate tokens
 / wall time from the first request to the last [DONE], and the median TTFT. Prints one line per
 N; --json writes them.
 """
@@ -30,10 +30,10 @@ def stream(url, prompt, tokens, out, i):
             c = json.loads(line[6:])
             if (c.get("usage") or {}).get("completion_tokens") is not None:
                 used = c["usage"]["completion_tokens"]
-            if c.get("choices") and c["choices"][0].get("text"):
-                n += 1
+            if c.get("choices"):
                 if first is None:
                     first = time.time() - t0
+                n += 1 if c["choices"][0].get("text") else 0
     out[i] = (used if used is not None else n, first if first is not None else float("nan"),
               time.time())
 

@@ -7,8 +7,10 @@
  * cpu_attention -> cuda_kv_store + cuda_attention, cpu_router -> cuda_router, the expert FFN ->
  * cuda_moe_gate_up (fused gate/up/bias/activation) + cuda_moe_matvec (down), cpu_moe_combine ->
  * cuda_moe_combine, the shared expert -> products + cuda_swiglu + cuda_shexp_combine.
- * Prompt ubatches (n_tok > CUDA_ENGINE_MATVEC_MAX_TOK) use the tensor-core GEMMs of
- * cuda_gemm.h (f16 inputs: close to, not equal to, the CPU) where the shape allows.
+ * Larger steps use the tensor-core GEMMs of cuda_gemm.h (f16 inputs: close to, not equal to,
+ * the CPU) where the shape allows: experts above CUDA_ENGINE_MOE_GEMM_MIN_TOK tokens, dense
+ * products above CUDA_ENGINE_GEMM_MIN_TOK (a server's batched decode steps stay on the matvec
+ * kernels).
  * Decode steps (n_tok <= CUDA_ENGINE_MATVEC_MAX_TOK) use the fused kernels of cuda_fused.h
  * (same bytes as the sequences they replace): the residual add
  * (or the MoE combine) is deferred into the next norm (fwd_defer), the norm quantises the
@@ -60,7 +62,7 @@ __global__ void k_advance(int32_t *d_pos, int n) {
     cu_pdl_enter(); *d_pos += n; }
 
 /* Whether the product of w with n tokens goes to the tensor cores: above min_tok tokens
- * (CUDA_ENGINE_GEMM_MIN_TOK for dense products, CUDA_ENGINE_MATVEC_MAX_TOK for experts). f32
+ * (CUDA_ENGINE_GEMM_MIN_TOK for dense products, CUDA_ENGINE_MOE_GEMM_MIN_TOK for experts). f32
  * weights never do: the GEMM rounds its inputs to f16, and whoever keeps f32 weights asked for
  * f32 arithmetic (the f32 goldens' bar); their prompts run through the f32 matvec kernels. */
 static bool gemm_for(const cuda_engine *e, const cuda_tensor *w, int64_t n, int64_t min_tok) {
@@ -71,7 +73,7 @@ static bool use_gemm(const cuda_engine *e, const cuda_tensor *w, int64_t n) {
     return gemm_for(e, w, n, CUDA_ENGINE_GEMM_MIN_TOK);
 }
 static bool use_gemm_moe(const cuda_engine *e, const cuda_tensor *w, int64_t n) {
-    return gemm_for(e, w, n, CUDA_ENGINE_MATVEC_MAX_TOK);
+    return gemm_for(e, w, n, CUDA_ENGINE_MOE_GEMM_MIN_TOK);
 }
 
 /* Decode-sized steps (the matvec path) use the fused kernels. */

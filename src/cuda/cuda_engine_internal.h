@@ -54,10 +54,14 @@ typedef struct {
     void *k_cache, *v_cache;
 } cuda_layer;
 
-/* Steps of up to this many tokens are decode-sized: fused kernels, and the expert products on
- * the matvec kernels (bytes equal to the CPU's); larger ones put the experts on the tensor-core
- * GEMMs (cuda_gemm.h) when available. */
+/* Steps of up to this many tokens are decode-sized: the fused kernels, bytes equal to the
+ * CPU's; a tiered step of more fetches experts (cuda_fetch.h). */
 #define CUDA_ENGINE_MATVEC_MAX_TOK 8
+/* Expert products take the grouped GEMM (cuda_gemm.h) above this many tokens, the grouped
+ * matvec kernel up to it: 16 sequences' decode step of q3 (ten pairs or fewer per expert) ran at
+ * 398.71 t/s on the matvec kernel against 341.28 on the GEMM (batched-bench, H200, 2026-11-28);
+ * larger steps not measured. */
+#define CUDA_ENGINE_MOE_GEMM_MIN_TOK 16
 /* Dense products (attention, shared expert, output) take the GEMM above this many tokens: at
  * 16 tokens its 64-token tiles left most SMs idle (the wo product: 185 us against the matvec's
  * 32 us, ncu on the H200, 2026-11-28), so the continuous batching of a server stays on the
