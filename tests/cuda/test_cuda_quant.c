@@ -2,7 +2,9 @@
  * for all 14 weight types x k in {256, 768, 2048, 32*37 where the block allows} x n_tok in
  * {1, 2, 3, 5, 8, 13}: activation rows (cuda_quantize_act vs quant_act_quantize_ref),
  * cuda_matvec vs cpu_matmul, cuda_moe_matvec vs cpu_moe_matmul (repeated ids, -1 skips, both
- * x_per_slot; skipped rows untouched; ids >= n_expert skipped on the GPU), cuda_moe_gate_up vs
+ * x_per_slot; skipped rows untouched; ids >= n_expert skipped on the GPU; 5 experts, where a
+ * step of several tokens takes the tiled instance, and 40, where up to 13 tokens x 3 take a
+ * pair per CTA), cuda_moe_gate_up vs
  * the CPU's gate/up + bias + swiglu (both activations, with and without biases) and
  * cuda_get_rows vs quant_dequantize_row. Without a GPU: cuda_act_row_bytes equals
  * quant_act_row_size for every type, and every launcher fails cleanly with a message.
@@ -284,8 +286,8 @@ static void check_get_rows(fixture *f) {
     free(yg);
 }
 
-static void run_type_k(uint32_t t, int64_t k) {
-    fixture f = {.t = t, .k = k, .n_rows = 67, .n_expert = 5};
+static void run_type_k(uint32_t t, int64_t k, int64_t n_expert) {
+    fixture f = {.t = t, .k = k, .n_rows = 67, .n_expert = n_expert};
     f.rs = hm_row_size(t, k);
     f.ab = cuda_act_row_bytes(t, k);
     const int64_t nx = MAX_TOK * 3;
@@ -329,9 +331,13 @@ static void test_gpu_bytes(void) {
         for (size_t j = 0; j < sizeof(k_ks) / sizeof(k_ks[0]); j++) {
             const int64_t k = k_ks[j];
             if (k % hm_type_get(k_types[i])->block_size) continue;
-            const int before = hm_t_failed_checks;
-            run_type_k(k_types[i], k);
-            if (hm_t_failed_checks != before) printf("FAILED: %s k %lld\n", hm_type_name(k_types[i]), (long long)k);
+            for (int64_t ne = 5; ne <= 40; ne += 35) { /* 5 experts: tiles; 40: a pair per CTA */
+                const int before = hm_t_failed_checks;
+                run_type_k(k_types[i], k, ne);
+                if (hm_t_failed_checks != before)
+                    printf("FAILED: %s k %lld, %lld experts\n", hm_type_name(k_types[i]), (long long)k,
+                           (long long)ne);
+            }
         }
 }
 
