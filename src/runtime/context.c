@@ -84,7 +84,8 @@ static hm_status resolve_params(const hm_model *m, const hm_context_params *in,
     if (p->n_ctx == 0) p->n_ctx = (int)(hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
     if (p->n_batch == 0) p->n_batch = 2048;
     if (p->n_ubatch == 0) p->n_ubatch = 512;
-    if (p->n_batch > p->n_ctx) p->n_batch = p->n_ctx;
+    if ((int64_t)p->n_batch > (int64_t)p->n_ctx * p->n_seq) /* a batch holds every sequence's */
+        p->n_batch = (int)((int64_t)p->n_ctx * p->n_seq);
     if (p->n_ubatch > p->n_batch) p->n_ubatch = p->n_batch;
     if (p->n_threads == 0) p->n_threads = hm_cpu_count_allowed();
     if (p->n_ctx > (1 << 24))
