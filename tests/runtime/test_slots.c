@@ -2,7 +2,8 @@
  * slots started at different steps, sampling at temperature 0.8 with their own seeds, give token
  * for token what a generator (runtime/generate.h) on a one-sequence context gives for the same
  * prompt and seed; a slot stopped and started again with another prompt too, and with a prompt
- * that continues its cache (reused, the same tokens). Also: a batch
+ * that continues its cache (reused, the same tokens); on a hybrid model (a recurrent state) the
+ * same, and a prompt that leaves the cache early read whole again. Also: a batch
  * smaller than the prompts (prompts read in chunks beside the others' tokens), the room left,
  * argument errors, the sequence count's bounds. */
 #include <stdio.h>
@@ -18,11 +19,12 @@
 #define N_CTX 64
 
 static hm_model *g_model;
+static const char *g_preset = "tiny-qwen3moe"; /* the model every test uses (set, then reload) */
 
 static hm_model *model(void) {
     char path[512];
     hm_error err;
-    if (!g_model && (!ft_forged("slots", "tiny-qwen3moe", FORGE_MIX_Q8_0, path, sizeof(path)) ||
+    if (!g_model && (!ft_forged("slots", g_preset, FORGE_MIX_Q8_0, path, sizeof(path)) ||
                      hm_model_load(path, NULL, &g_model, &err) != HM_OK))
         g_model = NULL;
     return g_model;
@@ -189,6 +191,52 @@ static void test_reuse(void) {
     hm_context_free(c);
 }
 
+/* A recurrent state cannot be cut (docs/HYBRID.md): on tiny-qwen3next a request that continues
+ * exactly what its slot holds reuses it, one that leaves it earlier reads its prompt whole
+ * again; both give the generator's tokens on the whole prompt. */
+static void test_reuse_hybrid(void) {
+    hm_model_free(g_model);
+    g_model = NULL;
+    g_preset = "tiny-qwen3next";
+    HM_REQUIRE(model());
+    hm_context *c = ctx_of(2, 32);
+    HM_REQUIRE(c);
+    hm_slots *s = NULL;
+    hm_error err;
+    HM_REQUIRE(hm_slots_init(c, &s, &err) == HM_OK);
+    int32_t a[10], b[21], want[N_GEN], got[N_GEN], out[2];
+    prompt_of(a, 10, 91);
+    const sample_params sp = sp_of(7);
+    for (int pass = 0; pass < 2; pass++) { /* 0: continues the 17 cached; 1: leaves at 12 */
+        HM_REQUIRE(hm_slots_start(s, 0, a, 10, &sp, &err) == HM_OK);
+        int n = 0;
+        while (n < 8) {
+            HM_REQUIRE(hm_slots_step(s, out, &err) == HM_OK);
+            if (out[0] >= 0) b[10 + n++] = out[0];
+        }
+        hm_slots_stop(s, 0);
+        memcpy(b, a, sizeof(a));
+        prompt_of(b + 18, 3, 92);
+        if (pass == 1) b[12] ^= 1;
+        HM_REQUIRE(hm_slots_start(s, 0, b, 21, &sp, &err) == HM_OK);
+        HM_CHECK_MSG(hm_slots_cached(s, 0) == (pass ? 0 : 17), "pass %d: cached %d", pass,
+                     hm_slots_cached(s, 0));
+        for (n = 0; n < N_GEN;) {
+            HM_REQUIRE(hm_slots_step(s, out, &err) == HM_OK);
+            if (out[0] >= 0) got[n++] = out[0];
+        }
+        reference(b, 21, 7, want);
+        HM_CHECK_MSG(!memcmp(got, want, sizeof(want)), "hybrid pass %d: the tokens differ from "
+                     "the generator's on the whole prompt", pass);
+        hm_slots_stop(s, 0);
+    }
+    hm_slots_free(s);
+    hm_context_free(c);
+    hm_model_free(g_model);
+    g_model = NULL;
+    g_preset = "tiny-qwen3moe";
+}
+
 static void test_bounds(void) {
     HM_REQUIRE(model());
     hm_context_params p = hm_context_default_params();
@@ -215,4 +263,4 @@ static void test_cleanup(void) {
     g_model = NULL;
 }
 
-HM_TEST_MAIN(test_interleaved, test_reuse, test_bounds, test_cleanup)
+HM_TEST_MAIN(test_interleaved, test_reuse, test_reuse_hybrid, test_bounds, test_cleanup)
