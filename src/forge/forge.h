@@ -31,6 +31,7 @@ typedef enum {
     FORGE_ARCH_QWEN2MOE,     /* "qwen2moe"  Qwen2MoeForCausalLM */
     FORGE_ARCH_QWEN3NEXT,    /* "qwen3next" Qwen3NextForCausalLM (hybrid: docs/HYBRID.md) */
     FORGE_ARCH_QWEN35MOE,    /* "qwen35moe" Qwen3_5MoeForCausalLM (hybrid: docs/HYBRID.md) */
+    FORGE_ARCH_GEMMA4,       /* "gemma4"    Gemma4ForCausalLM, the MoE variant (docs/GEMMA4.md) */
     FORGE_ARCH_COUNT
 } forge_arch;
 
@@ -72,6 +73,15 @@ typedef struct {
      * n_layer + n_nextn, nextn_predict_layers n_nextn) */
     int64_t rope_sections[4];
     int64_t n_nextn;
+    /* gemma4 (0 elsewhere): head_dim, n_head_kv and rope_base are the sliding layers' (llama.cpp's
+     * key_length_swa, the head_count_kv of a sliding layer, rope.freq_base_swa ... are written
+     * from them); a full-attention layer (il + 1) % swa_period == 0 has heads of head_dim_full
+     * (global_head_dim), n_head_kv_full key/value heads (num_global_key_value_heads; its K is
+     * also its V: attention_k_eq_v, no attn_v) and the proportional rope of theta rope_base_full
+     * on n_rot of them (global_head_dim x partial_rotary_factor); n_ff is the dense MLP beside
+     * the experts (intermediate_size); logits are soft-capped at softcap */
+    int64_t head_dim_full, n_head_kv_full, swa_period;
+    double rope_base_full, softcap;
 } forge_preset;
 
 /* ---- presets (forge_presets.c) ---- */
@@ -93,6 +103,11 @@ bool forge_arch_hybrid(forge_arch a);
 bool forge_layer_recurrent(const forge_preset *p, int il);
 /* The rotated dimensions (n_rot, else head_dim). */
 int64_t forge_preset_n_rot(const forge_preset *p);
+/* Architectures whose layers differ by kind (the hybrids, gemma4's sliding and full layers):
+ * their layouts are tested by tests/cpu_engine/test_<arch>.c, and convert does not take them. */
+bool forge_arch_own_layout(forge_arch a);
+/* gemma4's layer il is a sliding-window layer ((il + 1) % swa_period != 0); false elsewhere. */
+bool forge_layer_swa(const forge_preset *p, int il);
 
 /* ---- tensors (forge_tensors.c) ---- */
 typedef enum {
@@ -100,7 +115,9 @@ typedef enum {
     FR_BIAS, FR_SINKS, FR_ROUTER, FR_ROUTER_BIAS, FR_EXP_GATE, FR_EXP_UP, FR_EXP_DOWN,
     FR_EXP_BIAS, FR_SH_GATE, FR_SH_UP, FR_SH_DOWN, FR_SH_GATE_INP,
     FR_SSM_QKV, FR_SSM_GATE, FR_SSM_BA, FR_SSM_CONV, FR_SSM_DT, FR_SSM_A, FR_SSM_NORM, FR_SSM_OUT,
-    FR_SSM_BETA, FR_SSM_ALPHA, FR_NEXTN_EH
+    FR_SSM_BETA, FR_SSM_ALPHA, FR_NEXTN_EH,
+    FR_SCALE,      /* gemma4's router scale, per-expert scales, layer scalar: around 1 */
+    FR_ROPE_FREQS  /* gemma4's rope_freqs: n_rot / 2 ones, then 1e30 (unrotated pairs) */
 } forge_role;
 
 #define FORGE_NAME_MAX 64

@@ -34,16 +34,27 @@ static hm_status set_arch_keys(gguf_writer *w, const forge_preset *p) {
     U32("block_count", p->n_layer + p->n_nextn); /* qwen35moe: its MTP blocks appended */
     if (p->n_ff > 0) U32("feed_forward_length", p->n_ff); /* qwen35moe's config has none */
     U32("attention.head_count", p->n_head);
-    U32("attention.head_count_kv", p->n_head_kv);
-    U32("attention.key_length", p->head_dim);
-    U32("attention.value_length", p->head_dim);
-    F32("rope.freq_base", p->rope_base);
-    U32("rope.dimension_count", forge_preset_n_rot(p));
+    const bool gemma = p->arch == FORGE_ARCH_GEMMA4;
+    if (gemma) { /* convert_hf_to_gguf's Gemma4Model: kv heads per layer, the full layers' sizes */
+        uint32_t kv[1024];
+        for (int il = 0; il < (int)p->n_layer; il++)
+            kv[il] = (uint32_t)(forge_layer_swa(p, il) ? p->n_head_kv : p->n_head_kv_full);
+        snprintf(k, sizeof(k), "%s.attention.head_count_kv", a);
+        if (st == HM_OK) st = gguf_writer_set_arr(w, k, GGUF_VT_UINT32, kv, (uint64_t)p->n_layer);
+    } else {
+        U32("attention.head_count_kv", p->n_head_kv);
+    }
+    U32("attention.key_length", gemma ? p->head_dim_full : p->head_dim);
+    U32("attention.value_length", gemma ? p->head_dim_full : p->head_dim);
+    F32("rope.freq_base", gemma ? p->rope_base_full : p->rope_base);
+    /* gemma4: the whole global head, rope_freqs leaving the unrotated pairs still */
+    U32("rope.dimension_count", gemma ? p->head_dim_full : forge_preset_n_rot(p));
     F32("attention.layer_norm_rms_epsilon", p->rms_eps);
     U32("expert_count", p->n_expert);
     U32("expert_used_count", p->n_expert_used);
     const bool next = forge_arch_hybrid(p->arch);
-    if (p->arch == FORGE_ARCH_QWEN3MOE || p->arch == FORGE_ARCH_QWEN2MOE || p->arch == FORGE_ARCH_GPTOSS || next)
+    if (p->arch == FORGE_ARCH_QWEN3MOE || p->arch == FORGE_ARCH_QWEN2MOE || p->arch == FORGE_ARCH_GPTOSS || next ||
+        gemma)
         U32("expert_feed_forward_length", p->n_ff_exp);
     if (p->arch == FORGE_ARCH_QWEN2MOE || next) U32("expert_shared_feed_forward_length", p->n_ff_shexp);
     if (next) { /* convert_hf_to_gguf's Qwen3NextModel */
@@ -60,6 +71,20 @@ static hm_status set_arch_keys(gguf_writer *w, const forge_preset *p) {
         snprintf(k, sizeof(k), "%s.rope.dimension_sections", a);
         if (st == HM_OK) st = gguf_writer_set_arr(w, k, GGUF_VT_INT32, sec, 4);
         if (p->n_nextn > 0) U32("nextn_predict_layers", p->n_nextn);
+    }
+    if (gemma) {
+        bool swa[1024];
+        for (int il = 0; il < (int)p->n_layer; il++) swa[il] = forge_layer_swa(p, il);
+        F32("rope.freq_base_swa", p->rope_base);
+        U32("attention.sliding_window", p->sliding_window);
+        F32("final_logit_softcapping", p->softcap);
+        U32("attention.shared_kv_layers", 0);
+        U32("embedding_length_per_layer_input", 0);
+        snprintf(k, sizeof(k), "%s.attention.sliding_window_pattern", a);
+        if (st == HM_OK) st = gguf_writer_set_arr(w, k, GGUF_VT_BOOL, swa, (uint64_t)p->n_layer);
+        U32("attention.key_length_swa", p->head_dim);
+        U32("attention.value_length_swa", p->head_dim);
+        U32("rope.dimension_count_swa", p->head_dim);
     }
     if (p->arch == FORGE_ARCH_GPTOSS) {
         U32("attention.sliding_window", p->sliding_window);

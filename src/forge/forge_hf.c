@@ -246,16 +246,83 @@ static void config_common(hm_json *j, const forge_preset *p, const forge_vocab *
     hm_json_kstr(j, "torch_dtype", "float32");
 }
 
+/* gemma4: Gemma4TextConfig's keys (google/gemma-4-26B-A4B's text_config, flat, as
+ * AutoModelForCausalLM maps model_type gemma4_text to Gemma4ForCausalLM) */
+static void config_json_gemma4(hm_json *j, const forge_preset *p, const forge_vocab *v) {
+    hm_json_obj_begin(j);
+    hm_json_key(j, "architectures");
+    hm_json_arr_begin(j);
+    hm_json_str(j, "Gemma4ForCausalLM");
+    hm_json_arr_end(j);
+    hm_json_kstr(j, "model_type", "gemma4_text");
+    hm_json_kint(j, "vocab_size", p->n_vocab);
+    hm_json_kint(j, "hidden_size", p->n_embd);
+    hm_json_kint(j, "intermediate_size", p->n_ff);
+    hm_json_kint(j, "num_hidden_layers", p->n_layer);
+    hm_json_kint(j, "num_attention_heads", p->n_head);
+    hm_json_kint(j, "num_key_value_heads", p->n_head_kv);
+    hm_json_kint(j, "num_global_key_value_heads", p->n_head_kv_full);
+    hm_json_kint(j, "head_dim", p->head_dim);
+    hm_json_kint(j, "global_head_dim", p->head_dim_full);
+    hm_json_kstr(j, "hidden_activation", "gelu_pytorch_tanh");
+    hm_json_kint(j, "max_position_embeddings", p->n_ctx);
+    hm_json_kdouble(j, "rms_norm_eps", p->rms_eps);
+    hm_json_kbool(j, "tie_word_embeddings", true);
+    hm_json_kbool(j, "attention_bias", false);
+    hm_json_kdouble(j, "attention_dropout", 0.0);
+    hm_json_kint(j, "sliding_window", p->sliding_window);
+    hm_json_key(j, "layer_types");
+    hm_json_arr_begin(j);
+    for (int l = 0; l < (int)p->n_layer; l++)
+        hm_json_str(j, forge_layer_swa(p, l) ? "sliding_attention" : "full_attention");
+    hm_json_arr_end(j);
+    hm_json_key(j, "rope_parameters");
+    hm_json_obj_begin(j);
+    hm_json_key(j, "full_attention");
+    hm_json_obj_begin(j);
+    hm_json_kstr(j, "rope_type", "proportional");
+    hm_json_kdouble(j, "partial_rotary_factor", (double)forge_preset_n_rot(p) / (double)p->head_dim_full);
+    hm_json_kdouble(j, "rope_theta", p->rope_base_full);
+    hm_json_obj_end(j);
+    hm_json_key(j, "sliding_attention");
+    hm_json_obj_begin(j);
+    hm_json_kstr(j, "rope_type", "default");
+    hm_json_kdouble(j, "rope_theta", p->rope_base);
+    hm_json_obj_end(j);
+    hm_json_obj_end(j);
+    hm_json_kdouble(j, "final_logit_softcapping", p->softcap);
+    hm_json_kbool(j, "attention_k_eq_v", true);
+    hm_json_kint(j, "num_kv_shared_layers", 0);
+    hm_json_kint(j, "hidden_size_per_layer_input", 0);
+    hm_json_kint(j, "vocab_size_per_layer_input", p->n_vocab);
+    hm_json_kbool(j, "use_double_wide_mlp", false);
+    hm_json_kbool(j, "enable_moe_block", true);
+    hm_json_kint(j, "num_experts", p->n_expert);
+    hm_json_kint(j, "top_k_experts", p->n_expert_used);
+    hm_json_kint(j, "moe_intermediate_size", p->n_ff_exp);
+    hm_json_kbool(j, "use_cache", true);
+    hm_json_kdouble(j, "initializer_range", 0.02);
+    if (v->bos >= 0) hm_json_kint(j, "bos_token_id", v->bos);
+    hm_json_kint(j, "eos_token_id", v->eos);
+    if (v->pad >= 0) hm_json_kint(j, "pad_token_id", v->pad);
+    hm_json_kstr(j, "torch_dtype", "float32");
+    hm_json_obj_end(j);
+}
+
 static void config_json(hm_json *j, const forge_preset *p, const forge_vocab *v) {
+    if (p->arch == FORGE_ARCH_GEMMA4) {
+        config_json_gemma4(j, p, v);
+        return;
+    }
     static const char *const cls[FORGE_ARCH_COUNT] = {"Qwen3MoeForCausalLM", "MixtralForCausalLM",
                                                       "OlmoeForCausalLM", "GptOssForCausalLM",
                                                       "Qwen2MoeForCausalLM", "Qwen3NextForCausalLM",
-                                                      "Qwen3_5MoeForCausalLM"};
+                                                      "Qwen3_5MoeForCausalLM", "Gemma4ForCausalLM"};
     /* qwen35moe: the text model's own config (Qwen3_5MoeTextConfig), flat, as
      * AutoModelForCausalLM maps it to Qwen3_5MoeForCausalLM; the published checkpoints nest it
      * as text_config of a Qwen3_5MoeConfig beside the vision tower */
     static const char *const type[FORGE_ARCH_COUNT] = {"qwen3_moe", "mixtral", "olmoe", "gpt_oss", "qwen2_moe",
-                                                       "qwen3_next", "qwen3_5_moe_text"};
+                                                       "qwen3_next", "qwen3_5_moe_text", "gemma4_text"};
     hm_json_obj_begin(j);
     hm_json_key(j, "architectures");
     hm_json_arr_begin(j);

@@ -1,5 +1,5 @@
 /* forge_hf_map.c - which transformers tensor each GGUF tensor becomes: names of the modeling
- * classes (Qwen3Moe, Mixtral, Olmoe, GptOss, Qwen2Moe, Qwen3Next, Qwen3_5Moe) and the layout
+ * classes (Qwen3Moe, Mixtral, Olmoe, GptOss, Qwen2Moe, Qwen3Next, Qwen3_5Moe, Gemma4) and the layout
  * changes that
  * convert_hf_to_gguf applies, inverted (see forge_hf_op in forge.h).
  *
@@ -186,12 +186,65 @@ static bool layer_tensor_q35(plan *pl, const forge_preset *p, const forge_tensor
     return false;
 }
 
+/* gemma4's tensors as Gemma4TextDecoderLayer names them (norms stored as they are: Gemma 4's
+ * RMS norm multiplies by w, and convert_hf_to_gguf's Gemma4Model adds nothing); the experts as
+ * the model's fused 3-D parameters. */
+static const name_map k_gemma4_names[] = {
+    {"attn_norm.weight", "input_layernorm.weight"},
+    {"post_attention_norm.weight", "post_attention_layernorm.weight"},
+    {"ffn_norm.weight", "pre_feedforward_layernorm.weight"},
+    {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"},
+    {"pre_ffw_norm_2.weight", "pre_feedforward_layernorm_2.weight"},
+    {"post_ffw_norm_1.weight", "post_feedforward_layernorm_1.weight"},
+    {"post_ffw_norm_2.weight", "post_feedforward_layernorm_2.weight"},
+    {"attn_q.weight", "self_attn.q_proj.weight"},
+    {"attn_k.weight", "self_attn.k_proj.weight"},
+    {"attn_v.weight", "self_attn.v_proj.weight"},
+    {"attn_output.weight", "self_attn.o_proj.weight"},
+    {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+    {"attn_k_norm.weight", "self_attn.k_norm.weight"},
+    {"ffn_gate.weight", "mlp.gate_proj.weight"},
+    {"ffn_up.weight", "mlp.up_proj.weight"},
+    {"ffn_down.weight", "mlp.down_proj.weight"},
+    {"ffn_gate_inp.weight", "router.proj.weight"},
+    {"ffn_gate_inp.scale", "router.scale"},
+    {"ffn_down_exps.scale", "router.per_expert_scale"},
+    {"layer_output_scale.weight", "layer_scalar"},
+    {"ffn_gate_exps.weight", "experts.gate_up_proj"},
+    {"ffn_down_exps.weight", "experts.down_proj"},
+};
+
+static void layer_tensor_gemma4(plan *pl, const forge_tensor_list *l, int i) {
+    const forge_tensor *t = &l->t[i];
+    const char *suf = suffix_of(t);
+    for (size_t k = 0; k < sizeof(k_gemma4_names) / sizeof(k_gemma4_names[0]); k++) {
+        if (strcmp(suf, k_gemma4_names[k].gguf)) continue;
+        forge_hf_tensor *h = push(pl);
+        if (!h) return;
+        snprintf(h->name, sizeof(h->name), "model.layers.%d.%s", t->layer, k_gemma4_names[k].hf);
+        h->op = FH_COPY;
+        h->src = i;
+        copy_shape(h, t);
+        if (t->role == FR_EXP_GATE) { /* [X, 2F, E]: gate rows then up rows per expert */
+            h->op = FH_CAT_GU;
+            h->src2 = find(l, t->layer, "ffn_up_exps.weight");
+            h->shape[1] = 2 * t->ne[1];
+        }
+        return;
+    }
+    /* ffn_up_exps.weight: folded into gate_up_proj */
+}
+
 static void layer_tensor(plan *pl, const forge_preset *p, const forge_tensor_list *l, int i) {
     const forge_tensor *t = &l->t[i];
     const char *suf = suffix_of(t);
     const int L = t->layer;
     const bool mixtral = p->arch == FORGE_ARCH_LLAMA, oss = p->arch == FORGE_ARCH_GPTOSS;
     forge_hf_tensor *h;
+    if (p->arch == FORGE_ARCH_GEMMA4) {
+        layer_tensor_gemma4(pl, l, i);
+        return;
+    }
     if (p->arch == FORGE_ARCH_QWEN35MOE && layer_tensor_q35(pl, p, l, i)) return;
     if (forge_arch_hybrid(p->arch) && layer_tensor_next(pl, p, l, i)) return;
     for (size_t k = 0; k < sizeof(k_attn_names) / sizeof(k_attn_names[0]); k++) {
@@ -271,6 +324,7 @@ hm_status forge_hf_plan(const forge_preset *p, const forge_tensor_list *l, forge
     for (int i = 0; i < l->n; i++) {
         const forge_tensor *t = &l->t[i];
         if (t->layer >= 0) { layer_tensor(&pl, p, l, i); continue; }
+        if (t->role == FR_ROPE_FREQS) continue; /* gemma4: computed by transformers' rope */
         forge_hf_tensor *h = push(&pl);
         if (!h) break;
         const char *hn = !strcmp(t->name, "token_embd.weight") ? "model.embed_tokens.weight"

@@ -68,6 +68,17 @@ static const forge_preset k_presets[] = {
      .n_ctx = 262144, .rms_eps = 1e-6, .rope_base = 10000000.0, .special_base = 248044, .n_merges_max = 6000,
      .n_rot = 64, .ssm_conv_kernel = 4, .ssm_n_k_heads = 16, .ssm_n_v_heads = 32, .ssm_head_k = 128,
      .ssm_head_v = 128, .rope_sections = {11, 11, 10, 0}, .n_nextn = 1},
+    /* google/gemma-4-26B-A4B(-it), config.json's text_config: hidden 2816, 30 layers (5 sliding
+     * of window 1024 then 1 full, x5), 16 query heads; sliding layers 8 kv heads of 256, rope
+     * theta 1e4 on all of them; full layers 2 kv heads of 512 (attention_k_eq_v), proportional
+     * rope theta 1e6 with partial_rotary_factor 0.25 (128 of 512); a dense GELU MLP of 2112
+     * beside 128 experts of 704, top-8; vocab 262144; context 262144; softcap 30 */
+    {.name = "gemma-4-26b-a4b", .model_name = "Gemma-4-26B-A4B", .arch = FORGE_ARCH_GEMMA4,
+     .n_vocab = 262144, .n_embd = 2816, .n_layer = 30, .n_head = 16, .n_head_kv = 8, .head_dim = 256,
+     .n_ff = 2112, .n_ff_exp = 704, .n_expert = 128, .n_expert_used = 8, .n_ctx = 262144,
+     .rms_eps = 1e-6, .rope_base = 10000.0, .sliding_window = 1024, .special_base = 262144 - 64,
+     .n_merges_max = 6000, .n_rot = 128, .head_dim_full = 512, .n_head_kv_full = 2, .swa_period = 6,
+     .rope_base_full = 1000000.0, .softcap = 30.0},
 
     /* tiny test models: every feature of the arch, small dims */
     {.name = "tiny-qwen3moe", .model_name = "tiny-qwen3moe", .arch = FORGE_ARCH_QWEN3MOE, .tiny = true,
@@ -107,6 +118,14 @@ static const forge_preset k_presets[] = {
      .rms_eps = 1e-6, .rope_base = 10000000.0, .special_base = 1024 - 32, .n_merges_max = 700,
      .n_rot = 8, .ssm_conv_kernel = 4, .ssm_n_k_heads = 2, .ssm_n_v_heads = 4, .ssm_head_k = 16,
      .ssm_head_v = 16, .rope_sections = {2, 1, 1, 0}, .n_nextn = 1},
+    /* 4 layers: 0 and 2 sliding (window 4, 2 kv heads of 32), 1 and 3 full (1 kv head of 64,
+     * rope on 16 of its 64 dims) */
+    {.name = "tiny-gemma4moe", .model_name = "tiny-gemma4moe", .arch = FORGE_ARCH_GEMMA4, .tiny = true,
+     .n_vocab = 1024, .n_embd = 128, .n_layer = 4, .n_head = 4, .n_head_kv = 2, .head_dim = 32,
+     .n_ff = 64, .n_ff_exp = 32, .n_expert = 16, .n_expert_used = 4, .n_ctx = 4096,
+     .rms_eps = 1e-6, .rope_base = 10000.0, .sliding_window = 4, .special_base = 1024 - 32,
+     .n_merges_max = 700, .n_rot = 16, .head_dim_full = 64, .n_head_kv_full = 1, .swa_period = 2,
+     .rope_base_full = 1000000.0, .softcap = 30.0},
 };
 /* clang-format on */
 
@@ -128,7 +147,7 @@ static const char *const k_arch_names[FORGE_ARCH_COUNT] = {
     [FORGE_ARCH_QWEN3MOE] = "qwen3moe", [FORGE_ARCH_LLAMA] = "llama",
     [FORGE_ARCH_OLMOE] = "olmoe",       [FORGE_ARCH_GPTOSS] = "gpt-oss",
     [FORGE_ARCH_QWEN2MOE] = "qwen2moe", [FORGE_ARCH_QWEN3NEXT] = "qwen3next",
-    [FORGE_ARCH_QWEN35MOE] = "qwen35moe",
+    [FORGE_ARCH_QWEN35MOE] = "qwen35moe", [FORGE_ARCH_GEMMA4] = "gemma4",
 };
 
 const char *forge_arch_name(forge_arch a) {
@@ -167,6 +186,12 @@ bool forge_layer_recurrent(const forge_preset *p, int il) {
 
 int64_t forge_preset_n_rot(const forge_preset *p) { return p->n_rot > 0 ? p->n_rot : p->head_dim; }
 
+bool forge_arch_own_layout(forge_arch a) { return forge_arch_hybrid(a) || a == FORGE_ARCH_GEMMA4; }
+
+bool forge_layer_swa(const forge_preset *p, int il) {
+    return p->arch == FORGE_ARCH_GEMMA4 && p->swa_period > 0 && (il + 1) % p->swa_period != 0;
+}
+
 hm_status forge_preset_check(const forge_preset *p, hm_error *err) {
 #define NEED(cond, ...) \
     do { if (!(cond)) return hm_error_set(err, HM_ERR_ARG, __VA_ARGS__); } while (0)
@@ -189,8 +214,22 @@ hm_status forge_preset_check(const forge_preset *p, hm_error *err) {
     if (p->arch == FORGE_ARCH_OLMOE) NEED(p->n_head_kv == p->n_head, "olmoe needs n_head_kv == n_head");
     int64_t ff = forge_preset_ff_exp(p);
     NEED(ff >= 32 && ff % 32 == 0, "expert width %lld must be a positive multiple of 32", (long long)ff);
-    NEED(forge_preset_n_rot(p) >= 2 && forge_preset_n_rot(p) % 2 == 0 && forge_preset_n_rot(p) <= p->head_dim,
+    const int64_t rot_max = p->arch == FORGE_ARCH_GEMMA4 ? p->head_dim_full : p->head_dim;
+    NEED(forge_preset_n_rot(p) >= 2 && forge_preset_n_rot(p) % 2 == 0 && forge_preset_n_rot(p) <= rot_max,
          "n_rot %lld must be even and at most head_dim", (long long)forge_preset_n_rot(p));
+    if (p->arch == FORGE_ARCH_GEMMA4) {
+        NEED(p->head_dim_full >= 2 && p->head_dim_full % 2 == 0 && p->n_head * p->head_dim_full % 32 == 0,
+             "gemma4: global head_dim %lld must be even, n_head x it a multiple of 32", (long long)p->head_dim_full);
+        NEED(p->n_head_kv_full >= 1 && p->n_head % p->n_head_kv_full == 0,
+             "gemma4: n_head %lld must be a multiple of the full layers' kv heads %lld",
+             (long long)p->n_head, (long long)p->n_head_kv_full);
+        NEED(p->swa_period >= 1 && p->n_layer % p->swa_period == 0,
+             "gemma4: the last layer must be full attention (n_layer a multiple of the period %lld;"
+             " transformers forces it)", (long long)p->swa_period);
+        NEED(p->sliding_window >= 1, "gemma4: sliding window must be >= 1");
+        NEED(p->n_ff >= 32 && p->n_ff % 32 == 0, "gemma4: dense MLP width must be a multiple of 32");
+        NEED(p->softcap >= 0.0 && p->rope_base_full > 0.0, "gemma4: bad softcap or full-layer rope base");
+    }
     if (forge_arch_hybrid(p->arch)) {
         NEED(p->ssm_conv_kernel >= 1 && p->ssm_conv_kernel <= 64, "ssm conv kernel out of range 1..64");
         NEED(p->ssm_n_k_heads >= 1 && p->ssm_n_v_heads >= 1 && p->ssm_n_v_heads % p->ssm_n_k_heads == 0,

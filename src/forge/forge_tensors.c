@@ -98,7 +98,45 @@ static void build_layer_qwen3next(builder *b, const forge_preset *p, int il) {
     }
 }
 
+/* A gemma4 layer (llama.cpp's gemma4 loader, every layer an MoE layer as in Gemma 4 26B-A4B):
+ * per layer kind the head size and kv heads; a full layer has no attn_v (its K is its V); the
+ * dense MLP (ffn_gate/up/down) with its norms beside the router (with its input scale) and the
+ * experts (with their per-expert output scales); the layer's output scalar. */
+static void build_layer_gemma4(builder *b, const forge_preset *p, int il) {
+    const bool swa = forge_layer_swa(p, il);
+    const int64_t E = p->n_embd, hd = swa ? p->head_dim : p->head_dim_full;
+    const int64_t nq = p->n_head * hd, nkv = (swa ? p->n_head_kv : p->n_head_kv_full) * hd;
+    const int64_t X = p->n_expert, F = p->n_ff_exp, D = p->n_ff;
+    T1(FR_NORM, "attn_norm.weight", E);
+    T2(FR_ATTN_Q, "attn_q.weight", E, nq);
+    T2(FR_ATTN_K, "attn_k.weight", E, nkv);
+    if (swa) T2(FR_ATTN_V, "attn_v.weight", E, nkv);
+    T2(FR_ATTN_O, "attn_output.weight", nq, E);
+    T1(FR_QK_NORM, "attn_q_norm.weight", hd);
+    T1(FR_QK_NORM, "attn_k_norm.weight", hd);
+    T1(FR_NORM, "post_attention_norm.weight", E);
+    T1(FR_SCALE, "layer_output_scale.weight", 1);
+    T1(FR_NORM, "ffn_norm.weight", E);
+    T2(FR_SH_GATE, "ffn_gate.weight", E, D);
+    T2(FR_SH_UP, "ffn_up.weight", E, D);
+    T2(FR_SH_DOWN, "ffn_down.weight", D, E);
+    T1(FR_NORM, "post_ffw_norm.weight", E);
+    T2(FR_ROUTER, "ffn_gate_inp.weight", E, X);
+    T1(FR_SCALE, "ffn_gate_inp.scale", E);
+    T1(FR_NORM, "pre_ffw_norm_2.weight", E);
+    T1(FR_NORM, "post_ffw_norm_1.weight", E);
+    T1(FR_NORM, "post_ffw_norm_2.weight", E);
+    T3(FR_EXP_GATE, "ffn_gate_exps.weight", E, F, X);
+    T3(FR_EXP_UP, "ffn_up_exps.weight", E, F, X);
+    T3(FR_EXP_DOWN, "ffn_down_exps.weight", F, E, X);
+    T1(FR_SCALE, "ffn_down_exps.scale", X);
+}
+
 static void build_layer(builder *b, const forge_preset *p, int il) {
+    if (p->arch == FORGE_ARCH_GEMMA4) {
+        build_layer_gemma4(b, p, il);
+        return;
+    }
     if (forge_arch_hybrid(p->arch)) {
         build_layer_qwen3next(b, p, il);
         return;
@@ -169,22 +207,37 @@ static bool ends_with(const char *s, const char *suf) {
     return a >= b && !strcmp(s + a - b, suf);
 }
 
-/* Mirrors llama_tensor_get_type_impl for LLAMA_FTYPE_MOSTLY_Q4_K_M (has_tied_embeddings is
- * false: every preset has output.weight; i_attention_wv equals the layer index because
- * llama.cpp visits tensors sorted by layer). */
+/* The attn_v tensors before layer il and in all (llama.cpp's i_attention_wv, n_attention_wv:
+ * qwen3next's every 4th layer, gemma4's sliding layers have one). */
+static int attn_v_index(const forge_preset *p, int il, int *n) {
+    int before = 0, all = 0;
+    for (int l = 0; l < (int)p->n_layer; l++) {
+        bool has = forge_arch_hybrid(p->arch) ? !forge_layer_recurrent(p, l)
+                   : p->arch == FORGE_ARCH_GEMMA4 ? forge_layer_swa(p, l) : true;
+        all += has;
+        before += has && l < il;
+    }
+    *n = all;
+    return before;
+}
+
+/* Mirrors llama_tensor_get_type_impl for LLAMA_FTYPE_MOSTLY_Q4_K_M (has_tied_embeddings: only
+ * gemma4, whose token_embd then takes output's type; i_attention_wv counts the layers with an
+ * attn_v before this one because llama.cpp visits tensors sorted by layer). */
 static uint32_t q4_k_m_type(const forge_preset *p, const forge_tensor *t) {
     const char *n = t->name;
     const int nl = (int)p->n_layer;
     uint32_t ty = HM_TYPE_Q4_K;
-    if (!strcmp(n, "output.weight")) {
+    const bool tied = p->arch == FORGE_ARCH_GEMMA4;
+    if (!strcmp(n, "output.weight") || (tied && !strcmp(n, "token_embd.weight"))) {
         ty = t->ne[0] % HM_QK_K != 0 ? HM_TYPE_Q8_0 : HM_TYPE_Q6_K;
     } else if (!strcmp(n, "token_embd.weight")) {
         /* default type */
     } else if (strstr(n, "attn_v.weight")) {
-        /* counted over the layers that have one (qwen3next: every 4th) */
-        const bool hy = forge_arch_hybrid(p->arch);
-        const int iv = hy ? (t->layer + 1) / 4 - 1 : t->layer;
-        if (use_more_bits(iv, hy ? nl / 4 : nl)) ty = HM_TYPE_Q6_K;
+        /* counted over the layers that have one (qwen3next: every 4th; gemma4: sliding) */
+        int nv = 0;
+        const int iv = attn_v_index(p, t->layer, &nv);
+        if (use_more_bits(iv, nv)) ty = HM_TYPE_Q6_K;
         if (p->n_expert == 8) ty = HM_TYPE_Q8_0;
     } else if (strstr(n, "attn_k.weight")) {
         if (p->n_expert == 8) ty = HM_TYPE_Q8_0;
@@ -210,6 +263,7 @@ static uint32_t tensor_type(const forge_preset *p, forge_mix mix, const forge_te
     case FORGE_MIX_F16: return HM_TYPE_F16;
     case FORGE_MIX_Q8_0: return fallback(t, HM_TYPE_Q8_0);
     case FORGE_MIX_MXFP4:
+        /* (gemma4's tied token_embd is 2-D: q8_0, as output would be) */
         if (!strcmp(t->name, "output.weight")) return fallback(t, HM_TYPE_Q8_0);
         return fallback(t, t->ne[2] > 1 ? HM_TYPE_MXFP4 : HM_TYPE_Q8_0);
     case FORGE_MIX_Q4_K_M: return q4_k_m_type(p, t);
@@ -220,7 +274,12 @@ static uint32_t tensor_type(const forge_preset *p, forge_mix mix, const forge_te
 static void set_distribution(const forge_preset *p, forge_tensor *t) {
     t->mean = 0.0f;
     switch (t->role) {
-    case FR_EMBD: t->std = p->tiny ? FORGE_TINY_EMBD_STD : 1.0f; break;
+    case FR_EMBD: /* gemma4: tied output, soft-capped logits: logits of std ~2 */
+        t->std = p->arch == FORGE_ARCH_GEMMA4 ? (float)(2.0 / sqrt((double)p->n_embd))
+                 : p->tiny ? FORGE_TINY_EMBD_STD : 1.0f;
+        break;
+    case FR_SCALE: t->mean = 1.0f; t->std = 0.1f; break;
+    case FR_ROPE_FREQS: t->mean = 1.0f; t->std = 0.0f; break; /* values: forge_gen_floats */
     case FR_NORM:
     case FR_QK_NORM: t->mean = 1.0f; t->std = 0.1f; break;
     case FR_BIAS:
@@ -245,10 +304,13 @@ hm_status forge_tensors_build(const forge_preset *p, forge_mix mix, forge_tensor
     builder bb = {.l = out}, *b = &bb;
     int il = -1;
     T2(FR_EMBD, "token_embd.weight", p->n_embd, p->n_vocab);
+    /* gemma4: the full layers' proportional rope as freq factors on n_rot = global head_dim */
+    if (p->arch == FORGE_ARCH_GEMMA4) T1(FR_ROPE_FREQS, "rope_freqs.weight", p->head_dim_full / 2);
     for (il = 0; il < (int)(p->n_layer + p->n_nextn); il++) build_layer(b, p, il);
     il = -1;
     T1(FR_NORM, "output_norm.weight", p->n_embd);
-    T2(FR_OUTPUT, "output.weight", p->n_embd, p->n_vocab);
+    if (p->arch != FORGE_ARCH_GEMMA4) /* gemma4's output is token_embd (tied) */
+        T2(FR_OUTPUT, "output.weight", p->n_embd, p->n_vocab);
     if (bb.oom) {
         forge_tensors_free(out);
         return hm_error_set(err, HM_ERR_NOMEM, "out of memory building the tensor list");

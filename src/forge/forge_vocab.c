@@ -392,6 +392,7 @@ hm_status forge_vocab_build(const forge_preset *p, forge_vocab *v, hm_error *err
     switch (p->arch) {
     case FORGE_ARCH_QWEN3NEXT:
     case FORGE_ARCH_QWEN35MOE:
+    case FORGE_ARCH_GEMMA4: /* forge's byte-level BPE with Qwen3's specials, not Gemma's tokenizer */
     case FORGE_ARCH_QWEN3MOE: sp = k_qwen3_specials; nsp = COUNT(k_qwen3_specials); v->pre = "qwen2"; break;
     case FORGE_ARCH_QWEN2MOE: sp = k_qwen2_specials; nsp = COUNT(k_qwen2_specials); v->pre = "qwen2"; break;
     case FORGE_ARCH_OLMOE: sp = k_olmoe_specials; nsp = COUNT(k_olmoe_specials); v->pre = "olmo"; break;
@@ -428,6 +429,7 @@ hm_status forge_vocab_build(const forge_preset *p, forge_vocab *v, hm_error *err
     case FORGE_ARCH_QWEN3MOE:
     case FORGE_ARCH_QWEN3NEXT:
     case FORGE_ARCH_QWEN35MOE:
+    case FORGE_ARCH_GEMMA4:
     case FORGE_ARCH_QWEN2MOE:
         v->bos = v->pad = find_tok(v, &tab, "<|endoftext|>");
         v->eos = find_tok(v, &tab, "<|im_end|>");

@@ -65,7 +65,8 @@ const char *forge_chat_template(forge_arch a) {
     switch (a) {
     case FORGE_ARCH_QWEN3MOE:
     case FORGE_ARCH_QWEN3NEXT:
-    case FORGE_ARCH_QWEN35MOE: return k_chatml_qwen3;
+    case FORGE_ARCH_QWEN35MOE:
+    case FORGE_ARCH_GEMMA4: return k_chatml_qwen3; /* with the vocabulary's Qwen3 specials */
     case FORGE_ARCH_QWEN2MOE: return k_chatml_qwen2;
     case FORGE_ARCH_LLAMA: return k_mistral;
     case FORGE_ARCH_OLMOE: return k_tulu;

@@ -84,6 +84,9 @@ void forge_gen_floats(const forge_gen *g, const forge_preset *p, const forge_ten
                       int64_t first, int64_t n, float *dst) {
     const uint64_t key = forge_tensor_key(g->seed, t->name);
     for (int64_t i = 0; i < n; i++) dst[i] = t->mean + t->std * gauss(key, (uint64_t)(first + i));
+    if (t->role == FR_ROPE_FREQS) /* convert_hf_to_gguf's Gemma4Model: 1 on the rotated pairs,
+                                     1e30 (theta / 1e30: no rotation) on the others */
+        for (int64_t i = 0; i < n; i++) dst[i] = first + i < forge_preset_n_rot(p) / 2 ? 1.0f : 1e30f;
     if (t->role == FR_OUTPUT && p->tiny) {
         /* tiny presets: output row j also holds FORGE_TINY_SUCC / n_embd x the unit-std
          * embedding values of token src(j), so while the current token is src(j) (hidden state

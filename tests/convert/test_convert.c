@@ -153,7 +153,7 @@ static hm_status run_convert(const char *dir, const char *out, forge_mix mix, co
 static void test_equal_forge(void) {
     for (int pi = 0; pi < forge_preset_count(); pi++) {
         const forge_preset *p = forge_preset_at(pi);
-        if (!p->tiny || forge_arch_hybrid(p->arch)) continue; /* convert: not built yet */
+        if (!p->tiny || forge_arch_own_layout(p->arch)) continue; /* convert: not built yet */
         char g32[512], hf[512], tag[128];
         snprintf(tag, sizeof(tag), "cv-%s-f32", p->name);
         HM_REQUIRE(ft_forge(p, FORGE_MIX_F32, 42, tag, true, 2, g32, sizeof(g32), hf, sizeof(hf)) ==
@@ -469,7 +469,7 @@ static void test_shards_dtypes(void) {
 static void test_q8_twin(void) {
     for (int pi = 0; pi < forge_preset_count(); pi++) {
         const forge_preset *p = forge_preset_at(pi);
-        if (!p->tiny || forge_arch_hybrid(p->arch)) continue; /* convert: not built yet */
+        if (!p->tiny || forge_arch_own_layout(p->arch)) continue; /* convert: not built yet */
         char g[512], hf[512], out[512], tag[128];
         snprintf(tag, sizeof(tag), "cv-q8-%s", p->name);
         HM_REQUIRE(ft_forge(p, FORGE_MIX_Q8_0, 42, tag, true, 2, g, sizeof(g), hf, sizeof(hf)) ==
