@@ -384,3 +384,12 @@ bool cuda_engine_postfetch_layer(const struct cuda_engine *e, int il, size_t *by
 void cuda_engine_fetch_layout(const struct cuda_engine *e, int il, cuda_fetch_layout *out) {
     memset(out, 0, sizeof(*out));
 }
+
+/* ---- cuda_delta.h ---- */
+#include "cuda/cuda_delta.h"
+
+hm_status cuda_delta_net(const cuda_delta_args *a, void *stream, hm_error *err) {
+    (void)a;
+    (void)stream;
+    return hm_error_set(err, HM_ERR_UNSUPPORTED, "cuda_delta_net: built without CUDA");
+}
