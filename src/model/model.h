@@ -32,6 +32,7 @@ typedef enum {
     HM_ARCH_QWEN2MOE,     /* "qwen2moe" */
     HM_ARCH_QWEN3NEXT,    /* "qwen3next": gated delta-net layers + gated full attention */
     HM_ARCH_QWEN35MOE,    /* "qwen35moe": Qwen3.5-MoE, qwen3next's layers with its differences */
+    HM_ARCH_GEMMA4,       /* "gemma4": Gemma 4's MoE model (docs/GEMMA4.md); loaded, not run yet */
     HM_ARCH_COUNT
 } hm_arch;
 
@@ -93,6 +94,11 @@ typedef struct {
                                  grouped heads, where it is h / (v heads / k heads)) */
     bool rope_sections;       /* rope.dimension_sections (multi-section rope) and
                                  nextn_predict_layers are read (qwen35moe; docs/HYBRID.md) */
+    bool gemma4;              /* Gemma 4 (docs/GEMMA4.md): sliding and full layers by
+                                 sliding_window_pattern with their own head size, kv heads (K as V
+                                 on full layers) and rope; a dense GELU MLP beside the experts,
+                                 each with its norms; router input scale, per-expert scales, a
+                                 layer scalar, tied output, soft-capped logits */
 } hm_arch_desc;
 
 /* Descriptor for an architecture string; NULL when unsupported. */
@@ -137,6 +143,14 @@ typedef struct {
     int64_t n_nextn;                /* nextn_predict_layers: multi-token-prediction blocks after
                                        the decoder layers (block_count = n_layer + n_nextn);
                                        loaded (checked), never run */
+    /* gemma4 (hm_arch_desc.gemma4), 0 otherwise; head_dim_k, n_head_kv, n_rot and rope_base
+     * above are the full-attention layers' (key_length, ..., rope.freq_base) */
+    int64_t head_dim_swa;           /* attention.key_length_swa (= value_length_swa) */
+    int64_t n_head_kv_swa;          /* head_count_kv of the sliding layers (an array per layer) */
+    int64_t n_rot_swa;              /* rope.dimension_count_swa */
+    float rope_base_swa;            /* rope.freq_base_swa */
+    int64_t n_ff;                   /* feed_forward_length: the dense MLP beside the experts */
+    float logit_softcap;            /* final_logit_softcapping (0: none) */
 } hm_hparams;
 
 /* ---- weights ---- */
@@ -186,6 +200,17 @@ typedef struct {
     hm_tensor ssm_a;                /* {v heads} -exp(A_log): the decay rate */
     hm_tensor ssm_norm;             /* {head_v} the gated output norm (plain RMS) */
     hm_tensor ssm_out;              /* {vd, n_embd} */
+    /* gemma4 (hd = head_dim_swa or head_dim_k by layer kind; a full layer has no wv: V is K) */
+    hm_tensor attn_post_norm;       /* {n_embd} post_attention_norm: on the attention's output */
+    hm_tensor ffn_gate, ffn_up;     /* {n_embd, n_ff} the dense MLP (GELU-tanh gated) */
+    hm_tensor ffn_down;             /* {n_ff, n_embd} */
+    hm_tensor ffn_post_norm1;       /* {n_embd} post_ffw_norm_1: on the dense MLP's output */
+    hm_tensor ffn_pre_norm2;        /* {n_embd} pre_ffw_norm_2: the experts' input norm */
+    hm_tensor ffn_post_norm2;       /* {n_embd} post_ffw_norm_2: on the experts' sum */
+    hm_tensor ffn_post_norm;        /* {n_embd} post_ffw_norm: on dense + experts */
+    hm_tensor router_scale;         /* {n_embd} ffn_gate_inp.scale: the router's input scale */
+    hm_tensor down_exps_scale;      /* {n_expert} ffn_down_exps.scale: per-expert output scale */
+    hm_tensor out_scale;            /* {1} layer_output_scale: the layer's output scalar */
 } hm_layer;
 
 typedef struct hm_model hm_model;
@@ -224,7 +249,10 @@ const gguf_ctx *hm_model_gguf(const hm_model *m); /* for the tokenizer and inspe
 /* The tensors outside the layers (for engines that copy the weights elsewhere, e.g. the GPU). */
 const hm_tensor *hm_model_tok_embd(const hm_model *m);    /* {n_embd, n_vocab} */
 const hm_tensor *hm_model_output_norm(const hm_model *m); /* {n_embd} f32 */
-const hm_tensor *hm_model_output(const hm_model *m);      /* {n_embd, n_vocab} */
+const hm_tensor *hm_model_output(const hm_model *m);      /* {n_embd, n_vocab} (gemma4: token_embd) */
+/* gemma4: rope_freqs {head_dim_k / 2} f32, the full layers' frequency factors (1 on the rotated
+ * pairs, 1e30 on the others: the proportional rope); data NULL elsewhere. */
+const hm_tensor *hm_model_rope_freqs(const hm_model *m);
 uint64_t hm_model_weight_bytes(const hm_model *m); /* tensor data bytes */
 /* The RoPE of every layer (kind, dimensions, base, YaRN) as cpu_rope takes it. */
 cpu_rope_params hm_model_rope_params(const hm_model *m);

@@ -48,6 +48,13 @@ static const hm_arch_desc k_archs[HM_ARCH_COUNT] = {
                            .shared_expert = true, .swiglu = HM_SWIGLU_SILU, .ff_exp_key = true,
                            .hybrid = true, .attn_gate = true, .ssm_ab_split = true,
                            .ssm_v_tiled = true, .rope_sections = true},
+    /* Gemma 4 (the MoE model, e.g. 26B-A4B): llama.cpp src/models/gemma4.cpp and
+     * convert_hf_to_gguf's Gemma4Model, transformers modeling_gemma4.py (docs/GEMMA4.md). The
+     * layer kinds come from sliding_window_pattern, not swa_period; norms are stored as the model
+     * multiplies by them (no 1 + w) */
+    [HM_ARCH_GEMMA4] = {.arch = HM_ARCH_GEMMA4, .name = "gemma4", .qk_norm = HM_QKNORM_HEAD,
+                        .rope = HM_ROPE_NEOX, .gating = HM_GATING_SOFTMAX_TOPK_NORM,
+                        .ff_exp_key = true, .gemma4 = true}, /* GELU-tanh: the gemma4 flag */
 };
 
 const hm_arch_desc *hm_arch_find(const char *name, size_t len) {
@@ -62,7 +69,7 @@ const hm_arch_desc *hm_arch_get(hm_arch arch) {
 }
 
 const char *hm_arch_supported_list(void) {
-    return "qwen3moe, llama, olmoe, gpt-oss, qwen2moe, qwen3next, qwen35moe";
+    return "qwen3moe, llama, olmoe, gpt-oss, qwen2moe, qwen3next, qwen35moe, gemma4";
 }
 
 cpu_rope_params hm_model_rope_params(const hm_model *m) {

@@ -13,6 +13,9 @@ struct hm_model {
     hm_tensor tok_embd;    /* {n_embd, n_vocab} any supported type */
     hm_tensor output_norm; /* {n_embd} f32 */
     hm_tensor output;      /* {n_embd, n_vocab} */
+    hm_tensor rope_freqs;  /* gemma4: {head_dim_k / 2} f32 */
+    bool *swa;             /* gemma4: [n_layer] sliding_window_pattern, read with the
+                              hyper-parameters, copied into the layers */
     hm_layer *layers;      /* [n_layer] */
     float *owned;          /* small vectors converted to f32 at load (norms, biases of other
                               types); hm_tensor.data points into it */

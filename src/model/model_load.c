@@ -118,6 +118,85 @@ static hm_status read_hparams_sections(hm_model *m, hm_error *err) {
     return HM_OK;
 }
 
+/* A key llama.cpp reads with get_key_or_arr: one integer, or an array of n_layer; *a and *b
+ * take the value of the sliding layers (swa[il]) and of the full ones, which must each agree. */
+static hm_status get_per_kind(const hm_model *m, const char *suffix, const bool *swa,
+                              int64_t *v_swa, int64_t *v_full, hm_error *err) {
+    char key[160];
+    int64_t i;
+    hm_status st = find_arch_key(m->g, m->desc->name, suffix, true, key, &i, err);
+    if (st != HM_OK) return st;
+    gguf_arr arr;
+    if (gguf_kv_int(m->g, i, v_swa, NULL) == HM_OK) {
+        *v_full = *v_swa;
+        return HM_OK;
+    }
+    if ((st = gguf_get_arr(m->g, key, &arr, err)) != HM_OK) return st;
+    if ((int64_t)arr.n != m->hp.n_layer)
+        return hm_error_set(err, HM_ERR_FORMAT, "%s: %llu values for %lld layers", key,
+                            (unsigned long long)arr.n, (long long)m->hp.n_layer);
+    *v_swa = *v_full = -1;
+    for (uint64_t l = 0; l < arr.n; l++) {
+        int64_t v = gguf_arr_int(&arr, l), *dst = swa[l] ? v_swa : v_full;
+        if (*dst >= 0 && *dst != v)
+            return hm_error_set(err, HM_ERR_UNSUPPORTED, "%s: layer %llu has %lld, another layer "
+                                "of its kind %lld (one value per layer kind is supported)", key,
+                                (unsigned long long)l, (long long)v, (long long)*dst);
+        *dst = v;
+    }
+    if (*v_swa < 0) *v_swa = *v_full;
+    if (*v_full < 0) *v_full = *v_swa;
+    return HM_OK;
+}
+
+/* gemma4 (llama.cpp's gemma4 load_arch_hparams): attention.sliding_window_pattern (a bool per
+ * layer, true = sliding; into m->layers' swa), attention.sliding_window, head_count_kv per layer
+ * kind, the _swa sizes and rope base, feed_forward_length (the dense MLP),
+ * final_logit_softcapping; per-layer embeddings and shared KV layers (the small Gemma 4 models)
+ * are refused. The generic keys were read before (key_length and rope.* are the full layers'). */
+static hm_status read_hparams_gemma4(hm_model *m, bool *swa, hm_error *err) {
+    const char *a = m->desc->name;
+    hm_hparams *hp = &m->hp;
+    char key[160];
+    snprintf(key, sizeof(key), "%s.attention.sliding_window_pattern", a);
+    gguf_arr arr;
+    hm_status st = gguf_get_arr(m->g, key, &arr, err);
+    if (st != HM_OK) return st;
+    if ((int64_t)arr.n != hp->n_layer)
+        return hm_error_set(err, HM_ERR_FORMAT, "%s: %llu values for %lld layers", key,
+                            (unsigned long long)arr.n, (long long)hp->n_layer);
+    for (uint64_t l = 0; l < arr.n; l++) swa[l] = gguf_arr_int(&arr, l) != 0;
+    int64_t shared = 0, ple = 0, vl_swa = 0;
+    st = get_per_kind(m, "attention.head_count_kv", swa, &hp->n_head_kv_swa, &hp->n_head_kv, err);
+    if (st == HM_OK) st = get_i(m->g, a, "attention.sliding_window", 0, true, &hp->sliding_window, err);
+    if (st == HM_OK) st = get_i(m->g, a, "attention.key_length_swa", 0, true, &hp->head_dim_swa, err);
+    if (st == HM_OK) st = get_i(m->g, a, "attention.value_length_swa", 0, true, &vl_swa, err);
+    if (st == HM_OK)
+        st = get_i(m->g, a, "rope.dimension_count_swa", hp->head_dim_swa, false, &hp->n_rot_swa, err);
+    if (st == HM_OK) st = get_f(m->g, a, "rope.freq_base_swa", hp->rope_base, false, &hp->rope_base_swa, err);
+    if (st == HM_OK) st = get_i(m->g, a, "feed_forward_length", 0, true, &hp->n_ff, err);
+    if (st == HM_OK) st = get_f(m->g, a, "final_logit_softcapping", 0.0, false, &hp->logit_softcap, err);
+    if (st == HM_OK) st = get_i(m->g, a, "attention.shared_kv_layers", 0, false, &shared, err);
+    if (st == HM_OK) st = get_i(m->g, a, "embedding_length_per_layer_input", 0, false, &ple, err);
+    if (st != HM_OK) return st;
+    if (shared != 0 || ple != 0)
+        return hm_error_set(err, HM_ERR_UNSUPPORTED, "%s: shared KV layers (%lld) and per-layer "
+                            "embeddings (%lld) of the small Gemma 4 models are not supported "
+                            "(the MoE model has neither)", a, (long long)shared, (long long)ple);
+    if (hp->n_head_kv_swa <= 0 || hp->n_head % hp->n_head_kv_swa != 0 || hp->head_dim_swa <= 0 ||
+        hp->head_dim_swa > 4096 || vl_swa != hp->head_dim_swa || hp->n_rot_swa <= 0 ||
+        hp->n_rot_swa % 2 || hp->n_rot_swa > hp->head_dim_swa || hp->sliding_window <= 0 ||
+        hp->n_ff <= 0 || !(hp->rope_base_swa > 0.0f) || !(hp->logit_softcap >= 0.0f))
+        return hm_error_set(err, HM_ERR_RANGE, "%s: bad sliding layers' head_count_kv/key_length"
+                            "/value_length/rope dimension (%lld/%lld/%lld/%lld), sliding_window "
+                            "%lld, feed_forward_length %lld, rope.freq_base_swa or "
+                            "final_logit_softcapping", a, (long long)hp->n_head_kv_swa,
+                            (long long)hp->head_dim_swa, (long long)vl_swa,
+                            (long long)hp->n_rot_swa, (long long)hp->sliding_window,
+                            (long long)hp->n_ff);
+    return HM_OK;
+}
+
 static hm_status read_hparams(hm_model *m, hm_error *err) {
     const gguf_ctx *g = m->g;
     const char *a = m->desc->name;
@@ -137,7 +216,10 @@ static hm_status read_hparams(hm_model *m, hm_error *err) {
                             " (%lld/%lld/%lld)", a, (long long)hp->n_embd,
                             (long long)hp->n_layer, (long long)hp->n_head);
     if (m->desc->rope_sections && (st = read_hparams_sections(m, err)) != HM_OK) return st;
-    GI("attention.head_count_kv", hp->n_head, false, &hp->n_head_kv);
+    if (!m->desc->gemma4) /* gemma4: per layer kind (read_hparams_gemma4) */
+        GI("attention.head_count_kv", hp->n_head, false, &hp->n_head_kv);
+    else
+        hp->n_head_kv = hp->n_head;
     GI("attention.key_length", hp->n_embd / hp->n_head, false, &hp->head_dim_k);
     GI("attention.value_length", hp->head_dim_k, false, &hp->head_dim_v);
     GI("rope.dimension_count", hp->head_dim_k, false, &hp->n_rot);
@@ -217,6 +299,17 @@ static hm_status read_hparams(hm_model *m, hm_error *err) {
                             "rms epsilon, rope base or sliding window", a);
     if (m->desc->swa_period > 0 && hp->sliding_window == 0)
         return hm_error_set(err, HM_ERR_RANGE, "%s.attention.sliding_window must be > 0", a);
+    if (m->desc->gemma4) {
+        bool *swa = calloc((size_t)hp->n_layer, sizeof(bool));
+        if (!swa) return hm_error_set(err, HM_ERR_NOMEM, "out of memory");
+        st = read_hparams_gemma4(m, swa, err);
+        m->swa = swa; /* into the layers by bind_all */
+        if (st == HM_OK && (hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv != 0))
+            st = hm_error_set(err, HM_ERR_RANGE, "%s: head_count %lld is not a multiple of the "
+                              "full layers' head_count_kv %lld", a, (long long)hp->n_head,
+                              (long long)hp->n_head_kv);
+        return st;
+    }
     return m->desc->hybrid ? read_hparams_ssm(m, err) : HM_OK;
 }
 
@@ -355,6 +448,54 @@ static hm_status check_unfused(const hm_model *m, int il, hm_error *err) {
                         "ffn_gate_exps and ffn_up_exps)", name);
 }
 
+/* A gemma4 layer (llama.cpp's gemma4 load_arch_tensors for an MoE layer): the attention of its
+ * kind (a full layer's attn_v absent: V is K; an attn_v there is refused, as its rows would be
+ * unused), the dense MLP and the experts with their norms and scales. */
+static hm_status bind_gemma4(binder *b, hm_layer *L, int il, hm_error *err) {
+    const hm_hparams *hp = &b->m->hp;
+    const int64_t E = hp->n_embd, hd = L->swa ? hp->head_dim_swa : hp->head_dim_k;
+    const int64_t nq = hp->n_head * hd, nkv = (L->swa ? hp->n_head_kv_swa : hp->n_head_kv) * hd;
+    const int64_t D = hp->n_ff, F = hp->n_ff_exp, X = hp->n_expert;
+    hm_status st = HM_OK;
+#define G(dst, name, vec, ...)                                                                \
+    do {                                                                                      \
+        const int64_t ne_[] = {__VA_ARGS__};                                                  \
+        if (st == HM_OK)                                                                      \
+            st = bind(b, dst, name, il, (int)(sizeof(ne_) / sizeof(ne_[0])), ne_, true, vec,  \
+                      err);                                                                   \
+    } while (0)
+    G(&L->wq, "blk.%d.attn_q.weight", false, E, nq);
+    G(&L->wk, "blk.%d.attn_k.weight", false, E, nkv);
+    if (L->swa) G(&L->wv, "blk.%d.attn_v.weight", false, E, nkv);
+    char name[96];
+    snprintf(name, sizeof(name), "blk.%d.attn_v.weight", il);
+    if (st == HM_OK && !L->swa && gguf_find_tensor(b->m->g, name))
+        return hm_error_set(err, HM_ERR_UNSUPPORTED, "tensor %s: a full-attention gemma4 layer "
+                            "with its own V (attention_k_eq_v false) is not supported", name);
+    G(&L->wo, "blk.%d.attn_output.weight", false, nq, E);
+    G(&L->q_norm, "blk.%d.attn_q_norm.weight", true, hd);
+    G(&L->k_norm, "blk.%d.attn_k_norm.weight", true, hd);
+    G(&L->attn_post_norm, "blk.%d.post_attention_norm.weight", true, E);
+    G(&L->out_scale, "blk.%d.layer_output_scale.weight", true, 1);
+    G(&L->ffn_norm, "blk.%d.ffn_norm.weight", true, E);
+    G(&L->ffn_gate, "blk.%d.ffn_gate.weight", false, E, D);
+    G(&L->ffn_up, "blk.%d.ffn_up.weight", false, E, D);
+    G(&L->ffn_down, "blk.%d.ffn_down.weight", false, D, E);
+    G(&L->ffn_post_norm, "blk.%d.post_ffw_norm.weight", true, E);
+    G(&L->router, "blk.%d.ffn_gate_inp.weight", false, E, X);
+    G(&L->router_scale, "blk.%d.ffn_gate_inp.scale", true, E);
+    G(&L->ffn_pre_norm2, "blk.%d.pre_ffw_norm_2.weight", true, E);
+    G(&L->ffn_post_norm1, "blk.%d.post_ffw_norm_1.weight", true, E);
+    G(&L->ffn_post_norm2, "blk.%d.post_ffw_norm_2.weight", true, E);
+    if (st == HM_OK) st = check_unfused(b->m, il, err);
+    G(&L->gate_exps, "blk.%d.ffn_gate_exps.weight", false, E, F, X);
+    G(&L->up_exps, "blk.%d.ffn_up_exps.weight", false, E, F, X);
+    G(&L->down_exps, "blk.%d.ffn_down_exps.weight", false, F, E, X);
+    G(&L->down_exps_scale, "blk.%d.ffn_down_exps.scale", true, X);
+#undef G
+    return st;
+}
+
 static hm_status bind_all(hm_model *m, bool f32_weights, hm_error *err) {
     const hm_hparams *hp = &m->hp;
     const hm_arch_desc *d = m->desc;
@@ -401,12 +542,20 @@ static hm_status bind_all(hm_model *m, bool f32_weights, hm_error *err) {
     const int64_t NV = m->hp.n_vocab;
     B(&m->tok_embd, "token_embd.weight", true, false, E, NV);
     B(&m->output_norm, "output_norm.weight", true, true, E);
-    B(&m->output, "output.weight", true, false, E, NV);
+    B(&m->output, "output.weight", !d->gemma4, false, E, NV);
+    if (st == HM_OK && d->gemma4) {
+        if (!m->output.data) m->output = m->tok_embd; /* tied, as llama.cpp duplicates it */
+        B(&m->rope_freqs, "rope_freqs.weight", true, true, hp->head_dim_k / 2);
+    }
     for (il = 0; il < hp->n_layer && st == HM_OK; il++) {
         hm_layer *L = &m->layers[il];
-        L->swa = d->swa_period > 0 && il % d->swa_period == 0;
+        L->swa = d->gemma4 ? m->swa[il] : d->swa_period > 0 && il % d->swa_period == 0;
         L->recurrent = d->hybrid && (il + 1) % hp->full_attn_interval != 0;
         B(&L->attn_norm, "blk.%d.attn_norm.weight", true, true, E);
+        if (d->gemma4) {
+            if (st == HM_OK) st = bind_gemma4(&b, L, il, err);
+            continue;
+        }
         if (L->recurrent && st == HM_OK) st = bind_ssm(&b, L, il, err);
         if (!L->recurrent) {
             B(&L->wq, "blk.%d.attn_q.weight", true, false, E, d->attn_gate ? 2 * nq : nq);
@@ -517,6 +666,7 @@ void hm_model_free(hm_model *m) {
     if (!m) return;
     gguf_close(m->g);
     free(m->layers);
+    free(m->swa);
     free(m->owned);
     for (int i = 0; i < m->n_f32_copies; i++) free(m->f32_copies[i]);
     free(m->f32_copies);
@@ -535,3 +685,4 @@ uint64_t hm_model_weight_bytes(const hm_model *m) { return m->weight_bytes; }
 const hm_tensor *hm_model_tok_embd(const hm_model *m) { return &m->tok_embd; }
 const hm_tensor *hm_model_output_norm(const hm_model *m) { return &m->output_norm; }
 const hm_tensor *hm_model_output(const hm_model *m) { return &m->output; }
+const hm_tensor *hm_model_rope_freqs(const hm_model *m) { return &m->rope_freqs; }

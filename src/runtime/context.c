@@ -475,6 +475,10 @@ hm_status hm_context_init(const hm_model *m, const hm_context_params *params, hm
                           "engine only for now: the GPU engine has no linear-attention kernels "
                           "yet (docs/HYBRID.md); drop the GPU placement flags (-ngl 0)",
                           hm_model_arch(m)->name);
+    if (st == HM_OK && placement_asked(&c->p) && hm_model_arch(m)->gemma4)
+        st = hm_error_set(err, HM_ERR_UNSUPPORTED, "gemma4 has no GPU kernels yet (its sliding "
+                          "and full layers, dense MLP beside the experts; docs/GEMMA4.md); drop "
+                          "the GPU placement flags (-ngl 0)");
     if (st == HM_OK && placement_asked(&c->p)) st = placement_open(c, err);
     if (st == HM_OK && c->p.n_seq > 1 && c->split > 0)
         st = hm_error_set(err, HM_ERR_UNSUPPORTED, "%d sequences (-np %d): a placement split "
