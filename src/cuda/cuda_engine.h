@@ -118,6 +118,10 @@ hm_status cuda_engine_decode(cuda_engine *e, const int32_t *tokens, int n_tok, i
  * [n_want][n_vocab] of the tokens with want[t] != 0, in order (want NULL: none); synchronises.
  * The single-sequence calls and the decode loop use sequence 0. HM_ERR_ARG: bad sequences or
  * positions; HM_ERR_STATE: a layer range. */
+/* Zeroes sequence seq's recurrent states (hybrid architectures' delta-net layers; nothing for
+ * the others): a cleared sequence starts from an empty state, as its KV cache from position 0.
+ * Enqueued on the engine's stream. HM_ERR_ARG: seq out of range. */
+hm_status cuda_engine_seq_reset(cuda_engine *e, int seq, hm_error *err);
 hm_status cuda_engine_decode_seqs(cuda_engine *e, const int32_t *tokens, int n, const int32_t *seq,
                                   const int32_t *pos, const uint8_t *want, float *logits,
                                   hm_error *err);

@@ -79,15 +79,6 @@ static bool use_gemm_moe(const cuda_engine *e, const cuda_tensor *w, int64_t n) 
 /* Decode-sized steps (the matvec path) use the fused kernels. */
 static bool fused_step(int64_t n) { return n <= CUDA_ENGINE_MATVEC_MAX_TOK; }
 
-/* A residual the decode path defers into the next norm kernel: x += add, or (combine) x += the
- * MoE combine of (ey [+ the down bias], gw, ids). */
-typedef struct {
-    const float *add;
-    bool combine;
-    const float *ey_bias; /* with combine: the down bias not yet added to ey, or NULL */
-    int64_t n_slots;      /* ... stored by device slot (e->dslot): rows of ey_bias */
-} fwd_defer;
-
 /* The router's logits and top-k in one launch (cuda_fused_router): f32 router rows. */
 static bool fused_router_ok(const cuda_engine *e, const cuda_layer *L) {
     return L->router.type == HM_TYPE_F32 &&
@@ -199,6 +190,24 @@ static hm_status norm_step(cuda_engine *e, int n, fwd_defer *d, const cuda_tenso
     return st;
 }
 
+hm_status cuda_engine_norm_in(cuda_engine *e, int n, fwd_defer *d, const cuda_tensor *norm,
+                              hm_error *err) {
+    return norm_step(e, n, d, norm, 0, NULL, err);
+}
+
+hm_status cuda_engine_linear(cuda_engine *e, const cuda_tensor *w, const float *x, int n,
+                             float *y, hm_error *err) {
+    return linear(e, w, NULL, x, n, y, NULL, err);
+}
+
+hm_status cuda_engine_residual(cuda_engine *e, int n, fwd_defer *d, hm_error *err) {
+    if (fused_step(n)) {
+        d->add = e->proj; /* x += proj in the MoE block's norm */
+        return HM_OK;
+    }
+    return cuda_add(e->x, e->proj, e->x, (int64_t)n * e->hp.n_embd, e->stream, err);
+}
+
 /* q, k, v from one activation (decode): the matrices of one type in one launch. */
 static hm_status qkv_multi(cuda_engine *e, const cuda_layer *L, int n, const void *act,
                            hm_error *err) {
@@ -263,6 +272,8 @@ static hm_status attention_block(cuda_engine *e, int il, int n, fwd_defer *dfr, 
     const cuda_layer *L = &e->layers[il];
     const int nh = (int)hp->n_head, nkv = (int)hp->n_head_kv, hd = (int)hp->head_dim_k;
     const int64_t E = hp->n_embd;
+    if (L->recurrent) return cuda_engine_delta_block(e, il, n, dfr, err);
+    const bool gated = e->desc->attn_gate; /* attn_q's rows per head: [query | gate] */
 
     const bool fz = fused_step(n);
     /* q, k, v: the activations are quantised once when the three types share a format */
@@ -272,12 +283,13 @@ static hm_status attention_block(cuda_engine *e, int il, int n, fwd_defer *dfr, 
                 !use_gemm(e, &L->wq, n);
     hm_status st = norm_step(e, n, dfr, &L->attn_norm, L->wq.type, same ? &act : NULL, err);
     if (st != HM_OK) return st;
-    if (fz && same && L->wk.ne[0] == E && L->wv.ne[0] == E) {
+    if (fz && same && L->wk.ne[0] == E && L->wv.ne[0] == E && !gated) {
         st = qkv_multi(e, L, n, act, err);
     } else {
-        st = linear(e, &L->wq, &L->bq, e->xn, n, e->q, act, err);
+        st = linear(e, &L->wq, &L->bq, e->xn, n, gated ? e->hy_o : e->q, act, err);
         if (st == HM_OK) st = linear(e, &L->wk, &L->bk, e->xn, n, e->k, act, err);
         if (st == HM_OK) st = linear(e, &L->wv, &L->bv, e->xn, n, e->v, act, err);
+        if (st == HM_OK && gated) st = cuda_engine_gate_split(e, n, err);
     }
     if (st != HM_OK) return st;
     cuda_rope_args ra;
@@ -288,7 +300,8 @@ static hm_status attention_block(cuda_engine *e, int il, int n, fwd_defer *dfr, 
     const bool f32kv = e->p.type_k == HM_TYPE_F32; /* else f16 (cuda_kv_check) */
     /* the fused kernel stores f16 caches only */
     const bool fqk = fz && e->desc->qk_norm != HM_QKNORM_FULL && hd <= 256 && !f32kv &&
-                     e->n_runs == 0; /* several sequences: the store per run, below */
+                     e->n_runs == 0 && /* several sequences: the store per run, below */
+                     !gated;           /* partial rotary: the plain rope kernel */
     if (fqk) { /* q/k norm, RoPE and the KV store in one launch */
         cuda_fused_qk_args qa;
         memset(&qa, 0, sizeof(qa));
@@ -332,6 +345,7 @@ static hm_status attention_block(cuda_engine *e, int il, int n, fwd_defer *dfr, 
     st = e->n_runs > 0 ? cuda_engine_attn_runs(e, L, err)
                        : cuda_engine_attn(e, L, n, e->d_positions, e->q, L->k_cache, L->v_cache,
                                           e->attn, err);
+    if (st == HM_OK && gated) st = cuda_engine_gate_apply(e, n, err); /* attn *= sigmoid(gate) */
     if (st == HM_OK && norm_in_router(e, L, n)) { /* x += attn . wo (+ bo), in the epilogue */
         const void *act = NULL;
         st = quantize(e, L->wo.type, e->attn, L->wo.ne[0], n, &act, err);
@@ -640,6 +654,7 @@ extern "C" hm_status cuda_engine_enqueue_forward(cuda_engine *e, const int32_t *
     cu_launch(k_positions, (n_tok + 127) / 128, 128, 0, S(e), e->d_pos, e->d_positions, n_tok,
               e->n_host ? e->d_seq : (uint32_t *)NULL);
     hm_status st = launched("k_positions", err);
+    if (st == HM_OK && e->desc->hybrid && e->n_runs == 0) st = cuda_engine_runs_single(e, n_tok, err);
     if (st == HM_OK && e->n_runs > 0 && /* several sequences: their own positions */
         cudaMemcpyAsync(e->d_positions, e->h_positions, sizeof(int32_t) * (size_t)n_tok,
                         cudaMemcpyHostToDevice, S(e)) != cudaSuccess)

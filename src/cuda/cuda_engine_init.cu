@@ -49,9 +49,11 @@ __attribute__((constructor)) static void cuda_module_loading_eager(void) {
 }
 
 #define LAYER_VECTORS(X)                                                                         \
-    X(attn_norm) X(bq) X(bk) X(bv) X(bo) X(q_norm) X(k_norm) X(sinks) X(ffn_norm) X(router_b)
+    X(attn_norm) X(bq) X(bk) X(bv) X(bo) X(q_norm) X(k_norm) X(sinks) X(ffn_norm) X(router_b)   \
+    X(ssm_conv1d) X(ssm_dt) X(ssm_a) X(ssm_norm)
 #define LAYER_MATRICES(X)                                                                        \
-    X(wq) X(wk) X(wv) X(wo) X(router) X(sh_gate) X(sh_up) X(sh_down) X(sh_gate_inp)
+    X(wq) X(wk) X(wv) X(wo) X(router) X(sh_gate) X(sh_up) X(sh_down) X(sh_gate_inp)             \
+    X(ssm_qkv) X(ssm_gate) X(ssm_ba) X(ssm_beta) X(ssm_alpha) X(ssm_out)
 /* per-expert tensors, stored by device slot; V: a vector per expert (read as f32) */
 #define LAYER_EXPERTS(X, V)                                                                      \
     X(gate_exps) X(up_exps) X(down_exps) V(gate_exps_b) V(up_exps_b) V(down_exps_b)
@@ -109,6 +111,7 @@ static size_t layout_scratch(const hm_model *m, const cuda_engine_params *p, cud
     const int64_t nq = hp->n_head * hp->head_dim_k, nk = hp->n_head_kv * hp->head_dim_k;
     const int64_t nv = hp->n_head_kv * hp->head_dim_v, nqv = hp->n_head * hp->head_dim_v;
     const int64_t n_logit = nu < 64 ? nu : 64;
+    const cuda_hybrid_dims hy = cuda_hybrid_dims_of(hm_model_arch(m), hp);
     bool any_host = false; /* a host layer's shared expert runs while the CPU works: hsh */
     for (int il = 0; il < hp->n_layer; il++) any_host = any_host || host_layer(m, p, il);
     const bool hsh = any_host && hm_model_arch(m)->shared_expert;
@@ -119,8 +122,10 @@ static size_t layout_scratch(const hm_model *m, const cuda_engine_params *p, cud
     gemm = cuda_gemm_scratch_size(E, n_logit);
     for (int il = 0; il < hp->n_layer; il++) {
         const hm_layer *L = hm_model_layer(m, il);
-        const hm_tensor *dense[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->router, &L->sh_gate,
-                                    &L->sh_up, &L->sh_down, &L->sh_gate_inp};
+        const hm_tensor *dense[] = {&L->wq,      &L->wk,       &L->wv,        &L->wo,
+                                    &L->router,  &L->sh_gate,  &L->sh_up,     &L->sh_down,
+                                    &L->sh_gate_inp, &L->ssm_qkv, &L->ssm_gate, &L->ssm_ba,
+                                    &L->ssm_beta, &L->ssm_alpha, &L->ssm_out};
         for (size_t i = 0; i < sizeof(dense) / sizeof(dense[0]); i++) {
             if (!dense[i]->data) continue;
             size_t a = cuda_act_row_bytes(dense[i]->type, dense[i]->ne[0]) * (size_t)nu;
@@ -195,6 +200,13 @@ static size_t layout_scratch(const hm_model *m, const cuda_engine_params *p, cud
         {e ? (void **)&e->d_slot_of : NULL,
          sizeof(int32_t) * (size_t)(hp->n_layer * hp->n_expert)},
         {e ? (void **)&e->d_logits : NULL, sizeof(float) * (size_t)(n_logit * hp->n_vocab)},
+        {e ? (void **)&e->hy_qkv : NULL, sizeof(float) * (size_t)(nu * hy.cd)},
+        {e ? (void **)&e->hy_z : NULL, sizeof(float) * (size_t)(nu * hy.vd)},
+        {e ? (void **)&e->hy_ba : NULL, sizeof(float) * (size_t)(nu * 2 * hy.nv)},
+        {e ? (void **)&e->hy_o : NULL,
+         sizeof(float) * (size_t)(nu * (hy.vd > 2 * hy.nq ? hy.vd : 2 * hy.nq))},
+        {e ? (void **)&e->hy_gate : NULL, sizeof(float) * (size_t)(nu * hy.nq)},
+        {e ? (void **)&e->d_runs : NULL, hy.cd ? sizeof(int32_t) * 3 * (size_t)nu : 0},
     };
     size_t off = 0;
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
@@ -251,6 +263,9 @@ extern "C" hm_status cuda_engine_plan(const hm_model *m, const cuda_engine_param
         const hm_layer *L = hm_model_layer(m, il);
         const bool host = host_layer(m, p, il);
         const int64_t ns = host ? 0 : p->res ? p->res->n_slots[il] : hp->n_expert;
+        if (L->recurrent && !L->ssm_qkv.data)
+            st = hm_error_set(err, HM_ERR_UNSUPPORTED, "GPU: layer %d's delta net has the older "
+                              "fused ssm_in (the GPU engine reads attn_qkv and attn_gate)", il);
 #define CHECK_V(f)                                                                               \
     if (st == HM_OK) st = check_vector(&L->f, err);                                            \
     w += align_up(cuda_tensor_bytes(&L->f));
@@ -277,8 +292,11 @@ extern "C" hm_status cuda_engine_plan(const hm_model *m, const cuda_engine_param
     uint64_t row_v = cuda_kv_bytes(p->type_v, 1, (int)hp->n_head_kv, (int)hp->head_dim_v);
     uint64_t k = 0;
     const uint64_t rows = (uint64_t)p->n_ctx * (uint64_t)(p->n_seq > 1 ? p->n_seq : 1);
+    const cuda_hybrid_dims hy = cuda_hybrid_dims_of(hm_model_arch(m), hp);
+    const uint64_t n_seq = (uint64_t)(p->n_seq > 1 ? p->n_seq : 1);
     for (int il = p->layer_begin; il < hp->n_layer; il++)
-        k += align_up(row_k * rows) + align_up(row_v * rows);
+        k += hm_model_layer(m, il)->recurrent ? align_up(sizeof(float) * (size_t)hy.rs_floats * n_seq)
+                                               : align_up(row_k * rows) + align_up(row_v * rows);
     if (weights) *weights = w;
     if (kv) *kv = k;
     if (scratch) *scratch = layout_scratch(m, p, NULL, NULL);
@@ -398,6 +416,7 @@ static hm_status upload_all(cuda_engine *e, cudaStream_t s, const int32_t *slot_
         cuda_layer *D = &e->layers[il];
         const int32_t *slot = slot_of + (size_t)il * (size_t)e->hp.n_expert;
         D->swa = L->swa;
+        D->recurrent = L->recurrent;
 #define UP(f)                                                                                    \
     if (st == HM_OK) st = upload_tensor(&u, &L->f, &D->f, err);
 #define UPX(f)                                                                                   \
@@ -512,10 +531,19 @@ extern "C" hm_status cuda_engine_init(const hm_model *m, const cuda_engine_param
         size_t row_k = cuda_kv_bytes(p->type_k, 1, (int)e->hp.n_head_kv, (int)e->hp.head_dim_k);
         size_t row_v = cuda_kv_bytes(p->type_v, 1, (int)e->hp.n_head_kv, (int)e->hp.head_dim_v);
         const size_t rows = (size_t)p->n_ctx * (size_t)(p->n_seq > 1 ? p->n_seq : 1);
+        const cuda_hybrid_dims hy = cuda_hybrid_dims_of(e->desc, &e->hp);
+        const size_t n_seq = (size_t)(p->n_seq > 1 ? p->n_seq : 1);
         for (int il = p->layer_begin; il < e->hp.n_layer; il++) { /* [n_seq][n_ctx] rows */
-            e->layers[il].k_cache = kvp;
+            cuda_layer *D = &e->layers[il];
+            if (hm_model_layer(m, il)->recurrent) { /* [n_seq] recurrent states, zeroed */
+                D->rs = (float *)kvp;
+                D->rs_floats = hy.rs_floats;
+                kvp += align_up(sizeof(float) * (size_t)hy.rs_floats * n_seq);
+                continue;
+            }
+            D->k_cache = kvp;
             kvp += align_up(row_k * rows);
-            e->layers[il].v_cache = kvp;
+            D->v_cache = kvp;
             kvp += align_up(row_v * rows);
         }
     }
@@ -531,6 +559,9 @@ extern "C" hm_status cuda_engine_init(const hm_model *m, const cuda_engine_param
     }
     e->run_len = e->run_t0 + p->n_ubatch;
     e->run_seq = e->run_len + p->n_ubatch;
+    if (e->desc->hybrid)
+        CUDA_TRY(cudaMallocHost((void **)&e->h_runs, sizeof(int32_t) * 3 * (size_t)p->n_ubatch),
+                 "pinned buffers");
     CUDA_TRY(cudaMallocHost((void **)&e->h_logits,
                             sizeof(float) * (size_t)e->n_logit_rows * (size_t)e->hp.n_vocab),
              "pinned buffers");
@@ -611,6 +642,7 @@ extern "C" void cuda_engine_free(cuda_engine *e) {
     if (e->h_tokens) cudaFreeHost(e->h_tokens);
     if (e->h_pos) cudaFreeHost(e->h_pos);
     if (e->h_positions) cudaFreeHost(e->h_positions);
+    if (e->h_runs) cudaFreeHost(e->h_runs);
     free(e->run_t0);
     if (e->h_logits) cudaFreeHost(e->h_logits);
     if (e->h_rows) cudaFreeHost(e->h_rows);
@@ -624,69 +656,6 @@ extern "C" const char *cuda_engine_describe(const cuda_engine *e) { return e->in
 
 extern "C" uint64_t cuda_engine_host_syncs(const cuda_engine *e) {
     return e ? e->n_host_syncs : 0;
-}
-
-/* ---- routing counts (cuda_engine.h) ---- */
-
-extern "C" hm_status cuda_engine_route_counts_enable(cuda_engine *e, bool on, hm_error *err) {
-    if (!e) return hm_error_set(err, HM_ERR_ARG, "route counts: no engine");
-    if (on == e->counting) return HM_OK;
-    if (cudaSetDevice(e->p.device) != cudaSuccess)
-        return hm_error_set(err, HM_ERR_CUDA, "GPU: cannot select device %d", e->p.device);
-    if (on && !e->count_arena) { /* [n_layer][2] u64 calls/tokens, then [n_layer][n_expert] u32 */
-        const size_t nl = (size_t)e->hp.n_layer, ne = (size_t)e->hp.n_expert;
-        const size_t bytes = sizeof(uint64_t) * 2 * nl + sizeof(uint32_t) * nl * ne;
-        void *d = NULL, *h = NULL;
-        cudaError_t ce = cudaMalloc(&d, bytes);
-        if (ce == cudaSuccess) ce = cudaMallocHost(&h, bytes);
-        if (ce != cudaSuccess) {
-            cudaFree(d);
-            return hm_error_set(err, HM_ERR_CUDA, "GPU: route counters (%zu bytes): %s", bytes,
-                                cudaGetErrorString(ce));
-        }
-        e->count_arena = d;
-        e->h_count = h;
-        e->count_bytes = bytes;
-        e->d_stat = (uint64_t *)d;
-        e->d_hits = (uint32_t *)(e->d_stat + 2 * nl);
-    }
-    if (on) { /* in stream order: steps enqueued before do not count */
-        cudaError_t ce = cudaMemsetAsync(e->count_arena, 0, e->count_bytes,
-                                         (cudaStream_t)e->stream);
-        if (ce != cudaSuccess)
-            return hm_error_set(err, HM_ERR_CUDA, "GPU: route counters: %s",
-                                cudaGetErrorString(ce));
-    }
-    e->counting = on;
-    e->count_epoch++;
-    return HM_OK;
-}
-
-extern "C" hm_status cuda_engine_route_counts_read(cuda_engine *e, uint64_t *hits,
-                                                   uint64_t *calls, uint64_t *tokens,
-                                                   hm_error *err) {
-    if (!e || !hits) return hm_error_set(err, HM_ERR_ARG, "route counts: no engine or no hits");
-    if (!e->count_arena)
-        return hm_error_set(err, HM_ERR_STATE, "route counts: counting was never enabled");
-    if (cudaSetDevice(e->p.device) != cudaSuccess)
-        return hm_error_set(err, HM_ERR_CUDA, "GPU: cannot select device %d", e->p.device);
-    cudaStream_t s = (cudaStream_t)e->stream;
-    cudaError_t ce = cudaMemcpyAsync(e->h_count, e->count_arena, e->count_bytes,
-                                     cudaMemcpyDeviceToHost, s);
-    if (ce == cudaSuccess) ce = cudaMemsetAsync(e->count_arena, 0, e->count_bytes, s);
-    if (ce != cudaSuccess)
-        return hm_error_set(err, HM_ERR_CUDA, "GPU: route counters: %s", cudaGetErrorString(ce));
-    hm_status st = cuda_engine_sync(e, err);
-    if (st != HM_OK) return st;
-    const size_t nl = (size_t)e->hp.n_layer, ne = (size_t)e->hp.n_expert;
-    const uint64_t *stat = (const uint64_t *)e->h_count;
-    const uint32_t *h = (const uint32_t *)(stat + 2 * nl);
-    for (size_t il = 0; il < nl; il++) {
-        if (calls) calls[il] += stat[2 * il];
-        if (tokens) tokens[il] += stat[2 * il + 1];
-    }
-    for (size_t i = 0; i < nl * ne; i++) hits[i] += h[i];
-    return HM_OK;
 }
 
 extern "C" hm_status cuda_engine_sync(cuda_engine *e, hm_error *err) {

@@ -52,6 +52,13 @@ typedef struct {
     /* device KV cache of this layer: [n_ctx][n_head_kv * head_dim] (K and V) of p.type_k: f16
      * bits or f32; every layer holds n_ctx positions, the sliding window only masks */
     void *k_cache, *v_cache;
+    /* a gated delta-net layer (hybrid architectures, cuda_engine_hybrid.cu): no KV cache; the
+     * sequences' recurrent states rs [n_seq][rs_floats] (cuda_delta.h's layout) */
+    bool recurrent;
+    cuda_tensor ssm_qkv, ssm_gate, ssm_ba, ssm_beta, ssm_alpha, ssm_out, ssm_conv1d, ssm_dt, ssm_a,
+        ssm_norm;
+    float *rs;
+    int64_t rs_floats;
 } cuda_layer;
 
 /* Steps of up to this many tokens are decode-sized: the fused kernels, bytes equal to the
@@ -122,6 +129,16 @@ struct cuda_engine {
     int32_t *h_slot_of;   /* [n_layer][n_expert] its host copy (the expert lane's look-ups) */
     float *d_logits;      /* [n_logit_rows][n_vocab] */
     int n_logit_rows;     /* rows of d_logits (ALL mode is copied out in pieces of this) */
+
+    /* hybrid architectures (cuda_engine_hybrid.cu), NULL otherwise */
+    float *hy_qkv;  /* [nu][conv_dim] the delta net's q | k | v, then the convolution's output */
+    float *hy_z;    /* [nu][v heads * head_v] the output gate's input */
+    float *hy_ba;   /* [nu][2 * v heads] b and a */
+    float *hy_o;    /* [nu][v heads * head_v] the gated heads' output; the gated attention's
+                     * [nu][n_head][query | gate] rows ([nu][2 * nq]) */
+    float *hy_gate; /* [nu][nq] the gated attention's gate */
+    int32_t *d_runs; /* [nu][3] the step's runs (cuda_delta_run) */
+    int32_t *h_runs; /* [nu][3] pinned: a step of several sequences' runs, uploaded */
 
     /* several sequences (cuda_engine_decode_seqs): the step's runs of consecutive tokens of
      * one sequence, read while the step is enqueued (n_runs 0: one sequence, the others) */
@@ -256,6 +273,38 @@ hm_status cuda_engine_logits_to_host(cuda_engine *e, int n, float *dst, hm_error
 hm_status cuda_engine_attn(cuda_engine *e, const cuda_layer *L, int n_tok, const int32_t *d_pos,
                            const float *q, const void *kc, const void *vc, float *out,
                            hm_error *err);
+/* The shapes of a hybrid architecture's buffers (all 0 for the others): conv_dim (cd), the value
+ * width (vd), v heads (nv), the gated attention's query width (nq), a layer's recurrent state
+ * per sequence (rs_floats: (K-1) cd + nv head_k head_v). */
+typedef struct {
+    int64_t cd, vd, nv, nq, rs_floats;
+} cuda_hybrid_dims;
+cuda_hybrid_dims cuda_hybrid_dims_of(const hm_arch_desc *desc, const hm_hparams *hp);
+
+/* A residual the decode path defers into the next norm kernel: x += add, or (combine) x += the
+ * MoE combine of (ey [+ the down bias], gw, ids). */
+typedef struct {
+    const float *add;
+    bool combine;
+    const float *ey_bias; /* with combine: the down bias not yet added to ey, or NULL */
+    int64_t n_slots;      /* ... stored by device slot (e->dslot): rows of ey_bias */
+} fwd_defer;
+
+/* cuda_engine_forward.cu's steps for cuda_engine_hybrid.cu: x += the deferred residual and xn =
+ * rmsnorm(x) * norm; y = x . w (+ b) for n rows; x += proj now, or deferred (decode steps). */
+hm_status cuda_engine_norm_in(cuda_engine *e, int n, fwd_defer *d, const cuda_tensor *norm,
+                              hm_error *err);
+hm_status cuda_engine_linear(cuda_engine *e, const cuda_tensor *w, const float *x, int n,
+                             float *y, hm_error *err);
+hm_status cuda_engine_residual(cuda_engine *e, int n, fwd_defer *d, hm_error *err);
+/* cuda_engine_hybrid.cu: a recurrent layer's block (norm, products, the delta net, ssm_out,
+ * the residual); the gated attention's split of attn_q's rows into e->q and e->hy_gate, and
+ * attn *= sigmoid(gate); the step's runs into e->d_runs (one sequence: one run of n tokens). */
+hm_status cuda_engine_delta_block(cuda_engine *e, int il, int n, fwd_defer *d, hm_error *err);
+hm_status cuda_engine_gate_split(cuda_engine *e, int n, hm_error *err);
+hm_status cuda_engine_gate_apply(cuda_engine *e, int n, hm_error *err);
+hm_status cuda_engine_runs_single(cuda_engine *e, int n, hm_error *err);
+
 /* The attention arguments of layer L for those (scratch: the engine's). */
 cuda_attn_args cuda_engine_attn_args(const cuda_engine *e, const cuda_layer *L, int n_tok,
                                      const int32_t *d_pos, const float *q, const void *kc,

@@ -100,6 +100,14 @@ extern "C" hm_status cuda_engine_decode_seqs(cuda_engine *e, const int32_t *toke
         }
         e->run_len[e->n_runs - 1]++;
     }
+    for (int r = 0; e->h_runs && r < e->n_runs; r++) /* one run per state: no two blocks on it */
+        for (int q = 0; q < r; q++)
+            if (e->run_seq[q] == e->run_seq[r]) {
+                const int sq = e->run_seq[r];
+                e->n_runs = 0;
+                return hm_error_set(err, HM_ERR_ARG, "GPU: sequence %d's tokens are not together "
+                                    "in the batch (a recurrent state takes one run per step)", sq);
+            }
     memcpy(e->h_tokens, tokens, sizeof(int32_t) * (size_t)n);
     memcpy(e->h_positions, pos, sizeof(int32_t) * (size_t)n);
     int32_t *h_base = e->h_positions + e->p.n_ubatch; /* [n] first cache row of each token */
@@ -109,6 +117,15 @@ extern "C" hm_status cuda_engine_decode_seqs(cuda_engine *e, const int32_t *toke
     if (ce == cudaSuccess)
         ce = cudaMemcpyAsync(e->d_base, h_base, sizeof(int32_t) * (size_t)n,
                              cudaMemcpyHostToDevice, s);
+    if (ce == cudaSuccess && e->h_runs) { /* the delta net's runs (cuda_delta_run) */
+        for (int r = 0; r < e->n_runs; r++) {
+            e->h_runs[3 * r] = e->run_t0[r];
+            e->h_runs[3 * r + 1] = e->run_len[r];
+            e->h_runs[3 * r + 2] = e->run_seq[r];
+        }
+        ce = cudaMemcpyAsync(e->d_runs, e->h_runs, sizeof(int32_t) * 3 * (size_t)e->n_runs,
+                             cudaMemcpyHostToDevice, s);
+    }
     if (ce != cudaSuccess) {
         e->n_runs = 0;
         return hm_error_set(err, HM_ERR_CUDA, "GPU: token upload: %s", cudaGetErrorString(ce));

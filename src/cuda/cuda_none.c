@@ -79,6 +79,12 @@ hm_status cuda_engine_decode(cuda_engine *e, const int32_t *tokens, int n_tok, i
     return no_cuda(err);
 }
 
+hm_status cuda_engine_seq_reset(cuda_engine *e, int seq, hm_error *err) {
+    (void)e;
+    (void)seq;
+    return hm_error_set(err, HM_ERR_UNSUPPORTED, "built without CUDA");
+}
+
 hm_status cuda_engine_decode_seqs(cuda_engine *e, const int32_t *tokens, int n, const int32_t *seq,
                                   const int32_t *pos, const uint8_t *want, float *logits,
                                   hm_error *err) {

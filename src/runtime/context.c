@@ -449,6 +449,13 @@ static hm_status check_ram(const hm_context *c, hm_error *err) {
                         hm_bytes_str(ctx_bytes, b3), c->p.n_ctx, hm_bytes_str(ram, b4));
 }
 
+/* The GPU engine's hybrid layers wait for their first run on a GPU machine
+ * (test_context_hybrid_gpu); until then HOTMOE_GPU_HYBRID=1 opens them. */
+static bool gpu_hybrid_verified(void) {
+    const char *v = getenv("HOTMOE_GPU_HYBRID");
+    return v && v[0] == '1';
+}
+
 hm_status hm_context_init(const hm_model *m, const hm_context_params *params, hm_context **out,
                           hm_error *err) {
     *out = NULL;
@@ -470,10 +477,11 @@ hm_status hm_context_init(const hm_model *m, const hm_context_params *params, hm
         c->p.override_tensor = c->override_tensor;
         if (!c->override_tensor) st = hm_error_set(err, HM_ERR_NOMEM, "out of memory (context)");
     }
-    if (st == HM_OK && placement_asked(&c->p) && hm_model_arch(m)->hybrid)
+    if (st == HM_OK && placement_asked(&c->p) && hm_model_arch(m)->hybrid && !gpu_hybrid_verified())
         st = hm_error_set(err, HM_ERR_UNSUPPORTED, "%s (gated delta-net layers) runs on the CPU "
-                          "engine only for now: the GPU engine has no linear-attention kernels "
-                          "yet (docs/HYBRID.md); drop the GPU placement flags (-ngl 0)",
+                          "engine for now: its GPU layers are built but not yet run on a GPU "
+                          "(tests/runtime/test_context_hybrid_gpu.c); drop the GPU placement "
+                          "flags (-ngl 0), or set HOTMOE_GPU_HYBRID=1 to try them",
                           hm_model_arch(m)->name);
     if (st == HM_OK && placement_asked(&c->p) && hm_model_arch(m)->gemma4)
         st = hm_error_set(err, HM_ERR_UNSUPPORTED, "gemma4 has no GPU kernels yet (its sliding "
@@ -567,9 +575,21 @@ int hm_context_split_layer(const hm_context *c) { return c->split; }
 moe_exec *hm_context_exec(hm_context *c) { return c->cpu ? cpu_engine_exec(c->cpu) : NULL; }
 
 void hm_context_reset(hm_context *c) {
-    /* the GPU cache is overwritten from the position a decode starts at: nothing to clear */
+    /* the GPU's KV cache is overwritten from the position a decode starts at; its recurrent
+     * states (hybrid layers) are zeroed on its stream: a failure there is the stream's error,
+     * which the next step reports */
     if (c->cpu) cpu_engine_seq_reset(c->cpu, 0);
+    if (c->gpu) (void)cuda_engine_seq_reset(c->gpu, 0, NULL);
     c->n_past = 0;
+}
+
+/* A recurrent state (hybrid layers) on the GPU is not rewound: keeping fewer positions than a
+ * sequence holds is refused, as the CPU engine refuses it (docs/HYBRID.md). */
+static hm_status gpu_state_cut(const hm_context *c, int seq, int n_keep, int n_past, hm_error *err) {
+    if (!c->gpu || !hm_model_arch(c->m)->hybrid || n_keep == n_past) return HM_OK;
+    return hm_error_set(err, HM_ERR_STATE, "%s: sequence %d's recurrent state holds %d tokens and "
+                        "is not rewound to %d (clear the sequence and read it again)",
+                        hm_model_arch(c->m)->name, seq, n_past, n_keep);
 }
 
 hm_status hm_context_truncate(hm_context *c, int n_keep, hm_error *err) {
@@ -583,6 +603,8 @@ hm_status hm_context_truncate(hm_context *c, int n_keep, hm_error *err) {
         hm_status st = cpu_engine_truncate_check(c->cpu, n_keep, err);
         if (st != HM_OK) return st;
     }
+    hm_status st = gpu_state_cut(c, 0, n_keep, c->n_past, err);
+    if (st != HM_OK) return st;
     c->n_past = n_keep;
     return HM_OK;
 }

@@ -31,6 +31,10 @@ hm_status hm_context_seq_clear(hm_context *c, int seq, hm_error *err) {
         return HM_OK;
     }
     if (c->cpu) cpu_engine_seq_reset(c->cpu, seq);
+    if (c->gpu) {
+        hm_status st = cuda_engine_seq_reset(c->gpu, seq, err);
+        if (st != HM_OK) return st;
+    }
     c->seq_past[seq] = 0;
     return HM_OK;
 }
@@ -46,6 +50,9 @@ hm_status hm_context_seq_truncate(hm_context *c, int seq, int n_keep, hm_error *
         hm_status st = cpu_engine_seq_truncate_check(c->cpu, seq, n_keep, err);
         if (st != HM_OK) return st;
     }
+    if (c->gpu && hm_model_arch(c->m)->hybrid && n_keep != c->seq_past[seq])
+        return hm_error_set(err, HM_ERR_STATE, "%s: sequence %d's recurrent state is not rewound",
+                            hm_model_arch(c->m)->name, seq);
     c->seq_past[seq] = n_keep;
     return HM_OK;
 }
