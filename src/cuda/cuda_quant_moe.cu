@@ -11,7 +11,8 @@
  * ptxas -v for sm_90). Every output is
  * the canonical dot of one (row, activation) pair: bit-identical to cpu_moe_matmul. A
  * one-token step, and any step of at most n_expert pairs (where most experts used have one),
- * launches an instance with a pair per CTA (NTM = 1: 64-80 registers instead
+ * launches an instance with a pair per CTA (with more than 4 tokens k_moe_units, whose blocks
+ * take 4 row groups each: a quarter of the blocks; NTM = 1: 64-80 registers instead
  * of 128, so more warps per SM); there a warp loads the gate and up rows (fused), or its two
  * rows (plain), together (rows_dot with NR = 2); for every type but mxfp4 the two rows are first
  * copied into the warp's shared slots by cp.async (all bytes in flight, no registers held;

@@ -27,6 +27,7 @@ typedef struct {
     int glu;
     float alpha, limit;
     size_t stage_bytes;      /* > 0: one-token rows staged in shared slots of this size */
+    int units;               /* pair-per-CTA instance: row groups per CTA (>= 1) */
 } moe_params;
 
 /* The fused epilogue: bias (g + b, one rounding, as cpu_moe_add_bias) and the activation of
@@ -166,6 +167,43 @@ static __device__ __forceinline__ void moe_gather(const moe_params &P, int e, in
     if (lane == 0) *cnt = c, *next = nx;
 }
 
+/* The pair-per-CTA instance's work for pair `pair` (expert e) and row group g: rows g *
+ * (CQ_WARPS * RPW) + warp (+ j CQ_WARPS) */
+template <class T, bool FUSED>
+static __device__ __forceinline__ void moe_one_group(const moe_params &P, int e, int pair, int64_t g) {
+    const int pr[1] = {pair};
+    constexpr int RPW = moe_rows_per_warp<FUSED, 1>();
+    const int64_t r0 = g * (CQ_WARPS * RPW) + threadIdx.x / 32;
+    if (moe_two_rows<FUSED>() && P.stage_bytes) {
+        moe_one_staged<T, FUSED>(P, e, pair, r0);
+        return;
+    }
+    if (!FUSED && r0 + (RPW - 1) * CQ_WARPS < P.n_rows) {
+        moe_plain_rows<T, RPW>(P, e, pair, r0);
+        return;
+    }
+    for (int j = 0; j < RPW; j++) {
+        const int64_t r = r0 + (int64_t)j * CQ_WARPS;
+        if (r >= P.n_rows) break; /* uniform over the warp */
+        moe_tile<T, 1, FUSED>(P, e, pr, 1, r);
+    }
+}
+
+/* The pair-per-CTA instance for steps of several tokens: each block takes `units` row groups
+ * of its pair in turn (a quarter of the blocks, their fixed costs shared); its own kernel, so the
+ * loop's registers do not weigh on the one-token instance. */
+template <class T, bool FUSED>
+__global__ void __launch_bounds__(CQ_WARPS * 32, 6) k_moe_units(const moe_params P) {
+    cu_pdl_enter();
+    const int e = P.ids[blockIdx.x];
+    if (e < 0 || e >= P.n_expert) return; /* uniform over the CTA */
+#pragma unroll 1
+    for (int u = 0; u < P.units; u++) {
+        moe_one_group<T, FUSED>(P, e, (int)blockIdx.x, (int64_t)blockIdx.y * P.units + u);
+        __syncwarp(); /* the warp's staging slots are written again by the next group */
+    }
+}
+
 /* NTM: the most pairs of one expert computed together (1 when every token is alone: a
  * decode step, whose kernel then needs far fewer registers and runs more warps per SM) */
 template <class T, bool FUSED, int NTM>
@@ -174,22 +212,7 @@ __global__ void __launch_bounds__(CQ_WARPS * 32, NTM == 1 ? 6 : 4) k_moe(const m
     if constexpr (NTM == 1) { /* a pair per CTA, no scan (pairs of one expert read it again) */
         const int e = P.ids[blockIdx.x];
         if (e < 0 || e >= P.n_expert) return; /* uniform over the CTA */
-        const int pair[1] = {(int)blockIdx.x};
-        constexpr int RPW = moe_rows_per_warp<FUSED, 1>();
-        const int64_t r0 = (int64_t)blockIdx.y * (CQ_WARPS * RPW) + threadIdx.x / 32;
-        if (moe_two_rows<FUSED>() && P.stage_bytes) {
-            moe_one_staged<T, FUSED>(P, e, pair[0], r0);
-            return;
-        }
-        if (!FUSED && r0 + (RPW - 1) * CQ_WARPS < P.n_rows) {
-            moe_plain_rows<T, RPW>(P, e, pair[0], r0);
-            return;
-        }
-        for (int j = 0; j < RPW; j++) {
-            const int64_t r = r0 + (int64_t)j * CQ_WARPS;
-            if (r >= P.n_rows) break; /* uniform over the warp */
-            moe_tile<T, 1, FUSED>(P, e, pair, 1, r);
-        }
+        moe_one_group<T, FUSED>(P, e, (int)blockIdx.x, blockIdx.y);
         return;
     }
     __shared__ int s_ids[MOE_SMEM_IDS]; /* the ids, when there are few enough */
@@ -242,7 +265,10 @@ static void launch_moe(const moe_params *P, cudaStream_t st) {
      * reading an expert again for its second pair costs less than the tiled instance's scans
      * and registers. Every output is the same canonical dot either way. */
     const bool one = q.n_pairs <= q.n_used || q.n_pairs <= q.n_expert;
-    const int rows_per_cta =
+    /* a step of several tokens: each pair-per-CTA block takes 4 row groups, a quarter of the
+     * blocks (a one-token step keeps one: its 8 pairs need every block there is) */
+    q.units = one && q.n_pairs > 4 * (int64_t)q.n_used ? 4 : 1;
+    const int rows_per_cta = (one ? q.units : 1) *
         CQ_WARPS * (one ? moe_rows_per_warp<FUSED, 1>() : moe_rows_per_warp<FUSED, MOE_TILE>());
     const dim3 grid((unsigned)q.n_pairs, (unsigned)((q.n_rows + rows_per_cta - 1) / rows_per_cta));
     /* one-token rows are staged in shared memory (moe_one_staged) when two slots per warp take
@@ -253,7 +279,9 @@ static void launch_moe(const moe_params *P, cudaStream_t st) {
                        CQ_WARPS * 2 * slot <= CQ_STAGE_MAX && cq_stage_ok(q.w, total) &&
                        (!FUSED || cq_stage_ok(q.w2, total));
     q.stage_bytes = stage ? slot : 0;
-    if (one) cu_launch(k_moe<T, FUSED, 1>, grid, CQ_WARPS * 32, stage ? CQ_WARPS * 2 * slot : 0, st, q);
+    const size_t smem = stage ? CQ_WARPS * 2 * slot : 0;
+    if (one && q.units > 1) cu_launch(k_moe_units<T, FUSED>, grid, CQ_WARPS * 32, smem, st, q);
+    else if (one) cu_launch(k_moe<T, FUSED, 1>, grid, CQ_WARPS * 32, smem, st, q);
     else cu_launch(k_moe<T, FUSED, MOE_TILE>, grid, CQ_WARPS * 32, 0, st, q);
 }
 
