@@ -4,6 +4,7 @@
 extern "C" {
 #include "cuda/cuda_delta.h"
 }
+#include "cuda/cuda_check.cuh"
 #include "cuda/cuda_launch.cuh"
 #include "cuda/cuda_math.cuh"
 
@@ -128,13 +129,6 @@ __global__ void __launch_bounds__(256) k_delta_heads(cuda_delta_args a, int64_t 
         for (int i = 0; i < DK; i++) S[(int64_t)i * dv + j] = col[i];
 }
 
-hm_status launched(const char *kernel, hm_error *err) {
-    const cudaError_t e = cudaGetLastError();
-    return e == cudaSuccess ? HM_OK
-                            : hm_error_set(err, HM_ERR_CUDA, "CUDA kernel %s: %s", kernel,
-                                           cudaGetErrorString(e));
-}
-
 } // namespace
 
 extern "C" hm_status cuda_delta_net(const cuda_delta_args *a, void *stream, hm_error *err) {
@@ -154,12 +148,12 @@ extern "C" hm_status cuda_delta_net(const cuda_delta_args *a, void *stream, hm_e
     const cuda_delta_args A = *a;
     cu_launch(k_delta_conv, dim3((unsigned)((cd + CONV_THREADS - 1) / CONV_THREADS), (unsigned)a->n_runs),
               CONV_THREADS, 0, s, A, cd);
-    hm_status st = launched("k_delta_conv", err);
+    hm_status st = cu_launched("k_delta_conv", err);
     if (st != HM_OK) return st;
     const int64_t warps = a->n_tok * 2 * a->nk;
     cu_launch(k_delta_l2, (unsigned)((warps * 32 + 255) / 256), 256, 0, s, A, cd,
               1.0f / sqrtf((float)a->dk)); /* the CPU's qscale */
-    if ((st = launched("k_delta_l2", err)) != HM_OK) return st;
+    if ((st = cu_launched("k_delta_l2", err)) != HM_OK) return st;
     const dim3 grid((unsigned)a->nv, (unsigned)a->n_runs);
     const size_t smem = sizeof(float) * (size_t)a->dv;
     const int threads = (a->dv + 31) / 32 * 32;
@@ -170,5 +164,5 @@ extern "C" hm_status cuda_delta_net(const cuda_delta_args *a, void *stream, hm_e
     case 128: cu_launch(k_delta_heads<128>, grid, threads, smem, s, A, cd); break;
     default: cu_launch(k_delta_heads<256>, grid, threads, smem, s, A, cd); break;
     }
-    return launched("k_delta_heads", err);
+    return cu_launched("k_delta_heads", err);
 }

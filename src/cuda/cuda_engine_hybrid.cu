@@ -20,6 +20,7 @@ extern "C" {
 #include "cuda/cuda_delta.h"
 #include "cuda/cuda_engine_internal.h"
 }
+#include "cuda/cuda_check.cuh"
 #include "cuda/cuda_launch.cuh"
 #include "cuda/cuda_math.cuh"
 
@@ -47,13 +48,6 @@ __global__ void k_gate_apply(float *attn, const float *gate, int64_t n) {
     if (i < n) attn[i] = __fmul_rn(attn[i], cm_sigmoidf(gate[i]));
 }
 
-hm_status launched(const char *kernel, hm_error *err) {
-    const cudaError_t e = cudaGetLastError();
-    return e == cudaSuccess ? HM_OK
-                            : hm_error_set(err, HM_ERR_CUDA, "CUDA kernel %s: %s", kernel,
-                                           cudaGetErrorString(e));
-}
-
 } // namespace
 
 extern "C" cuda_hybrid_dims cuda_hybrid_dims_of(const hm_arch_desc *desc, const hm_hparams *hp) {
@@ -71,7 +65,7 @@ extern "C" cuda_hybrid_dims cuda_hybrid_dims_of(const hm_arch_desc *desc, const 
 
 extern "C" hm_status cuda_engine_runs_single(cuda_engine *e, int n, hm_error *err) {
     cu_launch(k_runs_single, 1, 32, 0, (cudaStream_t)e->stream, e->d_runs, n);
-    return launched("k_runs_single", err);
+    return cu_launched("k_runs_single", err);
 }
 
 extern "C" hm_status cuda_engine_gate_split(cuda_engine *e, int n, hm_error *err) {
@@ -79,14 +73,14 @@ extern "C" hm_status cuda_engine_gate_split(cuda_engine *e, int n, hm_error *err
     const int64_t rows = (int64_t)n * e->hp.n_head, tot = rows * hd;
     cu_launch(k_gate_split, (unsigned)((tot + 255) / 256), 256, 0, (cudaStream_t)e->stream,
               (const float *)e->hy_o, e->q, e->hy_gate, rows, hd);
-    return launched("k_gate_split", err);
+    return cu_launched("k_gate_split", err);
 }
 
 extern "C" hm_status cuda_engine_gate_apply(cuda_engine *e, int n, hm_error *err) {
     const int64_t tot = (int64_t)n * e->hp.n_head * e->hp.head_dim_v;
     cu_launch(k_gate_apply, (unsigned)((tot + 255) / 256), 256, 0, (cudaStream_t)e->stream, e->attn,
               (const float *)e->hy_gate, tot);
-    return launched("k_gate_apply", err);
+    return cu_launched("k_gate_apply", err);
 }
 
 extern "C" hm_status cuda_engine_delta_block(cuda_engine *e, int il, int n, fwd_defer *d,
