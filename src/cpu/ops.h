@@ -1,6 +1,7 @@
 /* ops.h - CPU operators of the forward pass other than the weight products (cpu/matmul.h):
- * RMS norms, RoPE (normal, neox, YaRN), attention over a KV cache (GQA, causal, sliding window,
- * sinks, f32/f16/q8_0 cache), activations (SiLU, SwiGLU, gpt-oss's clamped SwiGLU, sigmoid),
+ * RMS norms, RoPE (normal, neox, YaRN, frequency factors), attention over a KV cache (GQA,
+ * causal, sliding window, sinks, f32/f16/q8_0 cache), activations (SiLU, SwiGLU, gpt-oss's
+ * clamped SwiGLU, GELU-tanh gated, sigmoid),
  * MoE routers (softmax->top-k, top-k->softmax) and the per-slot expert combine.
  *
  * DESIGN: plain functions over caller-owned f32 buffers; shapes are given in each comment as
@@ -81,13 +82,19 @@ void cpu_swiglu(tp_pool *pool, const float *gate, const float *up, float *out, i
  * cpu_swiglu. */
 void cpu_swiglu_oai(tp_pool *pool, const float *gate, const float *up, float *out, int64_t n,
                     float alpha, float limit);
+/* Gemma's gated GELU (tanh approximation, transformers' gelu_pytorch_tanh, ggml's gelu):
+ * out[i] = (0.5f * g * (1 + tanhf(0.7978845608f * (g + 0.044715f * g * g * g)))) * up[i],
+ * g = gate[i], each operation one float rounding, tanhf from libm. Shapes as cpu_swiglu. */
+void cpu_geglu(tp_pool *pool, const float *gate, const float *up, float *out, int64_t n);
+/* The gated activations of an expert FFN (cpu_swiglu_slice's kind). */
+enum { CPU_GLU_SILU = 0, CPU_GLU_OAI = 1, CPU_GLU_GELU = 2 };
 /* Whether the activations above may take their SIMD path (hm_cpu_has_avx2: it executes cpuid,
  * which costs microseconds in a VM, so callers of many small slices read it once). */
 int cpu_act_simd(void);
-/* cpu_swiglu (oai = 0) or cpu_swiglu_oai (oai = 1, alpha, limit) on the calling thread, with the
- * SIMD choice simd = cpu_act_simd() made by the caller: for small slices inside a pool job.
- * Same values as the pooled forms. */
-void cpu_swiglu_slice(const float *gate, const float *up, float *out, int64_t n, int oai,
+/* cpu_swiglu (kind CPU_GLU_SILU), cpu_swiglu_oai (CPU_GLU_OAI, alpha, limit) or cpu_geglu
+ * (CPU_GLU_GELU) on the calling thread, with the SIMD choice simd = cpu_act_simd() made by the
+ * caller: for small slices inside a pool job. Same values as the pooled forms. */
+void cpu_swiglu_slice(const float *gate, const float *up, float *out, int64_t n, int kind,
                       float alpha, float limit, int simd);
 
 /* ------------------------------------------------------------------ RoPE */
@@ -112,6 +119,9 @@ typedef struct {
     float beta_fast;      /* 32 */
     float beta_slow;      /* 1 */
     int yarn_truncate;    /* 1: floor/ceil the correction dims (llama.cpp); 0: gpt-oss/HF */
+    const float *freq_factors; /* [n_dims / 2] or NULL: pair i's theta_extrap divided by
+                                  freq_factors[i] (llama.cpp's rope_freqs; gemma4's proportional
+                                  rope: 1 on the rotated pairs, 1e30 on the others) */
 } cpu_rope_params;
 
 /* Fills the common defaults: mode, n_dims, freq_base given; freq_scale 1, ext_factor 0,
@@ -120,7 +130,8 @@ cpu_rope_params cpu_rope_default(cpu_rope_mode mode, int n_dims, float freq_base
 
 /* Rotates x in place: x: [n_tok][n_head][head_dim], token t at position pos[t] (pos: [n_tok]).
  * Dimensions >= n_dims are left alone. Angles are computed in double:
- *   theta_extrap(i) = pos * freq_base^(-2i/n_dims), i = pair index in [0, n_dims/2);
+ *   theta_extrap(i) = pos * freq_base^(-2i/n_dims) (/ freq_factors[i] when given), i = pair
+ *   index in [0, n_dims/2);
  *   without YaRN theta = freq_scale * theta_extrap, mscale = attn_factor;
  *   with YaRN (ext_factor != 0): ramp(i) = 1 - clamp((i - lo) / max(0.001, hi - lo), 0, 1),
  *     lo/hi = correction dims for beta_fast/beta_slow

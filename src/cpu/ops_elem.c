@@ -22,7 +22,9 @@
 #define EW_MIN_PARALLEL 32768
 #define EW_MIN_PARALLEL_EXP 4096
 
-typedef enum { EW_ADD, EW_MUL, EW_SCALE, EW_SILU, EW_SIGMOID, EW_SWIGLU, EW_SWIGLU_OAI } ew_op;
+typedef enum {
+    EW_ADD, EW_MUL, EW_SCALE, EW_SILU, EW_SIGMOID, EW_SWIGLU, EW_SWIGLU_OAI, EW_GEGLU
+} ew_op;
 
 typedef struct {
     ew_op op;
@@ -41,7 +43,7 @@ static void ew_range(const ew_job *j, int64_t i0, int64_t i1) {
                        a + i0, b ? b + i0 : NULL, j->s, y + i0, i1 - i0);
         return;
     }
-    if (j->simd && j->op >= EW_SILU) {
+    if (j->simd && j->op >= EW_SILU && j->op != EW_GEGLU) { /* GEGLU: scalar (tanhf) */
         static const int act[] = {[EW_SILU] = OPS_ACT_SILU, [EW_SIGMOID] = OPS_ACT_SIGMOID,
                                   [EW_SWIGLU] = OPS_ACT_SWIGLU, [EW_SWIGLU_OAI] = OPS_ACT_SWIGLU_OAI};
         ops_act_avx2(act[j->op], a + i0, b ? b + i0 : NULL, y + i0, i1 - i0, j->s, j->t);
@@ -75,6 +77,12 @@ static void ew_range(const ew_job *j, int64_t i0, int64_t i1) {
         }
         break;
     }
+    case EW_GEGLU:
+        for (int64_t i = i0; i < i1; i++) {
+            const float g = a[i];
+            y[i] = (0.5f * g * (1.0f + tanhf(0.7978845608f * (g + 0.044715f * g * g * g)))) * b[i];
+        }
+        break;
     }
 }
 
@@ -94,10 +102,11 @@ static void ew_run(tp_pool *pool, ew_job *j) {
 
 int cpu_act_simd(void) { return hm_cpu_has_avx2(); }
 
-void cpu_swiglu_slice(const float *gate, const float *up, float *out, int64_t n, int oai,
+void cpu_swiglu_slice(const float *gate, const float *up, float *out, int64_t n, int kind,
                       float alpha, float limit, int simd) {
-    ew_job j = {oai ? EW_SWIGLU_OAI : EW_SWIGLU, gate, up, out, n, oai ? alpha : 0,
-                oai ? limit : 0, simd != 0};
+    const int oai = kind == CPU_GLU_OAI;
+    ew_job j = {kind == CPU_GLU_GELU ? EW_GEGLU : oai ? EW_SWIGLU_OAI : EW_SWIGLU, gate, up, out,
+                n, oai ? alpha : 0, oai ? limit : 0, simd != 0};
     if (n > 0) ew_range(&j, 0, n);
 }
 
@@ -128,6 +137,11 @@ void cpu_sigmoid(tp_pool *pool, const float *x, float *y, int64_t n) {
 
 void cpu_swiglu(tp_pool *pool, const float *gate, const float *up, float *out, int64_t n) {
     ew_job j = {EW_SWIGLU, gate, up, out, n, 0, 0, 0};
+    ew_run(pool, &j);
+}
+
+void cpu_geglu(tp_pool *pool, const float *gate, const float *up, float *out, int64_t n) {
+    ew_job j = {EW_GEGLU, gate, up, out, n, 0, 0, 0};
     ew_run(pool, &j);
 }
 

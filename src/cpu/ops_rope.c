@@ -145,6 +145,7 @@ static hm_status rope_prepare(rope_job *j, double *inv, double *mix, int64_t n_t
     }
     for (int i = 0; i < p->n_dims / 2; i++) {
         inv[i] = pow((double)p->freq_base, -2.0 * i / p->n_dims);
+        if (p->freq_factors) inv[i] /= (double)p->freq_factors[i];
         double y = ((double)i - lo) / fmax(0.001, hi - lo);
         mix[i] = (1.0 - fmin(1.0, fmax(0.0, y))) * p->ext_factor;
     }

@@ -257,6 +257,28 @@ static void test_elementwise(void) {
         HM_CHECK_MSG(bad == 0, "%ld activations differ from the scalar definition", bad);
     }
 
+    /* gemma's gated GELU (tanh form): the same bytes at every thread count and in slices,
+     * within float rounding of the definition in double */
+    {
+        for (int p = 0; p < 3; p++) cpu_geglu(pools[p], a, b, y[p], n);
+        HM_CHECK(!memcmp(y[0], y[1], (size_t)n * 4) && !memcmp(y[0], y[2], (size_t)n * 4));
+        double e_ge = 0; /* error over |ref| + |g up|: 1 + tanh cancels for g << 0, in float
+                            as in torch's float32 gelu_pytorch_tanh */
+        for (int64_t i = 0; i < n; i++) {
+            const double g = a[i], t = tanh(sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g));
+            const double ref = 0.5 * g * (1.0 + t) * b[i];
+            e_ge = fmax(e_ge, fabs(y[0][i] - ref) / (fabs(ref) + fabs(g * b[i]) + 1e-30));
+        }
+        HM_CHECK_MSG(e_ge < 1e-6, "geglu err %g", e_ge);
+        float sl[203];
+        long bad = 0;
+        for (int64_t i0 = 0; i0 < 1000; i0 += 203) {
+            cpu_swiglu_slice(a + i0, b + i0, sl, 203, CPU_GLU_GELU, 0, 0, cpu_act_simd());
+            bad += memcmp(sl, y[0] + i0, sizeof(sl)) != 0;
+        }
+        HM_CHECK_MSG(bad == 0, "%ld geglu slices differ from the pooled op", bad);
+    }
+
     /* bias broadcast, expert bias, slot combine (in slot order, skipped slots) */
     float x6[6] = {1, 2, 3, 4, 5, 6}, bb[3] = {0.5f, -1, 2};
     cpu_add_bias(NULL, x6, bb, 2, 3);
@@ -437,6 +459,34 @@ static void test_rope(void) {
     double diff = 0;
     for (int i = 0; i < 9 * 3 * 64; i++) diff = fmax(diff, fabs(a[i] - b[i]));
     HM_CHECK_MSG(diff > 1e-3, "truncate must matter on gpt-oss's config (diff %g)", diff);
+    /* frequency factors (gemma4's proportional rope): pairs of factor 1 as without them, pairs
+     * of factor 1e30 unrotated, a factor 2 as half the angle */
+    {
+        float ff[16], xf[2 * 32], xp[2 * 32], xh[2 * 32];
+        for (int i = 0; i < 16; i++) ff[i] = i < 4 ? 1.0f : i == 4 ? 2.0f : 1e30f;
+        for (int i = 0; i < 64; i++) xf[i] = xp[i] = xh[i] = (float)sin(0.7 * i + 0.1);
+        const int32_t ps[2] = {3, 1000};
+        const int32_t half[2] = {0, 500}; /* pair 4's angle at 1000 / 2, pos 3 / 2 not whole */
+        hm_error er;
+        cpu_rope_params q = cpu_rope_default(CPU_ROPE_NEOX, 32, 1e6f), q0 = q;
+        q.freq_factors = ff;
+        HM_CHECK(cpu_rope(NULL, xf, 2, 1, 32, ps, &q, &er) == HM_OK);
+        HM_CHECK(cpu_rope(NULL, xp, 2, 1, 32, ps, &q0, &er) == HM_OK);
+        int okf = 1;
+        for (int t = 0; t < 2; t++)
+            for (int i = 0; i < 16; i++) {
+                const float *f = xf + 32 * t, *p0 = xp + 32 * t, *x0 = xh + 32 * t;
+                if (i < 4) okf &= f[i] == p0[i] && f[i + 16] == p0[i + 16];
+                if (i > 4) okf &= f[i] == x0[i] && f[i + 16] == x0[i + 16];
+            }
+        /* pair 4 at position 1000 with factor 2: the plain angle of pair 4 at position 500 */
+        float xq[32];
+        for (int i = 0; i < 32; i++) xq[i] = xh[32 + i];
+        HM_CHECK(cpu_rope(NULL, xq, 1, 1, 32, &half[1], &q0, &er) == HM_OK);
+        HM_CHECK_MSG(okf && fabsf(xq[4] - xf[32 + 4]) < 1e-6f &&
+                         fabsf(xq[20] - xf[32 + 20]) < 1e-6f,
+                     "rope frequency factors");
+    }
     /* bad parameters */
     cpu_rope_params p = cpu_rope_default(CPU_ROPE_NEOX, 65, 10000.0f);
     float x[128] = {0};
