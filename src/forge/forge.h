@@ -204,6 +204,7 @@ typedef struct {
     forge_gen gen;
     const char *out_path;   /* GGUF */
     const char *hf_dir;     /* NULL: no HF copy */
+    bool hf_mtp;            /* qwen35moe: the HF copy holds the MTP block as mtp.* (one block) */
     int n_threads;
     bool progress;          /* draw a progress bar on stderr */
 } forge_job;
@@ -276,8 +277,16 @@ typedef struct {
                                        (or elements) per head, first row (element) */
 } forge_hf_tensor;
 
+typedef struct {
+    bool mtp; /* qwen35moe: plan the MTP blocks too (mtp.*: what the published checkpoints hold;
+                 without it they are left out, as transformers saves the model) */
+} forge_hf_opts;
+
 hm_status forge_hf_plan(const forge_preset *p, const forge_tensor_list *l, forge_hf_tensor **out,
                         int *n_out, hm_error *err);
+/* forge_hf_plan with options (o NULL: the defaults) */
+hm_status forge_hf_plan_opts(const forge_preset *p, const forge_tensor_list *l, const forge_hf_opts *o,
+                             forge_hf_tensor **out, int *n_out, hm_error *err);
 int64_t forge_hf_nelem(const forge_hf_tensor *h);
 
 /* ---- router skew simulation (forge_sim.c) ---- */

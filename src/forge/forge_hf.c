@@ -449,6 +449,8 @@ static void config_json(hm_json *j, const forge_preset *p, const forge_vocab *v)
         hm_json_kint(j, "linear_num_value_heads", p->ssm_n_v_heads);
         hm_json_kbool(j, "attention_bias", false);
         hm_json_kdouble(j, "router_aux_loss_coef", 0.001);
+        /* the published config's count, whether or not the weights hold mtp.* */
+        hm_json_kint(j, "mtp_num_hidden_layers", p->n_nextn);
         break;
     default: break;
     }
@@ -475,7 +477,11 @@ hm_status forge_write_hf(const forge_job *job, hm_error *err) {
     int nh = 0;
     hm_status st = forge_tensors_build(p, job->mix, &l, err);
     if (st == HM_OK) st = forge_vocab_build(p, &v, err);
-    if (st == HM_OK) st = forge_hf_plan(p, &l, &hs, &nh, err);
+    const forge_hf_opts ho = {.mtp = job->hf_mtp};
+    if (job->hf_mtp && p->arch == FORGE_ARCH_QWEN35MOE && p->n_nextn > 1)
+        st = hm_error_set(err, HM_ERR_ARG, "%s: the HF copy's mtp.* holds one MTP block, not %lld",
+                          p->name, (long long)p->n_nextn);
+    if (st == HM_OK) st = forge_hf_plan_opts(p, &l, &ho, &hs, &nh, err);
     if (st == HM_OK) st = gguf_open(job->out_path, &g, err);
     if (st == HM_OK && !(src = calloc((size_t)l.n, sizeof(*src))))
         st = hm_error_set(err, HM_ERR_NOMEM, "out of memory");

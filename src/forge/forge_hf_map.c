@@ -7,6 +7,10 @@
  * evaluates it. Per-expert checkpoints (model.layers.L.mlp.experts.E.gate_proj.weight, Mixtral's
  * block_sparse_moe.experts.E.w1/w2/w3) are the form these models are published in; gpt-oss
  * uses its fused gate_up_proj with interleaved gate/up columns (transformers' GptOssExperts).
+ * qwen35moe's MTP blocks (GGUF layers >= n_layer) are planned only when asked (forge_hf_opts):
+ * as the published Qwen3.5 checkpoints hold them, mtp.layers.B.* (per-expert experts) and the
+ * shared mtp.fc / mtp.pre_fc_norm_* / mtp.norm; transformers ignores mtp.* on load.
+ * `hotmoe convert` reads the same plan backwards (src/convert/convert_gguf.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +22,8 @@ typedef struct {
     forge_hf_tensor *h;
     int n, cap;
     bool oom;
+    const forge_preset *p;
+    bool mtp; /* qwen35moe: the MTP blocks as mtp.* */
 } plan;
 
 static forge_hf_tensor *push(plan *pl) {
@@ -55,6 +61,15 @@ static const char *suffix_of(const forge_tensor *t) {
     s = strchr(s, '.');
     s = s ? strchr(s + 1, '.') : NULL;
     return s ? s + 1 : t->name;
+}
+
+/* the HF name of a layer tensor: model.layers.L.suffix, or for qwen35moe's MTP block B
+ * (layer n_layer + B) mtp.layers.B.suffix, as the published checkpoints name it */
+static void layer_name(const plan *pl, forge_hf_tensor *h, int layer, const char *suffix) {
+    if (layer >= pl->p->n_layer)
+        snprintf(h->name, sizeof(h->name), "mtp.layers.%d.%s", layer - (int)pl->p->n_layer, suffix);
+    else
+        snprintf(h->name, sizeof(h->name), "model.layers.%d.%s", layer, suffix);
 }
 
 typedef struct {
@@ -101,7 +116,7 @@ static bool layer_tensor_next(plan *pl, const forge_preset *p, const forge_tenso
         if (strcmp(suf, k_next_names[k].gguf)) continue;
         forge_hf_tensor *h = push(pl);
         if (!h) return true;
-        snprintf(h->name, sizeof(h->name), "model.layers.%d.%s", t->layer, k_next_names[k].hf);
+        layer_name(pl, h, t->layer, k_next_names[k].hf);
         h->op = FH_COPY;
         h->src = i;
         copy_shape(h, t);
@@ -145,10 +160,33 @@ static const name_map k_q35_names[] = {
     {"ffn_down_exps.weight", "mlp.experts.down_proj"},
 };
 
+/* the MTP block's own tensors (convert_hf_to_gguf's _Qwen35MtpMixin, inverted): shared by
+ * every MTP block in the checkpoint, norms zero-centred */
+static const name_map k_mtp_names[] = {
+    {"nextn.eh_proj.weight", "mtp.fc.weight"},
+    {"nextn.enorm.weight", "mtp.pre_fc_norm_embedding.weight"},
+    {"nextn.hnorm.weight", "mtp.pre_fc_norm_hidden.weight"},
+    {"nextn.shared_head_norm.weight", "mtp.norm.weight"},
+};
+
 static bool layer_tensor_q35(plan *pl, const forge_preset *p, const forge_tensor_list *l, int i) {
     const forge_tensor *t = &l->t[i];
     const char *suf = suffix_of(t);
-    if (t->layer >= p->n_layer || !strcmp(suf, "ffn_up_exps.weight")) return true;
+    if (t->layer >= p->n_layer) { /* an MTP block: left out, or its layers as the decoder's */
+        if (!pl->mtp) return true;
+        for (size_t k = 0; k < sizeof(k_mtp_names) / sizeof(k_mtp_names[0]); k++) {
+            if (strcmp(suf, k_mtp_names[k].gguf)) continue;
+            forge_hf_tensor *h = push(pl);
+            if (!h) return true;
+            snprintf(h->name, sizeof(h->name), "%s", k_mtp_names[k].hf);
+            h->op = t->role == FR_NORM ? FH_MINUS1 : FH_COPY;
+            h->src = i;
+            copy_shape(h, t);
+            return true;
+        }
+        return false; /* attention, norms, router, per-expert experts, shared expert */
+    }
+    if (!strcmp(suf, "ffn_up_exps.weight")) return true;
     const int64_t nk = p->ssm_n_k_heads, r = p->ssm_n_v_heads / p->ssm_n_k_heads;
     const int64_t kd2 = 2 * nk * p->ssm_head_k, dv = p->ssm_head_v;
     for (size_t k = 0; k < sizeof(k_q35_names) / sizeof(k_q35_names[0]); k++) {
@@ -250,7 +288,7 @@ static void layer_tensor(plan *pl, const forge_preset *p, const forge_tensor_lis
     for (size_t k = 0; k < sizeof(k_attn_names) / sizeof(k_attn_names[0]); k++) {
         if (strcmp(suf, k_attn_names[k].gguf)) continue;
         if (!(h = push(pl))) return;
-        snprintf(h->name, sizeof(h->name), "model.layers.%d.%s", L, k_attn_names[k].hf);
+        layer_name(pl, h, L, k_attn_names[k].hf);
         h->op = FH_COPY;
         h->src = i;
         copy_shape(h, t);
@@ -264,8 +302,10 @@ static void layer_tensor(plan *pl, const forge_preset *p, const forge_tensor_lis
     if (!strcmp(suf, "ffn_gate_inp.weight") || !strcmp(suf, "ffn_gate_inp.bias")) {
         if (!(h = push(pl))) return;
         const bool bias = t->role == FR_ROUTER_BIAS;
-        snprintf(h->name, sizeof(h->name), "model.layers.%d.%s.%s", L,
+        char sfx[40];
+        snprintf(sfx, sizeof(sfx), "%s.%s",
                  oss ? "mlp.router" : mixtral ? "block_sparse_moe.gate" : "mlp.gate", bias ? "bias" : "weight");
+        layer_name(pl, h, L, sfx);
         h->op = FH_COPY;
         h->src = i;
         copy_shape(h, t);
@@ -304,10 +344,12 @@ static void layer_tensor(plan *pl, const forge_preset *p, const forge_tensor_lis
         int k = t->role == FR_EXP_GATE ? 0 : t->role == FR_EXP_UP ? 1 : 2;
         for (int64_t e = 0; e < t->ne[2]; e++) {
             if (!(h = push(pl))) return;
+            char sfx[64];
             if (mixtral)
-                snprintf(h->name, sizeof(h->name), "model.layers.%d.block_sparse_moe.experts.%lld.%s.weight", L, (long long)e, mn[k]);
+                snprintf(sfx, sizeof(sfx), "block_sparse_moe.experts.%d.%s.weight", (int)e, mn[k]);
             else
-                snprintf(h->name, sizeof(h->name), "model.layers.%d.mlp.experts.%lld.%s.weight", L, (long long)e, qn[k]);
+                snprintf(sfx, sizeof(sfx), "mlp.experts.%d.%s.weight", (int)e, qn[k]);
+            layer_name(pl, h, L, sfx);
             h->op = FH_SLICE;
             h->src = i;
             h->expert = e;
@@ -320,7 +362,13 @@ static void layer_tensor(plan *pl, const forge_preset *p, const forge_tensor_lis
 
 hm_status forge_hf_plan(const forge_preset *p, const forge_tensor_list *l, forge_hf_tensor **out,
                         int *n_out, hm_error *err) {
-    plan pl = {0};
+    return forge_hf_plan_opts(p, l, NULL, out, n_out, err);
+}
+
+hm_status forge_hf_plan_opts(const forge_preset *p, const forge_tensor_list *l,
+                             const forge_hf_opts *o, forge_hf_tensor **out, int *n_out,
+                             hm_error *err) {
+    plan pl = {.p = p, .mtp = o && o->mtp && p->arch == FORGE_ARCH_QWEN35MOE};
     for (int i = 0; i < l->n; i++) {
         const forge_tensor *t = &l->t[i];
         if (t->layer >= 0) { layer_tensor(&pl, p, l, i); continue; }

@@ -87,6 +87,9 @@ void forge_gen_floats(const forge_gen *g, const forge_preset *p, const forge_ten
     if (t->role == FR_ROPE_FREQS) /* convert_hf_to_gguf's Gemma4Model: 1 on the rotated pairs,
                                      1e30 (theta / 1e30: no rotation) on the others */
         for (int64_t i = 0; i < n; i++) dst[i] = first + i < forge_preset_n_rot(p) / 2 ? 1.0f : 1e30f;
+    if (t->role == FR_SSM_A) /* a value a converter writes: -exp of an f32 A_log, so the HF
+                                twin's A_log = ln(-a) converts back to these bytes */
+        for (int64_t i = 0; i < n; i++) dst[i] = (float)-exp((double)(float)log(-(double)dst[i]));
     if (t->role == FR_OUTPUT && p->tiny) {
         /* tiny presets: output row j also holds FORGE_TINY_SUCC / n_embd x the unit-std
          * embedding values of token src(j), so while the current token is src(j) (hidden state
