@@ -84,6 +84,7 @@ int cmd_convert(int argc, char **argv) {
         fprintf(stderr, "hotmoe convert: %s\n", err.msg);
         return 1;
     }
+    if (!quiet && res.note[0]) fprintf(stderr, "hotmoe convert: %s\n", res.note);
     if (!quiet)
         fprintf(stderr,
                 "hotmoe convert: wrote %s (%s, %s, %d tensors, %.2fM params, %.1f MiB) in %.1f s\n",

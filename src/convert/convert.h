@@ -6,7 +6,8 @@
  * forge_tensors_build gives the tensor names, shapes and per-tensor types of the type mix, and
  * forge_hf_plan gives, for each GGUF tensor, the transformers tensors it is made of and the
  * layout change (convert_hf_to_gguf's Mixtral q/k permutation, expert stacking, gpt-oss's fused
- * gate_up). convert_gguf.c inverts those operations row by row from memory-mapped safetensors
+ * gate_up, the hybrids' regrouped and reordered delta-net heads, A_log, zero-centred norms).
+ * convert_gguf.c inverts those operations row by row from memory-mapped safetensors
  * (convert_st.c) and streams each tensor through the same quantisers forge uses, so a forged
  * f32 HF twin converts to exactly the bytes `forge --type T` writes. See docs/CONVERT.md.
  */
@@ -34,6 +35,7 @@ typedef struct {
     int64_t n_params;
     uint64_t bytes; /* GGUF file size */
     double seconds;
+    char note[256]; /* "" or one line the user should see (an MTP block left out) */
 } convert_result;
 
 /* Converts job->hf_dir to job->out_path; on failure removes the partial output and says in err

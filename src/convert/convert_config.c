@@ -6,9 +6,12 @@
  * num_key_value_heads = heads, rope_theta 10000). transformers 5 writes some fields under other
  * names, read as well: num_local_experts for num_experts (qwen3_moe, olmoe, qwen2_moe), and the
  * rope_parameters object ({rope_theta, rope_type, factor, original_max_position_embeddings})
- * for rope_theta and rope_scaling; the older name wins when both are present. Every missing or
- * mistyped field is reported as
- * "DIR/config.json: FIELD: problem". Values kept as doubles (epsilons, rope bases) are rounded to
+ * for rope_theta and rope_scaling; the older name wins when both are present. The hybrids
+ * (Qwen3NextForCausalLM, Qwen3_5MoeForCausalLM) add the linear_* sizes, partial_rotary_factor
+ * (n_rot = int(head_dim x it), default 0.25), qwen35moe's mrope_section (default [11, 11, 10])
+ * and mtp_num_hidden_layers; Qwen3_5MoeForConditionalGeneration's fields are read from its
+ * text_config. Layer patterns other than full attention every 4th layer are refused. Every
+ * missing or mistyped field is reported as "DIR/config.json: FIELD: problem". Values kept as doubles (epsilons, rope bases) are rounded to
  * f32 only where the GGUF key is written, as convert_hf_to_gguf does.
  */
 #include <jansson.h>
@@ -27,12 +30,17 @@ static const struct {
     {"OlmoeForCausalLM", "olmoe", FORGE_ARCH_OLMOE},
     {"Qwen2MoeForCausalLM", "qwen2_moe", FORGE_ARCH_QWEN2MOE},
     {"GptOssForCausalLM", "gpt_oss", FORGE_ARCH_GPTOSS},
+    {"Qwen3NextForCausalLM", "qwen3_next", FORGE_ARCH_QWEN3NEXT},
+    {"Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", FORGE_ARCH_QWEN35MOE},
+    /* the published Qwen3.5-MoE checkpoints: the text model's fields under text_config */
+    {"Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe", FORGE_ARCH_QWEN35MOE},
 };
 #define N_ARCHS (sizeof(k_archs) / sizeof(k_archs[0]))
 
 const char *convert_supported_archs(void) {
     return "Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Qwen2MoeForCausalLM, "
-           "GptOssForCausalLM";
+           "GptOssForCausalLM, Qwen3NextForCausalLM, Qwen3_5MoeForCausalLM, "
+           "Qwen3_5MoeForConditionalGeneration";
 }
 
 typedef struct {
@@ -105,8 +113,67 @@ static hm_status find_arch(const cfg *c, forge_arch *a) {
                         convert_supported_archs());
 }
 
+/* the hybrids' fields: the gated delta net's sizes, the partial rope, qwen35moe's rope sections
+ * and MTP blocks; a layer pattern other than full attention every 4th layer is refused */
+static hm_status read_hybrid(const cfg *c, forge_preset *p) {
+    hm_status st = HM_OK;
+    static const char *const keys[5] = {"linear_conv_kernel_dim", "linear_num_key_heads",
+                                        "linear_num_value_heads", "linear_key_head_dim",
+                                        "linear_value_head_dim"};
+    int64_t *dst[5] = {&p->ssm_conv_kernel, &p->ssm_n_k_heads, &p->ssm_n_v_heads, &p->ssm_head_k,
+                       &p->ssm_head_v};
+    for (int k = 0; k < 5 && st == HM_OK; k++) st = get_int(c, keys[k], true, 0, dst[k]);
+    int64_t fai = 4;
+    if (st == HM_OK) st = get_int(c, "full_attention_interval", false, 4, &fai);
+    if (st == HM_OK && fai != 4)
+        return hm_error_set(c->err, HM_ERR_UNSUPPORTED,
+                            "%s: full_attention_interval: %lld unsupported (llama.cpp's layout: 4)",
+                            c->path, (long long)fai);
+    json_t *lt = json_object_get(c->root, "layer_types");
+    for (size_t i = 0; st == HM_OK && json_is_array(lt) && i < json_array_size(lt); i++) {
+        const char *k = json_string_value(json_array_get(lt, i));
+        const char *want = (i + 1) % 4 ? "linear_attention" : "full_attention";
+        if (!k || strcmp(k, want))
+            return hm_error_set(c->err, HM_ERR_UNSUPPORTED,
+                                "%s: layer_types[%zu]: %s unsupported (llama.cpp's layout: %s)",
+                                c->path, i, k ? k : "not a string", want);
+    }
+    json_t *mlp_only = json_object_get(c->root, "mlp_only_layers");
+    if (st == HM_OK && json_is_array(mlp_only) && json_array_size(mlp_only) > 0)
+        return hm_error_set(c->err, HM_ERR_UNSUPPORTED,
+                            "%s: mlp_only_layers: dense layers unsupported", c->path);
+    /* rope: partial_rotary_factor and mrope_section at the top or in rope_parameters
+     * (transformers 5) / rope_scaling; n_rot = int(head_dim x factor), convert_hf_to_gguf's */
+    json_t *rp = rope_parameters(c), *rs = json_object_get(c->root, "rope_scaling");
+    double prf = 0.25;
+    cfg sub = {c->path, rp, c->err};
+    if (st == HM_OK) {
+        if (json_object_get(c->root, "partial_rotary_factor") || !rp)
+            st = get_num(c, "partial_rotary_factor", false, 0.25, &prf);
+        else
+            st = get_num(&sub, "partial_rotary_factor", false, 0.25, &prf);
+    }
+    p->n_rot = (int64_t)((double)p->head_dim * prf);
+    if (st != HM_OK || p->arch != FORGE_ARCH_QWEN35MOE) return st;
+    json_t *ms = rp ? json_object_get(rp, "mrope_section") : NULL;
+    if (!ms && json_is_object(rs)) ms = json_object_get(rs, "mrope_section");
+    const int64_t dflt[3] = {11, 11, 10}; /* _Qwen35MRopeMixin's default */
+    if (ms && (!json_is_array(ms) || json_array_size(ms) < 1 || json_array_size(ms) > 4))
+        return hm_error_set(c->err, HM_ERR_FORMAT,
+                            "%s: mrope_section: must be an array of 1..4 integers", c->path);
+    for (int k = 0; k < 4; k++) {
+        json_t *v = ms ? json_array_get(ms, (size_t)k) : NULL;
+        if (ms && v && (!json_is_integer(v) || json_integer_value(v) < 0))
+            return hm_error_set(c->err, HM_ERR_FORMAT,
+                                "%s: mrope_section[%d]: must be a non-negative integer", c->path,
+                                k);
+        p->rope_sections[k] = ms ? (v ? (int64_t)json_integer_value(v) : 0) : k < 3 ? dflt[k] : 0;
+    }
+    return get_int(c, "mtp_num_hidden_layers", false, 0, &p->n_nextn);
+}
+
 static hm_status read_fields(const cfg *c, forge_preset *p) {
-    hm_status st = find_arch(c, &p->arch);
+    hm_status st = HM_OK;
     const forge_arch a = p->arch;
 #define INT(key, req, dflt, dst)                                                                   \
     do {                                                                                           \
@@ -134,9 +201,16 @@ static hm_status read_fields(const cfg *c, forge_preset *p) {
         cfg sub = {c->path, rope_parameters(c), c->err};
         st = get_num(&sub, "rope_theta", false, 10000.0, &p->rope_base);
     }
-    INT("intermediate_size", true, 0, &p->n_ff);
+    if (a != FORGE_ARCH_QWEN35MOE) INT("intermediate_size", true, 0, &p->n_ff); /* 35: none */
     INT("num_experts_per_tok", true, 0, &p->n_expert_used);
     switch (a) {
+    case FORGE_ARCH_QWEN3NEXT:
+    case FORGE_ARCH_QWEN35MOE:
+        if (st == HM_OK) st = get_int_alt(c, "num_experts", "num_local_experts", &p->n_expert);
+        INT("moe_intermediate_size", true, 0, &p->n_ff_exp);
+        INT("shared_expert_intermediate_size", true, 0, &p->n_ff_shexp);
+        if (st == HM_OK) st = read_hybrid(c, p);
+        break;
     case FORGE_ARCH_QWEN3MOE:
     case FORGE_ARCH_QWEN2MOE:
         if (st == HM_OK) st = get_int_alt(c, "num_experts", "num_local_experts", &p->n_expert);
@@ -192,8 +266,17 @@ hm_status convert_config_read(const char *dir, forge_preset *p, hm_error *err) {
     memset(p, 0, sizeof(*p));
     cfg c = {path, root, err};
     hm_status st = json_is_object(root)
-                       ? read_fields(&c, p)
+                       ? find_arch(&c, &p->arch)
                        : hm_error_set(err, HM_ERR_FORMAT, "%s: not a JSON object", path);
+    /* a multimodal checkpoint (Qwen3_5MoeForConditionalGeneration): the text model's fields */
+    json_t *tc = st == HM_OK ? json_object_get(root, "text_config") : NULL;
+    char tpath[4200];
+    if (json_is_object(tc) && p->arch == FORGE_ARCH_QWEN35MOE) {
+        snprintf(tpath, sizeof(tpath), "%s: text_config", path);
+        c.path = tpath;
+        c.root = tc;
+    }
+    if (st == HM_OK) st = read_fields(&c, p);
     json_decref(root);
     if (st == HM_OK) {
         p->name = "convert";

@@ -9,6 +9,16 @@
  *   UNPERMUTE  GGUF row h*D + 2i + j = HF row h*D + j*D/2 + i (convert_hf_to_gguf's permute)
  *   GATE_UP    gate (up) [e][f][c] = gate_up_proj[e][c][2f (+1)]; GATE_UP_B likewise for biases
  *   DOWN_T     down [e][c][f] = down_proj[e][f][c]
+ *   MINUS1     the hybrids' zero-centred norms: w = HF + 1 (exact: Sterbenz, w near 1)
+ *   A_LOG      ssm_a = -exp(A_log)
+ *   QKVZ       qwen3next: attn_qkv's q/k/v rows and attn_gate's z rows from in_proj_qkvz's
+ *              per-key-head groups [q_g, k_g, v_g, z_g]
+ *   VROWS      qwen35moe: GGUF value head jj v_nk + g (tiled) = HF head g v_r + jj (grouped),
+ *              rows; VCOLS(_ALOG) the same on the elements of each row (then -exp)
+ *   CAT_GU     qwen35moe: gate (up) rows of expert e = gate_up_proj[e] rows [0, F) ([F, 2F))
+ * Names: a "model.X" the checkpoint lacks is looked up as "model.language_model.X" (the
+ * published multimodal Qwen3.5 layout). qwen35moe's MTP blocks are converted when the checkpoint
+ * has mtp.* tensors, else left out (nextn_predict_layers 0) with a note in the result.
  * Every HF tensor of the plan is resolved (present, same shape, readable dtype) before the
  * output is created, so bad input fails without writing. Rows are converted to f32 from the
  * mapped file, encoded by forge's own encoder (forge_encode_row) and written by forge's own
@@ -16,6 +26,7 @@
  * most 32 MiB across a thread pool), so memory stays bounded and a forged f32 twin gives
  * forge's bytes for every mix.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,8 +44,9 @@
 
 typedef struct {
     forge_hf_op op;
-    int64_t n_heads;      /* UNPERMUTE */
-    int off;              /* GATE_UP*: 0 gate, 1 up */
+    const forge_hf_tensor *h; /* the plan's entry: the operation's sizes */
+    int off;              /* two-source ops: 0 the first GGUF tensor (gate, attn_qkv), 1 the
+                             second (up, attn_gate) */
     const st_tensor *t;   /* the HF tensor (all ops but SLICE) */
     const st_tensor **ex; /* SLICE: [n_expert] */
 } source;
@@ -51,6 +63,11 @@ static hm_status resolve(const char *dir, const st_set *s, const forge_hf_tensor
     char want[96], got[96];
     shape_str(want, sizeof(want), h->n_dims, h->shape);
     const st_tensor *t = convert_st_find(s, h->name);
+    if (!t && !strncmp(h->name, "model.", 6)) { /* a multimodal checkpoint's text model */
+        char alt[128];
+        snprintf(alt, sizeof(alt), "model.language_model.%s", h->name + 6);
+        t = convert_st_find(s, alt);
+    }
     if (!t)
         return hm_error_set(err, HM_ERR_NOT_FOUND, "%s: missing tensor %s (expected shape %s)", dir,
                             h->name, want);
@@ -78,12 +95,13 @@ static hm_status build_sources(const char *dir, const st_set *s, const forge_ten
         hm_status st = resolve(dir, s, h, &t, err);
         if (st != HM_OK) return st;
         for (int which = 0; which < 2; which++) {
-            int i =
-                which ? ((h->op == FH_GATE_UP || h->op == FH_GATE_UP_B) ? h->src2 : -1) : h->src;
+            const bool two = h->op == FH_GATE_UP || h->op == FH_GATE_UP_B || h->op == FH_QKVZ ||
+                             h->op == FH_CAT_GU;
+            int i = which ? (two ? h->src2 : -1) : h->src;
             if (i < 0) continue;
             source *c = &src[i];
             c->op = h->op;
-            c->n_heads = h->n_heads;
+            c->h = h;
             c->off = which;
             if (h->op == FH_SLICE) {
                 if (!c->ex && !(c->ex = calloc((size_t)l->t[i].ne[2], sizeof(*c->ex))))
@@ -101,6 +119,15 @@ static hm_status build_sources(const char *dir, const st_set *s, const forge_ten
     return HM_OK;
 }
 
+/* ssm_a = -exp(A_log) (convert_hf_to_gguf's Qwen3NextModel), in double rounded once */
+static float minus_exp(float a_log) { return (float)-exp((double)a_log); }
+
+/* VROWS / VCOLS*: GGUF value head gi (llama.cpp's tiled order, gi = jj v_nk + g) is HF head
+ * g v_r + jj (transformers' grouped order) */
+static int64_t v_head(const forge_hf_tensor *h, int64_t gi) {
+    return gi % h->v_nk * h->v_r + gi / h->v_nk;
+}
+
 /* f32 values of row r of GGUF tensor t (ne[0] floats) */
 static void fill_row(const forge_tensor *t, const source *c, int64_t r, float *dst) {
     const int64_t ne0 = t->ne[0], ne1 = t->ne[1];
@@ -112,7 +139,7 @@ static void fill_row(const forge_tensor *t, const source *c, int64_t r, float *d
         convert_st_read(c->ex[r / ne1], (r % ne1) * ne0, ne0, dst);
         break;
     case FH_UNPERMUTE: {
-        const int64_t D = ne1 / c->n_heads, h = r / D, k = r % D;
+        const int64_t D = ne1 / c->h->n_heads, h = r / D, k = r % D;
         convert_st_read(c->t, (h * D + (k % 2) * (D / 2) + k / 2) * ne0, ne0, dst);
         break;
     }
@@ -129,15 +156,50 @@ static void fill_row(const forge_tensor *t, const source *c, int64_t r, float *d
         convert_st_gather(c->t, e * ne0 * ne1 + ch, ne1, ne0, dst);
         break;
     }
-    case FH_MINUS1: /* the hybrids': never planned, convert_config.c refuses them */
-    case FH_A_LOG:
-    case FH_QKVZ:
-    case FH_VROWS:
-    case FH_VCOLS:
-    case FH_VCOLS_ALOG:
-    case FH_CAT_GU:
-        memset(dst, 0, sizeof(float) * (size_t)ne0);
+    case FH_MINUS1:
+        convert_st_read(c->t, r * ne0, ne0, dst);
+        for (int64_t i = 0; i < ne0; i++) dst[i] += 1.0f;
         break;
+    case FH_A_LOG:
+        convert_st_read(c->t, r * ne0, ne0, dst);
+        for (int64_t i = 0; i < ne0; i++) dst[i] = minus_exp(dst[i]);
+        break;
+    case FH_QKVZ: {
+        const forge_hf_tensor *h = c->h;
+        const int64_t G = h->n_heads, dk = h->grp_qk, dv = h->grp_vz, S = 2 * dk + 2 * dv;
+        int64_t hr; /* the in_proj_qkvz row */
+        if (c->off) hr = r / dv * S + 2 * dk + dv + r % dv; /* attn_gate: z */
+        else if (r < 2 * G * dk) hr = r % (G * dk) / dk * S + (r < G * dk ? 0 : dk) + r % dk;
+        else hr = (r - 2 * G * dk) / dv * S + 2 * dk + (r - 2 * G * dk) % dv;
+        convert_st_read(c->t, hr * ne0, ne0, dst);
+        break;
+    }
+    case FH_VROWS: {
+        const forge_hf_tensor *h = c->h;
+        int64_t hr = r, rr = r - h->v_off;
+        if (rr >= 0 && rr < h->v_nk * h->v_r * h->v_hd)
+            hr = h->v_off + v_head(h, rr / h->v_hd) * h->v_hd + rr % h->v_hd;
+        convert_st_read(c->t, hr * ne0, ne0, dst);
+        break;
+    }
+    case FH_VCOLS:
+    case FH_VCOLS_ALOG: {
+        const forge_hf_tensor *h = c->h;
+        const int64_t nh = h->v_nk * h->v_r, end = h->v_off + nh * h->v_hd;
+        if (h->v_off > 0) convert_st_read(c->t, r * ne0, h->v_off, dst);
+        for (int64_t gi = 0; gi < nh; gi++)
+            convert_st_read(c->t, r * ne0 + h->v_off + v_head(h, gi) * h->v_hd, h->v_hd,
+                            dst + h->v_off + gi * h->v_hd);
+        if (end < ne0) convert_st_read(c->t, r * ne0 + end, ne0 - end, dst + end);
+        if (c->op == FH_VCOLS_ALOG)
+            for (int64_t i = 0; i < ne0; i++) dst[i] = minus_exp(dst[i]);
+        break;
+    }
+    case FH_CAT_GU: { /* gate_up_proj [X, 2F, E]: expert e's gate rows, then its up rows */
+        const int64_t e = r / ne1, f = r % ne1;
+        convert_st_read(c->t, (e * 2 * ne1 + c->off * ne1 + f) * ne0, ne0, dst);
+        break;
+    }
     }
 }
 
@@ -188,8 +250,22 @@ hm_status convert_run(const convert_job *job, convert_result *res, hm_error *err
     }
     if ((st = convert_vocab_read(job->hf_dir, &p, &v, err)) != HM_OK) return st;
     if ((st = convert_st_open(job->hf_dir, &s, err)) != HM_OK) goto done;
+    forge_hf_opts ho = {0};
+    if (p.arch == FORGE_ARCH_QWEN35MOE && p.n_nextn > 0) {
+        /* the MTP blocks: converted when the checkpoint holds them (mtp.*, as published), else
+         * left out (a checkpoint saved by transformers drops them), as convert_hf_to_gguf's
+         * --no-mtp writes it */
+        for (int i = 0; i < s.n && !ho.mtp; i++) ho.mtp = !strncmp(s.t[i].name, "mtp.", 4);
+        if (!ho.mtp) {
+            snprintf(res->note, sizeof(res->note),
+                     "no mtp.* tensors: the GGUF has no MTP block (config.json's "
+                     "mtp_num_hidden_layers %lld left out)",
+                     (long long)p.n_nextn);
+            p.n_nextn = 0;
+        }
+    }
     if ((st = forge_tensors_build(&p, job->mix, &l, err)) != HM_OK) goto done;
-    if ((st = forge_hf_plan(&p, &l, &hs, &nh, err)) != HM_OK) goto done;
+    if ((st = forge_hf_plan_opts(&p, &l, &ho, &hs, &nh, err)) != HM_OK) goto done;
     if (!(src = calloc((size_t)l.n, sizeof(*src)))) {
         st = hm_error_set(err, HM_ERR_NOMEM, "out of memory");
         goto done;
