@@ -149,15 +149,39 @@ static hm_status run_convert(const char *dir, const char *out, forge_mix mix, co
     return convert_run(&job, &res, err);
 }
 
-/* every tiny preset, every mix, from the f32 twin */
+/* the presets convert takes: all but gemma4's (its own layout, not converted yet) */
+static bool converts(const forge_preset *p) {
+    return p->tiny && (!forge_arch_own_layout(p->arch) || forge_arch_hybrid(p->arch));
+}
+
+/* ft_forge, the twin with qwen35moe's MTP block as mtp.* when mtp (the published form) */
+static hm_status cv_forge(const forge_preset *p, forge_mix mix, const char *tag, bool mtp,
+                          char *gguf_path, size_t cap, char *hf_dir, size_t hcap) {
+    char name[256];
+    snprintf(name, sizeof(name), "%s.gguf", tag);
+    ft_path(gguf_path, cap, name);
+    snprintf(name, sizeof(name), "%s-hf", tag);
+    ft_path(hf_dir, hcap, name);
+    forge_job job = {.preset = p, .mix = mix, .out_path = gguf_path, .hf_dir = hf_dir,
+                     .hf_mtp = mtp, .n_threads = 2};
+    job.gen.seed = 42;
+    forge_result res;
+    hm_error err;
+    hm_status st = forge_write_gguf(&job, &res, &err);
+    if (st == HM_OK) st = forge_write_hf(&job, &err);
+    if (st != HM_OK) fprintf(stderr, "forge %s: %s\n", tag, err.msg);
+    return st;
+}
+
+/* every tiny preset, every mix, from the f32 twin (qwen35moe's with its MTP block) */
 static void test_equal_forge(void) {
     for (int pi = 0; pi < forge_preset_count(); pi++) {
         const forge_preset *p = forge_preset_at(pi);
-        if (!p->tiny || forge_arch_own_layout(p->arch)) continue; /* convert: not built yet */
+        if (!converts(p)) continue;
         char g32[512], hf[512], tag[128];
         snprintf(tag, sizeof(tag), "cv-%s-f32", p->name);
-        HM_REQUIRE(ft_forge(p, FORGE_MIX_F32, 42, tag, true, 2, g32, sizeof(g32), hf, sizeof(hf)) ==
-                   HM_OK);
+        HM_REQUIRE(cv_forge(p, FORGE_MIX_F32, tag, p->arch == FORGE_ARCH_QWEN35MOE, g32,
+                            sizeof(g32), hf, sizeof(hf)) == HM_OK);
         for (int m = 0; m < FORGE_MIX_COUNT; m++) {
             char ref[512], out[512], unused[8];
             snprintf(tag, sizeof(tag), "cv-%s-%s", p->name, forge_mix_name((forge_mix)m));
@@ -469,11 +493,11 @@ static void test_shards_dtypes(void) {
 static void test_q8_twin(void) {
     for (int pi = 0; pi < forge_preset_count(); pi++) {
         const forge_preset *p = forge_preset_at(pi);
-        if (!p->tiny || forge_arch_own_layout(p->arch)) continue; /* convert: not built yet */
+        if (!converts(p)) continue;
         char g[512], hf[512], out[512], tag[128];
         snprintf(tag, sizeof(tag), "cv-q8-%s", p->name);
-        HM_REQUIRE(ft_forge(p, FORGE_MIX_Q8_0, 42, tag, true, 2, g, sizeof(g), hf, sizeof(hf)) ==
-                   HM_OK);
+        HM_REQUIRE(cv_forge(p, FORGE_MIX_Q8_0, tag, p->arch == FORGE_ARCH_QWEN35MOE, g, sizeof(g),
+                            hf, sizeof(hf)) == HM_OK);
         ft_path(out, sizeof(out), "cv-q8-out.gguf");
         hm_error err;
         HM_CHECK_MSG(run_convert(hf, out, FORGE_MIX_Q8_0, p->model_name, &err) == HM_OK, "%s",
@@ -522,5 +546,142 @@ static void test_transformers5_config(void) {
     }
 }
 
+/* rewrites dir's model.safetensors with every "model.X" named "model.language_model.X" and
+ * config.json as the published multimodal config (the text model's fields under text_config) */
+static bool to_multimodal(const char *dir) {
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+    size_t n;
+    char *d = slurp(path, &n);
+    if (!d) return false;
+    uint64_t hl = 0;
+    for (int k = 0; k < 8; k++) hl |= (uint64_t)(uint8_t)d[k] << (8 * k);
+    json_t *hdr = json_loadb(d + 8, (size_t)hl, 0, NULL), *nh = json_object();
+    const char *key;
+    json_t *val;
+    json_object_foreach(hdr, key, val) {
+        char name[256];
+        if (!strncmp(key, "model.", 6)) snprintf(name, sizeof(name), "model.language_model.%s", key + 6);
+        else snprintf(name, sizeof(name), "%s", key);
+        json_object_set(nh, name, val);
+    }
+    char *h = json_dumps(nh, JSON_COMPACT);
+    size_t l = strlen(h), pad = (8 - l % 8) % 8, total = 8 + l + pad + (n - 8 - hl);
+    uint8_t *o = malloc(total);
+    for (int k = 0; k < 8; k++) o[k] = (uint8_t)((uint64_t)(l + pad) >> (8 * k));
+    memcpy(o + 8, h, l);
+    memset(o + 8 + l, ' ', pad);
+    memcpy(o + 8 + l + pad, d + 8 + hl, n - 8 - hl);
+    bool ok = spit(path, o, total);
+    free(o);
+    free(h);
+    free(d);
+    json_decref(hdr);
+    json_decref(nh);
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    json_t *tc = json_load_file(path, 0, NULL);
+    json_t *c = json_pack("{s:[s], s:s, s:O, s:b}", "architectures",
+                          "Qwen3_5MoeForConditionalGeneration", "model_type", "qwen3_5_moe",
+                          "text_config", tc, "tie_word_embeddings", 0);
+    json_object_del(tc, "architectures");
+    ok = ok && tc && c && json_dump_file(c, path, JSON_INDENT(2)) == 0;
+    json_decref(c);
+    json_decref(tc);
+    return ok;
+}
+
+/* the hybrids beyond the round trip: a qwen35moe checkpoint without mtp.* (as transformers
+ * saves it) gives forge's GGUF without the MTP block and says so; the published multimodal
+ * layout (text_config, model.language_model.*) gives forge's bytes */
+static void test_hybrid_mtp_layouts(void) {
+    const forge_preset *p = forge_preset_find("tiny-qwen35moe");
+    HM_REQUIRE(p && p->n_nextn == 1);
+    forge_preset p0 = *p;
+    p0.n_nextn = 0;
+    char g[512], g0[512], hf[512], hf0[512], d[512], out[512];
+    HM_REQUIRE(cv_forge(p, FORGE_MIX_Q8_0, "cv-mtp", false, g, sizeof(g), hf, sizeof(hf)) == HM_OK);
+    HM_REQUIRE(cv_forge(&p0, FORGE_MIX_Q8_0, "cv-mtp0", false, g0, sizeof(g0), hf0, sizeof(hf0)) ==
+               HM_OK);
+    ft_path(out, sizeof(out), "cv-mtp-out.gguf");
+    convert_job job = {.hf_dir = hf, .out_path = out, .mix = FORGE_MIX_Q8_0,
+                       .name = p->model_name, .n_threads = 2};
+    convert_result res;
+    hm_error err;
+    HM_REQUIRE(convert_run(&job, &res, &err) == HM_OK);
+    HM_CHECK_MSG(strstr(res.note, "no mtp.* tensors") && strstr(res.note, "no MTP block"), "note '%s'",
+                 res.note);
+    int bad = compare_gguf(g0, out, -1, true);
+    HM_CHECK_MSG(bad == 0, "no mtp.*: %d differences from forge's GGUF without the MTP block", bad);
+    /* with the block: no note */
+    char gm[512], hfm[512];
+    HM_REQUIRE(cv_forge(p, FORGE_MIX_Q8_0, "cv-mtp1", true, gm, sizeof(gm), hfm, sizeof(hfm)) ==
+               HM_OK);
+    job.hf_dir = hfm;
+    HM_REQUIRE(convert_run(&job, &res, &err) == HM_OK);
+    HM_CHECK(res.note[0] == 0);
+    HM_CHECK(compare_gguf(gm, out, -1, true) == 0);
+    /* the multimodal layout */
+    copy_twin(hfm, "cv-mtp-mm", 0, d, sizeof(d));
+    HM_REQUIRE(to_multimodal(d));
+    job.hf_dir = d;
+    HM_CHECK_MSG(convert_run(&job, &res, &err) == HM_OK, "multimodal: %s", err.msg);
+    bad = compare_gguf(gm, out, -1, true);
+    HM_CHECK_MSG(bad == 0, "multimodal: %d differences", bad);
+    unlink(out);
+}
+
+/* sets config.json's key (in text_config when nested) to the integer v */
+static bool set_config_int(const char *dir, const char *key, long long v) {
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    json_t *c = json_load_file(path, 0, NULL);
+    if (!c) return false;
+    json_object_set_new(c, key, json_integer(v));
+    bool ok = json_dump_file(c, path, JSON_INDENT(2)) == 0;
+    json_decref(c);
+    return ok;
+}
+
+static void test_hybrid_errors(void) {
+    char g[512], hf[512], d[512];
+    HM_REQUIRE(cv_forge(forge_preset_find("tiny-qwen3next"), FORGE_MIX_F32, "cv-he-next", false, g,
+                        sizeof(g), hf, sizeof(hf)) == HM_OK);
+    copy_twin(hf, "cv-he-alog", 0, d, sizeof(d));
+    HM_REQUIRE(patch(d, "model.safetensors", "\"model.layers.1.linear_attn.A_log\"",
+                     "\"model.layers.1.linear_attn.A_loh\""));
+    expect_error(d, "missing ssm tensor", "missing tensor model.layers.1.linear_attn.A_log", "[4]");
+    copy_twin(hf, "cv-he-conv", 0, d, sizeof(d));
+    HM_REQUIRE(set_config_int(d, "linear_conv_kernel_dim", 5));
+    expect_error(d, "wrong conv1d shape",
+                 "model.layers.0.linear_attn.conv1d.weight has shape [128, 1, 4]",
+                 "implies [128, 1, 5]");
+    copy_twin(hf, "cv-he-qkvz", 0, d, sizeof(d));
+    HM_REQUIRE(set_config_int(d, "linear_value_head_dim", 32));
+    expect_error(d, "wrong in_proj_qkvz shape", "model.layers.0.linear_attn.in_proj_qkvz.weight",
+                 "has shape [192, 64], config.json implies [320, 64]");
+    copy_twin(hf, "cv-he-key", 0, d, sizeof(d));
+    HM_REQUIRE(patch(d, "config.json", "\"linear_num_key_heads\"", "\"linear_num_key_headz\""));
+    expect_error(d, "missing config key", "config.json: linear_num_key_heads: missing", NULL);
+    copy_twin(hf, "cv-he-fai", 0, d, sizeof(d));
+    HM_REQUIRE(set_config_int(d, "full_attention_interval", 3));
+    expect_error(d, "other layer pattern", "full_attention_interval: 3 unsupported", NULL);
+
+    HM_REQUIRE(cv_forge(forge_preset_find("tiny-qwen35moe"), FORGE_MIX_F32, "cv-he-35", true, g,
+                        sizeof(g), hf, sizeof(hf)) == HM_OK);
+    copy_twin(hf, "cv-he-fc", 0, d, sizeof(d));
+    HM_REQUIRE(patch(d, "model.safetensors", "\"mtp.fc.weight\"", "\"mtp.fc.weighx\""));
+    expect_error(d, "missing MTP tensor", "missing tensor mtp.fc.weight", "[64, 128]");
+    copy_twin(hf, "cv-he-beta", 0, d, sizeof(d));
+    HM_REQUIRE(patch(d, "model.safetensors", "\"model.layers.2.linear_attn.in_proj_b.weight\"",
+                     "\"model.layers.2.linear_attn.in_proj_b.weighx\""));
+    expect_error(d, "missing in_proj_b", "missing tensor model.layers.2.linear_attn.in_proj_b.weight",
+                 "[4, 64]");
+    copy_twin(hf, "cv-he-gu", 0, d, sizeof(d));
+    HM_REQUIRE(set_config_int(d, "moe_intermediate_size", 64));
+    expect_error(d, "wrong gate_up_proj shape",
+                 "model.layers.0.mlp.experts.gate_up_proj has shape [8, 64, 64]",
+                 "implies [8, 128, 64]");
+}
+
 HM_TEST_MAIN(test_equal_forge, test_compare_detects, test_errors, test_shards_dtypes, test_q8_twin,
-             test_transformers5_config)
+             test_transformers5_config, test_hybrid_mtp_layouts, test_hybrid_errors)
