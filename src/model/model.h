@@ -32,7 +32,7 @@ typedef enum {
     HM_ARCH_QWEN2MOE,     /* "qwen2moe" */
     HM_ARCH_QWEN3NEXT,    /* "qwen3next": gated delta-net layers + gated full attention */
     HM_ARCH_QWEN35MOE,    /* "qwen35moe": Qwen3.5-MoE, qwen3next's layers with its differences */
-    HM_ARCH_GEMMA4,       /* "gemma4": Gemma 4's MoE model (docs/GEMMA4.md); loaded, not run yet */
+    HM_ARCH_GEMMA4,       /* "gemma4": Gemma 4's MoE model (docs/GEMMA4.md) */
     HM_ARCH_COUNT
 } hm_arch;
 
@@ -59,6 +59,7 @@ typedef enum {
     HM_SWIGLU_SILU = 0, /* silu(gate) * up */
     HM_SWIGLU_OAI,      /* gpt-oss: g = min(gate, 7); u = clamp(up, -7, 7);
                            g * sigmoid(1.702 g) * (u + 1) */
+    HM_SWIGLU_GELU,     /* gemma4: gelu_tanh(gate) * up (cpu_geglu) */
 } hm_swiglu_kind;
 
 /* What one architecture's layer looks like; a row of a constant table (model_arch.c). */
@@ -254,8 +255,15 @@ const hm_tensor *hm_model_output(const hm_model *m);      /* {n_embd, n_vocab} (
  * pairs, 1e30 on the others: the proportional rope); data NULL elsewhere. */
 const hm_tensor *hm_model_rope_freqs(const hm_model *m);
 uint64_t hm_model_weight_bytes(const hm_model *m); /* tensor data bytes */
-/* The RoPE of every layer (kind, dimensions, base, YaRN) as cpu_rope takes it. */
+/* The RoPE of every layer (kind, dimensions, base, YaRN; gemma4: its full-attention layers', with
+ * rope_freqs as the frequency factors) as cpu_rope takes it. */
 cpu_rope_params hm_model_rope_params(const hm_model *m);
+/* gemma4's sliding layers' RoPE (NEOX on rope.dimension_count_swa, rope.freq_base_swa); for the
+ * other architectures hm_model_rope_params. */
+cpu_rope_params hm_model_rope_params_swa(const hm_model *m);
+/* Layer il's KV heads and head size (K and V rows are [n_head_kv][head_dim]): head_dim_k and
+ * n_head_kv, or for a gemma4 sliding layer head_dim_swa and n_head_kv_swa. */
+void hm_model_layer_kv(const hm_model *m, int il, int64_t *n_head_kv, int64_t *head_dim);
 
 /* What a forward pass returns (both engines and hm_decode). */
 typedef enum {

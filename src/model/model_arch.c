@@ -54,7 +54,7 @@ static const hm_arch_desc k_archs[HM_ARCH_COUNT] = {
      * multiplies by them (no 1 + w) */
     [HM_ARCH_GEMMA4] = {.arch = HM_ARCH_GEMMA4, .name = "gemma4", .qk_norm = HM_QKNORM_HEAD,
                         .rope = HM_ROPE_NEOX, .gating = HM_GATING_SOFTMAX_TOPK_NORM,
-                        .ff_exp_key = true, .gemma4 = true}, /* GELU-tanh: the gemma4 flag */
+                        .swiglu = HM_SWIGLU_GELU, .ff_exp_key = true, .gemma4 = true},
 };
 
 const hm_arch_desc *hm_arch_find(const char *name, size_t len) {
@@ -84,5 +84,17 @@ cpu_rope_params hm_model_rope_params(const hm_model *m) {
     rp.beta_fast = hp->yarn_beta_fast;
     rp.beta_slow = hp->yarn_beta_slow;
     rp.yarn_truncate = hp->yarn_truncate;
+    rp.freq_factors = m->rope_freqs.data; /* gemma4's; NULL elsewhere */
     return rp;
+}
+
+cpu_rope_params hm_model_rope_params_swa(const hm_model *m) {
+    if (!m->desc->gemma4) return hm_model_rope_params(m);
+    return cpu_rope_default(CPU_ROPE_NEOX, (int)m->hp.n_rot_swa, m->hp.rope_base_swa);
+}
+
+void hm_model_layer_kv(const hm_model *m, int il, int64_t *n_head_kv, int64_t *head_dim) {
+    const bool swa = m->desc->gemma4 && m->layers[il].swa;
+    *n_head_kv = swa ? m->hp.n_head_kv_swa : m->hp.n_head_kv;
+    *head_dim = swa ? m->hp.head_dim_swa : m->hp.head_dim_k;
 }

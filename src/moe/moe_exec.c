@@ -163,7 +163,7 @@ void moe_exec_post(void *ctx, int64_t p, int64_t r0, int64_t r1) {
         cpu_moe_add_bias(NULL, g, (const float *)pc->L->gate_exps_b.data + off, &zero, 1, 1, n);
         cpu_moe_add_bias(NULL, u, (const float *)pc->L->up_exps_b.data + off, &zero, 1, 1, n);
     }
-    cpu_swiglu_slice(g, u, g, n, pc->oai, 1.702f, 7.0f, pc->simd);
+    cpu_swiglu_slice(g, u, g, n, pc->act, 1.702f, 7.0f, pc->simd);
 }
 
 bool moe_exec_cpu_args(moe_exec *x, int il, const int32_t *ids, int64_t n, int K,
@@ -184,7 +184,9 @@ bool moe_exec_cpu_args(moe_exec *x, int il, const int32_t *ids, int64_t n, int K
     d->x8 = L->down_exps.x8;
     d->x = x->eg, d->x_per_slot = 1, d->y = y;
     *pc = (moe_post_ctx){.L = L, .ids = ids, .eg = x->eg, .eu = x->eu, .F = F,
-                         .oai = hm_model_arch(m)->swiglu == HM_SWIGLU_OAI,
+                         .act = hm_model_arch(m)->swiglu == HM_SWIGLU_OAI    ? CPU_GLU_OAI
+                                : hm_model_arch(m)->swiglu == HM_SWIGLU_GELU ? CPU_GLU_GELU
+                                                                             : CPU_GLU_SILU,
                          .simd = cpu_act_simd()};
     return quant_act_for(a->wtype) == quant_act_for(b->wtype) &&
            (!L->gate_exps_b.data || L->up_exps_b.data);
@@ -213,7 +215,9 @@ static hm_status gate_up(moe_exec *x, const hm_layer *L, bool pair, const cpu_mo
         cpu_moe_add_bias(x->pool, x->eg, L->gate_exps_b.data, ids, n, K, F);
         cpu_moe_add_bias(x->pool, x->eu, L->up_exps_b.data, ids, n, K, F);
     }
-    if (pc->oai) cpu_swiglu_oai(x->pool, x->eg, x->eu, x->eg, n * K * F, 1.702f, 7.0f);
+    if (pc->act == CPU_GLU_OAI)
+        cpu_swiglu_oai(x->pool, x->eg, x->eu, x->eg, n * K * F, 1.702f, 7.0f);
+    else if (pc->act == CPU_GLU_GELU) cpu_geglu(x->pool, x->eg, x->eu, x->eg, n * K * F);
     else cpu_swiglu(x->pool, x->eg, x->eu, x->eg, n * K * F);
     return HM_OK;
 }

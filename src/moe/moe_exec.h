@@ -87,7 +87,7 @@ typedef struct {
     const int32_t *ids;
     float *eg, *eu;
     int64_t F;
-    bool oai;
+    int act;  /* CPU_GLU_SILU, CPU_GLU_OAI (gpt-oss) or CPU_GLU_GELU (gemma4): cpu/ops.h */
     int simd; /* cpu_act_simd(), read once per layer */
 } moe_post_ctx;
 bool moe_exec_cpu_args(moe_exec *x, int il, const int32_t *ids, int64_t n, int K,
