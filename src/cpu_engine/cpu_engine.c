@@ -9,7 +9,9 @@
  * of its layers only (the others' entries stay empty). Several sequences (n_seq) each have such
  * a cache; the scratch is shared. A hybrid architecture's recurrent layers keep no KV cache but
  * a recurrent state per sequence (convolution and delta-rule states, zeroed by a reset; it
- * cannot be cut back, so a truncation that would is refused). Buffer shapes: cpu_engine_internal.h.
+ * cannot be cut back, so a truncation that would is refused). gemma4's layer kinds have their own
+ * KV heads and head size (hm_model_layer_kv): each layer's cache has its own row shape, the
+ * scratch the widest. Buffer shapes: cpu_engine_internal.h.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -49,14 +51,31 @@ static void hybrid_scratch(const hm_model *m, int64_t nu, int nth, uint64_t *in,
     *tmp = cd + vd + (uint64_t)(nth > 0 ? nth : 1) * 2 * (uint64_t)hp->ssm_head_v;
 }
 
+/* The widest q (n_head x head size) and K/V rows (kv heads x head size) of any layer (gemma4's
+ * layer kinds differ), and the width of sg/su: the shared expert's or gemma4's dense MLP's. */
+static void widths(const hm_model *m, int64_t *nq, int64_t *nk, int64_t *nff) {
+    const hm_hparams *hp = hm_model_hparams(m);
+    *nq = hp->n_head * hp->head_dim_k;
+    *nk = hp->n_head_kv * hp->head_dim_k;
+    for (int il = 0; il < hp->n_layer; il++) {
+        int64_t kv, hd;
+        hm_model_layer_kv(m, il, &kv, &hd);
+        if (hp->n_head * hd > *nq) *nq = hp->n_head * hd;
+        if (kv * hd > *nk) *nk = kv * hd;
+    }
+    *nff = hp->n_ff > hp->n_ff_shexp ? hp->n_ff : hp->n_ff_shexp;
+}
+
 /* Floats of the scratch buffers (see cpu_engine_internal.h for each buffer's shape). */
 static uint64_t scratch_floats(const hm_model *m, const cpu_engine_params *p) {
     const hm_hparams *hp = hm_model_hparams(m);
     uint64_t nu = (uint64_t)p->n_ubatch, E = (uint64_t)hp->n_embd, K = (uint64_t)hp->n_expert_used;
-    uint64_t nq = (uint64_t)(hp->n_head * hp->head_dim_k);
-    uint64_t nk = (uint64_t)(hp->n_head_kv * hp->head_dim_k);
+    int64_t wq, wk, wff;
+    widths(m, &wq, &wk, &wff);
+    const uint64_t nq = (uint64_t)wq, nk = (uint64_t)wk;
     uint64_t f = nu * (3 * E + 2 * nq + 2 * nk + (uint64_t)hp->n_expert + K +
-                       2 * K * hp->n_ff_exp + K * E + 2 * (uint64_t)hp->n_ff_shexp + 1);
+                       2 * K * hp->n_ff_exp + K * E + 2 * (uint64_t)wff + 1 +
+                       (uint64_t)(hp->n_rot + hp->n_rot_swa));
     if (hm_model_arch(m)->hybrid) {
         uint64_t in, z, ba, o, tmp;
         hybrid_scratch(m, p->n_ubatch, p->n_threads, &in, &z, &ba, &o, &tmp);
@@ -87,10 +106,12 @@ uint64_t cpu_engine_bytes(const hm_model *m, const cpu_engine_params *p) {
     int l0, l1;
     layer_range(m, p, &l0, &l1);
     if (l1 > hp->n_layer) l1 = (int)hp->n_layer;
-    for (int il = l0 > 0 ? l0 : 0; il < l1; il++)
+    for (int il = l0 > 0 ? l0 : 0; il < l1; il++) {
+        int64_t nkv, hd;
+        hm_model_layer_kv(m, il, &nkv, &hd);
         kv += (uint64_t)layer_slots(m, p, il) *
-              (hm_row_size(p->type_k, hp->n_head_kv * hp->head_dim_k) +
-               hm_row_size(p->type_v, hp->n_head_kv * hp->head_dim_v));
+              (hm_row_size(p->type_k, nkv * hd) + hm_row_size(p->type_v, nkv * hd));
+    }
     if (hm_model_arch(m)->hybrid) /* each sequence's recurrent state */
         kv += hybrid_state(m, l0 > 0 ? l0 : 0, l1, NULL) * sizeof(float);
     return kv * (uint64_t)(p->n_seq > 1 ? p->n_seq : 1) + scratch_floats(m, p) * sizeof(float);
@@ -107,7 +128,8 @@ static size_t mm_scratch_max(const hm_model *m, int64_t nu, const moe_exec *x) {
         const hm_tensor *mats[] = {&L->wq,      &L->wk,       &L->wv,          &L->wo,
                                    &L->router,  &L->sh_gate,  &L->sh_up,       &L->sh_down,
                                    &L->sh_gate_inp, &L->ssm_qkv, &L->ssm_gate, &L->ssm_in,
-                                   &L->ssm_ba,  &L->ssm_out, &L->ssm_beta, &L->ssm_alpha};
+                                   &L->ssm_ba,  &L->ssm_out, &L->ssm_beta, &L->ssm_alpha,
+                                   &L->ffn_gate, &L->ffn_up, &L->ffn_down};
         for (size_t i = 0; i < sizeof(mats) / sizeof(mats[0]); i++) {
             if (!mats[i]->data) continue;
             size_t s = cpu_matmul_scratch_size(mats[i]->type, mats[i]->ne[0], nu);
@@ -122,9 +144,6 @@ hm_status cpu_engine_init(const hm_model *m, const cpu_engine_params *p, cpu_eng
                           hm_error *err) {
     *out = NULL;
     const hm_hparams *hp = hm_model_hparams(m);
-    if (hm_model_arch(m)->gemma4)
-        return hm_error_set(err, HM_ERR_UNSUPPORTED, "gemma4: the model loads (hotmoe inspect) "
-                            "but its forward pass is not built yet (docs/GEMMA4.md)");
     int l0, l1;
     layer_range(m, p, &l0, &l1);
     if (l0 < 0 || l0 >= l1 || l1 > hp->n_layer)
@@ -147,16 +166,20 @@ hm_status cpu_engine_init(const hm_model *m, const cpu_engine_params *p, cpu_eng
     c->kv = c->kv_all;
     for (int sq = 0; sq < c->n_seq && st == HM_OK; sq++)
         for (int il = l0; il < l1 && st == HM_OK; il++)
-            if (!hm_model_layer(m, il)->recurrent)
-                st = cpu_kv_init(&c->kv_all[(size_t)sq * (size_t)hp->n_layer + (size_t)il], p->type_k,
-                             p->type_v, (int)hp->n_head_kv, (int)hp->head_dim_k,
-                             layer_slots(m, p, il), err);
+            if (!hm_model_layer(m, il)->recurrent) {
+                int64_t nkv, hd;
+                hm_model_layer_kv(m, il, &nkv, &hd);
+                st = cpu_kv_init(&c->kv_all[(size_t)sq * (size_t)hp->n_layer + (size_t)il],
+                                 p->type_k, p->type_v, (int)nkv, (int)hd, layer_slots(m, p, il),
+                                 err);
+            }
     if (st != HM_OK) {
         cpu_engine_free(c);
         return st;
     }
     const int64_t nu = p->n_ubatch, E = hp->n_embd, K = hp->n_expert_used;
-    const int64_t nq = hp->n_head * hp->head_dim_k, nk = hp->n_head_kv * hp->head_dim_k;
+    int64_t nq, nk, nff;
+    widths(m, &nq, &nk, &nff);
     bool ok = true;
 #define ALLOC(ptr, count)                                                                        \
     do {                                                                                         \
@@ -172,13 +195,13 @@ hm_status cpu_engine_init(const hm_model *m, const cpu_engine_params *p, cpu_eng
     ALLOC(c->attn, nu * nq);
     ALLOC(c->proj, nu * E);
     ALLOC(c->pos, nu);
-    ALLOC(c->rope_cs, nu * (hp->n_rot > 0 ? hp->n_rot : 1));
+    ALLOC(c->rope_cs, nu * (hp->n_rot > 0 ? hp->n_rot + hp->n_rot_swa : 1));
     ALLOC(c->router, nu * hp->n_expert);
     ALLOC(c->ids, nu * K);
     ALLOC(c->gw, nu * K);
     ALLOC(c->ey, nu * K * E);
-    ALLOC(c->sg, nu * hp->n_ff_shexp);
-    ALLOC(c->su, nu * hp->n_ff_shexp);
+    ALLOC(c->sg, nu * nff);
+    ALLOC(c->su, nu * nff);
     ALLOC(c->sgate, nu);
     if (c->desc->hybrid) {
         uint64_t in, z, ba, o, tmp;

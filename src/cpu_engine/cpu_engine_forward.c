@@ -6,10 +6,11 @@
  * output matrix. Where architectures differ the layer's descriptor (hm_arch_desc) decides:
  * biases, q/k norms, rope kind and YaRN, sinks and the sliding window, gating, swiglu kind,
  * expert biases and the shared expert; a hybrid architecture's layers take their own front
- * (cpu_engine_hybrid.c: the gated delta net or the gated attention). Every step works on whole rows with the kernels of
- * cpu/matmul.h and cpu/ops.h, which compute each output element the same way whatever the
- * number of tokens or threads — so a prompt batch and the same tokens one by one give
- * bit-identical logits.
+ * (cpu_engine_hybrid.c: the gated delta net or the gated attention), gemma4's layers are
+ * cpu_engine_gemma4.c's whole (attention of their kind, dense MLP beside the experts). Every
+ * step works on whole rows with the kernels of cpu/matmul.h and cpu/ops.h, which compute each
+ * output element the same way whatever the number of tokens or threads — so a prompt batch and
+ * the same tokens one by one give bit-identical logits.
  *
  * The expert FFN goes through the expert executor (moe_exec_run: routing result in, per-slot
  * outputs out); the weighted sum over the slots happens here, in slot order (cpu_moe_combine) —
@@ -33,6 +34,7 @@
  *   ey [n][n_used][n_embd]; sg/su [n][n_ff_shexp]; sgate [n] (the experts' eg/eu: the
  *   executor's scratch).
  */
+#include <math.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <string.h>
@@ -183,26 +185,37 @@ static hm_status run_layers(cpu_engine *c, const int32_t *tokens, const float *x
     }
     /* every layer rotates q and k at these positions: their cos/sin once */
     const cpu_rope_params rp = hm_model_rope_params(m);
-    st = cpu_rope_table(&rp, (int)hp->head_dim_k, c->pos, n, c->rope_cs, err);
+    const bool hybrid = c->desc->hybrid, gemma4 = c->desc->gemma4;
+    st = gemma4 ? ce_gemma4_begin(c, n, l0 == 0, err)
+                : cpu_rope_table(&rp, (int)hp->head_dim_k, c->pos, n, c->rope_cs, err);
     *done = false;
-    const bool hybrid = c->desc->hybrid;
-    if (st == HM_OK && n == 1 && !c->tok_seq && !hybrid) /* decode: one pool job if it can */
+    if (st == HM_OK && n == 1 && !c->tok_seq && !hybrid && !gemma4) /* decode: one job if it can */
         st = ce_token_forward(c, mode == HM_LOGITS_NONE ? NULL : logits, done, err);
     for (int il = l0; il < l1 && st == HM_OK && !*done; il++) {
+        if (gemma4) { /* its own layer: cpu_engine_gemma4.c */
+            st = ce_gemma4_layer(c, il, n, err);
+            continue;
+        }
         st = hybrid ? ce_hybrid_front(c, il, n, err) : layer_front(c, il, n, err);
         if (st == HM_OK) st = moe_block(c, il, n, err);
     }
     return st;
 }
 
-/* The final norm and the output matrix on rows [0, cnt) of rows. */
+/* The final norm and the output matrix on rows [0, cnt) of rows; with final_logit_softcapping
+ * (gemma4) each logit l becomes cap * tanhf(l / cap). */
 static hm_status output_rows(cpu_engine *c, const float *rows, int cnt, float *logits,
                              hm_error *err) {
     const hm_hparams *hp = c->hp;
     const int64_t E = hp->n_embd;
     cpu_rmsnorm(ce_op_pool(c->pool, cnt * E), rows, hm_model_output_norm(c->m)->data, c->xn, cnt,
                 E, hp->rms_eps);
-    return ce_linear(c, hm_model_output(c->m), NULL, c->xn, cnt, logits, err);
+    hm_status st = ce_linear(c, hm_model_output(c->m), NULL, c->xn, cnt, logits, err);
+    const float cap = hp->logit_softcap;
+    if (st == HM_OK && cap > 0.0f)
+        for (int64_t i = 0; i < (int64_t)cnt * hp->n_vocab; i++)
+            logits[i] = cap * tanhf(logits[i] / cap);
+    return st;
 }
 
 hm_status cpu_engine_forward(cpu_engine *c, const int32_t *tokens, const float *x_in, int n,

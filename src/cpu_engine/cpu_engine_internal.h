@@ -25,21 +25,24 @@ struct cpu_engine {
     /* scratch, sized for n_ubatch tokens (nu) */
     float *x;        /* [nu][n_embd] residual stream */
     float *xn;       /* [nu][n_embd] normed input of a sub-block */
-    float *q;        /* [nu][n_head * hd_k] */
+    float *q;        /* [nu][n_head * hd_k] (gemma4: the layer kind's head size; sized for
+                        the widest kind, as k, v and attn) */
     float *k;        /* [nu][n_head_kv * hd_k] */
     float *v;        /* [nu][n_head_kv * hd_v] */
     float *attn;     /* [nu][n_head * hd_v] attention output (before wo) */
     float *proj;     /* [nu][n_embd] output of wo / of the MoE block */
     int32_t *pos;    /* [nu] positions of the ubatch's tokens */
-    float *rope_cs;  /* [nu][n_rot / 2][2] cos, sin of each token's angles (every layer's rope) */
+    float *rope_cs;  /* [nu][n_rot / 2][2] cos, sin of each token's angles (every layer's rope;
+                        gemma4: the full layers', then the sliding ones' [nu][n_rot_swa / 2][2]) */
     void *attn_scratch;   /* cpu_attention scratch */
     size_t attn_scratch_size;
     float *router;   /* [nu][n_expert] router logits */
     int32_t *ids;    /* [nu][n_used] selected experts */
     float *gw;       /* [nu][n_used] gating weights */
     float *ey;       /* [nu][n_used][n_embd] per-slot expert outputs */
-    float *sg;       /* [nu][n_ff_shexp] shared expert gate, then activation */
-    float *su;       /* [nu][n_ff_shexp] shared expert up */
+    float *sg;       /* [nu][n_ff_shexp] shared expert gate, then activation (gemma4: the
+                        dense MLP's, [nu][n_ff]) */
+    float *su;       /* [nu][n_ff_shexp] shared expert up (gemma4: [nu][n_ff]) */
     float *sgate;    /* [nu] shared expert sigmoid gate logit */
     void *mm_scratch;     /* cpu_matmul / cpu_moe_ffn job scratch */
     size_t mm_scratch_size;

@@ -68,8 +68,10 @@ hm_status ce_qkv_finish(cpu_engine *c, const hm_layer *L, int n, tp_pool *pool,
 cpu_attn_args ce_attn_args(const cpu_engine *c, int il, int n) {
     const hm_hparams *hp = c->hp;
     const hm_layer *L = hm_model_layer(c->m, il);
+    /* gemma4's scores are unscaled (its q/k norms stand in for 1/sqrt(head size)) */
     return (cpu_attn_args){.n_head = (int)hp->n_head, .n_tok = n, .pos0 = c->pos[0],
-                           .window = L->swa ? hp->sliding_window : 0, .scale = 0.0f,
+                           .window = L->swa ? hp->sliding_window : 0,
+                           .scale = c->desc->gemma4 ? 1.0f : 0.0f,
                            .sinks = L->sinks.data, .q = c->q, .k_new = c->k, .v_new = c->v,
                            .out = c->attn};
 }
@@ -79,8 +81,10 @@ hm_status ce_attend(cpu_engine *c, int il, int n, hm_error *err) {
     hm_status st = HM_OK;
     /* one attention per run of tokens of one sequence at consecutive positions (all of them
      * outside cpu_engine_forward_seqs) */
-    const int64_t nq = hp->n_head * hp->head_dim_k, nk = hp->n_head_kv * hp->head_dim_k;
-    const int64_t nv = hp->n_head_kv * hp->head_dim_v, no = hp->n_head * hp->head_dim_v;
+    /* the rows' widths: the layer's cache's (gemma4's layer kinds have their own) */
+    const cpu_kv_layer *k0 = &c->kv_all[il];
+    const int64_t nq = hp->n_head * k0->head_dim, nk = (int64_t)k0->n_head_kv * k0->head_dim;
+    const int64_t nv = nk, no = nq;
     for (int t0 = 0, t1; t0 < n && st == HM_OK; t0 = t1) {
         const int sq = c->tok_seq ? c->tok_seq[t0] : 0;
         for (t1 = t0 + 1; t1 < n && (c->tok_seq ? c->tok_seq[t1] : 0) == sq &&

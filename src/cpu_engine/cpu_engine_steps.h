@@ -50,6 +50,14 @@ hm_status ce_hybrid_positions(cpu_engine *c, const int32_t *seq, const int32_t *
 /* After a successful call: each sequence's state has absorbed its tokens. */
 void ce_hybrid_advance(cpu_engine *c, const int32_t *seq, int n);
 
+/* cpu_engine_gemma4.c: gemma4 (hm_arch_desc.gemma4). ce_gemma4_begin before the layers of a
+ * call of n tokens at c->pos: the embedding rows in c->x times sqrt(n_embd) (embed: the call
+ * starts from token ids) and both layer kinds' rope tables in c->rope_cs. ce_gemma4_layer: the
+ * whole of layer il (attention block, dense MLP and experts, their norms, the layer scalar) on
+ * c->x. */
+hm_status ce_gemma4_begin(cpu_engine *c, int n, bool embed, hm_error *err);
+hm_status ce_gemma4_layer(cpu_engine *c, int il, int n, hm_error *err);
+
 /* The front of a decode layer as one staged job: the stages are the products (q/k/v, the
  * heads, attention, wo, router; for one token q/k/v, heads and attention are one stage:
  * attn_in_qkv), each `then` the steps between it and the next. */

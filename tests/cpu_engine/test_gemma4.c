@@ -1,6 +1,6 @@
-/* test_gemma4.c - the gemma4 architecture (Gemma 4's MoE model) as far as it is built: forge's
- * presets and GGUF layout, the HF twin's names, the loader and its errors, and the engines'
- * refusal (the forward pass is not built yet: docs/GEMMA4.md):
+/* test_gemma4.c - the gemma4 architecture (Gemma 4's MoE model): forge's presets and GGUF
+ * layout, the HF twin's names, the loader and its errors, the CPU engine's forward pass
+ * (docs/GEMMA4.md):
  *   - tiny-gemma4moe's file has llama.cpp's tensors per layer kind (a sliding layer's attn_v,
  *     a full layer's global head size and one kv head, no attn_v), the dense MLP and its norms,
  *     the router's scale, per-expert scales, layer_output_scale, rope_freqs (1 on the rotated
@@ -9,7 +9,15 @@
  *   - the loader reads the layer kinds, the sizes per kind, the tied output, and names a
  *     missing or misshapen tensor; a full layer with its own attn_v, fused gate/up experts,
  *     shared KV layers and kv heads differing within a kind are refused;
- *   - the CPU engine and a GPU placement are refused with the reason. */
+ *   - a GPU placement is refused with the reason; the CPU engine runs the model:
+ *   - a prompt gives the same bytes as its tokens one by one, as ubatches of 3 and 5, with 1 or 2
+ *     threads and again after a reset (f32 and Q4_K_M);
+ *   - the logits match a double-precision reference written from the model's definition
+ *     (gemma4_ref.h) within 1e-4 x their standard deviation, the same argmax at every position;
+ *   - the sliding window: a prompt ten times tiny's window through a window-sized ring matches
+ *     the reference, whose logits without the window differ far beyond that bar; a rewind past
+ *     what the ring holds is refused;
+ *   - two sequences interleaved in one engine give each sequence's bytes alone. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,8 +25,10 @@
 
 #include "../forge/forge_test_util.h"
 #include "cpu_engine/cpu_engine.h"
+#include "gemma4_ref.h"
 #include "harness.h"
 #include "model/model.h"
+#include "quant/qtypes.h"
 #include "runtime/context.h"
 
 static const forge_preset *preset(void) { return forge_preset_find("tiny-gemma4moe"); }
@@ -213,12 +223,7 @@ static void test_load(void) {
         HM_CHECK(L->router_scale.ne[0] == 128 && L->down_exps_scale.ne[0] == 16 &&
                  L->out_scale.ne[0] == 1 && L->gate_exps.ne[2] == 16);
     }
-    /* the engines refuse it with the reason */
-    cpu_engine_params cp = {.n_ctx = 32, .n_ubatch = 4, .n_threads = 1, .type_k = HM_TYPE_F32,
-                            .type_v = HM_TYPE_F32, .n_seq = 1};
-    cpu_engine *e = NULL;
-    HM_CHECK(cpu_engine_init(m, &cp, &e, &err) == HM_ERR_UNSUPPORTED && !e &&
-             strstr(err.msg, "gemma4") && strstr(err.msg, "not built"));
+    /* a GPU placement is refused with the reason; the CPU engine takes it */
     hm_context_params p = hm_context_default_params();
     p.n_ctx = 32;
     p.n_threads = 1;
@@ -226,6 +231,9 @@ static void test_load(void) {
     hm_context *c = NULL;
     HM_CHECK(hm_context_init(m, &p, &c, &err) == HM_ERR_UNSUPPORTED && !c &&
              strstr(err.msg, "gemma4") && strstr(err.msg, "-ngl 0"));
+    p.n_gpu_layers = 0;
+    HM_CHECK(hm_context_init(m, &p, &c, &err) == HM_OK && c);
+    hm_context_free(c);
     hm_model_free(m);
     remove(path);
 
@@ -251,4 +259,236 @@ static void test_load(void) {
     HM_CHECK(load_broken(&q, NULL, 0, NULL, &err) == HM_OK);
 }
 
-HM_TEST_MAIN(test_forge_layout, test_hf_names, test_load)
+/* ---- the forward pass on the CPU engine ---- */
+
+#define N_PROMPT 24
+#define N_CTX 64
+
+static void ids_of(int32_t *ids, int n, uint64_t seed) {
+    uint64_t x = seed;
+    for (int i = 0; i < n; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        ids[i] = 3 + (int32_t)((x >> 33) % 957);
+    }
+}
+
+/* the tiny preset in mix (NULL on failure) */
+static hm_model *load_tiny(forge_mix mix, const char *tag) {
+    char path[512];
+    hm_model *m = NULL;
+    hm_error err;
+    if (ft_forge(preset(), mix, 42, tag, false, 2, path, sizeof(path), NULL, 0) != HM_OK ||
+        hm_model_load(path, NULL, &m, &err) != HM_OK)
+        return NULL;
+    return m;
+}
+
+static cpu_engine *engine(const hm_model *m, int ub, int nth, int n_seq) {
+    cpu_engine_params p = {.n_ctx = N_CTX, .n_ubatch = ub, .n_threads = nth,
+                           .type_k = HM_TYPE_F32, .type_v = HM_TYPE_F32, .n_seq = n_seq};
+    cpu_engine *e = NULL;
+    hm_error err;
+    if (cpu_engine_init(m, &p, &e, &err) != HM_OK) fprintf(stderr, "engine: %s\n", err.msg);
+    return e;
+}
+
+/* logits [n][V] of ids through e from position 0 in calls of at most `chunk` tokens */
+static bool run(cpu_engine *e, const int32_t *ids, int n, int chunk, float *lo, int64_t V) {
+    hm_error err;
+    for (int t = 0; t < n; t += chunk) {
+        const int k = n - t < chunk ? n - t : chunk;
+        if (cpu_engine_decode(e, ids + t, k, t, lo + (size_t)t * (size_t)V, HM_LOGITS_ALL,
+                              &err) != HM_OK) {
+            fprintf(stderr, "decode: %s\n", err.msg);
+            return false;
+        }
+    }
+    return true;
+}
+
+static void prompt_identity(forge_mix mix, const char *tag) {
+    hm_model *m = load_tiny(mix, tag);
+    HM_REQUIRE(m);
+    const int64_t V = hm_model_hparams(m)->n_vocab;
+    const size_t sz = sizeof(float) * N_PROMPT * (size_t)V;
+    int32_t ids[N_PROMPT];
+    ids_of(ids, N_PROMPT, 5);
+    float *a = malloc(sz), *b = malloc(sz);
+    HM_REQUIRE(a && b);
+    cpu_engine *e = engine(m, N_PROMPT, 2, 1);
+    HM_REQUIRE(e && run(e, ids, N_PROMPT, N_PROMPT, a, V)); /* one prompt call */
+    cpu_engine_reset(e);
+    HM_REQUIRE(run(e, ids, N_PROMPT, N_PROMPT, b, V));
+    HM_CHECK_MSG(!memcmp(a, b, sz), "%s: after a reset the prompt gives other bytes", tag);
+    cpu_engine_free(e);
+    const int chunks[][2] = {{1, 2}, {5, 2}, {3, 1}, {N_PROMPT, 1}, {1, 1}}; /* ubatch, threads */
+    for (int k = 0; k < 5; k++) {
+        e = engine(m, chunks[k][0], chunks[k][1], 1);
+        memset(b, 0, sz);
+        HM_REQUIRE(e && run(e, ids, N_PROMPT, chunks[k][0], b, V));
+        HM_CHECK_MSG(!memcmp(a, b, sz), "%s, ubatch %d, %d threads: other bytes than the prompt",
+                     tag, chunks[k][0], chunks[k][1]);
+        cpu_engine_free(e);
+    }
+    /* the soft cap holds every logit inside (-30, 30) */
+    float mx = 0;
+    for (size_t i = 0; i < N_PROMPT * (size_t)V; i++) mx = fabsf(a[i]) > mx ? fabsf(a[i]) : mx;
+    HM_CHECK_MSG(mx > 0.0f && mx < 30.0f, "%s: max |logit| %g", tag, (double)mx);
+    free(a);
+    free(b);
+    hm_model_free(m);
+}
+
+static void test_prompt_identity(void) {
+    prompt_identity(FORGE_MIX_F32, "g4-id-f32");
+    prompt_identity(FORGE_MIX_Q4_K_M, "g4-id-q4km");
+}
+
+typedef struct {
+    double max_diff, sd;
+    int argmax_diff;
+} cmp_res;
+
+/* the engine's logits lo [n][V] against the reference's ref [n][V] */
+static cmp_res compare(const float *lo, const double *ref, int n, int64_t V) {
+    cmp_res c = {0};
+    double mean = 0, var = 0;
+    const size_t nn = (size_t)n * (size_t)V;
+    for (size_t i = 0; i < nn; i++) mean += ref[i];
+    mean /= (double)nn;
+    for (size_t i = 0; i < nn; i++) var += (ref[i] - mean) * (ref[i] - mean);
+    c.sd = sqrt(var / (double)nn);
+    for (int t = 0; t < n; t++) {
+        int64_t ia = 0, ib = 0;
+        for (int64_t j = 0; j < V; j++) {
+            const size_t i = (size_t)t * (size_t)V + (size_t)j;
+            const double d = fabs((double)lo[i] - ref[i]);
+            if (!(d <= c.max_diff)) c.max_diff = d;
+            if (lo[i] > lo[(size_t)t * (size_t)V + (size_t)ia]) ia = j;
+            if (ref[i] > ref[(size_t)t * (size_t)V + (size_t)ib]) ib = j;
+        }
+        c.argmax_diff += ia != ib;
+    }
+    return c;
+}
+
+/* the reference's logits [n][V] of ids (window_off: sliding layers see every position) */
+static bool reference(const hm_model *m, const int32_t *ids, int n, bool window_off, double *ref) {
+    gref r;
+    if (!gref_init(&r, hm_model_gguf(m), N_CTX)) return false;
+    r.window_off = window_off;
+    const int64_t V = hm_model_hparams(m)->n_vocab;
+    for (int t = 0; t < n; t++) gref_step(&r, ids[t], ref + (size_t)t * (size_t)V);
+    gref_free(&r);
+    return true;
+}
+
+static void test_reference(void) {
+    hm_model *m = load_tiny(FORGE_MIX_F32, "g4-ref");
+    HM_REQUIRE(m);
+    const int64_t V = hm_model_hparams(m)->n_vocab;
+    int32_t ids[N_PROMPT];
+    ids_of(ids, N_PROMPT, 9);
+    float *lo = malloc(sizeof(float) * N_PROMPT * (size_t)V);
+    double *ref = malloc(sizeof(double) * N_PROMPT * (size_t)V);
+    HM_REQUIRE(lo && ref);
+    cpu_engine *e = engine(m, 8, 2, 1);
+    HM_REQUIRE(e && run(e, ids, N_PROMPT, 8, lo, V));
+    cpu_engine_free(e);
+    HM_REQUIRE(reference(m, ids, N_PROMPT, false, ref));
+    const cmp_res c = compare(lo, ref, N_PROMPT, V);
+    printf("tiny-gemma4moe vs double reference: max|diff| %.3g, std %.3g, ratio %.3g, argmax "
+           "diffs %d\n", c.max_diff, c.sd, c.max_diff / c.sd, c.argmax_diff);
+    HM_CHECK(c.sd > 0.1);
+    HM_CHECK_MSG(c.max_diff <= 1e-4 * c.sd, "max|diff| %.3g > 1e-4 x std %.3g", c.max_diff, c.sd);
+    HM_CHECK(c.argmax_diff == 0);
+    free(lo);
+    free(ref);
+    hm_model_free(m);
+}
+
+static void test_window(void) {
+    hm_model *m = load_tiny(FORGE_MIX_F32, "g4-win");
+    HM_REQUIRE(m);
+    const hm_hparams *hp = hm_model_hparams(m);
+    const int64_t V = hp->n_vocab;
+    enum { NW = 40 }; /* ten windows of tiny's 4 */
+    HM_REQUIRE(hp->sliding_window * 10 == NW);
+    int32_t ids[NW];
+    ids_of(ids, NW, 13);
+    float *lo = malloc(sizeof(float) * NW * (size_t)V);
+    double *ref = malloc(sizeof(double) * NW * (size_t)V);
+    double *all = malloc(sizeof(double) * NW * (size_t)V);
+    HM_REQUIRE(lo && ref && all);
+    /* ubatches of 3: the sliding layers' caches are rings of window + 2 = 6 slots */
+    cpu_engine *e = engine(m, 3, 2, 1);
+    HM_REQUIRE(e && run(e, ids, NW, 3, lo, V));
+    HM_REQUIRE(reference(m, ids, NW, false, ref) && reference(m, ids, NW, true, all));
+    const cmp_res c = compare(lo, ref, NW, V);
+    /* the reference without the window, from the first position past it */
+    const size_t w = (size_t)hp->sliding_window * (size_t)V;
+    float *lw = malloc(sizeof(float) * NW * (size_t)V);
+    HM_REQUIRE(lw);
+    for (size_t i = 0; i < NW * (size_t)V; i++) lw[i] = (float)all[i];
+    const cmp_res n = compare(lw + w, ref + w, NW - (int)hp->sliding_window, V);
+    printf("window: max|diff| %.3g (std %.3g, argmax diffs %d); without the window the reference "
+           "moves %.3g\n", c.max_diff, c.sd, c.argmax_diff, n.max_diff);
+    HM_CHECK_MSG(c.max_diff <= 1e-4 * c.sd, "max|diff| %.3g > 1e-4 x std %.3g", c.max_diff, c.sd);
+    HM_CHECK(c.argmax_diff == 0);
+    HM_CHECK_MSG(n.max_diff > 1e-2 * c.sd, "the window changes the logits by %.3g only",
+                 n.max_diff);
+    /* the first window's logits do not depend on it */
+    HM_CHECK(!memcmp(all, ref, sizeof(double) * w));
+    /* a rewind keeps only what the rings hold: back 2 (inside the ring) yes, far back no */
+    hm_error err;
+    HM_CHECK(cpu_engine_seq_truncate_check(e, 0, NW - 2, &err) == HM_OK);
+    HM_CHECK(cpu_engine_seq_truncate_check(e, 0, 8, &err) == HM_ERR_STATE &&
+             strstr(err.msg, "sliding-window"));
+    cpu_engine_free(e);
+    free(lo);
+    free(lw);
+    free(ref);
+    free(all);
+    hm_model_free(m);
+}
+
+static void test_sequences(void) {
+    hm_model *m = load_tiny(FORGE_MIX_F32, "g4-seq");
+    HM_REQUIRE(m);
+    const int64_t V = hm_model_hparams(m)->n_vocab;
+    enum { NT = 10 };
+    int32_t ids[2][NT];
+    ids_of(ids[0], NT, 21);
+    ids_of(ids[1], NT, 22);
+    float *alone = malloc(sizeof(float) * 2 * NT * (size_t)V);
+    float *got = malloc(sizeof(float) * 2 * (size_t)V);
+    HM_REQUIRE(alone && got);
+    for (int s = 0; s < 2; s++) {
+        cpu_engine *e = engine(m, 4, 2, 1);
+        HM_REQUIRE(e && run(e, ids[s], NT, 4, alone + (size_t)s * NT * (size_t)V, V));
+        cpu_engine_free(e);
+    }
+    cpu_engine *e = engine(m, 4, 2, 2);
+    HM_REQUIRE(e);
+    hm_error err;
+    int bad = 0;
+    for (int t = 0; t < NT; t++) { /* one token of each sequence per call, order alternating */
+        const int first = t % 2;
+        const int32_t tok[2] = {ids[first][t], ids[1 - first][t]}, sq[2] = {first, 1 - first};
+        const int32_t pos[2] = {t, t};
+        const uint8_t want[2] = {1, 1};
+        HM_REQUIRE(cpu_engine_forward_seqs(e, tok, 2, sq, pos, want, got, &err) == HM_OK);
+        for (int k = 0; k < 2; k++)
+            bad += memcmp(got + (size_t)k * (size_t)V,
+                          alone + ((size_t)sq[k] * NT + (size_t)t) * (size_t)V,
+                          sizeof(float) * (size_t)V) != 0;
+    }
+    HM_CHECK_MSG(bad == 0, "%d rows differ from their sequence alone", bad);
+    cpu_engine_free(e);
+    free(alone);
+    free(got);
+    hm_model_free(m);
+}
+
+HM_TEST_MAIN(test_forge_layout, test_hf_names, test_load, test_prompt_identity, test_reference,
+             test_window, test_sequences)
