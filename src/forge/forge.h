@@ -104,7 +104,8 @@ bool forge_layer_recurrent(const forge_preset *p, int il);
 /* The rotated dimensions (n_rot, else head_dim). */
 int64_t forge_preset_n_rot(const forge_preset *p);
 /* Architectures whose layers differ by kind (the hybrids, gemma4's sliding and full layers):
- * their layouts are tested by tests/cpu_engine/test_<arch>.c, and convert does not take them. */
+ * their layouts are tested by tests/cpu_engine/test_<arch>.c; convert takes the hybrids, not
+ * gemma4. */
 bool forge_arch_own_layout(forge_arch a);
 /* gemma4's layer il is a sliding-window layer ((il + 1) % swa_period != 0); false elsewhere. */
 bool forge_layer_swa(const forge_preset *p, int il);
