@@ -71,6 +71,21 @@ static void test_host(void) {
     a.n_head = 32;
     a.n_head_kv = 4;
     HM_CHECK(cuda_attention_scratch_size(&a) == 0);
+    /* one token per sequence: the one-token kernel's shapes only; scratch for a launch's
+     * tokens (16 of 4 kv heads split at n_ctx 32768: one launch); buffers checked first */
+    a.n_tok = 16;
+    a.head_dim = 128;
+    HM_CHECK(cuda_attention_runs_fit(&a));
+    const size_t one = cuda_attention_scratch_size(&(cuda_attn_args){.n_head = 32, .n_head_kv = 4,
+                                                   .head_dim = 128, .n_ctx = 32768, .n_tok = 1});
+    HM_CHECK(one > 0 && cuda_attention_runs_scratch_size(&a) > one);
+    HM_CHECK(cuda_attention_runs(&a, &dummy, NULL, &err) == HM_ERR_ARG); /* no buffers */
+    HM_CHECK_MSG(strstr(err.msg, "missing buffers"), "%s", err.msg);
+    a.head_dim = 80;
+    HM_CHECK(!cuda_attention_runs_fit(&a));
+    HM_CHECK(cuda_attention_runs(&a, &dummy, NULL, &err) == HM_ERR_UNSUPPORTED);
+    HM_CHECK(cuda_kv_store_seqs(HM_TYPE_BF16, &dummy, &dummy, 16, 1, 8, NULL, NULL, 1, &dummy,
+                                &dummy, NULL, &err) == HM_ERR_UNSUPPORTED);
 #else
     HM_CHECK(!cuda_compiled());
 #endif
