@@ -173,4 +173,4 @@ static void test_hybrid(void) {
     check_preset("tiny-qwen35moe");
 }
 
-HM_TEST_MAIN(test_hybrid)
+TU_TEST_MAIN(test_hybrid)
