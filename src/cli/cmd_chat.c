@@ -6,9 +6,9 @@
  * (tokenizer/chat.h) with the generation prompt, exactly as transformers' apply_chat_template
  * would give it, tokenised with special tokens parsed. The KV cache holds the tokens of the
  * previous turn (prompt + generated reply); each turn only the tokens after the longest common
- * prefix of the cached and the new token list are processed (hm_context_truncate drops a
+ * prefix of the cached and the new token list are processed (hm_context_seq_rewind drops a
  * diverging tail, e.g. when the template rewrites history: Qwen3 drops <think> blocks, harmony
- * drops the analysis channel). So with templates that keep history as generated, only the new
+ * drops the analysis channel; a recurrent state goes back to the end of the previous prompt). So with templates that keep history as generated, only the new
  * user turn is processed. A reply ends at the template's end-of-turn tokens
  * (chat_stop_texts, else the vocabulary's end-of-generation set), after -n tokens, or when the
  * context is full. Tokens come from the generation API (runtime/generate.h; on a GPU context the
@@ -174,10 +174,12 @@ static hm_status process_prompt(chat_state *s, const msg_list *msgs, int *n_new,
            toks.ids[keep] == s->cached.ids[keep])
         keep++;
     if (keep == toks.n) keep--; /* at least one token to get logits from */
-    if (keep < n_past && hm_context_truncate(s->e->ctx, (int)keep, NULL) != HM_OK) {
+    int kept = (int)keep; /* a recurrent state goes back to its checkpoint, at or before keep */
+    if (keep < n_past && hm_context_seq_rewind(s->e->ctx, 0, (int)keep, &kept, NULL) != HM_OK) {
         hm_context_reset(s->e->ctx); /* sliding-window ring cannot rewind that far */
-        keep = 0;
+        kept = 0;
     }
+    keep = (size_t)kept;
     st = hm_gen_prompt(s->e->gen, toks.ids + keep, (int)(toks.n - keep), err);
     *n_new = (int)(toks.n - keep);
     *n_reused = (int)keep;

@@ -216,6 +216,10 @@ hm_status cpu_engine_init(const hm_model *m, const cpu_engine_params *p, cpu_eng
         if (!c->rs) ok = false;
         c->rs_pos = calloc((size_t)c->n_seq, sizeof(int64_t));
         if (!c->rs_pos) ok = false;
+        c->ck = malloc(sizeof(float) * ((size_t)c->n_seq * c->rs_floats + 1));
+        ALLOC(c->ck_pos, c->n_seq);
+        if (!c->ck) ok = false;
+        for (int sq = 0; c->ck_pos && sq < c->n_seq; sq++) c->ck_pos[sq] = -1; /* none yet */
         ALLOC(c->rs_next, c->n_seq);
         ALLOC(c->hy_in, in);
         ALLOC(c->hy_z, z);
@@ -254,7 +258,7 @@ void cpu_engine_free(cpu_engine *c) {
     void *bufs[] = {c->x,   c->xn, c->q,  c->k,     c->v,          c->attn,
                     c->proj, c->pos, c->rope_cs, c->router, c->ids, c->gw,
                     c->ey,  c->sg, c->su, c->sgate, c->mm_scratch, c->attn_scratch,
-                    c->rs,  c->rs_off, c->rs_pos, c->rs_next, c->hy_in, c->hy_z,
+                    c->rs,  c->rs_off, c->rs_pos, c->rs_next, c->ck, c->ck_pos, c->hy_in, c->hy_z,
                     c->hy_ba, c->hy_o, c->hy_tmp};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]);
     free(c);
@@ -268,10 +272,25 @@ void cpu_engine_seq_reset(cpu_engine *c, int seq) {
     if (seq < 0 || seq >= c->n_seq) return;
     for (int il = 0; il < c->hp->n_layer; il++)
         cpu_kv_clear(&c->kv_all[(size_t)seq * (size_t)c->hp->n_layer + (size_t)il]);
-    if (c->rs) { /* a new sequence's recurrent state is zero */
+    if (c->rs) { /* a new sequence's recurrent state is zero, with no checkpoint */
         memset(c->rs + (size_t)seq * c->rs_floats, 0, sizeof(float) * c->rs_floats);
         c->rs_pos[seq] = 0;
+        c->ck_pos[seq] = -1;
     }
+}
+
+hm_status cpu_engine_seq_restore(cpu_engine *c, int seq, int n_keep, int *at, hm_error *err) {
+    if (seq < 0 || seq >= c->n_seq)
+        return hm_error_set(err, HM_ERR_ARG, "sequence %d of %d", seq, c->n_seq);
+    if (!c->rs || c->ck_pos[seq] < 0 || c->ck_pos[seq] > n_keep ||
+        c->ck_pos[seq] > c->rs_pos[seq])
+        return hm_error_set(err, HM_ERR_STATE, "sequence %d: no checkpoint of its recurrent "
+                            "state at or before position %d", seq, n_keep);
+    memcpy(c->rs + (size_t)seq * c->rs_floats, c->ck + (size_t)seq * c->rs_floats,
+           sizeof(float) * c->rs_floats);
+    c->rs_pos[seq] = c->ck_pos[seq];
+    *at = (int)c->ck_pos[seq];
+    return HM_OK;
 }
 
 hm_status cpu_engine_truncate_check(const cpu_engine *c, int n_keep, hm_error *err) {

@@ -85,6 +85,11 @@ void cpu_engine_reset(cpu_engine *e);
 hm_status cpu_engine_truncate_check(const cpu_engine *e, int n_keep, hm_error *err);
 /* The same for sequence seq's caches. */
 hm_status cpu_engine_seq_truncate_check(const cpu_engine *e, int seq, int n_keep, hm_error *err);
+/* Hybrid architectures: sequence seq's recurrent state back to its checkpoint (the state after
+ * the sequence's last call of several tokens, a prompt) when that holds at most n_keep tokens;
+ * *at = its tokens, which the caller reads again from there. HM_ERR_STATE: no such checkpoint
+ * (the state is left as it was). The KV caches are the caller's to cut (to *at). */
+hm_status cpu_engine_seq_restore(cpu_engine *e, int seq, int n_keep, int *at, hm_error *err);
 
 /* The engine's expert executor (owned by the engine). */
 moe_exec *cpu_engine_exec(cpu_engine *e);

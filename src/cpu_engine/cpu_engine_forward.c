@@ -242,6 +242,7 @@ hm_status cpu_engine_forward(cpu_engine *c, const int32_t *tokens, const float *
     st = run_layers(c, tokens, x_in, n, logits, mode, &done, err);
     if (st != HM_OK) return st;
     if (c->rs) ce_hybrid_advance(c, NULL, n);
+    if (c->rs && n > 1) ce_hybrid_checkpoint(c, c->cur_seq); /* a prompt's end: rewinds return here */
     if (x_out) memcpy(x_out, c->x, sizeof(float) * (size_t)n * (size_t)E);
     if (done || mode == HM_LOGITS_NONE) return HM_OK;
     /* output: final norm and logits, for every token or only the last */
@@ -286,7 +287,12 @@ hm_status cpu_engine_forward_seqs(cpu_engine *c, const int32_t *tokens, int n, c
     c->tok_seq = seq;
     bool done = false;
     st = run_layers(c, tokens, NULL, n, NULL, HM_LOGITS_NONE, &done, err);
-    if (st == HM_OK && c->rs) ce_hybrid_advance(c, seq, n);
+    if (st == HM_OK && c->rs) {
+        ce_hybrid_advance(c, seq, n);
+        for (int t = 1; t < n; t++) /* a sequence with several tokens here: its prompt's end */
+            if (seq[t] == seq[t - 1] && (t + 1 == n || seq[t + 1] != seq[t]))
+                ce_hybrid_checkpoint(c, seq[t]);
+    }
     c->tok_seq = NULL;
     if (st != HM_OK || n_want == 0) return st;
     int k = 0; /* the wanted rows, packed into proj */

@@ -56,6 +56,13 @@ void ce_hybrid_advance(cpu_engine *c, const int32_t *seq, int n) {
     for (int t = 0; t < n; t++) c->rs_pos[seq ? seq[t] : c->cur_seq]++;
 }
 
+void ce_hybrid_checkpoint(cpu_engine *c, int seq) {
+    memcpy(c->ck + (size_t)seq * c->rs_floats, c->rs + (size_t)seq * c->rs_floats,
+           sizeof(float) * c->rs_floats);
+    c->ck_pos[seq] = c->rs_pos[seq];
+}
+
+
 /* softplus as torch and ggml compute it: x above 20, else log(1 + e^x) (in double). */
 static float softplus(float x) { return x > 20.0f ? x : (float)log1p(exp((double)x)); }
 

@@ -57,6 +57,9 @@ struct cpu_engine {
     size_t *rs_off;     /* [n_layer] offset of layer il's state in a sequence's (recurrent
                            layers; 0 for the others) */
     int64_t *rs_pos;    /* [n_seq] tokens each sequence's state has absorbed */
+    float *ck;          /* [n_seq][rs_floats]: each sequence's state after its last call of
+                           several tokens (a prompt), the point a rewind returns to */
+    int64_t *ck_pos;    /* [n_seq] the tokens that checkpoint had absorbed; -1: none */
     int64_t *rs_next;   /* [n_seq] ce_hybrid_positions' count for a call of several sequences */
     int cur_seq;        /* the sequence of a single-sequence call (cpu_engine_forward) */
     float *hy_in;       /* [nu][max(cd + vd, 2 n_head hd)]: the q/k/v (or fused ssm_in) product,

@@ -49,6 +49,8 @@ hm_status ce_hybrid_positions(cpu_engine *c, const int32_t *seq, const int32_t *
                               hm_error *err);
 /* After a successful call: each sequence's state has absorbed its tokens. */
 void ce_hybrid_advance(cpu_engine *c, const int32_t *seq, int n);
+/* The checkpoint of sequence seq's recurrent state: a copy of it now (cpu_engine_seq_restore). */
+void ce_hybrid_checkpoint(cpu_engine *c, int seq);
 
 /* cpu_engine_gemma4.c: gemma4 (hm_arch_desc.gemma4). ce_gemma4_begin before the layers of a
  * call of n tokens at c->pos: the embedding rows in c->x times sqrt(n_embd) (embed: the call

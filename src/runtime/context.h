@@ -128,6 +128,12 @@ int hm_context_seq_n_past(const hm_context *ctx, int seq);
 hm_status hm_context_seq_clear(hm_context *ctx, int seq, hm_error *err);
 /* Keeps positions [0, n_keep) of sequence seq (as hm_context_truncate for sequence 0). */
 hm_status hm_context_seq_truncate(hm_context *ctx, int seq, int n_keep, hm_error *err);
+/* Goes back to at most n_keep positions of sequence seq: *kept = n_keep where the caches can
+ * be cut there; with a recurrent state (hybrid architectures on the CPU engine) that cannot,
+ * *kept = the position of the state's checkpoint (the end of the sequence's last prompt) when
+ * that is <= n_keep. The caller reads its tokens again from *kept. HM_ERR_STATE when neither
+ * holds (clear the sequence instead); HM_ERR_ARG for a bad seq or n_keep. */
+hm_status hm_context_seq_rewind(hm_context *ctx, int seq, int n_keep, int *kept, hm_error *err);
 /* One batch over several sequences: token i (tokens[0..n), n <= n_batch) is appended to sequence
  * seq[i] at its next position (a sequence's tokens in order). logits receives [n_want][n_vocab]:
  * the rows of the tokens with want[i] != 0, in order (want NULL: none). A token's logits are the

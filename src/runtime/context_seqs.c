@@ -57,6 +57,17 @@ hm_status hm_context_seq_truncate(hm_context *c, int seq, int n_keep, hm_error *
     return HM_OK;
 }
 
+hm_status hm_context_seq_rewind(hm_context *c, int seq, int n_keep, int *kept, hm_error *err) {
+    *kept = n_keep;
+    hm_status st = hm_context_seq_truncate(c, seq, n_keep, err);
+    if (st != HM_ERR_STATE || !c->cpu || c->gpu) return st;
+    int at = 0; /* the CPU engine's recurrent state: back to its checkpoint */
+    if (cpu_engine_seq_restore(c->cpu, seq, n_keep, &at, NULL) != HM_OK) return st;
+    st = hm_context_seq_truncate(c, seq, at, err); /* the KV caches cut to the checkpoint */
+    if (st == HM_OK) *kept = at;
+    return st;
+}
+
 /* The whole batch's checks: ids, sequences, order of wanted rows, room in every sequence. */
 static hm_status check_seqs(hm_context *c, const int32_t *tokens, const int32_t *seq, int n,
                             const uint8_t *want, const float *logits, hm_error *err) {

@@ -128,8 +128,8 @@ hm_status hm_slots_start(hm_slots *s, int k, const int32_t *prompt, int n, const
     hm_slots_stop(s, k);
     slot *q = &s->sl[k];
     int p = common_prefix(s, k, prompt, n); /* reused: those positions stay in the cache */
-    hm_status st = p > 0 ? hm_context_seq_truncate(s->ctx, k, p, err) : HM_ERR_STATE;
-    if (st != HM_OK) {
+    hm_status st = p > 0 ? hm_context_seq_rewind(s->ctx, k, p, &p, err) : HM_ERR_STATE;
+    if (st != HM_OK) { /* a recurrent state with no checkpoint that early: read it all again */
         p = 0;
         st = hm_context_seq_clear(s->ctx, k, err);
     }

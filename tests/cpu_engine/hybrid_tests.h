@@ -7,6 +7,8 @@
  *     standard deviation, the same argmax at every position;
  *   - two sequences interleaved in one engine give each sequence's bytes alone; a rewind of a
  *     recurrent state is refused, a reset sequence starts again;
+ *   - a rewind returns to the checkpoint a prompt left, and the tokens after it give their
+ *     bytes again;
  *   - a context asked for the GPU refuses the model with the reason;
  * and the helpers: load_tiny, load_broken (the preset written with one tensor dropped or one
  * row more, then loaded), engine, run. */
@@ -249,6 +251,44 @@ static void test_sequences(void) {
     }
     cpu_engine_free(e);
     free(alone);
+    free(got);
+    hm_model_free(m);
+}
+
+/* A rewind returns to the checkpoint a prompt left (cpu_engine_seq_restore): a prompt of 6
+ * tokens in one call, then 4 tokens one by one; back to at most 8 tokens restores the state of
+ * 6, and the 4 tokens again give their bytes; before the checkpoint, or after a reset, there is
+ * none to return to. */
+static void test_rewind(void) {
+    char path[512];
+    hm_model *m = load_tiny(path, sizeof(path));
+    HM_REQUIRE(m);
+    const int64_t V = hm_model_hparams(m)->n_vocab;
+    enum { NT = 10, NP = 6 };
+    int32_t ids[NT];
+    ids_of(ids, NT, 31);
+    float *lo = malloc(sizeof(float) * NT * (size_t)V), *got = malloc(sizeof(float) * (size_t)V);
+    cpu_engine *e = engine(m, 8, 2, 1);
+    HM_REQUIRE(lo && got && e);
+    hm_error err;
+    HM_REQUIRE(cpu_engine_decode(e, ids, NP, 0, lo, HM_LOGITS_ALL, &err) == HM_OK);
+    for (int t = NP; t < NT; t++)
+        HM_REQUIRE(cpu_engine_decode(e, ids + t, 1, t, lo + (size_t)t * (size_t)V, HM_LOGITS_LAST,
+                                     &err) == HM_OK);
+    int at = -1;
+    HM_CHECK(cpu_engine_seq_restore(e, 0, NP - 1, &at, &err) == HM_ERR_STATE && at == -1);
+    HM_CHECK(cpu_engine_seq_restore(e, 0, 8, &at, &err) == HM_OK && at == NP);
+    HM_CHECK(cpu_engine_seq_truncate_check(e, 0, NP, &err) == HM_OK);
+    int bad = 0;
+    for (int t = NP; t < NT; t++) {
+        HM_REQUIRE(cpu_engine_decode(e, ids + t, 1, t, got, HM_LOGITS_LAST, &err) == HM_OK);
+        bad += memcmp(got, lo + (size_t)t * (size_t)V, sizeof(float) * (size_t)V) != 0;
+    }
+    HM_CHECK_MSG(bad == 0, "%d rows after the rewind differ from the first pass", bad);
+    cpu_engine_seq_reset(e, 0);
+    HM_CHECK(cpu_engine_seq_restore(e, 0, NT, &at, &err) == HM_ERR_STATE);
+    cpu_engine_free(e);
+    free(lo);
     free(got);
     hm_model_free(m);
 }

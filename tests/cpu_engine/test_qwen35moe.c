@@ -236,4 +236,4 @@ static void test_head_order(void) {
 }
 
 HM_TEST_MAIN(test_forge_layout, test_load, test_nextn, test_prompt_identity,
-             test_reference, test_sequences, test_gpu_refused, test_head_order)
+             test_reference, test_sequences, test_rewind, test_gpu_refused, test_head_order)

@@ -195,5 +195,5 @@ static void test_legacy_ssm_in(void) {
     remove(path);
 }
 
-HM_TEST_MAIN(test_forge_layout, test_load, test_prompt_identity, test_reference, test_sequences,
+HM_TEST_MAIN(test_forge_layout, test_load, test_prompt_identity, test_reference, test_sequences, test_rewind,
              test_legacy_ssm_in, test_gpu_refused)
