@@ -111,6 +111,9 @@ tp_stage cpu_matmul_job_stage(cpu_matmul_job *j);
 typedef struct {
     uint32_t wtype;
     const void *w;          /* [n_expert][n_rows] rows of k elements, contiguous */
+    size_t w_stride;        /* bytes from one expert's rows in w to the next; 0: n_rows rows
+                               (contiguous). E.g. gate or up viewed in a fused gate/up tensor.
+                               x8 is always contiguous */
     int64_t n_expert, n_rows, k;
     const float *x;         /* x_per_slot ? [n_tok][n_used][k] : [n_tok][k] */
     int x_per_slot;         /* 0: all slots of a token share x[t] (gate/up); 1: own input (down) */

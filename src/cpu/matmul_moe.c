@@ -91,12 +91,20 @@ static void moe_item_rows(const moe_job *j, int64_t ia, int64_t c, int64_t *r0, 
     *r1 = *r0 + n < j->a->n_rows ? *r0 + n : j->a->n_rows;
 }
 
-/* Rows [r0, r1) of one product (weights w of selected expert ia, kernel mk, repacked copy x8
- * when x8dot) for the expert's grouped pairs, into y[pair][.]. */
-static void moe_rows(const moe_job *j, const mm_kern *mk, const uint8_t *w, const uint8_t *x8,
-                     quant_x8_dot_fn x8dot, float *y, int64_t ia, int64_t r0, int64_t r1) {
+/* Bytes from one expert's rows in p->w to the next (cpu_moe_args.w_stride). */
+static size_t moe_w_stride(const cpu_moe_args *p, const mm_kern *mk) {
+    return p->w_stride ? p->w_stride : mk->wrow * (size_t)p->n_rows;
+}
+
+/* Rows [r0, r1) of one product p (weights of selected expert ia, kernel mk, repacked copy
+ * when x8dot) for the expert's grouped pairs, into p->y[pair][.]. */
+static void moe_rows(const moe_job *j, const mm_kern *mk, const cpu_moe_args *p,
+                     quant_x8_dot_fn x8dot, int64_t ia, int64_t r0, int64_t r1) {
     const int64_t n_rows = j->a->n_rows, g0 = j->off[ia], g1 = j->off[ia + 1], e = j->eid[ia];
     const size_t wexp = mk->wrow * (size_t)n_rows;
+    const uint8_t *x8 = p->x8;
+    const uint8_t *w = (const uint8_t *)p->w + (size_t)e * moe_w_stride(p, mk);
+    float *y = p->y;
     if (x8dot) { /* the expert's pairs, each into its own output row */
         mm_rows_x8(x8dot, mk, x8 + (size_t)e * wexp, r0, r1, j->act + (size_t)g0 * j->act_stride,
                    j->act_stride, g1 - g0, y, (size_t)n_rows, j->pairs + g0);
@@ -106,11 +114,11 @@ static void moe_rows(const moe_job *j, const mm_kern *mk, const uint8_t *w, cons
     for (int64_t t0 = g0; t0 < g1; t0 += MM_TOK_TILE) {
         int64_t nc = g1 - t0 < MM_TOK_TILE ? g1 - t0 : MM_TOK_TILE;
         if (j->act_stride == 0) { /* shared row: the dot tiles want one row per pair */
-            mm_rows(mk, w + (size_t)e * wexp, r0, r1, j->act, 1, tmp, (size_t)(r1 - r0));
+            mm_rows(mk, w, r0, r1, j->act, 1, tmp, (size_t)(r1 - r0));
             for (int64_t c = 1; c < nc; c++)
                 memcpy(tmp + (size_t)c * (size_t)(r1 - r0), tmp, (size_t)(r1 - r0) * sizeof(float));
         } else {
-            mm_rows(mk, w + (size_t)e * wexp, r0, r1, j->act + (size_t)t0 * j->act_stride, nc, tmp,
+            mm_rows(mk, w, r0, r1, j->act + (size_t)t0 * j->act_stride, nc, tmp,
                     (size_t)(r1 - r0));
         }
         for (int64_t c = 0; c < nc; c++)
@@ -160,9 +168,9 @@ static void moe_item(void *ctx, int64_t it, int ith) {
     if (j->b && j->x8dot && j->x8dotb && j->off[ia + 1] - j->off[ia] <= MM_X8_PAIR_MAX) {
         moe_rows_x8_pair(j, ia, r0, r1);
     } else {
-        moe_rows(j, &j->mk, a->w, a->x8, j->x8dot, a->y, ia, r0, r1);
+        moe_rows(j, &j->mk, a, j->x8dot, ia, r0, r1);
         if (!j->b) return;
-        moe_rows(j, &j->mkb, j->b->w, j->b->x8, j->x8dotb, j->b->y, ia, r0, r1);
+        moe_rows(j, &j->mkb, j->b, j->x8dotb, ia, r0, r1);
     }
     if (j->post)
         for (int64_t g = j->off[ia]; g < j->off[ia + 1]; g++) j->post(j->post_ctx, j->pairs[g], r0, r1);
@@ -451,8 +459,9 @@ void cpu_moe_ffn_job_inputs(cpu_moe_ffn_job *j, tp_pool *act_pool) {
 static bool moe_prefetch_rows(const moe_job *j, const cpu_moe_args *a, const mm_kern *mk,
                               quant_x8_dot_fn x8dot, int64_t ia, int64_t r0, int64_t r1,
                               const tp_gate *gate) {
-    const uint8_t *w = (x8dot ? a->x8 : a->w) + ((size_t)j->eid[ia] * (size_t)a->n_rows +
-                                                 (size_t)r0) * mk->wrow;
+    const size_t e = (size_t)j->eid[ia], row0 = (size_t)r0 * mk->wrow;
+    const uint8_t *w = x8dot ? (const uint8_t *)a->x8 + e * mk->wrow * (size_t)a->n_rows + row0
+                             : (const uint8_t *)a->w + e * moe_w_stride(a, mk) + row0;
     return mm_prefetch_until(w, (size_t)(r1 - r0) * mk->wrow, gate);
 }
 
