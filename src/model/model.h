@@ -100,6 +100,9 @@ typedef struct {
                                  on full layers) and rope; a dense GELU MLP beside the experts,
                                  each with its norms; router input scale, per-expert scales, a
                                  layer scalar, tied output, soft-capped logits */
+    bool fused_gate_up;       /* the experts' gate and up may come fused in ffn_gate_up_exps
+                                 (llama.cpp's create_tensor_gate_up_exps: gemma4, qwen3next,
+                                 qwen35moe); read as two strided views (hm_tensor.expert_stride) */
 } hm_arch_desc;
 
 /* Descriptor for an architecture string; NULL when unsupported. */
@@ -166,7 +169,11 @@ typedef struct {
     const void *data;
     size_t row_size; /* bytes of one row of ne[0] elements */
     const void *x8;  /* NULL, or the same rows repacked by eights (quant_x8.h) in owned memory,
-                        for the CPU's products of a few tokens: hm_model_params.repack */
+                        for the CPU's products of a few tokens: hm_model_params.repack; always
+                        contiguous (expert e at e * ne[1] * row_size) */
+    size_t expert_stride; /* a 3-D tensor's bytes from expert e's rows in data to e + 1's; 0:
+                             contiguous (ne[1] * row_size). Non-zero for gate_exps and up_exps
+                             viewed in a fused ffn_gate_up_exps (hm_model_fused_gate_up) */
 } hm_tensor;
 
 typedef struct {
@@ -255,6 +262,9 @@ const hm_tensor *hm_model_output(const hm_model *m);      /* {n_embd, n_vocab} (
  * pairs, 1e30 on the others: the proportional rope); data NULL elsewhere. */
 const hm_tensor *hm_model_rope_freqs(const hm_model *m);
 uint64_t hm_model_weight_bytes(const hm_model *m); /* tensor data bytes */
+/* Some layer's gate_exps/up_exps are views of a fused ffn_gate_up_exps (expert_stride != 0):
+ * the CPU engine reads them; the GPU upload and expert fetches do not (refused). */
+bool hm_model_fused_gate_up(const hm_model *m);
 /* The RoPE of every layer (kind, dimensions, base, YaRN; gemma4: its full-attention layers', with
  * rope_freqs as the frequency factors) as cpu_rope takes it. */
 cpu_rope_params hm_model_rope_params(const hm_model *m);

@@ -35,7 +35,7 @@ static const hm_arch_desc k_archs[HM_ARCH_COUNT] = {
                            .qk_norm = HM_QKNORM_HEAD, .rope = HM_ROPE_NEOX,
                            .post_attn_norm_name = true, .gating = HM_GATING_SOFTMAX_TOPK_NORM,
                            .shared_expert = true, .swiglu = HM_SWIGLU_SILU, .ff_exp_key = true,
-                           .hybrid = true, .attn_gate = true},
+                           .hybrid = true, .attn_gate = true, .fused_gate_up = true},
     /* Qwen3.5-MoE: llama.cpp src/models/qwen35moe.cpp and convert_hf_to_gguf's
      * Qwen3_5MoeTextModel, transformers modeling_qwen3_5_moe.py; qwen3next's layers with
      * separate b/a projections, value heads in tiled order and the multi-section rope, which
@@ -47,14 +47,15 @@ static const hm_arch_desc k_archs[HM_ARCH_COUNT] = {
                            .post_attn_norm_name = true, .gating = HM_GATING_SOFTMAX_TOPK_NORM,
                            .shared_expert = true, .swiglu = HM_SWIGLU_SILU, .ff_exp_key = true,
                            .hybrid = true, .attn_gate = true, .ssm_ab_split = true,
-                           .ssm_v_tiled = true, .rope_sections = true},
+                           .ssm_v_tiled = true, .rope_sections = true, .fused_gate_up = true},
     /* Gemma 4 (the MoE model, e.g. 26B-A4B): llama.cpp src/models/gemma4.cpp and
      * convert_hf_to_gguf's Gemma4Model, transformers modeling_gemma4.py (docs/GEMMA4.md). The
      * layer kinds come from sliding_window_pattern, not swa_period; norms are stored as the model
      * multiplies by them (no 1 + w) */
     [HM_ARCH_GEMMA4] = {.arch = HM_ARCH_GEMMA4, .name = "gemma4", .qk_norm = HM_QKNORM_HEAD,
                         .rope = HM_ROPE_NEOX, .gating = HM_GATING_SOFTMAX_TOPK_NORM,
-                        .swiglu = HM_SWIGLU_GELU, .ff_exp_key = true, .gemma4 = true},
+                        .swiglu = HM_SWIGLU_GELU, .ff_exp_key = true, .gemma4 = true,
+                        .fused_gate_up = true},
 };
 
 const hm_arch_desc *hm_arch_find(const char *name, size_t len) {

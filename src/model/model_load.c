@@ -434,18 +434,45 @@ static hm_status bind_ssm(binder *b, hm_layer *L, int il, hm_error *err) {
     return st;
 }
 
-/* A file whose layer il holds the experts' gate and up fused (llama.cpp's ffn_gate_up_exps,
- * convert_hf_to_gguf --fuse-gate-up-exps: per expert the gate rows, then the up rows) is
- * refused by name: the expert products read gate and up as two tensors. */
-static hm_status check_unfused(const hm_model *m, int il, hm_error *err) {
-    char name[96];
-    snprintf(name, sizeof(name), "blk.%d.ffn_gate_exps.weight", il);
-    if (gguf_find_tensor(m->g, name)) return HM_OK;
-    snprintf(name, sizeof(name), "blk.%d.ffn_gate_up_exps.weight", il);
-    if (!gguf_find_tensor(m->g, name)) return HM_OK; /* the missing gate is named by bind */
-    return hm_error_set(err, HM_ERR_UNSUPPORTED, "tensor %s: fused gate/up experts are not "
-                        "supported yet; convert without --fuse-gate-up-exps (separate "
-                        "ffn_gate_exps and ffn_up_exps)", name);
+/* The experts' gate and up of layer il (gate_exps, up_exps {E, F, X}): two tensors, or where the
+ * architecture allows it (hm_arch_desc.fused_gate_up) llama.cpp's ffn_gate_up_exps {E, 2 F, X}:
+ * per expert F gate rows, then F up rows (its build_moe_ffn views the fused product's first
+ * n_ff rows as gate, the next as up). That one is bound once and presented as two views of its
+ * bytes with an expert stride of 2 F rows: no copy. A file with both forms is refused. */
+static hm_status bind_gate_up(binder *b, hm_layer *L, int il, int64_t E, int64_t F, int64_t X,
+                              hm_error *err) {
+    char fused[96], gate[96], up[96];
+    snprintf(fused, sizeof(fused), "blk.%d.ffn_gate_up_exps.weight", il);
+    snprintf(gate, sizeof(gate), "blk.%d.ffn_gate_exps.weight", il);
+    snprintf(up, sizeof(up), "blk.%d.ffn_up_exps.weight", il);
+    const bool has_fused = gguf_find_tensor(b->m->g, fused) != NULL;
+    if (has_fused && (gguf_find_tensor(b->m->g, gate) || gguf_find_tensor(b->m->g, up)))
+        return hm_error_set(err, HM_ERR_FORMAT, "tensor %s: the file holds both the fused "
+                            "gate/up experts and %s", fused,
+                            gguf_find_tensor(b->m->g, gate) ? gate : up);
+    if (has_fused && !b->m->desc->fused_gate_up)
+        return hm_error_set(err, HM_ERR_UNSUPPORTED, "tensor %s: llama.cpp's %s reads separate "
+                            "gate and up experts only; convert without --fuse-gate-up-exps",
+                            fused, b->m->desc->name);
+    if (!has_fused && b->m->desc->fused_gate_up && !gguf_find_tensor(b->m->g, gate))
+        return hm_error_set(err, HM_ERR_NOT_FOUND, "missing tensor %s (or the fused %s)", gate,
+                            fused);
+    const int64_t ne2[] = {E, F, X}, ne3[] = {E, 2 * F, X};
+    if (!has_fused) {
+        hm_status st = bind(b, &L->gate_exps, "blk.%d.ffn_gate_exps.weight", il, 3, ne2, true,
+                            false, err);
+        if (st == HM_OK)
+            st = bind(b, &L->up_exps, "blk.%d.ffn_up_exps.weight", il, 3, ne2, true, false, err);
+        return st;
+    }
+    hm_tensor t;
+    hm_status st = bind(b, &t, "blk.%d.ffn_gate_up_exps.weight", il, 3, ne3, true, false, err);
+    if (st != HM_OK) return st;
+    t.ne[1] = F;
+    t.expert_stride = 2 * (size_t)F * t.row_size;
+    L->gate_exps = L->up_exps = t;
+    L->up_exps.data = (const char *)t.data + (size_t)F * t.row_size;
+    return HM_OK;
 }
 
 /* A gemma4 layer (llama.cpp's gemma4 load_arch_tensors for an MoE layer): the attention of its
@@ -487,9 +514,7 @@ static hm_status bind_gemma4(binder *b, hm_layer *L, int il, hm_error *err) {
     G(&L->ffn_pre_norm2, "blk.%d.pre_ffw_norm_2.weight", true, E);
     G(&L->ffn_post_norm1, "blk.%d.post_ffw_norm_1.weight", true, E);
     G(&L->ffn_post_norm2, "blk.%d.post_ffw_norm_2.weight", true, E);
-    if (st == HM_OK) st = check_unfused(b->m, il, err);
-    G(&L->gate_exps, "blk.%d.ffn_gate_exps.weight", false, E, F, X);
-    G(&L->up_exps, "blk.%d.ffn_up_exps.weight", false, E, F, X);
+    if (st == HM_OK) st = bind_gate_up(b, L, il, E, F, X, err);
     G(&L->down_exps, "blk.%d.ffn_down_exps.weight", false, F, E, X);
     G(&L->down_exps_scale, "blk.%d.ffn_down_exps.scale", true, X);
 #undef G
@@ -583,9 +608,7 @@ static hm_status bind_all(hm_model *m, bool f32_weights, hm_error *err) {
             B(&L->ffn_norm, "blk.%d.ffn_norm.weight", true, true, E);
         B(&L->router, "blk.%d.ffn_gate_inp.weight", true, false, E, X);
         if (d->router_bias) B(&L->router_b, "blk.%d.ffn_gate_inp.bias", true, true, X);
-        if (st == HM_OK && (st = check_unfused(m, il, err)) != HM_OK) break;
-        B(&L->gate_exps, "blk.%d.ffn_gate_exps.weight", true, false, E, F, X);
-        B(&L->up_exps, "blk.%d.ffn_up_exps.weight", true, false, E, F, X);
+        if (st == HM_OK) st = bind_gate_up(&b, L, il, E, F, X, err);
         B(&L->down_exps, "blk.%d.ffn_down_exps.weight", true, false, F, E, X);
         if (d->expert_bias) {
             B(&L->gate_exps_b, "blk.%d.ffn_gate_exps.bias", true, true, F, X);
@@ -681,6 +704,11 @@ const hm_layer *hm_model_layer(const hm_model *m, int il) {
 }
 const gguf_ctx *hm_model_gguf(const hm_model *m) { return m->g; }
 uint64_t hm_model_weight_bytes(const hm_model *m) { return m->weight_bytes; }
+bool hm_model_fused_gate_up(const hm_model *m) {
+    for (int il = 0; il < m->hp.n_layer; il++)
+        if (m->layers[il].gate_exps.expert_stride) return true;
+    return false;
+}
 
 const hm_tensor *hm_model_tok_embd(const hm_model *m) { return &m->tok_embd; }
 const hm_tensor *hm_model_output_norm(const hm_model *m) { return &m->output_norm; }

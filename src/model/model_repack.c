@@ -106,11 +106,24 @@ hm_status model_repack(hm_model *m, hm_error *err) {
         (void)madvise(p, bytes, MADV_HUGEPAGE); /* advice only: 4 KiB pages work too */
         m->x8_copies[m->n_x8_copies++] = (struct model_x8_copy){p, bytes};
         /* experts' rows follow each other: each expert has whole groups, none straddles two */
-        st = quant_x8_repack_rows(t->type, t->ne[0], t->data, t->row_size,
-                                  t->ne[1] * (t->ne[2] > 0 ? t->ne[2] : 1), p, pool, err);
+        const int64_t nx = t->ne[2] > 0 ? t->ne[2] : 1;
+        if (!t->expert_stride) {
+            st = quant_x8_repack_rows(t->type, t->ne[0], t->data, t->row_size, t->ne[1] * nx, p,
+                                      pool, err);
+        } else { /* a view in a fused gate/up tensor: each expert's rows to their place */
+            const size_t eb = t->row_size * (size_t)t->ne[1];
+            for (int64_t e = 0; e < nx && st == HM_OK; e++)
+                st = quant_x8_repack_rows(t->type, t->ne[0],
+                                          (const char *)t->data + (size_t)e * t->expert_stride,
+                                          t->row_size, t->ne[1], (char *)p + (size_t)e * eb, pool,
+                                          err);
+        }
         if (st != HM_OK) break;
         t->x8 = p;
-        model_release_pages(m, t->data, bytes);
+        /* a view's span holds the other view's rows too: those come back from the file if read */
+        model_release_pages(m, t->data, t->expert_stride ? (size_t)(nx - 1) * t->expert_stride +
+                                                               t->row_size * (size_t)t->ne[1]
+                                                         : bytes);
     }
     tp_free(pool);
     return st;

@@ -177,11 +177,13 @@ bool moe_exec_cpu_args(moe_exec *x, int il, const int32_t *ids, int64_t n, int K
     /* gate and up: every slot of token t reads xin[t] */
     a->wtype = L->gate_exps.type, a->w = L->gate_exps.data, a->n_rows = F, a->k = E;
     a->x = xin, a->x_per_slot = 0, a->y = x->eg, a->x8 = L->gate_exps.x8;
+    a->w_stride = L->gate_exps.expert_stride; /* views of a fused ffn_gate_up_exps */
     *b = *a;
     b->wtype = L->up_exps.type, b->w = L->up_exps.data, b->y = x->eu, b->x8 = L->up_exps.x8;
+    b->w_stride = L->up_exps.expert_stride;
     *d = *a; /* down: slot s of token t reads its own activation eg[t][s] */
     d->wtype = L->down_exps.type, d->w = L->down_exps.data, d->n_rows = E, d->k = F;
-    d->x8 = L->down_exps.x8;
+    d->x8 = L->down_exps.x8, d->w_stride = L->down_exps.expert_stride;
     d->x = x->eg, d->x_per_slot = 1, d->y = y;
     *pc = (moe_post_ctx){.L = L, .ids = ids, .eg = x->eg, .eu = x->eu, .F = F,
                          .act = hm_model_arch(m)->swiglu == HM_SWIGLU_OAI    ? CPU_GLU_OAI

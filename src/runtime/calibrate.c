@@ -179,7 +179,7 @@ static hm_status measure_type(const hm_model *m, tp_pool *pool, uint32_t type, c
     for (int64_t i = 0; i < B * K; i++) ids[i] = (int32_t)(i % K);
     cpu_moe_args a = {.wtype = t->type, .w = t->data, .n_expert = E, .n_rows = rows, .k = k,
                       .x = x, .x_per_slot = 0, .ids = ids, .n_tok = B, .n_used = K, .y = y,
-                      .x8 = t->x8, .xq = NULL};
+                      .x8 = t->x8, .xq = NULL, .w_stride = t->expert_stride};
     size_t ss = cpu_moe_scratch_size(&a);
     a.n_tok = 1;
     const size_t ss1 = cpu_moe_scratch_size(&a);

@@ -477,6 +477,10 @@ hm_status hm_context_init(const hm_model *m, const hm_context_params *params, hm
         c->p.override_tensor = c->override_tensor;
         if (!c->override_tensor) st = hm_error_set(err, HM_ERR_NOMEM, "out of memory (context)");
     }
+    if (st == HM_OK && placement_asked(&c->p) && hm_model_fused_gate_up(m))
+        st = hm_error_set(err, HM_ERR_UNSUPPORTED, "this file's experts hold gate and up fused "
+                          "(ffn_gate_up_exps): the CPU engine reads them, the GPU upload does not "
+                          "yet; drop the GPU placement flags (-ngl 0)");
     if (st == HM_OK && placement_asked(&c->p) && hm_model_arch(m)->hybrid && !gpu_hybrid_verified())
         st = hm_error_set(err, HM_ERR_UNSUPPORTED, "%s (gated delta-net layers) runs on the CPU "
                           "engine for now: its GPU layers are built but not yet run on a GPU "

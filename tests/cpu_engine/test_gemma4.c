@@ -7,8 +7,9 @@
  *     pairs, 1e30 on the others), no output.weight (tied), and the per-layer arrays;
  *   - the real preset's counts (Gemma-4-26B-A4B: 25.23B parameters);
  *   - the loader reads the layer kinds, the sizes per kind, the tied output, and names a
- *     missing or misshapen tensor; a full layer with its own attn_v, fused gate/up experts,
- *     shared KV layers and kv heads differing within a kind are refused;
+ *     missing or misshapen tensor; a full layer with its own attn_v, fused gate/up experts
+ *     beside a separate up (fused ones alone: test_fused_gate_up.c), shared KV layers and kv
+ *     heads differing within a kind are refused;
  *   - a GPU placement is refused with the reason; the CPU engine runs the model:
  *   - a prompt gives the same bytes as its tokens one by one, as ubatches of 3 and 5, with 1 or 2
  *     threads and again after a reset (f32 and Q4_K_M);
@@ -252,7 +253,8 @@ static void test_load(void) {
     HM_CHECK(load_broken(tp, "blk.1.ffn_gate_inp.scale", 2, "blk.1.attn_v.weight", &err) ==
                  HM_ERR_UNSUPPORTED && strstr(err.msg, "blk.1.attn_v.weight"));
     HM_CHECK(load_broken(tp, "blk.2.ffn_gate_exps.weight", 2, "blk.2.ffn_gate_up_exps.weight",
-                         &err) == HM_ERR_UNSUPPORTED && strstr(err.msg, "ffn_gate_up_exps"));
+                         &err) == HM_ERR_FORMAT && strstr(err.msg, "blk.2.ffn_gate_up_exps") &&
+             strstr(err.msg, "blk.2.ffn_up_exps.weight")); /* fused beside a separate up */
     /* another pattern: a 4-period file (layers 0-2 sliding, 3 full) loads */
     forge_preset q = *tp;
     q.swa_period = 4;

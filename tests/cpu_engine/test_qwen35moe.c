@@ -5,8 +5,9 @@
  *     block's nextn tensors after the decoder layers) and keys (rope.dimension_sections,
  *     nextn_predict_layers, block_count = layers + MTP blocks);
  *   - the loader reads them (n_layer without the MTP block, the sections), names a missing or
- *     misshapen tensor (ssm_beta, ssm_alpha, the MTP block's eh_proj) and refuses fused gate/up
- *     experts (ffn_gate_up_exps) by name; a file without an MTP block gives the same bytes;
+ *     misshapen tensor (ssm_beta, ssm_alpha, the MTP block's eh_proj) and reads fused gate/up
+ *     experts (ffn_gate_up_exps) as two strided views; a file without an MTP block gives the
+ *     same bytes;
  *   - the shared hybrid tests (hybrid_tests.h): a prompt gives the bytes of its tokens one by
  *     one (ubatches, threads, reset), logits within 1e-4 x std of the double reference (which
  *     writes out the sectioned rope and the tiled value heads), sequences, the GPU refusal;
@@ -167,9 +168,19 @@ static void test_load(void) {
     HM_CHECK(load_broken("blk.4.nextn.eh_proj.weight", true, &err) == HM_ERR_FORMAT &&
              strstr(err.msg, "blk.4.nextn.eh_proj.weight") && strstr(err.msg, "expected"));
     m = NULL;
-    HM_CHECK(load_edited(preset(), fuse_gate_up, &m, &err) == HM_ERR_UNSUPPORTED &&
-             strstr(err.msg, "blk.1.ffn_gate_up_exps.weight") && strstr(err.msg, "fuse"));
-    HM_CHECK(!m);
+    /* fused gate/up experts: two views of the fused tensor, gate rows then up rows per expert
+     * (the forward pass on them: test_fused_gate_up.c) */
+    HM_CHECK(load_edited(preset(), fuse_gate_up, &m, &err) == HM_OK && m);
+    if (m) {
+        const hm_tensor *g = &hm_model_layer(m, 1)->gate_exps, *u = &hm_model_layer(m, 1)->up_exps;
+        const int64_t F = hm_model_hparams(m)->n_ff_exp;
+        HM_CHECK(g->ne[1] == F && u->ne[1] == F &&
+                 g->expert_stride == 2 * (size_t)F * g->row_size &&
+                 u->expert_stride == g->expert_stride &&
+                 (const char *)u->data == (const char *)g->data + (size_t)F * g->row_size);
+        HM_CHECK(!hm_model_layer(m, 0)->gate_exps.expert_stride && hm_model_fused_gate_up(m));
+    }
+    hm_model_free(m);
 }
 
 static void no_edit(forge_tensor_list *l) { (void)l; }
