@@ -23,6 +23,8 @@ static void usage(FILE *f) {
             "  --hf DIR             write the HF copy to DIR (default: PATH minus .gguf plus -hf\n"
             "                       for tiny presets, none for big ones)\n"
             "  --no-hf              no HF copy\n"
+            "  --fuse-gate-up       experts' gate and up in one ffn_gate_up_exps, as llama.cpp's\n"
+            "                       --fuse-gate-up-exps (gemma4, qwen3next, qwen35moe)\n"
             "  --seed N             weights seed (default 42)\n"
             "  --skew zipf:S        plant a Zipf(S) expert popularity in every router (default none)\n"
             "  --direct auto|on|off quantised blocks straight from the RNG instead of quantising\n"
@@ -113,7 +115,7 @@ static int simulate(const forge_preset *p, const forge_gen *g, const char *spec,
 int cmd_forge(int argc, char **argv) {
     const char *preset_name = NULL, *mix_name = "q4_k_m", *out = NULL, *hf = NULL, *sim = NULL;
     const char *direct = "auto";
-    bool no_hf = false, quiet = false, list = false;
+    bool no_hf = false, quiet = false, list = false, fuse = false;
     int64_t seed = 42, threads = sysconf(_SC_NPROCESSORS_ONLN), sim_samples = 2000;
     double skew = 0;
     struct { const char *flag; int64_t val; bool set; int64_t lo, hi; } ov[] = {
@@ -133,6 +135,7 @@ int cmd_forge(int argc, char **argv) {
         else if (!strcmp(a, "-o") || !strcmp(a, "--out")) { NEED_VAL(); out = val; }
         else if (!strcmp(a, "--hf")) { NEED_VAL(); hf = val; }
         else if (!strcmp(a, "--no-hf")) no_hf = true;
+        else if (!strcmp(a, "--fuse-gate-up")) fuse = true;
         else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) quiet = true;
         else if (!strcmp(a, "--direct")) { NEED_VAL(); direct = val; }
         else if (!strcmp(a, "--simulate")) { NEED_VAL(); sim = val; }
@@ -188,6 +191,9 @@ int cmd_forge(int argc, char **argv) {
         if (p.special_base < 0) p.special_base = 0;
     }
     if (ov[4].set) p.n_ctx = ov[4].val;
+    if (fuse && !forge_arch_fused_gate_up(p.arch))
+        return fail_usage("--fuse-gate-up: llama.cpp reads fused gate/up experts for gemma4, "
+                          "qwen3next and qwen35moe, not %s", forge_arch_name(p.arch));
     hm_error err;
     if (forge_preset_check(&p, &err) != HM_OK) {
         fprintf(stderr, "hotmoe forge: %s\n", err.msg);
@@ -206,6 +212,7 @@ int cmd_forge(int argc, char **argv) {
     forge_job job = {.preset = &p, .mix = (forge_mix)mix, .n_threads = (int)threads};
     job.gen.seed = (uint64_t)seed;
     job.gen.skew_s = skew;
+    job.fuse_gate_up = fuse;
     job.gen.direct = !strcmp(direct, "on") || (!strcmp(direct, "auto") && n_params > 2000000000LL);
     if (sim) return simulate(&p, &job.gen, sim, sim_samples);
 

@@ -107,6 +107,8 @@ int64_t forge_preset_n_rot(const forge_preset *p);
  * their layouts are tested by tests/cpu_engine/test_<arch>.c; convert takes the hybrids, not
  * gemma4. */
 bool forge_arch_own_layout(forge_arch a);
+/* llama.cpp reads fused gate/up experts (ffn_gate_up_exps) for a: gemma4, qwen3next, qwen35moe. */
+bool forge_arch_fused_gate_up(forge_arch a);
 /* gemma4's layer il is a sliding-window layer ((il + 1) % swa_period != 0); false elsewhere. */
 bool forge_layer_swa(const forge_preset *p, int il);
 
@@ -206,6 +208,11 @@ typedef struct {
     const char *out_path;   /* GGUF */
     const char *hf_dir;     /* NULL: no HF copy */
     bool hf_mtp;            /* qwen35moe: the HF copy holds the MTP block as mtp.* (one block) */
+    bool fuse_gate_up;      /* the GGUF holds each layer's experts' gate and up fused in
+                               ffn_gate_up_exps {n_embd, 2 n_ff_exp, n_expert} (per expert the gate
+                               rows, then the up rows: llama.cpp's convert --fuse-gate-up-exps),
+                               the same values; only where llama.cpp takes it
+                               (forge_arch_fused_gate_up) */
     int n_threads;
     bool progress;          /* draw a progress bar on stderr */
 } forge_job;

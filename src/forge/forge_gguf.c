@@ -246,12 +246,60 @@ hm_status forge_gguf_write(const char *out_path, const forge_preset *p, forge_mi
 typedef struct {
     const forge_gen *g;
     const forge_preset *p;
+    const forge_tensor *src; /* forge_job.fuse_gate_up: [2 * layers] each layer's gate and up */
 } gen_ctx;
 
 static hm_status gen_rows(void *ctx, const forge_tensor *t, int64_t r0, int64_t nr, void *dst,
                           float *scratch) {
     const gen_ctx *c = ctx;
-    return forge_gen_rows(c->g, c->p, t, r0, nr, dst, scratch);
+    if (!c->src || t->role != FR_EXP_GATE || t->layer < 0)
+        return forge_gen_rows(c->g, c->p, t, r0, nr, dst, scratch);
+    /* fused row r: expert r / 2F, then gate row r % 2F, or up row r % 2F - F */
+    const forge_tensor *gate = &c->src[2 * t->layer], *up = gate + 1;
+    const int64_t F = gate->ne[1];
+    const size_t rb = hm_row_size(t->type, t->ne[0]);
+    hm_status st = HM_OK;
+    for (int64_t r = r0; r < r0 + nr && st == HM_OK;) {
+        const int64_t e = r / (2 * F), j = r % (2 * F), half = j < F ? F - j : 2 * F - j;
+        const int64_t n = half < r0 + nr - r ? half : r0 + nr - r;
+        st = forge_gen_rows(c->g, c->p, j < F ? gate : up, e * F + (j < F ? j : j - F), n,
+                            (char *)dst + (size_t)(r - r0) * rb, scratch);
+        r += n;
+    }
+    return st;
+}
+
+/* forge_job.fuse_gate_up: each layer's ffn_gate_exps becomes ffn_gate_up_exps {E, 2F, X} in its
+ * place and ffn_up_exps goes; the two are kept in *src (by layer) for gen_rows. */
+static hm_status fuse_gate_up(const forge_preset *p, forge_tensor_list *l, forge_tensor **src,
+                              hm_error *err) {
+    if (!forge_arch_fused_gate_up(p->arch))
+        return hm_error_set(err, HM_ERR_ARG, "fused gate/up experts: llama.cpp takes them for "
+                            "gemma4, qwen3next and qwen35moe, not %s", forge_arch_name(p->arch));
+    int n_layers = 0;
+    for (int i = 0; i < l->n; i++)
+        if (l->t[i].layer + 1 > n_layers) n_layers = l->t[i].layer + 1;
+    *src = calloc((size_t)(2 * n_layers + 1), sizeof(**src));
+    if (!*src) return hm_error_set(err, HM_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < l->n; i++)
+        if (l->t[i].role == FR_EXP_GATE || l->t[i].role == FR_EXP_UP)
+            (*src)[2 * l->t[i].layer + (l->t[i].role == FR_EXP_UP)] = l->t[i];
+    int n = 0;
+    for (int i = 0; i < l->n; i++) {
+        forge_tensor t = l->t[i];
+        if (t.role == FR_EXP_UP) continue;
+        if (t.role == FR_EXP_GATE) {
+            const forge_tensor *up = &(*src)[2 * t.layer + 1];
+            if (up->type != t.type || up->ne[1] != t.ne[1])
+                return hm_error_set(err, HM_ERR_ARG, "tensor %s: gate and up differ in type or "
+                                    "shape, cannot be fused", t.name);
+            snprintf(t.name, sizeof(t.name), "blk.%d.ffn_gate_up_exps.weight", t.layer);
+            t.ne[1] *= 2;
+        }
+        l->t[n++] = t;
+    }
+    l->n = n;
+    return HM_OK;
 }
 
 hm_status forge_write_gguf(const forge_job *job, forge_result *res, hm_error *err) {
@@ -259,6 +307,7 @@ hm_status forge_write_gguf(const forge_job *job, forge_result *res, hm_error *er
     forge_tensor_list l = {0};
     forge_vocab v = {0};
     tp_pool *pool = NULL;
+    forge_tensor *src = NULL;
     double t0 = forge_now();
     memset(res, 0, sizeof(*res));
 
@@ -270,7 +319,8 @@ hm_status forge_write_gguf(const forge_job *job, forge_result *res, hm_error *er
     int nth = job->n_threads < 1 ? 1 : job->n_threads > 64 ? 64 : job->n_threads;
     if (nth > 1 && (st = tp_init(nth, &pool, err)) != HM_OK) goto done;
 
-    const gen_ctx gc = {.g = &job->gen, .p = p};
+    if (job->fuse_gate_up && (st = fuse_gate_up(p, &l, &src, err)) != HM_OK) goto done;
+    const gen_ctx gc = {.g = &job->gen, .p = p, .src = src};
     st = forge_gguf_write(job->out_path, p, job->mix, &v, &l, gen_rows, (void *)&gc, pool,
                           "forge", job->progress,
                           "hotmoe forge: synthetic weights, not a trained model", &res->bytes,
@@ -280,6 +330,7 @@ hm_status forge_write_gguf(const forge_job *job, forge_result *res, hm_error *er
         res->n_tensors = l.n;
     }
 done:
+    free(src);
     res->seconds = forge_now() - t0;
     tp_free(pool);
     forge_vocab_free(&v);

@@ -188,6 +188,10 @@ int64_t forge_preset_n_rot(const forge_preset *p) { return p->n_rot > 0 ? p->n_r
 
 bool forge_arch_own_layout(forge_arch a) { return forge_arch_hybrid(a) || a == FORGE_ARCH_GEMMA4; }
 
+bool forge_arch_fused_gate_up(forge_arch a) {
+    return forge_arch_hybrid(a) || a == FORGE_ARCH_GEMMA4;
+}
+
 bool forge_layer_swa(const forge_preset *p, int il) {
     return p->arch == FORGE_ARCH_GEMMA4 && p->swa_period > 0 && (il + 1) % p->swa_period != 0;
 }

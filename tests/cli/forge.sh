@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # forge.sh - `hotmoe forge` as a user runs it: --list, a tiny forge with its HF copy, the
-# default output names, determinism from the command line, the simulation mode, and bad flags
-# or presets answered with one line on stderr and exit code 2.
+# default output names, determinism from the command line, the simulation mode, fused gate/up
+# experts (--fuse-gate-up), and bad flags or presets answered with one line on stderr and exit
+# code 2.
 #   bash tests/cli/forge.sh HOTMOE_BIN TMPDIR      (run from the repository root)
 set -u
 bin=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
@@ -48,6 +49,14 @@ expect "forge: override in config" grep -q '"num_hidden_layers": 2' "$tmp/tiny-g
 expect "simulate: exit 0" test $? -eq 0
 expect "simulate: two lines" test "$(grep -c 'hit rate' "$tmp/sim")" -eq 2
 
+# ---- --fuse-gate-up: one ffn_gate_up_exps per layer instead of gate and up ----
+"$bin" forge --preset tiny-gemma4moe --type q8_0 --fuse-gate-up --no-hf -q -o "$tmp/fused.gguf" 2>"$tmp/err"
+expect "fused: exit 0" test $? -eq 0
+"$bin" inspect "$tmp/fused.gguf" --tensors >"$tmp/fused.txt" 2>&1
+expect "fused: gate_up per layer" test "$(grep -c 'ffn_gate_up_exps' "$tmp/fused.txt")" -eq 4
+expect "fused: no separate up" test "$(grep -c 'ffn_up_exps' "$tmp/fused.txt")" -eq 0
+rm -f "$tmp/fused.gguf"
+
 # ---- errors: one line on stderr, exit 2 ----
 err_case() {
   local d=$1 want=$2
@@ -67,6 +76,8 @@ err_case "bad skew" "--skew wants zipf:S" --preset tiny-olmoe --skew pareto:1
 err_case "no preset" "--preset NAME is required" --type q8_0
 err_case "bad override" "--n-expert wants an integer" --preset tiny-olmoe --n-expert 1
 err_case "inconsistent override" "n_expert_used" --preset tiny-olmoe --n-expert-used 9
+err_case "fused gate/up elsewhere" "--fuse-gate-up: llama.cpp reads" --preset tiny-olmoe \
+  --fuse-gate-up
 expect "errors wrote nothing" test ! -e "$tmp/tiny-olmoe-q4_k_m.gguf"
 
 # unwritable output: one line, exit 1
