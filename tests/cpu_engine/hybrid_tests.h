@@ -24,6 +24,7 @@
 
 #include "../forge/forge_test_util.h"
 #include "cpu_engine/cpu_engine.h"
+#include "engine_test_util.h"
 #include "harness.h"
 #include "model/model.h"
 #include "qwen3next_ref.h"
@@ -35,14 +36,6 @@
 
 static const forge_preset *preset(void) { return forge_preset_find(HYBRID_PRESET); }
 
-static void ids_of(int32_t *ids, int n, uint64_t seed) {
-    uint64_t x = seed;
-    for (int i = 0; i < n; i++) {
-        x = x * 6364136223846793005ull + 1442695040888963407ull;
-        ids[i] = 3 + (int32_t)((x >> 33) % 957);
-    }
-}
-
 /* the tiny preset in f32 (NULL on failure) */
 static hm_model *load_tiny(char *path, size_t cap) {
     hm_model *m = NULL;
@@ -51,17 +44,6 @@ static hm_model *load_tiny(char *path, size_t cap) {
         hm_model_load(path, NULL, &m, &err) != HM_OK)
         return NULL;
     return m;
-}
-
-typedef struct {
-    const forge_gen *g;
-    const forge_preset *p;
-} rows_ctx;
-
-static hm_status gen_rows(void *ctx, const forge_tensor *t, int64_t r0, int64_t nr, void *dst,
-                          float *scratch) {
-    const rows_ctx *c = ctx;
-    return forge_gen_rows(c->g, c->p, t, r0, nr, dst, scratch);
 }
 
 /* the tiny preset written with tensor `name` dropped (reshape 0) or with one more row */
@@ -77,44 +59,7 @@ static hm_status load_broken(const char *name, bool reshape, hm_error *err) {
         else l.t[i] = l.t[--l.n];
         break;
     }
-    char path[512];
-    ft_path(path, sizeof(path), HYBRID_TAG "-broken.gguf");
-    forge_gen gen = {.seed = 1};
-    rows_ctx rc = {&gen, p};
-    if (st == HM_OK)
-        st = forge_gguf_write(path, p, FORGE_MIX_F32, &v, &l, gen_rows, &rc, NULL, "t", false,
-                              NULL, NULL, err);
-    forge_vocab_free(&v);
-    forge_tensors_free(&l);
-    if (st != HM_OK) return HM_ERR_STATE; /* the writer failed: not what is tested */
-    hm_model *m = NULL;
-    st = hm_model_load(path, NULL, &m, err);
-    hm_model_free(m);
-    remove(path);
-    return st;
-}
-
-static cpu_engine *engine(const hm_model *m, int ub, int nth, int n_seq) {
-    cpu_engine_params p = {.n_ctx = N_CTX, .n_ubatch = ub, .n_threads = nth,
-                           .type_k = HM_TYPE_F32, .type_v = HM_TYPE_F32, .n_seq = n_seq};
-    cpu_engine *e = NULL;
-    hm_error err;
-    if (cpu_engine_init(m, &p, &e, &err) != HM_OK) fprintf(stderr, "engine: %s\n", err.msg);
-    return e;
-}
-
-/* logits [n][V] of ids through e from position 0 in calls of at most `chunk` tokens */
-static bool run(cpu_engine *e, const int32_t *ids, int n, int chunk, float *lo, int64_t V) {
-    hm_error err;
-    for (int t = 0; t < n; t += chunk) {
-        const int k = n - t < chunk ? n - t : chunk;
-        if (cpu_engine_decode(e, ids + t, k, t, lo + (size_t)t * (size_t)V, HM_LOGITS_ALL,
-                              &err) != HM_OK) {
-            fprintf(stderr, "decode: %s\n", err.msg);
-            return false;
-        }
-    }
-    return true;
+    return ft_write_load(p, &v, &l, HYBRID_TAG "-broken.gguf", 1, st, err);
 }
 
 static void test_prompt_identity(void) {
@@ -124,20 +69,20 @@ static void test_prompt_identity(void) {
     const int64_t V = hm_model_hparams(m)->n_vocab;
     const size_t sz = sizeof(float) * N_PROMPT * (size_t)V;
     int32_t ids[N_PROMPT];
-    ids_of(ids, N_PROMPT, 5);
+    ce_t_ids(ids, N_PROMPT, 5);
     float *a = malloc(sz), *b = malloc(sz);
     HM_REQUIRE(a && b);
-    cpu_engine *e = engine(m, N_PROMPT, 2, 1);
-    HM_REQUIRE(e && run(e, ids, N_PROMPT, N_PROMPT, a, V)); /* one prompt call */
+    cpu_engine *e = ce_t_engine(m, N_CTX, N_PROMPT, 2, 1);
+    HM_REQUIRE(e && ce_t_run(e, ids, N_PROMPT, N_PROMPT, a, V)); /* one prompt call */
     cpu_engine_reset(e);
-    HM_REQUIRE(run(e, ids, N_PROMPT, N_PROMPT, b, V));
+    HM_REQUIRE(ce_t_run(e, ids, N_PROMPT, N_PROMPT, b, V));
     HM_CHECK_MSG(!memcmp(a, b, sz), "after a reset the prompt gives other bytes");
     cpu_engine_free(e);
     const int chunks[][2] = {{1, 2}, {5, 2}, {N_PROMPT, 1}, {1, 1}}; /* ubatch, threads */
     for (int k = 0; k < 4; k++) {
-        e = engine(m, chunks[k][0], chunks[k][1], 1);
+        e = ce_t_engine(m, N_CTX, chunks[k][0], chunks[k][1], 1);
         memset(b, 0, sz);
-        HM_REQUIRE(e && run(e, ids, N_PROMPT, chunks[k][0], b, V));
+        HM_REQUIRE(e && ce_t_run(e, ids, N_PROMPT, chunks[k][0], b, V));
         HM_CHECK_MSG(!memcmp(a, b, sz), "ubatch %d, %d threads: other bytes than the prompt",
                      chunks[k][0], chunks[k][1]);
         cpu_engine_free(e);
@@ -146,8 +91,8 @@ static void test_prompt_identity(void) {
     int32_t ids2[N_PROMPT];
     memcpy(ids2, ids, sizeof(ids));
     ids2[0] = ids[0] == 100 ? 101 : 100;
-    e = engine(m, N_PROMPT, 2, 1);
-    HM_REQUIRE(e && run(e, ids2, N_PROMPT, N_PROMPT, b, V));
+    e = ce_t_engine(m, N_CTX, N_PROMPT, 2, 1);
+    HM_REQUIRE(e && ce_t_run(e, ids2, N_PROMPT, N_PROMPT, b, V));
     HM_CHECK(memcmp(a + (N_PROMPT - 1) * V, b + (N_PROMPT - 1) * V, sizeof(float) * (size_t)V));
     cpu_engine_free(e);
     free(a);
@@ -161,12 +106,12 @@ static void test_reference(void) {
     HM_REQUIRE(m);
     const int64_t V = hm_model_hparams(m)->n_vocab;
     int32_t ids[N_PROMPT];
-    ids_of(ids, N_PROMPT, 9);
+    ce_t_ids(ids, N_PROMPT, 9);
     float *lo = malloc(sizeof(float) * N_PROMPT * (size_t)V);
     double *ref = malloc(sizeof(double) * N_PROMPT * (size_t)V);
     HM_REQUIRE(lo && ref);
-    cpu_engine *e = engine(m, 8, 2, 1);
-    HM_REQUIRE(e && run(e, ids, N_PROMPT, 8, lo, V));
+    cpu_engine *e = ce_t_engine(m, N_CTX, 8, 2, 1);
+    HM_REQUIRE(e && ce_t_run(e, ids, N_PROMPT, 8, lo, V));
     cpu_engine_free(e);
     qref r;
     HM_REQUIRE(qref_init(&r, hm_model_gguf(m), N_CTX));
@@ -207,16 +152,16 @@ static void test_sequences(void) {
     const int64_t V = hm_model_hparams(m)->n_vocab;
     enum { NT = 10 };
     int32_t ids[2][NT];
-    ids_of(ids[0], NT, 21);
-    ids_of(ids[1], NT, 22);
+    ce_t_ids(ids[0], NT, 21);
+    ce_t_ids(ids[1], NT, 22);
     float *alone = malloc(sizeof(float) * 2 * NT * (size_t)V), *got = malloc(sizeof(float) * 2 * (size_t)V);
     HM_REQUIRE(alone && got);
     for (int s = 0; s < 2; s++) {
-        cpu_engine *e = engine(m, 4, 2, 1);
-        HM_REQUIRE(e && run(e, ids[s], NT, 4, alone + (size_t)s * NT * (size_t)V, V));
+        cpu_engine *e = ce_t_engine(m, N_CTX, 4, 2, 1);
+        HM_REQUIRE(e && ce_t_run(e, ids[s], NT, 4, alone + (size_t)s * NT * (size_t)V, V));
         cpu_engine_free(e);
     }
-    cpu_engine *e = engine(m, 4, 2, 2);
+    cpu_engine *e = ce_t_engine(m, N_CTX, 4, 2, 2);
     HM_REQUIRE(e);
     hm_error err;
     int bad = 0;
@@ -266,9 +211,9 @@ static void test_rewind(void) {
     const int64_t V = hm_model_hparams(m)->n_vocab;
     enum { NT = 10, NP = 6 };
     int32_t ids[NT];
-    ids_of(ids, NT, 31);
+    ce_t_ids(ids, NT, 31);
     float *lo = malloc(sizeof(float) * NT * (size_t)V), *got = malloc(sizeof(float) * (size_t)V);
-    cpu_engine *e = engine(m, 8, 2, 1);
+    cpu_engine *e = ce_t_engine(m, N_CTX, 8, 2, 1);
     HM_REQUIRE(lo && got && e);
     hm_error err;
     HM_REQUIRE(cpu_engine_decode(e, ids, NP, 0, lo, HM_LOGITS_ALL, &err) == HM_OK);

@@ -18,6 +18,7 @@
 
 #include "../forge/forge_test_util.h"
 #include "cpu_engine/cpu_engine.h"
+#include "engine_test_util.h"
 #include "harness.h"
 #include "model/model.h"
 #include "quant/qtypes.h"
@@ -170,17 +171,6 @@ static void test_same_logits(void) {
 
 /* ---- the loader's errors ---- */
 
-typedef struct {
-    const forge_gen *g;
-    const forge_preset *p;
-} rows_ctx;
-
-static hm_status gen_rows(void *ctx, const forge_tensor *t, int64_t r0, int64_t nr, void *dst,
-                          float *scratch) {
-    const rows_ctx *c = ctx;
-    return forge_gen_rows(c->g, c->p, t, r0, nr, dst, scratch);
-}
-
 /* preset written (f32) with layer 1's gate renamed ffn_gate_up_exps, ne[1] times `mul`, and its
  * up dropped (mul 0: the gate dropped, the up kept); then loaded */
 static hm_status load_fused(const char *preset, int64_t mul, hm_error *err) {
@@ -199,21 +189,7 @@ static hm_status load_fused(const char *preset, int64_t mul, hm_error *err) {
             l.t[i--] = l.t[--l.n];
         }
     }
-    char path[512];
-    ft_path(path, sizeof(path), "fgu-edited.gguf");
-    forge_gen gen = {.seed = 3};
-    rows_ctx rc = {&gen, p};
-    if (st == HM_OK)
-        st = forge_gguf_write(path, p, FORGE_MIX_F32, &v, &l, gen_rows, &rc, NULL, "t", false,
-                              NULL, NULL, err);
-    forge_vocab_free(&v);
-    forge_tensors_free(&l);
-    if (st != HM_OK) return HM_ERR_STATE; /* the writer failed: not what is tested */
-    hm_model *m = NULL;
-    st = hm_model_load(path, NULL, &m, err);
-    hm_model_free(m);
-    remove(path);
-    return st;
+    return ft_write_load(p, &v, &l, "fgu-edited.gguf", 3, st, err);
 }
 
 static void test_load_errors(void) {

@@ -26,6 +26,7 @@
 
 #include "../forge/forge_test_util.h"
 #include "cpu_engine/cpu_engine.h"
+#include "engine_test_util.h"
 #include "gemma4_ref.h"
 #include "harness.h"
 #include "model/model.h"
@@ -152,17 +153,6 @@ static void test_hf_names(void) {
     forge_tensors_free(&l);
 }
 
-typedef struct {
-    const forge_gen *g;
-    const forge_preset *p;
-} rows_ctx;
-
-static hm_status gen_rows(void *ctx, const forge_tensor *t, int64_t r0, int64_t nr, void *dst,
-                          float *scratch) {
-    const rows_ctx *c = ctx;
-    return forge_gen_rows(c->g, c->p, t, r0, nr, dst, scratch);
-}
-
 /* the tiny preset p written with tensor `name` dropped (grow 0), grown by one row (1) or
  * renamed to `to` (2; ne[1] doubled when the name has gate_up), then loaded */
 static hm_status load_broken(const forge_preset *p, const char *name, int op, const char *to,
@@ -180,21 +170,7 @@ static hm_status load_broken(const forge_preset *p, const char *name, int op, co
         } else l.t[i] = l.t[--l.n];
         break;
     }
-    char path[512];
-    ft_path(path, sizeof(path), "g4-broken.gguf");
-    forge_gen gen = {.seed = 1};
-    rows_ctx rc = {&gen, p};
-    if (st == HM_OK)
-        st = forge_gguf_write(path, p, FORGE_MIX_F32, &v, &l, gen_rows, &rc, NULL, "t", false,
-                              NULL, NULL, err);
-    forge_vocab_free(&v);
-    forge_tensors_free(&l);
-    if (st != HM_OK) return HM_ERR_STATE; /* the writer failed: not what is tested */
-    hm_model *m = NULL;
-    st = hm_model_load(path, NULL, &m, err);
-    hm_model_free(m);
-    remove(path);
-    return st;
+    return ft_write_load(p, &v, &l, "g4-broken.gguf", 1, st, err);
 }
 
 static void test_load(void) {
@@ -266,14 +242,6 @@ static void test_load(void) {
 #define N_PROMPT 24
 #define N_CTX 64
 
-static void ids_of(int32_t *ids, int n, uint64_t seed) {
-    uint64_t x = seed;
-    for (int i = 0; i < n; i++) {
-        x = x * 6364136223846793005ull + 1442695040888963407ull;
-        ids[i] = 3 + (int32_t)((x >> 33) % 957);
-    }
-}
-
 /* the tiny preset in mix (NULL on failure) */
 static hm_model *load_tiny(forge_mix mix, const char *tag) {
     char path[512];
@@ -285,49 +253,26 @@ static hm_model *load_tiny(forge_mix mix, const char *tag) {
     return m;
 }
 
-static cpu_engine *engine(const hm_model *m, int ub, int nth, int n_seq) {
-    cpu_engine_params p = {.n_ctx = N_CTX, .n_ubatch = ub, .n_threads = nth,
-                           .type_k = HM_TYPE_F32, .type_v = HM_TYPE_F32, .n_seq = n_seq};
-    cpu_engine *e = NULL;
-    hm_error err;
-    if (cpu_engine_init(m, &p, &e, &err) != HM_OK) fprintf(stderr, "engine: %s\n", err.msg);
-    return e;
-}
-
-/* logits [n][V] of ids through e from position 0 in calls of at most `chunk` tokens */
-static bool run(cpu_engine *e, const int32_t *ids, int n, int chunk, float *lo, int64_t V) {
-    hm_error err;
-    for (int t = 0; t < n; t += chunk) {
-        const int k = n - t < chunk ? n - t : chunk;
-        if (cpu_engine_decode(e, ids + t, k, t, lo + (size_t)t * (size_t)V, HM_LOGITS_ALL,
-                              &err) != HM_OK) {
-            fprintf(stderr, "decode: %s\n", err.msg);
-            return false;
-        }
-    }
-    return true;
-}
-
 static void prompt_identity(forge_mix mix, const char *tag) {
     hm_model *m = load_tiny(mix, tag);
     HM_REQUIRE(m);
     const int64_t V = hm_model_hparams(m)->n_vocab;
     const size_t sz = sizeof(float) * N_PROMPT * (size_t)V;
     int32_t ids[N_PROMPT];
-    ids_of(ids, N_PROMPT, 5);
+    ce_t_ids(ids, N_PROMPT, 5);
     float *a = malloc(sz), *b = malloc(sz);
     HM_REQUIRE(a && b);
-    cpu_engine *e = engine(m, N_PROMPT, 2, 1);
-    HM_REQUIRE(e && run(e, ids, N_PROMPT, N_PROMPT, a, V)); /* one prompt call */
+    cpu_engine *e = ce_t_engine(m, N_CTX, N_PROMPT, 2, 1);
+    HM_REQUIRE(e && ce_t_run(e, ids, N_PROMPT, N_PROMPT, a, V)); /* one prompt call */
     cpu_engine_reset(e);
-    HM_REQUIRE(run(e, ids, N_PROMPT, N_PROMPT, b, V));
+    HM_REQUIRE(ce_t_run(e, ids, N_PROMPT, N_PROMPT, b, V));
     HM_CHECK_MSG(!memcmp(a, b, sz), "%s: after a reset the prompt gives other bytes", tag);
     cpu_engine_free(e);
     const int chunks[][2] = {{1, 2}, {5, 2}, {3, 1}, {N_PROMPT, 1}, {1, 1}}; /* ubatch, threads */
     for (int k = 0; k < 5; k++) {
-        e = engine(m, chunks[k][0], chunks[k][1], 1);
+        e = ce_t_engine(m, N_CTX, chunks[k][0], chunks[k][1], 1);
         memset(b, 0, sz);
-        HM_REQUIRE(e && run(e, ids, N_PROMPT, chunks[k][0], b, V));
+        HM_REQUIRE(e && ce_t_run(e, ids, N_PROMPT, chunks[k][0], b, V));
         HM_CHECK_MSG(!memcmp(a, b, sz), "%s, ubatch %d, %d threads: other bytes than the prompt",
                      tag, chunks[k][0], chunks[k][1]);
         cpu_engine_free(e);
@@ -390,12 +335,12 @@ static void test_reference(void) {
     HM_REQUIRE(m);
     const int64_t V = hm_model_hparams(m)->n_vocab;
     int32_t ids[N_PROMPT];
-    ids_of(ids, N_PROMPT, 9);
+    ce_t_ids(ids, N_PROMPT, 9);
     float *lo = malloc(sizeof(float) * N_PROMPT * (size_t)V);
     double *ref = malloc(sizeof(double) * N_PROMPT * (size_t)V);
     HM_REQUIRE(lo && ref);
-    cpu_engine *e = engine(m, 8, 2, 1);
-    HM_REQUIRE(e && run(e, ids, N_PROMPT, 8, lo, V));
+    cpu_engine *e = ce_t_engine(m, N_CTX, 8, 2, 1);
+    HM_REQUIRE(e && ce_t_run(e, ids, N_PROMPT, 8, lo, V));
     cpu_engine_free(e);
     HM_REQUIRE(reference(m, ids, N_PROMPT, false, ref));
     const cmp_res c = compare(lo, ref, N_PROMPT, V);
@@ -417,14 +362,14 @@ static void test_window(void) {
     enum { NW = 40 }; /* ten windows of tiny's 4 */
     HM_REQUIRE(hp->sliding_window * 10 == NW);
     int32_t ids[NW];
-    ids_of(ids, NW, 13);
+    ce_t_ids(ids, NW, 13);
     float *lo = malloc(sizeof(float) * NW * (size_t)V);
     double *ref = malloc(sizeof(double) * NW * (size_t)V);
     double *all = malloc(sizeof(double) * NW * (size_t)V);
     HM_REQUIRE(lo && ref && all);
     /* ubatches of 3: the sliding layers' caches are rings of window + 2 = 6 slots */
-    cpu_engine *e = engine(m, 3, 2, 1);
-    HM_REQUIRE(e && run(e, ids, NW, 3, lo, V));
+    cpu_engine *e = ce_t_engine(m, N_CTX, 3, 2, 1);
+    HM_REQUIRE(e && ce_t_run(e, ids, NW, 3, lo, V));
     HM_REQUIRE(reference(m, ids, NW, false, ref) && reference(m, ids, NW, true, all));
     const cmp_res c = compare(lo, ref, NW, V);
     /* the reference without the window, from the first position past it */
@@ -460,17 +405,17 @@ static void test_sequences(void) {
     const int64_t V = hm_model_hparams(m)->n_vocab;
     enum { NT = 10 };
     int32_t ids[2][NT];
-    ids_of(ids[0], NT, 21);
-    ids_of(ids[1], NT, 22);
+    ce_t_ids(ids[0], NT, 21);
+    ce_t_ids(ids[1], NT, 22);
     float *alone = malloc(sizeof(float) * 2 * NT * (size_t)V);
     float *got = malloc(sizeof(float) * 2 * (size_t)V);
     HM_REQUIRE(alone && got);
     for (int s = 0; s < 2; s++) {
-        cpu_engine *e = engine(m, 4, 2, 1);
-        HM_REQUIRE(e && run(e, ids[s], NT, 4, alone + (size_t)s * NT * (size_t)V, V));
+        cpu_engine *e = ce_t_engine(m, N_CTX, 4, 2, 1);
+        HM_REQUIRE(e && ce_t_run(e, ids[s], NT, 4, alone + (size_t)s * NT * (size_t)V, V));
         cpu_engine_free(e);
     }
-    cpu_engine *e = engine(m, 4, 2, 2);
+    cpu_engine *e = ce_t_engine(m, N_CTX, 4, 2, 2);
     HM_REQUIRE(e);
     hm_error err;
     int bad = 0;

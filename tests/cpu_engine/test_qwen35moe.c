@@ -115,9 +115,9 @@ static hm_status load_edited(const forge_preset *p, void (*edit)(forge_tensor_li
     char path[512];
     ft_path(path, sizeof(path), "q35-edited.gguf");
     forge_gen gen = {.seed = 42};
-    rows_ctx rc = {&gen, p};
+    ft_rows_ctx rc = {&gen, p};
     if (st == HM_OK)
-        st = forge_gguf_write(path, p, FORGE_MIX_F32, &v, &l, gen_rows, &rc, NULL, "t", false,
+        st = forge_gguf_write(path, p, FORGE_MIX_F32, &v, &l, ft_gen_rows, &rc, NULL, "t", false,
                               NULL, NULL, err);
     forge_vocab_free(&v);
     forge_tensors_free(&l);
@@ -197,11 +197,11 @@ static void test_nextn(void) {
     HM_CHECK(hm_model_hparams(m2)->n_layer == 4 && hm_model_hparams(m2)->n_nextn == 0);
     const int64_t V = hm_model_hparams(m)->n_vocab;
     int32_t ids[10];
-    ids_of(ids, 10, 41);
+    ce_t_ids(ids, 10, 41);
     float *a = malloc(sizeof(float) * 10 * (size_t)V), *b = malloc(sizeof(float) * 10 * (size_t)V);
     HM_REQUIRE(a && b);
-    cpu_engine *e1 = engine(m, 4, 2, 1), *e2 = engine(m2, 4, 2, 1);
-    HM_REQUIRE(e1 && e2 && run(e1, ids, 10, 4, a, V) && run(e2, ids, 10, 4, b, V));
+    cpu_engine *e1 = ce_t_engine(m, N_CTX, 4, 2, 1), *e2 = ce_t_engine(m2, N_CTX, 4, 2, 1);
+    HM_REQUIRE(e1 && e2 && ce_t_run(e1, ids, 10, 4, a, V) && ce_t_run(e2, ids, 10, 4, b, V));
     HM_CHECK_MSG(!memcmp(a, b, sizeof(float) * 10 * (size_t)V),
                  "the MTP block changed the logits");
     cpu_engine_free(e1);
@@ -221,12 +221,12 @@ static void test_head_order(void) {
     const int64_t V = hm_model_hparams(m)->n_vocab;
     enum { NT = 8 };
     int32_t ids[NT];
-    ids_of(ids, NT, 9);
+    ce_t_ids(ids, NT, 9);
     float *lo = malloc(sizeof(float) * NT * (size_t)V);
     double *ref = malloc(sizeof(double) * (size_t)V);
     HM_REQUIRE(lo && ref);
-    cpu_engine *e = engine(m, NT, 2, 1);
-    HM_REQUIRE(e && run(e, ids, NT, NT, lo, V));
+    cpu_engine *e = ce_t_engine(m, N_CTX, NT, 2, 1);
+    HM_REQUIRE(e && ce_t_run(e, ids, NT, NT, lo, V));
     qref r;
     HM_REQUIRE(qref_init(&r, hm_model_gguf(m), N_CTX));
     r.tiled = false;

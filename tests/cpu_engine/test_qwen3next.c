@@ -117,14 +117,14 @@ static void test_load(void) {
 /* tiny-qwen3next as an older file: each recurrent layer's attn_qkv and attn_gate fused into
  * ssm_in, rows per key head [q, k, v (r heads), z (r heads)] (the forged values regrouped) */
 typedef struct {
-    rows_ctx rc;
+    ft_rows_ctx rc;
     const forge_tensor_list *orig;
 } legacy_ctx;
 
 static hm_status legacy_rows(void *ctx, const forge_tensor *t, int64_t r0, int64_t nr, void *dst,
                              float *scratch) {
     const legacy_ctx *c = ctx;
-    if (!strstr(t->name, "ssm_in")) return gen_rows((void *)&c->rc, t, r0, nr, dst, scratch);
+    if (!strstr(t->name, "ssm_in")) return ft_gen_rows((void *)&c->rc, t, r0, nr, dst, scratch);
     char qn[64], gn[64];
     snprintf(qn, sizeof(qn), "blk.%d.attn_qkv.weight", t->layer);
     snprintf(gn, sizeof(gn), "blk.%d.attn_gate.weight", t->layer);
@@ -142,7 +142,7 @@ static hm_status legacy_rows(void *ctx, const forge_tensor *t, int64_t r0, int64
                            : o < 2 * dk       ? kd + grp * dk + (o - dk)
                            : o < 2 * dk + rdv ? 2 * kd + grp * rdv + (o - 2 * dk)
                                               : grp * rdv + (o - 2 * dk - rdv);
-        hm_status st = gen_rows((void *)&c->rc, src, sr, 1, (float *)dst + (r - r0) * E, scratch);
+        hm_status st = ft_gen_rows((void *)&c->rc, src, sr, 1, (float *)dst + (r - r0) * E, scratch);
         if (st != HM_OK) return st;
     }
     return HM_OK;
@@ -176,11 +176,11 @@ static void test_legacy_ssm_in(void) {
     HM_CHECK(hm_model_layer(m, 0)->ssm_in.data && !hm_model_layer(m, 0)->ssm_qkv.data);
     const int64_t V = hm_model_hparams(m)->n_vocab;
     int32_t ids[12];
-    ids_of(ids, 12, 31);
+    ce_t_ids(ids, 12, 31);
     float *a = malloc(sizeof(float) * 12 * (size_t)V), *b = malloc(sizeof(float) * 12 * (size_t)V);
     HM_REQUIRE(a && b);
-    cpu_engine *e1 = engine(m, 4, 2, 1), *e2 = engine(ref, 4, 2, 1);
-    HM_REQUIRE(e1 && e2 && run(e1, ids, 12, 4, a, V) && run(e2, ids, 12, 4, b, V));
+    cpu_engine *e1 = ce_t_engine(m, N_CTX, 4, 2, 1), *e2 = ce_t_engine(ref, N_CTX, 4, 2, 1);
+    HM_REQUIRE(e1 && e2 && ce_t_run(e1, ids, 12, 4, a, V) && ce_t_run(e2, ids, 12, 4, b, V));
     HM_CHECK_MSG(!memcmp(a, b, sizeof(float) * 12 * (size_t)V),
                  "the fused ssm_in gives other logits than attn_qkv + attn_gate");
     cpu_engine_free(e1);

@@ -10,6 +10,7 @@
 
 #include "forge/forge.h"
 #include "gguf/gguf.h"
+#include "model/model.h"
 #include "quant/quant.h"
 
 static inline void ft_path(char *buf, size_t cap, const char *name) {
@@ -120,6 +121,42 @@ static inline const float *ft_st_get(const ft_st *s, const char *name, int *n_di
     uint64_t a = strtoull(of + 16, &end, 10), b = strtoull(end + 1, NULL, 10);
     if (b - a != (uint64_t)*n * 4 || s->data_start + b > s->size) return NULL;
     return (const float *)(s->file + s->data_start + a);
+}
+
+/* forge_gguf_write's row callback over forge's generator, for tests that write an edited
+ * tensor list: ft_rows_ctx {generator, preset} as its context. */
+typedef struct {
+    const forge_gen *g;
+    const forge_preset *p;
+} ft_rows_ctx;
+
+static inline hm_status ft_gen_rows(void *ctx, const forge_tensor *t, int64_t r0, int64_t nr,
+                                    void *dst, float *scratch) {
+    const ft_rows_ctx *c = (const ft_rows_ctx *)ctx;
+    return forge_gen_rows(c->g, c->p, t, r0, nr, dst, scratch);
+}
+
+/* Writes preset p's f32 tensors l (as the caller edited them) with vocabulary v to `name` in
+ * the test folder (rows from forge's generator of `seed`), frees l and v, and loads the file:
+ * the loader's status (HM_ERR_STATE when the writer failed: not what a test checks). */
+static inline hm_status ft_write_load(const forge_preset *p, forge_vocab *v, forge_tensor_list *l,
+                                      const char *name, uint64_t seed, hm_status st,
+                                      hm_error *err) {
+    char path[512];
+    ft_path(path, sizeof(path), name);
+    forge_gen gen = {.seed = seed};
+    ft_rows_ctx rc = {&gen, p};
+    if (st == HM_OK)
+        st = forge_gguf_write(path, p, FORGE_MIX_F32, v, l, ft_gen_rows, &rc, NULL, "t", false,
+                              NULL, NULL, err);
+    forge_vocab_free(v);
+    forge_tensors_free(l);
+    if (st != HM_OK) return HM_ERR_STATE;
+    hm_model *m = NULL;
+    st = hm_model_load(path, NULL, &m, err);
+    hm_model_free(m);
+    remove(path);
+    return st;
 }
 
 #endif
