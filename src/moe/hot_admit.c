@@ -94,7 +94,9 @@ hm_status hot_admit_init(int n_layer, int n_expert, const uint8_t *hot, const ho
     a->n_expert = n_expert;
     a->c = *c;
     memcpy(a->hot, hot, n);
-    for (int il = 0; il < n_layer; il++) a->useful[il] = 1.0;
+    /* just below the threshold: probes first, one useful probe opens the layer (0.8 x 0.98
+     * min + 0.2 >= min for any min <= 1); no guard (min 0): open */
+    for (int il = 0; il < n_layer; il++) a->useful[il] = c->min_useful > 0 ? 0.98 * c->min_useful : 1.0;
     *out = a;
     return HM_OK;
 }

@@ -16,10 +16,12 @@
  * of the expert, so an admission is useful when the expert is hit at least twice more while
  * hot than the expert it evicted is used meanwhile (what that slot would have served).
  * Each admission is judged when it is evicted or HOT_ADMIT_WINDOW steps later; per layer a
- * running share of useful admissions (start 1, weight 0.2 per judgement) below min_useful
- * pauses the layer's admissions, one probe admission every HOT_ADMIT_WINDOW steps keeping the
- * share current. Uniform routing thus stops admitting; routing with temporal locality keeps
- * admitting.
+ * running share of useful admissions (weight 0.2 per judgement) below min_useful pauses the
+ * layer's admissions, one probe admission every HOT_ADMIT_WINDOW steps keeping the share
+ * current. The share starts just below min_useful: a layer begins with probes and one useful
+ * probe opens it (starting open, every layer admitted once a step until its first judgement,
+ * some 32 steps of copies that could not pay under uniform routing). Uniform routing thus never
+ * floods; routing with temporal locality opens after one window and keeps admitting.
  */
 #ifndef HM_MOE_HOT_ADMIT_H
 #define HM_MOE_HOT_ADMIT_H
