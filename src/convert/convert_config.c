@@ -10,9 +10,16 @@
  * (Qwen3NextForCausalLM, Qwen3_5MoeForCausalLM) add the linear_* sizes, partial_rotary_factor
  * (n_rot = int(head_dim x it), default 0.25), qwen35moe's mrope_section (default [11, 11, 10])
  * and mtp_num_hidden_layers; Qwen3_5MoeForConditionalGeneration's fields are read from its
- * text_config. Layer patterns other than full attention every 4th layer are refused. Every
- * missing or mistyped field is reported as "DIR/config.json: FIELD: problem". Values kept as doubles (epsilons, rope bases) are rounded to
- * f32 only where the GGUF key is written, as convert_hf_to_gguf does.
+ * text_config. Layer patterns other than full attention every 4th layer are refused. gemma4
+ * (Gemma4ForCausalLM; Gemma4ForConditionalGeneration's text_config) adds the full layers' own
+ * sizes (global_head_dim, num_global_key_value_heads), top_k_experts, the sliding/full pattern
+ * from layer_types (swa_period: sliding layers then one full, repeated), the two rope
+ * bases and the partial rotary factor from rope_parameters' full_attention / sliding_attention,
+ * final_logit_softcapping; the variants hotmoe does not load (a full layer's own V, shared KV
+ * layers, per-layer inputs, no MoE block) are refused by field. Every
+ * missing or mistyped field is reported as "DIR/config.json: FIELD: problem". Values kept as
+ * doubles (epsilons, rope bases) are rounded to f32 only where the GGUF key is written, as
+ * convert_hf_to_gguf does.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -34,13 +41,16 @@ static const struct {
     {"Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", FORGE_ARCH_QWEN35MOE},
     /* the published Qwen3.5-MoE checkpoints: the text model's fields under text_config */
     {"Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe", FORGE_ARCH_QWEN35MOE},
+    {"Gemma4ForCausalLM", "gemma4_text", FORGE_ARCH_GEMMA4},
+    /* the published Gemma 4 checkpoints: the text model's fields under text_config */
+    {"Gemma4ForConditionalGeneration", "gemma4", FORGE_ARCH_GEMMA4},
 };
 #define N_ARCHS (sizeof(k_archs) / sizeof(k_archs[0]))
 
 const char *convert_supported_archs(void) {
     return "Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Qwen2MoeForCausalLM, "
            "GptOssForCausalLM, Qwen3NextForCausalLM, Qwen3_5MoeForCausalLM, "
-           "Qwen3_5MoeForConditionalGeneration";
+           "Qwen3_5MoeForConditionalGeneration, Gemma4ForCausalLM, Gemma4ForConditionalGeneration";
 }
 
 typedef struct {
@@ -172,6 +182,91 @@ static hm_status read_hybrid(const cfg *c, forge_preset *p) {
     return get_int(c, "mtp_num_hidden_layers", false, 0, &p->n_nextn);
 }
 
+/* a boolean field with its default; a non-boolean is an error */
+static hm_status get_bool(const cfg *c, const char *key, bool dflt, bool *out) {
+    json_t *v = json_object_get(c->root, key);
+    *out = dflt;
+    if (!v || json_is_null(v)) return HM_OK;
+    if (!json_is_boolean(v))
+        return hm_error_set(c->err, HM_ERR_FORMAT, "%s: %s: must be a boolean", c->path, key);
+    *out = json_is_true(v);
+    return HM_OK;
+}
+
+/* gemma4's fields beyond the common ones (Gemma4TextConfig's names) */
+static hm_status read_gemma4(const cfg *c, forge_preset *p) {
+    hm_status st = get_int(c, "num_experts", true, 0, &p->n_expert);
+    if (st == HM_OK) st = get_int(c, "moe_intermediate_size", true, 0, &p->n_ff_exp);
+    if (st == HM_OK) st = get_int(c, "sliding_window", true, 0, &p->sliding_window);
+    if (st == HM_OK) st = get_int(c, "global_head_dim", false, p->head_dim, &p->head_dim_full);
+    if (st == HM_OK)
+        st = get_int(c, "num_global_key_value_heads", false, p->n_head_kv, &p->n_head_kv_full);
+    if (st == HM_OK) st = get_num(c, "final_logit_softcapping", false, 0.0, &p->softcap);
+    if (st != HM_OK) return st;
+    /* the variants the loader refuses, refused here by field */
+    bool k_eq_v = false, moe = false;
+    int64_t shared = 0, per_layer = 0;
+    if ((st = get_bool(c, "attention_k_eq_v", false, &k_eq_v)) != HM_OK) return st;
+    if ((st = get_bool(c, "enable_moe_block", false, &moe)) != HM_OK) return st;
+    if ((st = get_int(c, "num_kv_shared_layers", false, 0, &shared)) != HM_OK) return st;
+    if ((st = get_int(c, "hidden_size_per_layer_input", false, 0, &per_layer)) != HM_OK) return st;
+    if (!moe)
+        return hm_error_set(c->err, HM_ERR_UNSUPPORTED,
+                            "%s: enable_moe_block: must be true (the MoE Gemma 4 only)", c->path);
+    if (!k_eq_v)
+        return hm_error_set(c->err, HM_ERR_UNSUPPORTED,
+                            "%s: attention_k_eq_v: false unsupported (full layers' own V)",
+                            c->path);
+    if (shared || per_layer)
+        return hm_error_set(c->err, HM_ERR_UNSUPPORTED, "%s: %s: %lld unsupported (must be 0)",
+                            c->path,
+                            shared ? "num_kv_shared_layers" : "hidden_size_per_layer_input",
+                            (long long)(shared ? shared : per_layer));
+    /* layer_types: sliding layers then one full, with period swa_period (llama.cpp's pattern) */
+    json_t *lt = json_object_get(c->root, "layer_types");
+    if (!json_is_array(lt) || json_array_size(lt) != (size_t)p->n_layer)
+        return hm_error_set(c->err, HM_ERR_FORMAT,
+                            "%s: layer_types: must be an array of num_hidden_layers (%lld) strings",
+                            c->path, (long long)p->n_layer);
+    p->swa_period = 0;
+    for (size_t i = 0; i < json_array_size(lt) && !p->swa_period; i++) {
+        const char *k = json_string_value(json_array_get(lt, i));
+        if (k && !strcmp(k, "full_attention")) p->swa_period = (int64_t)i + 1;
+    }
+    if (!p->swa_period)
+        return hm_error_set(c->err, HM_ERR_UNSUPPORTED, "%s: layer_types: no full_attention layer",
+                            c->path);
+    for (size_t i = 0; i < json_array_size(lt); i++) {
+        const char *k = json_string_value(json_array_get(lt, i));
+        const char *want = forge_layer_swa(p, (int)i) ? "sliding_attention" : "full_attention";
+        if (!k || strcmp(k, want))
+            return hm_error_set(c->err, HM_ERR_UNSUPPORTED,
+                                "%s: layer_types[%zu]: %s unsupported (the pattern of period "
+                                "%lld: %s)",
+                                c->path, i, k ? k : "not a string", (long long)p->swa_period, want);
+    }
+    /* rope_parameters: {full_attention: {rope_theta, partial_rotary_factor}, sliding_attention:
+     * {rope_theta}}; n_rot = int(global_head_dim x partial_rotary_factor) */
+    json_t *rp = rope_parameters(c);
+    json_t *full = rp ? json_object_get(rp, "full_attention") : NULL,
+           *swa = rp ? json_object_get(rp, "sliding_attention") : NULL;
+    if (!json_is_object(full) || !json_is_object(swa))
+        return hm_error_set(c->err, HM_ERR_NOT_FOUND,
+                            "%s: rope_parameters: missing its full_attention and "
+                            "sliding_attention objects",
+                            c->path);
+    char fpath[4400], spath[4400];
+    snprintf(fpath, sizeof(fpath), "%s: rope_parameters.full_attention", c->path);
+    snprintf(spath, sizeof(spath), "%s: rope_parameters.sliding_attention", c->path);
+    cfg fc = {fpath, full, c->err}, sc = {spath, swa, c->err};
+    double prf = 1.0;
+    st = get_num(&sc, "rope_theta", true, 0, &p->rope_base);
+    if (st == HM_OK) st = get_num(&fc, "rope_theta", true, 0, &p->rope_base_full);
+    if (st == HM_OK) st = get_num(&fc, "partial_rotary_factor", false, 1.0, &prf);
+    p->n_rot = (int64_t)((double)p->head_dim_full * prf);
+    return st;
+}
+
 static hm_status read_fields(const cfg *c, forge_preset *p) {
     hm_status st = HM_OK;
     const forge_arch a = p->arch;
@@ -202,8 +297,16 @@ static hm_status read_fields(const cfg *c, forge_preset *p) {
         st = get_num(&sub, "rope_theta", false, 10000.0, &p->rope_base);
     }
     if (a != FORGE_ARCH_QWEN35MOE) INT("intermediate_size", true, 0, &p->n_ff); /* 35: none */
-    INT("num_experts_per_tok", true, 0, &p->n_expert_used);
+    if (a == FORGE_ARCH_GEMMA4) {
+        if (st == HM_OK)
+            st = get_int_alt(c, "top_k_experts", "num_experts_per_tok", &p->n_expert_used);
+    } else {
+        INT("num_experts_per_tok", true, 0, &p->n_expert_used);
+    }
     switch (a) {
+    case FORGE_ARCH_GEMMA4:
+        if (st == HM_OK) st = read_gemma4(c, p);
+        break;
     case FORGE_ARCH_QWEN3NEXT:
     case FORGE_ARCH_QWEN35MOE:
         if (st == HM_OK) st = get_int_alt(c, "num_experts", "num_local_experts", &p->n_expert);
@@ -268,10 +371,11 @@ hm_status convert_config_read(const char *dir, forge_preset *p, hm_error *err) {
     hm_status st = json_is_object(root)
                        ? find_arch(&c, &p->arch)
                        : hm_error_set(err, HM_ERR_FORMAT, "%s: not a JSON object", path);
-    /* a multimodal checkpoint (Qwen3_5MoeForConditionalGeneration): the text model's fields */
+    /* a multimodal checkpoint (Qwen3_5MoeForConditionalGeneration,
+     * Gemma4ForConditionalGeneration): the text model's fields */
     json_t *tc = st == HM_OK ? json_object_get(root, "text_config") : NULL;
     char tpath[4200];
-    if (json_is_object(tc) && p->arch == FORGE_ARCH_QWEN35MOE) {
+    if (json_is_object(tc) && (p->arch == FORGE_ARCH_QWEN35MOE || p->arch == FORGE_ARCH_GEMMA4)) {
         snprintf(tpath, sizeof(tpath), "%s: text_config", path);
         c.path = tpath;
         c.root = tc;

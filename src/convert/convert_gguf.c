@@ -15,10 +15,15 @@
  *              per-key-head groups [q_g, k_g, v_g, z_g]
  *   VROWS      qwen35moe: GGUF value head jj v_nk + g (tiled) = HF head g v_r + jj (grouped),
  *              rows; VCOLS(_ALOG) the same on the elements of each row (then -exp)
- *   CAT_GU     qwen35moe: gate (up) rows of expert e = gate_up_proj[e] rows [0, F) ([F, 2F))
+ *   CAT_GU     qwen35moe, gemma4: gate (up) rows of expert e = gate_up_proj[e] rows [0, F)
+ *              ([F, 2F))
+ * gemma4's rope_freqs has no HF tensor (transformers computes the proportional rope): it is
+ * made from the config as convert_hf_to_gguf's Gemma4Model writes it, 1 on the n_rot / 2
+ * rotated pairs and 1e30 on the others.
  * Names: a "model.X" the checkpoint lacks is looked up as "model.language_model.X" (the
- * published multimodal Qwen3.5 layout). qwen35moe's MTP blocks are converted when the checkpoint
- * has mtp.* tensors, else left out (nextn_predict_layers 0) with a note in the result.
+ * published multimodal Qwen3.5 and Gemma 4 layouts). qwen35moe's MTP blocks are converted when
+ * the checkpoint has mtp.* tensors, else left out (nextn_predict_layers 0) with a note in the
+ * result.
  * Every HF tensor of the plan is resolved (present, same shape, readable dtype) before the
  * output is created, so bad input fails without writing. Rows are converted to f32 from the
  * mapped file, encoded by forge's own encoder (forge_encode_row) and written by forge's own
@@ -49,6 +54,7 @@ typedef struct {
                              second (up, attn_gate) */
     const st_tensor *t;   /* the HF tensor (all ops but SLICE) */
     const st_tensor **ex; /* SLICE: [n_expert] */
+    int64_t rope_pairs;   /* gemma4's rope_freqs (no HF tensor): the pairs that are 1, else -1 */
 } source;
 
 static void shape_str(char *buf, size_t cap, int n, const int64_t *shape) {
@@ -87,8 +93,11 @@ static hm_status resolve(const char *dir, const st_set *s, const forge_hf_tensor
     return HM_OK;
 }
 
-static hm_status build_sources(const char *dir, const st_set *s, const forge_tensor_list *l,
-                               const forge_hf_tensor *hs, int nh, source *src, hm_error *err) {
+static hm_status build_sources(const char *dir, const st_set *s, const forge_preset *p,
+                               const forge_tensor_list *l, const forge_hf_tensor *hs, int nh,
+                               source *src, hm_error *err) {
+    for (int i = 0; i < l->n; i++)
+        src[i].rope_pairs = l->t[i].role == FR_ROPE_FREQS ? forge_preset_n_rot(p) / 2 : -1;
     for (int k = 0; k < nh; k++) {
         const forge_hf_tensor *h = &hs[k];
         const st_tensor *t = NULL;
@@ -113,7 +122,7 @@ static hm_status build_sources(const char *dir, const st_set *s, const forge_ten
         }
     }
     for (int i = 0; i < l->n; i++)
-        if (!src[i].t && !src[i].ex)
+        if (!src[i].t && !src[i].ex && src[i].rope_pairs < 0)
             return hm_error_set(err, HM_ERR_STATE, "no HF source planned for GGUF tensor %s",
                                 l->t[i].name);
     return HM_OK;
@@ -131,6 +140,10 @@ static int64_t v_head(const forge_hf_tensor *h, int64_t gi) {
 /* f32 values of row r of GGUF tensor t (ne[0] floats) */
 static void fill_row(const forge_tensor *t, const source *c, int64_t r, float *dst) {
     const int64_t ne0 = t->ne[0], ne1 = t->ne[1];
+    if (c->rope_pairs >= 0) { /* gemma4's rope_freqs: one row */
+        for (int64_t i = 0; i < ne0; i++) dst[i] = i < c->rope_pairs ? 1.0f : 1e30f;
+        return;
+    }
     switch (c->op) {
     case FH_COPY:
         convert_st_read(c->t, r * ne0, ne0, dst);
@@ -270,7 +283,7 @@ hm_status convert_run(const convert_job *job, convert_result *res, hm_error *err
         st = hm_error_set(err, HM_ERR_NOMEM, "out of memory");
         goto done;
     }
-    if ((st = build_sources(job->hf_dir, &s, &l, hs, nh, src, err)) != HM_OK) goto done;
+    if ((st = build_sources(job->hf_dir, &s, &p, &l, hs, nh, src, err)) != HM_OK) goto done;
 
     long nc = sysconf(_SC_NPROCESSORS_ONLN);
     int nth = job->n_threads > 0 ? job->n_threads : nc > 0 ? (int)nc : 1;

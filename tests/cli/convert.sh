@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # convert.sh - `hotmoe convert` as a user runs it: --help, a forged HF twin converted back (the
 # tensor bytes equal forge's; tests/convert/test_convert.c compares every key and tensor), usage
-# errors (exit 2) and a bad checkpoint (exit 1, one line naming the file); the hybrids convert
-# and run (qwen35moe without mtp.*: its MTP block left out, said so).
+# errors (exit 2) and a bad checkpoint (exit 1, one line naming the file); the hybrids and
+# gemma4 convert and run (qwen35moe without mtp.*: its MTP block left out, said so).
 #   bash tests/cli/convert.sh HOTMOE_BIN TMPDIR      (run from the repository root)
 set -u
 bin=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
@@ -29,12 +29,14 @@ expect "convert: summary" grep -q "wrote .*c.gguf (qwen2moe, q4_k_m" "$tmp/err"
 expect "convert: same tensor table" diff <(grep -E "^ *blk\.|token_embd|output" "$tmp/iq") <(grep -E "^ *blk\.|token_embd|output" "$tmp/ic")
 
 # the hybrids: qwen3next's twin, and qwen35moe's as transformers saves it (no mtp.*), which
-# converts without its MTP block and says so; both run
-for h in tiny-qwen3next tiny-qwen35moe; do
+# converts without its MTP block and says so; and gemma4's twin; all run
+for h in tiny-qwen3next tiny-qwen35moe tiny-gemma4moe; do
+  arch=${h#tiny-}
+  [ "$h" = tiny-gemma4moe ] && arch=gemma4
   "$bin" forge --preset $h --type f32 -o "$tmp/$h.gguf" --hf "$tmp/$h-hf" -q
   "$bin" convert "$tmp/$h-hf" -o "$tmp/$h-q8.gguf" --type q8_0 2>"$tmp/$h.err"
   expect "$h: convert exit 0" test $? -eq 0
-  expect "$h: summary" grep -q "wrote .*$h-q8.gguf (${h#tiny-}, q8_0" "$tmp/$h.err"
+  expect "$h: summary" grep -q "wrote .*$h-q8.gguf ($arch, q8_0" "$tmp/$h.err"
   "$bin" run -m "$tmp/$h-q8.gguf" -p "the cat" -n 4 --temp 0 -t 2 >"$tmp/$h.out" 2>"$tmp/$h.run"
   expect "$h: hotmoe run on the converted file" test $? -eq 0
 done

@@ -149,10 +149,8 @@ static hm_status run_convert(const char *dir, const char *out, forge_mix mix, co
     return convert_run(&job, &res, err);
 }
 
-/* the presets convert takes: all but gemma4's (its own layout, not converted yet) */
-static bool converts(const forge_preset *p) {
-    return p->tiny && (!forge_arch_own_layout(p->arch) || forge_arch_hybrid(p->arch));
-}
+/* the presets convert takes: every tiny one */
+static bool converts(const forge_preset *p) { return p->tiny; }
 
 /* ft_forge, the twin with qwen35moe's MTP block as mtp.* when mtp (the published form) */
 static hm_status cv_forge(const forge_preset *p, forge_mix mix, const char *tag, bool mtp,
@@ -548,7 +546,7 @@ static void test_transformers5_config(void) {
 
 /* rewrites dir's model.safetensors with every "model.X" named "model.language_model.X" and
  * config.json as the published multimodal config (the text model's fields under text_config) */
-static bool to_multimodal(const char *dir) {
+static bool to_multimodal(const char *dir, const char *cls, const char *model_type) {
     char path[1024];
     snprintf(path, sizeof(path), "%s/model.safetensors", dir);
     size_t n;
@@ -580,9 +578,8 @@ static bool to_multimodal(const char *dir) {
     json_decref(nh);
     snprintf(path, sizeof(path), "%s/config.json", dir);
     json_t *tc = json_load_file(path, 0, NULL);
-    json_t *c = json_pack("{s:[s], s:s, s:O, s:b}", "architectures",
-                          "Qwen3_5MoeForConditionalGeneration", "model_type", "qwen3_5_moe",
-                          "text_config", tc, "tie_word_embeddings", 0);
+    json_t *c = json_pack("{s:[s], s:s, s:O, s:b}", "architectures", cls, "model_type",
+                          model_type, "text_config", tc, "tie_word_embeddings", 0);
     json_object_del(tc, "architectures");
     ok = ok && tc && c && json_dump_file(c, path, JSON_INDENT(2)) == 0;
     json_decref(c);
@@ -622,7 +619,7 @@ static void test_hybrid_mtp_layouts(void) {
     HM_CHECK(compare_gguf(gm, out, -1, true) == 0);
     /* the multimodal layout */
     copy_twin(hfm, "cv-mtp-mm", 0, d, sizeof(d));
-    HM_REQUIRE(to_multimodal(d));
+    HM_REQUIRE(to_multimodal(d, "Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe"));
     job.hf_dir = d;
     HM_CHECK_MSG(convert_run(&job, &res, &err) == HM_OK, "multimodal: %s", err.msg);
     bad = compare_gguf(gm, out, -1, true);
@@ -683,5 +680,51 @@ static void test_hybrid_errors(void) {
                  "implies [8, 128, 64]");
 }
 
+/* gemma4 beyond the round trip: the published multimodal layout (Gemma4ForConditionalGeneration
+ * with text_config, model.language_model.*) gives forge's bytes; a missing tensor is named with
+ * its shape; the config's variants hotmoe does not load and other layer patterns are refused */
+static void test_gemma4(void) {
+    char g[512], hf[512], d[512], out[512];
+    HM_REQUIRE(cv_forge(forge_preset_find("tiny-gemma4moe"), FORGE_MIX_Q8_0, "cv-g4", false, g,
+                        sizeof(g), hf, sizeof(hf)) == HM_OK);
+    copy_twin(hf, "cv-g4-mm", 0, d, sizeof(d));
+    HM_REQUIRE(to_multimodal(d, "Gemma4ForConditionalGeneration", "gemma4"));
+    ft_path(out, sizeof(out), "cv-g4-out.gguf");
+    hm_error err;
+    HM_CHECK_MSG(run_convert(d, out, FORGE_MIX_Q8_0, "tiny-gemma4moe", &err) == HM_OK,
+                 "multimodal: %s", err.msg);
+    int bad = compare_gguf(g, out, -1, true);
+    HM_CHECK_MSG(bad == 0, "gemma4 multimodal: %d differences", bad);
+    unlink(out);
+    copy_twin(hf, "cv-g4-scale", 0, d, sizeof(d));
+    HM_REQUIRE(patch(d, "model.safetensors", "\"model.layers.1.router.per_expert_scale\"",
+                     "\"model.layers.1.router.per_expert_scalx\""));
+    expect_error(d, "missing per_expert_scale",
+                 "missing tensor model.layers.1.router.per_expert_scale", "[16]");
+    copy_twin(hf, "cv-g4-gu", 0, d, sizeof(d));
+    HM_REQUIRE(patch(d, "model.safetensors", "\"model.layers.3.experts.gate_up_proj\"",
+                     "\"model.layers.3.experts.gate_up_proq\""));
+    expect_error(d, "missing gate_up_proj", "missing tensor model.layers.3.experts.gate_up_proj",
+                 "[16, 64, 128]");
+    copy_twin(hf, "cv-g4-kv", 0, d, sizeof(d));
+    HM_REQUIRE(patch(d, "config.json", "\"attention_k_eq_v\": true", "\"attention_k_eq_v\": 1.00"));
+    expect_error(d, "attention_k_eq_v not a boolean", "attention_k_eq_v: must be a boolean", NULL);
+    copy_twin(hf, "cv-g4-kv2", 0, d, sizeof(d));
+    HM_REQUIRE(patch(d, "config.json", "\"attention_k_eq_v\": true", "\"attention_k_eq_v\":false"));
+    expect_error(d, "own V", "attention_k_eq_v: false unsupported", NULL);
+    copy_twin(hf, "cv-g4-lt", 0, d, sizeof(d));
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/config.json", d);
+    json_t *c = json_load_file(path, 0, NULL);
+    HM_REQUIRE(c);
+    json_object_set_new(c, "layer_types",
+                        json_pack("[s,s,s,s]", "sliding_attention", "sliding_attention",
+                                  "full_attention", "full_attention"));
+    HM_REQUIRE(json_dump_file(c, path, JSON_INDENT(2)) == 0);
+    json_decref(c);
+    expect_error(d, "other layer pattern", "layer_types[3]: full_attention unsupported",
+                 "period 3");
+}
+
 HM_TEST_MAIN(test_equal_forge, test_compare_detects, test_errors, test_shards_dtypes, test_q8_twin,
-             test_transformers5_config, test_hybrid_mtp_layouts, test_hybrid_errors)
+             test_transformers5_config, test_hybrid_mtp_layouts, test_hybrid_errors, test_gemma4)
