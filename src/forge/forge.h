@@ -104,8 +104,7 @@ bool forge_layer_recurrent(const forge_preset *p, int il);
 /* The rotated dimensions (n_rot, else head_dim). */
 int64_t forge_preset_n_rot(const forge_preset *p);
 /* Architectures whose layers differ by kind (the hybrids, gemma4's sliding and full layers):
- * their layouts are tested by tests/cpu_engine/test_<arch>.c; convert takes the hybrids, not
- * gemma4. */
+ * their layouts are tested by tests/cpu_engine/test_<arch>.c (convert takes them all). */
 bool forge_arch_own_layout(forge_arch a);
 /* llama.cpp reads fused gate/up experts (ffn_gate_up_exps) for a: gemma4, qwen3next, qwen35moe. */
 bool forge_arch_fused_gate_up(forge_arch a);
