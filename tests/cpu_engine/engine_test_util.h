@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "cpu_engine/cpu_engine.h"
 #include "quant/qtypes.h"
@@ -42,6 +43,41 @@ static inline bool ce_t_run(cpu_engine *e, const int32_t *ids, int n, int chunk,
         }
     }
     return true;
+}
+
+/* Two sequences of nt tokens (ids[s] from seeds 21 and 22) run alone (alone [2][nt][V], calls
+ * of 4) and then interleaved one token each per call on a two-sequence engine, returned (NULL
+ * on failure); *bad counts the interleaved rows whose bytes differ from their sequence alone.
+ * got: [2][V] scratch. */
+static inline cpu_engine *ce_t_two_sequences(const hm_model *m, int n_ctx, int nt, int64_t V,
+                                             int32_t *ids, float *alone, float *got, int *bad) {
+    ce_t_ids(ids, nt, 21);
+    ce_t_ids(ids + nt, nt, 22);
+    *bad = 0;
+    for (int s = 0; s < 2; s++) {
+        cpu_engine *e = ce_t_engine(m, n_ctx, 4, 2, 1);
+        const bool ok = e && ce_t_run(e, ids + s * nt, nt, 4, alone + (size_t)s * nt * (size_t)V, V);
+        cpu_engine_free(e);
+        if (!ok) return NULL;
+    }
+    cpu_engine *e = ce_t_engine(m, n_ctx, 4, 2, 2);
+    hm_error err;
+    for (int t = 0; e && t < nt; t++) { /* one token of each sequence per call, order alternating */
+        const int first = t % 2;
+        const int32_t tok[2] = {ids[first * nt + t], ids[(1 - first) * nt + t]};
+        const int32_t sq[2] = {first, 1 - first}, pos[2] = {t, t};
+        const uint8_t want[2] = {1, 1};
+        if (cpu_engine_forward_seqs(e, tok, 2, sq, pos, want, got, &err) != HM_OK) {
+            fprintf(stderr, "two sequences: %s\n", err.msg);
+            cpu_engine_free(e);
+            return NULL;
+        }
+        for (int k = 0; k < 2; k++)
+            *bad += memcmp(got + (size_t)k * (size_t)V,
+                           alone + ((size_t)sq[k] * (size_t)nt + (size_t)t) * (size_t)V,
+                           sizeof(float) * (size_t)V) != 0;
+    }
+    return e;
 }
 
 #endif
