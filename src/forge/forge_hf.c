@@ -309,6 +309,15 @@ static void config_json_gemma4(hm_json *j, const forge_preset *p, const forge_vo
     hm_json_obj_end(j);
 }
 
+/* The delta net's shape keys of the hybrids' configs (Qwen3NextConfig, Qwen3_5MoeTextConfig). */
+static void put_linear_keys(hm_json *j, const forge_preset *p) {
+    hm_json_kint(j, "linear_conv_kernel_dim", p->ssm_conv_kernel);
+    hm_json_kint(j, "linear_key_head_dim", p->ssm_head_k);
+    hm_json_kint(j, "linear_value_head_dim", p->ssm_head_v);
+    hm_json_kint(j, "linear_num_key_heads", p->ssm_n_k_heads);
+    hm_json_kint(j, "linear_num_value_heads", p->ssm_n_v_heads);
+}
+
 static void config_json(hm_json *j, const forge_preset *p, const forge_vocab *v) {
     if (p->arch == FORGE_ARCH_GEMMA4) {
         config_json_gemma4(j, p, v);
@@ -406,11 +415,7 @@ static void config_json(hm_json *j, const forge_preset *p, const forge_vocab *v)
         hm_json_kint(j, "full_attention_interval", 4);
         hm_json_kdouble(j, "partial_rotary_factor",
                         (double)forge_preset_n_rot(p) / (double)p->head_dim);
-        hm_json_kint(j, "linear_conv_kernel_dim", p->ssm_conv_kernel);
-        hm_json_kint(j, "linear_key_head_dim", p->ssm_head_k);
-        hm_json_kint(j, "linear_value_head_dim", p->ssm_head_v);
-        hm_json_kint(j, "linear_num_key_heads", p->ssm_n_k_heads);
-        hm_json_kint(j, "linear_num_value_heads", p->ssm_n_v_heads);
+        put_linear_keys(j, p);
         hm_json_kbool(j, "attention_bias", false);
         hm_json_kbool(j, "use_sliding_window", false);
         hm_json_knull(j, "rope_scaling");
@@ -442,11 +447,7 @@ static void config_json(hm_json *j, const forge_preset *p, const forge_vocab *v)
         hm_json_arr_end(j);
         hm_json_kbool(j, "mrope_interleaved", true);
         hm_json_obj_end(j);
-        hm_json_kint(j, "linear_conv_kernel_dim", p->ssm_conv_kernel);
-        hm_json_kint(j, "linear_key_head_dim", p->ssm_head_k);
-        hm_json_kint(j, "linear_value_head_dim", p->ssm_head_v);
-        hm_json_kint(j, "linear_num_key_heads", p->ssm_n_k_heads);
-        hm_json_kint(j, "linear_num_value_heads", p->ssm_n_v_heads);
+        put_linear_keys(j, p);
         hm_json_kbool(j, "attention_bias", false);
         hm_json_kdouble(j, "router_aux_loss_coef", 0.001);
         /* the published config's count, whether or not the weights hold mtp.* */
