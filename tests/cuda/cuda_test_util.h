@@ -29,6 +29,14 @@ static inline uint64_t tu_next(uint64_t *s) {
 /* uniform in [-1, 1) */
 static inline float tu_unit(uint64_t *s) { return (float)((double)(tu_next(s) >> 11) * 0x1p-52 - 1.0); }
 
+/* the first index of the largest of row[0..n) (greedy decoding in tests) */
+static inline int32_t tu_argmax(const float *row, int64_t n) {
+    int32_t b = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (row[i] > row[b]) b = (int32_t)i;
+    return b;
+}
+
 static inline void tu_fill(uint64_t *s, float *x, int64_t n, float scale) {
     for (int64_t i = 0; i < n; i++) x[i] = tu_unit(s) * scale;
 }

@@ -41,13 +41,6 @@ static hm_context *open_ctx(const hm_model *m, where w, int n_seq) {
     return st == HM_OK ? c : NULL;
 }
 
-static int32_t argmax(const float *row, int64_t V) {
-    int32_t b = 0;
-    for (int64_t i = 1; i < V; i++)
-        if (row[i] > row[b]) b = (int32_t)i;
-    return b;
-}
-
 /* The prompt in one call, then greedy steps: logits [N_TOK][V] (rows N_PROMPT-1 ..), tokens. */
 static bool run(hm_context *c, const int32_t *prompt, int64_t V, float *lo, int32_t *toks) {
     hm_error err;
@@ -59,7 +52,7 @@ static bool run(hm_context *c, const int32_t *prompt, int64_t V, float *lo, int3
     }
     memcpy(toks, prompt, sizeof(int32_t) * N_PROMPT);
     for (int t = N_PROMPT; t < N_TOK; t++) {
-        toks[t] = argmax(lo + (size_t)(t - 1) * (size_t)V, V);
+        toks[t] = tu_argmax(lo + (size_t)(t - 1) * (size_t)V, V);
         if (hm_decode(c, &toks[t], 1, t, lo + (size_t)t * (size_t)V, HM_LOGITS_LAST, &err) !=
             HM_OK) {
             HM_CHECK_MSG(false, "step %d: %s", t, err.msg);

@@ -42,13 +42,6 @@ static hm_context *open_ctx(const hm_model *m, bool tiered, int n_seq) {
     return st == HM_OK ? c : NULL;
 }
 
-static int32_t argmax(const float *row, int64_t V) {
-    int32_t b = 0;
-    for (int64_t i = 1; i < V; i++)
-        if (row[i] > row[b]) b = (int32_t)i;
-    return b;
-}
-
 /* Sequence alone: logits [N_TOK][V] (rows plen-1 .. N_TOK-1 filled) and greedy tokens. */
 static bool alone(hm_context *c, const int32_t *prompt, int plen, int64_t V, float *lo,
                   int32_t *toks) {
@@ -61,7 +54,7 @@ static bool alone(hm_context *c, const int32_t *prompt, int plen, int64_t V, flo
     }
     memcpy(toks, prompt, sizeof(int32_t) * (size_t)plen);
     for (int t = plen; t < N_TOK; t++) {
-        toks[t] = argmax(lo + (size_t)(t - 1) * (size_t)V, V);
+        toks[t] = tu_argmax(lo + (size_t)(t - 1) * (size_t)V, V);
         if (hm_decode(c, &toks[t], 1, t, lo + (size_t)t * (size_t)V, HM_LOGITS_LAST, &err) !=
             HM_OK) {
             HM_CHECK_MSG(false, "step %d: %s", t, err.msg);
@@ -128,7 +121,7 @@ static void check_one(const char *preset, forge_mix mix, bool tiered) {
                 if (fabs((double)b[i]) > max_ref) max_ref = fabs((double)b[i]);
             }
             if (t + 1 < N_TOK) {
-                got[s][t + 1] = argmax(a, V);
+                got[s][t + 1] = tu_argmax(a, V);
                 bad_tok += got[s][t + 1] != toks[s][t + 1];
             }
         }
