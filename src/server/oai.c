@@ -34,6 +34,16 @@ static hm_status get_num(json_t *obj, const char *key, double lo, double hi, dou
     return HM_OK;
 }
 
+/* An optional boolean field (absent or null: def). */
+static hm_status get_bool(json_t *o, const char *key, bool def, bool *out, hm_error *err) {
+    json_t *v = json_object_get(o, key);
+    *out = def;
+    if (!v || json_is_null(v)) return HM_OK;
+    if (!json_is_boolean(v)) return bad(err, key, "must be a boolean");
+    *out = json_is_true(v);
+    return HM_OK;
+}
+
 static hm_status get_sampling(json_t *o, oai_request *r, hm_error *err) {
     double t = r->sp.temperature, tp = r->sp.top_p, mp = r->sp.min_p, tk = r->sp.top_k;
     double pp = r->sp.presence_penalty, fp = r->sp.frequency_penalty, mt = r->max_tokens;
@@ -140,15 +150,11 @@ hm_status oai_parse(const char *body, size_t len, bool chat, const sample_params
     if (!st) st = get_sampling(o, out, err);
     if (!st) st = get_stop(o, out, err);
     if (!st) {
-        json_t *s = json_object_get(o, "stream");
-        if (s && !json_is_null(s) && !json_is_boolean(s)) st = bad(err, "stream", "must be a boolean");
-        out->stream = json_is_true(s);
         json_t *so = json_object_get(o, "stream_options");
         out->include_usage = json_is_true(json_object_get(so, "include_usage"));
-        json_t *cp = json_object_get(o, "cache_prompt");
-        if (cp && !json_is_null(cp) && !json_is_boolean(cp))
-            st = bad(err, "cache_prompt", "must be a boolean");
-        out->cache_prompt = !json_is_false(cp);
+        st = get_bool(o, "stream", false, &out->stream, err);
+        if (!st) st = get_bool(o, "cache_prompt", true, &out->cache_prompt, err);
+        if (!st) st = get_bool(o, "ignore_eos", false, &out->ignore_eos, err);
     }
     if (!st && (json_object_get(o, "tools") || json_object_get(o, "functions")))
         st = bad(err, "tools", "are not supported");

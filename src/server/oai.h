@@ -32,6 +32,8 @@ typedef struct {
     bool seed_given;         /* the request named its seed */
     bool cache_prompt;       /* llama-server's cache_prompt (default true): a slot may reuse what
                                 its cache holds of the prompt */
+    bool ignore_eos;         /* llama-server's ignore_eos: the end-of-generation tokens do not
+                                end the text (max_tokens or a full context does) */
     char *stop[OAI_STOP_MAX]; /* stop strings (malloc'd), none after the last */
     int n_stop;
 } oai_request;

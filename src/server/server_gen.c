@@ -162,6 +162,7 @@ bool srv_run_token(hm_server *s, srv_run *r, int32_t tok, hm_status *st, hm_erro
     const oai_request *q = &r->j->req;
     bool end = r->n_stops == 0 ? tok_is_eog(s->m.vocab, tok) : false;
     for (int i = 0; i < r->n_stops; i++) end = end || tok == r->stops[i];
+    end = end && !q->ignore_eos;
     if (end) return false;
     r->n_gen++;
     chat_harmony_token(&r->hv, tok);

@@ -165,7 +165,7 @@ check("oversize body: 413", s == 413 and err_shape(b, 413))
 import http.client, re, time
 h = http.client.HTTPConnection("127.0.0.1", int(port), timeout=60)
 h.request("POST", "/v1/completions", json.dumps({"prompt": "Go on", "max_tokens": 3000,
-                                                 "stream": True}), KEY)
+                                                 "ignore_eos": True, "stream": True}), KEY)
 resp = h.getresponse()
 first = resp.read(6)
 h.sock.close()

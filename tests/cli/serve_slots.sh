@@ -29,9 +29,9 @@ expect "-c 40 -np 4: refused, 10 positions a slot (2)" test $rc -eq 2
 expect "-c 40 -np 4: says why" grep -q "leaves 10 positions each" "$tmp/small.err"
 
 # shellcheck disable=SC2086 # SERVE_SLOTS_ARGS: several flags
-serve_start "$bin" "$tmp/err" -m "$m" -t 2 -np 3 -c 768 -b 16 --queue 128 ${SERVE_SLOTS_ARGS:-}
+serve_start "$bin" "$tmp/err" -m "$m" -t 2 -np 3 -c 3072 -b 16 --queue 128 ${SERVE_SLOTS_ARGS:-}
 expect "serve -np 3: listening" test -n "$port"
-expect "serve -np 3: 256 positions per slot, said" grep -q "context 256 per slot, 3 slots" "$tmp/err"
+expect "serve -np 3: 1024 positions per slot, said" grep -q "context 1024 per slot, 3 slots" "$tmp/err"
 # shellcheck disable=SC2086
 "$bin" run -m "$m" -t 2 -p "Hello there" -n 12 --temp 0 --no-display-prompt ${SERVE_SLOTS_ARGS:-} \
   >"$tmp/run.txt" 2>/dev/null
@@ -88,18 +88,33 @@ try:
 except urllib.error.HTTPError as e:
     bad_type = e.code
 check("cache_prompt of the wrong type: 400", bad_type == 400)
+def usage(body):
+    r = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions",
+                               data=json.dumps(body).encode())
+    with urllib.request.urlopen(r, timeout=120) as f:
+        return json.loads(f.read())["usage"]["completion_tokens"]
+check("ignore_eos: max_tokens tokens exactly",
+      usage({"prompt": "Once", "max_tokens": 300, "ignore_eos": True, "seed": 5}) == 300)
+try:
+    post({"prompt": "x", "ignore_eos": 1})
+    bad_type = None
+except urllib.error.HTTPError as e:
+    bad_type = e.code
+check("ignore_eos of the wrong type: 400", bad_type == 400)
 long_prompt = " ".join(["the engine reads the experts"] * 6)  # over one batch (-b 16)
 bodies = []
 for i, p in enumerate(["Once upon a time", "The function returns", long_prompt]):
     for stream in (False, True):
-        bodies.append({"prompt": p, "max_tokens": 24, "temperature": 0.8, "seed": 11 + i,
+        bodies.append({"prompt": p, "max_tokens": 64, "temperature": 0.8, "seed": 11 + i,
                        "stream": stream})
 s0 = metric("hotmoe_batch_steps_total")
 alone = [post(b) for b in bodies]
 s1 = metric("hotmoe_batch_steps_total")
 check("alone: sampled texts not empty", all(alone))
 res = [None] * (len(bodies) + 1)
+start = threading.Barrier(len(bodies) + 1)  # the seven sent together
 def go(k, b):
+    start.wait()
     try:
         res[k] = post(b)
     except Exception as e:
@@ -123,8 +138,8 @@ check(f"batched: the six alone took {s1 - s0:.0f} steps, seven at once {s2 - s1:
 
 # a client leaving a stream: its slot is freed, the next request served
 r = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions",
-                           data=json.dumps({"prompt": "Once", "max_tokens": 200,
-                                            "stream": True}).encode())
+                           data=json.dumps({"prompt": "Once", "max_tokens": 1000,
+                                            "ignore_eos": True, "stream": True}).encode())
 f = urllib.request.urlopen(r, timeout=60)
 f.readline()
 f.close()
