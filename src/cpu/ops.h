@@ -83,8 +83,8 @@ void cpu_swiglu(tp_pool *pool, const float *gate, const float *up, float *out, i
 void cpu_swiglu_oai(tp_pool *pool, const float *gate, const float *up, float *out, int64_t n,
                     float alpha, float limit);
 /* Gemma's gated GELU (tanh approximation, transformers' gelu_pytorch_tanh, ggml's gelu):
- * out[i] = (0.5f * g * (1 + tanhf(0.7978845608f * (g + 0.044715f * g * g * g)))) * up[i],
- * g = gate[i], each operation one float rounding, tanhf from libm. Shapes as cpu_swiglu. */
+ * out[i] = hm_geluf(gate[i]) * up[i] (ops_math.h: g * sigmoid(2u), the GPU's bits). Shapes as
+ * cpu_swiglu. */
 void cpu_geglu(tp_pool *pool, const float *gate, const float *up, float *out, int64_t n);
 /* The gated activations of an expert FFN (cpu_swiglu_slice's kind). */
 enum { CPU_GLU_SILU = 0, CPU_GLU_OAI = 1, CPU_GLU_GELU = 2 };

@@ -43,7 +43,7 @@ static void ew_range(const ew_job *j, int64_t i0, int64_t i1) {
                        a + i0, b ? b + i0 : NULL, j->s, y + i0, i1 - i0);
         return;
     }
-    if (j->simd && j->op >= EW_SILU && j->op != EW_GEGLU) { /* GEGLU: scalar (tanhf) */
+    if (j->simd && j->op >= EW_SILU && j->op != EW_GEGLU) { /* GEGLU: scalar */
         static const int act[] = {[EW_SILU] = OPS_ACT_SILU, [EW_SIGMOID] = OPS_ACT_SIGMOID,
                                   [EW_SWIGLU] = OPS_ACT_SWIGLU, [EW_SWIGLU_OAI] = OPS_ACT_SWIGLU_OAI};
         ops_act_avx2(act[j->op], a + i0, b ? b + i0 : NULL, y + i0, i1 - i0, j->s, j->t);
@@ -80,7 +80,7 @@ static void ew_range(const ew_job *j, int64_t i0, int64_t i1) {
     case EW_GEGLU:
         for (int64_t i = i0; i < i1; i++) {
             const float g = a[i];
-            y[i] = (0.5f * g * (1.0f + tanhf(0.7978845608f * (g + 0.044715f * g * g * g)))) * b[i];
+            y[i] = hm_geluf(g) * b[i];
         }
         break;
     }

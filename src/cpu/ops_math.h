@@ -1,4 +1,4 @@
-/* ops_math.h - the one definition of exp, SiLU and sigmoid used by the
+/* ops_math.h - the one definition of exp, SiLU, sigmoid and GELU used by the
  * CPU operators (cpu/ops.h), the samplers and — written the same way — the CUDA kernels.
  *
  * DESIGN: hm_expf uses only IEEE single multiplies and adds rounded to nearest-even (no FMA, no
@@ -50,5 +50,12 @@ static inline float hm_expf(float x) {
 
 static inline float hm_sigmoidf(float x) { return 1.0f / (1.0f + hm_expf(-x)); }
 static inline float hm_siluf(float x) { return x / (1.0f + hm_expf(-x)); }
+/* GELU, tanh form (transformers' gelu_pytorch_tanh, ggml's gelu): 0.5 g (1 + tanh(u)) with
+ * u = 0.7978845608 (g + 0.044715 g^3), written as g * sigmoid(2u), the same function without
+ * libm's tanhf (whose bits differ from the GPU's) and without 1 + tanh's cancellation. */
+static inline float hm_geluf(float g) {
+    const float u = 0.7978845608f * (g + 0.044715f * g * g * g);
+    return g / (1.0f + hm_expf(-2.0f * u));
+}
 
 #endif

@@ -1,4 +1,5 @@
-/* test_ops_math.c - hm_expf (the shared exp definition), silu and sigmoid against double libm. */
+/* test_ops_math.c - hm_expf (the shared exp definition), silu, sigmoid and gelu against double
+ * libm (gelu: its tanh form, 0.5 g (1 + tanh(u))). */
 #include <math.h>
 #include <stdint.h>
 
@@ -79,6 +80,21 @@ static void test_silu_sigmoid(void) {
     HM_CHECK(hm_sigmoidf(0.0f) == 0.5f);
 }
 
+/* gelu: within a few float roundings of the tanh form (absolute near its zeros: the product
+ * g * sigmoid(2u) is small there), and its limits exact */
+static void test_gelu(void) {
+    double max_err = 0;
+    for (float g = -12.0f; g <= 12.0f; g += 0.00731f) {
+        const double u = 0.7978845608 * ((double)g + 0.044715 * (double)g * g * g);
+        const double want = 0.5 * (double)g * (1.0 + tanh(u));
+        const double e = fabs(hm_geluf(g) - want) / fmax(fabs(want), 1e-3);
+        if (e > max_err) max_err = e;
+    }
+    HM_CHECK_MSG(max_err < 2e-6, "gelu rel %g", max_err);
+    HM_CHECK(hm_geluf(0.0f) == 0.0f && hm_geluf(100.0f) == 100.0f && hm_geluf(-100.0f) == 0.0f);
+    HM_CHECK(isnan(hm_geluf(NAN)));
+}
+
 /* The AVX2 exp of the attention's softmax gives hm_expf's bits (on CPUs that have AVX2). */
 static void test_expf_avx2_identical(void) {
     __builtin_cpu_init();
@@ -104,4 +120,5 @@ static void test_expf_avx2_identical(void) {
     HM_CHECK_MSG(mism == 0, "%ld mismatches", mism);
 }
 
-HM_TEST_MAIN(test_expf_accuracy, test_expf_special, test_silu_sigmoid, test_expf_avx2_identical)
+HM_TEST_MAIN(test_expf_accuracy, test_expf_special, test_silu_sigmoid, test_gelu,
+             test_expf_avx2_identical)
