@@ -1,8 +1,10 @@
 /* cuda_attn.cu - device KV cache store (f16 or f32) and flash attention (cuda_attn.h).
  *
- * DESIGN: attn_kernel<HD> (HD = 64, 128 or 256: the register tile bound of head_dim) runs 128
- * threads = 4 warps on a block of query rows: R = NT tokens x HB query heads of one kv head
- * (row r = token r / HB, head r % HB), R <= 64 (HD <= 128) or 32. Warp w owns rows w, w+4, ...:
+ * DESIGN: attn_kernel<HD> (HD = 64, 128, 256 or 512: the register tile bound of head_dim) runs
+ * 128 threads = 4 warps on a block of query rows: R = NT tokens x HB query heads of one kv head
+ * (row r = token r / HB, head r % HB), R <= 64 (HD <= 128), 32 (256) or 16 (512: gemma4's full
+ * layers; 164 KB of shared memory, more than GPUs below sm_80 give a block). Warp w owns rows
+ * w, w+4, ...:
  * it holds their running max m, denominator l and accumulator acc[row][lane + 32 j] in
  * registers. The block walks its share of the visible positions in tiles of ATT_BK = 32 rows:
  * K and V tiles are converted from f16 into shared memory (K padded to hd + 1 floats per row so
@@ -53,9 +55,9 @@ extern "C" hm_status cuda_kv_check(uint32_t type_k, uint32_t type_v, int n_head_
         return hm_error_set(err, HM_ERR_UNSUPPORTED,
                             "%s K with %s V: the GPU needs one type for K and V (f16 or f32)",
                             hm_type_name(type_k), hm_type_name(type_v));
-    if (n_head_kv < 1 || head_dim < 8 || head_dim % 8 || head_dim > 256)
+    if (n_head_kv < 1 || head_dim < 8 || head_dim % 8 || head_dim > 512)
         return hm_error_set(err, HM_ERR_UNSUPPORTED,
-                            "GPU attention: head_dim %d (need a multiple of 8 up to 256) or %d kv "
+                            "GPU attention: head_dim %d (need a multiple of 8 up to 512) or %d kv "
                             "heads not supported",
                             head_dim, n_head_kv);
     return HM_OK;
@@ -200,7 +202,7 @@ static __device__ __forceinline__ float attn_online_step(float s, float &m, floa
 }
 
 template <int HD> struct attn_cfg {
-    static const int RMAX = HD <= 128 ? 64 : 32; /* rows per block */
+    static const int RMAX = HD <= 128 ? 64 : HD <= 256 ? 32 : 16; /* rows per block */
     static const int RPW = RMAX / ATT_WARPS;     /* rows per warp */
     static const int DPL = HD / 32;              /* output dims per lane */
 };
@@ -568,7 +570,7 @@ static hm_status attn_make_plan(const cuda_attn_args *a, attn_plan *P, hm_error 
     P->n_kv = a->n_head_kv;
     P->hd = a->head_dim;
     P->n_rep = a->n_head / a->n_head_kv;
-    const int rmax = a->head_dim <= 128 ? 64 : 32;
+    const int rmax = a->head_dim <= 128 ? 64 : a->head_dim <= 256 ? 32 : 16; /* attn_cfg */
     P->hb = P->n_rep < rmax ? P->n_rep : rmax;
     P->n_hchunk = (P->n_rep + P->hb - 1) / P->hb;
     P->nt = rmax / P->hb;
@@ -621,7 +623,8 @@ static hm_status attn_run(const attn_plan *P, const cuda_attn_args *a, cudaStrea
     }
     if (P->hd <= 64) return attn_launch<64, T>(P, a, s, err);
     if (P->hd <= 128) return attn_launch<128, T>(P, a, s, err);
-    return attn_launch<256, T>(P, a, s, err);
+    if (P->hd <= 256) return attn_launch<256, T>(P, a, s, err);
+    return attn_launch<512, T>(P, a, s, err);
 }
 
 extern "C" hm_status cuda_attention(const cuda_attn_args *a, void *stream, hm_error *err) {

@@ -48,7 +48,7 @@ extern "C" {
 #include "base/status.h"
 
 /* Checks that a KV cache of these types/shape can live on the GPU: type_k == type_v, both
- * HM_TYPE_F16 or both HM_TYPE_F32; head_dim % 8 == 0 and <= 256, n_head_kv >= 1.
+ * HM_TYPE_F16 or both HM_TYPE_F32; head_dim % 8 == 0 and <= 512, n_head_kv >= 1.
  * HM_ERR_UNSUPPORTED names the type ("q8_0 KV cache (K) is not supported on the GPU (f16 or
  * f32)"), the mixed pair ("f32 K with f16 V: the GPU needs one type for K and V") or the
  * head_dim. */

@@ -200,6 +200,14 @@ hm_status cuda_engine_linear(cuda_engine *e, const cuda_tensor *w, const float *
     return linear(e, w, NULL, x, n, y, NULL, err);
 }
 
+hm_status cuda_engine_matvec(cuda_engine *e, const cuda_tensor *w, const float *x, int n, float *y,
+                             hm_error *err) {
+    const void *act = NULL;
+    hm_status st = quantize(e, w->type, x, w->ne[0], n, &act, err);
+    return st == HM_OK ? cuda_matvec(w->type, w->d, w->ne[1], w->ne[0], act, n, y, e->stream, err)
+                       : st;
+}
+
 hm_status cuda_engine_residual(cuda_engine *e, int n, fwd_defer *d, hm_error *err) {
     if (fused_step(n)) {
         d->add = e->proj; /* x += proj in the MoE block's norm */
@@ -242,12 +250,12 @@ cuda_attn_args cuda_engine_attn_args(const cuda_engine *e, const cuda_layer *L, 
     cuda_attn_args a;
     memset(&a, 0, sizeof(a));
     a.n_head = (int)hp->n_head;
-    a.n_head_kv = (int)hp->n_head_kv;
-    a.head_dim = (int)hp->head_dim_k;
+    a.n_head_kv = L->n_kv;
+    a.head_dim = L->hd;
     a.n_ctx = e->p.n_ctx;
     a.n_tok = n_tok;
     a.window = L->swa ? hp->sliding_window : 0;
-    a.scale = 0.0f;
+    a.scale = e->desc->gemma4 ? 1.0f : 0.0f; /* 0: 1 / sqrt(head_dim) */
     a.d_sinks = (const float *)L->sinks.d;
     a.d_pos = d_pos;
     a.q = q;
@@ -270,7 +278,7 @@ hm_status cuda_engine_attn(cuda_engine *e, const cuda_layer *L, int n_tok, const
 static hm_status attention_block(cuda_engine *e, int il, int n, fwd_defer *dfr, hm_error *err) {
     const hm_hparams *hp = &e->hp;
     const cuda_layer *L = &e->layers[il];
-    const int nh = (int)hp->n_head, nkv = (int)hp->n_head_kv, hd = (int)hp->head_dim_k;
+    const int nh = (int)hp->n_head, nkv = L->n_kv, hd = L->hd;
     const int64_t E = hp->n_embd;
     if (L->recurrent) return cuda_engine_delta_block(e, il, n, dfr, err);
     const bool gated = e->desc->attn_gate; /* attn_q's rows per head: [query | gate] */
@@ -394,7 +402,7 @@ static hm_status experts(cuda_engine *e, const cuda_layer *L, int n, const void 
     const hm_hparams *hp = &e->hp;
     const int64_t F = hp->n_ff_exp, E = hp->n_embd;
     const int K = (int)hp->n_expert_used, NS = (int)L->n_slots;
-    const bool oai = e->desc->swiglu == HM_SWIGLU_OAI;
+    const int glu = cuda_engine_glu(e);
     hm_status st = HM_OK;
     if (!matvec_only && use_gemm_moe(e, &L->gate_exps, n) && use_gemm_moe(e, &L->up_exps, n) &&
         use_gemm_moe(e, &L->down_exps, n) && NS <= CUDA_GEMM_MAX_EXPERTS) {
@@ -409,10 +417,7 @@ static hm_status experts(cuda_engine *e, const cuda_layer *L, int n, const void 
                                                n, K, F, NS, e->stream, err);
                 }
                 if (st == HM_OK)
-                    st = oai ? cuda_swiglu_oai(e->eg, e->eu, e->eg, (int64_t)n * K * F, 1.702f,
-                                               7.0f, e->stream, err)
-                             : cuda_swiglu(e->eg, e->eu, e->eg, (int64_t)n * K * F, e->stream,
-                                           err);
+                    st = cuda_glu_act(glu, e->eg, e->eu, e->eg, (int64_t)n * K * F, e->stream, err);
                 if (st != HM_OK) return st;
             }
             st = cuda_experts_gemm(e, i, w[i]->type, w[i]->d, 0, NS, n, err);
@@ -434,7 +439,7 @@ static hm_status experts(cuda_engine *e, const cuda_layer *L, int n, const void 
         g.up_w = L->up_exps.d;
         g.gate_b = (const float *)L->gate_exps_b.d;
         g.up_b = (const float *)L->up_exps_b.d;
-        g.glu = oai ? CUDA_GLU_OAI : CUDA_GLU_SWIGLU;
+        g.glu = (cuda_glu)glu;
         g.alpha = 1.702f;
         g.limit = 7.0f;
         g.out = e->eg;
@@ -458,9 +463,7 @@ static hm_status experts(cuda_engine *e, const cuda_layer *L, int n, const void 
             if (st == HM_OK && g.up_b)
                 st = cuda_moe_add_bias(e->eu, g.up_b, e->dslot, n, K, F, NS, e->stream, err);
             if (st == HM_OK)
-                st = oai ? cuda_swiglu_oai(e->eg, e->eu, e->eg, (int64_t)n * K * F, 1.702f, 7.0f,
-                                           e->stream, err)
-                         : cuda_swiglu(e->eg, e->eu, e->eg, (int64_t)n * K * F, e->stream, err);
+                st = cuda_glu_act(glu, e->eg, e->eu, e->eg, (int64_t)n * K * F, e->stream, err);
         }
         if (st != HM_OK) return st;
         /* down: slot s of token t reads its own activation eg[t][s] */
@@ -632,6 +635,19 @@ static hm_status moe_block(cuda_engine *e, int il, int n, fwd_defer *dfr, hm_err
     return st;
 }
 
+extern "C" int cuda_engine_glu(const cuda_engine *e) {
+    return e->desc->swiglu == HM_SWIGLU_OAI    ? CPU_GLU_OAI
+           : e->desc->swiglu == HM_SWIGLU_GELU ? CPU_GLU_GELU
+                                               : CPU_GLU_SILU;
+}
+
+extern "C" hm_status cuda_engine_experts_step(cuda_engine *e, int il, int n, hm_error *err) {
+    const cuda_layer *L = &e->layers[il];
+    return L->host    ? host_experts(e, L, il, n, err)
+           : L->mixed ? mixed_experts(e, L, il, n, NULL, err)
+                      : experts(e, L, n, NULL, false, false, err);
+}
+
 extern "C" hm_status cuda_engine_enqueue_experts(cuda_engine *e, int il, int n_tok,
                                                  hm_error *err) {
     if (e->layers[il].host)
@@ -663,9 +679,15 @@ extern "C" hm_status cuda_engine_enqueue_forward(cuda_engine *e, const int32_t *
     if (st == HM_OK && d_tokens) /* else: the input rows are in e->x */
         st = cuda_get_rows(e->tok_embd.type, e->tok_embd.d, e->tok_embd.row_size, d_tokens, n_tok,
                            e->hp.n_embd, e->x, e->stream, err);
+    const bool g4 = e->desc->gemma4;
+    if (st == HM_OK && d_tokens && g4) st = cuda_engine_gemma4_embed(e, n_tok, err);
     fwd_defer dfr;
     memset(&dfr, 0, sizeof(dfr));
     for (int il = e->p.layer_begin; il < e->hp.n_layer && st == HM_OK; il++) {
+        if (g4) {
+            st = cuda_engine_gemma4_layer(e, il, n_tok, err);
+            continue;
+        }
         st = attention_block(e, il, n_tok, &dfr, err);
         if (st == HM_OK) st = moe_block(e, il, n_tok, &dfr, err);
     }
@@ -697,12 +719,12 @@ extern "C" hm_status cuda_engine_enqueue_logits(cuda_engine *e, int row0, int n_
         if (st == HM_OK)
             st = linear(e, &e->output, NULL, e->xn, n_rows, e->d_logits,
                         f32 ? (const void *)e->xn : (const void *)e->act, err);
-        return st;
+        return st == HM_OK ? cuda_engine_softcap(e, n_rows, err) : st;
     }
     hm_status st = cuda_rmsnorm(e->x + (int64_t)row0 * E, (const float *)e->output_norm.d, e->xn,
                                 n_rows, E, e->hp.rms_eps, e->stream, err);
     if (st == HM_OK) st = linear(e, &e->output, NULL, e->xn, n_rows, e->d_logits, NULL, err);
-    return st;
+    return st == HM_OK ? cuda_engine_softcap(e, n_rows, err) : st;
 }
 
 extern "C" hm_status cuda_engine_enqueue_advance(cuda_engine *e, int n, hm_error *err) {

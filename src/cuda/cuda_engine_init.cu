@@ -50,10 +50,13 @@ __attribute__((constructor)) static void cuda_module_loading_eager(void) {
 
 #define LAYER_VECTORS(X)                                                                         \
     X(attn_norm) X(bq) X(bk) X(bv) X(bo) X(q_norm) X(k_norm) X(sinks) X(ffn_norm) X(router_b)   \
-    X(ssm_conv1d) X(ssm_dt) X(ssm_a) X(ssm_norm)
+    X(ssm_conv1d) X(ssm_dt) X(ssm_a) X(ssm_norm) X(attn_post_norm) X(ffn_post_norm1)            \
+    X(ffn_pre_norm2) X(ffn_post_norm2) X(ffn_post_norm) X(router_scale) X(down_exps_scale)      \
+    X(out_scale)
 #define LAYER_MATRICES(X)                                                                        \
     X(wq) X(wk) X(wv) X(wo) X(router) X(sh_gate) X(sh_up) X(sh_down) X(sh_gate_inp)             \
-    X(ssm_qkv) X(ssm_gate) X(ssm_ba) X(ssm_beta) X(ssm_alpha) X(ssm_out)
+    X(ssm_qkv) X(ssm_gate) X(ssm_ba) X(ssm_beta) X(ssm_alpha) X(ssm_out) X(ffn_gate) X(ffn_up)  \
+    X(ffn_down)
 /* per-expert tensors, stored by device slot; V: a vector per expert (read as f32) */
 #define LAYER_EXPERTS(X, V)                                                                      \
     X(gate_exps) X(up_exps) X(down_exps) V(gate_exps_b) V(up_exps_b) V(down_exps_b)
@@ -85,6 +88,25 @@ static hm_status check_matrix(const hm_tensor *t, hm_error *err) {
     return HM_OK;
 }
 
+/* The output matrix is the token embeddings (gemma4, tied files) and those are on the device:
+ * one copy serves both. */
+static bool output_tied(const hm_model *m, const cuda_engine_params *p) {
+    return p->layer_begin == 0 && hm_model_output(m)->data == hm_model_tok_embd(m)->data;
+}
+
+/* The largest kv heads x head size of any layer kind, and the largest head size. */
+static void kv_widths(const hm_model *m, int64_t *kv_w, int64_t *hd_max) {
+    const hm_hparams *hp = hm_model_hparams(m);
+    *kv_w = 0;
+    *hd_max = 0;
+    for (int il = 0; il < hp->n_layer; il++) {
+        int64_t nkv, hd;
+        hm_model_layer_kv(m, il, &nkv, &hd);
+        if (nkv * hd > *kv_w) *kv_w = nkv * hd;
+        if (hd > *hd_max) *hd_max = hd;
+    }
+}
+
 /* Whether layer il of m is a host layer under p's map: one of the engine's layers (il >=
  * layer_begin) that has experts, none of which has a device slot (they are computed by the CPU
  * through the hand-off, cuda_handoff.h). */
@@ -108,8 +130,12 @@ static size_t layout_scratch(const hm_model *m, const cuda_engine_params *p, cud
                              char *base) {
     const hm_hparams *hp = hm_model_hparams(m);
     const int64_t nu = p->n_ubatch, E = hp->n_embd, K = hp->n_expert_used, F = hp->n_ff_exp;
-    const int64_t nq = hp->n_head * hp->head_dim_k, nk = hp->n_head_kv * hp->head_dim_k;
-    const int64_t nv = hp->n_head_kv * hp->head_dim_v, nqv = hp->n_head * hp->head_dim_v;
+    int64_t kv_w, hd_max; /* K and V heads alike (cuda_engine_plan) */
+    kv_widths(m, &kv_w, &hd_max);
+    const int64_t nq = hp->n_head * hd_max, nk = kv_w, nv = kv_w, nqv = nq;
+    const bool g4 = hm_model_arch(m)->gemma4;
+    const int64_t nsf = g4 ? hp->n_ff : hp->n_ff_shexp; /* sg, su: the dense MLP's, or the shared
+                                                          * expert's */
     const int64_t n_logit = nu < 64 ? nu : 64;
     const cuda_hybrid_dims hy = cuda_hybrid_dims_of(hm_model_arch(m), hp);
     bool any_host = false; /* a host layer's shared expert runs while the CPU works: hsh */
@@ -125,7 +151,8 @@ static size_t layout_scratch(const hm_model *m, const cuda_engine_params *p, cud
         const hm_tensor *dense[] = {&L->wq,      &L->wk,       &L->wv,        &L->wo,
                                     &L->router,  &L->sh_gate,  &L->sh_up,     &L->sh_down,
                                     &L->sh_gate_inp, &L->ssm_qkv, &L->ssm_gate, &L->ssm_ba,
-                                    &L->ssm_beta, &L->ssm_alpha, &L->ssm_out};
+                                    &L->ssm_beta, &L->ssm_alpha, &L->ssm_out, &L->ffn_gate,
+                                    &L->ffn_up,  &L->ffn_down};
         for (size_t i = 0; i < sizeof(dense) / sizeof(dense[0]); i++) {
             if (!dense[i]->data) continue;
             size_t a = cuda_act_row_bytes(dense[i]->type, dense[i]->ne[0]) * (size_t)nu;
@@ -148,21 +175,24 @@ static size_t layout_scratch(const hm_model *m, const cuda_engine_params *p, cud
             gemm = g > gemm ? g : gemm;
         }
     }
-    cuda_attn_args aa;
-    memset(&aa, 0, sizeof(aa));
-    aa.n_head = (int)hp->n_head;
-    aa.n_head_kv = (int)hp->n_head_kv;
-    aa.head_dim = (int)hp->head_dim_k;
-    aa.n_ctx = p->n_ctx;
     size_t attn = 0;
-    for (int64_t t = 1; t <= nu; t++) {
-        aa.n_tok = t;
-        size_t a = cuda_attention_scratch_size(&aa);
-        if (p->n_seq > 1) { /* t sequences' tokens at once (cuda_attention_runs) */
-            const size_t r = cuda_attention_runs_scratch_size(&aa);
-            a = r > a ? r : a;
+    for (int kind = 0; kind < 2; kind++) { /* the full layers', gemma4's sliding layers' */
+        cuda_attn_args aa;
+        memset(&aa, 0, sizeof(aa));
+        aa.n_head = (int)hp->n_head;
+        aa.n_head_kv = (int)(kind ? hp->n_head_kv_swa : hp->n_head_kv);
+        aa.head_dim = (int)(kind ? hp->head_dim_swa : hp->head_dim_k);
+        aa.n_ctx = p->n_ctx;
+        if (kind && !g4) break;
+        for (int64_t t = 1; t <= nu; t++) {
+            aa.n_tok = t;
+            size_t a = cuda_attention_scratch_size(&aa);
+            if (p->n_seq > 1) { /* t sequences' tokens at once (cuda_attention_runs) */
+                const size_t r = cuda_attention_runs_scratch_size(&aa);
+                a = r > a ? r : a;
+            }
+            attn = a > attn ? a : attn;
         }
-        attn = a > attn ? a : attn;
     }
     struct {
         void **ptr;
@@ -182,8 +212,8 @@ static size_t layout_scratch(const hm_model *m, const cuda_engine_params *p, cud
         {e ? (void **)&e->eg : NULL, sizeof(float) * (size_t)(nu * K * F)},
         {e ? (void **)&e->eu : NULL, sizeof(float) * (size_t)(nu * K * F)},
         {e ? (void **)&e->ey : NULL, sizeof(float) * (size_t)(nu * K * E)},
-        {e ? (void **)&e->sg : NULL, sizeof(float) * (size_t)(nu * hp->n_ff_shexp)},
-        {e ? (void **)&e->su : NULL, sizeof(float) * (size_t)(nu * hp->n_ff_shexp)},
+        {e ? (void **)&e->sg : NULL, sizeof(float) * (size_t)(nu * nsf)},
+        {e ? (void **)&e->su : NULL, sizeof(float) * (size_t)(nu * nsf)},
         {e ? (void **)&e->sgate : NULL, sizeof(float) * (size_t)nu},
         {e ? (void **)&e->act : NULL, act},
         {e ? (void **)&e->gemm_scratch : NULL, gemm},
@@ -191,6 +221,8 @@ static size_t layout_scratch(const hm_model *m, const cuda_engine_params *p, cud
         {e ? (void **)&e->norm_sync : NULL, sizeof(int) * 2 * (size_t)nu},
         {e ? (void **)&e->router_sync : NULL, sizeof(int) * (size_t)(nu / 8 + 1)},
         {e ? (void **)&e->d_rope : NULL, sizeof(float) * (size_t)(p->n_ctx * (hp->n_rot / 2) * 2)},
+        {e ? (void **)&e->d_rope_swa : NULL,
+         g4 ? sizeof(float) * (size_t)(p->n_ctx * (hp->n_rot_swa / 2) * 2) : 0},
         {e ? (void **)&e->d_pos : NULL, sizeof(int32_t)},
         {e ? (void **)&e->d_seq : NULL, sizeof(uint32_t)},
         {e ? (void **)&e->hsh : NULL, hsh ? sizeof(float) * (size_t)(nu * E) : 0},
@@ -251,13 +283,16 @@ extern "C" hm_status cuda_engine_plan(const hm_model *m, const cuda_engine_param
                             "(%lld, %lld)", (long long)hp->head_dim_k, (long long)hp->head_dim_v);
     hm_status st = cuda_kv_check(p->type_k, p->type_v, (int)hp->n_head_kv, (int)hp->head_dim_k,
                                  err);
+    if (st == HM_OK && hm_model_arch(m)->gemma4) /* the sliding layers' kind */
+        st = cuda_kv_check(p->type_k, p->type_v, (int)hp->n_head_kv_swa, (int)hp->head_dim_swa,
+                           err);
     if (st != HM_OK) return st;
     st = check_residency(m, p, err);
     if (st == HM_OK && embd) st = check_matrix(hm_model_tok_embd(m), err);
     if (st == HM_OK) st = check_matrix(hm_model_output(m), err);
     if (st == HM_OK) st = check_vector(hm_model_output_norm(m), err);
     uint64_t w = (embd ? align_up(cuda_tensor_bytes(hm_model_tok_embd(m))) : 0) +
-                 align_up(cuda_tensor_bytes(hm_model_output(m))) +
+                 (output_tied(m, p) ? 0 : align_up(cuda_tensor_bytes(hm_model_output(m)))) +
                  align_up(cuda_tensor_bytes(hm_model_output_norm(m)));
     for (int il = p->layer_begin; il < hp->n_layer && st == HM_OK; il++) {
         const hm_layer *L = hm_model_layer(m, il);
@@ -288,15 +323,18 @@ extern "C" hm_status cuda_engine_plan(const hm_model *m, const cuda_engine_param
 #undef CHECK_XM
     }
     if (st != HM_OK) return st;
-    uint64_t row_k = cuda_kv_bytes(p->type_k, 1, (int)hp->n_head_kv, (int)hp->head_dim_k);
-    uint64_t row_v = cuda_kv_bytes(p->type_v, 1, (int)hp->n_head_kv, (int)hp->head_dim_v);
     uint64_t k = 0;
     const uint64_t rows = (uint64_t)p->n_ctx * (uint64_t)(p->n_seq > 1 ? p->n_seq : 1);
     const cuda_hybrid_dims hy = cuda_hybrid_dims_of(hm_model_arch(m), hp);
     const uint64_t n_seq = (uint64_t)(p->n_seq > 1 ? p->n_seq : 1);
-    for (int il = p->layer_begin; il < hp->n_layer; il++)
-        k += hm_model_layer(m, il)->recurrent ? align_up(sizeof(float) * (size_t)hy.rs_floats * n_seq)
-                                               : align_up(row_k * rows) + align_up(row_v * rows);
+    for (int il = p->layer_begin; il < hp->n_layer; il++) {
+        int64_t nkv, hd;
+        hm_model_layer_kv(m, il, &nkv, &hd);
+        k += hm_model_layer(m, il)->recurrent
+                 ? align_up(sizeof(float) * (size_t)hy.rs_floats * n_seq)
+                 : align_up(cuda_kv_bytes(p->type_k, 1, (int)nkv, (int)hd) * rows) +
+                       align_up(cuda_kv_bytes(p->type_v, 1, (int)nkv, (int)hd) * rows);
+    }
     if (weights) *weights = w;
     if (kv) *kv = k;
     if (scratch) *scratch = layout_scratch(m, p, NULL, NULL);
@@ -375,6 +413,9 @@ static hm_status upload_experts(uploader *u, const hm_tensor *t, cuda_tensor *ds
     const size_t n = cuda_tensor_bytes(t);
     if (!n) return HM_OK;
     const size_t stride = n / (size_t)n_expert;
+    /* a view of a fused ffn_gate_up_exps: each expert's rows expert_stride apart in the file,
+     * packed here (one piece per expert) */
+    const size_t src_stride = t->expert_stride ? t->expert_stride : stride;
     char *d = u->arena + u->off;
     dst->d = d;
     u->off += align_up(stride * (size_t)n_slots);
@@ -383,8 +424,9 @@ static hm_status upload_experts(uploader *u, const hm_tensor *t, cuda_tensor *ds
     for (int64_t ie = 0; ie < n_expert && st == HM_OK;) {
         int64_t run = 1;
         if (slot[ie] >= 0) {
-            while (ie + run < n_expert && slot[ie + run] == slot[ie] + run) run++;
-            st = upload_bytes(u, d + (size_t)slot[ie] * stride, src + (size_t)ie * stride,
+            while (src_stride == stride && ie + run < n_expert && slot[ie + run] == slot[ie] + run)
+                run++;
+            st = upload_bytes(u, d + (size_t)slot[ie] * stride, src + (size_t)ie * src_stride,
                               (size_t)run * stride, t->name, err);
         }
         ie += run;
@@ -409,7 +451,8 @@ static hm_status upload_all(cuda_engine *e, cudaStream_t s, const int32_t *slot_
     }
     if (st == HM_OK && e->p.layer_begin == 0)
         st = upload_tensor(&u, hm_model_tok_embd(m), &e->tok_embd, err);
-    if (st == HM_OK) st = upload_tensor(&u, hm_model_output(m), &e->output, err);
+    if (st == HM_OK && output_tied(m, &e->p)) e->output = e->tok_embd;
+    else if (st == HM_OK) st = upload_tensor(&u, hm_model_output(m), &e->output, err);
     if (st == HM_OK) st = upload_tensor(&u, hm_model_output_norm(m), &e->output_norm, err);
     for (int il = e->p.layer_begin; il < e->hp.n_layer && st == HM_OK; il++) {
         const hm_layer *L = hm_model_layer(m, il);
@@ -437,16 +480,17 @@ static hm_status upload_all(cuda_engine *e, cudaStream_t s, const int32_t *slot_
     return st;
 }
 
-/* cos/sin of every position 0..n_ctx-1, computed by the CPU's rope (bit-identical rotations). */
-static hm_status rope_table_upload(cuda_engine *e, hm_error *err) {
-    cpu_rope_params rp = hm_model_rope_params(e->m);
-    size_t bytes = sizeof(float) * (size_t)e->p.n_ctx * (size_t)(e->hp.n_rot / 2) * 2;
-    if (!bytes) return HM_OK;
+/* cos/sin of every position 0..n_ctx-1 into d (NULL: none), computed by the CPU's rope
+ * (bit-identical rotations). */
+static hm_status rope_table_upload(const cuda_engine *e, const cpu_rope_params *rp, float *d,
+                                   hm_error *err) {
+    size_t bytes = sizeof(float) * (size_t)e->p.n_ctx * (size_t)(rp->n_dims / 2) * 2;
+    if (!bytes || !d) return HM_OK;
     float *t = (float *)malloc(bytes);
     if (!t) return hm_error_set(err, HM_ERR_NOMEM, "out of memory (rope table)");
-    hm_status st = cuda_rope_table_fill(&rp, e->p.n_ctx, t, err);
+    hm_status st = cuda_rope_table_fill(rp, e->p.n_ctx, t, err);
     if (st == HM_OK) {
-        cudaError_t ce = cudaMemcpy(e->d_rope, t, bytes, cudaMemcpyHostToDevice);
+        cudaError_t ce = cudaMemcpy(d, t, bytes, cudaMemcpyHostToDevice);
         if (ce != cudaSuccess)
             st = hm_error_set(err, HM_ERR_CUDA, "GPU: rope table: %s", cudaGetErrorString(ce));
     }
@@ -528,13 +572,18 @@ extern "C" hm_status cuda_engine_init(const hm_model *m, const cuda_engine_param
     layout_scratch(m, p, e, (char *)e->scratch_arena);
     {
         char *kvp = (char *)e->kv_arena;
-        size_t row_k = cuda_kv_bytes(p->type_k, 1, (int)e->hp.n_head_kv, (int)e->hp.head_dim_k);
-        size_t row_v = cuda_kv_bytes(p->type_v, 1, (int)e->hp.n_head_kv, (int)e->hp.head_dim_v);
         const size_t rows = (size_t)p->n_ctx * (size_t)(p->n_seq > 1 ? p->n_seq : 1);
         const cuda_hybrid_dims hy = cuda_hybrid_dims_of(e->desc, &e->hp);
         const size_t n_seq = (size_t)(p->n_seq > 1 ? p->n_seq : 1);
-        for (int il = p->layer_begin; il < e->hp.n_layer; il++) { /* [n_seq][n_ctx] rows */
+        for (int il = 0; il < e->hp.n_layer; il++) { /* [n_seq][n_ctx] rows */
             cuda_layer *D = &e->layers[il];
+            int64_t nkv, hd;
+            hm_model_layer_kv(m, il, &nkv, &hd);
+            D->n_kv = (int)nkv;
+            D->hd = (int)hd;
+            if (il < p->layer_begin) continue;
+            const size_t row_k = cuda_kv_bytes(p->type_k, 1, D->n_kv, D->hd);
+            const size_t row_v = cuda_kv_bytes(p->type_v, 1, D->n_kv, D->hd);
             if (hm_model_layer(m, il)->recurrent) { /* [n_seq] recurrent states, zeroed */
                 D->rs = (float *)kvp;
                 D->rs_floats = hy.rs_floats;
@@ -595,7 +644,11 @@ extern "C" hm_status cuda_engine_init(const hm_model *m, const cuda_engine_param
         upload_s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     }
     if (st != HM_OK) goto fail;
-    st = rope_table_upload(e, err);
+    {
+        const cpu_rope_params full = hm_model_rope_params(m), swa = hm_model_rope_params_swa(m);
+        st = rope_table_upload(e, &full, e->d_rope, err);
+        if (st == HM_OK) st = rope_table_upload(e, &swa, e->d_rope_swa, err);
+    }
     if (st == HM_OK) st = cuda_handoff_init(e, err);
     if (st == HM_OK) st = cuda_hot_init(e, err);
     if (st != HM_OK) goto fail;

@@ -33,6 +33,7 @@ typedef struct {
 
 typedef struct {
     bool swa;
+    int n_kv, hd; /* the layer's kv heads and head size (hm_model_layer_kv: gemma4's kinds) */
     cuda_tensor attn_norm, wq, wk, wv, wo, bq, bk, bv, bo, q_norm, k_norm, sinks, ffn_norm;
     cuda_tensor router, router_b, gate_exps, up_exps, down_exps, gate_exps_b, up_exps_b,
         down_exps_b, sh_gate, sh_up, sh_down, sh_gate_inp;
@@ -59,6 +60,11 @@ typedef struct {
         ssm_norm;
     float *rs;
     int64_t rs_floats;
+    /* gemma4 (cuda_engine_gemma4.cu): the norms around its blocks, the dense MLP beside the
+     * experts, the router's input scale, the experts' output scales (by expert id), the
+     * layer's output scalar (a device float) */
+    cuda_tensor attn_post_norm, ffn_gate, ffn_up, ffn_down, ffn_post_norm1, ffn_pre_norm2,
+        ffn_post_norm2, ffn_post_norm, router_scale, down_exps_scale, out_scale;
 } cuda_layer;
 
 /* Steps of up to this many tokens are decode-sized: the fused kernels, bytes equal to the
@@ -109,8 +115,9 @@ struct cuda_engine {
     float *eg;       /* [nu][n_used][n_ff_exp] expert activation (fused gate/up output) */
     float *eu;       /* [nu][n_used][n_ff_exp] expert up (unfused path) */
     float *ey;       /* [nu][n_used][n_embd] per-slot expert outputs */
-    float *sg;       /* [nu][n_ff_shexp] shared expert gate, then activation */
-    float *su;       /* [nu][n_ff_shexp] shared expert up */
+    float *sg;       /* [nu][n_ff_shexp] shared expert gate, then activation (gemma4: [nu][n_ff],
+                      * the dense MLP's) */
+    float *su;       /* [nu][n_ff_shexp] shared expert up (gemma4: [nu][n_ff]) */
     float *sgate;    /* [nu] shared expert sigmoid gate logit */
     void *act;       /* quantised activations: act_bytes, largest [nu][n_used] rows of any product */
     size_t act_bytes;
@@ -121,6 +128,7 @@ struct cuda_engine {
     int *router_sync;   /* [nu / 8 + 1] cuda_fused_router's d_sync (zeroed with the arena) */
     size_t attn_scratch_bytes;
     float *d_rope;      /* [n_ctx][n_rot/2][2] cos/sin table (cuda_rope_table_fill) */
+    float *d_rope_swa;  /* gemma4's sliding layers' table [n_ctx][n_rot_swa/2][2], else NULL */
     int32_t *d_pos;       /* device scalar: position of the next step's first token */
     int32_t *d_positions; /* [nu] positions of the step's tokens (d_pos + t) */
     int32_t *d_base;      /* [nu] a step of several sequences: each token's first cache row */
@@ -296,6 +304,9 @@ hm_status cuda_engine_norm_in(cuda_engine *e, int n, fwd_defer *d, const cuda_te
                               hm_error *err);
 hm_status cuda_engine_linear(cuda_engine *e, const cuda_tensor *w, const float *x, int n,
                              float *y, hm_error *err);
+/* y = x . w on the matvec kernels whatever n (the CPU's bytes: a router's logits) */
+hm_status cuda_engine_matvec(cuda_engine *e, const cuda_tensor *w, const float *x, int n, float *y,
+                             hm_error *err);
 hm_status cuda_engine_residual(cuda_engine *e, int n, fwd_defer *d, hm_error *err);
 /* cuda_engine_hybrid.cu: a recurrent layer's block (norm, products, the delta net, ssm_out,
  * the residual); the gated attention's split of attn_q's rows into e->q and e->hy_gate, and
@@ -304,6 +315,19 @@ hm_status cuda_engine_delta_block(cuda_engine *e, int il, int n, fwd_defer *d, h
 hm_status cuda_engine_gate_split(cuda_engine *e, int n, hm_error *err);
 hm_status cuda_engine_gate_apply(cuda_engine *e, int n, hm_error *err);
 hm_status cuda_engine_runs_single(cuda_engine *e, int n, hm_error *err);
+/* cuda_engine_gemma4.cu: the input rows' scale sqrt(n_embd) after the embedding; one whole
+ * layer (attention, routing, experts, dense MLP, norms, the layer scalar), residuals not
+ * deferred; the logits' soft-capping of n rows. */
+hm_status cuda_engine_gemma4_embed(cuda_engine *e, int n, hm_error *err);
+hm_status cuda_engine_gemma4_layer(cuda_engine *e, int il, int n, hm_error *err);
+hm_status cuda_engine_softcap(cuda_engine *e, int n_rows, hm_error *err);
+/* The expert FFN of layer L on the GPU for the step's n tokens (xn, e->dslot -> e->ey; the
+ * forward's experts(): matvec or GEMM by size, the activation of the architecture) and the
+ * experts of a host or mixed layer (the hand-off; the CPU's slots into e->ey). */
+hm_status cuda_engine_experts_step(cuda_engine *e, int il, int n, hm_error *err);
+/* The architecture's expert activation as cpu/ops.h's CPU_GLU_* (for cuda_glu_act and
+ * cuda_moe_gate_up). */
+int cuda_engine_glu(const cuda_engine *e);
 
 /* The attention arguments of layer L for those (scratch: the engine's). */
 cuda_attn_args cuda_engine_attn_args(const cuda_engine *e, const cuda_layer *L, int n_tok,

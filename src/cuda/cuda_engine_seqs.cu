@@ -28,12 +28,11 @@ extern "C" {
 }
 
 extern "C" hm_status cuda_engine_attn_runs(cuda_engine *e, const cuda_layer *L, hm_error *err) {
-    const hm_hparams *hp = &e->hp;
-    const int nh = (int)hp->n_head, nkv = (int)hp->n_head_kv, hd = (int)hp->head_dim_k;
-    const int64_t nk = (int64_t)nkv * hd, nv = (int64_t)nkv * hp->head_dim_v;
-    const int64_t nq = (int64_t)nh * hd, no = (int64_t)nh * hp->head_dim_v;
+    const int nh = (int)e->hp.n_head, nkv = L->n_kv, hd = L->hd; /* K and V heads alike */
+    const int64_t nk = (int64_t)nkv * hd, nv = nk;
+    const int64_t nq = (int64_t)nh * hd, no = nq;
     const size_t row_k = cuda_kv_bytes(e->p.type_k, 1, nkv, hd);
-    const size_t row_v = cuda_kv_bytes(e->p.type_v, 1, nkv, (int)hp->head_dim_v);
+    const size_t row_v = cuda_kv_bytes(e->p.type_v, 1, nkv, hd);
     bool ones = true; /* every run a single token: run r is token r */
     for (int r = 0; r < e->n_runs && ones; r++) ones = e->run_len[r] == 1;
     if (ones) {

@@ -170,7 +170,6 @@ extern "C" hm_status cuda_fetch_enqueue_experts(cuda_engine *e, int il, int n_to
     hm_status st = launched("fetched experts: slot table", err);
     const cuda_tensor *w[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
     float *y[3] = {e->eg, e->eu, e->ey};
-    const bool oai = e->desc->swiglu == HM_SWIGLU_OAI;
     int part = 3; /* the next bias part */
     size_t bias_off[3] = {0, 0, 0};
     const cuda_tensor *bias[3] = {&L->gate_exps_b, &L->up_exps_b, &L->down_exps_b};
@@ -186,10 +185,8 @@ extern "C" hm_status cuda_fetch_enqueue_experts(cuda_engine *e, int il, int n_to
                 st = launched("fetched experts: bias", err);
             }
             if (st == HM_OK)
-                st = oai ? cuda_swiglu_oai(e->eg, e->eu, e->eg, (int64_t)n_pairs * F, 1.702f,
-                                           7.0f, e->stream, err)
-                         : cuda_swiglu(e->eg, e->eu, e->eg, (int64_t)n_pairs * F, e->stream,
-                                       err);
+                st = cuda_glu_act(cuda_engine_glu(e), e->eg, e->eu, e->eg, (int64_t)n_pairs * F,
+                              e->stream, err);
             if (st != HM_OK) return st;
         }
         st = cuda_experts_gemm(e, i, w[i]->type, buf + lay->part_off[i], lay->slot_bytes,

@@ -81,9 +81,10 @@ static hm_status copy_expert(cuda_engine *e, int il, int in, int s, hm_error *er
     for (int i = 0; i < 6; i++) {
         const size_t n = cuda_tensor_bytes(src[i]);
         if (!n || !dst[i]->d) continue;
-        const size_t stride = n / (size_t)NE;
+        const size_t stride = n / (size_t)NE; /* in the file: expert_stride (a fused gate/up) */
+        const size_t from = src[i]->expert_stride ? src[i]->expert_stride : stride;
         cudaError_t ce = cudaMemcpyAsync((char *)dst[i]->d + (size_t)s * stride,
-                                         (const char *)src[i]->data + (size_t)in * stride, stride,
+                                         (const char *)src[i]->data + (size_t)in * from, stride,
                                          cudaMemcpyHostToDevice, (cudaStream_t)e->hot_stream);
         if (ce != cudaSuccess) return hot_fail(err, ce, "copy");
     }

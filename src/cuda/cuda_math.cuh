@@ -59,6 +59,22 @@ static __device__ __forceinline__ float cm_swiglu_oai(float g, float u, float al
     return __fmul_rn(__fmul_rn(g, cm_sigmoidf(__fmul_rn(g, alpha))), __fadd_rn(u, 1.0f));
 }
 
+/* hm_geluf of ops_math.h: g / (1 + exp(-2u)), u = 0.7978845608 (g + ((0.044715 g) g) g) */
+static __device__ __forceinline__ float cm_geluf(float g) {
+    const float c = __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, g), g), g);
+    const float u = __fmul_rn(0.7978845608f, __fadd_rn(g, c));
+    return __fdiv_rn(g, __fadd_rn(1.0f, cm_expf(__fmul_rn(-2.0f, u))));
+}
+
+/* The expert activation of kind (cpu/ops.h: CPU_GLU_SILU, CPU_GLU_OAI with alpha and limit,
+ * CPU_GLU_GELU), as cpu_swiglu_slice */
+static __device__ __forceinline__ float cm_glu(int kind, float g, float u, float alpha,
+                                               float limit) {
+    return kind == 1 ? cm_swiglu_oai(g, u, alpha, limit)
+           : kind == 2 ? __fmul_rn(cm_geluf(g), u)
+                       : cm_swiglu(g, u);
+}
+
 /* hm_f32_to_fp16 (quant/fp16.h), operation for operation: round to nearest even, >= 65520 to
  * inf, NaN to the quiet NaN 0x7e00 with the sign. */
 static __device__ __forceinline__ uint16_t cm_f32_to_f16(float f) {

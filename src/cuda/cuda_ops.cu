@@ -45,10 +45,12 @@ static unsigned ops_blocks(int64_t n) {
 
 /* ------------------------------------------------------------------ elementwise */
 
-enum { EW_ADD, EW_SCALE, EW_SILU, EW_SIGMOID, EW_SWIGLU, EW_SWIGLU_OAI };
+/* EW_GLU's kind: cpu/ops.h's CPU_GLU_* (cm_glu) */
+enum { EW_ADD, EW_SCALE, EW_SILU, EW_SIGMOID, EW_GLU, EW_SOFTCAP };
 
 template <int OP>
-__global__ void ew_kernel(const float *a, const float *b, float *y, int64_t n, float s, float t) {
+__global__ void ew_kernel(const float *a, const float *b, float *y, int64_t n, float s, float t,
+                          int kind) {
     cu_pdl_enter();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -57,18 +59,19 @@ __global__ void ew_kernel(const float *a, const float *b, float *y, int64_t n, f
         else if (OP == EW_SCALE) r = __fmul_rn(a[i], s);
         else if (OP == EW_SILU) r = cm_siluf(a[i]);
         else if (OP == EW_SIGMOID) r = cm_sigmoidf(a[i]);
-        else if (OP == EW_SWIGLU) r = cm_swiglu(a[i], b[i]);
-        else r = cm_swiglu_oai(a[i], b[i], s, t);
+        else if (OP == EW_GLU) r = cm_glu(kind, a[i], b[i], s, t);
+        else r = __fmul_rn(s, tanhf(__fdiv_rn(a[i], s)));
         y[i] = r;
     }
 }
 
 template <int OP>
 static hm_status ew_launch(const char *name, const float *a, const float *b, float *y, int64_t n,
-                           float s, float t, void *stream, hm_error *err) {
+                           float s, float t, void *stream, hm_error *err, int kind = 0) {
     if (n < 0) return hm_error_set(err, HM_ERR_ARG, "%s: negative length %lld", name, (long long)n);
     if (n == 0) return HM_OK;
-    cu_launch(ew_kernel<OP>, ops_blocks(n), OPS_THREADS, 0, (cudaStream_t)stream, a, b, y, n, s, t);
+    cu_launch(ew_kernel<OP>, ops_blocks(n), OPS_THREADS, 0, (cudaStream_t)stream, a, b, y, n, s, t,
+              kind);
     return ops_launched(name, err);
 }
 
@@ -93,13 +96,25 @@ extern "C" hm_status cuda_sigmoid(const float *x, float *y, int64_t n, void *str
 
 extern "C" hm_status cuda_swiglu(const float *gate, const float *up, float *out, int64_t n,
                                  void *stream, hm_error *err) {
-    return ew_launch<EW_SWIGLU>("cuda_swiglu", gate, up, out, n, 0, 0, stream, err);
+    return ew_launch<EW_GLU>("cuda_swiglu", gate, up, out, n, 0, 0, stream, err, CPU_GLU_SILU);
 }
 
 extern "C" hm_status cuda_swiglu_oai(const float *gate, const float *up, float *out, int64_t n,
                                      float alpha, float limit, void *stream, hm_error *err) {
-    return ew_launch<EW_SWIGLU_OAI>("cuda_swiglu_oai", gate, up, out, n, alpha, limit, stream,
-                                    err);
+    return ew_launch<EW_GLU>("cuda_swiglu_oai", gate, up, out, n, alpha, limit, stream, err,
+                             CPU_GLU_OAI);
+}
+
+extern "C" hm_status cuda_glu_act(int kind, const float *gate, const float *up, float *out,
+                                  int64_t n, void *stream, hm_error *err) {
+    if (kind != CPU_GLU_SILU && kind != CPU_GLU_OAI && kind != CPU_GLU_GELU)
+        return hm_error_set(err, HM_ERR_ARG, "cuda_glu_act: unknown activation %d", kind);
+    return ew_launch<EW_GLU>("cuda_glu_act", gate, up, out, n, 1.702f, 7.0f, stream, err, kind);
+}
+
+extern "C" hm_status cuda_softcap(float *x, float cap, int64_t n, void *stream, hm_error *err) {
+    if (!(cap > 0.0f)) return hm_error_set(err, HM_ERR_ARG, "cuda_softcap: cap %g", (double)cap);
+    return ew_launch<EW_SOFTCAP>("cuda_softcap", x, NULL, x, n, cap, 0, stream, err);
 }
 
 /* ------------------------------------------------------------------ row ops */

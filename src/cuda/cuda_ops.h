@@ -74,6 +74,13 @@ hm_status cuda_swiglu(const float *gate, const float *up, float *out, int64_t n,
  * out = (g * sigmoid(g * alpha)) * (u + 1); [n]. */
 hm_status cuda_swiglu_oai(const float *gate, const float *up, float *out, int64_t n, float alpha,
                           float limit, void *stream, hm_error *err);
+/* = cpu_swiglu_slice of kind CPU_GLU_SILU, CPU_GLU_OAI (gpt-oss's alpha 1.702 and limit 7) or
+ * CPU_GLU_GELU (cpu_geglu): the expert activation of an architecture (cuda_engine_glu); [n]. */
+hm_status cuda_glu_act(int kind, const float *gate, const float *up, float *out, int64_t n,
+                       void *stream, hm_error *err);
+/* The logits' soft-capping (gemma4): x = cap * tanh(x / cap), CUDA's tanhf (within 2 ulp of the
+ * CPU's libm: close to, not equal to, the CPU); [n]. */
+hm_status cuda_softcap(float *x, float cap, int64_t n, void *stream, hm_error *err);
 
 /* ------------------------------------------------------------------ router */
 

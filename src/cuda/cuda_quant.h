@@ -81,7 +81,8 @@ typedef enum {
     CUDA_GLU_SWIGLU = 0, /* silu(g) * u */
     CUDA_GLU_OAI = 1,    /* gpt-oss: g = min(g, limit), u = clamp(u, -limit, limit),
                           * (g * sigmoid(g * alpha)) * (u + 1) */
-} cuda_glu;
+    CUDA_GLU_GELU = 2,   /* gemma4: gelu(g) * u (hm_geluf) */
+} cuda_glu; /* the values of cpu/ops.h's CPU_GLU_* */
 
 /* Fused decode expert gate/up: for each (t, s) and row r
  *   g = dot(gate row r of expert e, act) [+ gate_b[e][r]], u = likewise with up,

@@ -68,7 +68,7 @@ extern "C" hm_status cuda_moe_gate_up(const cuda_moe_gate_up_args *a, void *stre
     if (a->up_wtype != a->gate.wtype)
         return hm_error_set(err, HM_ERR_UNSUPPORTED, "cuda_moe_gate_up: gate %s and up %s differ in type",
                             hm_type_name(a->gate.wtype), hm_type_name(a->up_wtype));
-    if (a->glu != CUDA_GLU_SWIGLU && a->glu != CUDA_GLU_OAI)
+    if (a->glu < CUDA_GLU_SWIGLU || a->glu > CUDA_GLU_GELU)
         return hm_error_set(err, HM_ERR_ARG, "cuda_moe_gate_up: unknown activation %d", (int)a->glu);
     if (a->gate.n_rows == 0 || a->gate.n_tok == 0) return HM_OK;
     if (!a->up_w || !a->out) return hm_error_set(err, HM_ERR_ARG, "cuda_moe_gate_up: NULL pointer");

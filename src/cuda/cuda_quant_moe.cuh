@@ -45,7 +45,7 @@ static __device__ __forceinline__ void moe_store_gate_up(const moe_params &P, in
         if (P.b1) gv = __fadd_rn(gv, bg);
         if (P.b2) uv = __fadd_rn(uv, bu);
         P.y[(int64_t)pairs[i] * P.n_rows + r] =
-            P.glu == CUDA_GLU_OAI ? cm_swiglu_oai(gv, uv, P.alpha, P.limit) : cm_swiglu(gv, uv);
+            cm_glu(P.glu, gv, uv, P.alpha, P.limit);
     }
 }
 

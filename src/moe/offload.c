@@ -207,6 +207,13 @@ static size_t expert_stride(const hm_tensor *t, bool matrix) {
     return matrix ? t->row_size * (size_t)t->ne[1] : t->row_size;
 }
 
+/* where expert e's share starts: a view of a fused ffn_gate_up_exps has its experts
+ * expert_stride apart */
+static const uint8_t *expert_at(const hm_tensor *t, bool matrix, int e) {
+    const size_t s = t->expert_stride ? t->expert_stride : expert_stride(t, matrix);
+    return (const uint8_t *)t->data + (size_t)e * s;
+}
+
 typedef struct {
     const hm_tensor *t;
     bool matrix;
@@ -230,9 +237,8 @@ int offload_expert_ranges(const hm_model *m, int il, int e, offload_range *out) 
     expert_part parts[OFFLOAD_MAX_RANGES];
     const int n = expert_parts(hm_model_layer(m, il), parts);
     for (int i = 0; i < n; i++) {
-        const size_t s = expert_stride(parts[i].t, parts[i].matrix);
-        out[i].p = (const uint8_t *)parts[i].t->data + (size_t)e * s;
-        out[i].n = s;
+        out[i].p = expert_at(parts[i].t, parts[i].matrix, e);
+        out[i].n = expert_stride(parts[i].t, parts[i].matrix);
     }
     return n;
 }
@@ -259,8 +265,9 @@ bool offload_expert_span(const hm_model *m, const void **p, size_t *n) {
         const int k = expert_parts(hm_model_layer(m, il), parts);
         for (int i = 0; i < k; i++) {
             const uintptr_t a = (uintptr_t)parts[i].t->data;
-            const uintptr_t b =
-                a + expert_stride(parts[i].t, parts[i].matrix) * (size_t)hp->n_expert;
+            const uintptr_t b = (uintptr_t)expert_at(parts[i].t, parts[i].matrix,
+                                                     (int)hp->n_expert - 1) +
+                                expert_stride(parts[i].t, parts[i].matrix);
             if (a < lo) lo = a;
             if (b > hi) hi = b;
         }

@@ -449,11 +449,24 @@ static hm_status check_ram(const hm_context *c, hm_error *err) {
                         hm_bytes_str(ctx_bytes, b3), c->p.n_ctx, hm_bytes_str(ram, b4));
 }
 
-/* The GPU engine's hybrid layers wait for their first run on a GPU machine
- * (test_context_hybrid_gpu); until then HOTMOE_GPU_HYBRID=1 opens them. */
-static bool gpu_hybrid_verified(void) {
-    const char *v = getenv("HOTMOE_GPU_HYBRID");
-    return v && v[0] == '1';
+/* What the GPU engine has that has not yet run on a GPU machine (tests/runtime/
+ * test_context_archs_gpu.c): the hybrid architectures' layers, gemma4's layers, experts of a
+ * fused gate/up tensor. A placement of such a model is refused, saying why, unless
+ * HOTMOE_GPU_UNVERIFIED=1 opens it. */
+static hm_status gpu_unverified(const hm_model *m, hm_error *err) {
+    const char *v = getenv("HOTMOE_GPU_UNVERIFIED");
+    if (v && v[0] == '1') return HM_OK;
+    const char *what = hm_model_arch(m)->hybrid   ? "gated delta-net layers"
+                       : hm_model_arch(m)->gemma4 ? "sliding and full layers, a dense MLP beside "
+                                                    "the experts"
+                       : hm_model_fused_gate_up(m) ? "experts with gate and up fused "
+                                                     "(ffn_gate_up_exps)"
+                                                   : NULL;
+    if (!what) return HM_OK;
+    return hm_error_set(err, HM_ERR_UNSUPPORTED, "%s (%s) runs on the CPU engine for now: its GPU "
+                        "code is built but not yet run on a GPU (tests/runtime/"
+                        "test_context_archs_gpu.c); drop the GPU placement flags (-ngl 0), or "
+                        "set HOTMOE_GPU_UNVERIFIED=1 to try it", hm_model_arch(m)->name, what);
 }
 
 hm_status hm_context_init(const hm_model *m, const hm_context_params *params, hm_context **out,
@@ -477,20 +490,7 @@ hm_status hm_context_init(const hm_model *m, const hm_context_params *params, hm
         c->p.override_tensor = c->override_tensor;
         if (!c->override_tensor) st = hm_error_set(err, HM_ERR_NOMEM, "out of memory (context)");
     }
-    if (st == HM_OK && placement_asked(&c->p) && hm_model_fused_gate_up(m))
-        st = hm_error_set(err, HM_ERR_UNSUPPORTED, "this file's experts hold gate and up fused "
-                          "(ffn_gate_up_exps): the CPU engine reads them, the GPU upload does not "
-                          "yet; drop the GPU placement flags (-ngl 0)");
-    if (st == HM_OK && placement_asked(&c->p) && hm_model_arch(m)->hybrid && !gpu_hybrid_verified())
-        st = hm_error_set(err, HM_ERR_UNSUPPORTED, "%s (gated delta-net layers) runs on the CPU "
-                          "engine for now: its GPU layers are built but not yet run on a GPU "
-                          "(tests/runtime/test_context_hybrid_gpu.c); drop the GPU placement "
-                          "flags (-ngl 0), or set HOTMOE_GPU_HYBRID=1 to try them",
-                          hm_model_arch(m)->name);
-    if (st == HM_OK && placement_asked(&c->p) && hm_model_arch(m)->gemma4)
-        st = hm_error_set(err, HM_ERR_UNSUPPORTED, "gemma4 has no GPU kernels yet (its sliding "
-                          "and full layers, dense MLP beside the experts; docs/GEMMA4.md); drop "
-                          "the GPU placement flags (-ngl 0)");
+    if (st == HM_OK && placement_asked(&c->p)) st = gpu_unverified(m, err);
     if (st == HM_OK && placement_asked(&c->p)) st = placement_open(c, err);
     if (st == HM_OK && c->p.n_seq > 1 && c->split > 0)
         st = hm_error_set(err, HM_ERR_UNSUPPORTED, "%d sequences (-np %d): a placement split "

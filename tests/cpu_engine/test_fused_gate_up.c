@@ -10,8 +10,9 @@
  *     rows repacked by eights;
  *   - a misshapen fused tensor is named with its expected shape, a missing gate names the fused
  *     alternative, a fused tensor on an architecture llama.cpp reads without it is refused by
- *     name, and a GPU placement of such a file is refused with the reason (also where
- *     HOTMOE_GPU_HYBRID opens the hybrids, and with --cpu-moe). */
+ *     name, and a GPU placement of such a file (also with --cpu-moe) is refused with the reason
+ *     until HOTMOE_GPU_UNVERIFIED opens it (its GPU upload not yet run on a GPU:
+ *     tests/runtime/test_context_archs_gpu.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 #include "engine_test_util.h"
 #include "harness.h"
 #include "model/model.h"
+#include "moe/offload.h"
 #include "quant/qtypes.h"
 #include "runtime/context.h"
 
@@ -169,6 +171,46 @@ static void test_same_logits(void) {
         for (int mi = 0; mi < 3; mi++) same_logits(k_presets[pi], mixes[mi]);
 }
 
+/* The byte ranges of one expert that copies to the GPU read (moe/offload.h: uploads, fetches,
+ * the hot cache's exchanges): in a fused file they are the separate file's bytes, and the span
+ * to pin covers every expert's rows. */
+static void test_offload_ranges(void) {
+    char a[512], b[512];
+    hm_error err;
+    HM_REQUIRE(forge_file("tiny-gemma4moe", FORGE_MIX_Q8_0, false, a, sizeof(a), &err) == HM_OK);
+    HM_REQUIRE(forge_file("tiny-gemma4moe", FORGE_MIX_Q8_0, true, b, sizeof(b), &err) == HM_OK);
+    hm_model *ma = NULL, *mb = NULL;
+    HM_REQUIRE(hm_model_load(a, NULL, &ma, &err) == HM_OK &&
+               hm_model_load(b, NULL, &mb, &err) == HM_OK);
+    const hm_hparams *hp = hm_model_hparams(ma);
+    int bad = 0;
+    for (int il = 0; il < hp->n_layer; il++)
+        for (int e = 0; e < hp->n_expert; e++) {
+            offload_range ra[OFFLOAD_MAX_RANGES], rb[OFFLOAD_MAX_RANGES];
+            const int na = offload_expert_ranges(ma, il, e, ra);
+            const int nb = offload_expert_ranges(mb, il, e, rb);
+            bad += na != nb || na < 3;
+            for (int i = 0; i < na && i < nb; i++)
+                bad += ra[i].n != rb[i].n || memcmp(ra[i].p, rb[i].p, ra[i].n) != 0;
+        }
+    HM_CHECK_MSG(bad == 0, "%d expert ranges of the fused file differ from the separate file's",
+                 bad);
+    HM_CHECK(offload_expert_size(ma, 0, 256) == offload_expert_size(mb, 0, 256));
+    const void *p;
+    size_t n;
+    HM_REQUIRE(offload_expert_span(mb, &p, &n));
+    const hm_layer *L = hm_model_layer(mb, 0);
+    const char *lo = p, *hi = (const char *)p + n;
+    const char *up_last =
+        (const char *)L->up_exps.data + (size_t)(hp->n_expert - 1) * L->up_exps.expert_stride;
+    HM_CHECK((const char *)L->gate_exps.data >= lo &&
+             up_last + L->up_exps.row_size * (size_t)hp->n_ff_exp <= hi);
+    hm_model_free(ma);
+    hm_model_free(mb);
+    remove(a);
+    remove(b);
+}
+
 /* ---- the loader's errors ---- */
 
 /* preset written (f32) with layer 1's gate renamed ffn_gate_up_exps, ne[1] times `mul`, and its
@@ -209,7 +251,7 @@ static void test_load_errors(void) {
 /* ---- the GPU refusal ---- */
 
 static void test_gpu_refused(void) {
-    setenv("HOTMOE_GPU_HYBRID", "1", 1); /* the hybrids' own refusal out of the way */
+    unsetenv("HOTMOE_GPU_UNVERIFIED");
     const char *presets[] = {"tiny-gemma4moe", "tiny-qwen35moe"};
     for (int pi = 0; pi < 2; pi++) {
         char path[512];
@@ -226,7 +268,8 @@ static void test_gpu_refused(void) {
             p.cpu_moe = k == 1;
             hm_context *c = NULL;
             HM_CHECK_MSG(hm_context_init(m, &p, &c, &err) == HM_ERR_UNSUPPORTED && !c &&
-                             strstr(err.msg, "ffn_gate_up_exps") && strstr(err.msg, "-ngl 0"),
+                             strstr(err.msg, "HOTMOE_GPU_UNVERIFIED") &&
+                             strstr(err.msg, "-ngl 0"),
                          "%s: %s", presets[pi], err.msg);
         }
         p.n_gpu_layers = 0;
@@ -237,7 +280,7 @@ static void test_gpu_refused(void) {
         hm_model_free(m);
         remove(path);
     }
-    unsetenv("HOTMOE_GPU_HYBRID");
 }
 
-HM_TEST_MAIN(test_forge_layout, test_same_logits, test_load_errors, test_gpu_refused)
+HM_TEST_MAIN(test_forge_layout, test_same_logits, test_offload_ranges, test_load_errors,
+             test_gpu_refused)

@@ -49,6 +49,23 @@ static inline bool ft_forged(const char *prefix, const char *preset, forge_mix m
            HM_OK;
 }
 
+/* ft_forged with the experts' gate and up fused (forge --fuse-gate-up), as "<prefix>-<preset>-
+ * <mix>-fused" */
+static inline bool ft_forged_fused(const char *prefix, const char *preset, forge_mix mix,
+                                   char *path, size_t cap) {
+    char name[160];
+    snprintf(name, sizeof(name), "%s-%s-%s-fused.gguf", prefix, preset, forge_mix_name(mix));
+    ft_path(path, cap, name);
+    forge_job job = {.preset = forge_preset_find(preset), .mix = mix, .out_path = path,
+                     .n_threads = 2, .fuse_gate_up = true};
+    job.gen.seed = 42;
+    forge_result res;
+    hm_error err;
+    const hm_status st = forge_write_gguf(&job, &res, &err);
+    if (st != HM_OK) fprintf(stderr, "forge %s: %s\n", name, err.msg);
+    return st == HM_OK;
+}
+
 static inline uint8_t *ft_read_file(const char *path, size_t *n) {
     *n = 0;
     FILE *f = fopen(path, "rb");
