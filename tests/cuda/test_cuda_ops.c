@@ -151,15 +151,19 @@ static void test_elementwise(void) {
     float *da = tu_dev(a, n * 4), *db = tu_dev(b, n * 4), *dy = tu_dev(NULL, n * 4);
     HM_REQUIRE(da && db && dy);
     hm_error err;
-    for (int op = 0; op < 6; op++) {
+    for (int op = 0; op < 7; op++) {
         hm_status st = HM_OK;
-        const char *name[] = {"add", "scale", "silu", "sigmoid", "swiglu", "swiglu_oai"};
+        const char *name[] = {"add", "scale", "silu", "sigmoid", "swiglu", "swiglu_oai", "geglu"};
         switch (op) {
         case 0: cpu_add(NULL, a, b, ref, n); st = cuda_add(da, db, dy, n, NULL, &err); break;
         case 1: cpu_scale(NULL, a, 0.37f, ref, n); st = cuda_scale(da, 0.37f, dy, n, NULL, &err); break;
         case 2: cpu_silu(NULL, a, ref, n); st = cuda_silu(da, dy, n, NULL, &err); break;
         case 3: cpu_sigmoid(NULL, a, ref, n); st = cuda_sigmoid(da, dy, n, NULL, &err); break;
         case 4: cpu_swiglu(NULL, a, b, ref, n); st = cuda_swiglu(da, db, dy, n, NULL, &err); break;
+        case 6:
+            cpu_geglu(NULL, a, b, ref, n);
+            st = cuda_glu_act(CPU_GLU_GELU, da, db, dy, n, NULL, &err);
+            break;
         default:
             cpu_swiglu_oai(NULL, a, b, ref, n, 1.702f, 7.0f);
             st = cuda_swiglu_oai(da, db, dy, n, 1.702f, 7.0f, NULL, &err);
@@ -171,6 +175,16 @@ static void test_elementwise(void) {
                      (double)ref[d < 0 ? 0 : d], (double)got[d < 0 ? 0 : d], (double)a[d < 0 ? 0 : d],
                      (double)b[d < 0 ? 0 : d]);
     }
+    /* soft-capping: CUDA's tanhf against libm's, within a few ulp */
+    for (int64_t i = 0; i < n; i++) ref[i] = 30.0f * tanhf(a[i] / 30.0f);
+    HM_CHECK(cuda_softcap(da, 30.0f, n, NULL, &err) == HM_OK);
+    HM_REQUIRE(tu_get(got, da, n * 4));
+    int far = 0;
+    for (int64_t i = 0; i < n; i++)
+        far += fabsf(got[i] - ref[i]) > 4e-7f * fmaxf(fabsf(ref[i]), 1.0f);
+    HM_CHECK_MSG(far == 0, "softcap: %d values off", far);
+    HM_CHECK(cuda_softcap(da, 0.0f, n, NULL, &err) == HM_ERR_ARG);
+    HM_REQUIRE(cudaMemcpy(da, a, (size_t)n * 4, cudaMemcpyHostToDevice) == cudaSuccess);
     /* in place: swiglu into gate */
     cpu_swiglu(NULL, a, b, ref, n);
     HM_CHECK(cuda_swiglu(da, db, da, n, NULL, &err) == HM_OK);

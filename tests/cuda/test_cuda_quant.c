@@ -5,7 +5,7 @@
  * x_per_slot; skipped rows untouched; ids >= n_expert skipped on the GPU; 5 experts, where a
  * step of several tokens takes the tiled instance, and 40, where up to 13 tokens x 3 take a
  * pair per CTA), cuda_moe_gate_up vs
- * the CPU's gate/up + bias + swiglu (both activations, with and without biases) and
+ * the CPU's gate/up + bias + activation (silu, gpt-oss's, gelu; with and without biases) and
  * cuda_get_rows vs quant_dequantize_row. Without a GPU: cuda_act_row_bytes equals
  * quant_act_row_size for every type, and every launcher fails cleanly with a message.
  * Weights are quantised from seeded random floats (quant_quantize_row), so scales are finite. */
@@ -209,7 +209,7 @@ static void check_moe(fixture *f, int64_t n_tok, int per_slot) {
 }
 
 /* fused gate/up vs the CPU: two grouped products, then bias + activation per valid pair */
-static void check_gate_up(fixture *f, int64_t n_tok, int oai, int bias) {
+static void check_gate_up(fixture *f, int64_t n_tok, int kind, int bias) {
     const int n_used = 3;
     hm_error err;
     hm_error_clear(&err);
@@ -241,18 +241,18 @@ static void check_gate_up(fixture *f, int64_t n_tok, int oai, int bias) {
             cpu_moe_add_bias(NULL, g, bg + (int64_t)ids[p] * F, &zero, 1, 1, F);
             cpu_moe_add_bias(NULL, u, bu + (int64_t)ids[p] * F, &zero, 1, 1, F);
         }
-        cpu_swiglu_slice(g, u, yc + p * F, F, oai, 1.702f, 7.0f, simd);
+        cpu_swiglu_slice(g, u, yc + p * F, F, kind, 1.702f, 7.0f, simd);
     }
     CU(cuda_quantize_act(f->t, f->dx, f->k, n_tok, f->dact, NULL, &err));
     cuda_moe_gate_up_args ga = {
         .gate = {.wtype = f->t, .w = f->dw, .n_expert = f->n_expert, .n_rows = F, .k = f->k,
                  .act = f->dact, .x_per_slot = 0, .ids = dids, .n_tok = n_tok, .n_used = n_used},
         .up_wtype = f->t, .up_w = f->dw2, .gate_b = bias ? dbg : NULL, .up_b = bias ? dbu : NULL,
-        .glu = oai ? CUDA_GLU_OAI : CUDA_GLU_SWIGLU, .alpha = 1.702f, .limit = 7.0f, .out = dy};
+        .glu = (cuda_glu)kind, .alpha = 1.702f, .limit = 7.0f, .out = dy};
     CU(cuda_moe_gate_up(&ga, NULL, &err));
     HM_REQUIRE(tu_get(yg, dy, ny * 4));
-    HM_CHECK_MSG(memcmp(yc, yg, ny * 4) == 0, "%s k %lld n_tok %lld oai %d bias %d: gate/up differs",
-                 hm_type_name(f->t), (long long)f->k, (long long)n_tok, oai, bias);
+    HM_CHECK_MSG(memcmp(yc, yg, ny * 4) == 0, "%s k %lld n_tok %lld activation %d bias %d: gate/up differs",
+                 hm_type_name(f->t), (long long)f->k, (long long)n_tok, kind, bias);
     cudaFree(dy);
     cudaFree(dbg);
     cudaFree(dbu);
@@ -312,9 +312,10 @@ static void run_type_k(uint32_t t, int64_t k, int64_t n_expert) {
         check_matvec(&f, n);
         check_moe(&f, n, 0);
         check_moe(&f, n, 1);
-        check_gate_up(&f, n, (int)(i & 1), (int)((i >> 1) & 1));
+        check_gate_up(&f, n, (int)(i % 3), (int)((i >> 1) & 1));
     }
     check_gate_up(&f, 2, 1, 1);
+    check_gate_up(&f, 2, 2, 0);
     check_get_rows(&f);
     cudaFree(f.dw);
     cudaFree(f.dw2);
