@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../cuda/cuda_test_util.h"
 #include "../forge/forge_test_util.h"
+#include "context_test_util.h"
 #include "harness.h"
 #include "model/model.h"
 #include "runtime/context.h"
@@ -44,23 +44,7 @@ static hm_context *open_ctx(const hm_model *m, where w, int n_seq) {
 
 /* The prompt in one call, then greedy steps: logits [N_TOK][V] (rows N_PROMPT-1 ..), tokens. */
 static bool run(hm_context *c, const int32_t *prompt, int64_t V, float *lo, int32_t *toks) {
-    hm_error err;
-    hm_context_reset(c);
-    if (hm_decode(c, prompt, N_PROMPT, 0, lo + (size_t)(N_PROMPT - 1) * (size_t)V,
-                  HM_LOGITS_LAST, &err) != HM_OK) {
-        HM_CHECK_MSG(false, "prompt: %s", err.msg);
-        return false;
-    }
-    memcpy(toks, prompt, sizeof(int32_t) * N_PROMPT);
-    for (int t = N_PROMPT; t < N_TOK; t++) {
-        toks[t] = tu_argmax(lo + (size_t)(t - 1) * (size_t)V, V);
-        if (hm_decode(c, &toks[t], 1, t, lo + (size_t)t * (size_t)V, HM_LOGITS_LAST, &err) !=
-            HM_OK) {
-            HM_CHECK_MSG(false, "step %d: %s", t, err.msg);
-            return false;
-        }
-    }
-    return true;
+    return ctu_greedy(c, prompt, N_PROMPT, N_TOK, V, lo, toks);
 }
 
 static double rel_diff(const float *a, const float *b, int64_t n) {

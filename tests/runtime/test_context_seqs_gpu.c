@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../cuda/cuda_test_util.h"
 #include "../forge/forge_test_util.h"
+#include "context_test_util.h"
 #include "harness.h"
 #include "model/model.h"
 #include "runtime/context.h"
@@ -42,28 +42,6 @@ static hm_context *open_ctx(const hm_model *m, bool tiered, int n_seq) {
     return st == HM_OK ? c : NULL;
 }
 
-/* Sequence alone: logits [N_TOK][V] (rows plen-1 .. N_TOK-1 filled) and greedy tokens. */
-static bool alone(hm_context *c, const int32_t *prompt, int plen, int64_t V, float *lo,
-                  int32_t *toks) {
-    hm_error err;
-    hm_context_reset(c);
-    if (hm_decode(c, prompt, plen, 0, lo + (size_t)(plen - 1) * (size_t)V, HM_LOGITS_LAST,
-                  &err) != HM_OK) {
-        HM_CHECK_MSG(false, "prompt: %s", err.msg);
-        return false;
-    }
-    memcpy(toks, prompt, sizeof(int32_t) * (size_t)plen);
-    for (int t = plen; t < N_TOK; t++) {
-        toks[t] = tu_argmax(lo + (size_t)(t - 1) * (size_t)V, V);
-        if (hm_decode(c, &toks[t], 1, t, lo + (size_t)t * (size_t)V, HM_LOGITS_LAST, &err) !=
-            HM_OK) {
-            HM_CHECK_MSG(false, "step %d: %s", t, err.msg);
-            return false;
-        }
-    }
-    return true;
-}
-
 static void check_one(const char *preset, forge_mix mix, bool tiered) {
     char path[512];
     hm_model *m = NULL;
@@ -80,7 +58,8 @@ static void check_one(const char *preset, forge_mix mix, bool tiered) {
     HM_REQUIRE(c1);
     for (int s = 0; s < N_SEQ; s++) {
         for (int i = 0; i < plen[s]; i++) toks[s][i] = 5 + 37 * s + 11 * i;
-        HM_REQUIRE(alone(c1, toks[s], plen[s], V, ref + (size_t)s * N_TOK * (size_t)V, toks[s]));
+        HM_REQUIRE(ctu_greedy(c1, toks[s], plen[s], N_TOK, V,
+                              ref + (size_t)s * N_TOK * (size_t)V, toks[s]));
     }
     hm_context_free(c1);
     hm_context *c = open_ctx(m, tiered, N_SEQ);
