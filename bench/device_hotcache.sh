@@ -3,7 +3,8 @@
 # forged qwen3-30b-a3b q4_k_m, routing drawn from a routing profile (--moe-routing-profile:
 # synthetic, said in every row), VRAM budgets emulating 8/16/24 GB cards.
 #   bash bench/device_hotcache.sh HOTMOE_BIN [PEER_LLAMA_BENCH|-] [PROFILES] [BUDGETS]
-# PROFILES: comma list of routing profiles (default bench/profiles/qwen3-30b-a3b-published.json);
+# PROFILES: comma list of routing profiles (default bench/profiles/qwen3-30b-a3b-published.json;
+# "none": the model's own routers, for a model no profile fits, e.g. MODEL=qwen3-next-80b-a3b);
 # BUDGETS: comma list of MiB (default 8192,16384,24576). For each profile: a perf file from a
 # --cpu-moe run with that routing (tg256), then for each budget:
 #   nocache   part 1's automatic plan at the budget (its -ngl 99 --n-cpu-moe K, printed)
@@ -47,12 +48,14 @@ tg() { # TAG ARGS...: one tg128 run, "tag: t/s" logged
 }
 for prof in ${profiles//,/ }; do
   pn=$(basename "$prof" .json)
+  rp=(--moe-routing-profile "$prof")
+  [ "$prof" = none ] && rp=() pn=own-routers
   perf=$W/raw/$pn.perf.json
-  timeout 200 "$bin" bench -m "$M" -t "$T" -ngl 99 --cpu-moe --moe-routing-profile "$prof" -p 0 -n 256 \
+  timeout 200 "$bin" bench -m "$M" -t "$T" -ngl 99 --cpu-moe "${rp[@]}" -p 0 -n 256 \
     -r 1 --moe-layer-perf-out "$perf" >"$W/raw/$pn.perf_run.txt" 2>&1
   log "$pn: perf file rc $?"
   for bud in ${budgets//,/ }; do
-    common=(bench -m "$M" -t "$T" -ngl 99 --vram-budget "$bud" --moe-routing-profile "$prof" -p 0 -n 128 -r 2 -o json)
+    common=(bench -m "$M" -t "$T" -ngl 99 --vram-budget "$bud" "${rp[@]}" -p 0 -n 128 -r 2 -o json)
     tg "$pn.$bud.nocache" "$bin" "${common[@]}"
     K=$(grep -o 'plan: -ngl 99 --n-cpu-moe [0-9]*' "$W/raw/$pn.$bud.nocache.err" | grep -o '[0-9]*$')
     hc=(--cpu-moe --moe-hot-cache "$perf")
