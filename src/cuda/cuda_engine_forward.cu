@@ -22,7 +22,8 @@
  * the gating weights stay with the ids. With routing counts on, the same router launch adds to
  * the layer's device counters (no launch of its own).
  * An engine with layer_begin > 0 (a partial -ngl) starts from input rows already in e->x and
- * runs its layers only.
+ * runs its layers only. A gemma4 model's layers are cuda_engine_gemma4.cu's (one call a layer,
+ * nothing deferred); the recurrent layers of the hybrids cuda_engine_hybrid.cu's.
  * Nothing here synchronises, allocates or copies to the host; positions come from e->d_pos.
  */
 #include <cuda_runtime.h>
