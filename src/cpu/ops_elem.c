@@ -43,9 +43,10 @@ static void ew_range(const ew_job *j, int64_t i0, int64_t i1) {
                        a + i0, b ? b + i0 : NULL, j->s, y + i0, i1 - i0);
         return;
     }
-    if (j->simd && j->op >= EW_SILU && j->op != EW_GEGLU) { /* GEGLU: scalar */
+    if (j->simd && j->op >= EW_SILU) {
         static const int act[] = {[EW_SILU] = OPS_ACT_SILU, [EW_SIGMOID] = OPS_ACT_SIGMOID,
-                                  [EW_SWIGLU] = OPS_ACT_SWIGLU, [EW_SWIGLU_OAI] = OPS_ACT_SWIGLU_OAI};
+                                  [EW_SWIGLU] = OPS_ACT_SWIGLU, [EW_SWIGLU_OAI] = OPS_ACT_SWIGLU_OAI,
+                                  [EW_GEGLU] = OPS_ACT_GEGLU};
         ops_act_avx2(act[j->op], a + i0, b ? b + i0 : NULL, y + i0, i1 - i0, j->s, j->t);
         return;
     }

@@ -1,5 +1,5 @@
-/* ops_elem_avx2.c - AVX2 activations (SiLU, sigmoid, SwiGLU, gpt-oss SwiGLU), the RMS norm of a
- * row and the slot combine of a token, with exactly the scalar operations of ops_elem.c /
+/* ops_elem_avx2.c - AVX2 activations (SiLU, sigmoid, SwiGLU, gpt-oss SwiGLU, GeGLU), the RMS
+ * norm of a row and the slot combine of a token, with exactly the scalar operations of ops_elem.c /
  * ops_math.h (hm_expf8, then IEEE add and divide; the norm's double chains lane by lane), so
  * the results are bit-identical; chosen at run time on CPUs with AVX2. */
 #include <immintrin.h>
@@ -23,11 +23,20 @@ static inline __m256 silu8(__m256 x) {
     return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
 }
 
+/* hm_geluf: g / (1 + hm_expf(-2u)), u = 0.7978845608 (g + ((0.044715 g) g) g) */
+static inline __m256 gelu8(__m256 g) {
+    const __m256 c = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.044715f), g), g), g);
+    const __m256 u = _mm256_mul_ps(_mm256_set1_ps(0.7978845608f), _mm256_add_ps(g, c));
+    const __m256 e = hm_expf8(_mm256_mul_ps(_mm256_set1_ps(-2.0f), u));
+    return _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
 static float act1(int op, float a, float b, float alpha, float limit) {
     switch (op) {
     case OPS_ACT_SILU: return hm_siluf(a);
     case OPS_ACT_SIGMOID: return hm_sigmoidf(a);
     case OPS_ACT_SWIGLU: return hm_siluf(a) * b;
+    case OPS_ACT_GEGLU: return hm_geluf(a) * b;
     default: {
         float g = a > limit ? limit : a;
         float u = b > limit ? limit : (b < -limit ? -limit : b);
@@ -49,6 +58,10 @@ void ops_act_avx2(int op, const float *a, const float *b, float *y, int64_t n, f
     case OPS_ACT_SWIGLU:
         for (; i + 8 <= n; i += 8)
             _mm256_storeu_ps(y + i, _mm256_mul_ps(silu8(_mm256_loadu_ps(a + i)), _mm256_loadu_ps(b + i)));
+        break;
+    case OPS_ACT_GEGLU:
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(y + i, _mm256_mul_ps(gelu8(_mm256_loadu_ps(a + i)), _mm256_loadu_ps(b + i)));
         break;
     default: {
         const __m256 lim = _mm256_set1_ps(limit), nlim = _mm256_set1_ps(-limit);

@@ -34,8 +34,9 @@ void ops_attn_pv_avx2(uint32_t vtype, const uint8_t *v, size_t v_stride, int nr,
 void ops_exp_sub_avx2(float *x, int64_t n, float m);
 
 /* Activations on [0, n) with ops_elem.c's exact operations (ops_elem_avx2.c; AVX2 only):
- * op OPS_ACT_SILU / SIGMOID (a), SWIGLU (gate a, up b), SWIGLU_OAI (a, b, alpha, limit). */
-enum { OPS_ACT_SILU, OPS_ACT_SIGMOID, OPS_ACT_SWIGLU, OPS_ACT_SWIGLU_OAI };
+ * op OPS_ACT_SILU / SIGMOID (a), SWIGLU (gate a, up b), SWIGLU_OAI (a, b, alpha, limit),
+ * GEGLU (gate a, up b). */
+enum { OPS_ACT_SILU, OPS_ACT_SIGMOID, OPS_ACT_SWIGLU, OPS_ACT_SWIGLU_OAI, OPS_ACT_GEGLU };
 void ops_act_avx2(int op, const float *a, const float *b, float *y, int64_t n, float alpha,
                   float limit);
 

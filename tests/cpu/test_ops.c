@@ -241,6 +241,17 @@ static void test_elementwise(void) {
             float u = b[i] > 7.0f ? 7.0f : (b[i] < -7.0f ? -7.0f : b[i]);
             bad += !SAME(y[0][i], (g * hm_sigmoidf(g * 1.702f)) * (u + 1.0f));
         }
+        cpu_geglu(pools[2], a, b, y[0], n);
+        for (int64_t i = 0; i < n; i++) bad += !SAME(y[0][i], hm_geluf(a[i]) * b[i]);
+        for (int simd = 0; simd < 2; simd++) { /* odd offsets and lengths: vector and tail */
+            float sg[203];
+            for (int64_t i0 = 0; i0 < 1000; i0 += 197) {
+                const int64_t len = 203 - i0 % 11;
+                cpu_swiglu_slice(a + i0, b + i0, sg, len, CPU_GLU_GELU, 0, 0,
+                                 simd && cpu_act_simd());
+                for (int64_t i = 0; i < len; i++) bad += !SAME(sg[i], y[0][i0 + i]);
+            }
+        }
         /* the caller-side slices (both SIMD choices, odd offsets and lengths) equal the pooled ops */
         cpu_swiglu(pools[2], a, b, y[1], n);
         cpu_swiglu_oai(pools[2], a, b, y[2], n, 1.702f, 7.0f);
