@@ -40,9 +40,15 @@ static int by_layer_out(const void *a, const void *b) {
     return (p->out > q->out) - (p->out < q->out);
 }
 
-/* The pairs of one layer that gain, appended to ps from *np. */
-static void layer_pairs(int il, int NE, const uint8_t *hot, const double *score, ranked *cand,
-                        ranked *vict, pair *ps, int *np) {
+/* Whether a candidate counted ci times stands out from a victim counted co times (hot_update.h:
+ * ci - co > z sqrt(ci + co)). */
+static bool stands_out(uint64_t ci, uint64_t co, double z) {
+    return ci > co && (double)(ci - co) > z * sqrt((double)(ci + co));
+}
+
+/* The pairs of one layer that gain, appended to ps from *np. counts: NULL, or the layer's. */
+static void layer_pairs(int il, int NE, const uint8_t *hot, const double *score,
+                        const uint64_t *counts, ranked *cand, ranked *vict, pair *ps, int *np) {
     int nc = 0, nv = 0;
     for (int e = 0; e < NE; e++) {
         const double s = score[(size_t)il * (size_t)NE + (size_t)e];
@@ -51,13 +57,17 @@ static void layer_pairs(int il, int NE, const uint8_t *hot, const double *score,
     }
     qsort(cand, (size_t)nc, sizeof(*cand), by_score_desc);
     qsort(vict, (size_t)nv, sizeof(*vict), by_score_asc);
-    for (int k = 0; k < nc && k < nv && cand[k].s > vict[k].s; k++)
+    const double z = sqrt(2.0 * log(NE > 2 ? (double)NE : 2.0));
+    for (int k = 0; k < nc && k < nv && cand[k].s > vict[k].s; k++) {
+        if (counts && !stands_out(counts[cand[k].e], counts[vict[k].e], z)) break;
         ps[(*np)++] = (pair){{il, vict[k].e, cand[k].e, cand[k].s - vict[k].s}, k};
+    }
 }
 
 hm_status hot_update_plan(int n_layer, int n_expert, const uint8_t *hot, const double *score,
-                          uint64_t hot_hits, uint64_t cold_hits, double rate, hot_exchange *out,
-                          int room, int *n_out, hot_update_stats *st, hm_error *err) {
+                          const uint64_t *counts, uint64_t hot_hits, uint64_t cold_hits,
+                          double rate, hot_exchange *out, int room, int *n_out,
+                          hot_update_stats *st, hm_error *err) {
     *n_out = 0;
     if (!(rate >= 0 && rate <= 1))
         return hm_error_set(err, HM_ERR_ARG, "--moe-hot-cache-update-rate %g: must be in [0, 1]",
@@ -81,7 +91,9 @@ hm_status hot_update_plan(int n_layer, int n_expert, const uint8_t *hot, const d
         return hm_error_set(err, HM_ERR_NOMEM, "out of memory (hot cache update)");
     }
     int np = 0;
-    for (int il = 0; il < n_layer; il++) layer_pairs(il, n_expert, hot, score, cand, vict, ps, &np);
+    for (int il = 0; il < n_layer; il++)
+        layer_pairs(il, n_expert, hot, score,
+                    counts ? counts + (size_t)il * (size_t)n_expert : NULL, cand, vict, ps, &np);
     qsort(ps, (size_t)np, sizeof(*ps), by_gain);
     st->candidates = np;
     int take = np < st->max_exchange ? np : st->max_exchange;

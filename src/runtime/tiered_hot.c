@@ -140,12 +140,13 @@ void tiered_hot_observe(hm_tiered *t, int L, const cuda_handoff_msg *m) {
 }
 
 /* Plans the exchanges a scoring asks for at rate against the current map, applies them to the
- * map and queues them (the worker's, or the worker paused). */
-static hm_status queue_plan(hm_tiered *t, tiered_hot *h, const double *score, double rate,
-                            uint64_t hot_hits, uint64_t cold_hits, hot_update_stats *st,
-                            hm_error *err) {
+ * map and queues them (the worker's, or the worker paused). counts: the window's selections
+ * behind the scores (a pair must stand out from chance: hot_update.h), or NULL. */
+static hm_status queue_plan(hm_tiered *t, tiered_hot *h, const double *score,
+                            const uint64_t *counts, double rate, uint64_t hot_hits,
+                            uint64_t cold_hits, hot_update_stats *st, hm_error *err) {
     int n = 0;
-    hm_status s = hot_update_plan(h->n_layer, h->n_expert, hot_admit_map(h->adm), score,
+    hm_status s = hot_update_plan(h->n_layer, h->n_expert, hot_admit_map(h->adm), score, counts,
                                   hot_hits, cold_hits, rate, h->q + h->n_q, HOT_QUEUE - h->n_q,
                                   &n, st, err);
     if (s != HM_OK) return s;
@@ -196,7 +197,8 @@ static void update(hm_tiered *t, tiered_hot *h) {
     hm_error e;
     hot_update_stats s;
     if (hot_weight_score(&l, &h->c.weight, h->score, h->layer_w, NULL, &e) == HM_OK &&
-        queue_plan(t, h, h->score, h->c.update_rate, hot_hits, cold_hits, &s, &e) == HM_OK) {
+        queue_plan(t, h, h->score, h->win_hits, h->c.update_rate, hot_hits, cold_hits, &s,
+                   &e) == HM_OK) {
         char line[320];
         hot_update_format(&s, line, sizeof(line));
         HM_LOGI("%s", line);
@@ -220,7 +222,7 @@ hm_status hm_tiered_hot_apply(hm_tiered *t, const moe_learn *l, hot_update_stats
                             "the model %d x %d", l->n_layer, l->n_expert, h->n_layer, h->n_expert);
     tiered_pause(t);
     hm_status s = hot_weight_score(l, &h->c.weight, h->score, h->layer_w, NULL, err);
-    if (s == HM_OK) s = queue_plan(t, h, h->score, 1.0, 0, 0, st, err);
+    if (s == HM_OK) s = queue_plan(t, h, h->score, NULL, 1.0, 0, 0, st, err);
     if (s == HM_OK) hand_over(t, h);
     tiered_resume(t);
     return s;
