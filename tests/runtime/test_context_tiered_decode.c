@@ -234,6 +234,10 @@ static void check_model(const char *preset, forge_mix mix) {
                          (unsigned long long)s.requests, (unsigned long long)s.faults);
             HM_CHECK_MSG(pls[i].update_rate <= 0 || s.hot_updates > 0, "%s %s %s: no update "
                          "in %d tokens", preset, forge_mix_name(mix), pls[i].name, N_GEN);
+            if (pls[i].update_rate > 0) /* updates exchange only what stands out from chance */
+                printf("%-14s %-7s %s: %llu updates, %llu slots exchanged\n", preset,
+                       forge_mix_name(mix), pls[i].name, (unsigned long long)s.hot_updates,
+                       (unsigned long long)s.hot_exchanged);
             /* forced post-fetch runs where the layers have no down biases (gpt-oss has) */
             HM_CHECK_MSG(!pls[i].pf || down_b || (s.pf_experts > 0 && s.pf_fallbacks == 0),
                          "%s %s %s: %llu down products post-fetched, %llu fallbacks", preset,

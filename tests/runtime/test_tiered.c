@@ -424,10 +424,20 @@ static hm_status log_exchange(void *user, int il, int out, int in, hm_error *err
 
 /* A request of layer L in step seq as a mixed layer's: random ids, the hot ones (hot map)
  * posted as -2 - id. */
-static void post_mixed(fake_gpu *g, const uint8_t *hot, int L, uint32_t seq, int n) {
+/* A request of n tokens with random ids, skewed when fav: every token also selects experts 1
+ * and 3 (cold: odd), in its first slots unless it has them already. */
+static void post_mixed(fake_gpu *g, const uint8_t *hot, int L, uint32_t seq, int n, bool fav) {
     fill_request(g, n, 0);
     const cuda_handoff_view *v = &g->v;
     const int K = v->n_used, NE = (int)v->n_expert;
+    for (int t = 0; t < n && fav; t++)
+        for (int f = 0; f < 2; f++) {
+            int32_t *ids = v->ids + t * K;
+            bool has = false;
+            for (int s = 0; s < K; s++) has = has || ids[s] == 1 + 2 * f;
+            for (int s = 0; s < K && !has; s++) /* a slot not holding the other favourite */
+                if (ids[s] != 1 && ids[s] != 3) ids[s] = 1 + 2 * f, has = true;
+        }
     for (int i = 0; i < n * K; i++)
         if (hot[(size_t)L * (size_t)NE + (size_t)v->ids[i]]) v->ids[i] = -2 - v->ids[i];
     publish(g, L, seq, (uint32_t)L, (uint32_t)n);
@@ -436,7 +446,8 @@ static void post_mixed(fake_gpu *g, const uint8_t *hot, int L, uint32_t seq, int
 /* Mixed layers (even experts hot): lru admits misses into unused hot experts' slots, at most one
  * per layer per step, every admission names a hot victim and a missed expert; the answers stay
  * the CPU lane's on the posted ids (hot slots skipped); the counters add up. Then a static cache
- * with updates every 4 tokens at rate 0.5 exchanges slots by the window's scores. */
+ * with updates every 12 tokens at rate 0.5 exchanges slots by the window's scores, the routing
+ * skewed (two cold experts in every token) so that they stand out from chance. */
 static void test_hot_controller(void) {
     alarm(600);
     hm_model *m = load("tiny-qwen3moe", FORGE_MIX_Q8_0);
@@ -455,7 +466,7 @@ static void test_hot_controller(void) {
         hm_error err;
         hm_tiered_hot_cfg hc = {.policy = mode ? HOT_POLICY_STATIC : HOT_POLICY_LRU,
                                 .admit_per_step = 1, .decay = 0.9,
-                                .update_rate = mode ? 0.5 : 0.0, .update_interval = 4,
+                                .update_rate = mode ? 0.5 : 0.0, .update_interval = 12,
                                 .weight = hot_weight_default()};
         lg->n = 0;
         HM_REQUIRE(hm_tiered_set_hot(t, &hc, hot, log_exchange, lg, &err) == HM_OK);
@@ -466,10 +477,11 @@ static void test_hot_controller(void) {
                  HM_ERR_ARG);
         uint64_t sel = 0;
         bool ok = true;
-        for (uint32_t step = 1; step <= 12 && ok; step++)
+        const uint32_t steps = mode ? 24 : 12;
+        for (uint32_t step = 1; step <= steps && ok; step++)
             for (int j = 0; j < g.v.n_host && ok; j++) {
                 const int L = g.v.host_layers[j];
-                post_mixed(&g, hot, L, step, 1);
+                post_mixed(&g, hot, L, step, 1, mode == 1);
                 for (int i = 0; i < K; i++) {
                     posted_hot += g.v.ids[i] <= -2;
                     posted_cold += g.v.ids[i] >= 0;
@@ -496,7 +508,7 @@ static void test_hot_controller(void) {
                 }
             }
             HM_CHECK_MSG(h == posted_hot && c == posted_cold &&
-                             calls == 12 * (uint64_t)g.v.n_host,
+                             calls == steps * (uint64_t)g.v.n_host,
                          "perf file: hot %llu (%llu), cold %llu (%llu), calls %llu",
                          (unsigned long long)h, (unsigned long long)posted_hot,
                          (unsigned long long)c, (unsigned long long)posted_cold,
