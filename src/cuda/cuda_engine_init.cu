@@ -176,14 +176,13 @@ static size_t layout_scratch(const hm_model *m, const cuda_engine_params *p, cud
         }
     }
     size_t attn = 0;
-    for (int kind = 0; kind < 2; kind++) { /* the full layers', gemma4's sliding layers' */
+    for (int kind = 0; kind < (g4 ? 2 : 1); kind++) { /* the full layers', gemma4's sliding */
         cuda_attn_args aa;
         memset(&aa, 0, sizeof(aa));
         aa.n_head = (int)hp->n_head;
         aa.n_head_kv = (int)(kind ? hp->n_head_kv_swa : hp->n_head_kv);
         aa.head_dim = (int)(kind ? hp->head_dim_swa : hp->head_dim_k);
         aa.n_ctx = p->n_ctx;
-        if (kind && !g4) break;
         for (int64_t t = 1; t <= nu; t++) {
             aa.n_tok = t;
             size_t a = cuda_attention_scratch_size(&aa);
