@@ -48,9 +48,13 @@
 /* Software prefetch of the weight stream into L1, HM_TUNE_SIMD_PF_DIST bytes ahead of the bytes
  * [p, p + len) about to be read (one prefetch per cache line; past the end of the data it is
  * harmless). L2-only hints (T1, T2) were no faster, NTA clearly slower (bench/RESULTS.md). */
+/* The same at lead bytes ahead. */
+SIMD_INLINE void simd_prefetch_at(const uint8_t *p, size_t lead, size_t len) {
+    for (size_t o = 0; o < len; o += 64) _mm_prefetch((const char *)(p + lead + o), _MM_HINT_T0);
+}
+
 SIMD_INLINE void simd_prefetch_w(const uint8_t *p, size_t len) {
-    for (size_t o = 0; o < len; o += 64)
-        _mm_prefetch((const char *)(p + HM_TUNE_SIMD_PF_DIST + o), _MM_HINT_T0);
+    simd_prefetch_at(p, HM_TUNE_SIMD_PF_DIST, len);
 }
 
 /* The 32 accumulator lanes: a[j] holds lanes 8j..8j+7. */

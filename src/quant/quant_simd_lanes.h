@@ -108,6 +108,10 @@ enum { SIMD_LANE_TC = 4 };
         simd_acc_zero(&acc0);                                                                  \
         simd_acc_zero(&acc1);                                                                  \
         int64_t b = 0;                                                                         \
+        /* the next pair whole, now: the pair's back-and-forth order (head 0, head 1, both     \
+         * tails) defeats the hardware's stream prefetch, and rows over 2 KiB (q6_K at k =     \
+         * 2816) outrun the groups' own distance: 12 -> 24 GB/s streaming q6_K, dev box */     \
+        simd_prefetch_at(w0, 2 * ws, 2 * ws);                                                  \
         for (; b + 8 <= nb; b += 8) {                                                          \
             simd_prefetch_w(w0 + (size_t)b * (WSZ), 8 * (WSZ));                                \
             simd_prefetch_w(w1 + (size_t)b * (WSZ), 8 * (WSZ));                                \
