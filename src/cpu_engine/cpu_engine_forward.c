@@ -44,21 +44,12 @@
 #include "cpu/matmul.h"
 #include "cpu_engine/cpu_engine_steps.h"
 
-/* q, k and v of one input, without biases: one pool job (activations quantised once) when the
- * three weight types share an activation format, else three products. */
+/* q, k and v of one input, without biases (ce_linear_multi). */
 static hm_status linear_qkv(cpu_engine *c, const hm_layer *L, const float *x, int64_t n,
                             hm_error *err) {
-    cpu_matmul_mat mats[3];
-    if (!ce_qkv_mats(c, L, mats)) {
-        const hm_tensor *w[3] = {&L->wq, &L->wk, &L->wv};
-        hm_status st = HM_OK;
-        for (int i = 0; i < 3 && st == HM_OK; i++)
-            st = ce_linear(c, w[i], NULL, x, n, mats[i].y, err);
-        return st;
-    }
-    bool fits = ce_mm_fits(c, &L->wq, n);
-    return cpu_matmul_multi(c->pool, c->kern, 3, mats, L->wq.ne[0], x, n,
-                            fits ? c->mm_scratch : NULL, fits ? c->mm_scratch_size : 0, err);
+    const hm_tensor *w[3] = {&L->wq, &L->wk, &L->wv};
+    float *y[3] = {c->q, c->k, c->v};
+    return ce_linear_multi(c, 3, w, y, x, n, err);
 }
 
 /* After the wo product: its bias, the residual add x += proj and the FFN norm of x into xn

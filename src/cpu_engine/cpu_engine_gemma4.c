@@ -53,9 +53,10 @@ static hm_status attention(cpu_engine *c, const hm_layer *L, int il, int n, hm_e
     hm_model_layer_kv(c->m, il, &nkv, &hd);
     tp_pool *pe = ce_op_pool(c->pool, n * E);
     cpu_rmsnorm(pe, c->x, L->attn_norm.data, c->xn, n, E, hp->rms_eps);
-    hm_status st = ce_linear(c, &L->wq, NULL, c->xn, n, c->q, err);  /* [n][nh][hd] */
-    if (st == HM_OK) st = ce_linear(c, &L->wk, NULL, c->xn, n, c->k, err); /* [n][nkv][hd] */
-    if (st == HM_OK && L->wv.data) st = ce_linear(c, &L->wv, NULL, c->xn, n, c->v, err);
+    /* q [n][nh][hd], k and v [n][nkv][hd] (a full layer has no wv) */
+    const hm_tensor *w[3] = {&L->wq, &L->wk, &L->wv};
+    float *y[3] = {c->q, c->k, c->v};
+    hm_status st = ce_linear_multi(c, L->wv.data ? 3 : 2, w, y, c->xn, n, err);
     if (st != HM_OK) return st;
     if (!L->wv.data) /* a full layer: V is K's product */
         memcpy(c->v, c->k, sizeof(float) * (size_t)(n * nkv * hd));
@@ -123,8 +124,9 @@ hm_status ce_gemma4_layer(cpu_engine *c, int il, int n, hm_error *err) {
     /* the dense MLP into ey's first n rows (the slots are summed already) */
     float *dense = c->ey; /* [n][E] */
     cpu_rmsnorm(pe, c->x, L->ffn_norm.data, c->xn, n, E, hp->rms_eps);
-    st = ce_linear(c, &L->ffn_gate, NULL, c->xn, n, c->sg, err); /* [n][F] */
-    if (st == HM_OK) st = ce_linear(c, &L->ffn_up, NULL, c->xn, n, c->su, err);
+    const hm_tensor *wd[2] = {&L->ffn_gate, &L->ffn_up};
+    float *yd[2] = {c->sg, c->su}; /* [n][F] */
+    st = ce_linear_multi(c, 2, wd, yd, c->xn, n, err);
     if (st != HM_OK) return st;
     cpu_geglu(ce_op_pool(c->pool, n * F), c->sg, c->su, c->sg, n * F);
     st = ce_linear(c, &L->ffn_down, NULL, c->sg, n, dense, err);

@@ -28,6 +28,27 @@ hm_status ce_linear(cpu_engine *c, const hm_tensor *w, const hm_tensor *b, const
     return st;
 }
 
+hm_status ce_linear_multi(cpu_engine *c, int n_mat, const hm_tensor *const *w, float *const *y,
+                          const float *x, int64_t n, hm_error *err) {
+    cpu_matmul_mat mats[CPU_MATMUL_MAX_MULTI];
+    bool same = n_mat <= CPU_MATMUL_MAX_MULTI;
+    for (int i = 0; i < n_mat && same; i++) {
+        mats[i] = (cpu_matmul_mat){.wtype = w[i]->type, .w = w[i]->data, .n_rows = w[i]->ne[1],
+                                   .y = y[i], .x8 = w[i]->x8};
+        same = w[i]->ne[0] == w[0]->ne[0] &&
+               quant_act_for(w[i]->type) == quant_act_for(w[0]->type);
+    }
+    if (!same) {
+        hm_status st = HM_OK;
+        for (int i = 0; i < n_mat && st == HM_OK; i++)
+            st = ce_linear(c, w[i], NULL, x, n, y[i], err);
+        return st;
+    }
+    const bool fits = ce_mm_fits(c, w[0], n);
+    return cpu_matmul_multi(c->pool, c->kern, n_mat, mats, w[0]->ne[0], x, n,
+                            fits ? c->mm_scratch : NULL, fits ? c->mm_scratch_size : 0, err);
+}
+
 /* The q, k and v products of one layer: mats [3] (outputs c->q, c->k, c->v); true when they
  * share their input length and activation format (one product of three matrices). */
 bool ce_qkv_mats(cpu_engine *c, const hm_layer *L, cpu_matmul_mat *mats) {

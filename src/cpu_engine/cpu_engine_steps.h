@@ -23,6 +23,11 @@ void ce_add_bias(tp_pool *pool, const hm_tensor *b, float *y, int64_t n, int64_t
 /* y[n][rows of w] = x[n][w->ne[0]] . w (+ bias b when given). */
 hm_status ce_linear(cpu_engine *c, const hm_tensor *w, const hm_tensor *b, const float *x,
                     int64_t n, float *y, hm_error *err);
+/* y[i] = x . w[i] for n_mat (<= CPU_MATMUL_MAX_MULTI) matrices of one input, without biases: one
+ * pool job (the activations quantised once) when they share k and an activation format, else
+ * one product each; the bytes of ce_linear either way. */
+hm_status ce_linear_multi(cpu_engine *c, int n_mat, const hm_tensor *const *w, float *const *y,
+                          const float *x, int64_t n, hm_error *err);
 /* The product of n rows by w fits the engine's scratch. */
 bool ce_mm_fits(const cpu_engine *c, const hm_tensor *w, int64_t n);
 /* The q, k and v products of one layer: mats [3] (outputs c->q, c->k, c->v); true when they
