@@ -8,7 +8,8 @@
  * one-token kernel as f16. The GPU sums in a different order (online softmax per 32-position tile,
  * flash-decoding splits, one f32 accumulator per dot product), so bit-identity is not claimed;
  * the worst ratio per case is printed. Cases: GQA, sliding window + sinks, 3000 positions,
- * head_dim 80 and 256, 16 and 128 query heads per kv head, multi-token decode batches. Also:
+ * head_dim 80, 256, 320 and 512 (gemma4's full layers), 16 and 128 query heads per kv head,
+ * multi-token decode batches. Also:
  * determinism (the same call twice gives the same bytes), argument errors, the refusals (q8_0,
  * bf16, a mixed f16/f32 pair), one token of each of several sequences in one launch
  * (cuda_kv_store_seqs, cuda_attention_runs: the bytes of a launch per token), and (printed, not asserted) timings of decode and prompt
@@ -41,8 +42,9 @@ static void test_host(void) {
     HM_CHECK_MSG(strstr(err.msg, "f16 K with f32 V") && strstr(err.msg, "one type"), "%s",
                  err.msg);
     HM_CHECK(cuda_kv_check(HM_TYPE_F32, HM_TYPE_F16, 8, 128, &err) == HM_ERR_UNSUPPORTED);
-    HM_CHECK(cuda_kv_check(HM_TYPE_F16, HM_TYPE_F16, 8, 320, &err) == HM_ERR_UNSUPPORTED);
-    HM_CHECK(cuda_kv_check(HM_TYPE_F32, HM_TYPE_F32, 8, 320, &err) == HM_ERR_UNSUPPORTED);
+    HM_CHECK(cuda_kv_check(HM_TYPE_F16, HM_TYPE_F16, 8, 520, &err) == HM_ERR_UNSUPPORTED);
+    HM_CHECK(cuda_kv_check(HM_TYPE_F32, HM_TYPE_F32, 8, 520, &err) == HM_ERR_UNSUPPORTED);
+    HM_CHECK(cuda_kv_check(HM_TYPE_F16, HM_TYPE_F16, 2, 512, &err) == HM_OK);
     HM_CHECK(cuda_kv_check(HM_TYPE_F16, HM_TYPE_F16, 8, 128, &err) == HM_OK);
     HM_CHECK(cuda_kv_check(HM_TYPE_F32, HM_TYPE_F32, 8, 128, &err) == HM_OK);
     HM_CHECK(cuda_kv_bytes(HM_TYPE_F16, 4096, 8, 128) == (size_t)4096 * 8 * 128 * 2);
@@ -60,7 +62,7 @@ static void test_host(void) {
     HM_CHECK(cuda_attention(&a, NULL, &err) == HM_ERR_ARG); /* no buffers */
     a.kv_f32 = 1;
     HM_CHECK(cuda_attention(&a, NULL, &err) == HM_ERR_ARG); /* no buffers */
-    a.head_dim = 320;
+    a.head_dim = 520;
     HM_CHECK(cuda_attention(&a, NULL, &err) == HM_ERR_UNSUPPORTED);
     a.head_dim = 64;
     a.kv_f32 = 0;
@@ -110,6 +112,9 @@ static const att_case k_cases[] = {
     {"long_3000", 4, 1, 128, 0, 0, 3072, {512, 512, 512, 512, 512, 440}, 4, 3},
     {"hd256_swa", 4, 4, 256, 64, 1, 256, {100, 50}, 5, 1},
     {"hd80", 6, 2, 80, 0, 0, 300, {37, 64}, 5, 2},
+    /* head sizes over 256: the 512 instance (gemma-4-26b-a4b's full layers: 16 heads, 2 kv) */
+    {"hd512", 16, 2, 512, 0, 0, 256, {100, 40}, 4, 1},
+    {"hd320", 4, 2, 320, 0, 0, 256, {60}, 3, 2},
     {"rep16", 32, 2, 64, 0, 1, 256, {130}, 3, 1},
     {"rep128", 128, 1, 64, 0, 0, 128, {20}, 2, 1},
     /* the decode kernel's qwen3 / gpt-oss shapes: 8 heads per kv head, 32 merged parts */
