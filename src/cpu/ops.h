@@ -277,9 +277,10 @@ void cpu_l2_norm(float *x, int64_t n, float eps);
 /* The gated delta rule for one value head and one token, in place on its state S [dk][dv]:
  *   S = S * exp(g);  d = (v - S^T k) * beta;  S = S + k d^T;  o = S^T q
  * (q, k [dk] already L2-normalised, q scaled by 1/sqrt(dk); v, o [dv]; g <= 0 the log decay;
- * beta in (0, 1)). Sums in index order; scratch [dv]. */
+ * beta in (0, 1)). Sums in index order; scratch [dv]. simd = cpu_act_simd() (read once by the
+ * caller): AVX2 columns where dv % 8 == 0, the same bytes. */
 void cpu_delta_rule(float *S, const float *q, const float *k, const float *v, float g, float beta,
-                    int64_t dk, int64_t dv, float *o, float *scratch);
+                    int64_t dk, int64_t dv, float *o, float *scratch, int simd);
 
 /* ------------------------------------------------------------------ routers */
 

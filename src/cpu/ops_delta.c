@@ -14,6 +14,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "cpu/ops_internal.h"
 #include "cpu/ops_math.h"
 
 void cpu_conv1d_causal(float *state, const float *w, const float *x, float *y, int64_t C, int K) {
@@ -38,9 +39,13 @@ void cpu_l2_norm(float *x, int64_t n, float eps) {
 }
 
 void cpu_delta_rule(float *S, const float *q, const float *k, const float *v, float g, float beta,
-                    int64_t dk, int64_t dv, float *o, float *scratch) {
+                    int64_t dk, int64_t dv, float *o, float *scratch, int simd) {
     const float decay = hm_expf(g);
     float *kv = scratch; /* [dv] S^T k after the decay */
+    if (simd && dv % 8 == 0) {
+        ops_delta_rule_avx2(S, q, k, v, decay, beta, dk, dv, o, kv);
+        return;
+    }
     for (int64_t j = 0; j < dv; j++) kv[j] = 0.0f;
     for (int64_t i = 0; i < dk; i++) {
         float *row = S + i * dv;

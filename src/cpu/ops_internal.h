@@ -20,6 +20,11 @@ static inline void ops_run(tp_pool *pool, tp_fn fn, void *ctx, int64_t work, int
     else tp_run(pool, fn, ctx);
 }
 
+/* cpu_delta_rule after its decay (ops_delta_avx2.c; call only when the CPU has AVX2, dv % 8 ==
+ * 0): the same state and output bytes; kv [dv] scratch. */
+void ops_delta_rule_avx2(float *S, const float *q, const float *k, const float *v, float decay,
+                         float beta, int64_t dk, int64_t dv, float *o, float *kv);
+
 /* Attention P.V (ops_attn_avx2.c; call only when the CPU has AVX2+F16C, hd % 16 == 0):
  * for r in [0, nr) in order, for i < nh, d < hd: acc[i*hd + d] = acc[i*hd + d] +
  * p[i*p_stride + r] * V_r[d], V_r = row r of v (vtype f32/f16/q8_0, rows v_stride bytes apart). */

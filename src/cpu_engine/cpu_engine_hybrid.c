@@ -73,6 +73,7 @@ typedef struct {
     int64_t nk, nv, dk, dv, cd, vd;
     size_t conv_floats; /* the convolution state's floats before the delta state */
     float *scratch;     /* [threads][2 dv] */
+    int simd;           /* cpu_act_simd(), read once per call */
 } delta_job;
 
 /* Item h: value head h over the call's tokens in order, each on its sequence's state. */
@@ -99,7 +100,7 @@ static void delta_head(void *ctx, int64_t h, int ith) {
         const float beta = 1.0f / (1.0f + hm_expf(-*bp));
         const float gl = softplus(*ap + dt[h]) * A[h];
         float *o = c->hy_o + (int64_t)t * j->vd + h * dv;
-        cpu_delta_rule(S, q, k, v, gl, beta, dk, dv, o, scr);
+        cpu_delta_rule(S, q, k, v, gl, beta, dk, dv, o, scr, j->simd);
         cpu_rmsnorm(NULL, o, nw, o, 1, dv, c->hp->rms_eps);
         cpu_silu(NULL, c->hy_z + (int64_t)t * j->vd + h * dv, gz, dv);
         cpu_mul(NULL, o, gz, o, dv);
@@ -111,7 +112,7 @@ static hm_status linear_block(cpu_engine *c, int il, int n, hm_error *err) {
     const hm_hparams *hp = c->hp;
     const hm_layer *L = hm_model_layer(c->m, il);
     delta_job j = {.c = c, .L = L, .il = il, .n = n, .nk = hp->ssm_n_k_heads, .nv = hp->ssm_n_v_heads,
-                   .dk = hp->ssm_head_k, .dv = hp->ssm_head_v};
+                   .dk = hp->ssm_head_k, .dv = hp->ssm_head_v, .simd = cpu_act_simd()};
     j.vd = j.nv * j.dv;
     j.cd = 2 * j.nk * j.dk + j.vd;
     const int K = (int)hp->ssm_conv_kernel;

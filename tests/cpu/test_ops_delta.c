@@ -6,6 +6,8 @@
  * with g 0 leaves the state unchanged; the same tokens twice give the same bytes. */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu/ops.h"
@@ -65,7 +67,7 @@ static void test_delta(void) {
         cpu_l2_norm(k, DK, 1e-6f);
         for (int i = 0; i < DK; i++) q[i] *= scale;
         const float g = -0.5f * (rnd() + 1.0f), beta = 0.5f * (rnd() + 1.0f);
-        cpu_delta_rule(S, q, k, v, g, beta, DK, DV, o, scratch);
+        cpu_delta_rule(S, q, k, v, g, beta, DK, DV, o, scratch, 0);
         /* transformers: state *= exp(g); kv_mem = (state * k[:, None]).sum(-2);
          * delta = (v - kv_mem) * beta; state += k[:, None] * delta[None]; out = (state * q[:, None]).sum(-2) */
         double kv[DV] = {0}, out[DV] = {0};
@@ -88,14 +90,45 @@ static void test_delta(void) {
     /* beta 0, g 0: the state stays, the output is S^T q */
     float S2[DK * DV];
     memcpy(S2, S, sizeof(S));
-    cpu_delta_rule(S, q, k, v, 0.0f, 0.0f, DK, DV, o, scratch);
+    cpu_delta_rule(S, q, k, v, 0.0f, 0.0f, DK, DV, o, scratch, 0);
     HM_CHECK(!memcmp(S, S2, sizeof(S)));
     /* the same inputs from the same state: the same bytes */
     float o1[DV], o2[DV];
     memcpy(S2, S, sizeof(S));
-    cpu_delta_rule(S, q, k, v, -0.3f, 0.7f, DK, DV, o1, scratch);
-    cpu_delta_rule(S2, q, k, v, -0.3f, 0.7f, DK, DV, o2, scratch);
+    cpu_delta_rule(S, q, k, v, -0.3f, 0.7f, DK, DV, o1, scratch, 0);
+    cpu_delta_rule(S2, q, k, v, -0.3f, 0.7f, DK, DV, o2, scratch, 0);
     HM_CHECK(!memcmp(o1, o2, sizeof(o1)) && !memcmp(S, S2, sizeof(S)));
 }
 
-HM_TEST_MAIN(test_conv, test_l2, test_delta)
+/* The AVX2 columns (dv a multiple of 8): the scalar loops' state and output bytes, step after
+ * step from one state, at the real head size (128 x 128) and at 16 x 24. */
+static void test_delta_simd(void) {
+    if (!cpu_act_simd()) {
+        printf("no AVX2: the SIMD delta rule not checked\n");
+        return;
+    }
+    const int shapes[2][2] = {{128, 128}, {16, 24}};
+    for (int si = 0; si < 2; si++) {
+        const int dk = shapes[si][0], dv = shapes[si][1];
+        float *S0 = calloc((size_t)dk * dv, 4), *S1 = calloc((size_t)dk * dv, 4);
+        float *q = malloc((size_t)dk * 4), *k = malloc((size_t)dk * 4), *v = malloc((size_t)dv * 4);
+        float *o0 = malloc((size_t)dv * 4), *o1 = malloc((size_t)dv * 4);
+        float *sc = malloc((size_t)dv * 4);
+        HM_REQUIRE(S0 && S1 && q && k && v && o0 && o1 && sc);
+        int bad = 0;
+        for (int t = 0; t < 6; t++) {
+            for (int i = 0; i < dk; i++) q[i] = rnd(), k[i] = rnd();
+            for (int j = 0; j < dv; j++) v[j] = rnd();
+            cpu_l2_norm(q, dk, 1e-6f);
+            cpu_l2_norm(k, dk, 1e-6f);
+            const float g = -0.5f * (rnd() + 1.0f), beta = 0.5f * (rnd() + 1.0f);
+            cpu_delta_rule(S0, q, k, v, g, beta, dk, dv, o0, sc, 0);
+            cpu_delta_rule(S1, q, k, v, g, beta, dk, dv, o1, sc, 1);
+            bad += memcmp(o0, o1, (size_t)dv * 4) != 0 || memcmp(S0, S1, (size_t)dk * dv * 4) != 0;
+        }
+        HM_CHECK_MSG(bad == 0, "%d x %d: %d steps differ from the scalar loops", dk, dv, bad);
+        free(S0), free(S1), free(q), free(k), free(v), free(o0), free(o1), free(sc);
+    }
+}
+
+HM_TEST_MAIN(test_conv, test_l2, test_delta, test_delta_simd)

@@ -75,7 +75,8 @@ static void cpu_side(const shape *s, int64_t n_all, int t0, int len, float *stat
             const float gl = softplus_ref(*ap + dt[h]) * A[h];
             float *o = out + (int64_t)t * s->nv * s->dv + h * s->dv;
             cpu_delta_rule(S, y + g * s->dk, y + s->nk * s->dk + g * s->dk,
-                           y + 2 * s->nk * s->dk + h * s->dv, gl, beta, s->dk, s->dv, o, scr);
+                           y + 2 * s->nk * s->dk + h * s->dv, gl, beta, s->dk, s->dv, o, scr,
+                           0);
             cpu_rmsnorm(NULL, o, nw, o, 1, s->dv, 1e-6f);
             cpu_silu(NULL, z + (int64_t)t * s->nv * s->dv + h * s->dv, scr + s->dv, s->dv);
             cpu_mul(NULL, o, scr + s->dv, o, s->dv);
