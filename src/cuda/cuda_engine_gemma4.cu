@@ -75,16 +75,10 @@ static hm_status attention(cuda_engine *e, const cuda_layer *L, int n, hm_error 
     if (st == HM_OK) st = cuda_engine_linear(e, &L->wk, e->xn, n, e->k, err); /* [n][nkv][hd] */
     if (st == HM_OK && L->wv.d) st = cuda_engine_linear(e, &L->wv, e->xn, n, e->v, err);
     if (st != HM_OK) return st;
-    if (!L->wv.d) { /* a full layer: V is K's product */
-        cudaError_t ce = cudaMemcpyAsync(e->v, e->k, sizeof(float) * (size_t)(n * nkv * hd),
-                                         cudaMemcpyDeviceToDevice, S(e));
-        if (ce != cudaSuccess)
-            return hm_error_set(err, HM_ERR_CUDA, "GPU: gemma4 V from K: %s",
-                                cudaGetErrorString(ce));
-    }
-    st = cuda_rmsnorm(e->q, F(L->q_norm), e->q, n * nh, hd, eps, e->stream, err);
+    /* v = rms_head(v), or on a full layer rms_head of K's product (before K's own norm) */
+    st = cuda_rmsnorm(L->wv.d ? e->v : e->k, NULL, e->v, n * nkv, hd, eps, e->stream, err);
+    if (st == HM_OK) st = cuda_rmsnorm(e->q, F(L->q_norm), e->q, n * nh, hd, eps, e->stream, err);
     if (st == HM_OK) st = cuda_rmsnorm(e->k, F(L->k_norm), e->k, n * nkv, hd, eps, e->stream, err);
-    if (st == HM_OK) st = cuda_rmsnorm(e->v, NULL, e->v, n * nkv, hd, eps, e->stream, err);
     cuda_rope_args ra;
     memset(&ra, 0, sizeof(ra));
     ra.p = L->swa ? hm_model_rope_params_swa(e->m) : hm_model_rope_params(e->m);
