@@ -1,8 +1,10 @@
 /* engine_test_util.h - helpers of the CPU engine's architecture tests: seeded token ids, an
- * engine with an f32 KV cache, a run of ids in calls of a given size. Header-only. */
+ * engine with an f32 KV cache, a run of ids in calls of a given size, a prompt's bytes across
+ * call sizes and thread counts, logits against a double reference. Header-only. */
 #ifndef HM_TESTS_ENGINE_TEST_UTIL_H
 #define HM_TESTS_ENGINE_TEST_UTIL_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -43,6 +45,61 @@ static inline bool ce_t_run(cpu_engine *e, const int32_t *ids, int n, int chunk,
         }
     }
     return true;
+}
+
+/* ids [n] as one prompt call (2 threads) into a [n][V]; then again after a reset, and in calls
+ * of chunks[k][0] tokens on chunks[k][1] threads, each into b [n][V]: the runs whose bytes differ
+ * from a (each named on stderr), or -1 when an engine failed. */
+static inline int ce_t_prompt_identity(const hm_model *m, int n_ctx, const int32_t *ids, int n,
+                                       int64_t V, const int (*chunks)[2], int n_chunks, float *a,
+                                       float *b) {
+    const size_t sz = sizeof(float) * (size_t)n * (size_t)V;
+    cpu_engine *e = ce_t_engine(m, n_ctx, n, 2, 1);
+    if (!e || !ce_t_run(e, ids, n, n, a, V)) return cpu_engine_free(e), -1;
+    cpu_engine_reset(e);
+    int bad = 0;
+    if (!ce_t_run(e, ids, n, n, b, V)) return cpu_engine_free(e), -1;
+    if (memcmp(a, b, sz)) bad++, fprintf(stderr, "after a reset the prompt gives other bytes\n");
+    cpu_engine_free(e);
+    for (int k = 0; k < n_chunks; k++) {
+        e = ce_t_engine(m, n_ctx, chunks[k][0], chunks[k][1], 1);
+        memset(b, 0, sz);
+        if (!e || !ce_t_run(e, ids, n, chunks[k][0], b, V)) return cpu_engine_free(e), -1;
+        if (memcmp(a, b, sz))
+            bad++, fprintf(stderr, "ubatch %d, %d threads: other bytes than the prompt\n",
+                           chunks[k][0], chunks[k][1]);
+        cpu_engine_free(e);
+    }
+    return bad;
+}
+
+/* The engine's logits lo [n][V] against a reference's ref [n][V]: the largest |difference|, the
+ * reference's standard deviation over all rows, the rows whose argmax differ. */
+typedef struct {
+    double max_diff, sd;
+    int argmax_diff;
+} ce_t_cmp;
+
+static inline ce_t_cmp ce_t_compare(const float *lo, const double *ref, int n, int64_t V) {
+    ce_t_cmp c = {0};
+    double mean = 0, var = 0;
+    const size_t nn = (size_t)n * (size_t)V;
+    for (size_t i = 0; i < nn; i++) mean += ref[i];
+    mean /= (double)nn;
+    for (size_t i = 0; i < nn; i++) var += (ref[i] - mean) * (ref[i] - mean);
+    c.sd = sqrt(var / (double)nn);
+    for (int t = 0; t < n; t++) {
+        int64_t ia = 0, ib = 0;
+        for (int64_t j = 0; j < V; j++) {
+            const size_t i = (size_t)t * (size_t)V + (size_t)j;
+            const double d = fabs((double)lo[i] - ref[i]);
+            if (!(d <= c.max_diff)) c.max_diff = d;
+            if (lo[i] > lo[(size_t)t * (size_t)V + (size_t)ia]) ia = j;
+            if (ref[i] > ref[(size_t)t * (size_t)V + (size_t)ib]) ib = j;
+        }
+        c.argmax_diff += ia != ib;
+    }
+    return c;
 }
 
 /* Two sequences of nt tokens (ids[s] from seeds 21 and 22) run alone (alone [2][nt][V], calls

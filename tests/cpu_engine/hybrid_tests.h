@@ -72,26 +72,15 @@ static void test_prompt_identity(void) {
     ce_t_ids(ids, N_PROMPT, 5);
     float *a = malloc(sz), *b = malloc(sz);
     HM_REQUIRE(a && b);
-    cpu_engine *e = ce_t_engine(m, N_CTX, N_PROMPT, 2, 1);
-    HM_REQUIRE(e && ce_t_run(e, ids, N_PROMPT, N_PROMPT, a, V)); /* one prompt call */
-    cpu_engine_reset(e);
-    HM_REQUIRE(ce_t_run(e, ids, N_PROMPT, N_PROMPT, b, V));
-    HM_CHECK_MSG(!memcmp(a, b, sz), "after a reset the prompt gives other bytes");
-    cpu_engine_free(e);
     const int chunks[][2] = {{1, 2}, {5, 2}, {N_PROMPT, 1}, {1, 1}}; /* ubatch, threads */
-    for (int k = 0; k < 4; k++) {
-        e = ce_t_engine(m, N_CTX, chunks[k][0], chunks[k][1], 1);
-        memset(b, 0, sz);
-        HM_REQUIRE(e && ce_t_run(e, ids, N_PROMPT, chunks[k][0], b, V));
-        HM_CHECK_MSG(!memcmp(a, b, sz), "ubatch %d, %d threads: other bytes than the prompt",
-                     chunks[k][0], chunks[k][1]);
-        cpu_engine_free(e);
-    }
+    const int bad = ce_t_prompt_identity(m, N_CTX, ids, N_PROMPT, V, chunks, 4, a, b);
+    HM_CHECK_MSG(bad == 0, "%d runs (a reset, call sizes, threads) give other bytes than the "
+                 "prompt", bad);
     /* the recurrence took effect: the last token's logits depend on the earlier ones */
     int32_t ids2[N_PROMPT];
     memcpy(ids2, ids, sizeof(ids));
     ids2[0] = ids[0] == 100 ? 101 : 100;
-    e = ce_t_engine(m, N_CTX, N_PROMPT, 2, 1);
+    cpu_engine *e = ce_t_engine(m, N_CTX, N_PROMPT, 2, 1);
     HM_REQUIRE(e && ce_t_run(e, ids2, N_PROMPT, N_PROMPT, b, V));
     HM_CHECK(memcmp(a + (N_PROMPT - 1) * V, b + (N_PROMPT - 1) * V, sizeof(float) * (size_t)V));
     cpu_engine_free(e);
@@ -117,29 +106,12 @@ static void test_reference(void) {
     HM_REQUIRE(qref_init(&r, hm_model_gguf(m), N_CTX));
     for (int t = 0; t < N_PROMPT; t++) qref_step(&r, ids[t], ref + (size_t)t * (size_t)V);
     qref_free(&r);
-    double mean = 0, var = 0, md = 0;
-    const size_t n = N_PROMPT * (size_t)V;
-    for (size_t i = 0; i < n; i++) mean += ref[i];
-    mean /= (double)n;
-    for (size_t i = 0; i < n; i++) var += (ref[i] - mean) * (ref[i] - mean);
-    const double sd = sqrt(var / (double)n);
-    int argmax_diff = 0;
-    for (int t = 0; t < N_PROMPT; t++) {
-        int64_t ia = 0, ib = 0;
-        for (int64_t j = 0; j < V; j++) {
-            const size_t i = (size_t)t * (size_t)V + (size_t)j;
-            const double d = fabs((double)lo[i] - ref[i]);
-            if (!(d <= md)) md = d;
-            if (lo[i] > lo[(size_t)t * (size_t)V + (size_t)ia]) ia = j;
-            if (ref[i] > ref[(size_t)t * (size_t)V + (size_t)ib]) ib = j;
-        }
-        argmax_diff += ia != ib;
-    }
-    printf(HYBRID_PRESET " vs double reference: max|diff| %.3g, std %.3g, ratio %.3g, argmax diffs %d\n",
-           md, sd, md / sd, argmax_diff);
-    HM_CHECK(sd > 0.1);
-    HM_CHECK_MSG(md <= 1e-4 * sd, "max|diff| %.3g > 1e-4 x std %.3g", md, sd);
-    HM_CHECK(argmax_diff == 0);
+    const ce_t_cmp c = ce_t_compare(lo, ref, N_PROMPT, V);
+    printf(HYBRID_PRESET " vs double reference: max|diff| %.3g, std %.3g, ratio %.3g, argmax "
+           "diffs %d\n", c.max_diff, c.sd, c.max_diff / c.sd, c.argmax_diff);
+    HM_CHECK(c.sd > 0.1);
+    HM_CHECK_MSG(c.max_diff <= 1e-4 * c.sd, "max|diff| %.3g > 1e-4 x std %.3g", c.max_diff, c.sd);
+    HM_CHECK(c.argmax_diff == 0);
     free(lo);
     free(ref);
     hm_model_free(m);

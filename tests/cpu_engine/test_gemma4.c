@@ -262,21 +262,10 @@ static void prompt_identity(forge_mix mix, const char *tag) {
     ce_t_ids(ids, N_PROMPT, 5);
     float *a = malloc(sz), *b = malloc(sz);
     HM_REQUIRE(a && b);
-    cpu_engine *e = ce_t_engine(m, N_CTX, N_PROMPT, 2, 1);
-    HM_REQUIRE(e && ce_t_run(e, ids, N_PROMPT, N_PROMPT, a, V)); /* one prompt call */
-    cpu_engine_reset(e);
-    HM_REQUIRE(ce_t_run(e, ids, N_PROMPT, N_PROMPT, b, V));
-    HM_CHECK_MSG(!memcmp(a, b, sz), "%s: after a reset the prompt gives other bytes", tag);
-    cpu_engine_free(e);
     const int chunks[][2] = {{1, 2}, {5, 2}, {3, 1}, {N_PROMPT, 1}, {1, 1}}; /* ubatch, threads */
-    for (int k = 0; k < 5; k++) {
-        e = ce_t_engine(m, N_CTX, chunks[k][0], chunks[k][1], 1);
-        memset(b, 0, sz);
-        HM_REQUIRE(e && ce_t_run(e, ids, N_PROMPT, chunks[k][0], b, V));
-        HM_CHECK_MSG(!memcmp(a, b, sz), "%s, ubatch %d, %d threads: other bytes than the prompt",
-                     tag, chunks[k][0], chunks[k][1]);
-        cpu_engine_free(e);
-    }
+    const int bad = ce_t_prompt_identity(m, N_CTX, ids, N_PROMPT, V, chunks, 5, a, b);
+    HM_CHECK_MSG(bad == 0, "%s: %d runs (a reset, call sizes, threads) give other bytes than the "
+                 "prompt", tag, bad);
     /* the soft cap holds every logit inside (-30, 30) */
     float mx = 0;
     for (size_t i = 0; i < N_PROMPT * (size_t)V; i++) mx = fabsf(a[i]) > mx ? fabsf(a[i]) : mx;
@@ -289,34 +278,6 @@ static void prompt_identity(forge_mix mix, const char *tag) {
 static void test_prompt_identity(void) {
     prompt_identity(FORGE_MIX_F32, "g4-id-f32");
     prompt_identity(FORGE_MIX_Q4_K_M, "g4-id-q4km");
-}
-
-typedef struct {
-    double max_diff, sd;
-    int argmax_diff;
-} cmp_res;
-
-/* the engine's logits lo [n][V] against the reference's ref [n][V] */
-static cmp_res compare(const float *lo, const double *ref, int n, int64_t V) {
-    cmp_res c = {0};
-    double mean = 0, var = 0;
-    const size_t nn = (size_t)n * (size_t)V;
-    for (size_t i = 0; i < nn; i++) mean += ref[i];
-    mean /= (double)nn;
-    for (size_t i = 0; i < nn; i++) var += (ref[i] - mean) * (ref[i] - mean);
-    c.sd = sqrt(var / (double)nn);
-    for (int t = 0; t < n; t++) {
-        int64_t ia = 0, ib = 0;
-        for (int64_t j = 0; j < V; j++) {
-            const size_t i = (size_t)t * (size_t)V + (size_t)j;
-            const double d = fabs((double)lo[i] - ref[i]);
-            if (!(d <= c.max_diff)) c.max_diff = d;
-            if (lo[i] > lo[(size_t)t * (size_t)V + (size_t)ia]) ia = j;
-            if (ref[i] > ref[(size_t)t * (size_t)V + (size_t)ib]) ib = j;
-        }
-        c.argmax_diff += ia != ib;
-    }
-    return c;
 }
 
 /* the reference's logits [n][V] of ids (window_off: sliding layers see every position) */
@@ -343,7 +304,7 @@ static void test_reference(void) {
     HM_REQUIRE(e && ce_t_run(e, ids, N_PROMPT, 8, lo, V));
     cpu_engine_free(e);
     HM_REQUIRE(reference(m, ids, N_PROMPT, false, ref));
-    const cmp_res c = compare(lo, ref, N_PROMPT, V);
+    const ce_t_cmp c = ce_t_compare(lo, ref, N_PROMPT, V);
     printf("tiny-gemma4moe vs double reference: max|diff| %.3g, std %.3g, ratio %.3g, argmax "
            "diffs %d\n", c.max_diff, c.sd, c.max_diff / c.sd, c.argmax_diff);
     HM_CHECK(c.sd > 0.1);
@@ -371,13 +332,13 @@ static void test_window(void) {
     cpu_engine *e = ce_t_engine(m, N_CTX, 3, 2, 1);
     HM_REQUIRE(e && ce_t_run(e, ids, NW, 3, lo, V));
     HM_REQUIRE(reference(m, ids, NW, false, ref) && reference(m, ids, NW, true, all));
-    const cmp_res c = compare(lo, ref, NW, V);
+    const ce_t_cmp c = ce_t_compare(lo, ref, NW, V);
     /* the reference without the window, from the first position past it */
     const size_t w = (size_t)hp->sliding_window * (size_t)V;
     float *lw = malloc(sizeof(float) * NW * (size_t)V);
     HM_REQUIRE(lw);
     for (size_t i = 0; i < NW * (size_t)V; i++) lw[i] = (float)all[i];
-    const cmp_res n = compare(lw + w, ref + w, NW - (int)hp->sliding_window, V);
+    const ce_t_cmp n = ce_t_compare(lw + w, ref + w, NW - (int)hp->sliding_window, V);
     printf("window: max|diff| %.3g (std %.3g, argmax diffs %d); without the window the reference "
            "moves %.3g\n", c.max_diff, c.sd, c.argmax_diff, n.max_diff);
     HM_CHECK_MSG(c.max_diff <= 1e-4 * c.sd, "max|diff| %.3g > 1e-4 x std %.3g", c.max_diff, c.sd);
