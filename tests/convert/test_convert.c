@@ -228,28 +228,35 @@ static void test_compare_detects(void) {
 
 /* ---- checkpoints edited on disk ---- */
 
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)len + 1);
-    if (b && fread(b, 1, (size_t)len, f) != (size_t)len) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    if (b) b[len] = 0;
-    *n = (size_t)len;
-    return b;
-}
-
 static bool spit(const char *path, const void *d, size_t n) {
     FILE *f = fopen(path, "wb");
     if (!f) return false;
     bool ok = fwrite(d, 1, n, f) == n;
     return fclose(f) == 0 && ok;
+}
+
+/* path's safetensors header, parsed (NULL when unreadable), with the file's bytes in *d (*n of
+ * them; the data start at *d + 8 + *hl) */
+static json_t *st_read(const char *path, char **d, size_t *n, uint64_t *hl) {
+    *d = (char *)ft_read_file(path, n);
+    *hl = 0;
+    if (!*d || *n < 8) return NULL;
+    for (int k = 0; k < 8; k++) *hl |= (uint64_t)(uint8_t)(*d)[k] << (8 * k);
+    return json_loadb(*d + 8, (size_t)*hl, 0, NULL);
+}
+
+/* a zeroed safetensors file of header h (padded with spaces to a multiple of 8) and data_bytes
+ * of data: *total bytes, the data from *at (NULL when out of memory) */
+static uint8_t *st_begin(const char *h, size_t data_bytes, size_t *total, size_t *at) {
+    const size_t l = strlen(h), pad = (8 - l % 8) % 8;
+    *at = 8 + l + pad;
+    *total = *at + data_bytes;
+    uint8_t *o = calloc(1, *total);
+    if (!o) return NULL;
+    for (int k = 0; k < 8; k++) o[k] = (uint8_t)((uint64_t)(l + pad) >> (8 * k));
+    memcpy(o + 8, h, l);
+    memset(o + 8 + l, ' ', pad);
+    return o;
 }
 
 static const char *const k_files[] = {"config.json", "tokenizer.json", "tokenizer_config.json",
@@ -268,7 +275,7 @@ static void copy_twin(const char *src, const char *name, unsigned skip, char *ds
         size_t n;
         snprintf(a, sizeof(a), "%s/%s", src, k_files[i]);
         snprintf(b, sizeof(b), "%s/%s", dst, k_files[i]);
-        char *d = slurp(a, &n);
+        char *d = (char *)ft_read_file(a, &n);
         if (d) spit(b, d, n);
         free(d);
     }
@@ -279,7 +286,7 @@ static bool patch(const char *dir, const char *file, const char *what, const cha
     char path[1024];
     snprintf(path, sizeof(path), "%s/%s", dir, file);
     size_t n;
-    char *d = slurp(path, &n);
+    char *d = (char *)ft_read_file(path, &n);
     if (!d) return false;
     char *at = NULL;
     for (size_t i = 0; !at && i + strlen(what) <= n; i++)
@@ -361,11 +368,14 @@ static bool reshard(const char *dir, int n_shards, const char *dtype) {
     char path[1024];
     snprintf(path, sizeof(path), "%s/model.safetensors", dir);
     size_t n;
-    char *d = slurp(path, &n);
-    if (!d) return false;
-    uint64_t hl = 0;
-    for (int k = 0; k < 8; k++) hl |= (uint64_t)(uint8_t)d[k] << (8 * k);
-    json_t *hdr = json_loadb(d + 8, (size_t)hl, 0, NULL), *wm = json_object();
+    uint64_t hl;
+    char *d;
+    json_t *hdr = st_read(path, &d, &n, &hl), *wm = json_object();
+    if (!hdr) {
+        free(d);
+        json_decref(wm);
+        return false;
+    }
     const int es = !strcmp(dtype, "F32") ? 4 : 2;
     size_t count = json_object_size(hdr) - 1, idx = 0;
     json_t *shards[8];
@@ -393,12 +403,13 @@ static bool reshard(const char *dir, int n_shards, const char *dtype) {
     bool ok = true;
     for (int s = 0; s < n_shards && ok; s++) {
         char *h = json_dumps(shards[s], JSON_COMPACT | JSON_PRESERVE_ORDER);
-        size_t l = strlen(h), pad = (8 - l % 8) % 8;
-        size_t total = 8 + l + pad + off[s];
-        uint8_t *o = calloc(1, total);
-        for (int k = 0; k < 8; k++) o[k] = (uint8_t)((uint64_t)(l + pad) >> (8 * k));
-        memcpy(o + 8, h, l);
-        memset(o + 8 + l, ' ', pad);
+        size_t total, at;
+        uint8_t *o = st_begin(h, off[s], &total, &at);
+        if (!o) {
+            free(h);
+            ok = false;
+            break;
+        }
         json_object_foreach(shards[s], key, val) {
             json_t *src = json_object_get(hdr, key);
             uint64_t b = (uint64_t)json_integer_value(
@@ -412,7 +423,7 @@ static bool reshard(const char *dir, int n_shards, const char *dtype) {
                 memcpy(&f, d + 8 + hl + b + i * 4, 4);
                 uint16_t h16 =
                     es == 2 ? (!strcmp(dtype, "F16") ? hm_f32_to_fp16(f) : hm_f32_to_bf16(f)) : 0;
-                memcpy(o + 8 + l + pad + ob + i * (uint64_t)es, es == 4 ? (void *)&f : (void *)&h16,
+                memcpy(o + at + ob + i * (uint64_t)es, es == 4 ? (void *)&f : (void *)&h16,
                        (size_t)es);
             }
         }
@@ -550,11 +561,14 @@ static bool to_multimodal(const char *dir, const char *cls, const char *model_ty
     char path[1024];
     snprintf(path, sizeof(path), "%s/model.safetensors", dir);
     size_t n;
-    char *d = slurp(path, &n);
-    if (!d) return false;
-    uint64_t hl = 0;
-    for (int k = 0; k < 8; k++) hl |= (uint64_t)(uint8_t)d[k] << (8 * k);
-    json_t *hdr = json_loadb(d + 8, (size_t)hl, 0, NULL), *nh = json_object();
+    uint64_t hl;
+    char *d;
+    json_t *hdr = st_read(path, &d, &n, &hl), *nh = json_object();
+    if (!hdr) {
+        free(d);
+        json_decref(nh);
+        return false;
+    }
     const char *key;
     json_t *val;
     json_object_foreach(hdr, key, val) {
@@ -564,13 +578,10 @@ static bool to_multimodal(const char *dir, const char *cls, const char *model_ty
         json_object_set(nh, name, val);
     }
     char *h = json_dumps(nh, JSON_COMPACT);
-    size_t l = strlen(h), pad = (8 - l % 8) % 8, total = 8 + l + pad + (n - 8 - hl);
-    uint8_t *o = malloc(total);
-    for (int k = 0; k < 8; k++) o[k] = (uint8_t)((uint64_t)(l + pad) >> (8 * k));
-    memcpy(o + 8, h, l);
-    memset(o + 8 + l, ' ', pad);
-    memcpy(o + 8 + l + pad, d + 8 + hl, n - 8 - hl);
-    bool ok = spit(path, o, total);
+    size_t total, at;
+    uint8_t *o = st_begin(h, n - 8 - hl, &total, &at);
+    if (o) memcpy(o + at, d + 8 + hl, n - 8 - hl);
+    bool ok = o && spit(path, o, total);
     free(o);
     free(h);
     free(d);
