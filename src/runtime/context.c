@@ -449,26 +449,6 @@ static hm_status check_ram(const hm_context *c, hm_error *err) {
                         hm_bytes_str(ctx_bytes, b3), c->p.n_ctx, hm_bytes_str(ram, b4));
 }
 
-/* What the GPU engine has that has not yet run on a GPU machine (tests/runtime/
- * test_context_archs_gpu.c): the hybrid architectures' layers, gemma4's layers, experts of a
- * fused gate/up tensor. A placement of such a model is refused, saying why, unless
- * HOTMOE_GPU_UNVERIFIED=1 opens it. */
-static hm_status gpu_unverified(const hm_model *m, hm_error *err) {
-    const char *v = getenv("HOTMOE_GPU_UNVERIFIED");
-    if (v && v[0] == '1') return HM_OK;
-    const char *what = hm_model_arch(m)->hybrid   ? "gated delta-net layers"
-                       : hm_model_arch(m)->gemma4 ? "sliding and full layers, a dense MLP beside "
-                                                    "the experts"
-                       : hm_model_fused_gate_up(m) ? "experts with gate and up fused "
-                                                     "(ffn_gate_up_exps)"
-                                                   : NULL;
-    if (!what) return HM_OK;
-    return hm_error_set(err, HM_ERR_UNSUPPORTED, "%s (%s) runs on the CPU engine for now: its GPU "
-                        "code is built but not yet run on a GPU (tests/runtime/"
-                        "test_context_archs_gpu.c); drop the GPU placement flags (-ngl 0), or "
-                        "set HOTMOE_GPU_UNVERIFIED=1 to try it", hm_model_arch(m)->name, what);
-}
-
 hm_status hm_context_init(const hm_model *m, const hm_context_params *params, hm_context **out,
                           hm_error *err) {
     *out = NULL;
@@ -490,7 +470,6 @@ hm_status hm_context_init(const hm_model *m, const hm_context_params *params, hm
         c->p.override_tensor = c->override_tensor;
         if (!c->override_tensor) st = hm_error_set(err, HM_ERR_NOMEM, "out of memory (context)");
     }
-    if (st == HM_OK && placement_asked(&c->p)) st = gpu_unverified(m, err);
     if (st == HM_OK && placement_asked(&c->p)) st = placement_open(c, err);
     if (st == HM_OK && c->p.n_seq > 1 && c->split > 0)
         st = hm_error_set(err, HM_ERR_UNSUPPORTED, "%d sequences (-np %d): a placement split "

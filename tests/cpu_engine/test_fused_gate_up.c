@@ -9,10 +9,8 @@
  *     bytes for a prompt and for decode steps, in f32, q8_0 and Q4_K_M, with and without the
  *     rows repacked by eights;
  *   - a misshapen fused tensor is named with its expected shape, a missing gate names the fused
- *     alternative, a fused tensor on an architecture llama.cpp reads without it is refused by
- *     name, and a GPU placement of such a file (also with --cpu-moe) is refused with the reason
- *     until HOTMOE_GPU_UNVERIFIED opens it (its GPU upload not yet run on a GPU:
- *     tests/runtime/test_context_archs_gpu.c). */
+ *     alternative, and a fused tensor on an architecture llama.cpp reads without it is refused
+ *     by name. The GPU's upload of such a file: tests/runtime/test_context_archs_gpu.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -248,39 +246,4 @@ static void test_load_errors(void) {
              strstr(err.msg, "blk.1.ffn_gate_up_exps.weight") && strstr(err.msg, "qwen3moe"));
 }
 
-/* ---- the GPU refusal ---- */
-
-static void test_gpu_refused(void) {
-    unsetenv("HOTMOE_GPU_UNVERIFIED");
-    const char *presets[] = {"tiny-gemma4moe", "tiny-qwen35moe"};
-    for (int pi = 0; pi < 2; pi++) {
-        char path[512];
-        hm_error err;
-        HM_REQUIRE(forge_file(presets[pi], FORGE_MIX_Q8_0, true, path, sizeof(path), &err) ==
-                   HM_OK);
-        hm_model *m = NULL;
-        HM_REQUIRE(hm_model_load(path, NULL, &m, &err) == HM_OK);
-        hm_context_params p = hm_context_default_params();
-        p.n_ctx = 32;
-        p.n_threads = 1;
-        for (int k = 0; k < 2; k++) {
-            p.n_gpu_layers = 99;
-            p.cpu_moe = k == 1;
-            hm_context *c = NULL;
-            HM_CHECK_MSG(hm_context_init(m, &p, &c, &err) == HM_ERR_UNSUPPORTED && !c &&
-                             strstr(err.msg, "HOTMOE_GPU_UNVERIFIED") &&
-                             strstr(err.msg, "-ngl 0"),
-                         "%s: %s", presets[pi], err.msg);
-        }
-        p.n_gpu_layers = 0;
-        p.cpu_moe = false;
-        hm_context *c = NULL;
-        HM_CHECK(hm_context_init(m, &p, &c, &err) == HM_OK && c);
-        hm_context_free(c);
-        hm_model_free(m);
-        remove(path);
-    }
-}
-
-HM_TEST_MAIN(test_forge_layout, test_same_logits, test_offload_ranges, test_load_errors,
-             test_gpu_refused)
+HM_TEST_MAIN(test_forge_layout, test_same_logits, test_offload_ranges, test_load_errors)

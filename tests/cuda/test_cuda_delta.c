@@ -159,21 +159,37 @@ static void run_shape(const shape *s) {
            (long long)same_o, (long long)(n * vd), es, es1);
     HM_CHECK_MSG(eo <= 1e-5 && es <= 1e-5 && es1 <= 1e-5, "%s: %.3g %.3g %.3g", s->name, eo, es, es1);
 
-    /* the same tokens one per call: the same bytes as the prompt in one call */
-    HM_REQUIRE(tu_put(a.state, st, sizeof(float) * (size_t)(2 * stride)) &&
-               tu_put(a.qkv, qkv, sizeof(float) * (size_t)(n * cd)));
-    for (int t = 0; t < n; t++) {
-        const cuda_delta_run one = {t, 1, t < 5 ? 0 : 1};
-        HM_REQUIRE(tu_put((void *)a.d_runs, &one, sizeof(one)));
-        a.n_runs = 1;
-        HM_CHECK(cuda_delta_net(&a, NULL, &err) == HM_OK);
-    }
+    /* the same tokens one per call, each call with its own one-token buffers as a decode step
+     * has them (n_tok sizes every buffer, ba's layout included): the prompt's bytes */
+    HM_REQUIRE(tu_put(a.state, st, sizeof(float) * (size_t)(2 * stride)));
     float *out1 = malloc(sizeof(float) * (size_t)(n * vd)), *st1 = malloc(sizeof(float) * (size_t)(2 * stride));
-    HM_REQUIRE(out1 && st1 && tu_get(out1, a.out, sizeof(float) * (size_t)(n * vd)) &&
-               tu_get(st1, a.state, sizeof(float) * (size_t)(2 * stride)));
+    float ba1[2 * 256];
+    HM_REQUIRE(out1 && st1 && 2 * s->nv <= 2 * 256);
+    cuda_delta_args a1 = a;
+    a1.n_tok = 1, a1.n_runs = 1;
+    a1.qkv = tu_dev(NULL, sizeof(float) * (size_t)cd);
+    float *d_z1 = tu_dev(NULL, sizeof(float) * (size_t)vd), *d_ba1 = tu_dev(NULL, sizeof(float) * 2 * (size_t)s->nv);
+    a1.z = d_z1, a1.ba = d_ba1;
+    a1.out = tu_dev(NULL, sizeof(float) * (size_t)vd);
+    HM_REQUIRE(a1.qkv && d_z1 && d_ba1 && a1.out);
+    for (int t = 0; t < n; t++) {
+        const cuda_delta_run one = {0, 1, t < 5 ? 0 : 1};
+        for (int h = 0; h < s->nv; h++) {
+            ba1[h] = s->split ? ba[(int64_t)t * s->nv + h] : ba[(int64_t)t * 2 * s->nv + h];
+            ba1[s->nv + h] = s->split ? ba[(int64_t)(n + t) * s->nv + h] : ba[(int64_t)t * 2 * s->nv + s->nv + h];
+        }
+        HM_REQUIRE(tu_put((void *)a1.d_runs, &one, sizeof(one)) &&
+                   tu_put(a1.qkv, qkv + (int64_t)t * cd, sizeof(float) * (size_t)cd) &&
+                   tu_put(d_z1, z + (int64_t)t * vd, sizeof(float) * (size_t)vd) &&
+                   tu_put(d_ba1, ba1, sizeof(float) * 2 * (size_t)s->nv));
+        HM_CHECK(cuda_delta_net(&a1, NULL, &err) == HM_OK);
+        HM_REQUIRE(tu_get(out1 + (int64_t)t * vd, a1.out, sizeof(float) * (size_t)vd));
+    }
+    HM_REQUIRE(tu_get(st1, a.state, sizeof(float) * (size_t)(2 * stride)));
     HM_CHECK_MSG(!memcmp(out1, out, sizeof(float) * (size_t)(n * vd)) &&
                  !memcmp(st1, g_st, sizeof(float) * (size_t)(2 * stride)),
                  "%s: one token per call differs from the prompt in one call", s->name);
+    cudaFree(a1.qkv), cudaFree(d_z1), cudaFree(d_ba1), cudaFree(a1.out);
     void *dev[] = {(void *)a.d_runs, (void *)a.conv_w, (void *)a.dt, (void *)a.a, (void *)a.norm_w,
                    a.state, a.qkv, (void *)a.z, (void *)a.ba, a.out};
     for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) cudaFree(dev[i]);

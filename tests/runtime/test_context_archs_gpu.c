@@ -7,8 +7,7 @@
  * runs changes no bit); a reset context gives the same bytes again (recurrent states zeroed);
  * two sequences in one context (hm_decode_seqs: a prompt beside single tokens) give each
  * sequence's bytes alone; a hybrid's truncation is refused (a recurrent state is not rewound),
- * gemma4's allowed. These GPU paths are opened by HOTMOE_GPU_UNVERIFIED=1 until this test has
- * passed on a GPU (runtime/context.c). Host checks: none. */
+ * gemma4's allowed. Host checks: none. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -151,7 +150,6 @@ static void check_preset(const char *preset) {
 static void test_hybrid(void) {
     if (!tu_have_gpu()) return;
     setenv("HOTMOE_CALIBRATE", "0", 1);
-    setenv("HOTMOE_GPU_UNVERIFIED", "1", 1); /* what this test is to verify first */
     check_preset("tiny-qwen3next");
     check_preset("tiny-qwen35moe");
 }
@@ -159,7 +157,6 @@ static void test_hybrid(void) {
 static void test_gemma4(void) {
     if (!tu_have_gpu()) return;
     setenv("HOTMOE_CALIBRATE", "0", 1);
-    setenv("HOTMOE_GPU_UNVERIFIED", "1", 1);
     check_preset("tiny-gemma4moe");
 }
 
@@ -167,7 +164,6 @@ static void test_gemma4(void) {
 static void test_fused(void) {
     if (!tu_have_gpu()) return;
     setenv("HOTMOE_CALIBRATE", "0", 1);
-    setenv("HOTMOE_GPU_UNVERIFIED", "1", 1);
     char path[512];
     HM_REQUIRE(ft_forged_fused("archsgpu", "tiny-gemma4moe", FORGE_MIX_F32, path, sizeof(path)));
     check_model("tiny-gemma4moe (fused)", path);
