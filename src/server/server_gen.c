@@ -88,11 +88,12 @@ static oai_meta run_meta(const srv_run *r) {
                       .chat = r->j->req.chat};
 }
 
-/* A stream's chunk of the text [from, to). false: cancelled (or out of memory). */
-static bool emit(srv_run *r, size_t from, size_t to) {
-    if (to <= from) return true;
+/* A stream's chunk of the text [from, to), also an empty one when `always`. false: cancelled
+ * (or out of memory). */
+static bool emit(srv_run *r, size_t from, size_t to, bool always) {
+    if (to <= from && !always) return true;
     const oai_meta m = run_meta(r);
-    char *c = oai_chunk(&m, r->text + from, to - from, NULL);
+    char *c = oai_chunk(&m, r->text ? r->text + from : "", to - from, NULL);
     const bool ok = c && srv_job_put(r->j, c, strlen(c), false, 0);
     free(c);
     return ok;
@@ -168,6 +169,7 @@ bool srv_run_token(hm_server *s, srv_run *r, int32_t tok, hm_status *st, hm_erro
     chat_harmony_token(&r->hv, tok);
     const char *piece;
     size_t plen;
+    bool sent = false;
     if ((*st = tok_stream_push(&r->ts, tok, &piece, &plen, err))) return false;
     if (chat_harmony_piece(&r->hv, piece, plen)) {
         const size_t before = r->text_n;
@@ -182,10 +184,15 @@ bool srv_run_token(hm_server *s, srv_run *r, int32_t tok, hm_status *st, hm_erro
             return false;
         }
         if (q->stream && r->text_n > r->emitted + r->hold) {
-            r->alive = emit(r, r->emitted, r->text_n - r->hold);
+            r->alive = emit(r, r->emitted, r->text_n - r->hold, false);
             r->emitted = r->text_n - r->hold;
+            sent = true;
         }
     }
+    /* A token whose text is held back (part of a character, a stop string's possible start, no
+     * text at all) still gets a chunk, with empty text, as llama-server sends one: a client sees
+     * every token come, and one that has left is noticed at the next token. */
+    if (q->stream && !sent) r->alive = emit(r, r->emitted, r->emitted, true);
     pthread_mutex_lock(&r->j->mu);
     r->alive = r->alive && !r->j->cancelled;
     pthread_mutex_unlock(&r->j->mu);
@@ -211,7 +218,7 @@ void srv_run_end(hm_server *s, srv_run *r, hm_status st, const hm_error *err) {
         atomic_fetch_add(&s->st_cancelled, 1);
         srv_job_put(j, NULL, 0, true, 499);
     } else if (q->stream) {
-        bool ok = emit(r, r->emitted, r->text_n);
+        bool ok = emit(r, r->emitted, r->text_n, false);
         const oai_meta m = run_meta(r);
         char *fin = oai_chunk(&m, "", 0, r->finish);
         char *use = q->include_usage ? oai_usage_chunk(&m, (int)r->ids.n, r->n_gen) : NULL;

@@ -73,6 +73,12 @@ streamed = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
 check("stream: the chunks add up to the completion", streamed == text)
 check("stream: finish and usage", any(c["choices"] and c["choices"][0]["finish_reason"] == "length" for c in chunks)
       and chunks[-1]["usage"]["completion_tokens"] == 12)
+s, b = req("/v1/completions", dict(body, stop=["\u0001\u0002\u0003\u0004"], stream=True))
+ev = [json.loads(l[6:]) for l in b.split("\n\n") if l.startswith("data: {")]
+per_token = [c for c in ev if c["choices"] and c["choices"][0]["finish_reason"] is None]
+check("stream: a chunk for each token, held-back text or not (as llama-server sends), then the "
+      "text held back", len(per_token) == 13 and any(c["choices"][0]["text"] == "" for c in per_token) and
+      "".join(c["choices"][0]["text"] for c in ev) == text)
 
 if text and len(text) > 4:
     stop = text[3:6]
