@@ -192,8 +192,8 @@ static hm_status norm_step(cuda_engine *e, int n, fwd_defer *d, const cuda_tenso
 }
 
 hm_status cuda_engine_norm_in(cuda_engine *e, int n, fwd_defer *d, const cuda_tensor *norm,
-                              hm_error *err) {
-    return norm_step(e, n, d, norm, 0, NULL, err);
+                              uint32_t wtype, const void **act, hm_error *err) {
+    return norm_step(e, n, d, norm, wtype, act, err);
 }
 
 hm_status cuda_engine_linear(cuda_engine *e, const cuda_tensor *w, const float *x, int n,
@@ -217,31 +217,55 @@ hm_status cuda_engine_residual(cuda_engine *e, int n, fwd_defer *d, hm_error *er
     return cuda_add(e->x, e->proj, e->x, (int64_t)n * e->hp.n_embd, e->stream, err);
 }
 
-/* q, k, v from one activation (decode): the matrices of one type in one launch. */
-static hm_status qkv_multi(cuda_engine *e, const cuda_layer *L, int n, const void *act,
-                           hm_error *err) {
-    const cuda_tensor *w[3] = {&L->wq, &L->wk, &L->wv};
-    const cuda_tensor *b[3] = {&L->bq, &L->bk, &L->bv};
-    float *y[3] = {e->q, e->k, e->v};
-    bool done[3] = {false, false, false};
+/* y[i] = x . w[i] (+ b[i]) for i < nw, every w[i] reading the same x [n][k]. Decode steps: x is
+ * quantised once per activation format (act: x's rows in format fmt already, or NULL) and the
+ * matrices of one type run in one launch (cuda_matvec_multi); a format's matrices all run before
+ * the next format's quantisation reuses e->act. Other steps: linear() one by one. The same bytes
+ * either way. */
+static hm_status linears(cuda_engine *e, int nw, const cuda_tensor *const *w,
+                         const cuda_tensor *const *b, float *const *y, const float *x,
+                         const void *act, quant_act fmt, int n, hm_error *err) {
+    if (nw < 1 || nw > CUDA_MULTI_MAX)
+        return hm_error_set(err, HM_ERR_ARG, "GPU: %d products of one input (1..%d)", nw,
+                            CUDA_MULTI_MAX);
+    bool multi = fused_step(n), one_fmt = true;
+    for (int i = 0; i < nw; i++) {
+        multi = multi && !use_gemm(e, w[i], n) && w[i]->ne[0] == w[0]->ne[0];
+        one_fmt = one_fmt && quant_act_for(w[i]->type) == quant_act_for(w[0]->type);
+    }
     hm_status st = HM_OK;
-    for (int i = 0; i < 3 && st == HM_OK; i++) {
+    if (!multi) {
+        const bool reuse = act && one_fmt && quant_act_for(w[0]->type) == fmt;
+        for (int i = 0; i < nw && st == HM_OK; i++)
+            st = linear(e, w[i], b ? b[i] : NULL, x, n, y[i], reuse ? act : NULL, err);
+        return st;
+    }
+    bool done[CUDA_MULTI_MAX] = {false};
+    for (int i = 0; i < nw && st == HM_OK; i++) {
         if (done[i]) continue;
-        cuda_multi_mat m[3];
-        int nm = 0;
-        for (int j = i; j < 3; j++) {
-            if (done[j] || w[j]->type != w[i]->type) continue;
-            m[nm].w = w[j]->d;
-            m[nm].n_rows = w[j]->ne[1];
-            m[nm].bias = (const float *)b[j]->d;
-            m[nm].y = y[j];
-            m[nm].accumulate = 0;
-            nm++;
-            done[j] = true;
+        const quant_act f = quant_act_for(w[i]->type);
+        const void *a = act && f == fmt ? act : NULL;
+        if (!a) st = quantize(e, w[i]->type, x, w[i]->ne[0], n, &a, err);
+        for (int j = i; j < nw && st == HM_OK; j++) { /* every type of format f */
+            if (done[j] || quant_act_for(w[j]->type) != f) continue;
+            cuda_multi_mat m[CUDA_MULTI_MAX];
+            int nm = 0;
+            for (int t = j; t < nw; t++) {
+                if (done[t] || w[t]->type != w[j]->type) continue;
+                m[nm++] = (cuda_multi_mat){w[t]->d, w[t]->ne[1],
+                                           b && b[t] ? (const float *)b[t]->d : NULL, y[t], 0};
+                done[t] = true;
+            }
+            st = cuda_matvec_multi(w[j]->type, w[j]->ne[0], a, n, m, nm, e->stream, err);
         }
-        st = cuda_matvec_multi(w[i]->type, w[i]->ne[0], act, n, m, nm, e->stream, err);
     }
     return st;
+}
+
+hm_status cuda_engine_linears(cuda_engine *e, int nw, const cuda_tensor *const *w,
+                              float *const *y, const float *x, const void *act, uint32_t act_wtype,
+                              int n, hm_error *err) {
+    return linears(e, nw, w, NULL, y, x, act, quant_act_for(act_wtype), n, err);
 }
 
 cuda_attn_args cuda_engine_attn_args(const cuda_engine *e, const cuda_layer *L, int n_tok,
@@ -292,14 +316,12 @@ static hm_status attention_block(cuda_engine *e, int il, int n, fwd_defer *dfr, 
                 !use_gemm(e, &L->wq, n);
     hm_status st = norm_step(e, n, dfr, &L->attn_norm, L->wq.type, same ? &act : NULL, err);
     if (st != HM_OK) return st;
-    if (fz && same && L->wk.ne[0] == E && L->wv.ne[0] == E && !gated) {
-        st = qkv_multi(e, L, n, act, err);
-    } else {
-        st = linear(e, &L->wq, &L->bq, e->xn, n, gated ? e->hy_o : e->q, act, err);
-        if (st == HM_OK) st = linear(e, &L->wk, &L->bk, e->xn, n, e->k, act, err);
-        if (st == HM_OK) st = linear(e, &L->wv, &L->bv, e->xn, n, e->v, act, err);
-        if (st == HM_OK && gated) st = cuda_engine_gate_split(e, n, err);
+    {
+        const cuda_tensor *w[3] = {&L->wq, &L->wk, &L->wv}, *b[3] = {&L->bq, &L->bk, &L->bv};
+        float *y[3] = {gated ? e->hy_o : e->q, e->k, e->v};
+        st = linears(e, 3, w, b, y, e->xn, act, quant_act_for(L->wq.type), n, err);
     }
+    if (st == HM_OK && gated) st = cuda_engine_gate_split(e, n, err);
     if (st != HM_OK) return st;
     cuda_rope_args ra;
     memset(&ra, 0, sizeof(ra));
@@ -489,15 +511,17 @@ static hm_status experts(cuda_engine *e, const cuda_layer *L, int n, const void 
     return st;
 }
 
-/* The shared expert's output of xn into sh [n][E] and its gate logit into e->sgate. */
+/* The shared expert's output of xn into sh [n][E] and its gate logit into e->sgate (xn's
+ * activation rows quantised again: the routed experts' down product has reused e->act). */
 static hm_status shared_expert(cuda_engine *e, const cuda_layer *L, int n, float *sh,
                                hm_error *err) {
     const int64_t Sf = e->hp.n_ff_shexp;
-    hm_status st = linear(e, &L->sh_gate, NULL, e->xn, n, e->sg, NULL, err);
-    if (st == HM_OK) st = linear(e, &L->sh_up, NULL, e->xn, n, e->su, NULL, err);
+    const cuda_tensor *w[3] = {&L->sh_gate, &L->sh_up, &L->sh_gate_inp};
+    float *const y[3] = {e->sg, e->su, e->sgate};
+    hm_status st = linears(e, L->sh_gate_inp.d ? 3 : 2, w, NULL, y, e->xn, NULL, QUANT_ACT_F32,
+                           n, err);
     if (st == HM_OK) st = cuda_swiglu(e->sg, e->su, e->sg, n * Sf, e->stream, err);
     if (st == HM_OK) st = linear(e, &L->sh_down, NULL, e->sg, n, sh, NULL, err);
-    if (st == HM_OK) st = linear(e, &L->sh_gate_inp, NULL, e->xn, n, e->sgate, NULL, err);
     return st;
 }
 

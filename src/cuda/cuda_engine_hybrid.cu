@@ -4,7 +4,8 @@
  *
  * DESIGN: a recurrent layer replaces the attention block: x += the deferred residual, xn =
  * rmsnorm(x) * attn_norm, the products q | k | v (ssm_qkv), z (ssm_gate) and b, a (ssm_ba, or
- * ssm_beta and ssm_alpha), the delta net on each sequence's state (cuda_delta.h, the step's runs
+ * ssm_beta and ssm_alpha; on decode steps xn quantised once and the products of one type in one
+ * launch), the delta net on each sequence's state (cuda_delta.h, the step's runs
  * in e->d_runs), ssm_out, the residual (deferred on decode steps, as the attention's). Its
  * states live where its KV cache would (cuda_layer.rs, zeroed at init and by
  * cuda_engine_seq_reset); nothing here rewinds them (the context refuses a truncation). The
@@ -88,17 +89,14 @@ extern "C" hm_status cuda_engine_delta_block(cuda_engine *e, int il, int n, fwd_
     const hm_hparams *hp = &e->hp;
     const cuda_layer *L = &e->layers[il];
     const bool split = L->ssm_beta.d != NULL;
-    hm_status st = cuda_engine_norm_in(e, n, d, &L->attn_norm, err);
-    if (st == HM_OK) st = cuda_engine_linear(e, &L->ssm_qkv, e->xn, n, e->hy_qkv, err);
-    if (st == HM_OK) st = cuda_engine_linear(e, &L->ssm_gate, e->xn, n, e->hy_z, err);
-    if (st == HM_OK && split) {
-        st = cuda_engine_linear(e, &L->ssm_beta, e->xn, n, e->hy_ba, err);
-        if (st == HM_OK)
-            st = cuda_engine_linear(e, &L->ssm_alpha, e->xn, n,
-                                    e->hy_ba + (int64_t)n * hp->ssm_n_v_heads, err);
-    } else if (st == HM_OK) {
-        st = cuda_engine_linear(e, &L->ssm_ba, e->xn, n, e->hy_ba, err);
-    }
+    /* q | k | v, z, and b, a from xn: quantised by the norm's launch, one launch per type */
+    const cuda_tensor *w[4] = {&L->ssm_qkv, &L->ssm_gate, split ? &L->ssm_beta : &L->ssm_ba,
+                               &L->ssm_alpha};
+    float *const y[4] = {e->hy_qkv, e->hy_z, e->hy_ba, e->hy_ba + (int64_t)n * hp->ssm_n_v_heads};
+    const void *act = NULL;
+    hm_status st = cuda_engine_norm_in(e, n, d, &L->attn_norm, L->ssm_qkv.type, &act, err);
+    if (st == HM_OK)
+        st = cuda_engine_linears(e, split ? 4 : 3, w, y, e->xn, act, L->ssm_qkv.type, n, err);
     if (st != HM_OK) return st;
     cuda_delta_args a;
     memset(&a, 0, sizeof(a));
