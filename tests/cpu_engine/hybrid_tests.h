@@ -9,7 +9,6 @@
  *     recurrent state is refused, a reset sequence starts again;
  *   - a rewind returns to the checkpoint a prompt left, and the tokens after it give their
  *     bytes again;
- *   - a context asked for the GPU refuses the model with the reason;
  * and the helpers: load_tiny, load_broken (the preset written with one tensor dropped or one
  * row more, then loaded), engine, run. */
 #ifndef HM_TESTS_HYBRID_TESTS_H
@@ -189,25 +188,6 @@ static void test_rewind(void) {
     cpu_engine_free(e);
     free(lo);
     free(got);
-    hm_model_free(m);
-}
-
-static void test_gpu_refused(void) {
-    char path[512];
-    hm_model *m = load_tiny(path, sizeof(path));
-    HM_REQUIRE(m);
-    hm_context_params p = hm_context_default_params();
-    p.n_ctx = N_CTX;
-    p.n_threads = 2;
-    p.n_gpu_layers = 99;
-    hm_context *c = NULL;
-    hm_error err;
-    HM_CHECK(hm_context_init(m, &p, &c, &err) == HM_ERR_UNSUPPORTED &&
-             strstr(err.msg, forge_arch_name(preset()->arch)) && strstr(err.msg, "CPU"));
-    HM_CHECK(!c);
-    p.n_gpu_layers = 0; /* the CPU engine runs it */
-    HM_CHECK(hm_context_init(m, &p, &c, &err) == HM_OK);
-    hm_context_free(c);
     hm_model_free(m);
 }
 
