@@ -46,7 +46,8 @@ __global__ void k_delta_conv(cuda_delta_args a, int64_t cd) {
 }
 
 /* A warp per (token, head) of the 2 nk q and k heads: x /= max(|x|, eps) (the sum of squares in
- * index order by lane 0, as cpu_l2_norm), then q times qscale (cpu_scale). */
+ * index order, as cpu_l2_norm, by every lane from shuffled squares), then q times qscale
+ * (cpu_scale). */
 __global__ void k_delta_l2(cuda_delta_args a, int64_t cd, float qscale) {
     cu_pdl_enter();
     const int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
@@ -54,10 +55,15 @@ __global__ void k_delta_l2(cuda_delta_args a, int64_t cd, float qscale) {
     if (w >= a.n_tok * nh) return;
     const int64_t t = w / nh, h = w % nh;
     float *x = a.qkv + t * cd + h * a.dk;
-    float ss = 0.0f;
-    if (lane == 0)
-        for (int i = 0; i < a.dk; i++) ss = __fadd_rn(ss, __fmul_rn(x[i], x[i]));
-    ss = __shfl_sync(0xffffffffu, ss, 0);
+    float ss = 0.0f; /* every lane adds the squares in index order, 32 loads at a time */
+    for (int base = 0; base < a.dk; base += 32) {
+        const float v = base + lane < a.dk ? x[base + lane] : 0.0f, v2 = __fmul_rn(v, v);
+#pragma unroll
+        for (int src = 0; src < 32; src++) {
+            const float q = __shfl_sync(0xffffffffu, v2, src);
+            if (base + src < a.dk) ss = __fadd_rn(ss, q);
+        }
+    }
     const float e2 = __fmul_rn(a.eps, a.eps);
     const float s = __fdiv_rn(1.0f, __fsqrt_rn(ss > e2 ? ss : e2));
     for (int i = lane; i < a.dk; i += 32) {
