@@ -74,7 +74,9 @@ static int plan_run(const cli_common_args *a) {
     int rc = 1;
     bool *el = NULL;
     hot_plan p = {0};
-    if (hm_model_load(a->model, NULL, &m, &err) != HM_OK) goto fail;
+    hm_model_params mp = hm_model_default_params();
+    mp.check_ram = false; /* a plan reads the file's shapes, never its weights */
+    if (hm_model_load(a->model, &mp, &m, &err) != HM_OK) goto fail;
     el = calloc((size_t)hm_model_hparams(m)->n_layer, sizeof(bool));
     uint64_t dev = 0;
     if (!el) {

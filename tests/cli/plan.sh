@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # plan.sh - `hotmoe plan` and the hot cache's flags as a user runs them: a learn file of the shipped demo model, the plan at
-# a fixed size (one line per RAM layer, within the budget, the same text twice), the auto size
+# a fixed size (one line per RAM layer, within the budget, the same text twice, also on a machine
+# with less RAM than the model), the auto size
 # from --vram-budget, the placement flags choosing the RAM layers, and errors answered with one
 # line and exit codes 2 (usage: auto without --vram-budget, an unknown weighting, a bad curve)
 # and 1 (input: a learn file of another model, a malformed file).
@@ -26,6 +27,8 @@ used=$(grep -o 'used [0-9.]* MiB' "$tmp/a.txt" | grep -o '[0-9.]*')
 expect "plan: within the budget" awk -v u="$used" 'BEGIN { exit !(u > 0 && u <= 2.0) }'
 "$bin" plan -m "$m" --moe-hot-cache "$tmp/l.json" --moe-hot-cache-max-mib 2 >"$tmp/b.txt" 2>/dev/null
 expect "plan: the same text twice" cmp -s "$tmp/a.txt" "$tmp/b.txt"
+HOTMOE_RAM_MIB=1 "$bin" plan -m "$m" --moe-hot-cache "$tmp/l.json" --moe-hot-cache-max-mib 2 >"$tmp/b.txt" 2>/dev/null
+expect "plan: a model bigger than the RAM is planned (its weights are never read)" cmp -s "$tmp/a.txt" "$tmp/b.txt"
 "$bin" plan -m "$m" --moe-hot-cache "$tmp/l.json" --moe-hot-cache-max-mib 64 >"$tmp/c.txt" 2>/dev/null
 expect "plan: a big budget takes every selected expert" grep -q "expected hit rate 100.0 %" "$tmp/c.txt"
 "$bin" plan -m "$m" --moe-hot-cache "$tmp/l.json" --vram-budget 1040 --moe-hot-cache-weighting time >"$tmp/d.txt" 2>/dev/null
