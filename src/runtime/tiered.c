@@ -149,7 +149,7 @@ static void serve(hm_tiered *t, int j) {
     atomic_fetch_add(&t->requests, 1);
     atomic_fetch_add(&t->tokens, m.n_tok);
     __atomic_store_n(&f->done, r, __ATOMIC_RELEASE);
-    tiered_hot_after(t); /* the GPU goes on meanwhile */
+    tiered_hot_after(t, L); /* the GPU goes on meanwhile */
 }
 
 /* Index into host_layers of a layer with a request not answered yet, or -1. */

@@ -5,8 +5,10 @@
  *
  * DESIGN: before answering a request the worker counts its selections (tiered_hot_observe): the
  * admission state (moe/hot_admit.h) and the update window (hits and cold hits per expert, calls
- * per layer, tokens at the first served layer). A request of a new step first ends the previous
- * step: the admissions it decides are queued. After answering (tiered_hot_after), the queued
+ * per layer, tokens at the first served layer). The answer to the step's last host layer ends
+ * the step (off the critical path: the GPU still has the output and the next step's first
+ * layers to run), and so does, if that answer never came, the next step's first request: the
+ * admissions it decides are queued. After answering (tiered_hot_after), the queued
  * exchanges are handed to the engine (the exchange callback: in a context
  * cuda_engine_hot_request, which the engine's own thread applies before its next step, where
  * it also publishes the completed copies) — the GPU is already on its next layer by then — and
@@ -34,7 +36,7 @@ struct tiered_hot {
     hot_admit *adm;
     hm_tiered_exchange_fn ex;
     void *user;
-    int n_layer, n_expert, first_layer;
+    int n_layer, n_expert, first_layer, last_layer;
     uint32_t seq;
     bool have_seq;
     uint64_t *win_hits, *win_cold; /* [n_layer][n_expert] */
@@ -106,6 +108,7 @@ hm_status hm_tiered_set_hot(hm_tiered *t, const hm_tiered_hot_cfg *c, const uint
     h->n_layer = NL;
     h->n_expert = NE;
     h->first_layer = t->host_layers[0];
+    h->last_layer = t->host_layers[t->v.n_host - 1];
     tiered_pause(t);
     hot_free(t->hot);
     t->hot = h;
@@ -238,9 +241,15 @@ hm_status hm_tiered_hot_update_now(hm_tiered *t) {
     return HM_OK;
 }
 
-void tiered_hot_after(hm_tiered *t) {
+void tiered_hot_after(hm_tiered *t, int L) {
     tiered_hot *h = t->hot;
     if (!h) return;
+    if (L == h->last_layer && h->have_seq && h->c.policy != HOT_POLICY_STATIC) {
+        /* the step's last request answered: its admissions now, while the GPU finishes the
+         * step, instead of in front of the next step's first request */
+        h->n_q += hot_admit_step(h->adm, h->q + h->n_q, HOT_QUEUE - h->n_q);
+        h->have_seq = false;
+    }
     if (h->c.update_rate > 0 && h->win_tokens >= (uint64_t)h->c.update_interval) update(t, h);
     hand_over(t, h);
 }

@@ -93,7 +93,7 @@ void tiered_resume(hm_tiered *t);
 /* The hot cache's controller: a request's selections counted before the answer, the exchanges
  * handed over after it; its counters; freed with the object (the worker stopped). */
 void tiered_hot_observe(hm_tiered *t, int L, const cuda_handoff_msg *m);
-void tiered_hot_after(hm_tiered *t);
+void tiered_hot_after(hm_tiered *t, int L);
 /* The controller's counts as the worker last published them (any thread). */
 void tiered_hot_counts(const hm_tiered *t, uint64_t *hits, uint64_t *misses, uint64_t *admitted);
 /* The controller's residency map [n_layer][n_expert] (1: in a slot, as of its last decision), or
