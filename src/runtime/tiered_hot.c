@@ -12,7 +12,7 @@
  * exchanges are handed to the engine (the exchange callback: in a context
  * cuda_engine_hot_request, which the engine's own thread applies before its next step, where
  * it also publishes the completed copies) — the GPU is already on its next layer by then — and
- * when the window holds update_interval tokens the updater
+ * at a step's end, when the window holds update_interval tokens, the updater
  * (moe/hot_update.h) scores the window with the weighting (moe/hot_weight.h) and queues its
  * exchanges the same way, logging the seed's statistics line. An exchange the callback refuses
  * (a full queue) is taken back in the controller's map and counted; one the engine refuses when
@@ -250,7 +250,9 @@ void tiered_hot_after(hm_tiered *t, int L) {
         h->n_q += hot_admit_step(h->adm, h->q + h->n_q, HOT_QUEUE - h->n_q);
         h->have_seq = false;
     }
-    if (h->c.update_rate > 0 && h->win_tokens >= (uint64_t)h->c.update_interval) update(t, h);
+    if (L == h->last_layer && h->c.update_rate > 0 &&
+        h->win_tokens >= (uint64_t)h->c.update_interval)
+        update(t, h); /* at a step's end too */
     hand_over(t, h);
 }
 

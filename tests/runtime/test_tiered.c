@@ -490,8 +490,6 @@ static void test_hot_controller(void) {
                 sel += (uint64_t)K;
             }
         HM_CHECK_MSG(ok, "%s: a request went unanswered or wrong", mode ? "updates" : "lru");
-        hm_tiered_stats s;
-        hm_tiered_get_stats(t, &s);
         /* the layer perf file: the learn schema's reader takes it; the split is what was posted */
         char pf[64];
         snprintf(pf, sizeof(pf), "/tmp/hotmoe_perf_%d.json", (int)getpid());
@@ -518,6 +516,11 @@ static void test_hot_controller(void) {
             HM_CHECK_MSG(false, "perf file: %s", err.msg);
         }
         remove(pf);
+        /* parks the worker: the last step's admissions, decided after its last answer, are
+         * handed over before the counts are read */
+        HM_CHECK(hm_tiered_perf_disable(t) == HM_OK);
+        hm_tiered_stats s;
+        hm_tiered_get_stats(t, &s);
         hm_tiered_free(t); /* the worker stopped: the log is ours */
         HM_CHECK_MSG(s.hot_hits + s.hot_misses == sel, "%llu + %llu selections of %llu",
                      (unsigned long long)s.hot_hits, (unsigned long long)s.hot_misses,
