@@ -218,13 +218,13 @@ hm_status cuda_engine_residual(cuda_engine *e, int n, fwd_defer *d, hm_error *er
 }
 
 /* y[i] = x . w[i] (+ b[i]) for i < nw, every w[i] reading the same x [n][k]. Decode steps: x is
- * quantised once per activation format (act: x's rows in format fmt already, or NULL) and the
- * matrices of one type run in one launch (cuda_matvec_multi); a format's matrices all run before
- * the next format's quantisation reuses e->act. Other steps: linear() one by one. The same bytes
- * either way. */
+ * quantised once per activation format (act: x's rows for w[0]'s type already, or NULL) and the
+ * matrices of one type run in one launch (cuda_matvec_multi); w[0]'s format goes first and a
+ * format's matrices all run before the next format's quantisation reuses e->act. Other steps:
+ * linear() one by one. The same bytes either way. */
 static hm_status linears(cuda_engine *e, int nw, const cuda_tensor *const *w,
                          const cuda_tensor *const *b, float *const *y, const float *x,
-                         const void *act, quant_act fmt, int n, hm_error *err) {
+                         const void *act, int n, hm_error *err) {
     if (nw < 1 || nw > CUDA_MULTI_MAX)
         return hm_error_set(err, HM_ERR_ARG, "GPU: %d products of one input (1..%d)", nw,
                             CUDA_MULTI_MAX);
@@ -235,16 +235,15 @@ static hm_status linears(cuda_engine *e, int nw, const cuda_tensor *const *w,
     }
     hm_status st = HM_OK;
     if (!multi) {
-        const bool reuse = act && one_fmt && quant_act_for(w[0]->type) == fmt;
         for (int i = 0; i < nw && st == HM_OK; i++)
-            st = linear(e, w[i], b ? b[i] : NULL, x, n, y[i], reuse ? act : NULL, err);
+            st = linear(e, w[i], b ? b[i] : NULL, x, n, y[i], one_fmt ? act : NULL, err);
         return st;
     }
     bool done[CUDA_MULTI_MAX] = {false};
     for (int i = 0; i < nw && st == HM_OK; i++) {
         if (done[i]) continue;
         const quant_act f = quant_act_for(w[i]->type);
-        const void *a = act && f == fmt ? act : NULL;
+        const void *a = i == 0 ? act : NULL; /* w[0]'s format: the first group */
         if (!a) st = quantize(e, w[i]->type, x, w[i]->ne[0], n, &a, err);
         for (int j = i; j < nw && st == HM_OK; j++) { /* every type of format f */
             if (done[j] || quant_act_for(w[j]->type) != f) continue;
@@ -263,9 +262,9 @@ static hm_status linears(cuda_engine *e, int nw, const cuda_tensor *const *w,
 }
 
 hm_status cuda_engine_linears(cuda_engine *e, int nw, const cuda_tensor *const *w,
-                              float *const *y, const float *x, const void *act, uint32_t act_wtype,
-                              int n, hm_error *err) {
-    return linears(e, nw, w, NULL, y, x, act, quant_act_for(act_wtype), n, err);
+                              float *const *y, const float *x, const void *act, int n,
+                              hm_error *err) {
+    return linears(e, nw, w, NULL, y, x, act, n, err);
 }
 
 cuda_attn_args cuda_engine_attn_args(const cuda_engine *e, const cuda_layer *L, int n_tok,
@@ -319,7 +318,7 @@ static hm_status attention_block(cuda_engine *e, int il, int n, fwd_defer *dfr, 
     {
         const cuda_tensor *w[3] = {&L->wq, &L->wk, &L->wv}, *b[3] = {&L->bq, &L->bk, &L->bv};
         float *y[3] = {gated ? e->hy_o : e->q, e->k, e->v};
-        st = linears(e, 3, w, b, y, e->xn, act, quant_act_for(L->wq.type), n, err);
+        st = linears(e, 3, w, b, y, e->xn, act, n, err);
     }
     if (st == HM_OK && gated) st = cuda_engine_gate_split(e, n, err);
     if (st != HM_OK) return st;
@@ -518,8 +517,7 @@ static hm_status shared_expert(cuda_engine *e, const cuda_layer *L, int n, float
     const int64_t Sf = e->hp.n_ff_shexp;
     const cuda_tensor *w[3] = {&L->sh_gate, &L->sh_up, &L->sh_gate_inp};
     float *const y[3] = {e->sg, e->su, e->sgate};
-    hm_status st = linears(e, L->sh_gate_inp.d ? 3 : 2, w, NULL, y, e->xn, NULL, QUANT_ACT_F32,
-                           n, err);
+    hm_status st = linears(e, L->sh_gate_inp.d ? 3 : 2, w, NULL, y, e->xn, NULL, n, err);
     if (st == HM_OK) st = cuda_swiglu(e->sg, e->su, e->sg, n * Sf, e->stream, err);
     if (st == HM_OK) st = linear(e, &L->sh_down, NULL, e->sg, n, sh, NULL, err);
     return st;

@@ -73,7 +73,7 @@ static hm_status attention(cuda_engine *e, const cuda_layer *L, int n, hm_error 
     hm_status st = cuda_rmsnorm(e->x, F(L->attn_norm), e->xn, n, E, eps, e->stream, err);
     const cuda_tensor *w[3] = {&L->wq, &L->wk, &L->wv};
     float *const y[3] = {e->q, e->k, e->v}; /* [n][nh][hd], [n][nkv][hd], [n][nkv][hd] */
-    if (st == HM_OK) st = cuda_engine_linears(e, L->wv.d ? 3 : 2, w, y, e->xn, NULL, 0, n, err);
+    if (st == HM_OK) st = cuda_engine_linears(e, L->wv.d ? 3 : 2, w, y, e->xn, NULL, n, err);
     if (st != HM_OK) return st;
     /* v = rms_head(v), or on a full layer rms_head of K's product (before K's own norm) */
     st = cuda_rmsnorm(L->wv.d ? e->v : e->k, NULL, e->v, n * nkv, hd, eps, e->stream, err);
@@ -155,7 +155,7 @@ extern "C" hm_status cuda_engine_gemma4_layer(cuda_engine *e, int il, int n, hm_
     if (st == HM_OK) st = cuda_rmsnorm(e->x, F(L->ffn_norm), e->xn, n, E, eps, e->stream, err);
     const cuda_tensor *gu[2] = {&L->ffn_gate, &L->ffn_up};
     float *const gy[2] = {e->sg, e->su}; /* [n][FF] each */
-    if (st == HM_OK) st = cuda_engine_linears(e, 2, gu, gy, e->xn, NULL, 0, n, err);
+    if (st == HM_OK) st = cuda_engine_linears(e, 2, gu, gy, e->xn, NULL, n, err);
     if (st == HM_OK)
         st = cuda_glu_act(CPU_GLU_GELU, e->sg, e->su, e->sg, (int64_t)n * FF, e->stream, err);
     if (st == HM_OK) st = cuda_engine_linear(e, &L->ffn_down, e->sg, n, dense, err);

@@ -96,7 +96,7 @@ extern "C" hm_status cuda_engine_delta_block(cuda_engine *e, int il, int n, fwd_
     const void *act = NULL;
     hm_status st = cuda_engine_norm_in(e, n, d, &L->attn_norm, L->ssm_qkv.type, &act, err);
     if (st == HM_OK)
-        st = cuda_engine_linears(e, split ? 4 : 3, w, y, e->xn, act, L->ssm_qkv.type, n, err);
+        st = cuda_engine_linears(e, split ? 4 : 3, w, y, e->xn, act, n, err);
     if (st != HM_OK) return st;
     cuda_delta_args a;
     memset(&a, 0, sizeof(a));

@@ -301,16 +301,16 @@ typedef struct {
 /* cuda_engine_forward.cu's steps for cuda_engine_hybrid.cu and cuda_engine_gemma4.cu: x += the
  * deferred residual and xn = rmsnorm(x) * norm (act != NULL: *act = xn's activation rows for
  * weight type wtype, made by the norm's launch on decode steps); y = x . w for n rows;
- * y[i] = x . w[i] for nw <= 4 matrices reading one x (act: x's rows for weight type act_wtype,
- * or NULL; decode steps quantise once per format and run each type's matrices in one launch);
+ * y[i] = x . w[i] for nw <= 4 matrices reading one x (act: x's rows for w[0]'s type, or NULL;
+ * decode steps quantise once per format and run each type's matrices in one launch);
  * x += proj now, or deferred (decode steps). */
 hm_status cuda_engine_norm_in(cuda_engine *e, int n, fwd_defer *d, const cuda_tensor *norm,
                               uint32_t wtype, const void **act, hm_error *err);
 hm_status cuda_engine_linear(cuda_engine *e, const cuda_tensor *w, const float *x, int n,
                              float *y, hm_error *err);
 hm_status cuda_engine_linears(cuda_engine *e, int nw, const cuda_tensor *const *w,
-                              float *const *y, const float *x, const void *act, uint32_t act_wtype,
-                              int n, hm_error *err);
+                              float *const *y, const float *x, const void *act, int n,
+                              hm_error *err);
 /* y = x . w on the matvec kernels whatever n (the CPU's bytes: a router's logits) */
 hm_status cuda_engine_matvec(cuda_engine *e, const cuda_tensor *w, const float *x, int n, float *y,
                              hm_error *err);
