@@ -13,9 +13,10 @@
  * kernels).
  * Decode steps (n_tok <= CUDA_ENGINE_MATVEC_MAX_TOK) use the fused kernels of cuda_fused.h
  * (same bytes as the sequences they replace): the residual add
- * (or the MoE combine) is deferred into the next norm (fwd_defer), the norm quantises the
- * next product's activations, q/k/v of one type are one launch, and q/k norm, RoPE and the KV
- * store are one launch.
+ * (or the MoE combine, with a shared expert's term) is deferred into the next norm (fwd_defer),
+ * the norm quantises the next product's activations, products of one input and one type are
+ * one launch (linears: q/k/v, a recurrent layer's inputs, the shared expert's gate/up), and q/k
+ * norm, RoPE and the KV store are one launch.
  * Experts follow the residency map: the router writes each selected expert's device slot
  * (e->dslot, from the layer's expert->slot table) next to its id, and every expert product and
  * bias add indexes the layer's expert arenas (n_slots experts) with the slots; the combine and
@@ -140,6 +141,8 @@ static hm_status defer_flush(cuda_engine *e, int n, fwd_defer *d, hm_error *err)
                                    e->stream, err);
         if (st == HM_OK)
             st = cuda_moe_combine(e->ey, e->gw, e->ids, n, K, E, e->proj, e->stream, err);
+        if (st == HM_OK && d->sh)
+            st = cuda_shexp_combine(e->proj, d->sh, e->sgate, n, E, e->stream, err);
         if (st == HM_OK) st = cuda_add(e->x, e->proj, e->x, (int64_t)n * E, e->stream, err);
     } else if (d->add) {
         st = cuda_add(e->x, d->add, e->x, (int64_t)n * E, e->stream, err);
@@ -169,6 +172,8 @@ static hm_status norm_step(cuda_engine *e, int n, fwd_defer *d, const cuda_tenso
             a.ey_bias = d->ey_bias;
             a.bias_ids = e->dslot;
             a.n_expert = (int)d->n_slots;
+            a.sh = d->sh;
+            a.sgate = d->sh ? e->sgate : NULL;
         }
         a.norm_w = norm ? (const float *)norm->d : NULL;
         a.eps = e->hp.rms_eps;
@@ -631,18 +636,20 @@ static hm_status moe_block(cuda_engine *e, int il, int n, fwd_defer *dfr, hm_err
                              gm, renorm, e->ids, e->gw, &ro, e->stream, err);
     }
     if (st == HM_OK && e->d_route_table) st = cuda_route_table_enqueue(e, il, n, err);
-    /* decode without a shared expert: the combine (and down bias) go into the next norm */
-    const bool defer = fz && !d->shared_expert;
+    /* decode: the combine (and down bias, and the shared expert's term) go into the next norm */
+    const bool defer = fz;
     if (st == HM_OK)
         st = L->host    ? host_experts(e, L, il, n, err)
              : L->mixed ? mixed_experts(e, L, il, n, xact, err)
                         : experts(e, L, n, xact, defer, false, err);
     if (st != HM_OK) return st;
     if (defer) { /* the CPU's slot outputs include the down bias already */
+        if (d->shared_expert && !L->host) st = shared_expert(e, L, n, e->hsh, err);
         dfr->combine = true;
         dfr->ey_bias = L->host || L->mixed ? NULL : (const float *)L->down_exps_b.d;
         dfr->n_slots = L->n_slots;
-        return HM_OK;
+        dfr->sh = d->shared_expert ? e->hsh : NULL;
+        return st;
     }
     st = cuda_moe_combine(e->ey, e->gw, e->ids, n, K, E, e->proj, e->stream, err);
     if (st == HM_OK && d->shared_expert) {

@@ -138,9 +138,7 @@ static size_t layout_scratch(const hm_model *m, const cuda_engine_params *p, cud
                                                           * expert's */
     const int64_t n_logit = nu < 64 ? nu : 64;
     const cuda_hybrid_dims hy = cuda_hybrid_dims_of(hm_model_arch(m), hp);
-    bool any_host = false; /* a host layer's shared expert runs while the CPU works: hsh */
-    for (int il = 0; il < hp->n_layer; il++) any_host = any_host || host_layer(m, p, il);
-    const bool hsh = any_host && hm_model_arch(m)->shared_expert;
+    const bool hsh = hm_model_arch(m)->shared_expert; /* its output waits for the next norm */
     /* quantised activations: the largest [rows][k] input of any product */
     size_t act = 0, gemm = 0;
     const hm_tensor *out = hm_model_output(m);

@@ -185,8 +185,8 @@ struct cuda_engine {
     bool ho_attached;        /* a CPU side serves the requests (steps are refused without) */
     uint32_t *d_seq;         /* device scalar (scratch): the step's sequence number, += 1 at the
                               * start of every forward step */
-    float *hsh;              /* [nu][n_embd] shared expert output of a host layer, computed while
-                              * the CPU works (scratch; NULL unless both exist) */
+    float *hsh;              /* [nu][n_embd] the shared expert's output, kept for the next norm
+                              * (a host layer's computed while the CPU works); NULL without one */
 
     /* the hot cache's exchanges (cuda_hot.cu): a side stream, the exchanges whose copies are in
      * flight and the event that orders a copy after the steps enqueued before it */
@@ -290,12 +290,13 @@ typedef struct {
 cuda_hybrid_dims cuda_hybrid_dims_of(const hm_arch_desc *desc, const hm_hparams *hp);
 
 /* A residual the decode path defers into the next norm kernel: x += add, or (combine) x += the
- * MoE combine of (ey [+ the down bias], gw, ids). */
+ * MoE combine of (ey [+ the down bias], gw, ids) [+ the shared expert's sh * sigmoid(sgate)]. */
 typedef struct {
     const float *add;
     bool combine;
     const float *ey_bias; /* with combine: the down bias not yet added to ey, or NULL */
     int64_t n_slots;      /* ... stored by device slot (e->dslot): rows of ey_bias */
+    const float *sh;      /* with combine: the shared expert's output [n][E] (e->hsh), or NULL */
 } fwd_defer;
 
 /* cuda_engine_forward.cu's steps for cuda_engine_hybrid.cu and cuda_engine_gemma4.cu: x += the

@@ -58,6 +58,7 @@ typedef struct {
     const int32_t *ids, *bids;
     int n_used, n_expert;
     const float *eb;
+    const float *sh, *sg; /* the shared expert's output and gate logit (or NULL) */
     const float *w;
     float eps;
     float *xn;
@@ -69,7 +70,8 @@ typedef struct {
 } norm_k;
 
 /* x[t][i] + the slot combine of element i, slots in increasing order (cuda_moe_add_bias then
- * moe_combine_kernel): the slots' loads are issued FN_SLOTS at a time, before any is used */
+ * moe_combine_kernel), then the shared expert's term (shexp_combine_kernel): the slots' loads
+ * are issued FN_SLOTS at a time, before any is used */
 static __device__ __forceinline__ float fused_combine(const norm_k &A, int64_t t, int64_t i,
                                                       float x) {
     const int64_t n = A.n;
@@ -96,6 +98,7 @@ static __device__ __forceinline__ float fused_combine(const norm_k &A, int64_t t
             acc = __fadd_rn(acc, __fmul_rn(g[u], v));
         }
     }
+    if (A.sh) acc = __fadd_rn(acc, __fmul_rn(A.sh[t * n + i], cm_sigmoidf(A.sg[t])));
     return __fadd_rn(x, acc); /* cuda_add(x, combine) */
 }
 
@@ -203,6 +206,9 @@ extern "C" hm_status cuda_fused_norm_quant(const cuda_fused_norm_args *a, void *
         return hm_error_set(err, HM_ERR_ARG,
                             "cuda_fused_norm_quant: combine needs gw, n_used >= 1 and no add "
                             "(a bias needs ids or bias_ids and n_expert >= 1)");
+    if (a->sh && (!a->ey || !a->sgate))
+        return hm_error_set(err, HM_ERR_ARG,
+                            "cuda_fused_norm_quant: a shared expert's term needs ey and sgate");
     norm_k A;
     memset(&A, 0, sizeof(A));
     A.x = a->x;
@@ -214,6 +220,8 @@ extern "C" hm_status cuda_fused_norm_quant(const cuda_fused_norm_args *a, void *
     A.n_used = a->n_used;
     A.eb = a->ey ? a->ey_bias : NULL;
     A.n_expert = a->n_expert;
+    A.sh = a->ey ? a->sh : NULL;
+    A.sg = a->sgate;
     A.w = a->norm_w;
     A.eps = a->eps;
     A.xn = a->xn;

@@ -47,6 +47,9 @@ typedef struct {
     const int32_t *bias_ids; /* [n_tok][n_used] or NULL: the row of each slot's bias (the engine:
                               * the device slots, its biases are stored by slot) */
     int n_expert;       /* rows of ey_bias */
+    const float *sh;    /* [n_tok][n] or NULL (with ey): a shared expert's output, added to the
+                         * combine as cuda_shexp_combine(combine, sh, sgate) does before x + it */
+    const float *sgate; /* [n_tok] its gate logits (with sh) */
     const float *norm_w; /* [n] or NULL (cuda_rmsnorm's w) */
     float eps;
     float *xn;     /* [n_tok][n] = cuda_rmsnorm(x, norm_w), or NULL: no norm, no quantisation */

@@ -1,8 +1,9 @@
 /* Fused decode kernels (cuda_fused.h) against the unfused launcher sequences they replace, BYTE
  * FOR BYTE on random inputs:
- *   cuda_fused_norm_quant   = [moe_add_bias; moe_combine; add] or [add]; rmsnorm; quantize_act
- *                             (f32 / q8_32 / q8_K activations, with and without ids, bias,
- *                             norm weights; residual-only mode)
+ *   cuda_fused_norm_quant   = [moe_add_bias; moe_combine; shexp_combine; add] or [add];
+ *                             rmsnorm; quantize_act (f32 / q8_32 / q8_K activations, with and
+ *                             without ids, bias, a shared expert's term, norm weights;
+ *                             residual-only mode)
  *   cuda_matvec_multi       = cuda_matvec per matrix + cuda_add_bias (+ cuda_add for
  *                             accumulating matrices; 6 weight types, row counts not multiples
  *                             of the CTA's rows, 1..8 tokens)
@@ -73,7 +74,15 @@ static void test_host(void) {
     a.wtype = HM_TYPE_Q8_0;
     a.ey = (const float *)(uintptr_t)256; /* combine without gating weights */
     HM_CHECK(cuda_fused_norm_quant(&a, NULL, &err) == HM_ERR_ARG);
+    a.gw = (const float *)(uintptr_t)256;
+    a.n_used = 1;
+    a.sh = (const float *)(uintptr_t)256; /* a shared expert's term without its gate */
+    HM_CHECK(cuda_fused_norm_quant(&a, NULL, &err) == HM_ERR_ARG);
+    HM_CHECK_MSG(strstr(err.msg, "sgate") != NULL, "%s", err.msg);
     a.ey = NULL;
+    a.gw = NULL;
+    a.sh = NULL;
+    a.n_used = 0;
     a.x = (float *)(uintptr_t)256; /* no sync area */
     HM_CHECK(cuda_fused_norm_quant(&a, NULL, &err) == HM_ERR_ARG);
     HM_CHECK_MSG(strstr(err.msg, "d_sync") != NULL, "%s", err.msg);
@@ -194,7 +203,8 @@ static void test_no_gpu_error(void) {
 
 /* mode: 0 norm only, 1 + add, 2 + combine (ids, some skipped), 3 + combine with down bias,
  * 4 + combine without ids, 5 residual (add) only (no norm), 6 + combine with the down bias
- * stored by device slot (bias_ids: a permutation of the ids, as the engine's slots) */
+ * stored by device slot (bias_ids: a permutation of the ids, as the engine's slots), 7 +
+ * combine and a shared expert's term (sh * sigmoid(sgate)) */
 static void norm_case(int cfg, uint32_t wtype, int64_t n, int64_t nt, int mode, int with_w) {
     const int K = 4, NE = 16;
     const float eps = 1e-6f;
@@ -203,7 +213,10 @@ static void norm_case(int cfg, uint32_t wtype, int64_t n, int64_t nt, int mode, 
     float *hey = malloc(sizeof(float) * nt * K * n), *hgw = malloc(sizeof(float) * nt * K);
     float *hb = malloc(sizeof(float) * NE * n), *hw = malloc(sizeof(float) * n);
     int32_t *hids = malloc(sizeof(int32_t) * nt * K), *hbids = malloc(sizeof(int32_t) * nt * K);
-    HM_REQUIRE(hx && hadd && hey && hgw && hb && hw && hids && hbids);
+    float *hsh = malloc(sizeof(float) * nt * n), *hsg = malloc(sizeof(float) * nt);
+    HM_REQUIRE(hx && hadd && hey && hgw && hb && hw && hids && hbids && hsh && hsg);
+    fill_mix(&s, hsh, nt * n, 1.0f);
+    tu_fill(&s, hsg, nt, 3.0f);
     fill_mix(&s, hx, nt * n, 2.0f);
     fill_mix(&s, hadd, nt * n, 1.0f);
     fill_mix(&s, hey, nt * K * n, 1.0f);
@@ -223,14 +236,15 @@ static void norm_case(int cfg, uint32_t wtype, int64_t n, int64_t nt, int mode, 
     float *ey1 = tu_dev(hey, xb * K), *ey2 = tu_dev(hey, xb * K), *gw = tu_dev(hgw, 4 * nt * K);
     float *bias = tu_dev(hb, sizeof(float) * NE * n), *w = tu_dev(hw, sizeof(float) * n);
     int32_t *ids = tu_dev(hids, 4 * nt * K), *bids = tu_dev(hbids, 4 * nt * K);
+    float *sh = tu_dev(hsh, xb), *sg = tu_dev(hsg, 4 * nt);
     float *xn1 = tu_dev(NULL, xb), *xn2 = tu_dev(NULL, xb), *proj = tu_dev(NULL, xb);
     void *act1 = tu_dev(NULL, ab), *act2 = tu_dev(NULL, ab);
     HM_REQUIRE(x1 && x2 && add && ey1 && ey2 && gw && bias && w && ids && bids && xn1 && xn2 &&
-               proj && act1 && act2);
+               proj && act1 && act2 && sh && sg);
     HM_REQUIRE(cudaMemset(act1, 0x5a, ab) == cudaSuccess && cudaMemset(act2, 0x5a, ab) == cudaSuccess);
     hm_error err;
     hm_error_clear(&err);
-    const bool combine = (mode >= 2 && mode <= 4) || mode == 6, norm = mode != 5;
+    const bool combine = (mode >= 2 && mode <= 4) || mode >= 6, norm = mode != 5;
     const int32_t *cids = mode == 4 ? NULL : ids;
     const bool f32 = arow == 4 * (size_t)n;
     /* unfused */
@@ -239,6 +253,7 @@ static void norm_case(int cfg, uint32_t wtype, int64_t n, int64_t nt, int mode, 
         if (mode == 3) st = cuda_moe_add_bias(ey1, bias, ids, nt, K, n, NE, NULL, &err);
         if (mode == 6) st = cuda_moe_add_bias(ey1, bias, bids, nt, K, n, NE, NULL, &err);
         if (st == HM_OK) st = cuda_moe_combine(ey1, gw, cids, nt, K, n, proj, NULL, &err);
+        if (st == HM_OK && mode == 7) st = cuda_shexp_combine(proj, sh, sg, nt, n, NULL, &err);
         if (st == HM_OK) st = cuda_add(x1, proj, x1, nt * n, NULL, &err);
     } else if (mode == 1 || mode == 5) {
         st = cuda_add(x1, add, x1, nt * n, NULL, &err);
@@ -265,6 +280,8 @@ static void norm_case(int cfg, uint32_t wtype, int64_t n, int64_t nt, int mode, 
             a.ey_bias = mode == 3 || mode == 6 ? bias : NULL;
             a.bias_ids = mode == 6 ? bids : NULL;
             a.n_expert = NE;
+            a.sh = mode == 7 ? sh : NULL;
+            a.sgate = mode == 7 ? sg : NULL;
         }
         a.norm_w = with_w ? w : NULL;
         a.eps = eps;
@@ -286,7 +303,7 @@ static void norm_case(int cfg, uint32_t wtype, int64_t n, int64_t nt, int mode, 
         }
     }
     void *bufs[] = {x1, x2, add, ey1, ey2, gw, bias, w, ids, bids, xn1, xn2, proj, act1, act2,
-                    sync};
+                    sync, sh, sg};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) cudaFree(bufs[i]);
     free(hx);
     free(hadd);
@@ -296,6 +313,8 @@ static void norm_case(int cfg, uint32_t wtype, int64_t n, int64_t nt, int mode, 
     free(hw);
     free(hids);
     free(hbids);
+    free(hsh);
+    free(hsg);
 }
 
 static void test_norm(void) {
@@ -306,7 +325,7 @@ static void test_norm(void) {
     for (int ti = 0; ti < 3; ti++)
         for (int ni = 0; ni < 3; ni++) {
             if (types[ti] == HM_TYPE_Q4_K && ns[ni] % 256) continue;
-            for (int mode = 0; mode < 7; mode++) {
+            for (int mode = 0; mode < 8; mode++) {
                 const int64_t nt = nts[(ni + mode) % 3];
                 norm_case(cfg++, types[ti], ns[ni], nt, mode, (mode + ti) % 3 != 0);
             }
