@@ -380,10 +380,18 @@ static int edit_distance(const char *a, size_t na, const char *b) {
     return row[nb];
 }
 
-/* The accepted flag nearest to arg[0..n) when it is near enough (a typo), else NULL. */
+/* Whether one of a[0..na) and b (a flag) starts the other, at least 5 characters long (a long
+ * flag cut short, or one with a word added: --revers, --temperature). */
+static bool prefix_pair(const char *a, size_t na, const char *b) {
+    const size_t nb = strlen(b), m = na < nb ? na : nb;
+    return m >= 5 && !strncmp(a, b, m);
+}
+
+/* The accepted flag nearest to arg[0..n): the only one it shares a long start with, else the
+ * nearest by edit distance when near enough (a typo), else NULL. */
 static const char *nearest_flag(const cli_args_def *def, const char *arg, size_t n) {
-    const char *best = NULL;
-    int bd = 99;
+    const char *best = NULL, *pre = NULL;
+    int bd = 99, n_pre = 0;
     for (size_t k = 0; k < def->n_extra + N_COMMON; k++) {
         const char *names[2];
         if (k < def->n_extra) {
@@ -397,8 +405,10 @@ static const char *nearest_flag(const cli_args_def *def, const char *arg, size_t
             if (!names[q]) continue;
             const int d = edit_distance(arg, n, names[q]);
             if (d < bd) bd = d, best = names[q];
+            if (prefix_pair(arg, n, names[q]) && pre != names[q]) pre = names[q], n_pre++;
         }
     }
+    if (n_pre == 1) return pre;
     const int limit = n <= 4 ? 1 : n <= 10 ? 2 : 3;
     return bd <= limit ? best : NULL;
 }

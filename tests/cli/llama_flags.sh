@@ -18,6 +18,10 @@ run() { "$bin" run -m "$m" -t 2 --temp 0 "$@"; }
 run -p hi -n 2 --ignore-eso >/dev/null 2>"$tmp/e1"
 expect "typo: exit 2" test $? -eq 2
 expect "typo: the nearest flag named" grep -q "did you mean '--ignore-eos'" "$tmp/e1"
+run -p hi -n 2 --revers x >/dev/null 2>"$tmp/e1"
+expect "cut short: the flag it starts named" grep -q "did you mean '--reverse-prompt'" "$tmp/e1"
+run -p hi -n 2 --temperature 0.5 >/dev/null 2>"$tmp/e1"
+expect "a word added: the flag it starts with named" grep -q "did you mean '--temp'" "$tmp/e1"
 run -p hi -n 2 --frobnicate >/dev/null 2>"$tmp/e2"
 expect "far from every flag: no suggestion" sh -c "! grep -q 'did you mean' '$tmp/e2'"
 run -p hi -n 2 --override-kv tokenizer.ggml.add_bos_token=bool:false >/dev/null 2>"$tmp/e3"
