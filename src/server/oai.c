@@ -229,7 +229,10 @@ static char *sse(char *json) {
 char *oai_chunk(const oai_meta *m, const char *text, size_t len, const char *finish) {
     json_t *o = head(m, true), *ch;
     json_t *fin = finish ? json_string(finish) : json_null();
-    if (m->chat)
+    if (m->chat && m->first)
+        ch = json_pack("{s:i, s:{s:s, s:s%}, s:o}", "index", 0, "delta", "role", "assistant",
+                       "content", text, len, "finish_reason", fin);
+    else if (m->chat)
         ch = json_pack("{s:i, s:{s:s%}, s:o}", "index", 0, "delta", "content", text, len,
                        "finish_reason", fin);
     else

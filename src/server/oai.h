@@ -49,14 +49,16 @@ typedef struct {
     const char *model;
     int64_t created;         /* seconds since the epoch */
     bool chat;
+    bool first;              /* a chat stream's first chunk: its delta names the role */
 } oai_meta;
 
 /* The whole response (malloc'd JSON text): the generated text, why it ended ("stop",
  * "length"), token counts. NULL when out of memory. */
 char *oai_response(const oai_meta *m, const char *text, size_t len, const char *finish,
                    int prompt_tokens, int completion_tokens);
-/* One stream chunk "data: {...}\n\n" (malloc'd): text (a delta, may be empty), finish NULL
- * until the last; usage (prompt_tokens >= 0) in a final chunk without choices when asked. */
+/* One stream chunk "data: {...}\n\n" (malloc'd): text (a delta, may be empty; a chat's first
+ * also names the role "assistant", as OpenAI's does), finish NULL until the last; usage
+ * (prompt_tokens >= 0) in a final chunk without choices when asked. */
 char *oai_chunk(const oai_meta *m, const char *text, size_t len, const char *finish);
 char *oai_usage_chunk(const oai_meta *m, int prompt_tokens, int completion_tokens);
 /* An error body in OpenAI's shape {"error": {"message", "type", "code"}} (malloc'd). */

@@ -85,7 +85,7 @@ static hm_status prompt_tokens(const hm_server *s, const oai_request *r, tok_ids
  * copied). */
 static oai_meta run_meta(const srv_run *r) {
     return (oai_meta){.id = r->id, .model = r->model, .created = r->j->created,
-                      .chat = r->j->req.chat};
+                      .chat = r->j->req.chat, .first = !r->streamed};
 }
 
 /* A stream's chunk of the text [from, to), also an empty one when `always`. false: cancelled
@@ -95,6 +95,7 @@ static bool emit(srv_run *r, size_t from, size_t to, bool always) {
     const oai_meta m = run_meta(r);
     char *c = oai_chunk(&m, r->text ? r->text + from : "", to - from, NULL);
     const bool ok = c && srv_job_put(r->j, c, strlen(c), false, 0);
+    r->streamed = r->streamed || ok;
     free(c);
     return ok;
 }

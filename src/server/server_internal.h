@@ -86,6 +86,7 @@ typedef struct {
     int n_gen;
     const char *finish;
     bool alive, cut;
+    bool streamed;        /* a chunk with a choice went out (the role rides on the first) */
     int err_status;       /* the HTTP status of a failure (500 unless set) */
     int64_t t0_ns;        /* the first token's start (decode time) */
 } srv_run;

@@ -100,6 +100,15 @@ s, b2 = req("/v1/chat/completions", {"messages": [{"role": "system", "content": 
                                                   {"role": "user", "content": "Hi"}],
                                      "max_tokens": 6, "temperature": 0.7, "seed": 3})
 check("chat: the same seed, the same reply", s == 200 and json.loads(b2)["choices"] == c["choices"])
+s, b = req("/v1/chat/completions", {"messages": [{"role": "system", "content": "Be brief."},
+                                                 {"role": "user", "content": "Hi"}],
+                                    "max_tokens": 6, "temperature": 0.7, "seed": 3, "stream": True})
+ev = [json.loads(l[6:]) for l in b.split("\n\n") if l.startswith("data: {")]
+deltas = [e["choices"][0]["delta"] for e in ev if e.get("choices")]
+check("chat stream: the first delta names the role, no later one, the text the reply's",
+      s == 200 and deltas and deltas[0].get("role") == "assistant" and
+      all("role" not in d for d in deltas[1:]) and
+      "".join(d.get("content") or "" for d in deltas) == c["choices"][0]["message"]["content"])
 
 a1 = req("/v1/completions", {"prompt": "Hello there", "max_tokens": 12, "temperature": 1.0})
 a2 = req("/v1/completions", {"prompt": "Hello there", "max_tokens": 12, "temperature": 1.0})
