@@ -335,8 +335,7 @@ static hm_status attention_block(cuda_engine *e, int il, int n, fwd_defer *dfr, 
     const bool f32kv = e->p.type_k == HM_TYPE_F32; /* else f16 (cuda_kv_check) */
     /* the fused kernel stores f16 caches only */
     const bool fqk = fz && e->desc->qk_norm != HM_QKNORM_FULL && hd <= 256 && !f32kv &&
-                     e->n_runs == 0 && /* several sequences: the store per run, below */
-                     !gated;           /* partial rotary: the plain rope kernel */
+                     e->n_runs == 0; /* several sequences: the store per run, below */
     if (fqk) { /* q/k norm, RoPE and the KV store in one launch */
         cuda_fused_qk_args qa;
         memset(&qa, 0, sizeof(qa));

@@ -410,6 +410,7 @@ static cpu_rope_params qk_rope(int c, int hd) {
     cpu_rope_params p;
     if (c == 0) p = cpu_rope_default(CPU_ROPE_NEOX, hd, 1000000.0f);
     else if (c == 1) p = cpu_rope_default(CPU_ROPE_NORM, hd / 2, 10000.0f);
+    else if (c == 4) p = cpu_rope_default(CPU_ROPE_NEOX, hd / 4, 10000000.0f); /* qwen3next */
     else {
         p = cpu_rope_default(CPU_ROPE_NEOX, hd, 150000.0f);
         p.freq_scale = 1.0f / 32.0f;
@@ -425,8 +426,8 @@ static void test_qk(void) {
     /* distinct positions: in the table, beyond it, beyond n_ctx (not stored), negative */
     const int32_t hpos[8] = {0, 39, 40, 63, 64, 70, -1, 17};
     int cfg = 0;
-    for (int hd = 64; hd <= 128; hd += 64)
-        for (int c = 0; c < 4; c++)
+    for (int hd = 64; hd <= 256; hd *= 2)
+        for (int c = 0; c < 5; c++)
             for (int norm = 0; norm < 3; norm++, cfg++) {
                 const int nh = norm == 1 ? 4 : 8, nkv = norm == 1 ? 4 : 2;
                 const int64_t nt = cfg % 2 ? nt_max : 3;
