@@ -522,6 +522,11 @@ static hm_status shared_expert(cuda_engine *e, const cuda_layer *L, int n, float
     const cuda_tensor *w[3] = {&L->sh_gate, &L->sh_up, &L->sh_gate_inp};
     float *const y[3] = {e->sg, e->su, e->sgate};
     hm_status st = linears(e, L->sh_gate_inp.d ? 3 : 2, w, NULL, y, e->xn, NULL, n, err);
+    if (st == HM_OK && fused_step(n) && !f32_acts(L->sh_down.type, Sf) &&
+        !use_gemm(e, &L->sh_down, n)) { /* SwiGLU inside the down input's quantisation */
+        st = cuda_quantize_act_glu(L->sh_down.type, e->sg, e->su, Sf, n, e->act, e->stream, err);
+        return st == HM_OK ? linear(e, &L->sh_down, NULL, e->sg, n, sh, e->act, err) : st;
+    }
     if (st == HM_OK) st = cuda_swiglu(e->sg, e->su, e->sg, n * Sf, e->stream, err);
     if (st == HM_OK) st = linear(e, &L->sh_down, NULL, e->sg, n, sh, NULL, err);
     return st;

@@ -23,6 +23,11 @@ hm_status cuda_quantize_act(uint32_t wtype, const float *x, int64_t k, int64_t n
     return quant_none(err, "cuda_quantize_act");
 }
 
+hm_status cuda_quantize_act_glu(uint32_t wtype, const float *gate, const float *up, int64_t k,
+                                int64_t n_rows, void *act, void *stream, hm_error *err) {
+    return quant_none(err, "cuda_quantize_act_glu");
+}
+
 hm_status cuda_matvec(uint32_t wtype, const void *w, int64_t n_rows, int64_t k, const void *act,
                       int64_t n_tok, float *y, void *stream, hm_error *err) {
     return quant_none(err, "cuda_matvec");

@@ -45,16 +45,19 @@ extern "C" hm_status cuda_matvec(uint32_t wtype, const void *w, int64_t n_rows, 
 
 /* ---------------------------------------------------------------- activation quantisation */
 
-/* One thread per element; B = 32 (q8_32, a warp per block) or 256 (q8_K, a CTA per block). */
-template <int B>
-__global__ void __launch_bounds__(256) k_quant_act(const float *x, int64_t k, int64_t n_el, uint8_t *act, size_t act_bytes) {
+/* One thread per element; B = 32 (q8_32, a warp per block) or 256 (q8_K, a CTA per block). With
+ * up (GLU): the element is cm_swiglu(x, up), cuda_swiglu's value. */
+template <int B, bool GLU>
+__global__ void __launch_bounds__(256) k_quant_act(const float *x, const float *up, int64_t k,
+                                                   int64_t n_el, uint8_t *act, size_t act_bytes) {
     cu_pdl_enter();
     __shared__ float wmax[8];
     const int64_t e = (int64_t)blockIdx.x * 256 + threadIdx.x;
     const bool in = e < n_el; /* n_el is a multiple of B, so a whole block is in or out */
     const int64_t row = e / k, ib = (e % k) / B;
     uint8_t *blk = act + (size_t)row * act_bytes + (size_t)ib * (B == 32 ? CB_A32 : CB_AK);
-    cq_quant_block<B>(in ? x[e] : 0.0f, in, blk, wmax);
+    const float v = !in ? 0.0f : GLU ? cm_swiglu(x[e], up[e]) : x[e];
+    cq_quant_block<B>(v, in, blk, wmax);
 }
 
 extern "C" hm_status cuda_quantize_act(uint32_t wtype, const float *x, int64_t k, int64_t n_rows, void *act,
@@ -74,11 +77,36 @@ extern "C" hm_status cuda_quantize_act(uint32_t wtype, const float *x, int64_t k
     }
     const size_t ab = quant_act_row_size(at, k);
     const unsigned grid = (unsigned)((n_el + 255) / 256);
+    const float *no = NULL;
     if (at == QUANT_ACT_Q8_32)
-        cu_launch(k_quant_act<32>, grid, 256, 0, st, x, k, n_el, (uint8_t *)act, ab);
+        cu_launch(k_quant_act<32, false>, grid, 256, 0, st, x, no, k, n_el, (uint8_t *)act, ab);
     else
-        cu_launch(k_quant_act<256>, grid, 256, 0, st, x, k, n_el, (uint8_t *)act, ab);
+        cu_launch(k_quant_act<256, false>, grid, 256, 0, st, x, no, k, n_el, (uint8_t *)act, ab);
     return cq_launched(err, "cuda_quantize_act");
+}
+
+extern "C" hm_status cuda_quantize_act_glu(uint32_t wtype, const float *gate, const float *up,
+                                           int64_t k, int64_t n_rows, void *act, void *stream,
+                                           hm_error *err) {
+    hm_status s = cq_check_k(err, "cuda_quantize_act_glu", wtype, k);
+    if (s != HM_OK) return s;
+    const quant_act at = quant_act_for(wtype);
+    if (at == QUANT_ACT_F32)
+        return hm_error_set(err, HM_ERR_ARG, "cuda_quantize_act_glu: %s weights read f32 rows",
+                            hm_type_name(wtype));
+    if (n_rows < 0)
+        return hm_error_set(err, HM_ERR_ARG, "cuda_quantize_act_glu: n_rows = %lld", (long long)n_rows);
+    if (n_rows == 0) return HM_OK;
+    if (!gate || !up || !act) return hm_error_set(err, HM_ERR_ARG, "cuda_quantize_act_glu: NULL pointer");
+    const int64_t n_el = k * n_rows;
+    const size_t ab = quant_act_row_size(at, k);
+    const unsigned grid = (unsigned)((n_el + 255) / 256);
+    const cudaStream_t st = (cudaStream_t)stream;
+    if (at == QUANT_ACT_Q8_32)
+        cu_launch(k_quant_act<32, true>, grid, 256, 0, st, gate, up, k, n_el, (uint8_t *)act, ab);
+    else
+        cu_launch(k_quant_act<256, true>, grid, 256, 0, st, gate, up, k, n_el, (uint8_t *)act, ab);
+    return cq_launched(err, "cuda_quantize_act_glu");
 }
 
 /* ---------------------------------------------------------------- embedding rows */

@@ -46,6 +46,11 @@ static inline size_t cuda_act_row_bytes(uint32_t wtype, int64_t k) {
  * (callers may also pass x itself as the activation of cuda_matvec). */
 hm_status cuda_quantize_act(uint32_t wtype, const float *x, int64_t k, int64_t n_rows, void *act,
                             void *stream, hm_error *err);
+/* cuda_swiglu(gate, up) then cuda_quantize_act of the result, in one launch and with its bytes
+ * (the SwiGLU values are not stored); wtype must take quantised activations (HM_ERR_ARG for
+ * float weights: use cuda_swiglu and the f32 rows). gate, up: [n_rows][k]. */
+hm_status cuda_quantize_act_glu(uint32_t wtype, const float *gate, const float *up, int64_t k,
+                                int64_t n_rows, void *act, void *stream, hm_error *err);
 
 /* y[t][r] = dot(row r of w, act row t), r < n_rows, t < n_tok.
  *   w: [n_rows] rows of k elements of wtype (hm_row_size(wtype, k) bytes each), contiguous;

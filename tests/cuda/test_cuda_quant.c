@@ -6,7 +6,8 @@
  * step of several tokens takes the tiled instance, and 40, where up to 13 tokens x 3 take a
  * pair per CTA), cuda_moe_gate_up vs
  * the CPU's gate/up + bias + activation (silu, gpt-oss's, gelu; with and without biases) and
- * cuda_get_rows vs quant_dequantize_row. Without a GPU: cuda_act_row_bytes equals
+ * cuda_get_rows vs quant_dequantize_row, and cuda_quantize_act_glu vs cuda_swiglu +
+ * cuda_quantize_act. Without a GPU: cuda_act_row_bytes equals
  * quant_act_row_size for every type, and every launcher fails cleanly with a message.
  * Weights are quantised from seeded random floats (quant_quantize_row), so scales are finite. */
 #include <math.h>
@@ -18,6 +19,7 @@
 #include "cpu/matmul.h"
 #include "cpu/ops.h"
 #include "cuda/cuda_device.h"
+#include "cuda/cuda_ops.h"
 #include "cuda/cuda_quant.h"
 #include "harness.h"
 
@@ -71,6 +73,9 @@ static void test_clean_errors(void) {
                                              .n_tok = 1, .n_used = 1},
                                     .up_wtype = HM_TYPE_Q6_K, .up_w = dummy, .out = dummy};
         HM_CHECK(cuda_moe_gate_up(&ga, NULL, &err) == HM_ERR_UNSUPPORTED);
+        hm_error_clear(&err); /* float weights read f32 rows: nothing to quantise */
+        HM_CHECK(cuda_quantize_act_glu(HM_TYPE_F16, dummy, dummy, 256, 1, dummy, NULL, &err) ==
+                     HM_ERR_ARG && strstr(err.msg, "f32 rows"));
     }
     if (tu_have_gpu()) return; /* the launches below would run */
     hm_error_clear(&err);
@@ -369,6 +374,41 @@ static void test_gpu_act_corners(void) {
     }
 }
 
+/* SwiGLU inside the quantisation: cuda_swiglu + cuda_quantize_act's bytes, 3 rows, q8_32 and
+ * q8_K activations */
+static void test_gpu_act_glu(void) {
+    if (!tu_have_gpu()) return;
+    const int64_t k = 512, n = 3;
+    float *g = malloc(sizeof(float) * k * n), *u = malloc(sizeof(float) * k * n);
+    HM_REQUIRE(g && u);
+    tu_fill(&g_seed, g, k * n, 6.0f);
+    tu_fill(&g_seed, u, k * n, 3.0f);
+    g[5] = -90.0f, g[7] = 90.0f; /* silu's tails */
+    const uint32_t types[2] = {HM_TYPE_Q8_0, HM_TYPE_Q4_K};
+    for (int ti = 0; ti < 2; ti++) {
+        const size_t ab = cuda_act_row_bytes(types[ti], k) * (size_t)n;
+        float *dg = tu_dev(g, sizeof(float) * k * n), *du = tu_dev(u, sizeof(float) * k * n);
+        float *dy = tu_dev(NULL, sizeof(float) * k * n);
+        void *a1 = tu_dev(NULL, ab), *a2 = tu_dev(NULL, ab);
+        uint8_t *h1 = malloc(ab), *h2 = malloc(ab);
+        HM_REQUIRE(dg && du && dy && a1 && a2 && h1 && h2);
+        hm_error err;
+        hm_error_clear(&err);
+        CU(cuda_swiglu(dg, du, dy, k * n, NULL, &err));
+        CU(cuda_quantize_act(types[ti], dy, k, n, a1, NULL, &err));
+        CU(cuda_quantize_act_glu(types[ti], dg, du, k, n, a2, NULL, &err));
+        HM_REQUIRE(tu_get(h1, a1, ab) && tu_get(h2, a2, ab));
+        HM_CHECK_MSG(memcmp(h1, h2, ab) == 0, "%s: SwiGLU + quantise in one launch differs",
+                     hm_type_name(types[ti]));
+        void *dev[] = {dg, du, dy, a1, a2};
+        for (int i = 0; i < 5; i++) cudaFree(dev[i]);
+        free(h1);
+        free(h2);
+    }
+    free(g);
+    free(u);
+}
+
 /* every 16-bit pattern (NaNs, infinities, subnormals) of f16 and bf16 through get_rows */
 static void test_gpu_half_patterns(void) {
     if (!tu_have_gpu()) return;
@@ -400,7 +440,8 @@ static void test_gpu_half_patterns(void) {
 static void test_gpu_half_patterns(void) { HM_CHECK(!cuda_compiled()); }
 static void test_gpu_bytes(void) { HM_CHECK(!tu_have_gpu()); }
 static void test_gpu_act_corners(void) { HM_CHECK(!cuda_compiled()); }
+static void test_gpu_act_glu(void) { HM_CHECK(!cuda_compiled()); }
 #endif
 
-TU_TEST_MAIN(test_row_bytes, test_clean_errors, test_gpu_act_corners, test_gpu_half_patterns,
-             test_gpu_bytes)
+TU_TEST_MAIN(test_row_bytes, test_clean_errors, test_gpu_act_corners, test_gpu_act_glu,
+             test_gpu_half_patterns, test_gpu_bytes)
