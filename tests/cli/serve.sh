@@ -199,7 +199,8 @@ while time.time() < deadline:
 check("a client that leaves a stream: its request cancelled", first.startswith(b"data: ") and cancelled >= 1)
 check("... and the next request answered", s == 200)
 
-# load: 1,000 sequential and 64 concurrent requests; resident memory after a warm-up of 50
+# load: 1,000 sequential and 64 concurrent requests; resident memory after a warm-up of 50 and
+# two bursts of 64
 def rss():
     for l in open(f"/proc/{os.environ['SERVE_PID']}/status"):
         if l.startswith("VmRSS:"):
@@ -214,8 +215,9 @@ def burst():
     [t.start() for t in ts]
     [t.join() for t in ts]
     return all(r and r[0] == 200 for r in res)
-for i in range(50):  # warm-up: the same mix once (connection threads, allocator arenas)
+for i in range(50):  # warm-up: the same mix (connection threads, their stacks, allocator arenas)
     req("/v1/completions", {"prompt": f"warm {i}", "max_tokens": 2})
+burst()
 burst()
 r0 = rss()
 ok, lat = True, []
