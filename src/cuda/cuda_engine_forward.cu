@@ -196,9 +196,21 @@ static hm_status norm_step(cuda_engine *e, int n, fwd_defer *d, const cuda_tenso
     return st;
 }
 
+/* Whether the norm in front of the products w[0..nw) of one input (linears) quantises that input
+ * for w[0]'s type: linears reads it on decode steps (its first group) and on other steps when
+ * every w[i] shares w[0]'s format; never for a GEMM. */
+static bool act_wanted(const cuda_engine *e, const cuda_tensor *const *w, int nw, int n) {
+    if (use_gemm(e, w[0], n)) return false;
+    for (int i = 1; i < nw && !fused_step(n); i++)
+        if (quant_act_for(w[i]->type) != quant_act_for(w[0]->type)) return false;
+    return true;
+}
+
 hm_status cuda_engine_norm_in(cuda_engine *e, int n, fwd_defer *d, const cuda_tensor *norm,
-                              uint32_t wtype, const void **act, hm_error *err) {
-    return norm_step(e, n, d, norm, wtype, act, err);
+                              const cuda_tensor *const *w, int nw, const void **act,
+                              hm_error *err) {
+    *act = NULL;
+    return norm_step(e, n, d, norm, w[0]->type, act_wanted(e, w, nw, n) ? act : NULL, err);
 }
 
 hm_status cuda_engine_linear(cuda_engine *e, const cuda_tensor *w, const float *x, int n,
@@ -313,18 +325,13 @@ static hm_status attention_block(cuda_engine *e, int il, int n, fwd_defer *dfr, 
     const bool gated = e->desc->attn_gate; /* attn_q's rows per head: [query | gate] */
 
     const bool fz = fused_step(n);
-    /* q, k, v: the activations are quantised once when the three types share a format */
+    /* q, k, v from xn, quantised by the norm's launch where linears reads it */
+    const cuda_tensor *w[3] = {&L->wq, &L->wk, &L->wv}, *b[3] = {&L->bq, &L->bk, &L->bv};
+    float *y[3] = {gated ? e->hy_o : e->q, e->k, e->v};
     const void *act = NULL;
-    bool same = quant_act_for(L->wk.type) == quant_act_for(L->wq.type) &&
-                quant_act_for(L->wv.type) == quant_act_for(L->wq.type) &&
-                !use_gemm(e, &L->wq, n);
-    hm_status st = norm_step(e, n, dfr, &L->attn_norm, L->wq.type, same ? &act : NULL, err);
-    if (st != HM_OK) return st;
-    {
-        const cuda_tensor *w[3] = {&L->wq, &L->wk, &L->wv}, *b[3] = {&L->bq, &L->bk, &L->bv};
-        float *y[3] = {gated ? e->hy_o : e->q, e->k, e->v};
-        st = linears(e, 3, w, b, y, e->xn, act, n, err);
-    }
+    hm_status st = norm_step(e, n, dfr, &L->attn_norm, L->wq.type,
+                             act_wanted(e, w, 3, n) ? &act : NULL, err);
+    if (st == HM_OK) st = linears(e, 3, w, b, y, e->xn, act, n, err);
     if (st == HM_OK && gated) st = cuda_engine_gate_split(e, n, err);
     if (st != HM_OK) return st;
     cuda_rope_args ra;

@@ -93,10 +93,10 @@ extern "C" hm_status cuda_engine_delta_block(cuda_engine *e, int il, int n, fwd_
     const cuda_tensor *w[4] = {&L->ssm_qkv, &L->ssm_gate, split ? &L->ssm_beta : &L->ssm_ba,
                                &L->ssm_alpha};
     float *const y[4] = {e->hy_qkv, e->hy_z, e->hy_ba, e->hy_ba + (int64_t)n * hp->ssm_n_v_heads};
+    const int nw = split ? 4 : 3;
     const void *act = NULL;
-    hm_status st = cuda_engine_norm_in(e, n, d, &L->attn_norm, L->ssm_qkv.type, &act, err);
-    if (st == HM_OK)
-        st = cuda_engine_linears(e, split ? 4 : 3, w, y, e->xn, act, n, err);
+    hm_status st = cuda_engine_norm_in(e, n, d, &L->attn_norm, w, nw, &act, err);
+    if (st == HM_OK) st = cuda_engine_linears(e, nw, w, y, e->xn, act, n, err);
     if (st != HM_OK) return st;
     cuda_delta_args a;
     memset(&a, 0, sizeof(a));

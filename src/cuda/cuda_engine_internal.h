@@ -300,13 +300,15 @@ typedef struct {
 } fwd_defer;
 
 /* cuda_engine_forward.cu's steps for cuda_engine_hybrid.cu and cuda_engine_gemma4.cu: x += the
- * deferred residual and xn = rmsnorm(x) * norm (act != NULL: *act = xn's activation rows for
- * weight type wtype, made by the norm's launch on decode steps); y = x . w for n rows;
+ * deferred residual and xn = rmsnorm(x) * norm, with *act = xn's activation rows for w[0]'s type
+ * where cuda_engine_linears of w[0..nw) will read them (made by the norm's launch on decode
+ * steps), else NULL; y = x . w for n rows;
  * y[i] = x . w[i] for nw <= 4 matrices reading one x (act: x's rows for w[0]'s type, or NULL;
  * decode steps quantise once per format and run each type's matrices in one launch);
  * x += proj now, or deferred (decode steps). */
 hm_status cuda_engine_norm_in(cuda_engine *e, int n, fwd_defer *d, const cuda_tensor *norm,
-                              uint32_t wtype, const void **act, hm_error *err);
+                              const cuda_tensor *const *w, int nw, const void **act,
+                              hm_error *err);
 hm_status cuda_engine_linear(cuda_engine *e, const cuda_tensor *w, const float *x, int n,
                              float *y, hm_error *err);
 hm_status cuda_engine_linears(cuda_engine *e, int nw, const cuda_tensor *const *w,
