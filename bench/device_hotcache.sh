@@ -20,7 +20,9 @@
 # --moe-layer-perf-out (per-layer hit rates: hot_experts / experts). Output in $OUT:
 # hotcache_log.txt (a line per run), hotcache_raw.tgz (the JSON, stderr and perf files).
 # Environment: MODEL (/tmp/models/q3.gguf, forged if missing), T (threads, default nproc-1),
-# DEADLINE (540 s: no run starts later).
+# DEADLINE (540 s: no run starts later), MODES (the runs after nocache: "static lru lfru updates
+# postfetch peer" by default), PEER_RTR (the peer's -rtr, 1; 0 where its repacked copy of the
+# experts would not fit in RAM beside the file).
 set -uo pipefail
 [ $# -ge 1 ] || { sed -n "2,/^set -uo/p" "$0" | sed "\$d"; exit 2; }
 bin=$(readlink -f "$1")
@@ -37,9 +39,11 @@ T0=$(date +%s)
 log() { echo "$*" | tee -a "$OUT/hotcache_log.txt"; }
 left() { echo $((DEADLINE - ($(date +%s) - T0))); }
 [ -f "$M" ] || "$bin" forge --preset qwen3-30b-a3b --type q4_k_m --no-hf -q -o "$M" || exit 1
-tg() { # TAG ARGS...: one tg128 run, "tag: t/s" logged
-  local tag=$1
+MODES=" ${MODES:-static lru lfru updates postfetch peer} "
+tg() { # TAG ARGS...: one tg128 run, "tag: t/s" logged (modes not in MODES skipped)
+  local tag=$1 mode=${1##*.}
   shift
+  [ "$mode" = nocache ] || [ "${MODES/ ${mode%%-*} /}" != "$MODES" ] || return 0
   [ "$(left)" -gt 30 ] || { log "$tag: skipped (DEADLINE)"; return; }
   timeout -k 10 "$(left)" "$@" >"$W/raw/$tag.json" 2>"$W/raw/$tag.err"
   local ts
@@ -66,7 +70,7 @@ for prof in ${profiles//,/ }; do
     HOTMOE_POSTFETCH_FORCE=1 tg "$pn.$bud.postfetch" "$bin" "${common[@]}" "${hc[@]}"
     if [ "$peer" != - ] && [ -n "$K" ]; then
       for k in $((K > 2 ? K - 2 : 0)) "$K" $((K + 2)); do
-        tg "$pn.$bud.peer-ncmoe$k" "$peer" -m "$M" -t "$T" -ngl 99 --n-cpu-moe "$k" -fa 1 -fmoe 1 -rtr 1 -p 0 -n 128 -r 2 -o json
+        tg "$pn.$bud.peer-ncmoe$k" "$peer" -m "$M" -t "$T" -ngl 99 --n-cpu-moe "$k" -fa 1 -fmoe 1 -rtr "${PEER_RTR:-1}" -p 0 -n 128 -r 2 -o json
       done
     fi
   done
