@@ -110,20 +110,28 @@ static __device__ __forceinline__ void kv_load8_kv(const float *k, const float *
 
 /* N = 2 or 4 consecutive cache elements as f32 (p aligned to N elements) */
 template <int N> static __device__ __forceinline__ void kv_load_n(const uint16_t *p, float *f) {
-    if constexpr (N == 4) {
-        const uint2 raw = *(const uint2 *)p;
-        const float2 a = __half22float2(*(const __half2 *)&raw.x);
-        const float2 b = __half22float2(*(const __half2 *)&raw.y);
-        f[0] = a.x; f[1] = a.y; f[2] = b.x; f[3] = b.y;
+    static_assert(N == 2 || N % 4 == 0, "kv_load_n: 2 or a multiple of 4 elements");
+    if constexpr (N % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < N; i += 4) {
+            const uint2 raw = *(const uint2 *)(p + i);
+            const float2 a = __half22float2(*(const __half2 *)&raw.x);
+            const float2 b = __half22float2(*(const __half2 *)&raw.y);
+            f[i] = a.x; f[i + 1] = a.y; f[i + 2] = b.x; f[i + 3] = b.y;
+        }
     } else {
         const float2 a = __half22float2(*(const __half2 *)p);
         f[0] = a.x; f[1] = a.y;
     }
 }
 template <int N> static __device__ __forceinline__ void kv_load_n(const float *p, float *f) {
-    if constexpr (N == 4) {
-        const float4 a = *(const float4 *)p;
-        f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
+    static_assert(N == 2 || N % 4 == 0, "kv_load_n: 2 or a multiple of 4 elements");
+    if constexpr (N % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < N; i += 4) {
+            const float4 a = *(const float4 *)(p + i);
+            f[i] = a.x; f[i + 1] = a.y; f[i + 2] = a.z; f[i + 3] = a.w;
+        }
     } else {
         const float2 a = *(const float2 *)p;
         f[0] = a.x; f[1] = a.y;
@@ -404,6 +412,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     constexpr int LINE = 128 / (int)sizeof(T); /* elements per 128-byte line */
     constexpr int NG = NREP < ATT_WARPS ? NREP : ATT_WARPS; /* head groups */
     constexpr int HPW = NREP / NG, NPG = ATT_WARPS / NG;     /* heads per warp, chunk groups */
+    constexpr int VG = DPL > 4 ? ATT_VG * 4 / DPL : ATT_VG;  /* V rows in flight: 16 x 4 dims */
     __shared__ float Qs[NREP][HD];
     __shared__ float Wm[ATT_WARPS][HPW], Wl[ATT_WARPS][HPW];
     __shared__ float Wa[ATT_WARPS][HPW][HD];
@@ -457,18 +466,18 @@ __global__ void __launch_bounds__(ATT_THREADS)
         for (int r = 0; r < HPW; r++) {
             pr[r] = attn_online_step<DPL>(vis ? __fmul_rn(sc[r], P.scale) : -INFINITY, m[r], l[r], acc[r]);
         }
-        /* V rows in groups of ATT_VG, their loads issued together (rows past k_end read row
+        /* V rows in groups of VG, their loads issued together (rows past k_end read row
          * k_end - 1, valid memory, with probability 0) */
         const int nk = k_end - c0 < ATT_BK ? k_end - c0 : ATT_BK;
-        for (int j0 = 0; j0 < nk; j0 += ATT_VG) {
-            float vf[ATT_VG][DPL];
+        for (int j0 = 0; j0 < nk; j0 += VG) {
+            float vf[VG][DPL];
 #pragma unroll
-            for (int jj = 0; jj < ATT_VG; jj++) {
+            for (int jj = 0; jj < VG; jj++) {
                 const int pj = min(c0 + j0 + jj, k_end - 1);
                 kv_load_n<DPL>(vc + (size_t)pj * row + (size_t)g * HD + DPL * lane, vf[jj]);
             }
 #pragma unroll
-            for (int jj = 0; jj < ATT_VG; jj++)
+            for (int jj = 0; jj < VG; jj++)
 #pragma unroll
                 for (int r = 0; r < HPW; r++) {
                     const float e = __shfl_sync(0xffffffffu, pr[r], j0 + jj);
@@ -537,9 +546,10 @@ static hm_status attn_decode_launch(const attn_plan *P, const cuda_attn_args *a,
     return attn_launched("attn_decode_kernel", err);
 }
 
-/* the decode kernel's shapes: one token, head_dim 64 or 128, 1, 2, 4 or 8 heads per kv head */
+/* the decode kernel's shapes: one token, head_dim 64, 128 or 256, 1, 2, 4 or 8 heads per kv
+ * head */
 static bool attn_decode_fits(const attn_plan *P) {
-    return P->n_tok == 1 && (P->hd == 64 || P->hd == 128) &&
+    return P->n_tok == 1 && (P->hd == 64 || P->hd == 128 || P->hd == 256) &&
            (P->n_rep == 1 || P->n_rep == 2 || P->n_rep == 4 || P->n_rep == 8);
 }
 
@@ -550,6 +560,7 @@ static hm_status attn_decode(const attn_plan *P, const cuda_attn_args *a, const 
     if (P->hd == HDV && P->n_rep == NRV) return attn_decode_launch<HDV, NRV, T>(P, a, d_base, z0, nz, s, err)
     ATT_DEC(64, 1); ATT_DEC(64, 2); ATT_DEC(64, 4); ATT_DEC(64, 8);
     ATT_DEC(128, 1); ATT_DEC(128, 2); ATT_DEC(128, 4); ATT_DEC(128, 8);
+    ATT_DEC(256, 1); ATT_DEC(256, 2); ATT_DEC(256, 4); ATT_DEC(256, 8);
 #undef ATT_DEC
     return hm_error_set(err, HM_ERR_ARG, "cuda_attention: no decode kernel for this shape");
 }

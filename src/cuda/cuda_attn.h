@@ -11,8 +11,8 @@
  * Attention is flash-attention style: a block takes a tile of query rows (tokens
  * x query heads of one kv head, GQA broadcast h / (n_head / n_head_kv)), walks the visible K/V
  * rows in tiles of 32 positions held in shared memory as f32, with an online softmax (running
- * max and denominator, rescaled per tile); one-token decode has its own kernel whose warps
- * own 32-position chunks for all heads of a kv group, and batches of more than one token with
+ * max and denominator, rescaled per tile); one-token decode (head_dim 64, 128 or 256) has its
+ * own kernel whose warps own 32-position chunks for all heads of a kv group, and batches of more than one token with
  * head_dim 64 or 128 run the same tiling on tensor cores (cuda_attn_mma.cu). Decode-sized
  * batches also split the visible range across blocks (flash-decoding): the host fixes the most splits from n_ctx and
  * n_tok, the kernel uses one part per 32 visible positions up to that (read from d_pos), and

@@ -101,9 +101,16 @@ static __device__ __forceinline__ void rt_select(float *sc, float *red, int n_ex
         for (int i = 0; i < (int)(blockDim.x >> 5); i++) m = red[i] > m ? red[i] : m;
         for (int e = threadIdx.x; e < n_expert; e += blockDim.x) sc[e] = cm_expf(__fsub_rn(sc[e], m));
         __syncthreads();
-        if (threadIdx.x == 0) {
+        if (threadIdx.x == 0) { /* loads a group ahead of the adds: 512 experts wait on adds only */
             float sum = 0.0f;
-            for (int e = 0; e < n_expert; e++) sum = __fadd_rn(sum, sc[e]);
+            for (int e0 = 0; e0 < n_expert; e0 += 16) {
+                float v[16];
+#pragma unroll
+                for (int j = 0; j < 16; j++) v[j] = e0 + j < n_expert ? sc[e0 + j] : 0.0f;
+#pragma unroll
+                for (int j = 0; j < 16; j++)
+                    if (e0 + j < n_expert) sum = __fadd_rn(sum, v[j]);
+            }
             s_sum = sum;
         }
         __syncthreads();

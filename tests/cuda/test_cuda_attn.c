@@ -120,6 +120,8 @@ static const att_case k_cases[] = {
     /* the decode kernel's qwen3 / gpt-oss shapes: 8 heads per kv head, 32 merged parts */
     {"rep8_long", 16, 2, 128, 0, 0, 4096, {512, 512, 512, 512}, 6, 1},
     {"rep8_swa_sinks", 64, 8, 64, 128, 1, 1024, {300}, 6, 1},
+    /* qwen3next / qwen35moe's gated attention layers: head_dim 256, 8 heads per kv head */
+    {"rep8_hd256", 16, 2, 256, 0, 0, 2048, {512, 300}, 6, 1},
     /* prompt batches of the qwen3 / gpt-oss shapes with one part per block (tensor cores),
      * then a split batch */
     {"q3_prompt", 32, 4, 128, 0, 0, 1024, {512, 200}, 2, 1},
