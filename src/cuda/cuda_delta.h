@@ -12,6 +12,11 @@
  * the CPU engine's, except where softplus's double log1p/exp round differently (CUDA's double
  * functions against libm's). Runs: tokens of several sequences in one call, each run a span of
  * consecutive tokens of one sequence with its own state. Enqueue only: no allocation, no sync.
+ * A run of CUDA_DELTA_CHUNK_MIN tokens or more (a prompt's) takes the chunked form of the delta
+ * rule instead (cuda_delta.cu: chunks of 64 tokens, or 32 where the device's shared memory per
+ * block is small; a block per head and 32 state columns), the same recurrence summed in another
+ * order: within tolerance of the CPU's bytes, not equal to them nor to the same tokens one per
+ * call. Decode steps and short runs keep the token-by-token kernel and its bytes.
  */
 #ifndef HM_CUDA_CUDA_DELTA_H
 #define HM_CUDA_CUDA_DELTA_H
@@ -28,6 +33,9 @@ typedef struct {
     int32_t t0, len, seq; /* tokens t0 .. t0 + len - 1 of the call, in order, of sequence seq */
 } cuda_delta_run;
 
+/* runs of at least this many tokens take the chunked form */
+#define CUDA_DELTA_CHUNK_MIN 64
+
 typedef struct {
     int nk, nv, dk, dv; /* key heads, value heads (a multiple of nk), their sizes; dk in {16, 32,
                            64, 128, 256}, dv <= 256 */
@@ -38,6 +46,8 @@ typedef struct {
     float eps;          /* rms_eps: the q/k L2 norms' and the gated norm's */
     int64_t n_tok;
     int n_runs;
+    int max_run;                  /* the longest run's length, as the host knows it (0: n_tok):
+                                     below CUDA_DELTA_CHUNK_MIN no chunked launch at all */
     const cuda_delta_run *d_runs; /* [n_runs], device; together they cover the n_tok tokens */
     const float *conv_w;          /* [cd][K] (ssm_conv1d), cd = 2 nk dk + nv dv */
     const float *dt, *a;          /* [nv] each (ssm_dt, ssm_a) */

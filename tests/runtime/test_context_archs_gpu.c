@@ -7,7 +7,8 @@
  * runs changes no bit); a reset context gives the same bytes again (recurrent states zeroed);
  * two sequences in one context (hm_decode_seqs: a prompt beside single tokens) give each
  * sequence's bytes alone; a hybrid's truncation is refused (a recurrent state is not rewound),
- * gemma4's allowed. Host checks: none. */
+ * gemma4's allowed. The hybrids again with a prompt of 100 tokens in one ubatch (the GPU's
+ * chunked delta rule): tokens and logits against the CPU. Host checks: none. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,20 +26,24 @@
 
 typedef enum { ON_CPU, ON_GPU, TIERED } where;
 
-static hm_context *open_ctx(const hm_model *m, where w, int n_seq) {
+static hm_context *open_ctx_at(const hm_model *m, where w, int n_seq, int n_ctx, int n_batch) {
     hm_context_params p = hm_context_default_params();
-    p.n_ctx = N_CTX;
+    p.n_ctx = n_ctx;
     p.n_threads = 2;
     p.n_gpu_layers = w == ON_CPU ? 0 : 99;
     p.cpu_moe = w == TIERED;
     p.n_seq = n_seq;
-    p.n_batch = 8;
+    p.n_batch = n_batch;
     p.type_k = p.type_v = HM_TYPE_F32;
     hm_context *c = NULL;
     hm_error err;
     const hm_status st = hm_context_init(m, &p, &c, &err);
     HM_CHECK_MSG(st == HM_OK, "placement %d, %d sequences: %s", (int)w, n_seq, err.msg);
     return st == HM_OK ? c : NULL;
+}
+
+static hm_context *open_ctx(const hm_model *m, where w, int n_seq) {
+    return open_ctx_at(m, w, n_seq, N_CTX, 8);
 }
 
 /* The prompt in one call, then greedy steps: logits [N_TOK][V] (rows N_PROMPT-1 ..), tokens. */
@@ -141,10 +146,45 @@ static void check_model(const char *preset, const char *path) {
     hm_model_free(m);
 }
 
+/* A hybrid's prompt of LONG_PROMPT tokens in one ubatch: on the GPU its delta rule takes the
+ * chunked form (cuda_delta.h); on the GPU and tiered, the same greedy tokens as the CPU and
+ * logits within 1e-4 of their standard deviation. (No byte check between the two: a prompt
+ * this long takes the GEMMs, and the tiered one computes some experts on the CPU.) */
+#define LONG_PROMPT 100
+#define LONG_STEPS 4
+static void check_long_prompt(const char *preset, const char *path) {
+    hm_model *m = NULL;
+    hm_error err;
+    HM_REQUIRE(hm_model_load(path, NULL, &m, &err) == HM_OK);
+    const int64_t V = hm_model_hparams(m)->n_vocab;
+    const int nt = LONG_PROMPT + LONG_STEPS;
+    int32_t prompt[LONG_PROMPT], tk[3][LONG_PROMPT + LONG_STEPS];
+    for (int i = 0; i < LONG_PROMPT; i++) prompt[i] = 3 + (29 * i) % (int)(V - 3);
+    float *lo[3];
+    for (int w = 0; w < 3; w++) HM_REQUIRE((lo[w] = calloc((size_t)nt * (size_t)V, sizeof(float))));
+    for (int w = 0; w < 3; w++) {
+        hm_context *c = open_ctx_at(m, (where)w, 1, 256, 128);
+        HM_REQUIRE(c && ctu_greedy(c, prompt, LONG_PROMPT, nt, V, lo[w], tk[w]));
+        hm_context_free(c);
+    }
+    for (int w = ON_GPU; w <= TIERED; w++) {
+        HM_CHECK_MSG(!memcmp(tk[w], tk[ON_CPU], sizeof(tk[0])), "%s, %d-token prompt, placement "
+                     "%d: greedy tokens differ from the CPU's", preset, LONG_PROMPT, w);
+        for (int t = LONG_PROMPT - 1; t < nt; t++) {
+            const double d = rel_diff(lo[ON_CPU] + (size_t)t * V, lo[w] + (size_t)t * V, V);
+            HM_CHECK_MSG(d <= 1e-4, "%s, %d-token prompt, placement %d row %d: max|diff| / std "
+                         "%.3g", preset, LONG_PROMPT, w, t, d);
+        }
+    }
+    for (int w = 0; w < 3; w++) free(lo[w]);
+    hm_model_free(m);
+}
+
 static void check_preset(const char *preset) {
     char path[512];
     HM_REQUIRE(ft_forged("archsgpu", preset, FORGE_MIX_F32, path, sizeof(path)));
     check_model(preset, path);
+    if (strstr(preset, "qwen3")) check_long_prompt(preset, path);
 }
 
 static void test_hybrid(void) {
