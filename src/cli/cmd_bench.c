@@ -292,6 +292,7 @@ static int bench_engine(cli_common_args *a, const bench_opts *bo, const bench_te
         if (!st) bench_out_row(out, &env, &row);
     }
     hm_gen_free(gen);
+    if (!st) cli_engine_print_tiered(&e); /* the whole run's CPU-side counters (stderr) */
     if (st) fprintf(stderr, "hotmoe bench: %s\n", err.msg);
     free(toks);
     free(logits);

@@ -230,11 +230,13 @@ void cli_engine_print_tiered(const cli_engine *e) {
     fprintf(stderr,
             "tiered: %llu layer requests to the CPU (%.1f us computing each), prompt layers %llu "
             "(experts %llu on the GPU from %.1f MiB copied, %llu of %llu copied ahead used, %llu "
-            "on the CPU); faults %llu, steps redone %llu, failed copies %llu\n",
+            "on the CPU, %.1f ms enqueueing copies, %.1f ms waiting for them); faults %llu, "
+            "steps redone %llu, failed copies %llu\n",
             (unsigned long long)s.requests, s.requests ? s.busy_s * 1e6 / (double)s.requests : 0.0,
             (unsigned long long)s.fetch_requests, (unsigned long long)s.gpu_experts,
             (double)s.fetched_bytes / 1048576.0, (unsigned long long)s.ahead_used,
             (unsigned long long)s.ahead_experts, (unsigned long long)s.cpu_experts,
+            s.copy_enqueue_s * 1e3, s.copy_wait_s * 1e3,
             (unsigned long long)s.faults, (unsigned long long)s.retries,
             (unsigned long long)s.copy_fallbacks);
     if (s.hot_hits + s.hot_misses > 0)

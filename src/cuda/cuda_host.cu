@@ -5,7 +5,8 @@
  * Portable so any device of the process may copy from it); its failure is returned with the CUDA
  * error and the size, never logged here, and the caller switches to staging. The lane is a
  * private non-blocking stream, two device buffers and four events (ready and free per buffer,
- * cuda_host.h); a range inside the registration is one cudaMemcpyAsync, any other range is cut
+ * cuda_host.h); a range inside the registration is one cudaMemcpyAsync (the rows of a strided
+ * copy, cuda_copy_lane_copy_rows, one cudaMemcpyBatchAsync for the call), any other range is cut
  * into pieces of at most one pinned chunk, each memcpy'd into one of two chunks by the calling
  * thread and sent from there (an event per chunk says when the DMA engine is done with it).
  * No state outside the objects.
@@ -142,6 +143,13 @@ struct cuda_copy_lane {
     bool chunk_busy[2];
     size_t chunk_cap;
     int next_chunk;
+    /* the direct rows of a cuda_copy_lane_copy_rows call as one cudaMemcpyBatchAsync: [bcap]
+     * destinations, sources and sizes, grown on demand; no_batch: the call failed once, so one
+     * cudaMemcpy2DAsync per run from then on */
+    void **bd;
+    const void **bs;
+    size_t *bn, bcap;
+    bool no_batch;
     cuda_copy_lane_stats st;
 };
 
@@ -172,6 +180,9 @@ extern "C" void cuda_copy_lane_free(cuda_copy_lane *l) {
     }
     if (l->s) cudaStreamDestroy(l->s);
     cudaGetLastError();
+    free(l->bd);
+    free(l->bs);
+    free(l->bn);
     free(l);
 }
 
@@ -331,29 +342,93 @@ static bool rows_ok(const cuda_host_rows *r, size_t cap) {
            r->n <= cap - r->off - span;
 }
 
+/* A cuda_copy_lane_copy_rows call's direct rows (inside the registration) go as one
+ * cudaMemcpyBatchAsync (CUDA 12.8 on): a prompt layer of a mixed layer's cold experts is hundreds
+ * of short runs (the hot ones in between), and one call per run costs the worker microseconds
+ * each. batch_room: room for m rows (false: no batch for this call: an older toolkit, out of
+ * memory, or a batch failed before). batch_send: the m rows gathered; false when the call failed
+ * (then never tried again), the caller copying run by run instead. */
+static bool batch_room(cuda_copy_lane *l, size_t m) {
+#if CUDART_VERSION >= 12080
+    if (l->no_batch) return false;
+    if (m <= l->bcap) return true;
+    void **bd = (void **)realloc(l->bd, m * sizeof(*bd));
+    if (bd) l->bd = bd;
+    const void **bs = (const void **)realloc(l->bs, m * sizeof(*bs));
+    if (bs) l->bs = bs;
+    size_t *bn = (size_t *)realloc(l->bn, m * sizeof(*bn));
+    if (bn) l->bn = bn;
+    if (!bd || !bs || !bn) return false;
+    l->bcap = m;
+    return true;
+#else
+    (void)l, (void)m;
+    return false;
+#endif
+}
+
+static bool batch_send(cuda_copy_lane *l, size_t m) {
+#if CUDART_VERSION >= 12080
+    cudaMemcpyAttributes a;
+    memset(&a, 0, sizeof(a));
+    a.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    size_t first = 0;
+#if CUDART_VERSION >= 13000
+    const cudaError_t e = cudaMemcpyBatchAsync(l->bd, l->bs, l->bn, m, &a, &first, 1, l->s);
+#else /* 12.8 and 12.9 also report the index of a failed copy */
+    size_t fail = 0;
+    const cudaError_t e = cudaMemcpyBatchAsync(l->bd, (void **)l->bs, l->bn, m, &a, &first, 1,
+                                               &fail, l->s);
+#endif
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        l->no_batch = true;
+        return false;
+    }
+    l->st.batches++;
+    return true;
+#else
+    (void)l, (void)m;
+    return false;
+#endif
+}
+
+/* One strided run as one 2D copy (the registration covers it). */
+static hm_status run_copy(cuda_copy_lane *l, int b, const cuda_host_rows *r, hm_error *err) {
+    cudaError_t e = cudaMemcpy2DAsync((char *)l->buf[b] + r->off, r->dpitch, r->p, r->spitch, r->n,
+                                      r->rows, cudaMemcpyHostToDevice, l->s);
+    return e == cudaSuccess ? HM_OK : host_fail(err, e, "cuda_copy_lane_copy_rows: cudaMemcpy2DAsync");
+}
+
 extern "C" hm_status cuda_copy_lane_copy_rows(cuda_copy_lane *l, int b, int layer,
                                               const cuda_host_rows *r, int n, hm_error *err) {
     if (!l || b < 0 || b >= CUDA_COPY_LANE_BUFS || n < 0 || (n > 0 && !r))
         return hm_error_set(err, HM_ERR_ARG, "cuda_copy_lane_copy_rows: bad arguments (buffer "
                             "%d, %d runs)", b, n);
-    for (int i = 0; i < n; i++)
+    size_t rows = 0;
+    for (int i = 0; i < n; i++) {
         if (!rows_ok(&r[i], l->cap))
             return hm_error_set(err, HM_ERR_RANGE, "cuda_copy_lane_copy_rows: layer %d: run %d "
                                 "(%zu rows of %zu bytes, pitches %zu / %zu, at %zu) does not fit "
                                 "the buffer of %zu bytes", layer, i, r[i].rows, r[i].n,
                                 r[i].spitch, r[i].dpitch, r[i].off, l->cap);
+        rows += r[i].n ? r[i].rows : 0;
+    }
     hm_status st = lane_begin(l, b, err);
     if (st != HM_OK) return st;
+    const bool batch = rows >= 2 && batch_room(l, rows);
+    size_t m = 0; /* direct rows gathered for the batch */
     for (int i = 0; i < n; i++) {
         if (r[i].rows == 0 || r[i].n == 0) continue;
         char *d = (char *)l->buf[b] + r[i].off;
         const char *p = (const char *)r[i].p;
-        const size_t span = (r[i].rows - 1) * r[i].spitch + r[i].n;
-        if (cuda_host_reg_covers(l->reg, p, span)) {
-            cudaError_t e = cudaMemcpy2DAsync(d, r[i].dpitch, p, r[i].spitch, r[i].n, r[i].rows,
-                                              cudaMemcpyHostToDevice, l->s);
-            if (e != cudaSuccess)
-                return host_fail(err, e, "cuda_copy_lane_copy_rows: cudaMemcpy2DAsync");
+        if (cuda_host_reg_covers(l->reg, p, (r[i].rows - 1) * r[i].spitch + r[i].n)) {
+            for (size_t k = 0; batch && k < r[i].rows; k++, m++) {
+                l->bd[m] = d + k * r[i].dpitch;
+                l->bs[m] = p + k * r[i].spitch;
+                l->bn[m] = r[i].n;
+            }
+            if (!batch && (st = run_copy(l, b, &r[i], err)) != HM_OK) return st;
             l->st.bytes_direct += r[i].n * r[i].rows;
         } else {
             for (size_t k = 0; k < r[i].rows && st == HM_OK; k++)
@@ -362,7 +437,12 @@ extern "C" hm_status cuda_copy_lane_copy_rows(cuda_copy_lane *l, int b, int laye
         }
         l->st.ranges += r[i].rows;
     }
-    return lane_end(l, b, layer, err);
+    if (m > 0 && !batch_send(l, m)) /* the direct runs one call each after all */
+        for (int i = 0; i < n && st == HM_OK; i++)
+            if (r[i].rows && r[i].n &&
+                cuda_host_reg_covers(l->reg, r[i].p, (r[i].rows - 1) * r[i].spitch + r[i].n))
+                st = run_copy(l, b, &r[i], err);
+    return st == HM_OK ? lane_end(l, b, layer, err) : st;
 }
 
 extern "C" hm_status cuda_copy_lane_copy(cuda_copy_lane *l, int b, int layer,

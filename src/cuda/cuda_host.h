@@ -93,6 +93,7 @@ typedef struct {
     uint64_t ranges;       /* ranges copied */
     uint64_t bytes_direct; /* from the registration, one DMA per range */
     uint64_t bytes_staged; /* through the pinned staging chunks */
+    uint64_t batches;      /* cudaMemcpyBatchAsync calls (strided runs' direct rows) */
 } cuda_copy_lane_stats;
 
 /* A lane on device dev with two device buffers of cap bytes each (cap > 0). reg (borrowed, may

@@ -342,7 +342,7 @@ hm_status cuda_copy_lane_sync(cuda_copy_lane *l, hm_error *err) {
 }
 
 void cuda_copy_lane_get_stats(const cuda_copy_lane *l, cuda_copy_lane_stats *s) {
-    s->copies = s->ranges = s->bytes_direct = s->bytes_staged = 0;
+    s->copies = s->ranges = s->bytes_direct = s->bytes_staged = s->batches = 0;
 }
 
 bool cuda_copy_lane_direct(const cuda_copy_lane *l, const void *p, size_t n) { return false; }

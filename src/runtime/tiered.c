@@ -442,6 +442,7 @@ void hm_tiered_get_stats(hm_tiered *t, hm_tiered_stats *s) {
     s->cpu_experts = atomic_load(&t->cpu_experts);
     s->fetched_bytes = atomic_load(&t->fetched_bytes);
     s->copy_wait_s = (double)atomic_load(&t->copy_wait_ns) * 1e-9;
+    s->copy_enqueue_s = (double)atomic_load(&t->copy_enqueue_ns) * 1e-9;
     s->copies = atomic_load(&t->copies);
     s->copy_fallbacks = atomic_load(&t->copy_fallbacks);
     s->retries = atomic_load(&t->retries);

@@ -196,6 +196,7 @@ typedef struct {
     uint64_t cpu_experts;    /* used experts of those the CPU computed */
     uint64_t fetched_bytes;  /* bytes copied into the staging buffers */
     double copy_wait_s;      /* time the worker waited for copies after its own experts */
+    double copy_enqueue_s;   /* time it spent enqueueing copies (its layer's and ahead) */
     uint64_t copies;         /* layers whose fetched experts were copied (or tried) */
     uint64_t copy_fallbacks; /* of those, copies that failed: the CPU computed those experts */
     uint64_t retries;        /* failed steps redone by the context (hm_tiered_count_retry) */

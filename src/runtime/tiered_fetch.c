@@ -240,6 +240,7 @@ hm_status tiered_serve_fetch(hm_tiered *t, int j, const cuda_handoff_msg *m, hm_
     }
     atomic_fetch_add(&t->ahead_used, (unsigned long long)used_ahead);
     bool copied = false; /* this layer's copies in flight */
+    const int64_t tq = tiered_now_ns();
     if (n_fetch > 0) {
         hm_error ce;
         hm_error_clear(&ce);
@@ -250,6 +251,7 @@ hm_status tiered_serve_fetch(hm_tiered *t, int j, const cuda_handoff_msg *m, hm_
             n_fetch = copy_fallback(t, L, n_fetch, &ce);
     }
     if (copied) copy_ahead(t, j, m->n_tok);
+    atomic_fetch_add(&t->copy_enqueue_ns, (unsigned long long)(tiered_now_ns() - tq));
     /* the CPU's slots meanwhile (all of them after a failed start) */
     st = run_cpu_slots(t, L, m->n_tok, false, e);
     if (st == HM_OK && n_fetch == 0) st = run_cpu_slots(t, L, m->n_tok, true, e);

@@ -57,7 +57,8 @@ struct hm_tiered {
     int ahead_layer;             /* -1: none */
     int ahead_n;
     int32_t *ahead_slot;         /* [n_expert] slot of an expert copied ahead, else -1 */
-    atomic_ullong fetch_requests, gpu_experts, cpu_experts, fetched_bytes, copy_wait_ns;
+    atomic_ullong fetch_requests, gpu_experts, cpu_experts, fetched_bytes, copy_wait_ns,
+        copy_enqueue_ns;
     atomic_ullong copies, copy_fallbacks, retries, ahead_experts, ahead_used;
     /* the hot cache's controller (tiered_hot.c), or NULL */
     struct tiered_hot *hot;

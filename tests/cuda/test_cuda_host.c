@@ -159,8 +159,9 @@ static void test_register_and_copy(void) {
     }
     HM_CHECK(stt.copies == 1 && stt.ranges == 5);
 
-    /* strided runs into buffer 1: back to back and spaced rows of the mapping (one 2D copy
-     * each), and spaced rows of the heap (staged row by row), interleaved in the buffer */
+    /* strided runs into buffer 1: back to back and spaced rows of the mapping (their ten rows
+     * one cudaMemcpyBatchAsync), and spaced rows of the heap (staged row by row), interleaved
+     * in the buffer */
     const cuda_host_rows rows[3] = {
         {.p = f.map + 3000, .n = 1000, .rows = 5, .spitch = 1000, .dpitch = 4096, .off = 0},
         {.p = f.map + 70001, .n = 700, .rows = 5, .spitch = 1500, .dpitch = 4096, .off = 1024},
@@ -188,6 +189,8 @@ static void test_register_and_copy(void) {
     cuda_copy_lane_get_stats(l, &st2);
     HM_CHECK(st2.copies == 2 && st2.ranges == 5 + 13);
     if (reg) HM_CHECK(st2.bytes_direct == direct + 5000 + 3500);
+    const bool batch = reg && CUDART_VERSION >= 12080; /* cudaMemcpyBatchAsync: CUDA 12.8 */
+    HM_CHECK_MSG(st2.batches == (batch ? 1u : 0u), "batches %llu", (unsigned long long)st2.batches);
     const cuda_host_rows past = {.p = f.map, .n = 1 << 20, .rows = 33, .spitch = 1 << 20,
                                  .dpitch = 1 << 20, .off = 0};
     HM_CHECK(cuda_copy_lane_copy_rows(l, 1, 0, &past, 1, &err) == HM_ERR_RANGE);
