@@ -8,6 +8,8 @@
  *   ho_wait_kernel   one thread: volatile loads of done, abort and %globaltimer until done ==
  *                    seq, abort != 0 or the timeout; a failed wait records the fault (first one
  *                    wins) and, on timeout, sets abort itself so that later waits end at once;
+ *                    then its start and end times on the clock into the layer's flags (the post
+ *                    kernel stored the request's; cuda_handoff.h);
  *   ho_take_kernel   the CPU's per-slot outputs y into e->ey with cache-volatile loads (ld.cv:
  *                    never a stale line), float4 when the row length allows.
  * The merge that follows (the combine kernels of the forward pass) is the all-GPU path's, so
@@ -70,6 +72,7 @@ __global__ void ho_post_kernel(const uint32_t *d_seq, int layer, int n_tok, int 
         m->n_tok = (uint32_t)n_tok;
         m->n_used = (uint32_t)n_used;
         m->fetch = fetch;
+        flags[layer].t_post[seq & 1] = ho_clock_ns(); /* published with the rest, by ready */
     }
     __threadfence_system(); /* this thread's stores reach the host before ... */
     __syncthreads();        /* ... thread 0, after every thread's fence, publishes them */
@@ -108,6 +111,9 @@ __global__ void ho_wait_kernel(const uint32_t *d_seq, int layer, cuda_handoff_fl
         __threadfence_system();
         c->fault = kind;
     }
+    f->t_wait = t0; /* read by the CPU after the next request's ready, or between steps */
+    f->t_seen = ho_clock_ns();
+    f->stamp_seq = seq;
     __threadfence_system();
 }
 

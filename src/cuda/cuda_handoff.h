@@ -61,13 +61,27 @@ typedef struct {
     uint64_t pad2[7];
 } cuda_handoff_ctl;
 
-/* One layer's flags: ready written by the GPU, done by the CPU; both hold sequence numbers. */
+/* One layer's flags: ready written by the GPU, done by the CPU; both hold sequence numbers.
+ * The GPU's line also carries its clock (%globaltimer, ns) around each request, for the layer
+ * perf's lane times (runtime/tiered_perf.c): the post kernel stores t_post[seq & 1] before
+ * ready; the wait kernel, once its wait ends, t_wait (its start: the hot lane's kernels, which
+ * run between the two in stream order, are done) and t_seen (the answer seen), then stamp_seq =
+ * seq. The CPU reads step s's times at the layer's next request (the post of step s + 1 wrote
+ * the other t_post) or between steps. */
 typedef struct {
     uint32_t ready;
-    uint32_t pad0[15];
+    uint32_t stamp_seq;     /* the step whose t_wait, t_seen these are (0: none yet) */
+    uint64_t t_post[2];     /* [seq & 1] the request posted */
+    uint64_t t_wait, t_seen; /* the wait began, the answer seen */
+    uint32_t pad0[6];
     uint32_t done;
     uint32_t pad1[15];
 } cuda_handoff_flags;
+#ifdef __cplusplus
+static_assert(sizeof(cuda_handoff_flags) == 128, "two 64-byte lines, one per writer");
+#else
+_Static_assert(sizeof(cuda_handoff_flags) == 128, "two 64-byte lines, one per writer");
+#endif
 
 /* The request in the data area, written by the GPU before ready. */
 typedef struct {

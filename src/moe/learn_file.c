@@ -106,9 +106,12 @@ static hm_status get_model(const hm_json_reader *r, const json_t *root, moe_lear
 static const char *const perf_times[] = {
     "routing_time_us", "worklist_time_us", "matmul_time_us", "branch_time_us",
     "gather_scatter_time_us", "merge_time_us", "parallel_wall_time_us",
-    "parallel_join_wait_time_us", "parallel_hot_lane_time_us", "parallel_cold_lane_time_us"};
-static const char *const perf_counts[] = {"hot_slots_total", "cold_slots_total", "parallel_launches",
-                                          "parallel_fallbacks"};
+    "parallel_join_wait_time_us", "parallel_hot_lane_time_us", "parallel_cold_lane_time_us",
+    "fetch_wait_time_us", "postfetch_wait_time_us"};
+static const char *const perf_counts[] = {
+    "hot_slots_total", "cold_slots_total", "parallel_launches", "parallel_fallbacks",
+    "fetch_experts", "fetch_bytes", "fetch_fallbacks", "postfetch_experts", "postfetch_bytes",
+    "postfetch_fallbacks"};
 
 static hm_status get_layer(const hm_json_reader *r, const json_t *lo, size_t l, const moe_learn *f,
                            moe_learn_layer *ly) {

@@ -150,6 +150,7 @@ static void copy_ahead(hm_tiered *t, int j, int64_t n_tok) {
     t->ahead_n = n;
     atomic_fetch_add(&t->ahead_experts, (unsigned long long)n);
     atomic_fetch_add(&t->fetched_bytes, (unsigned long long)n * l2->slot_bytes);
+    tiered_perf_copies(t, L2, &(tiered_perf_copy){.bytes = (uint64_t)n * l2->slot_bytes});
     if (t->off.debug) HM_LOGI("sched layer %d: %d experts of layer %d copied ahead", L, n, L2);
 }
 
@@ -240,15 +241,18 @@ hm_status tiered_serve_fetch(hm_tiered *t, int j, const cuda_handoff_msg *m, hm_
     }
     atomic_fetch_add(&t->ahead_used, (unsigned long long)used_ahead);
     bool copied = false; /* this layer's copies in flight */
+    tiered_perf_copy pc = {0}; /* what they did, for the layer perf */
     const int64_t tq = tiered_now_ns();
     if (n_fetch > 0) {
         hm_error ce;
         hm_error_clear(&ce);
         atomic_fetch_add(&t->copies, 1);
-        if (n_new == 0 || copy_experts(t, L, t->ahead_ids, n_new, ahead, &ce) == HM_OK)
+        if (n_new == 0 || copy_experts(t, L, t->ahead_ids, n_new, ahead, &ce) == HM_OK) {
             copied = true;
-        else
+        } else {
+            pc.fallbacks = (uint64_t)n_fetch;
             n_fetch = copy_fallback(t, L, n_fetch, &ce);
+        }
     }
     if (copied) copy_ahead(t, j, m->n_tok);
     atomic_fetch_add(&t->copy_enqueue_ns, (unsigned long long)(tiered_now_ns() - tq));
@@ -260,12 +264,14 @@ hm_status tiered_serve_fetch(hm_tiered *t, int j, const cuda_handoff_msg *m, hm_
         hm_error ce;
         hm_error_clear(&ce);
         hm_status cs = cuda_copy_lane_sync_buf(t->off.lane, cuda_fetch_buffer(L), &ce);
-        atomic_fetch_add(&t->copy_wait_ns, (unsigned long long)(tiered_now_ns() - t0));
+        pc.wait_ns = tiered_now_ns() - t0;
+        atomic_fetch_add(&t->copy_wait_ns, (unsigned long long)pc.wait_ns);
         const uint64_t nc = atomic_load(&t->copies);
         if (cs == HM_OK && t->p.copy_fail_from && nc >= t->p.copy_fail_from)
             cs = hm_error_set(&ce, HM_ERR_STATE, "test hook: copy %llu fails",
                               (unsigned long long)nc);
         if (cs != HM_OK) { /* the fetched experts on the CPU after all */
+            pc.fallbacks = (uint64_t)n_fetch;
             n_fetch = copy_fallback(t, L, n_fetch, &ce);
             if (st == HM_OK) st = run_cpu_slots(t, L, m->n_tok, true, e);
         }
@@ -281,5 +287,8 @@ hm_status tiered_serve_fetch(hm_tiered *t, int j, const cuda_handoff_msg *m, hm_
     atomic_fetch_add(&t->cpu_experts, (unsigned long long)(t->plan.n_used - n_gpu));
     atomic_fetch_add(&t->fetched_bytes, (unsigned long long)(n_fetch > 0 ? n_new : 0) *
                                             lay->slot_bytes);
+    pc.experts = (uint64_t)n_gpu;
+    pc.bytes = (uint64_t)(n_fetch > 0 ? n_new : 0) * lay->slot_bytes;
+    tiered_perf_copies(t, L, &pc);
     return HM_OK;
 }

@@ -82,9 +82,20 @@ hm_status tiered_serve_postfetch(hm_tiered *t, int j, const cuda_handoff_msg *m,
 void tiered_pf_free(hm_tiered *t);
 typedef struct tiered_perf tiered_perf;
 
-/* The layer perf counters: a request counted before the answer, its CPU time after computing. */
+/* The layer perf counters: a request counted before the answer (and the GPU's times of the
+ * layer's previous request taken), its CPU time after computing. */
 void tiered_perf_observe(hm_tiered *t, int L, const cuda_handoff_msg *m);
 void tiered_perf_time(hm_tiered *t, int L, int64_t ns);
+/* What a request's copies did: the fetched path's experts (prompts) or post-fetch's down
+ * products (decode steps). */
+typedef struct {
+    bool postfetch;
+    uint64_t experts;   /* run on the GPU from a copy */
+    uint64_t bytes;     /* copied for the layer (copies ahead of it included) */
+    int64_t wait_ns;    /* the worker's wait for the copies */
+    uint64_t fallbacks; /* experts meant for the GPU that the CPU computed (failed, late copy) */
+} tiered_perf_copy;
+void tiered_perf_copies(hm_tiered *t, int L, const tiered_perf_copy *c);
 void tiered_perf_free(hm_tiered *t);
 
 /* The worker parked between requests (returns once it is, at once when it never started): its

@@ -1,12 +1,19 @@
 /* tiered_perf.c - the live per-layer counters of the layers the CPU side serves (seed 001's MoE
  * layer perf, --moe-layer-perf full): calls, tokens, every expert's selections split into hot
- * (the GPU ran it from its cache slot) and cold (the CPU computed or fetched it), and the CPU's
- * time on the layer's requests; written in the learn schema (docs/LEARN.md) so that a perf file
- * feeds the next plan (hotmoe plan, --moe-hot-cache).
+ * (the GPU ran it from its cache slot) and cold (the CPU computed or fetched it), the lanes'
+ * times, the copies of the fetched path and of post-fetch; written in the learn schema
+ * (docs/LEARN.md) so that a perf file feeds the next plan (hotmoe plan, --moe-hot-cache).
  *
  * DESIGN: only the worker writes the counters (before answering a request: its ids stay put
- * until then; the time after computing), so they are plain integers; hm_tiered_perf_write reads
- * them between steps. Off costs one pointer test per request.
+ * until then; the time after computing), so they are plain integers; hm_tiered_perf_json reads
+ * them with the worker parked. Off costs one pointer test per request.
+ * The lanes' times come from the GPU's clock in the layer's flags (cuda/cuda_handoff.h): the
+ * request posted (t0), the wait begun, the hot lane's kernels being done (t1), the answer seen
+ * (t2). Step s's arrive after its answer, so they are taken at the layer's next request, and the
+ * last step's when the counters are read: hot lane t1 - t0, join wait t2 - t1, wall t2 - t0; the
+ * cold lane is the CPU's time on the request (its own clock). A layer shows the GPU's times only
+ * when every call it counted has them (a reset or a fault can lose some: then they are left
+ * out, "not measured").
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,17 +23,26 @@
 #include "moe/learn_file.h"
 #include "runtime/tiered_internal.h"
 
+#define STAMP_MAX_NS 600000000000ull /* a request's times span at most this (else not taken) */
+
+typedef struct {
+    uint64_t calls, tokens, cpu_ns;
+    uint32_t seen_seq;    /* the step of the last request counted (0: none) */
+    uint32_t stamped_seq; /* the last step whose GPU times were taken */
+    uint64_t stamped, hot_ns, wait_ns, wall_ns; /* calls with GPU times, their sums */
+    uint64_t fallback_calls;                    /* requests with a copy fallen back */
+    uint64_t f_experts, f_bytes, f_wait_ns, f_fallbacks; /* the fetched path (prompts) */
+    uint64_t p_experts, p_bytes, p_wait_ns, p_fallbacks; /* post-fetch (decode steps) */
+} perf_layer;
+
 struct tiered_perf {
-    uint64_t *calls, *tokens, *time_ns; /* [n_layer] */
-    uint64_t *hits, *cold;              /* [n_layer][n_expert] */
-    uint64_t requests;
+    perf_layer *ly;          /* [n_layer] */
+    uint64_t *hits, *cold;   /* [n_layer][n_expert] */
 };
 
 static void perf_free(tiered_perf *p) {
     if (!p) return;
-    free(p->calls);
-    free(p->tokens);
-    free(p->time_ns);
+    free(p->ly);
     free(p->hits);
     free(p->cold);
     free(p);
@@ -43,13 +59,11 @@ hm_status hm_tiered_perf_enable(hm_tiered *t, hm_error *err) {
     const size_t NL = (size_t)t->v.n_layer, n = NL * (size_t)t->v.n_expert;
     tiered_perf *p = calloc(1, sizeof(*p));
     if (p) {
-        p->calls = calloc(NL, sizeof(*p->calls));
-        p->tokens = calloc(NL, sizeof(*p->tokens));
-        p->time_ns = calloc(NL, sizeof(*p->time_ns));
+        p->ly = calloc(NL, sizeof(*p->ly));
         p->hits = calloc(n, sizeof(*p->hits));
         p->cold = calloc(n, sizeof(*p->cold));
     }
-    if (!p || !p->calls || !p->tokens || !p->time_ns || !p->hits || !p->cold) {
+    if (!p || !p->ly || !p->hits || !p->cold) {
         perf_free(p);
         return hm_error_set(err, HM_ERR_NOMEM, "out of memory (layer perf)");
     }
@@ -59,14 +73,33 @@ hm_status hm_tiered_perf_enable(hm_tiered *t, hm_error *err) {
     return HM_OK;
 }
 
+/* The GPU's times of layer L's last counted request, if they have arrived and are sane. */
+static void take_stamps(hm_tiered *t, int L) {
+    perf_layer *y = &t->perf->ly[L];
+    const cuda_handoff_flags *f = &t->v.flags[L];
+    const uint32_t ss = __atomic_load_n(&f->stamp_seq, __ATOMIC_ACQUIRE);
+    if (ss == 0 || ss != y->seen_seq || ss == y->stamped_seq) return;
+    const uint64_t t0 = __atomic_load_n(&f->t_post[ss & 1], __ATOMIC_RELAXED);
+    const uint64_t t1 = __atomic_load_n(&f->t_wait, __ATOMIC_RELAXED);
+    const uint64_t t2 = __atomic_load_n(&f->t_seen, __ATOMIC_RELAXED);
+    y->stamped_seq = ss;
+    if (t0 == 0 || t1 < t0 || t2 < t1 || t2 - t0 > STAMP_MAX_NS) return;
+    y->stamped++;
+    y->hot_ns += t1 - t0;
+    y->wait_ns += t2 - t1;
+    y->wall_ns += t2 - t0;
+}
+
 void tiered_perf_observe(hm_tiered *t, int L, const cuda_handoff_msg *m) {
     tiered_perf *p = t->perf;
     if (!p) return;
+    take_stamps(t, L); /* the previous request's, before this one's are on their way */
     const int NE = (int)t->v.n_expert, n = (int)m->n_tok * t->v.n_used;
     const size_t row = (size_t)L * (size_t)NE;
-    p->calls[L]++;
-    p->tokens[L] += m->n_tok;
-    p->requests++;
+    perf_layer *y = &p->ly[L];
+    y->calls++;
+    y->tokens += m->n_tok;
+    y->seen_seq = m->seq;
     for (int i = 0; i < n; i++) {
         const int32_t id = t->v.ids[i], e = cuda_handoff_expert(id);
         if (e < 0 || e >= NE) continue;
@@ -76,7 +109,25 @@ void tiered_perf_observe(hm_tiered *t, int L, const cuda_handoff_msg *m) {
 }
 
 void tiered_perf_time(hm_tiered *t, int L, int64_t ns) {
-    if (t->perf && ns > 0) t->perf->time_ns[L] += (uint64_t)ns;
+    if (t->perf && ns > 0) t->perf->ly[L].cpu_ns += (uint64_t)ns;
+}
+
+void tiered_perf_copies(hm_tiered *t, int L, const tiered_perf_copy *c) {
+    if (!t->perf) return;
+    perf_layer *y = &t->perf->ly[L];
+    const uint64_t w = c->wait_ns > 0 ? (uint64_t)c->wait_ns : 0;
+    if (c->postfetch) {
+        y->p_experts += c->experts;
+        y->p_bytes += c->bytes;
+        y->p_wait_ns += w;
+        y->p_fallbacks += c->fallbacks;
+    } else {
+        y->f_experts += c->experts;
+        y->f_bytes += c->bytes;
+        y->f_wait_ns += w;
+        y->f_fallbacks += c->fallbacks;
+    }
+    y->fallback_calls += c->fallbacks > 0;
 }
 
 static void put_array(hm_json *j, const char *key, const uint64_t *v, int n, const uint64_t *sub) {
@@ -94,16 +145,58 @@ hm_status hm_tiered_perf_disable(hm_tiered *t) {
     return HM_OK;
 }
 
+static double us(uint64_t ns) { return (double)ns / 1000.0; }
+
+/* One layer's object; h, c: its hits and cold hits [n_expert]. */
+static void put_layer(hm_json *j, int il, const perf_layer *y, const uint64_t *h,
+                      const uint64_t *c, int NE) {
+    uint64_t sum = 0, cold = 0;
+    for (int e = 0; e < NE; e++) sum += h[e], cold += c[e];
+    const bool gpu_times = y->calls > 0 && y->stamped == y->calls;
+    hm_json_obj_begin(j);
+    hm_json_kint(j, "layer", il);
+    hm_json_kuint(j, "calls", y->calls);
+    hm_json_kuint(j, "tokens", y->tokens);
+    hm_json_kuint(j, "expert_hits_total", sum);
+    if (y->calls) hm_json_kdouble(j, "moe_time_us", us(gpu_times ? y->wall_ns : y->cpu_ns));
+    put_array(j, "experts", h, NE, NULL);
+    if (y->calls) {
+        put_array(j, "hot_experts", h, NE, c);
+        put_array(j, "cold_experts", c, NE, NULL);
+        hm_json_kuint(j, "hot_slots_total", sum - cold);
+        hm_json_kuint(j, "cold_slots_total", cold);
+        hm_json_kuint(j, "parallel_launches", y->calls);
+        hm_json_kuint(j, "parallel_fallbacks", y->fallback_calls);
+        hm_json_kdouble(j, "parallel_cold_lane_time_us", us(y->cpu_ns));
+        if (gpu_times) {
+            hm_json_kdouble(j, "parallel_wall_time_us", us(y->wall_ns));
+            hm_json_kdouble(j, "parallel_hot_lane_time_us", us(y->hot_ns));
+            hm_json_kdouble(j, "parallel_join_wait_time_us", us(y->wait_ns));
+        }
+        hm_json_kuint(j, "fetch_experts", y->f_experts);
+        hm_json_kuint(j, "fetch_bytes", y->f_bytes);
+        hm_json_kdouble(j, "fetch_wait_time_us", us(y->f_wait_ns));
+        hm_json_kuint(j, "fetch_fallbacks", y->f_fallbacks);
+        hm_json_kuint(j, "postfetch_experts", y->p_experts);
+        hm_json_kuint(j, "postfetch_bytes", y->p_bytes);
+        hm_json_kdouble(j, "postfetch_wait_time_us", us(y->p_wait_ns));
+        hm_json_kuint(j, "postfetch_fallbacks", y->p_fallbacks);
+    }
+    hm_json_obj_end(j);
+}
+
 hm_status hm_tiered_perf_json(hm_tiered *t, hm_json *j, const char *arch, const char *name,
                               hm_error *err) {
-    const tiered_perf *p = t ? t->perf : NULL;
+    tiered_perf *p = t ? t->perf : NULL;
     if (!p) return hm_error_set(err, HM_ERR_STATE, "layer perf: not enabled (--moe-layer-perf full)");
     const int NL = t->v.n_layer, NE = (int)t->v.n_expert;
     uint64_t *tot = calloc((size_t)NE, sizeof(*tot)), max_tok = 0;
     if (!tot) return hm_error_set(err, HM_ERR_NOMEM, "out of memory (layer perf)");
+    tiered_pause(t); /* between steps: the last requests' GPU times are in */
     for (int il = 0; il < NL; il++) {
+        if (p->ly[il].calls) take_stamps(t, il);
         for (int e = 0; e < NE; e++) tot[e] += p->hits[(size_t)il * (size_t)NE + (size_t)e];
-        if (p->tokens[il] > max_tok) max_tok = p->tokens[il];
+        if (p->ly[il].tokens > max_tok) max_tok = p->ly[il].tokens;
     }
     hm_json_obj_begin(j);
     hm_json_kstr(j, "format", MOE_LEARN_FORMAT);
@@ -124,25 +217,12 @@ hm_status hm_tiered_perf_json(hm_tiered *t, hm_json *j, const char *arch, const 
     put_array(j, "experts", tot, NE, NULL);
     hm_json_key(j, "layers");
     hm_json_arr_begin(j);
-    for (int il = 0; il < NL; il++) {
-        const uint64_t *h = p->hits + (size_t)il * (size_t)NE, *c = p->cold + (size_t)il * NE;
-        uint64_t sum = 0;
-        for (int e = 0; e < NE; e++) sum += h[e];
-        hm_json_obj_begin(j);
-        hm_json_kint(j, "layer", il);
-        hm_json_kuint(j, "calls", p->calls[il]);
-        hm_json_kuint(j, "tokens", p->tokens[il]);
-        hm_json_kuint(j, "expert_hits_total", sum);
-        if (p->calls[il]) hm_json_kdouble(j, "moe_time_us", (double)p->time_ns[il] / 1000.0);
-        put_array(j, "experts", h, NE, NULL);
-        if (p->calls[il]) {
-            put_array(j, "hot_experts", h, NE, c);
-            put_array(j, "cold_experts", c, NE, NULL);
-        }
-        hm_json_obj_end(j);
-    }
+    for (int il = 0; il < NL; il++)
+        put_layer(j, il, &p->ly[il], p->hits + (size_t)il * (size_t)NE,
+                  p->cold + (size_t)il * (size_t)NE, NE);
     hm_json_arr_end(j);
     hm_json_obj_end(j);
+    tiered_resume(t);
     free(tot);
     return HM_OK;
 }

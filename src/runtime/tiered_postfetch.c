@@ -104,6 +104,8 @@ static hm_status pf_cpu_all(hm_tiered *t, tiered_pf *p, int L, int64_t n_tok, in
                             hm_error *e) {
     const cuda_handoff_view *v = &t->v;
     atomic_fetch_add(&t->pf_fallbacks, (unsigned long long)n_chosen);
+    tiered_perf_copies(t, L, &(tiered_perf_copy){.postfetch = true,
+                                                 .fallbacks = (uint64_t)n_chosen});
     const moe_job job = {.layer = L, .n_tok = n_tok, .n_used = v->n_used, .x = v->x,
                          .ids = p->ids_pf, .weights = v->gw, .y = v->y};
     bool summed = false;
@@ -185,6 +187,7 @@ hm_status tiered_serve_postfetch(hm_tiered *t, int j, const cuda_handoff_msg *m,
         st = moe_exec_gate_up(t->exec, &pj, v->h, e);
     }
     /* 5. the copies landed, or the CPU's down products */
+    int64_t pf_wait = 0;
     if (st == HM_OK && copied) {
         const int64_t t0 = tiered_now_ns();
         bool done = false;
@@ -194,7 +197,8 @@ hm_status tiered_serve_postfetch(hm_tiered *t, int j, const cuda_handoff_msg *m,
         } else {
             copied = cuda_copy_lane_query_buf(t->off.lane, buf, &done, &ce) == HM_OK;
         }
-        atomic_fetch_add(&t->pf_wait_ns, (unsigned long long)(tiered_now_ns() - t0));
+        pf_wait = tiered_now_ns() - t0;
+        atomic_fetch_add(&t->pf_wait_ns, (unsigned long long)pf_wait);
         if (!copied) HM_LOGW("post-fetch: layer %d: waiting for the copies failed (%s); the CPU "
                              "computes those experts", L, ce.msg);
         copied = copied && done;
@@ -206,6 +210,9 @@ hm_status tiered_serve_postfetch(hm_tiered *t, int j, const cuda_handoff_msg *m,
         atomic_fetch_add(&t->pf_requests, 1);
         atomic_fetch_add(&t->pf_experts, (unsigned long long)nc);
         atomic_fetch_add(&t->pf_bytes, (unsigned long long)nc * db);
+        tiered_perf_copies(t, L, &(tiered_perf_copy){.postfetch = true, .experts = (uint64_t)nc,
+                                                     .bytes = (uint64_t)nc * db,
+                                                     .wait_ns = pf_wait});
         if (p->r.h2d_bytes_per_s > 0)
             atomic_fetch_add(&t->pf_copy_ns, (unsigned long long)(1e9 * (double)nc *
                                                                   (double)db /

@@ -12,7 +12,8 @@
  * CPU's):
  *  - host loop (cuda_engine_decode): a 21-token prompt (all logits, ubatches of 8, 8, 5), then
  *    N_GEN greedy single steps: the logits of every position byte-identical; the CPU side
- *    answered exactly n_host requests per ubatch, with no fault;
+ *    answered exactly n_host requests per ubatch, with no fault; the layer perf counted every
+ *    request of every host layer with the hand-off kernels' clock (wall = hot lane + join wait);
  *  - the autonomous decode loop (cuda_decode: one captured graph per step, lookahead 4) from
  *    the same prompt: the N_GEN greedy tokens equal the all-GPU loop's and the host loop's,
  *    the device logits after the last step byte-identical, and 0 host synchronisations between
@@ -34,6 +35,8 @@
  * polled before each step: every position's logits equal the all-GPU engine's, and expert 1
  * ends in expert 0's old slot; exchanges that make no sense are refused.
  */
+#include <jansson.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -43,6 +46,7 @@
 #include <unistd.h>
 
 #include "../forge/forge_test_util.h"
+#include "base/json.h"
 #include "cuda/cuda_decode.h"
 #include "cuda/cuda_device.h"
 #include "cuda/cuda_engine.h"
@@ -203,6 +207,46 @@ static void out_free(run_out *o) {
     free(o->last);
 }
 
+/* The layer perf after the host loop (the stream idle): every layer the CPU served has calls
+ * requests, each with the GPU's times from the hand-off kernels' clock: wall = hot lane + join
+ * wait, all > 0; the other layers none. */
+static void check_perf(hm_tiered *t, uint64_t calls, int n_host, const char *what) {
+    hm_json j;
+    hm_json_init_buf(&j, false);
+    hm_error err;
+    json_t *root = NULL;
+    if (hm_tiered_perf_json(t, &j, NULL, NULL, &err) == HM_OK && hm_json_finish(&j, &err) == HM_OK) {
+        size_t len = 0;
+        const char *txt = hm_json_data(&j, &len);
+        root = json_loadb(txt, len, 0, NULL);
+    }
+    hm_json_free(&j);
+    HM_CHECK_MSG(root != NULL, "%s: layer perf: %s", what, err.msg);
+    if (!root) return;
+    const json_t *layers = json_object_get(root, "layers");
+    int served = 0;
+    for (size_t i = 0; i < json_array_size(layers); i++) {
+        const json_t *ly = json_array_get(layers, i);
+        const json_int_t c = json_integer_value(json_object_get(ly, "calls"));
+        if (c == 0) continue;
+        served++;
+        const double w = json_number_value(json_object_get(ly, "parallel_wall_time_us"));
+        const double h = json_number_value(json_object_get(ly, "parallel_hot_lane_time_us"));
+        const double q = json_number_value(json_object_get(ly, "parallel_join_wait_time_us"));
+        const double cl = json_number_value(json_object_get(ly, "parallel_cold_lane_time_us"));
+        HM_CHECK_MSG((uint64_t)c == calls && w > 0 && h > 0 && q >= 0 && cl > 0 &&
+                         fabs(h + q - w) <= 1e-3 * w,
+                     "%s: layer %zu: calls %lld (%llu), wall %g, hot %g, wait %g, cold %g us",
+                     what, i, (long long)c, (unsigned long long)calls, w, h, q, cl);
+        if (i == 1) printf("%s: layer 1 per call: wall %.1f us (hot lane %.1f, join wait %.1f), "
+                           "cold lane %.1f\n", what, w / (double)c, h / (double)c,
+                           q / (double)c, cl / (double)c);
+    }
+    HM_CHECK_MSG(served == n_host, "%s: %d layers with calls (%d host layers)", what, served,
+                 n_host);
+    json_decref(root);
+}
+
 /* Both loops on an engine of map res (NULL: all-GPU); with a CPU side when it has host layers. */
 static bool run_all(const hm_model *m, const hm_residency *res, int n_ubatch, run_out *o,
                     uint64_t *syncs, hm_tiered_stats *ts, const char *what) {
@@ -217,9 +261,13 @@ static bool run_all(const hm_model *m, const hm_residency *res, int n_ubatch, ru
         hm_tiered_params tp = hm_tiered_default_params();
         tp.n_threads = 2;
         st = hm_tiered_init(m, e, &tp, &t, &err);
+        if (st == HM_OK) st = hm_tiered_perf_enable(t, &err);
     }
     if (st == HM_OK) st = host_loop(e, V, o->logits, o->toks, &err);
     if (st == HM_OK && ts) hm_tiered_get_stats(t, ts);
+    if (st == HM_OK && t)
+        check_perf(t, (N_PROMPT + (uint64_t)n_ubatch - 1) / (uint64_t)n_ubatch + N_GEN,
+                   cuda_engine_host_layers(e), what);
     if (st == HM_OK) st = auto_loop(e, V, o->atoks, o->last, syncs, &err);
     HM_CHECK_MSG(st == HM_OK, "%s: %s", what, err.msg);
     hm_tiered_free(t);
