@@ -12,16 +12,19 @@
 #   lru, lfru the same with --moe-hot-cache-policy lru / lfru
 #   updates   static + --moe-hot-cache-update-rate 0.1 --moe-hot-cache-update-interval 64
 #   postfetch static + HOTMOE_POSTFETCH_FORCE=1 (cold experts' down products on the GPU)
+#   prompts   pp512 and pp2048 (-b/-ub 2048) without and with the static cache (the prompt
+#             routed by the model's routers, as a prompt is): the cache must not slow them
 #   peer      the peer's llama-bench -ngl 99 --n-cpu-moe K-2, K, K+2 (the same VRAM as
 #             hotmoe's plan at K; -fa 1 -fmoe 1 -rtr 1), its best (the issue's 2x goal); it
 #             routes by the forged model's routers (no profile), which without a cache changes
 #             only which experts the CPU reads, not how many
-# each `hotmoe bench ... -p 0 -n 128 -r 2 -o json` (and the peer's); hotmoe's runs also write
+# each `hotmoe bench ... -p 0 -n 128 -r 2 -o json` (and the peer's), its `tiered:`, `hot cache:`
+# and `post-fetch:` lines (the seed's metrics) copied under its row; hotmoe's runs also write
 # --moe-layer-perf-out (per-layer hit rates: hot_experts / experts). Output in $OUT:
 # hotcache_log.txt (a line per run), hotcache_raw.tgz (the JSON, stderr and perf files).
 # Environment: MODEL (/tmp/models/q3.gguf, forged if missing), T (threads, default nproc-1),
 # DEADLINE (540 s: no run starts later), MODES (the runs after nocache: "static lru lfru updates
-# postfetch peer" by default), PEER_RTR (the peer's -rtr, 1; 0 where its repacked copy of the
+# postfetch prompts peer" by default), PEER_RTR (the peer's -rtr, 1; 0 where its repacked copy of the
 # experts would not fit in RAM beside the file).
 set -uo pipefail
 [ $# -ge 1 ] || { sed -n "2,/^set -uo/p" "$0" | sed "\$d"; exit 2; }
@@ -39,7 +42,7 @@ T0=$(date +%s)
 log() { echo "$*" | tee -a "$OUT/hotcache_log.txt"; }
 left() { echo $((DEADLINE - ($(date +%s) - T0))); }
 [ -f "$M" ] || "$bin" forge --preset qwen3-30b-a3b --type q4_k_m --no-hf -q -o "$M" || exit 1
-MODES=" ${MODES:-static lru lfru updates postfetch peer} "
+MODES=" ${MODES:-static lru lfru updates postfetch prompts peer} "
 tg() { # TAG ARGS...: one tg128 run, "tag: t/s" logged (modes not in MODES skipped)
   local tag=$1 mode=${1##*.}
   shift
@@ -47,8 +50,9 @@ tg() { # TAG ARGS...: one tg128 run, "tag: t/s" logged (modes not in MODES skipp
   [ "$(left)" -gt 30 ] || { log "$tag: skipped (DEADLINE)"; return; }
   timeout -k 10 "$(left)" "$@" >"$W/raw/$tag.json" 2>"$W/raw/$tag.err"
   local ts
-  ts=$(python3 -c "import json,sys; print('%.2f' % json.load(open(sys.argv[1]))[-1]['avg_ts'])" "$W/raw/$tag.json" 2>/dev/null)
+  ts=$(python3 -c "import json,sys; print(' / '.join('%.2f' % r['avg_ts'] for r in json.load(open(sys.argv[1]))))" "$W/raw/$tag.json" 2>/dev/null)
   log "$tag: ${ts:-failed} t/s"
+  grep -E '^(hot cache|post-fetch|tiered):' "$W/raw/$tag.err" | sed 's/^/    /' | tee -a "$OUT/hotcache_log.txt"
 }
 for prof in ${profiles//,/ }; do
   pn=$(basename "$prof" .json)
@@ -68,6 +72,9 @@ for prof in ${profiles//,/ }; do
     tg "$pn.$bud.lfru" "$bin" "${common[@]}" "${hc[@]}" --moe-hot-cache-policy lfru
     tg "$pn.$bud.updates" "$bin" "${common[@]}" "${hc[@]}" --moe-hot-cache-update-rate 0.1 --moe-hot-cache-update-interval 64
     HOTMOE_POSTFETCH_FORCE=1 tg "$pn.$bud.postfetch" "$bin" "${common[@]}" "${hc[@]}"
+    pp=(bench -m "$M" -t "$T" -ngl 99 --vram-budget "$bud" -p 512,2048 -b 2048 -ub 2048 -n 0 -r 2 -o json)
+    tg "$pn.$bud.prompts-nocache" "$bin" "${pp[@]}"
+    tg "$pn.$bud.prompts-static" "$bin" "${pp[@]}" "${hc[@]}"
     if [ "$peer" != - ] && [ -n "$K" ]; then
       for k in $((K > 2 ? K - 2 : 0)) "$K" $((K + 2)); do
         tg "$pn.$bud.peer-ncmoe$k" "$peer" -m "$M" -t "$T" -ngl 99 --n-cpu-moe "$k" -fa 1 -fmoe 1 -rtr "${PEER_RTR:-1}" -p 0 -n 128 -r 2 -o json
