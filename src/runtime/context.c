@@ -312,24 +312,23 @@ static hm_status fetch_open(hm_context *c, hm_error *err) {
 
 /* The GPU engine for the plan: the whole model (res NULL), or the tiered plan (res: the plan's
  * residency map, whose host-only layers the engine hands to the CPU side, runtime/tiered.h);
- * split > 0: from that layer on (the CPU engine runs the ones before, c->split); when it cannot
- * start, the CPU (logged) unless gpu_strict. */
-static hm_status gpu_open(hm_context *c, const hm_residency *res, int split, hm_error *err) {
+ * split > 0: from that layer on (the CPU engine runs the ones before, c->split). HM_OK with
+ * c->gpu set, or why it cannot start (in e2; nothing left open). */
+static hm_status gpu_start(hm_context *c, const hm_residency *res, int split, hm_error *e2) {
     cuda_engine_params ep = {.device = c->p.main_gpu, .n_ctx = c->p.n_ctx,
                              .n_ubatch = c->p.n_ubatch, .type_k = c->p.type_k,
                              .type_v = c->p.type_v, .res = res, .vram_budget = c->p.vram_budget,
                              .layer_begin = split, .n_seq = split > 0 ? 1 : c->p.n_seq};
-    hm_error e2 = {0};
-    hm_status st = cuda_engine_init(c->m, &ep, &c->gpu, &e2);
+    hm_status st = cuda_engine_init(c->m, &ep, &c->gpu, e2);
     if (st == HM_OK && cuda_engine_host_layers(c->gpu) > 0) {
         hm_tiered_params tp = hm_tiered_default_params();
         tp.n_threads = c->tiered_threads;
-        st = hm_tiered_init(c->m, c->gpu, &tp, &c->tiered, &e2);
-        if (st == HM_OK) st = fetch_open(c, &e2);
+        st = hm_tiered_init(c->m, c->gpu, &tp, &c->tiered, e2);
+        if (st == HM_OK) st = fetch_open(c, e2);
         if (st == HM_OK)
-            st = hot_setup_control(c->m, &c->p, &c->plan.res, c->gpu, c->tiered, &e2);
+            st = hot_setup_control(c->m, &c->p, &c->plan.res, c->gpu, c->tiered, e2);
         if (st == HM_OK && c->p.moe_layer_perf == HM_LAYER_PERF_FULL)
-            st = hm_tiered_perf_enable(c->tiered, &e2);
+            st = hm_tiered_perf_enable(c->tiered, e2);
         if (st != HM_OK) {
             hm_tiered_free(c->tiered);
             c->tiered = NULL;
@@ -353,10 +352,34 @@ static hm_status gpu_open(hm_context *c, const hm_residency *res, int split, hm_
         return HM_OK;
     }
     c->gpu = NULL;
+    return st;
+}
+
+/* gpu_start, or when it cannot start, the CPU (logged) unless gpu_strict. */
+static hm_status gpu_open(hm_context *c, const hm_residency *res, int split, hm_error *err) {
+    hm_error e2 = {0};
+    const hm_status st = gpu_start(c, res, split, &e2);
+    if (st == HM_OK) return HM_OK;
     if (c->p.gpu_strict)
         return hm_error_set(err, st, "GPU required (--gpu-strict) but unavailable: %s", e2.msg);
     HM_LOGW("GPU unavailable (%s); running on the CPU", e2.msg);
     return HM_OK;
+}
+
+/* A tiered plan with the hot cache's slots added (runtime/hot_setup.h); when the engine cannot
+ * start with them (out of VRAM while building it, say), without them: the plan as it was, said. */
+static hm_status hot_open(hm_context *c, hm_error *err) {
+    hot_setup_undo u;
+    hm_status st = hot_setup_apply(c->m, &c->p, &c->plan, &c->report, &u, err);
+    if (st != HM_OK) return st;
+    hm_error e2 = {0};
+    if (u.added && gpu_start(c, &c->plan.res, 0, &e2) == HM_OK) {
+        hot_setup_undo_free(&u);
+        return HM_OK;
+    }
+    if (u.added) c->p.moe_hot_cache = NULL; /* no controller, no updates */
+    hot_setup_revert(&c->plan, &u, e2.msg, &c->report);
+    return gpu_open(c, &c->plan.res, 0, err);
 }
 
 /* Plans the placement, logs the report, and starts what runs it (see DESIGN). HM_OK with
@@ -421,10 +444,7 @@ static hm_status placement_open(hm_context *c, hm_error *err) {
         HM_LOGW("hot cache: --moe-hot-cache needs a placement that keeps routed experts in RAM "
                 "with the attention on the GPU (-ngl 99 --cpu-moe, --n-cpu-moe N, ...): ignored");
     if (kind == PLAN_FULL) return gpu_open(c, NULL, 0, err);
-    if (kind == PLAN_TIERED && c->p.moe_hot_cache) {
-        st = hot_setup_apply(c->m, &c->p, &c->plan, &c->report, err);
-        if (st != HM_OK) return st;
-    }
+    if (kind == PLAN_TIERED && c->p.moe_hot_cache) return hot_open(c, err);
     if (kind == PLAN_TIERED) return gpu_open(c, &pl->res, 0, err);
     if (kind == PLAN_SPLIT) return gpu_open(c, &pl->res, split_layer(pl), err);
     return refuse_mixed(c, host_tensor, err);

@@ -51,8 +51,51 @@ static void apply_slots(const hot_plan *hp, moe_placement *plan) {
     plan->fits = plan->device_total <= plan->budget;
 }
 
+void hot_setup_undo_free(hot_setup_undo *u) {
+    free(u->home);
+    free(u->slot);
+    free(u->n_slots);
+    memset(u, 0, sizeof(*u));
+}
+
+/* The plan's map and figures into u; false when out of memory. */
+static bool undo_keep(const moe_placement *plan, hot_setup_undo *u) {
+    const hm_residency *r = &plan->res;
+    const size_t n = (size_t)r->n_layer * (size_t)r->n_expert;
+    u->home = malloc(n);
+    u->slot = malloc(n * sizeof(*u->slot));
+    u->n_slots = malloc((size_t)r->n_layer * sizeof(*u->n_slots));
+    if (!u->home || !u->slot || !u->n_slots) return false;
+    memcpy(u->home, r->home, n);
+    memcpy(u->slot, r->slot, n * sizeof(*u->slot));
+    memcpy(u->n_slots, r->n_slots, (size_t)r->n_layer * sizeof(*u->n_slots));
+    u->device_weights = plan->device_weights;
+    u->device_total = plan->device_total;
+    u->fits = plan->fits;
+    return true;
+}
+
+void hot_setup_revert(moe_placement *plan, hot_setup_undo *u, const char *why, char **report) {
+    hm_residency *r = &plan->res;
+    if (u->added) {
+        char line[HM_ERROR_MSG_MAX + 64];
+        snprintf(line, sizeof(line), "the GPU cannot start with it: %s", why);
+        hm_error e;
+        without(report, line, &e); /* out of memory: the report lacks the line */
+        const size_t n = (size_t)r->n_layer * (size_t)r->n_expert;
+        memcpy(r->home, u->home, n);
+        memcpy(r->slot, u->slot, n * sizeof(*r->slot));
+        memcpy(r->n_slots, u->n_slots, (size_t)r->n_layer * sizeof(*r->n_slots));
+        plan->device_weights = u->device_weights;
+        plan->device_total = u->device_total;
+        plan->fits = u->fits;
+    }
+    hot_setup_undo_free(u);
+}
+
 hm_status hot_setup_apply(const hm_model *m, const hm_context_params *p, moe_placement *plan,
-                          char **report, hm_error *err) {
+                          char **report, hot_setup_undo *undo, hm_error *err) {
+    if (undo) memset(undo, 0, sizeof(*undo));
     const int NL = (int)hm_model_hparams(m)->n_layer;
     bool *el = calloc((size_t)NL, sizeof(bool));
     if (!el) return hm_error_set(err, HM_ERR_NOMEM, "out of memory (hot cache)");
@@ -83,7 +126,12 @@ hm_status hot_setup_apply(const hm_model *m, const hm_context_params *p, moe_pla
     if (hot_plan_make(m, &l, &p->moe_hot_cache_weight, el, budget, &hp, &e2) != HM_OK) {
         st = e2.status == HM_ERR_NOMEM ? hm_error_set(err, HM_ERR_NOMEM, "%s", e2.msg)
                                        : without(report, e2.msg, err);
+    } else if (undo && !undo_keep(plan, undo)) {
+        hot_setup_undo_free(undo);
+        st = hm_error_set(err, HM_ERR_NOMEM, "out of memory (hot cache)");
+        hot_plan_free(&hp);
     } else {
+        if (undo) undo->added = true;
         apply_slots(&hp, plan);
         char *text = hot_plan_format(&hp);
         int n_hot = 0;

@@ -17,6 +17,9 @@
 #ifndef HM_RUNTIME_HOT_SETUP_H
 #define HM_RUNTIME_HOT_SETUP_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
 #include "base/status.h"
 #include "cuda/cuda_engine.h"
 #include "model/model.h"
@@ -24,11 +27,26 @@
 #include "runtime/context.h"
 #include "runtime/tiered.h"
 
+/* What hot_setup_apply changed in a plan, to take back when the engine cannot start with the
+ * cache (out of VRAM while building it, say): added is false when it changed nothing. */
+typedef struct {
+    bool added;
+    uint8_t *home;               /* the map's arrays as they were */
+    int32_t *slot, *n_slots;
+    uint64_t device_weights, device_total;
+    bool fits;
+} hot_setup_undo;
+
 /* Applies p's hot cache to plan (its residency map and device figures). *report (malloc'd, may
- * be NULL) gets the plan's text, or the line saying why there is no cache, appended. HM_OK also
- * when no cache results; HM_ERR_NOMEM only. */
+ * be NULL) gets the plan's text, or the line saying why there is no cache, appended. undo (may
+ * be NULL) keeps what it changed (hot_setup_revert or hot_setup_undo_free). HM_OK also when no
+ * cache results; HM_ERR_NOMEM only. */
 hm_status hot_setup_apply(const hm_model *m, const hm_context_params *p, moe_placement *plan,
-                          char **report, hm_error *err);
+                          char **report, hot_setup_undo *undo, hm_error *err);
+/* The plan as it was before the cache (when one was added: logged and reported with why);
+ * frees u. */
+void hot_setup_revert(moe_placement *plan, hot_setup_undo *u, const char *why, char **report);
+void hot_setup_undo_free(hot_setup_undo *u);
 
 /* The controller for the cache gpu holds (its slots of the layers res keeps partly in RAM):
  * none for a static policy without updates or without a cache; the tiered side's errors. */

@@ -13,7 +13,7 @@
  * --n-cpu-moe, -ot on expert tensors, and the automatic choice) run on the GPU engine with the
  * tiered runtime's CPU side (runtime/tiered.h); decoded one token per call (decode-sized steps,
  * whose expert products are the same bytes on both sides) their logits equal the whole-model
- * engine's, byte for byte. */
+ * engine's, byte for byte. A hot cache the engine cannot start with is dropped, said. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,6 +24,7 @@
 #include "../forge/forge_test_util.h"
 #include "cuda/cuda_engine.h"
 #include "harness.h"
+#include "learn_test_util.h"
 #include "model/model.h"
 #include "runtime/context.h"
 
@@ -307,6 +308,46 @@ static void test_tiered_explicit(void) {
     free(ref);
 }
 
+/* A hot cache the engine cannot start with (--moe-hot-cache-max-mib far above what the
+ * --vram-budget leaves: every expert planned into VRAM, the engine refuses the budget): the
+ * context starts without it, said in the log and the report, no layer holds a cache, and the
+ * --cpu-moe plan's logits are the whole model's. */
+static void test_hot_cache_no_room(void) {
+    if (!tu_have_gpu()) return;
+    HM_REQUIRE(model());
+    uint64_t wb = 0, kvb = 0, sb = 0;
+    HM_REQUIRE(engine_sizes(N_CTX, &wb, &kvb, &sb));
+    char learn[600];
+    ft_path(learn, sizeof(learn), "ctxplace-gpu.learn.json");
+    HM_REQUIRE(write_learn(model(), learn));
+    hm_context_params p = params(99, N_CTX);
+    p.cpu_moe = true;
+    p.vram_budget = (wb + kvb + sb) / MIB * MIB - MIB; /* the whole model does not fit */
+    p.moe_hot_cache = learn;
+    p.moe_hot_cache_max_mib = 100000;
+    hm_context *ctx = NULL;
+    hm_error err;
+    char *log = NULL;
+    hm_status st = init_logged(&p, &ctx, &err, &log);
+    HM_CHECK_MSG(st == HM_OK && hm_context_gpu(ctx) != NULL, "%d: %s", st, err.msg);
+    HM_CHECK_MSG(strstr(log, "hot cache: the GPU cannot start with it") &&
+                     strstr(log, "more than --vram-budget") &&
+                     strstr(log, "the routed experts of 4 layers in RAM"),
+                 "%s", log);
+    const char *r = ctx ? hm_context_placement_report(ctx) : NULL;
+    HM_CHECK_MSG(r && strstr(r, "hot cache: none (the GPU cannot start with it"), "%s",
+                 r ? r : "");
+    if (st == HM_OK) {
+        const int NL = (int)hm_model_hparams(model())->n_layer;
+        uint8_t hot[256];
+        for (int il = 0; il < NL; il++) HM_CHECK(hm_context_hot_layer(ctx, il, hot) == 0);
+        check_full_gpu_bytes(ctx);
+    }
+    free(log);
+    hm_context_free(ctx);
+    remove(learn);
+}
+
 /* Explicit options that do not fit are not changed: HM_ERR_NOMEM naming the flags and the
  * budget. */
 static void test_explicit_not_fitting(void) {
@@ -371,4 +412,5 @@ static void test_free_model(void) {
 }
 
 TU_TEST_MAIN(test_full_gpu, test_engine_budget, test_auto_tiered, test_tiered_explicit,
-             test_explicit_not_fitting, test_mixed_refused, test_free_model)
+             test_hot_cache_no_room, test_explicit_not_fitting, test_mixed_refused,
+             test_free_model)

@@ -3,7 +3,8 @@
  * next slots of their layer in id order and a device home, the others stay host-only; the
  * placement's device bytes grow by the cache; a budget that holds every expert makes whole
  * layers (every slot: GPU layers); an unreadable file, another model's file and a budget below
- * one expert per RAM layer leave the map as it was, with the reason in the report. */
+ * one expert per RAM layer leave the map as it was, with the reason in the report; a cache taken
+ * back (hot_setup_revert: the engine could not start with it) leaves the plan as it was. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,7 +48,7 @@ static hm_status apply(const char *file, int64_t max_mib, moe_placement *pl, cha
     p.moe_hot_cache = file;
     p.moe_hot_cache_max_mib = max_mib;
     hm_error err;
-    return hot_setup_apply(model(), &p, pl, report, &err);
+    return hot_setup_apply(model(), &p, pl, report, NULL, &err);
 }
 
 /* Every layer's slots: hot experts numbered 0, 1, ... in id order, a device home; the rest
@@ -163,10 +164,53 @@ static void test_refusals(void) {
     p.moe_hot_cache_reserve_mib = 0;
     pl.budget = pl.device_total + 1; /* the auto budget leaves one byte */
     hm_error err;
-    HM_REQUIRE(hot_setup_apply(model(), &p, &pl, &report, &err) == HM_OK);
+    HM_REQUIRE(hot_setup_apply(model(), &p, &pl, &report, NULL, &err) == HM_OK);
     HM_CHECK(check_slots(&pl) == 0 && report && strstr(report, "less than one expert"));
     free(report);
     moe_placement_free(&pl);
+    remove(learn);
+}
+
+/* The undo: a cache applied, then taken back (the engine could not start with it): the map and
+ * the device figures are the plan's before, byte for byte, and the report says why; no cache
+ * added (a refused file): nothing kept, nothing changed. */
+static void test_revert(void) {
+    char learn[600];
+    snprintf(learn, sizeof(learn), "%s.hotsetup.revert.json", g_path);
+    HM_REQUIRE(model() && write_learn(model(), learn));
+    moe_placement before, pl;
+    cpu_moe_plan(&before);
+    cpu_moe_plan(&pl);
+    hm_context_params p = hm_context_default_params();
+    p.moe_hot_cache = learn;
+    p.moe_hot_cache_max_mib = 1;
+    hot_setup_undo u;
+    char *report = NULL;
+    hm_error err;
+    HM_REQUIRE(hot_setup_apply(model(), &p, &pl, &report, &u, &err) == HM_OK);
+    const hm_residency *a = &before.res, *b = &pl.res;
+    const size_t n = (size_t)a->n_layer * (size_t)a->n_expert;
+    HM_CHECK(u.added && check_slots(&pl) > 0 && pl.device_total > before.device_total);
+    hot_setup_revert(&pl, &u, "GPU: out of memory", &report);
+    HM_CHECK(!u.added && !u.home && check_slots(&pl) == 0);
+    HM_CHECK(!memcmp(a->home, b->home, n) && !memcmp(a->slot, b->slot, n * sizeof(*a->slot)) &&
+             !memcmp(a->n_slots, b->n_slots, (size_t)a->n_layer * sizeof(*a->n_slots)) &&
+             pl.device_total == before.device_total &&
+             pl.device_weights == before.device_weights && pl.fits == before.fits);
+    HM_CHECK_MSG(report && strstr(report, "hot cache: none (the GPU cannot start with it: GPU: "
+                                          "out of memory)"), "%s", report ? report : "");
+    free(report);
+    report = NULL;
+    moe_placement_free(&pl);
+    cpu_moe_plan(&pl);
+    p.moe_hot_cache = "/nonexistent/hot.json";
+    HM_REQUIRE(hot_setup_apply(model(), &p, &pl, &report, &u, &err) == HM_OK);
+    HM_CHECK(!u.added && !u.home && pl.device_total == before.device_total);
+    hot_setup_revert(&pl, &u, "unused", &report);
+    HM_CHECK(report && !strstr(report, "unused"));
+    free(report);
+    moe_placement_free(&pl);
+    moe_placement_free(&before);
     remove(learn);
 }
 
@@ -175,4 +219,4 @@ static void test_cleanup(void) {
     g_model = NULL;
 }
 
-HM_TEST_MAIN(test_partial_and_whole, test_refusals, test_cleanup)
+HM_TEST_MAIN(test_partial_and_whole, test_refusals, test_revert, test_cleanup)
