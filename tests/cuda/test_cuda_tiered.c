@@ -209,7 +209,7 @@ static void out_free(run_out *o) {
 
 /* The layer perf after the host loop (the stream idle): every layer the CPU served has calls
  * requests, each with the GPU's times from the hand-off kernels' clock: wall = hot lane + join
- * wait, all > 0; the other layers none. */
+ * wait (the wall and the CPU's time > 0: the clock ticks coarsely); the other layers none. */
 static void check_perf(hm_tiered *t, uint64_t calls, int n_host, const char *what) {
     hm_json j;
     hm_json_init_buf(&j, false);
@@ -234,7 +234,7 @@ static void check_perf(hm_tiered *t, uint64_t calls, int n_host, const char *wha
         const double h = json_number_value(json_object_get(ly, "parallel_hot_lane_time_us"));
         const double q = json_number_value(json_object_get(ly, "parallel_join_wait_time_us"));
         const double cl = json_number_value(json_object_get(ly, "parallel_cold_lane_time_us"));
-        HM_CHECK_MSG((uint64_t)c == calls && w > 0 && h > 0 && q >= 0 && cl > 0 &&
+        HM_CHECK_MSG((uint64_t)c == calls && w > 0 && h >= 0 && q >= 0 && cl > 0 &&
                          fabs(h + q - w) <= 1e-3 * w,
                      "%s: layer %zu: calls %lld (%llu), wall %g, hot %g, wait %g, cold %g us",
                      what, i, (long long)c, (unsigned long long)calls, w, h, q, cl);
