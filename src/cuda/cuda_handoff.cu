@@ -8,8 +8,8 @@
  *   ho_wait_kernel   one thread: volatile loads of done, abort and %globaltimer until done ==
  *                    seq, abort != 0 or the timeout; a failed wait records the fault (first one
  *                    wins) and, on timeout, sets abort itself so that later waits end at once;
- *                    then its start and end times on the clock into the layer's flags (the post
- *                    kernel stored the request's; cuda_handoff.h);
+ *                    then, while ctl.stamps is set, its start and end times on the clock into
+ *                    the layer's flags (the post kernel stored the request's; cuda_handoff.h);
  *   ho_take_kernel   the CPU's per-slot outputs y into e->ey with cache-volatile loads (ld.cv:
  *                    never a stale line), float4 when the row length allows.
  * The merge that follows (the combine kernels of the forward pass) is the all-GPU path's, so
@@ -90,6 +90,7 @@ __global__ void ho_wait_kernel(const uint32_t *d_seq, int layer, cuda_handoff_fl
     volatile cuda_handoff_flags *f = flags + layer;
     volatile cuda_handoff_ctl *c = ctl;
     const uint64_t limit = c->timeout_ns;
+    const uint32_t stamps = c->stamps; /* the same line: no extra round trip */
     const uint64_t t0 = ho_clock_ns();
     uint32_t kind = 0;
     for (;;) {
@@ -111,9 +112,11 @@ __global__ void ho_wait_kernel(const uint32_t *d_seq, int layer, cuda_handoff_fl
         __threadfence_system();
         c->fault = kind;
     }
-    f->t_wait = t0; /* read by the CPU after the next request's ready, or between steps */
-    f->t_seen = ho_clock_ns();
-    f->stamp_seq = seq;
+    if (stamps) { /* read by the CPU after the next request's ready, or between steps */
+        f->t_wait = t0;
+        f->t_seen = ho_clock_ns();
+        f->stamp_seq = seq;
+    }
     __threadfence_system();
 }
 

@@ -58,16 +58,18 @@ typedef struct {
     uint32_t fault_seq;   /* ... its step's sequence number */
     uint32_t pad1[13];
     uint64_t timeout_ns;  /* host -> GPU: a wait gives up after this long (0: never) */
-    uint64_t pad2[7];
+    uint32_t stamps;      /* host -> GPU: != 0: each wait writes its times into the flags */
+    uint32_t pad2a;
+    uint64_t pad2[6];
 } cuda_handoff_ctl;
 
 /* One layer's flags: ready written by the GPU, done by the CPU; both hold sequence numbers.
  * The GPU's line also carries its clock (%globaltimer, ns) around each request, for the layer
  * perf's lane times (runtime/tiered_perf.c): the post kernel stores t_post[seq & 1] before
- * ready; the wait kernel, once its wait ends, t_wait (its start: the hot lane's kernels, which
- * run between the two in stream order, are done) and t_seen (the answer seen), then stamp_seq =
- * seq. The CPU reads step s's times at the layer's next request (the post of step s + 1 wrote
- * the other t_post) or between steps. */
+ * ready; while ctl.stamps is set (the perf counters on), the wait kernel, once its wait ends,
+ * t_wait (its start: the hot lane's kernels, which run between the two in stream order, are
+ * done) and t_seen (the answer seen), then stamp_seq = seq. The CPU reads step s's times at the
+ * layer's next request (the post of step s + 1 wrote the other t_post) or between steps. */
 typedef struct {
     uint32_t ready;
     uint32_t stamp_seq;     /* the step whose t_wait, t_seen these are (0: none yet) */

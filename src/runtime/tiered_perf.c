@@ -7,7 +7,8 @@
  * DESIGN: only the worker writes the counters (before answering a request: its ids stay put
  * until then; the time after computing), so they are plain integers; hm_tiered_perf_json reads
  * them with the worker parked. Off costs one pointer test per request.
- * The lanes' times come from the GPU's clock in the layer's flags (cuda/cuda_handoff.h): the
+ * The lanes' times come from the GPU's clock in the layer's flags (cuda/cuda_handoff.h; the
+ * waits write theirs only while ctl.stamps is set, i.e. while the counters are on): the
  * request posted (t0), the wait begun, the hot lane's kernels being done (t1), the answer seen
  * (t2). Step s's arrive after its answer, so they are taken at the layer's next request, and the
  * last step's when the counters are read: hot lane t1 - t0, join wait t2 - t1, wall t2 - t0; the
@@ -49,6 +50,7 @@ static void perf_free(tiered_perf *p) {
 }
 
 void tiered_perf_free(hm_tiered *t) {
+    if (t->perf) __atomic_store_n(&t->v.ctl->stamps, 0u, __ATOMIC_RELEASE);
     perf_free(t->perf);
     t->perf = NULL;
 }
@@ -69,6 +71,7 @@ hm_status hm_tiered_perf_enable(hm_tiered *t, hm_error *err) {
     }
     tiered_pause(t);
     t->perf = p;
+    __atomic_store_n(&t->v.ctl->stamps, 1u, __ATOMIC_RELEASE); /* the GPU's waits time themselves */
     tiered_resume(t);
     return HM_OK;
 }

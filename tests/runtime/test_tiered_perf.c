@@ -2,7 +2,8 @@
  * perf) on a tiny forged qwen3moe, the test thread playing the GPU (tiered_test_util.h) and
  * also writing the GPU's clock into each layer's flags as the hand-off kernels do (the request
  * posted before ready; the wait's start and end, then stamp_seq, after the answer):
- *  - off: no counters, the JSON call refuses, the mode reads off;
+ *  - off: no counters, the JSON call refuses, the mode reads off, the GPU is not asked for
+ *    times (ctl.stamps 0; 1 while the counters are on);
  *  - every layer's calls, tokens and hot/cold split are what was posted; its hot-lane, join-wait
  *    and wall times are the sums of the stamps written, the last step's included (taken when
  *    the counters are read), moe_time_us is the wall time, the cold lane the CPU's (> 0);
@@ -115,8 +116,9 @@ static void test_lane_times(void) {
     uint64_t h0 = 0, c0 = 0, hot = 0, cold = 0;
     HM_REQUIRE(step(&g, 1, 2, true, -1, &h0, &c0)); /* before the counters: not counted */
     hm_error err;
+    HM_CHECK(g.v.ctl->stamps == 0); /* off: the GPU's waits write no times */
     HM_REQUIRE(hm_tiered_perf_enable(t, &err) == HM_OK);
-    HM_CHECK(hm_tiered_perf_mode(t) == HM_LAYER_PERF_FULL);
+    HM_CHECK(hm_tiered_perf_mode(t) == HM_LAYER_PERF_FULL && g.v.ctl->stamps == 1);
     bool ok = true;
     for (int s = 2; s < 2 + S && ok; s++)
         ok = step(&g, s, 1 + s % 3, true, s == 5 ? bad_L : -1, &hot, &cold);
@@ -184,6 +186,7 @@ static void test_lane_times(void) {
         HM_CHECK_MSG(false, "perf file: %s", err.msg);
     }
     remove(pf);
+    HM_CHECK(hm_tiered_perf_disable(t) == HM_OK && g.v.ctl->stamps == 0);
     hm_tiered_free(t);
     fake_free(&g);
     hm_model_free(m);
