@@ -35,6 +35,7 @@
 #include "moe/learn_file.h"
 #include "moe/moe_exec.h"
 #include "runtime/tiered.h"
+#define TIERED_TEST_TAG "tiered"
 #include "tiered_test_util.h"
 
 static void check_answers(const char *preset, forge_mix mix) {

@@ -19,6 +19,7 @@
 
 #include "moe/learn_file.h"
 #include "runtime/tiered.h"
+#define TIERED_TEST_TAG "tieredperf"
 #include "tiered_test_util.h"
 
 #define HOT_NS(L, s) (2000ull + 100ull * (uint64_t)(L) + (uint64_t)(s))

@@ -5,6 +5,10 @@
 #ifndef HM_TESTS_TIERED_UTIL_H
 #define HM_TESTS_TIERED_UTIL_H
 
+#ifndef TIERED_TEST_TAG
+#error "define TIERED_TEST_TAG (the forged files' tag) before including tiered_test_util.h"
+#endif
+
 #include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -137,9 +141,11 @@ static inline bool round_trip(fake_gpu *g, int j, int n) {
     return wait_answer(g, L, s, 30.0) == 1 && answer_ok(g, L, n);
 }
 
+/* preset+mix forged under HOTMOE_TMP with the test's own tag (TIERED_TEST_TAG: test programs
+ * run in parallel, and one must not rewrite a file another has mapped) and loaded. */
 static inline hm_model *load(const char *preset, forge_mix mix) {
     char path[512];
-    if (!ft_forged("tiered", preset, mix, path, sizeof(path))) return NULL;
+    if (!ft_forged(TIERED_TEST_TAG, preset, mix, path, sizeof(path))) return NULL;
     hm_model *m = NULL;
     hm_error err;
     if (hm_model_load(path, NULL, &m, &err) != HM_OK) {
