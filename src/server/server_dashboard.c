@@ -1,9 +1,9 @@
 /* server_dashboard.c - the dashboard at GET / (server.h), written by tools/gen_dashboard.py from
  * src/server/dashboard.html: one page, no external resources. Every 2 s it reads /metrics
  * (counts, tokens per second over time), /moe-routing (a layers x experts heat map of routing,
- * each row scaled to its busiest expert), /moe-layer-perf (the hot and cold share per layer,
- * when the counters are on) and /moe-hot-cache (the cache's contents). With --api-key, open it
- * as /?key=KEY: its requests carry the key. */
+ * each row scaled to its busiest expert), /moe-layer-perf (the hot and cold share per layer
+ * and the lanes' times per call, when the counters are on) and /moe-hot-cache (the cache's
+ * contents). With --api-key, open it as /?key=KEY: its requests carry the key. */
 #include "server/server_internal.h"
 
 const char srv_dashboard_html[] =
@@ -25,7 +25,7 @@ const char srv_dashboard_html[] =
     "<div class=\"box\"><h2>Tokens per second</h2><canvas id=\"tps\" width=\"360\" height=\"120\"></canvas></div>\n"
     "</div>\n"
     "<div class=\"row\">\n"
-    "<div class=\"box\"><h2>Per layer: hot / cold share</h2><table id=\"layers\"><tr><th>layer</th><th>calls</th><th>hot %</th><th>cold %</th></tr></table></div>\n"
+    "<div class=\"box\"><h2>Per layer: hot / cold share</h2><table id=\"layers\"><tr><th>layer</th><th>calls</th><th>hot %</th><th>cold %</th><th>wall &micro;s</th><th>hot lane</th><th>join wait</th><th>cold lane</th></tr></table></div>\n"
     "<div class=\"box\"><h2>The hot cache</h2><div id=\"cache\">none</div></div>\n"
     "</div>\n"
     "<script>\n"
@@ -73,7 +73,10 @@ const char srv_dashboard_html[] =
     "  perf.layers.filter(l => l.calls).forEach(l => {\n"
     "    const hot = (l.hot_experts || []).reduce((a, b) => a + b, 0), cold = (l.cold_experts || []).reduce((a, b) => a + b, 0);\n"
     "    const n = Math.max(1, hot + cold), r = t.insertRow();\n"
-    "    [l.layer, l.calls, (100 * hot / n).toFixed(1), (100 * cold / n).toFixed(1)].forEach(v => r.insertCell().textContent = v);\n"
+    "    const per = k => k in l ? (l[k] / l.calls).toFixed(1) : \"-\"; /* microseconds per call; \"-\": not measured */\n"
+    "    [l.layer, l.calls, (100 * hot / n).toFixed(1), (100 * cold / n).toFixed(1), per(\"parallel_wall_time_us\"),\n"
+    "     per(\"parallel_hot_lane_time_us\"), per(\"parallel_join_wait_time_us\"), per(\"parallel_cold_lane_time_us\")]\n"
+    "      .forEach(v => r.insertCell().textContent = v);\n"
     "  });\n"
     "}\n"
     "async function tick() {\n"
