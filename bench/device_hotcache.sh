@@ -52,7 +52,7 @@ tg() { # TAG ARGS...: one tg128 run, "tag: t/s" logged (modes not in MODES skipp
   local ts
   ts=$(python3 -c "import json,sys; print(' / '.join('%.2f' % r['avg_ts'] for r in json.load(open(sys.argv[1]))))" "$W/raw/$tag.json" 2>/dev/null)
   log "$tag: ${ts:-failed} t/s"
-  grep -E '^(hot cache|post-fetch|tiered):' "$W/raw/$tag.err" | sed 's/^/    /' | tee -a "$OUT/hotcache_log.txt"
+  grep -E '^(hot cache|post-fetch|tiered|layer perf):' "$W/raw/$tag.err" | sed 's/^/    /' | tee -a "$OUT/hotcache_log.txt"
 }
 for prof in ${profiles//,/ }; do
   pn=$(basename "$prof" .json)

@@ -246,6 +246,20 @@ void cli_engine_print_tiered(const cli_engine *e) {
                 100.0 * (double)s.hot_hits / (double)(s.hot_hits + s.hot_misses),
                 (unsigned long long)s.hot_admitted, (unsigned long long)s.hot_updates,
                 (unsigned long long)s.hot_exchanged, (unsigned long long)s.hot_refused);
+    hm_tiered_perf_sum ps;
+    hm_error pe;
+    if (hm_tiered_perf_mode(t) == HM_LAYER_PERF_FULL &&
+        hm_tiered_perf_summary(t, &ps, &pe) == HM_OK && ps.calls > 0) {
+        const double n = (double)ps.calls, nt = ps.timed ? (double)ps.timed : 1.0;
+        fprintf(stderr, "layer perf: %d layers, %llu requests (%llu timed); per request: wall "
+                "%.1f us = hot lane %.1f + join wait %.1f, cold lane %.1f us; fetched %llu "
+                "experts (%.1f MiB, waits %.1f ms), post-fetched %llu, fallbacks %llu\n", ps.layers,
+                (unsigned long long)ps.calls, (unsigned long long)ps.timed, ps.wall_us / nt,
+                ps.hot_us / nt, ps.wait_us / nt, ps.cold_us / n,
+                (unsigned long long)ps.fetch_experts, (double)ps.fetch_bytes / 1048576.0,
+                ps.fetch_wait_us / 1e3, (unsigned long long)ps.pf_experts,
+                (unsigned long long)ps.fallbacks);
+    }
     if (s.pf_requests + s.pf_fallbacks > 0) { /* seed 000's metrics */
         const double ov = s.pf_copy_s > 0 ? 1.0 - s.pf_wait_s / s.pf_copy_s : 1.0;
         const uint64_t tried = s.pf_experts + s.pf_fallbacks;

@@ -166,10 +166,20 @@ hm_status hm_tiered_set_postfetch(hm_tiered *t, bool on, const pf_config *c, con
 
 /* The live layer perf counters (seed 001's --moe-layer-perf full; runtime/tiered_perf.c): per
  * layer the CPU side serves, calls, tokens, each expert's selections split hot (its cache slot
- * on the GPU) and cold (the CPU's, computed or fetched), and the CPU's time on the layer's
- * requests. hm_tiered_perf_write writes them in the learn schema (docs/LEARN.md: moe_time_us is
- * that CPU time), which --moe-hot-cache and `hotmoe plan` read. Call it between steps. */
+ * on the GPU) and cold (the CPU's, computed or fetched), the lanes' times (the GPU's clock from
+ * the hand-off kernels, the CPU's own) and the copies of the fetched path and of post-fetch.
+ * hm_tiered_perf_write writes them in the learn schema (docs/LEARN.md), which --moe-hot-cache
+ * and `hotmoe plan` read. Call these between steps. */
 hm_status hm_tiered_perf_enable(hm_tiered *t, hm_error *err);
+/* The counters summed over the layers: what `hotmoe run` and `bench` print at exit. */
+typedef struct {
+    int layers;                /* layers with calls */
+    uint64_t calls, timed;     /* requests, and those with the GPU's times */
+    double wall_us, hot_us, wait_us, cold_us; /* sums (wall, hot, wait: over the timed calls) */
+    uint64_t fetch_experts, fetch_bytes, pf_experts, fallbacks;
+    double fetch_wait_us;
+} hm_tiered_perf_sum;
+hm_status hm_tiered_perf_summary(hm_tiered *t, hm_tiered_perf_sum *s, hm_error *err);
 hm_status hm_tiered_perf_write(hm_tiered *t, const char *path, const char *arch,
                                const char *name, hm_error *err);
 /* The same counters as one JSON object into j (the learn schema). */

@@ -230,6 +230,33 @@ hm_status hm_tiered_perf_json(hm_tiered *t, hm_json *j, const char *arch, const 
     return HM_OK;
 }
 
+hm_status hm_tiered_perf_summary(hm_tiered *t, hm_tiered_perf_sum *s, hm_error *err) {
+    memset(s, 0, sizeof(*s));
+    tiered_perf *p = t ? t->perf : NULL;
+    if (!p)
+        return hm_error_set(err, HM_ERR_STATE, "layer perf: not enabled (--moe-layer-perf full)");
+    tiered_pause(t);
+    for (int il = 0; il < t->v.n_layer; il++) {
+        perf_layer *y = &p->ly[il];
+        if (!y->calls) continue;
+        take_stamps(t, il);
+        s->layers++;
+        s->calls += y->calls;
+        s->timed += y->stamped;
+        s->wall_us += us(y->wall_ns);
+        s->hot_us += us(y->hot_ns);
+        s->wait_us += us(y->wait_ns);
+        s->cold_us += us(y->cpu_ns);
+        s->fetch_experts += y->f_experts;
+        s->fetch_bytes += y->f_bytes;
+        s->fetch_wait_us += us(y->f_wait_ns);
+        s->pf_experts += y->p_experts;
+        s->fallbacks += y->f_fallbacks + y->p_fallbacks;
+    }
+    tiered_resume(t);
+    return HM_OK;
+}
+
 hm_status hm_tiered_perf_write(hm_tiered *t, const char *path, const char *arch,
                                const char *name, hm_error *err) {
     if (!t || !t->perf)

@@ -215,7 +215,8 @@ static void check_perf(hm_tiered *t, uint64_t calls, int n_host, const char *wha
     hm_json_init_buf(&j, false);
     hm_error err;
     json_t *root = NULL;
-    if (hm_tiered_perf_json(t, &j, NULL, NULL, &err) == HM_OK && hm_json_finish(&j, &err) == HM_OK) {
+    if (hm_tiered_perf_json(t, &j, NULL, NULL, &err) == HM_OK &&
+        hm_json_finish(&j, &err) == HM_OK) {
         size_t len = 0;
         const char *txt = hm_json_data(&j, &len);
         root = json_loadb(txt, len, 0, NULL);

@@ -11,7 +11,8 @@
  *  - a layer with one inconsistent stamp (answer seen before the wait began) shows no GPU times
  *    ("not measured") and its CPU time as moe_time_us; the other layers keep theirs;
  *  - requests before the counters were enabled are not counted, nor their stamps;
- *  - the file reads back through the learn schema's reader (every perf field type-checked).
+ *  - the file reads back through the learn schema's reader (every perf field type-checked);
+ *  - the summary over the layers (hm_tiered_perf_summary) adds up to the same sums.
  */
 #include <jansson.h>
 #include <math.h>
@@ -100,6 +101,8 @@ static void test_off(void) {
     hm_error err;
     HM_CHECK(hm_tiered_perf_json(t, &j, NULL, NULL, &err) == HM_ERR_STATE);
     hm_json_free(&j);
+    hm_tiered_perf_sum sum;
+    HM_CHECK(hm_tiered_perf_summary(t, &sum, &err) == HM_ERR_STATE && sum.calls == 0);
     hm_tiered_free(t);
     fake_free(&g);
     hm_model_free(m);
@@ -174,6 +177,25 @@ static void test_lane_times(void) {
                  (unsigned long long)hs, (unsigned long long)hot, (unsigned long long)cs,
                  (unsigned long long)cold);
     json_decref(root);
+    /* the summary: every layer's calls, the timed ones (all but the bad stamp), their sums */
+    hm_tiered_perf_sum sum;
+    HM_REQUIRE(hm_tiered_perf_summary(t, &sum, &err) == HM_OK);
+    double hot_all = 0, wait_all = 0;
+    for (int j = 0; j < v->n_host; j++)
+        for (int s = 2; s < 2 + S; s++) {
+            const int L = v->host_layers[j];
+            if (L == bad_L && s == 5) continue;
+            hot_all += (double)HOT_NS(L, s) / 1000.0;
+            wait_all += (double)WAIT_NS(L, s) / 1000.0;
+        }
+    const uint64_t calls = (uint64_t)S * (uint64_t)v->n_host;
+    HM_CHECK_MSG(sum.layers == v->n_host && sum.calls == calls && sum.timed == calls - 1 &&
+                     fabs(sum.hot_us - hot_all) < 1e-6 && fabs(sum.wait_us - wait_all) < 1e-6 &&
+                     fabs(sum.wall_us - hot_all - wait_all) < 1e-6 && sum.cold_us > 0 &&
+                     sum.fetch_experts == 0 && sum.fallbacks == 0,
+                 "summary: %d layers, %llu calls (%llu timed), hot %g (%g), wait %g (%g)",
+                 sum.layers, (unsigned long long)sum.calls, (unsigned long long)sum.timed,
+                 sum.hot_us, hot_all, sum.wait_us, wait_all);
     /* the file: the learn schema's reader takes every field */
     char pf[64];
     snprintf(pf, sizeof(pf), "/tmp/hotmoe_tperf_%d.json", (int)getpid());
