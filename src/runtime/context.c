@@ -126,7 +126,6 @@ uint64_t hm_context_bytes(const hm_model *m, const hm_context_params *params) {
  * own allocations and graphs (the reserve of cuda_engine_init.cu); the plan is given the free
  * memory without it, so a plan that fits is one the engine admits. */
 static const uint64_t k_cuda_reserve = 256ull << 20;
-#define STAGING_MIN (64ull << 20) /* a staging buffer's least cap: a small model's layer whole */
 
 static bool placement_asked(const hm_context_params *p) {
     return p->n_gpu_layers > 0 || p->cpu_moe || p->n_cpu_moe > 0 ||
@@ -397,16 +396,9 @@ static hm_status placement_open(hm_context *c, hm_error *err) {
     o.vram_free = g.free;
     o.kv_bytes_per_layer = g.kv_layer;
     o.scratch_bytes = g.scratch;
-    uint64_t staging = 0; /* two staging buffers for the prompts' fetched experts, each the
-                             largest layer's experts, at most an eighth of the VRAM the context
-                             may use (the budget: as on a card of that size) or STAGING_MIN */
-    if (g.have) {
-        const uint64_t full = fetch_setup_full_cap(c->m);
-        const uint64_t vram = c->p.vram_budget > 0 && c->p.vram_budget < g.free
-                                  ? c->p.vram_budget : g.free;
-        const uint64_t cap = vram / 8 > STAGING_MIN ? vram / 8 : STAGING_MIN;
-        staging = full < cap ? full : cap;
-    }
+    /* two staging buffers for the prompts' fetched experts (runtime/fetch_setup.h) */
+    const uint64_t staging =
+        g.have ? fetch_setup_staging(fetch_setup_full_cap(c->m), g.free, c->p.vram_budget) : 0;
     if (c->p.cpu_moe || c->p.n_cpu_moe > 0 || (c->p.override_tensor && *c->p.override_tensor)) {
         c->staging = staging; /* experts asked into RAM */
         o.scratch_bytes += 2 * staging;

@@ -26,6 +26,12 @@ uint64_t fetch_setup_full_cap(const hm_model *m) {
     return best;
 }
 
+uint64_t fetch_setup_staging(uint64_t full, uint64_t free, uint64_t budget) {
+    const uint64_t vram = budget > 0 && budget < free ? budget : free;
+    const uint64_t cap = vram / 8 > FETCH_STAGING_MIN ? vram / 8 : FETCH_STAGING_MIN;
+    return full < cap ? full : cap;
+}
+
 /* Appends printf text to *report (grown with realloc); false when out of memory. */
 static bool report_add(char **report, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static bool report_add(char **report, const char *fmt, ...) {

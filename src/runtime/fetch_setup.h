@@ -38,6 +38,12 @@ typedef struct {
 /* Bytes of a staging buffer holding every expert of the largest MoE layer (each part 256-byte
  * aligned, as the copy lane packs them); 0 for a model without experts. */
 uint64_t fetch_setup_full_cap(const hm_model *m);
+/* The size of each staging buffer for a model whose full cap is full: at most an eighth of the
+ * VRAM the context may use (budget when it is set and below free, as on a card of that size;
+ * else free), but at least FETCH_STAGING_MIN (a small model's layer whole even on a tiny
+ * budget), and never more than full. */
+#define FETCH_STAGING_MIN (64ull << 20)
+uint64_t fetch_setup_staging(uint64_t full, uint64_t free, uint64_t budget);
 
 /* See DESIGN. s is zeroed first. *report (malloc'd text, may be NULL) gets the calibration's
  * and the path's lines appended. HM_ERR_NOMEM only. */
