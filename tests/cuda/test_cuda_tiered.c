@@ -4,7 +4,8 @@
  *
  * Host checks (any machine): without CUDA the engine entry points refuse and hm_tiered_init
  * says why.
- * With a GPU, for every tiny preset x f32/q8_0/q4_k_m (and mxfp4 for gpt-oss), host layers =
+ * With a GPU, for every tiny preset x f32/q8_0/q4_k_m (and mxfp4 for gpt-oss), and the newer
+ * architectures (qwen3next, qwen35moe, gemma4) in q8_0, host layers =
  * every MoE layer, then the odd ones, then mixed layers (every MoE layer with its even experts
  * in device slots and its odd ones in host memory: the GPU computes the hot slots while the CPU
  * computes the cold ones, the hot cache's lanes), against the all-GPU engine on the same model
@@ -359,6 +360,10 @@ static void test_tiered_equals_gpu(void) {
         }
         check_model(presets[p], FORGE_MIX_F32, 32); /* a 21-token request */
     }
+    /* the newer architectures: the hybrids' recurrent layers and gemma4's dense MLP beside the
+     * experts, around the same hand-off and mixed layers */
+    const char *newer[] = {"tiny-qwen3next", "tiny-qwen35moe", "tiny-gemma4moe"};
+    for (int p = 0; p < 3; p++) check_model(newer[p], FORGE_MIX_Q8_0, 8);
     alarm(0);
 }
 
