@@ -1,7 +1,7 @@
 /* test_context_tiered_decode.c - where an expert runs changes no bit of a decode step: for every
  * tiny preset (qwen3moe, mixtral, olmoe, gpt-oss, qwen2moe) and weight mix (f32, q8_0, q4_k_m;
- * mxfp4 for gpt-oss), and the newer architectures' (qwen3next, qwen35moe, gemma4) in q8_0, the
- * placements that keep attention on the GPU — all on the GPU (-ngl 99),
+ * mxfp4 for gpt-oss), and the newer architectures' (qwen3next, qwen35moe, gemma4) in q8_0 (no
+ * partial cache: their experts are under a MiB in all), the placements that keep attention on the GPU — all on the GPU (-ngl 99),
  * --cpu-moe, --n-cpu-moe K for K = 1 .. n_layer, -ot sending the odd layers' experts to the
  * CPU, and --cpu-moe with a hot cache (--moe-hot-cache from a learn file written here, hits
  * falling with the expert id, sized for about a third and for all but one of each layer's
@@ -296,7 +296,8 @@ static void test_placements_same_bytes(void) {
             check_model(presets[i], mixes[j]);
         }
     /* the newer architectures (the hybrids' recurrent layers, gemma4's dense MLP beside the
-     * experts), one mix each */
+     * experts), one mix each; their tiny experts (under 1 MiB in all) leave the cache only its
+     * whole size here (sizes are MiB), their mixed layers are test_cuda_tiered's */
     static const char *newer[] = {"tiny-qwen3next", "tiny-qwen35moe", "tiny-gemma4moe"};
     for (size_t i = 0; i < sizeof(newer) / sizeof(newer[0]); i++)
         check_model(newer[i], FORGE_MIX_Q8_0);
