@@ -94,7 +94,8 @@ hm_status pf_decide(const pf_config *c, const pf_rates *r, const pf_expert *ex, 
         const double db = (double)ex[best].down_bytes;
         const double t = t_of(r, cpu - db, copy + db, d->n_gpu + 1);
         if (!c->force_gpu && !(t < d->t_s)) break; /* T only grows from here: largest first */
-        if (d->n_gpu >= c->max_transfers) {
+        if (d->n_gpu >= c->max_transfers ||
+            (c->scratchpad_mb > 0 && copy + db > (double)c->scratchpad_mb * 1048576.0)) {
             why[best] = PF_WHY_CAP;
             continue;
         }

@@ -6,9 +6,11 @@
  * DESIGN: the variables keep the seed's names and defaults: LLAMA_POSTFETCH_ENABLE (1: the cost
  * model may post-fetch), _FORCE_CPU (0; 1: never), _BLOCK_ON_MISS (1: the GPU waits for a D
  * copy; 0: a copy not done in time leaves D to the CPU), _MAX_TRANSFERS (8: experts per layer
- * and step), _SCRATCHPAD_MB (0: sized from the model's largest layer), _USE_DEDICATED_STREAMS
- * (1), _DEBUG (0; 1: the [PF] lines); HOTMOE_POSTFETCH_FORCE=1 sends every cold expert's D over
- * PCIe (up to MAX_TRANSFERS), for measurement. A value that is not a number, or out of range,
+ * and step), _SCRATCHPAD_MB (0: the staging buffer of the layer, sized from the model's largest
+ * layer; N: at most N MiB of D's per layer and step), _USE_DEDICATED_STREAMS (1; the copies
+ * always run on the copy lane's own stream, 0 changes nothing and is said at start), _DEBUG (0;
+ * 1: the [PF] lines); HOTMOE_POSTFETCH_FORCE=1 sends every cold expert's D over PCIe (up to
+ * MAX_TRANSFERS and the scratchpad), for measurement. A value that is not a number, or out of range,
  * is refused naming the variable.
  * The cost model: with post-fetch set S, the CPU reads every cold expert's gate and up rows and
  * the D rows of the others, the copy lane moves S's D rows, and both draw on one host memory:
@@ -17,7 +19,8 @@
  * where concurrency is how much more host memory delivers to reads and copies at once than to
  * reads alone (bench_host_pcie: 1.08 on the GPU machine; 1.0, the default, means one shared
  * bandwidth, where moving a D's bytes to the link saves nothing). Experts are added to S by
- * decreasing D bytes while T falls, at most max_transfers. Deterministic.
+ * decreasing D bytes while T falls, at most max_transfers and scratchpad_mb MiB (a D that does
+ * not fit is skipped, smaller ones still tried). Deterministic.
  */
 #ifndef HM_MOE_POSTFETCH_H
 #define HM_MOE_POSTFETCH_H
@@ -62,7 +65,7 @@ typedef enum {
     PF_WHY_CPU = 0,      /* D stays on the CPU: no gain (or post-fetch off) */
     PF_WHY_GAIN,         /* D over PCIe: T fell */
     PF_WHY_FORCED,       /* HOTMOE_POSTFETCH_FORCE */
-    PF_WHY_CAP,          /* would gain, but MAX_TRANSFERS was reached */
+    PF_WHY_CAP,          /* would gain, but MAX_TRANSFERS or the scratchpad was reached */
 } pf_why;
 
 typedef struct {

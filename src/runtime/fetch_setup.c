@@ -80,10 +80,19 @@ static hm_status postfetch_open(fetch_setup *s, struct cuda_engine *gpu, hm_tier
             snprintf(why, sizeof(why), "%.150s", e.msg);
         }
     }
-    if (on) HM_LOGI("post-fetch: on (%s, at most %d experts per layer and step, %s)",
-                    c.force_gpu ? "forced: every cold expert's down product" : "the cost model",
-                    c.max_transfers, c.block_on_miss ? "the GPU waits for a late copy"
-                                                     : "a late copy leaves it to the CPU");
+    if (on) {
+        char pad[48] = "";
+        if (c.scratchpad_mb > 0) snprintf(pad, sizeof(pad), " and %d MiB", c.scratchpad_mb);
+        HM_LOGI("post-fetch: on (%s, at most %d experts%s per layer and step, %s; scratchpad: "
+                "the staging buffers, %.1f MiB each)",
+                c.force_gpu ? "forced: every cold expert's down product" : "the cost model",
+                c.max_transfers, pad, c.block_on_miss ? "the GPU waits for a late copy"
+                                                      : "a late copy leaves it to the CPU",
+                (double)s->cap / 1048576.0);
+        if (!c.dedicated_streams)
+            HM_LOGW("post-fetch: LLAMA_POSTFETCH_USE_DEDICATED_STREAMS=0 changes nothing here: "
+                    "the copies always run on the copy lane's own stream");
+    }
     if (report && !report_add(report, "post-fetch: %s%s%s\n", on ? "on" : "off (",
                               on ? "" : why, on ? "" : ")"))
         return hm_error_set(err, HM_ERR_NOMEM, "out of memory (placement report)");

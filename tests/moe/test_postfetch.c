@@ -88,6 +88,18 @@ static void test_decisions(void) {
     HM_REQUIRE(pf_decide(&c, &r, ex, 4, gpu, why, &d, &err) == HM_OK);
     HM_CHECK(d.n_gpu == 3 && gpu[2] && gpu[0] && gpu[1] && !gpu[3] && why[2] == PF_WHY_FORCED &&
              why[3] == PF_WHY_CAP);
+    /* SCRATCHPAD_MB 2 (2,097,152 bytes): the 1.5 MB D, then a 1 MB one would pass the
+     * scratchpad; none of the others fits beside it either */
+    c.max_transfers = 8;
+    c.scratchpad_mb = 2;
+    pf_decision d2;
+    HM_REQUIRE(pf_decide(&c, &r, ex, 4, gpu, why, &d2, &err) == HM_OK);
+    HM_CHECK_MSG(d2.n_gpu == 1 && gpu[2] && d2.copy_bytes == 1500000 && why[0] == PF_WHY_CAP &&
+                     why[1] == PF_WHY_CAP && why[3] == PF_WHY_CAP,
+                 "%d D's, %llu bytes", d2.n_gpu, (unsigned long long)d2.copy_bytes);
+    c.scratchpad_mb = 3; /* 3,145,728: 1.5 MB + 1 MB, not a third */
+    HM_REQUIRE(pf_decide(&c, &r, ex, 4, gpu, why, &d2, &err) == HM_OK);
+    HM_CHECK(d2.n_gpu == 2 && gpu[2] && gpu[0] && d2.copy_bytes == 2500000);
     char line[160];
     pf_format(&d, 7, 4, line, sizeof(line));
     HM_CHECK_MSG(!strncmp(line, "[PF] layer 7: 4 cold experts, 3 D over PCIe (3.34 MiB), T ", 58),
