@@ -110,7 +110,7 @@ extern "C" hm_status cuda_engine_delta_block(cuda_engine *e, int il, int n, fwd_
     a.eps = hp->rms_eps;
     a.n_tok = n;
     a.n_runs = e->n_runs > 0 ? e->n_runs : 1;
-    for (int r = 0; r < e->n_runs; r++) a.max_run = e->run_len[r] > a.max_run ? e->run_len[r] : a.max_run;
+    a.max_run = e->n_runs > 0 ? e->run_max : 0; /* 0: one sequence, a run of n */
     a.d_runs = (const cuda_delta_run *)e->d_runs;
     a.conv_w = (const float *)L->ssm_conv1d.d;
     a.dt = (const float *)L->ssm_dt.d;

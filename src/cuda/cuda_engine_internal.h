@@ -151,6 +151,7 @@ struct cuda_engine {
     /* several sequences (cuda_engine_decode_seqs): the step's runs of consecutive tokens of
      * one sequence, read while the step is enqueued (n_runs 0: one sequence, the others) */
     int n_runs;
+    int run_max;                     /* the longest of those runs */
     int *run_t0, *run_len, *run_seq; /* [nu] (host) */
 
     /* pinned host memory */

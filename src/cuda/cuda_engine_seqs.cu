@@ -99,6 +99,9 @@ extern "C" hm_status cuda_engine_decode_seqs(cuda_engine *e, const int32_t *toke
         }
         e->run_len[e->n_runs - 1]++;
     }
+    e->run_max = 0;
+    for (int r = 0; r < e->n_runs; r++)
+        if (e->run_len[r] > e->run_max) e->run_max = e->run_len[r];
     for (int r = 0; e->h_runs && r < e->n_runs; r++) /* one run per state: no two blocks on it */
         for (int q = 0; q < r; q++)
             if (e->run_seq[q] == e->run_seq[r]) {

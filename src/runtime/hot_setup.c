@@ -52,23 +52,24 @@ static void apply_slots(const hot_plan *hp, moe_placement *plan) {
 }
 
 void hot_setup_undo_free(hot_setup_undo *u) {
-    free(u->home);
-    free(u->slot);
-    free(u->n_slots);
+    hm_residency_free(&u->res);
     memset(u, 0, sizeof(*u));
+}
+
+/* dst's arrays := src's (the same dimensions). */
+static void map_copy(hm_residency *dst, const hm_residency *src) {
+    const size_t n = (size_t)src->n_layer * (size_t)src->n_expert;
+    memcpy(dst->home, src->home, n);
+    memcpy(dst->slot, src->slot, n * sizeof(*dst->slot));
+    memcpy(dst->n_slots, src->n_slots, (size_t)src->n_layer * sizeof(*dst->n_slots));
 }
 
 /* The plan's map and figures into u; false when out of memory. */
 static bool undo_keep(const moe_placement *plan, hot_setup_undo *u) {
-    const hm_residency *r = &plan->res;
-    const size_t n = (size_t)r->n_layer * (size_t)r->n_expert;
-    u->home = malloc(n);
-    u->slot = malloc(n * sizeof(*u->slot));
-    u->n_slots = malloc((size_t)r->n_layer * sizeof(*u->n_slots));
-    if (!u->home || !u->slot || !u->n_slots) return false;
-    memcpy(u->home, r->home, n);
-    memcpy(u->slot, r->slot, n * sizeof(*u->slot));
-    memcpy(u->n_slots, r->n_slots, (size_t)r->n_layer * sizeof(*u->n_slots));
+    hm_error e;
+    if (hm_residency_init_host(&u->res, plan->res.n_layer, plan->res.n_expert, &e) != HM_OK)
+        return false;
+    map_copy(&u->res, &plan->res);
     u->device_weights = plan->device_weights;
     u->device_total = plan->device_total;
     u->fits = plan->fits;
@@ -76,16 +77,12 @@ static bool undo_keep(const moe_placement *plan, hot_setup_undo *u) {
 }
 
 void hot_setup_revert(moe_placement *plan, hot_setup_undo *u, const char *why, char **report) {
-    hm_residency *r = &plan->res;
     if (u->added) {
         char line[HM_ERROR_MSG_MAX + 64];
         snprintf(line, sizeof(line), "the GPU cannot start with it: %s", why);
         hm_error e;
         without(report, line, &e); /* out of memory: the report lacks the line */
-        const size_t n = (size_t)r->n_layer * (size_t)r->n_expert;
-        memcpy(r->home, u->home, n);
-        memcpy(r->slot, u->slot, n * sizeof(*r->slot));
-        memcpy(r->n_slots, u->n_slots, (size_t)r->n_layer * sizeof(*r->n_slots));
+        map_copy(&plan->res, &u->res);
         plan->device_weights = u->device_weights;
         plan->device_total = u->device_total;
         plan->fits = u->fits;

@@ -31,8 +31,7 @@
  * cache (out of VRAM while building it, say): added is false when it changed nothing. */
 typedef struct {
     bool added;
-    uint8_t *home;               /* the map's arrays as they were */
-    int32_t *slot, *n_slots;
+    hm_residency res; /* the map as it was */
     uint64_t device_weights, device_total;
     bool fits;
 } hot_setup_undo;

@@ -192,7 +192,7 @@ static void test_revert(void) {
     const size_t n = (size_t)a->n_layer * (size_t)a->n_expert;
     HM_CHECK(u.added && check_slots(&pl) > 0 && pl.device_total > before.device_total);
     hot_setup_revert(&pl, &u, "GPU: out of memory", &report);
-    HM_CHECK(!u.added && !u.home && check_slots(&pl) == 0);
+    HM_CHECK(!u.added && !u.res.home && check_slots(&pl) == 0);
     HM_CHECK(!memcmp(a->home, b->home, n) && !memcmp(a->slot, b->slot, n * sizeof(*a->slot)) &&
              !memcmp(a->n_slots, b->n_slots, (size_t)a->n_layer * sizeof(*a->n_slots)) &&
              pl.device_total == before.device_total &&
@@ -205,7 +205,7 @@ static void test_revert(void) {
     cpu_moe_plan(&pl);
     p.moe_hot_cache = "/nonexistent/hot.json";
     HM_REQUIRE(hot_setup_apply(model(), &p, &pl, &report, &u, &err) == HM_OK);
-    HM_CHECK(!u.added && !u.home && pl.device_total == before.device_total);
+    HM_CHECK(!u.added && !u.res.home && pl.device_total == before.device_total);
     hot_setup_revert(&pl, &u, "unused", &report);
     HM_CHECK(report && !strstr(report, "unused"));
     free(report);
