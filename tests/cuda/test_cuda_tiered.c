@@ -151,7 +151,9 @@ static hm_status auto_loop(cuda_engine *e, int64_t V, int32_t *toks, float *last
     sp.temperature = 0.0f;
     sp.penalty_last_n = 0;
     cuda_decode *d = NULL;
-    hm_status st = cuda_decode_init(e, &sp, DEPTH, &d, err);
+    /* the host loop's recurrent state (hybrid layers) is cleared as a context does at position 0 */
+    hm_status st = cuda_engine_seq_reset(e, 0, err);
+    if (st == HM_OK) st = cuda_decode_init(e, &sp, DEPTH, &d, err);
     if (st == HM_OK) st = cuda_engine_decode(e, prompt, N_PROMPT, 0, lg, HM_LOGITS_LAST, err);
     if (st == HM_OK) st = cuda_decode_accept(d, prompt, N_PROMPT, err);
     if (st == HM_OK) st = cuda_decode_begin(d, N_PROMPT, err);
