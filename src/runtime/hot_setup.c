@@ -154,9 +154,9 @@ static hm_status engine_hot_exchange(void *user, int il, int out, int in, hm_err
 
 hm_status hot_setup_control(const hm_model *m, const hm_context_params *p, const hm_residency *res,
                             cuda_engine *gpu, hm_tiered *tiered, hm_error *err) {
-    if (!p->moe_hot_cache || (p->moe_hot_cache_policy == HOT_POLICY_STATIC &&
-                              p->moe_hot_cache_update_rate <= 0))
-        return HM_OK;
+    if (!p->moe_hot_cache) return HM_OK;
+    const bool fixed = p->moe_hot_cache_policy == HOT_POLICY_STATIC &&
+                       p->moe_hot_cache_update_rate <= 0; /* no controller: its map only */
     const hm_hparams *hp = hm_model_hparams(m);
     const size_t n = (size_t)hp->n_layer * (size_t)hp->n_expert;
     uint8_t *hot = calloc(n ? n : 1, 1);
@@ -169,7 +169,9 @@ hm_status hot_setup_control(const hm_model *m, const hm_context_params *p, const
             n_hot += hot[(size_t)il * (size_t)hp->n_expert + (size_t)x];
         }
     hm_status st = HM_OK;
-    if (n_hot > 0) {
+    if (n_hot > 0 && fixed) {
+        st = hm_tiered_set_hot_map(tiered, hot, err);
+    } else if (n_hot > 0) {
         const hm_tiered_hot_cfg hc = {.policy = p->moe_hot_cache_policy, .admit_per_step = 1,
                                       .decay = 0.9, .update_rate = p->moe_hot_cache_update_rate,
                                       .update_interval = p->moe_hot_cache_update_interval,

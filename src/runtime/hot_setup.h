@@ -13,6 +13,8 @@
  * Once the engine holds the cache, hot_setup_control starts the controller on the tiered CPU
  * side when a policy or an update rate asks for one (runtime/tiered.h: hm_tiered_set_hot); its
  * exchanges go to cuda_engine_hot_request, which the engine's thread applies between steps.
+ * A static cache without updates gets no controller, only its map (hm_tiered_set_hot_map): the
+ * prompts' copies ahead leave the experts it holds out.
  */
 #ifndef HM_RUNTIME_HOT_SETUP_H
 #define HM_RUNTIME_HOT_SETUP_H
@@ -47,8 +49,9 @@ hm_status hot_setup_apply(const hm_model *m, const hm_context_params *p, moe_pla
 void hot_setup_revert(moe_placement *plan, hot_setup_undo *u, const char *why, char **report);
 void hot_setup_undo_free(hot_setup_undo *u);
 
-/* The controller for the cache gpu holds (its slots of the layers res keeps partly in RAM):
- * none for a static policy without updates or without a cache; the tiered side's errors. */
+/* The controller for the cache gpu holds (its slots of the layers res keeps partly in RAM), or
+ * for a static policy without updates the map alone; nothing without a cache; the tiered
+ * side's errors. */
 hm_status hot_setup_control(const hm_model *m, const hm_context_params *p, const hm_residency *res,
                             cuda_engine *gpu, hm_tiered *tiered, hm_error *err);
 

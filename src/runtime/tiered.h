@@ -139,6 +139,11 @@ typedef hm_status (*hm_tiered_exchange_fn)(void *user, int il, int out, int in, 
 hm_status hm_tiered_set_hot(hm_tiered *t, const hm_tiered_hot_cfg *c, const uint8_t *hot,
                             hm_tiered_exchange_fn ex, void *user, hm_error *err);
 
+/* A hot cache without controller (static, no updates): its map hot [n_layer][n_expert] (1: the
+ * engine holds the expert in a slot), copied, so that the copies ahead of prompt ubatches leave
+ * those experts out. HM_ERR_ARG without a map. */
+hm_status hm_tiered_set_hot_map(hm_tiered *t, const uint8_t *hot, hm_error *err);
+
 /* A manual apply of the hot cache (seed 001's POST /moe-hot-cache): scores l (a learn or perf
  * file of this model) with the controller's weighting and exchanges slots for the better-scored
  * experts with the full budget (rate 1), between steps (the worker paused). *st: the seed's

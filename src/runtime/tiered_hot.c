@@ -68,6 +68,8 @@ static void hot_free(tiered_hot *h) {
 void tiered_hot_free(hm_tiered *t) {
     hot_free(t->hot);
     t->hot = NULL;
+    free(t->hot_fixed);
+    t->hot_fixed = NULL;
 }
 
 hm_status hm_tiered_set_hot(hm_tiered *t, const hm_tiered_hot_cfg *c, const uint8_t *hot,
@@ -263,5 +265,18 @@ void tiered_hot_counts(const hm_tiered *t, uint64_t *hits, uint64_t *misses, uin
 }
 
 const uint8_t *tiered_hot_map(const hm_tiered *t) {
-    return t->hot ? hot_admit_map(t->hot->adm) : NULL;
+    return t->hot ? hot_admit_map(t->hot->adm) : t->hot_fixed;
+}
+
+hm_status hm_tiered_set_hot_map(hm_tiered *t, const uint8_t *hot, hm_error *err) {
+    if (!t || !hot) return hm_error_set(err, HM_ERR_ARG, "hot cache map: missing arguments");
+    const size_t n = (size_t)t->v.n_layer * (size_t)t->v.n_expert;
+    uint8_t *m = malloc(n ? n : 1);
+    if (!m) return hm_error_set(err, HM_ERR_NOMEM, "out of memory (hot cache map)");
+    memcpy(m, hot, n);
+    tiered_pause(t);
+    free(t->hot_fixed);
+    t->hot_fixed = m;
+    tiered_resume(t);
+    return HM_OK;
 }

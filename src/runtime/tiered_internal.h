@@ -62,6 +62,7 @@ struct hm_tiered {
     atomic_ullong copies, copy_fallbacks, retries, ahead_experts, ahead_used;
     /* the hot cache's controller (tiered_hot.c), or NULL */
     struct tiered_hot *hot;
+    uint8_t *hot_fixed; /* [n_layer][n_expert] a cache without controller (1: in a slot), or NULL */
     /* the live layer perf counters (tiered_perf.c), or NULL (off) */
     struct tiered_perf *perf;
     atomic_ullong hot_updates, hot_exchanged, hot_refused;
@@ -108,8 +109,8 @@ void tiered_hot_observe(hm_tiered *t, int L, const cuda_handoff_msg *m);
 void tiered_hot_after(hm_tiered *t, int L);
 /* The controller's counts as the worker last published them (any thread). */
 void tiered_hot_counts(const hm_tiered *t, uint64_t *hits, uint64_t *misses, uint64_t *admitted);
-/* The controller's residency map [n_layer][n_expert] (1: in a slot, as of its last decision), or
- * NULL without a hot cache. */
+/* The hot cache's map [n_layer][n_expert] (1: in a slot; the controller's as of its last
+ * decision, else the fixed one), or NULL without a hot cache. */
 const uint8_t *tiered_hot_map(const hm_tiered *t);
 void tiered_hot_free(hm_tiered *t);
 

@@ -19,7 +19,8 @@
  *    copied ahead and used (runtime/tiered_fetch.c);
  *  - a fourth rule, threshold 1 with a hot cache of about a third of the experts' bytes (mixed
  *    layers: hot slots on their resident copies, cold ones fetched): the same checks as
- *    threshold 1, and cold experts were fetched;
+ *    threshold 1, cold experts were fetched, and the experts copied ahead were used (the
+ *    cache's own left out);
  *  - the greedy continuation (16 tokens, one per call: decode steps, which never fetch) after
  *    the prompt equals the all-GPU engine's with threshold 1, and agrees at >= 14 of 16
  *    positions with the other rules (their prompt KV differs within the tolerance).
@@ -221,6 +222,13 @@ static void check_model(const char *preset, forge_mix mix) {
         if (rules[r].hot)
             HM_CHECK_MSG(ts.gpu_experts > 0, "%s %s: hot cache: no cold expert fetched", preset,
                          forge_mix_name(mix));
+        /* with threshold 1 every used expert is fetched: one copied ahead goes unused only
+         * without tokens, never because the cache holds it (a static cache's map, given to the
+         * tiered side without a controller) */
+        if (rules[r].threshold == 1)
+            HM_CHECK_MSG(ts.ahead_used * 20 >= ts.ahead_experts * 19, "%s %s %s: %llu of %llu "
+                         "experts copied ahead used", preset, forge_mix_name(mix), rules[r].name,
+                         (unsigned long long)ts.ahead_used, (unsigned long long)ts.ahead_experts);
         if (rules[r].threshold == 1 && !rules[r].hot && strstr(rep, "copies registered"))
             HM_CHECK_MSG(ts.ahead_experts > 0 && ts.ahead_used > 0, "%s %s: nothing copied "
                          "ahead", preset, forge_mix_name(mix));
