@@ -63,6 +63,8 @@ typedef struct {
 typedef struct {
     int64_t threshold;  /* --moe-offload-threshold N: >= 1 replaces the cost model; 0: the model */
     uint64_t cap_bytes; /* what one staging buffer holds (0: no limit) */
+    bool full;          /* the buffer has no room left (copies ahead filled it): only experts
+                           already copied may run on the GPU */
 } offload_opts;
 
 /* One expert of the layer in this ubatch. */

@@ -118,6 +118,17 @@ static void test_copied(void) {
                      p.cpu_s, p.gpu_s);
         HM_CHECK(close_to(p.all_cpu_s, 3.4e-3));
     }
+    /* a buffer the copies ahead filled (full): e1 runs on the GPU, nothing else may be copied,
+     * in either mode (cap_bytes 0 means no limit, not no room) */
+    o = (offload_opts){.full = true};
+    for (int k = 0; k < 2; k++) {
+        o.threshold = k;
+        HM_REQUIRE(offload_decide(&p, 16, ex, &r, &o, &err) == HM_OK);
+        HM_CHECK_MSG(p.n_gpu == 1 && p.gpu[1] && p.gpu_bytes == 0 && p.why[0] == OFFLOAD_WHY_CAP &&
+                         p.why[3] == OFFLOAD_WHY_CAP, "full, threshold %d: %d on the GPU, %llu "
+                     "bytes, why %d %d", k, p.n_gpu, (unsigned long long)p.gpu_bytes, p.why[0],
+                     p.why[3]);
+    }
     offload_plan_free(&p);
 }
 
