@@ -331,6 +331,9 @@ static void test_hot_controller(void) {
         hc.update_rate = 1.5;
         HM_CHECK(hm_tiered_set_hot(t, &hc, hot, log_exchange, lg, &err) ==
                  HM_ERR_ARG);
+        /* the map a static cache gives without a controller: a missing one is refused */
+        HM_CHECK(hm_tiered_set_hot_map(t, NULL, &err) == HM_ERR_ARG);
+        HM_CHECK(hm_tiered_set_hot_map(t, hot, &err) == HM_OK);
         uint64_t sel = 0;
         bool ok = true;
         const uint32_t steps = mode ? 24 : 12;
