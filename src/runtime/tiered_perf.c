@@ -27,13 +27,16 @@
 #define STAMP_MAX_NS 600000000000ull /* a request's times span at most this (else not taken) */
 
 typedef struct {
+    uint64_t experts, bytes, wait_ns, fallbacks;
+} perf_copies; /* one path's copies: the fetched path's (prompts) or post-fetch's (decode) */
+
+typedef struct {
     uint64_t calls, tokens, cpu_ns;
     uint32_t seen_seq;    /* the step of the last request counted (0: none) */
     uint32_t stamped_seq; /* the last step whose GPU times were taken */
     uint64_t stamped, hot_ns, wait_ns, wall_ns; /* calls with GPU times, their sums */
     uint64_t fallback_calls;                    /* requests with a copy fallen back */
-    uint64_t f_experts, f_bytes, f_wait_ns, f_fallbacks; /* the fetched path (prompts) */
-    uint64_t p_experts, p_bytes, p_wait_ns, p_fallbacks; /* post-fetch (decode steps) */
+    perf_copies fetch, pf;
 } perf_layer;
 
 struct tiered_perf {
@@ -118,18 +121,11 @@ void tiered_perf_time(hm_tiered *t, int L, int64_t ns) {
 void tiered_perf_copies(hm_tiered *t, int L, const tiered_perf_copy *c) {
     if (!t->perf) return;
     perf_layer *y = &t->perf->ly[L];
-    const uint64_t w = c->wait_ns > 0 ? (uint64_t)c->wait_ns : 0;
-    if (c->postfetch) {
-        y->p_experts += c->experts;
-        y->p_bytes += c->bytes;
-        y->p_wait_ns += w;
-        y->p_fallbacks += c->fallbacks;
-    } else {
-        y->f_experts += c->experts;
-        y->f_bytes += c->bytes;
-        y->f_wait_ns += w;
-        y->f_fallbacks += c->fallbacks;
-    }
+    perf_copies *k = c->postfetch ? &y->pf : &y->fetch;
+    k->experts += c->experts;
+    k->bytes += c->bytes;
+    k->wait_ns += c->wait_ns > 0 ? (uint64_t)c->wait_ns : 0;
+    k->fallbacks += c->fallbacks;
     y->fallback_calls += c->fallbacks > 0;
 }
 
@@ -149,6 +145,19 @@ hm_status hm_tiered_perf_disable(hm_tiered *t) {
 }
 
 static double us(uint64_t ns) { return (double)ns / 1000.0; }
+
+/* A path's copies as prefix_experts, _bytes, _wait_time_us, _fallbacks (docs/LEARN.md). */
+static void put_copies(hm_json *j, const char *prefix, const perf_copies *k) {
+    char key[48];
+    snprintf(key, sizeof(key), "%s_experts", prefix);
+    hm_json_kuint(j, key, k->experts);
+    snprintf(key, sizeof(key), "%s_bytes", prefix);
+    hm_json_kuint(j, key, k->bytes);
+    snprintf(key, sizeof(key), "%s_wait_time_us", prefix);
+    hm_json_kdouble(j, key, us(k->wait_ns));
+    snprintf(key, sizeof(key), "%s_fallbacks", prefix);
+    hm_json_kuint(j, key, k->fallbacks);
+}
 
 /* One layer's object; h, c: its hits and cold hits [n_expert]. */
 static void put_layer(hm_json *j, int il, const perf_layer *y, const uint64_t *h,
@@ -176,14 +185,8 @@ static void put_layer(hm_json *j, int il, const perf_layer *y, const uint64_t *h
             hm_json_kdouble(j, "parallel_hot_lane_time_us", us(y->hot_ns));
             hm_json_kdouble(j, "parallel_join_wait_time_us", us(y->wait_ns));
         }
-        hm_json_kuint(j, "fetch_experts", y->f_experts);
-        hm_json_kuint(j, "fetch_bytes", y->f_bytes);
-        hm_json_kdouble(j, "fetch_wait_time_us", us(y->f_wait_ns));
-        hm_json_kuint(j, "fetch_fallbacks", y->f_fallbacks);
-        hm_json_kuint(j, "postfetch_experts", y->p_experts);
-        hm_json_kuint(j, "postfetch_bytes", y->p_bytes);
-        hm_json_kdouble(j, "postfetch_wait_time_us", us(y->p_wait_ns));
-        hm_json_kuint(j, "postfetch_fallbacks", y->p_fallbacks);
+        put_copies(j, "fetch", &y->fetch);
+        put_copies(j, "postfetch", &y->pf);
     }
     hm_json_obj_end(j);
 }
@@ -247,11 +250,11 @@ hm_status hm_tiered_perf_summary(hm_tiered *t, hm_tiered_perf_sum *s, hm_error *
         s->hot_us += us(y->hot_ns);
         s->wait_us += us(y->wait_ns);
         s->cold_us += us(y->cpu_ns);
-        s->fetch_experts += y->f_experts;
-        s->fetch_bytes += y->f_bytes;
-        s->fetch_wait_us += us(y->f_wait_ns);
-        s->pf_experts += y->p_experts;
-        s->fallbacks += y->f_fallbacks + y->p_fallbacks;
+        s->fetch_experts += y->fetch.experts;
+        s->fetch_bytes += y->fetch.bytes;
+        s->fetch_wait_us += us(y->fetch.wait_ns);
+        s->pf_experts += y->pf.experts;
+        s->fallbacks += y->fetch.fallbacks + y->pf.fallbacks;
     }
     tiered_resume(t);
     return HM_OK;
