@@ -71,8 +71,7 @@ static double max2(double a, double b) { return a > b ? a : b; }
 
 /* Whether the staging buffer has room for x after the plan's copies so far. */
 static bool room(const offload_plan *p, const offload_opts *o, const offload_expert *x) {
-    if (x->copied) return true;
-    return !o->full && (!o->cap_bytes || p->gpu_bytes + x->bytes <= o->cap_bytes);
+    return x->copied || (x->bytes <= o->cap_bytes && p->gpu_bytes <= o->cap_bytes - x->bytes);
 }
 
 hm_status offload_decide(offload_plan *p, int64_t n_tok, const offload_expert *ex,

@@ -62,10 +62,10 @@ typedef struct {
 
 typedef struct {
     int64_t threshold;  /* --moe-offload-threshold N: >= 1 replaces the cost model; 0: the model */
-    uint64_t cap_bytes; /* what one staging buffer holds (0: no limit) */
-    bool full;          /* the buffer has no room left (copies ahead filled it): only experts
-                           already copied may run on the GPU */
+    uint64_t cap_bytes; /* room left in the staging buffer (0: none, only experts already copied
+                           may run on the GPU; OFFLOAD_NO_CAP: no limit) */
 } offload_opts;
+#define OFFLOAD_NO_CAP UINT64_MAX
 
 /* One expert of the layer in this ubatch. */
 typedef struct {

@@ -221,8 +221,7 @@ hm_status tiered_serve_fetch(hm_tiered *t, int j, const cuda_handoff_msg *m, hm_
     const bool can = t->off.lane && lay->eligible && lay->n_slots > 0;
     if (!can) r.h2d_bytes_per_s = 0; /* every expert on the CPU: "no GPU" */
     const offload_opts o = {.threshold = t->off.threshold,
-                            .cap_bytes = (uint64_t)(lay->n_slots - ahead) * lay->slot_bytes,
-                            .full = ahead >= lay->n_slots};
+                            .cap_bytes = (uint64_t)(lay->n_slots - ahead) * lay->slot_bytes};
     hm_status st = offload_decide(&t->plan, m->n_tok, t->ex, &r, &o, e);
     if (st != HM_OK) return st;
     if (t->off.debug) debug_plan(t, L, ahead);

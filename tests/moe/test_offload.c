@@ -37,7 +37,7 @@ static void test_cost_model(void) {
     offload_expert ex[4];
     four(ex);
     const offload_rates r = rates(1e9);
-    const offload_opts o = {0};
+    const offload_opts o = {.cap_bytes = OFFLOAD_NO_CAP};
     HM_CHECK(close_to(offload_cpu_s(&r, &ex[0]), 2.1e-3));
     HM_CHECK(close_to(offload_gpu_s(&r, &ex[0]), 1.0e-3));
     HM_REQUIRE(offload_decide(&p, 16, ex, &r, &o, &err) == HM_OK);
@@ -67,7 +67,7 @@ static void test_cap(void) {
     offload_expert ex[4];
     four(ex);
     const offload_rates r = rates(1e10);
-    offload_opts o = {0};
+    offload_opts o = {.cap_bytes = OFFLOAD_NO_CAP};
     HM_REQUIRE(offload_decide(&p, 16, ex, &r, &o, &err) == HM_OK);
     HM_CHECK(p.gpu[0] && p.gpu[1] && !p.gpu[3] && p.why[3] == OFFLOAD_WHY_NO_GAIN);
     HM_CHECK(close_to(p.cpu_s, 0.2e-3) && close_to(p.gpu_s, 0.2e-3));
@@ -105,9 +105,9 @@ static void test_copied(void) {
     ex[1].copied = true;
     const offload_rates r = rates(1e9);
     HM_CHECK(close_to(offload_gpu_s(&r, &ex[1]), 0.0) && close_to(offload_cpu_s(&r, &ex[1]), 1.1e-3));
-    offload_opts o = {0};
+    offload_opts o = {.cap_bytes = OFFLOAD_NO_CAP};
     for (int k = 0; k < 2; k++) {
-        o.cap_bytes = k ? 1000000 : 0;
+        o.cap_bytes = k ? 1000000 : OFFLOAD_NO_CAP;
         HM_REQUIRE(offload_decide(&p, 16, ex, &r, &o, &err) == HM_OK);
         HM_CHECK_MSG(p.gpu[0] && p.gpu[1] && !p.gpu[3] &&
                          p.why[3] == (k ? OFFLOAD_WHY_CAP : OFFLOAD_WHY_NO_GAIN),
@@ -118,9 +118,9 @@ static void test_copied(void) {
                      p.cpu_s, p.gpu_s);
         HM_CHECK(close_to(p.all_cpu_s, 3.4e-3));
     }
-    /* a buffer the copies ahead filled (full): e1 runs on the GPU, nothing else may be copied,
-     * in either mode (cap_bytes 0 means no limit, not no room) */
-    o = (offload_opts){.full = true};
+    /* a buffer the copies ahead filled (no room left, cap_bytes 0): e1 runs on the GPU, nothing
+     * else may be copied, in either mode */
+    o = (offload_opts){.cap_bytes = 0};
     for (int k = 0; k < 2; k++) {
         o.threshold = k;
         HM_REQUIRE(offload_decide(&p, 16, ex, &r, &o, &err) == HM_OK);
@@ -146,7 +146,7 @@ static void test_gpu_costs(void) {
     offload_rates r = rates(1e10);
     r.gpu_fixed_s = 0.05e-3;
     r.gpu_tok_s = 0.01e-3;
-    const offload_opts o = {0};
+    const offload_opts o = {.cap_bytes = OFFLOAD_NO_CAP};
     HM_CHECK(close_to(offload_gpu_s(&r, &ex[0]), 0.35e-3));
     HM_REQUIRE(offload_decide(&p, 16, ex, &r, &o, &err) == HM_OK);
     HM_CHECK(p.gpu[0] && p.gpu[1] && !p.gpu[3] && p.why[3] == OFFLOAD_WHY_NO_GAIN);
@@ -174,7 +174,7 @@ static void test_batch_sizes(void) {
     ex[2].n_tok = ex[6].n_tok = 1;
     offload_rates r = rates(1e10);
     r.gpu_fixed_s = 0.01e-3;
-    const offload_opts o = {0};
+    const offload_opts o = {.cap_bytes = OFFLOAD_NO_CAP};
     HM_REQUIRE(offload_decide(&p, 1, ex, &r, &o, &err) == HM_OK);
     HM_CHECK(p.n_used == 2 && p.n_gpu == 1 && p.gpu[2] && !p.gpu[6]);
     HM_CHECK(p.why[6] == OFFLOAD_WHY_NO_GAIN);
@@ -203,7 +203,7 @@ static void test_threshold(void) {
     offload_expert ex[4];
     four(ex);
     const offload_rates r = rates(1e9);
-    offload_opts o = {.threshold = 32};
+    offload_opts o = {.threshold = 32, .cap_bytes = OFFLOAD_NO_CAP};
     HM_REQUIRE(offload_decide(&p, 31, ex, &r, &o, &err) == HM_OK);
     HM_CHECK(p.n_gpu == 0);
     HM_CHECK(p.why[0] == OFFLOAD_WHY_THRESHOLD_LT && p.why[1] == OFFLOAD_WHY_THRESHOLD_LT &&
@@ -217,7 +217,7 @@ static void test_threshold(void) {
     HM_REQUIRE(offload_decide(&p, 512, ex, &r, &o, &err) == HM_OK);
     HM_CHECK(p.gpu[0] && !p.gpu[1] && !p.gpu[3]);
     HM_CHECK(p.why[1] == OFFLOAD_WHY_CAP && p.why[3] == OFFLOAD_WHY_CAP);
-    o = (offload_opts){.threshold = 1};
+    o = (offload_opts){.threshold = 1, .cap_bytes = OFFLOAD_NO_CAP};
     ex[0].n_tok = 1;
     ex[1].n_tok = ex[3].n_tok = 0;
     HM_REQUIRE(offload_decide(&p, 1, ex, &r, &o, &err) == HM_OK);
@@ -233,7 +233,7 @@ static void test_no_gpu(void) {
     offload_expert ex[4];
     four(ex);
     const offload_rates r = rates(0);
-    offload_opts o = {0};
+    offload_opts o = {.cap_bytes = OFFLOAD_NO_CAP};
     for (int mode = 0; mode < 2; mode++) {
         o.threshold = mode ? 1 : 0;
         HM_REQUIRE(offload_decide(&p, 512, ex, &r, &o, &err) == HM_OK);
@@ -254,7 +254,7 @@ static void test_ties(void) {
     for (int e = 0; e < 6; e++) ex[e] = (offload_expert){.n_tok = 0, .bytes = 1000000};
     ex[5].n_tok = ex[2].n_tok = 10;
     const offload_rates r = rates(1e9);
-    const offload_opts o = {0};
+    const offload_opts o = {.cap_bytes = OFFLOAD_NO_CAP};
     for (int rep = 0; rep < 3; rep++) {
         HM_REQUIRE(offload_decide(&p, 10, ex, &r, &o, &err) == HM_OK);
         HM_CHECK(p.gpu[2] == 1 && p.gpu[5] == 0 && p.why[5] == OFFLOAD_WHY_NO_GAIN);
@@ -270,7 +270,7 @@ static void test_bad_input(void) {
     offload_expert ex[4];
     four(ex);
     offload_rates r = rates(1e9);
-    const offload_opts o = {0};
+    const offload_opts o = {.cap_bytes = OFFLOAD_NO_CAP};
     r.cpu_tok_s_per_byte = -1;
     HM_CHECK(offload_decide(&p, 4, ex, &r, &o, &err) == HM_ERR_ARG);
     HM_CHECK(strstr(err.msg, "rates") != NULL);
@@ -284,7 +284,7 @@ static void test_bad_input(void) {
     HM_CHECK(strstr(err.msg, "expert 1") != NULL);
     ex[1].n_tok = 3;
     HM_CHECK(offload_decide(&p, -1, ex, &r, &o, &err) == HM_ERR_ARG);
-    const offload_opts neg = {.threshold = -2};
+    const offload_opts neg = {.threshold = -2, .cap_bytes = OFFLOAD_NO_CAP};
     HM_CHECK(offload_decide(&p, 4, ex, &r, &neg, &err) == HM_ERR_ARG);
     offload_plan_free(&p);
     offload_plan_free(&p); /* twice: zeroed */
@@ -300,7 +300,7 @@ static void test_format(void) {
     offload_expert ex[4];
     four(ex);
     const offload_rates r = rates(1e9);
-    const offload_opts o = {0};
+    const offload_opts o = {.cap_bytes = OFFLOAD_NO_CAP};
     HM_REQUIRE(offload_decide(&p, 16, ex, &r, &o, &err) == HM_OK);
     char buf[1024];
     const size_t n = offload_plan_format(&p, 7, ex, buf, sizeof(buf));
@@ -314,7 +314,7 @@ static void test_format(void) {
     HM_CHECK(offload_plan_format(&p, 7, ex, small, sizeof(small)) == n);
     HM_CHECK(strlen(small) == sizeof(small) - 1 && !strncmp(small, buf, sizeof(small) - 1));
     HM_CHECK(offload_plan_format(&p, 7, ex, NULL, 0) == n);
-    const offload_opts th = {.threshold = 8};
+    const offload_opts th = {.threshold = 8, .cap_bytes = OFFLOAD_NO_CAP};
     HM_REQUIRE(offload_decide(&p, 16, ex, &r, &th, &err) == HM_OK);
     offload_plan_format(&p, 7, ex, buf, sizeof(buf));
     HM_CHECK_MSG(strstr(buf, "--moe-offload-threshold 8") != NULL, "%s", buf);
